@@ -1,0 +1,57 @@
+/* Names and sizes of pycoll's enums. */
+#include "pycoll/p2p.h"
+#include <stdio.h>
+
+size_t pycoll_dtype_size(pycoll_dtype_t dtype)
+{
+    static const size_t sizes[PYCOLL_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? sizes[dtype] : 0;
+}
+
+const char *pycoll_dtype_name(pycoll_dtype_t dtype)
+{
+    static const char *const names[PYCOLL_NUM_DTYPES] = {"int8",     "uint8",    "int32",   "int64",
+                                                         "float16",  "bfloat16", "float32", "float64"};
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? names[dtype] : "?";
+}
+
+const char *pycoll_op_name(pycoll_op_t op)
+{
+    static const char *const names[PYCOLL_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
+    return (unsigned)op < PYCOLL_NUM_OPS ? names[op] : "?";
+}
+
+const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
+{
+    static const char *const names[PYCOLL_NUM_ALGOS] = {"auto", "ring", "halving_doubling", "mesh",
+                                                        "recursive_doubling"};
+    return (unsigned)algorithm < PYCOLL_NUM_ALGOS ? names[algorithm] : "?";
+}
+
+static const char *coll_name(unsigned coll)
+{
+    static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                        "broadcast",  "reduce",         "barrier"};
+    return coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
+}
+
+void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
+{
+    static const char *const accuracy[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated"};
+    const char *acc = d->accuracy < PYCOLL_NUM_ACCURACIES ? accuracy[d->accuracy] : "?";
+    switch (d->coll) {
+    case PYCOLL_COLL_BARRIER:
+        snprintf(out, len, "#%llu barrier()", (unsigned long long)d->seq);
+        break;
+    case PYCOLL_COLL_ALL_GATHER:
+    case PYCOLL_COLL_BROADCAST:
+        snprintf(out, len, "#%llu %s(%s x %lld, root=%d)", (unsigned long long)d->seq, coll_name(d->coll),
+                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count, (int)d->root);
+        break;
+    default:
+        snprintf(out, len, "#%llu %s(%s x %lld, %s, %s, %s, root=%d)", (unsigned long long)d->seq,
+                 coll_name(d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count,
+                 pycoll_op_name((pycoll_op_t)d->op), pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc,
+                 (int)d->root);
+    }
+}

@@ -1,0 +1,118 @@
+/* The point-to-point interface every collective algorithm is written against (as Gloo's algorithms see only
+ * a context and buffers). A transport -- TCP sockets, shared memory, an in-process simulation, a vendor
+ * library's send/recv -- implements pycoll_p2p_ops_t; the algorithms in native/algorithms never know which. */
+#ifndef PYCOLL_P2P_H
+#define PYCOLL_P2P_H
+
+#include "pycoll/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PYCOLL_P2P_VERSION 1
+#define PYCOLL_ERROR_LEN 512
+
+/* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
+ * can tell a peer that called something else (PYCOLL_ERR_MISMATCH naming both sides) instead of hanging. */
+typedef enum pycoll_coll {
+    PYCOLL_COLL_ALL_REDUCE = 0,
+    PYCOLL_COLL_REDUCE_SCATTER = 1,
+    PYCOLL_COLL_ALL_GATHER = 2,
+    PYCOLL_COLL_BROADCAST = 3,
+    PYCOLL_COLL_REDUCE = 4,
+    PYCOLL_COLL_BARRIER = 5,
+    PYCOLL_NUM_COLLS
+} pycoll_coll_t;
+
+typedef enum pycoll_algorithm {
+    PYCOLL_ALGO_AUTO = 0,
+    PYCOLL_ALGO_RING = 1,
+    PYCOLL_ALGO_HALVING_DOUBLING = 2,
+    PYCOLL_ALGO_MESH = 3,
+    PYCOLL_ALGO_RECURSIVE_DOUBLING = 4,
+    PYCOLL_NUM_ALGOS
+} pycoll_algorithm_t;
+
+typedef enum pycoll_accuracy {
+    PYCOLL_ACCURACY_FAST = 0,
+    PYCOLL_ACCURACY_COMPENSATED = 1,
+    PYCOLL_NUM_ACCURACIES
+} pycoll_accuracy_t;
+
+typedef struct pycoll_coll_desc {
+    uint64_t seq;   /* collectives called on this communicator so far */
+    int64_t count;  /* elements per rank as the caller passed them */
+    int32_t root;   /* -1 where the collective has none */
+    uint8_t coll;   /* pycoll_coll_t */
+    uint8_t dtype;  /* pycoll_dtype_t */
+    uint8_t op;     /* pycoll_op_t */
+    uint8_t algorithm; /* pycoll_algorithm_t, resolved (never AUTO) */
+    uint8_t accuracy;  /* pycoll_accuracy_t */
+    uint8_t reserved[7];
+} pycoll_coll_desc_t; /* 32 bytes, sent as is (little-endian hosts only) */
+
+/* One pending send or receive of a byte range. Owned by the caller until the transport completes it. */
+typedef struct pycoll_request {
+    void *buf;
+    int64_t nbytes;
+    int32_t peer;
+    uint32_t tag;      /* must match between the send and its receive; a different tag is a mismatch */
+    uint8_t is_send;
+    uint8_t complete;  /* set by the transport */
+    uint8_t reserved[6];
+    int64_t progress;  /* transport-private: bytes moved so far */
+    struct pycoll_request *next; /* transport-private: queue link */
+} pycoll_request_t;
+
+typedef struct pycoll_p2p pycoll_p2p_t;
+
+typedef struct pycoll_p2p_ops {
+    uint32_t version; /* PYCOLL_P2P_VERSION */
+    const char *name;
+    /* Start a send or a receive; never blocks. Messages between a pair of ranks are matched in the order they
+     * were posted (per direction), so an algorithm posts in the same order on both sides. */
+    pycoll_status_t (*post)(pycoll_p2p_t *p2p, pycoll_request_t *req);
+    /* Make progress on every posted request until all of reqs[0..n) are complete, the deadline passes, or a
+     * peer fails. On error p2p->error says why; the communicator is then broken. */
+    pycoll_status_t (*wait)(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n);
+    /* Tell every reachable peer that this rank is giving up (so they fail fast instead of waiting). */
+    void (*abort)(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
+    void (*destroy)(pycoll_p2p_t *p2p);
+} pycoll_p2p_ops_t;
+
+struct pycoll_p2p {
+    const pycoll_p2p_ops_t *ops;
+    int32_t rank;
+    int32_t size;
+    int64_t deadline_ns;      /* CLOCK_MONOTONIC deadline of the collective in progress */
+    pycoll_coll_desc_t desc;  /* the collective in progress, stamped on every message */
+    pycoll_status_t status;   /* first error; PYCOLL_OK while healthy */
+    int32_t failed_rank;      /* the rank an error is about, or -1 */
+    char error[PYCOLL_ERROR_LEN];
+};
+
+/* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */
+PYCOLL_API pycoll_status_t pycoll_p2p_fail(pycoll_p2p_t *p2p, pycoll_status_t status, int32_t failed_rank,
+                                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Blocking conveniences built on post + wait. */
+PYCOLL_API pycoll_status_t pycoll_send(pycoll_p2p_t *p2p, int32_t peer, const void *buf, int64_t nbytes,
+                                       uint32_t tag);
+PYCOLL_API pycoll_status_t pycoll_recv(pycoll_p2p_t *p2p, int32_t peer, void *buf, int64_t nbytes, uint32_t tag);
+/* Send to one peer and receive from another (or the same) at once: full duplex, no deadlock. */
+PYCOLL_API pycoll_status_t pycoll_sendrecv(pycoll_p2p_t *p2p, int32_t send_peer, const void *send_buf,
+                                           int64_t send_nbytes, int32_t recv_peer, void *recv_buf,
+                                           int64_t recv_nbytes, uint32_t tag);
+
+/* Monotonic clock in nanoseconds, for deadlines. */
+PYCOLL_API int64_t pycoll_now_ns(void);
+
+/* Human-readable description of a collective, for mismatch messages: "all_reduce(float32 x 1024, sum, ring)". */
+PYCOLL_API void pycoll_describe_coll(const pycoll_coll_desc_t *desc, char *out, size_t len);
+PYCOLL_API const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* pycoll's C ABI: include this one header. */
+#ifndef PYCOLL_H
+#define PYCOLL_H
+#include "pycoll/types.h"
+#include "pycoll/kernels.h"
+#include "pycoll/p2p.h"
+#include "pycoll/algorithms.h"
+#include "pycoll/comm.h"
+#include "pycoll/transports.h"
+#endif

@@ -1,0 +1,27 @@
+/* Constructors of the transports built into libpycoll. Each returns a pycoll_p2p_t (p2p.h). */
+#ifndef PYCOLL_TRANSPORTS_H
+#define PYCOLL_TRANSPORTS_H
+
+#include "pycoll/p2p.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* TCP: fds[i] is a connected, already authenticated stream socket to rank i (fds[rank] is ignored). The
+ * transport takes ownership of the sockets and makes them non-blocking. Connection set-up, handshakes and
+ * authentication happen before, in pycoll's rendezvous layer. */
+PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
+                                                     size_t error_len);
+
+/* In-process simulation: `size` ranks as threads of one process, exchanging through memory. Used by tests and
+ * by the accuracy report to drive the real C schedules at world sizes beyond the machine's cores.
+ * Runs fn(p2p_of_rank_r, arg, r) on one thread per rank and returns the first non-OK status. */
+typedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank);
+PYCOLL_API pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
+                                          char *error, size_t error_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+/* Types shared by every part of pycoll's C ABI: element types, reduction ops, status codes. */
+#ifndef PYCOLL_TYPES_H
+#define PYCOLL_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PYCOLL_BUILDING_LIBRARY)
+#define PYCOLL_API __attribute__((visibility("default")))
+#else
+#define PYCOLL_API
+#endif
+
+/* Values are part of the ABI: append only. */
+typedef enum pycoll_dtype {
+    PYCOLL_INT8 = 0,
+    PYCOLL_UINT8 = 1,
+    PYCOLL_INT32 = 2,
+    PYCOLL_INT64 = 3,
+    PYCOLL_FLOAT16 = 4,
+    PYCOLL_BFLOAT16 = 5,
+    PYCOLL_FLOAT32 = 6,
+    PYCOLL_FLOAT64 = 7,
+    PYCOLL_NUM_DTYPES
+} pycoll_dtype_t;
+
+typedef enum pycoll_op {
+    PYCOLL_SUM = 0,
+    PYCOLL_PROD = 1,
+    PYCOLL_MIN = 2,
+    PYCOLL_MAX = 3,
+    PYCOLL_AVG = 4, /* a sum, then one division by the world size at the end of the collective */
+    PYCOLL_NUM_OPS
+} pycoll_op_t;
+
+typedef enum pycoll_status {
+    PYCOLL_OK = 0,
+    PYCOLL_ERR_INVALID = 1,      /* bad argument (the message says which) */
+    PYCOLL_ERR_UNSUPPORTED = 2,  /* dtype/op/algorithm combination not supported */
+    PYCOLL_ERR_TIMEOUT = 3,      /* a wait passed its deadline */
+    PYCOLL_ERR_PEER_FAILURE = 4, /* a peer died, closed, or aborted */
+    PYCOLL_ERR_MISMATCH = 5,     /* ranks called different collectives / dtypes / counts / ops */
+    PYCOLL_ERR_SYSTEM = 6,       /* an OS call failed (errno in the message) */
+    PYCOLL_ERR_CLOSED = 7,       /* the communicator was closed or is broken by an earlier error */
+    PYCOLL_ERR_NOMEM = 8
+} pycoll_status_t;
+
+PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
+PYCOLL_API const char *pycoll_dtype_name(pycoll_dtype_t dtype);
+PYCOLL_API const char *pycoll_op_name(pycoll_op_t op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,29 @@
+"""pycoll's exceptions. Every error a collective reports derives from PycollError."""
+
+
+class PycollError(RuntimeError):
+    """Base of every pycoll error."""
+
+
+class Timeout(PycollError, TimeoutError):
+    """A wait passed its deadline."""
+
+
+class PeerFailure(PycollError):
+    """A peer died, closed its connection or aborted. ``rank`` names it (None when unknown)."""
+
+    def __init__(self, message, rank=None):
+        super().__init__(message)
+        self.rank = rank
+
+
+class MismatchError(PycollError):
+    """Ranks called different collectives, dtypes, counts, ops or algorithms."""
+
+
+class BackendUnavailable(PycollError):
+    """A backend cannot run here; the message says what to install or set."""
+
+
+class CommunicatorClosed(PycollError):
+    """The communicator was closed, or an earlier error broke it."""

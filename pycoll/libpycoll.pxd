@@ -1,0 +1,120 @@
+# Declarations of libpycoll's C ABI (native/include/pycoll), once, for every Cython module.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+cdef extern from "pycoll/pycoll.h" nogil:
+    ctypedef enum pycoll_dtype_t:
+        PYCOLL_INT8, PYCOLL_UINT8, PYCOLL_INT32, PYCOLL_INT64,
+        PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64, PYCOLL_NUM_DTYPES
+    ctypedef enum pycoll_op_t:
+        PYCOLL_SUM, PYCOLL_PROD, PYCOLL_MIN, PYCOLL_MAX, PYCOLL_AVG, PYCOLL_NUM_OPS
+    ctypedef enum pycoll_status_t:
+        PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
+        PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM
+    ctypedef enum pycoll_coll_t:
+        PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
+        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER
+    ctypedef enum pycoll_algorithm_t:
+        PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
+        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_NUM_ALGOS
+    ctypedef enum pycoll_accuracy_t:
+        PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED
+
+    size_t pycoll_dtype_size(pycoll_dtype_t dtype)
+    const char *pycoll_dtype_name(pycoll_dtype_t dtype)
+    const char *pycoll_op_name(pycoll_op_t op)
+
+    # kernels.h
+    pycoll_status_t pycoll_reduce_into(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype,
+                                       pycoll_op_t op)
+    pycoll_status_t pycoll_reduce(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
+                                  pycoll_op_t op)
+    pycoll_status_t pycoll_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor)
+    pycoll_dtype_t pycoll_accumulator_dtype(pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_compensated_combine(void *dst_sum, void *dst_comp, const void *src_sum,
+                                               const void *src_comp, int64_t count, pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, int64_t count,
+                                            pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, const void *comp, int64_t count,
+                                             pycoll_dtype_t dtype, int64_t divisor)
+    const char *pycoll_simd_name()
+    int pycoll_compensation_selftest()
+
+    # p2p.h
+    ctypedef struct pycoll_coll_desc_t:
+        uint64_t seq
+        int64_t count
+        int32_t root
+        uint8_t coll
+        uint8_t dtype
+        uint8_t op
+        uint8_t algorithm
+        uint8_t accuracy
+    ctypedef struct pycoll_p2p_t:
+        int32_t rank
+        int32_t size
+        int64_t deadline_ns
+        pycoll_coll_desc_t desc
+        pycoll_status_t status
+        int32_t failed_rank
+        char error[512]
+    int64_t pycoll_now_ns()
+    const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
+
+    # algorithms.h
+    ctypedef pycoll_status_t (*pycoll_all_reduce_fn)(pycoll_p2p_t *p2p, void *buf, int64_t count,
+                                                     pycoll_dtype_t dtype, pycoll_op_t op,
+                                                     pycoll_accuracy_t accuracy)
+    pycoll_all_reduce_fn pycoll_all_reduce_algorithm(pycoll_algorithm_t algorithm)
+    pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf,
+                                               int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                               pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                           pycoll_dtype_t dtype, pycoll_algorithm_t algorithm)
+    pycoll_status_t pycoll_broadcast_algo(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                          int32_t root)
+    pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                       pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_barrier_algo(pycoll_p2p_t *p2p)
+    ctypedef struct pycoll_cost_model_t:
+        double alpha_s
+        double beta_s_per_byte
+        double gamma_s_per_byte
+    void pycoll_default_cost_model(pycoll_cost_model_t *model)
+    double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                       int32_t size, int64_t nbytes)
+    pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+
+    # comm.h
+    ctypedef struct pycoll_comm_t:
+        pass
+    pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)
+    void pycoll_comm_destroy(pycoll_comm_t *comm)
+    int32_t pycoll_comm_rank(const pycoll_comm_t *comm)
+    int32_t pycoll_comm_size(const pycoll_comm_t *comm)
+    void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
+    void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
+    const char *pycoll_comm_error(const pycoll_comm_t *comm)
+    int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm)
+    pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm)
+    pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                           pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
+                                           pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                               pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t send_count, pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                          int32_t root)
+    pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                       pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
+
+    # transports.h
+    pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
+                                              size_t error_len)
+    ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
+    pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
+                                   char *error, size_t error_len)
