@@ -1,0 +1,152 @@
+"""Backend plugins: what a backend declares, how it is found, and the engine it gives a communicator.
+
+Modelled on NCCL's versioned plugin structs: a backend states the plugin API version it was written for, what
+memory it takes and what it supports, answers `probe()` before use, and only then creates engines. Built-in
+backends register by name here; third-party ones through the entry-point group ``pycoll.backends``, whose
+objects are Backend subclasses (or instances).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import logging
+import threading
+
+from pycoll.errors import BackendUnavailable
+
+PLUGIN_API_VERSION = 1
+ENTRY_POINT_GROUP = "pycoll.backends"
+ALL_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+ALL_OPS = ("sum", "prod", "min", "max", "avg")
+
+log = logging.getLogger("pycoll")
+
+
+class Engine:
+    """One communicator's state inside a backend. Buffers arrive as pycoll.buffers.Buffer, already checked
+    for dtype, length and memory kind by the Communicator. Each method returns the algorithm it ran."""
+
+    def all_reduce(self, send, recv, op, algorithm, accuracy):
+        raise NotImplementedError
+
+    def reduce_scatter(self, send, recv, op, algorithm, accuracy):
+        raise NotImplementedError
+
+    def all_gather(self, send, recv):
+        raise NotImplementedError
+
+    def broadcast(self, buf, root):
+        raise NotImplementedError
+
+    def reduce(self, send, recv, op, root, accuracy):
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def close(self):
+        """Idempotent."""
+
+
+class Backend:
+    """A backend plugin. Subclasses set the class attributes and implement probe() and create()."""
+
+    api_version = PLUGIN_API_VERSION
+    name = ""
+    memory = "host"  # "host", "cuda" or "npu": the memory the collectives take
+    dtypes = ALL_DTYPES
+    ops = ALL_OPS
+    algorithms = ("auto",)
+    accuracies = ("fast",)
+
+    def probe(self):
+        """None when usable here, else a sentence saying why not and what to install or set."""
+        return None
+
+    def create(self, *, rank, world_size, store, timeout, options):
+        """An Engine for this rank. `store` is the job's rendezvous store (pycoll.store)."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    usable: bool
+    reason: str
+    memory: str
+    dtypes: tuple
+    ops: tuple
+    algorithms: tuple
+    accuracies: tuple
+
+    def __str__(self):
+        return f"{self.name}: {'usable' if self.usable else 'unavailable: ' + self.reason}"
+
+
+_registry: dict[str, Backend] = {}
+_lock = threading.Lock()
+_entry_points_loaded = False
+
+
+def register(backend: Backend) -> None:
+    """Register a backend instance under backend.name (a later registration replaces an earlier one)."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"backend must be a pycoll.plugins.Backend, got {type(backend).__name__}")
+    if backend.api_version != PLUGIN_API_VERSION:
+        raise ValueError(f"backend {backend.name!r} was written for plugin API {backend.api_version}; "
+                         f"this pycoll speaks {PLUGIN_API_VERSION}")
+    if not backend.name:
+        raise ValueError("backend has no name")
+    with _lock:
+        _registry[backend.name] = backend
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            register(obj() if isinstance(obj, type) else obj)
+        except Exception as exc:  # a broken third-party plugin must not break pycoll
+            log.warning("pycoll: backend entry point %s could not be loaded: %s", ep.name, exc)
+
+
+def _builtin() -> None:
+    # Importing a built-in backend module registers it.
+    import pycoll.tcp_backend  # noqa: F401
+
+
+def get(name: str) -> Backend:
+    """The usable backend called name, or BackendUnavailable saying why not."""
+    _builtin()
+    _load_entry_points()
+    with _lock:
+        backend = _registry.get(name)
+        known = sorted(_registry)
+    if backend is None:
+        raise BackendUnavailable(f"unknown backend {name!r}; known: {', '.join(known)}")
+    reason = backend.probe()
+    if reason:
+        raise BackendUnavailable(f"{name}: {reason}")
+    return backend
+
+
+def statuses() -> list[BackendStatus]:
+    """Every registered backend, whether it is usable here and, if not, why."""
+    _builtin()
+    _load_entry_points()
+    with _lock:
+        backends = list(_registry.values())
+    out = []
+    for b in backends:
+        try:
+            reason = b.probe()
+        except Exception as exc:
+            reason = f"probe failed: {exc}"
+        out.append(BackendStatus(b.name, not reason, reason or "", b.memory, tuple(b.dtypes), tuple(b.ops),
+                                 tuple(b.algorithms), tuple(b.accuracies)))
+    return out
