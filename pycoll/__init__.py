@@ -1,8 +1,17 @@
-"""pycoll: one all-reduce API for CPUs, NVIDIA GPUs and Ascend NPUs."""
+"""pycoll: one all-reduce API for CPUs, NVIDIA GPUs and Ascend NPUs.
+
+    import pycoll
+    with pycoll.init() as comm:          # rank and world size from pycoll run / torchrun / mpirun / srun
+        comm.all_reduce(x)               # in place, every rank gets the sum
+"""
 
 from pycoll.errors import (BackendUnavailable, CommunicatorClosed, MismatchError, PeerFailure, PycollError,
                            Timeout)
+from pycoll.comm import Communicator, backends, init
 
 __version__ = "0.1.0"
 
-__all__ = ["PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed"]
+SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
+
+__all__ = ["init", "backends", "Communicator", "PycollError", "Timeout", "PeerFailure", "MismatchError",
+           "BackendUnavailable", "CommunicatorClosed", "SUM", "PROD", "MIN", "MAX", "AVG"]

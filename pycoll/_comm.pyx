@@ -1,0 +1,159 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The native communicator (native/comm) behind the host-memory backends. Thin: it takes pointers that
+pycoll.buffers has already checked, releases the GIL for the whole collective and maps status codes to
+pycoll's exceptions."""
+
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdlib cimport malloc, free
+
+from pycoll.libpycoll cimport *
+
+from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
+
+
+cdef object _error(pycoll_status_t st, str message, int failed_rank):
+    if st == PYCOLL_ERR_TIMEOUT:
+        return Timeout(message)
+    if st == PYCOLL_ERR_PEER_FAILURE:
+        return PeerFailure(message, rank=failed_rank if failed_rank >= 0 else None)
+    if st == PYCOLL_ERR_MISMATCH:
+        return MismatchError(message)
+    if st == PYCOLL_ERR_CLOSED:
+        return CommunicatorClosed(message)
+    if st == PYCOLL_ERR_INVALID:
+        return ValueError(message)
+    if st == PYCOLL_ERR_UNSUPPORTED:
+        return TypeError(message)
+    if st == PYCOLL_ERR_NOMEM:
+        return MemoryError(message)
+    return PycollError(message)
+
+
+def algorithm_name(int algorithm):
+    return pycoll_algorithm_name(<pycoll_algorithm_t>algorithm).decode()
+
+
+cdef class NativeComm:
+    """One pycoll_comm_t. Collectives take raw addresses and element counts."""
+    cdef pycoll_comm_t *comm
+    cdef bint busy
+
+    @staticmethod
+    def over_tcp(int rank, int size, fds, double timeout):
+        """A communicator over connected sockets (fds[r] to rank r; fds[rank] ignored). Takes ownership of
+        the file descriptors."""
+        cdef char err[512]
+        cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
+        cdef pycoll_p2p_t *p2p
+        if cfds == NULL:
+            raise MemoryError()
+        try:
+            for r in range(size):
+                cfds[r] = -1 if fds[r] is None else int(fds[r])
+            err[0] = 0
+            p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
+        finally:
+            free(cfds)
+        if p2p == NULL:
+            raise PycollError(err.decode(errors="replace"))
+        cdef NativeComm native = NativeComm.__new__(NativeComm)
+        native.comm = pycoll_comm_create(p2p, timeout)
+        if native.comm == NULL:
+            p2p.ops.destroy(p2p)
+            raise MemoryError()
+        return native
+
+    def __dealloc__(self):
+        if self.comm != NULL:
+            pycoll_comm_destroy(self.comm)
+            self.comm = NULL
+
+    cdef pycoll_comm_t *_enter(self) except NULL:
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        if self.busy:
+            raise RuntimeError("another thread is running a collective on this communicator; "
+                               "use one communicator per thread")
+        self.busy = True
+        return self.comm
+
+    cdef int _leave(self, pycoll_status_t st) except -1:
+        self.busy = False
+        if st != PYCOLL_OK:
+            raise _error(st, pycoll_comm_error(self.comm).decode(errors="replace"),
+                         pycoll_comm_failed_rank(self.comm))
+        return 0
+
+    @property
+    def last_algorithm(self):
+        return pycoll_algorithm_name(pycoll_comm_last_algorithm(self.comm)).decode()
+
+    def set_timeout(self, double timeout):
+        pycoll_comm_set_timeout(self._enter(), timeout)
+        self.busy = False
+
+    def set_cost_model(self, double alpha_s, double beta_s_per_byte, double gamma_s_per_byte):
+        cdef pycoll_cost_model_t model
+        model.alpha_s = alpha_s
+        model.beta_s_per_byte = beta_s_per_byte
+        model.gamma_s_per_byte = gamma_s_per_byte
+        pycoll_comm_set_cost_model(self._enter(), &model)
+        self.busy = False
+
+    def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,
+                   int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_all_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                        <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
+                                        <pycoll_accuracy_t>accuracy)
+        self._leave(st)
+
+    def reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
+                       int algorithm, int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_reduce_scatter(c, <const void *>send, <void *>recv, recv_count,
+                                            <pycoll_dtype_t>dtype, <pycoll_op_t>op,
+                                            <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy)
+        self._leave(st)
+
+    def all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_all_gather(c, <const void *>send, <void *>recv, send_count, <pycoll_dtype_t>dtype)
+        self._leave(st)
+
+    def broadcast(self, uintptr_t buf, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
+        self._leave(st)
+
+    def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root, int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                    <pycoll_op_t>op, root, <pycoll_accuracy_t>accuracy)
+        self._leave(st)
+
+    def barrier(self):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_barrier(c)
+        self._leave(st)
+
+    def close(self):
+        """Idempotent. A clean close tells the peers, so they do not mistake it for a crash."""
+        if self.busy:
+            raise RuntimeError("cannot close a communicator while a collective runs on it")
+        if self.comm != NULL:
+            with nogil:
+                pycoll_comm_destroy(self.comm)
+            self.comm = NULL

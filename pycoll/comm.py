@@ -1,0 +1,236 @@
+"""The Communicator and pycoll.init(): the user-facing API of ../shared/API.md.
+
+The Communicator checks every argument once, for every backend, then hands Buffers to the backend's engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import weakref
+
+from pycoll import launch_env, plugins
+from pycoll.algorithms import accuracy_name, algorithm_name
+from pycoll.buffers import as_buffer
+from pycoll.dtypes import op_id
+from pycoll.errors import CommunicatorClosed
+
+DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
+OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
+
+_open_communicators: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    # A clean close tells peers that this rank is done, so a rank that finishes first is not mistaken for
+    # one that crashed by peers still completing their last collective.
+    for comm in list(_open_communicators):
+        try:
+            comm.close()
+        except Exception:
+            pass
+
+
+class Communicator:
+    """A group of ranks that run collectives together. Create with pycoll.init()."""
+
+    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0):
+        self._engine = engine
+        self._rank = rank
+        self._size = size
+        self._backend = backend
+        self._store = store
+        self._timeout = timeout
+        self.last_algorithm = None
+        _open_communicators.add(self)
+
+    rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
+    size = property(lambda self: self._size, doc="The number of ranks.")
+    backend = property(lambda self: self._backend.name, doc="The backend's name.")
+
+    def __repr__(self):
+        state = "closed" if self._engine is None else "open"
+        return f"<pycoll.Communicator rank={self._rank} size={self._size} backend={self.backend!r} {state}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- argument checks shared by the collectives --------------------------------------------------------
+    def _engine_or_raise(self):
+        if self._engine is None:
+            raise CommunicatorClosed("communicator is closed")
+        return self._engine
+
+    def _buffer(self, x, name, writable):
+        buf = as_buffer(x, name=name, writable=writable)
+        backend = self._backend
+        if buf.memory != backend.memory:
+            raise TypeError(f"{name} is in {buf.memory} memory, but backend {backend.name!r} takes "
+                            f"{backend.memory} memory")
+        if DTYPE_NAMES[buf.dtype] not in backend.dtypes:
+            raise TypeError(f"{name}: backend {backend.name!r} does not support dtype {DTYPE_NAMES[buf.dtype]}")
+        return buf
+
+    def _op(self, op):
+        oid = op_id(op)
+        if OP_NAMES[oid] not in self._backend.ops:
+            raise ValueError(f"op: backend {self.backend!r} does not support {OP_NAMES[oid]!r}")
+        return oid
+
+    def _algorithm(self, algorithm):
+        name = algorithm_name(algorithm)
+        if name not in self._backend.algorithms:
+            raise ValueError(f"algorithm: backend {self.backend!r} does not support {name!r}; "
+                             f"it has {', '.join(self._backend.algorithms)}")
+        return name
+
+    def _accuracy(self, accuracy):
+        name = accuracy_name(accuracy)
+        if name not in self._backend.accuracies:
+            raise ValueError(f"accuracy: backend {self.backend!r} does not support {name!r}")
+        return name
+
+    @staticmethod
+    def _same_dtype(a, b, name_a, name_b):
+        if a.dtype != b.dtype:
+            raise TypeError(f"{name_b} has dtype {DTYPE_NAMES[b.dtype]} but {name_a} has {DTYPE_NAMES[a.dtype]}")
+
+    def _root(self, root):
+        if not isinstance(root, int) or isinstance(root, bool):
+            raise TypeError(f"root must be an int, got {type(root).__name__}")
+        if not 0 <= root < self._size:
+            raise ValueError(f"root must be in [0, {self._size}), got {root}")
+        return root
+
+    # -- collectives ----------------------------------------------------------------------------------------
+    def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
+        """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result."""
+        engine = self._engine_or_raise()
+        send = self._buffer(x, "x", writable=out is None)
+        recv = send
+        if out is not None:
+            recv = self._buffer(out, "out", writable=True)
+            self._same_dtype(send, recv, "x", "out")
+            if recv.count != send.count:
+                raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        self.last_algorithm = engine.all_reduce(send, recv, self._op(op), self._algorithm(algorithm),
+                                                self._accuracy(accuracy))
+        return x if out is None else out
+
+    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
+        """x holds size * len(out) elements; rank r gets the reduction of block r in out."""
+        engine = self._engine_or_raise()
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        if send.count != self._size * recv.count:
+            raise ValueError(f"x must hold size * len(out) = {self._size} * {recv.count} elements, "
+                             f"got {send.count}")
+        self.last_algorithm = engine.reduce_scatter(send, recv, self._op(op), self._algorithm(algorithm),
+                                                    self._accuracy(accuracy))
+        return out
+
+    def all_gather(self, x, out):
+        """out holds size * len(x) elements; block r comes from rank r."""
+        engine = self._engine_or_raise()
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        if recv.count != self._size * send.count:
+            raise ValueError(f"out must hold size * len(x) = {self._size} * {send.count} elements, "
+                             f"got {recv.count}")
+        self.last_algorithm = engine.all_gather(send, recv)
+        return out
+
+    def broadcast(self, x, root=0):
+        """Copy root's x to every rank, in place."""
+        engine = self._engine_or_raise()
+        buf = self._buffer(x, "x", writable=True)
+        self.last_algorithm = engine.broadcast(buf, self._root(root))
+        return x
+
+    def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
+        """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
+        engine = self._engine_or_raise()
+        root = self._root(root)
+        send = self._buffer(x, "x", writable=out is None and self._rank == root)
+        recv = None
+        if self._rank == root:
+            recv = send
+            if out is not None:
+                recv = self._buffer(out, "out", writable=True)
+                self._same_dtype(send, recv, "x", "out")
+                if recv.count != send.count:
+                    raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        self.last_algorithm = engine.reduce(send, recv, self._op(op), root, self._accuracy(accuracy))
+        return x if out is None else out
+
+    def barrier(self):
+        """Return once every rank has entered the barrier."""
+        self._engine_or_raise().barrier()
+
+    def close(self):
+        """Release the connections. Idempotent."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+        _open_communicators.discard(self)
+
+
+def backends():
+    """Every backend: whether it is usable here and, if not, why (pycoll.plugins.BackendStatus)."""
+    return plugins.statuses()
+
+
+def _secret_bytes(secret):
+    if secret is None:
+        secret = os.environ.get("PYCOLL_SECRET") or None
+    if isinstance(secret, str):
+        secret = secret.encode()
+    if secret is not None and not isinstance(secret, (bytes, bytearray)):
+        raise TypeError(f"secret must be str or bytes, got {type(secret).__name__}")
+    return bytes(secret) if secret else None
+
+
+def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_port=None, timeout=300.0,
+         store=None, secret=None, ifname=None, job_id=None):
+    """Join a job and return its Communicator.
+
+    With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
+    The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
+    """
+    from pycoll.store import TCPStore
+
+    if backend is None:
+        backend = os.environ.get("PYCOLL_BACKEND") or "tcp"
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    plugin = plugins.get(backend)
+    env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
+    secret = _secret_bytes(secret)
+    own_store = None
+    if store is None and env.world_size > 1:
+        store = own_store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0,
+                                     timeout=timeout, secret=secret)
+    job_id = job_id or os.environ.get("PYCOLL_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or \
+        f"{env.master_addr}:{env.master_port}"
+    try:
+        engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
+                               options={"master_addr": env.master_addr, "ifname": ifname, "secret": secret,
+                                        "job_id": job_id, "local_rank": env.local_rank})
+    except BaseException:
+        if own_store is not None:
+            own_store.close()
+        raise
+    return Communicator(engine, rank=env.rank, size=env.world_size, backend=plugin, store=own_store,
+                        timeout=timeout)
+

@@ -1,0 +1,71 @@
+"""The TCP backend: host memory, any number of hosts, pycoll's own algorithms over a full mesh of sockets."""
+
+from __future__ import annotations
+
+import os
+
+from pycoll import plugins
+from pycoll._comm import NativeComm
+from pycoll.algorithms import ACCURACIES, ALGORITHMS
+
+
+class NativeEngine(plugins.Engine):
+    """Engine for backends whose collectives run in libpycoll (native/comm) over a pycoll_p2p_t."""
+
+    def __init__(self, native: NativeComm):
+        self.native = native
+
+    def all_reduce(self, send, recv, op, algorithm, accuracy):
+        self.native.all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
+                               ACCURACIES[accuracy])
+        return self.native.last_algorithm
+
+    def reduce_scatter(self, send, recv, op, algorithm, accuracy):
+        self.native.reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
+                                   ACCURACIES[accuracy])
+        return self.native.last_algorithm
+
+    def all_gather(self, send, recv):
+        self.native.all_gather(send.ptr, recv.ptr, send.count, send.dtype)
+        return self.native.last_algorithm
+
+    def broadcast(self, buf, root):
+        self.native.broadcast(buf.ptr, buf.count, buf.dtype, root)
+        return self.native.last_algorithm
+
+    def reduce(self, send, recv, op, root, accuracy):
+        self.native.reduce(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, op, root,
+                           ACCURACIES[accuracy])
+        return self.native.last_algorithm
+
+    def barrier(self):
+        self.native.barrier()
+        return self.native.last_algorithm
+
+    def set_timeout(self, timeout):
+        self.native.set_timeout(timeout)
+
+    def close(self):
+        self.native.close()
+
+
+class TcpBackend(plugins.Backend):
+    name = "tcp"
+    memory = "host"
+    algorithms = tuple(ALGORITHMS)
+    accuracies = tuple(ACCURACIES)
+
+    def create(self, *, rank, world_size, store, timeout, options):
+        from pycoll.mesh import choose_bind_address, connect_mesh
+
+        fds = [None] * world_size
+        if world_size > 1:
+            bind_addr = choose_bind_address(options.get("master_addr") or "127.0.0.1",
+                                            options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME"))
+            socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
+                                 secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
+            fds = [s.detach() if s is not None else None for s in socks]
+        return NativeEngine(NativeComm.over_tcp(rank, world_size, fds, timeout))
+
+
+plugins.register(TcpBackend())
