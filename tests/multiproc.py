@@ -1,0 +1,67 @@
+"""Start real rank processes on 127.0.0.1 for multi-process tests, and always clean them up."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Ranks:
+    """N processes of one job. Use as a context manager: every process is killed on exit."""
+
+    def __init__(self, n, script, *args, env=None, timeout=30.0):
+        port = free_port()
+        self.procs = []
+        for rank in range(n):
+            child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
+                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
+                             PYTHONUNBUFFERED="1", **(env or {}))
+            self.procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / script), *args], env=child_env,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.kill()
+            p.wait()
+            for stream in (p.stdout, p.stderr):
+                if stream:
+                    stream.close()
+
+    def wait_ready(self, ranks, deadline_s=30.0):
+        """Read each rank's first JSON line ({"ready": true})."""
+        for r in ranks:
+            line = self.procs[r].stdout.readline()
+            assert line, f"rank {r} exited before getting ready: {self.procs[r].stderr.read()}"
+            assert json.loads(line).get("ready"), line
+
+    def reports(self, ranks=None, deadline_s=60.0):
+        """The last JSON line of each rank (after it exits), as dicts; asserts clean exits."""
+        out = {}
+        end = time.monotonic() + deadline_s
+        for r in ranks if ranks is not None else range(len(self.procs)):
+            p = self.procs[r]
+            stdout, stderr = p.communicate(timeout=max(0.1, end - time.monotonic()))
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+            assert p.returncode == 0 and lines, f"rank {r} exited {p.returncode}: {stdout}\n{stderr}"
+            out[r] = json.loads(lines[-1])
+        return out

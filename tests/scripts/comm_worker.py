@@ -1,0 +1,81 @@
+"""One rank of a multi-process test: `python comm_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env.
+Prints one JSON line {"rank":..., "ok":..., "error": class name, "message":..., "elapsed":...} and exits 0
+when the scenario behaved as the test expects it to be checked (the test reads the JSON)."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import pycoll
+
+scenario = sys.argv[1]
+timeout = float(os.environ.get("TEST_TIMEOUT", "30"))
+report = {"scenario": scenario}
+t0 = time.monotonic()
+comm = None
+try:
+    comm = pycoll.init(timeout=timeout)
+    rank, size = comm.rank, comm.size
+    report["rank"] = rank
+    if scenario == "collectives":
+        for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "auto"):
+            for count in (0, 1, size - 1, 1009, 100003):
+                x = (np.arange(count, dtype=np.int64) % 97 + rank).astype(np.int32)
+                want = sum((np.arange(count, dtype=np.int64) % 97 + r) for r in range(size)).astype(np.int32)
+                comm.all_reduce(x, algorithm=algorithm)
+                assert np.array_equal(x, want), (algorithm, count)
+        out = np.empty(7 * size, dtype=np.float64)
+        comm.all_gather(np.full(7, rank, dtype=np.float64), out)
+        assert np.array_equal(out, np.repeat(np.arange(size, dtype=np.float64), 7))
+        b = np.arange(10, dtype=np.float32) * (rank == 1)
+        comm.broadcast(b, root=1 % size)
+        assert np.array_equal(b, np.arange(10, dtype=np.float32) * (size > 1))
+        rs = np.empty(5, dtype=np.int64)
+        comm.reduce_scatter(np.arange(5 * size, dtype=np.int64), rs)
+        assert np.array_equal(rs, size * np.arange(5 * rank, 5 * rank + 5))
+        red = np.full(3, rank + 1, dtype=np.int64)
+        comm.reduce(red, root=0)
+        assert rank != 0 or np.array_equal(red, np.full(3, size * (size + 1) // 2))
+        comm.barrier()
+        report["ok"] = True
+    elif scenario == "loop":
+        # Collectives until something fails (a peer is killed or stopped by the test).
+        x = np.ones(1 << 16, dtype=np.float32)
+        print(json.dumps({"rank": rank, "ready": True}), flush=True)
+        while True:
+            comm.all_reduce(x, algorithm=os.environ.get("TEST_ALGORITHM", "ring"))
+            x[:] = 1
+            if rank == int(os.environ.get("TEST_VICTIM", "-1")):
+                time.sleep(0.01)
+    elif scenario == "mismatch":
+        kind = os.environ["TEST_MISMATCH"]
+        x = np.ones(1000, dtype=np.float32)
+        if kind == "count" and rank == 1:
+            x = np.ones(999, dtype=np.float32)
+        if kind == "dtype" and rank == 1:
+            x = np.ones(1000, dtype=np.float64)
+        op = "max" if kind == "op" and rank == 1 else "sum"
+        algorithm = "mesh" if kind == "algorithm" and rank == 1 else "ring"
+        if kind == "collective" and rank == 1:
+            comm.broadcast(x, root=0)
+        else:
+            comm.all_reduce(x, op=op, algorithm=algorithm)
+        report["ok"] = True
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+except pycoll.PycollError as exc:
+    report.update(error=type(exc).__name__, message=str(exc), failed_rank=getattr(exc, "rank", None))
+    # After an error the communicator must refuse further collectives with a clear message.
+    if comm is not None:
+        try:
+            comm.barrier()
+            report["after"] = "no error"
+        except pycoll.PycollError as again:
+            report["after"] = f"{type(again).__name__}: {again}"
+report["elapsed"] = time.monotonic() - t0
+print(json.dumps(report), flush=True)
+if comm is not None:
+    comm.close()

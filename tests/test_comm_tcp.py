@@ -1,0 +1,69 @@
+"""The TCP backend end to end: real processes on 127.0.0.1, correct results, faults with deadlines,
+mismatches, and a communicator that refuses work after an error."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from multiproc import Ranks
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_collectives_are_exact_across_processes(n):
+    with Ranks(n, "comm_worker.py", "collectives") as ranks:
+        reports = ranks.reports()
+    for r, rep in reports.items():
+        assert rep.get("ok"), rep
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["count", "dtype", "op", "algorithm", "collective"])
+def test_mismatch_is_reported_on_every_rank(kind):
+    with Ranks(3, "comm_worker.py", "mismatch", env={"TEST_MISMATCH": kind}, timeout=20) as ranks:
+        reports = ranks.reports()
+    for r, rep in reports.items():
+        assert rep.get("error") == "MismatchError", (r, rep)
+        assert rep["elapsed"] < 15, rep
+        assert rep["after"].startswith("CommunicatorClosed"), rep
+    # The message names both sides.
+    messages = " ".join(rep["message"] for rep in reports.values())
+    assert "rank 1" in messages, messages
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "mesh"])
+def test_killed_peer_is_reported_by_every_rank_within_2s(algorithm):
+    victim = 2
+    with Ranks(4, "comm_worker.py", "loop", env={"TEST_ALGORITHM": algorithm}, timeout=60) as ranks:
+        ranks.wait_ready(range(4))
+        time.sleep(0.5)
+        killed_at = time.monotonic()
+        os.kill(ranks.procs[victim].pid, signal.SIGKILL)
+        survivors = [r for r in range(4) if r != victim]
+        reports = ranks.reports(survivors, deadline_s=20)
+        detected = time.monotonic() - killed_at
+    for r, rep in reports.items():
+        assert rep.get("error") == "PeerFailure", (r, rep)
+        assert rep["failed_rank"] == victim, (r, rep)
+        assert f"rank {victim}" in rep["message"], rep
+        assert rep["after"].startswith("CommunicatorClosed"), rep
+    assert detected < 2.0 + 1.5, f"survivors took {detected:.2f} s to exit"  # 2 s budget + process exit
+
+
+@pytest.mark.timeout(60)
+def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
+    victim = 1
+    deadline = 3.0
+    with Ranks(3, "comm_worker.py", "loop", timeout=deadline) as ranks:
+        ranks.wait_ready(range(3))
+        os.kill(ranks.procs[victim].pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        reports = ranks.reports([0, 2], deadline_s=30)
+        waited = time.monotonic() - stopped_at
+    for r, rep in reports.items():
+        assert rep.get("error") == "Timeout", (r, rep)
+        assert rep["after"].startswith("CommunicatorClosed"), rep
+    assert waited < deadline + 3.0, waited
