@@ -374,12 +374,14 @@ class TCPStore:
         self.host = host
         self.timeout = _check_timeout("timeout", timeout)
         self._secret = secret
-        self._lock = threading.Lock()
-        self._sock = None
+        self._lock = threading.Lock()  # guards _socks and _closed
+        self._local = threading.local()
+        self._socks = []
+        self._closed = False
         self._server = _StoreServer(host, port, secret, handshake_timeout) if is_server else None
         self.port = self._server.port if self._server is not None else port
         try:
-            self._sock = self._connect()
+            self._socket()  # connect now, so that a missing server or a wrong secret fails here
         except BaseException:
             self.close()
             raise
@@ -415,36 +417,61 @@ class TCPStore:
                 sock.close()
                 last_error = exc
 
+    def _socket(self):
+        """This thread's connection: each thread has its own, so a GET waiting in one thread never holds up
+        another thread's requests."""
+        sock = getattr(self._local, "sock", None)
+        if sock is not None:
+            return sock
+        self._check_open()
+        sock = self._connect()
+        with self._lock:
+            if self._closed:
+                sock.close()
+                raise PycollError("the store is closed")
+            self._socks.append(sock)
+        self._local.sock = sock
+        return sock
+
+    def _check_open(self):
+        with self._lock:
+            if self._closed:
+                raise PycollError("the store is closed")
+
+    def _discard(self, sock):
+        with self._lock:
+            if sock in self._socks:
+                self._socks.remove(sock)
+        sock.close()
+        self._local.sock = None
+
     def _request(self, op, *fields, wait=None):
         frame = _encode_frame(op, *fields)
-        with self._lock:
-            if self._sock is None:
-                raise PycollError("the store is closed")
-            self._sock.settimeout(self.timeout if wait is None else wait + _REPLY_MARGIN)
-            try:
-                self._sock.sendall(frame)
-                (length,) = _U32.unpack(self._recv(_U32.size))
-                if length == 0 or length > MAX_FRAME_BYTES:
-                    raise ProtocolError(f"the store sent a frame of {length} bytes")
-                status, reply = _decode_body(self._recv(length))
-            except (socket.timeout, OSError, PycollError) as exc:
-                # The stream may be mid-frame: it cannot be used again.
-                self._sock.close()
-                self._sock = None
-                if isinstance(exc, socket.timeout):
-                    raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
-                if isinstance(exc, PycollError):
-                    raise
-                raise PeerFailure(f"lost the connection to the rendezvous store at {self.host}:{self.port}: "
-                                  f"{exc}", rank=0) from None
+        self._check_open()
+        sock = self._socket()
+        sock.settimeout(self.timeout if wait is None else wait + _REPLY_MARGIN)
+        try:
+            sock.sendall(frame)
+            (length,) = _U32.unpack(self._recv(sock, _U32.size))
+            if length == 0 or length > MAX_FRAME_BYTES:
+                raise ProtocolError(f"the store sent a frame of {length} bytes")
+            status, reply = _decode_body(self._recv(sock, length))
+        except (socket.timeout, OSError, PycollError) as exc:
+            self._discard(sock)  # the stream may be mid-frame: it cannot be used again
+            if isinstance(exc, socket.timeout):
+                raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
+            if isinstance(exc, PycollError):
+                raise
+            raise PeerFailure(f"lost the connection to the rendezvous store at {self.host}:{self.port}: {exc}",
+                              rank=0) from None
         if status == _ST_ERROR:
             raise PycollError(reply[0].decode(errors="replace") if reply else "the store reported an error")
         return status, reply
 
-    def _recv(self, n):
+    def _recv(self, sock, n):
         chunks, got = [], 0
         while got < n:
-            chunk = self._sock.recv(min(n - got, 1 << 20))
+            chunk = sock.recv(min(n - got, 1 << 20))
             if not chunk:
                 raise PeerFailure(f"the rendezvous store at {self.host}:{self.port} closed the connection "
                                   "(did rank 0 exit?)", rank=0)
@@ -476,11 +503,12 @@ class TCPStore:
         return reply[0] == b"\x01"
 
     def close(self):
-        """Closes the connection and, on the server's rank, stops the server. Idempotent."""
+        """Closes the connections and, on the server's rank, stops the server. Idempotent."""
         with self._lock:
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
+            self._closed = True
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            sock.close()
         if self._server is not None:
             self._server.stop()
             self._server = None
