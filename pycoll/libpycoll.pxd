@@ -49,7 +49,11 @@ cdef extern from "pycoll/pycoll.h" nogil:
         uint8_t op
         uint8_t algorithm
         uint8_t accuracy
+    ctypedef struct pycoll_p2p_ops_t:
+        const char *name
+        void (*destroy)(void *p2p)   # takes a pycoll_p2p_t *; declared loosely to avoid a forward reference
     ctypedef struct pycoll_p2p_t:
+        const pycoll_p2p_ops_t *ops
         int32_t rank
         int32_t size
         int64_t deadline_ns

@@ -8,7 +8,6 @@
  * caller's buffer (no intermediate copies). The header carries the collective's descriptor so a receiver can
  * tell a peer that called a different collective (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
