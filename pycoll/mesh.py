@@ -259,6 +259,13 @@ class _Acceptor:
                 self._release(admitted[0])
             log.warning("mesh: rank %d rejected a connection from %s: %s", self._hello.rank, address, exc)
             sock.close()
+            return
+        # Counted only now that the ACK is out: once the mesh is complete the socket belongs to the transport,
+        # and no handshake byte may still be in flight on it.
+        with self._lock:
+            self._accepted += 1
+            if self._accepted == self._expected:
+                self._finish()
 
     def _admit(self, peer, sock):
         _check_peer(self._hello, peer, lambda r: self._hello.rank < r < self._hello.world_size)
@@ -268,13 +275,9 @@ class _Acceptor:
             if self.peers[peer.rank] is not None:
                 raise handshake.HandshakeError(f"rank {peer.rank} is already connected")
             self.peers[peer.rank] = sock
-            self._accepted += 1
-            if self._accepted == self._expected:
-                self._finish()
         return peer.rank
 
     def _release(self, peer_rank):
         with self._lock:
             if not self._stopped:
                 self.peers[peer_rank] = None
-                self._accepted -= 1
