@@ -124,6 +124,19 @@ static pycoll_status_t not_loaded(char *error, size_t error_len)
                      "NCCL or the CUDA runtime is not loaded (pycoll_nccl_load / pycoll_cudart_load)");
 }
 
+pycoll_status_t pycoll_nccl_unique_id(uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], char *error, size_t error_len)
+{
+    if (!nccl_handle)
+        return not_loaded(error, error_len);
+    ncclUniqueId uid;
+    ncclResult_t r = nccl.GetUniqueId(&uid);
+    if (r != ncclSuccess)
+        return set_error(error, error_len, PYCOLL_ERR_SYSTEM, "nccl: ncclGetUniqueId failed: %s (code %d)",
+                         nccl.GetErrorString(r), (int)r);
+    memcpy(id, uid.internal, sizeof uid.internal);
+    return PYCOLL_OK;
+}
+
 static const char *result_name(ncclResult_t r)
 {
     static const char *const names[] = {"ncclSuccess",        "ncclUnhandledCudaError", "ncclSystemError",
@@ -242,7 +255,7 @@ static int64_t seconds_to_ns(double s)
 }
 
 pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], int32_t rank,
-                                            int32_t size, const char *nccl_algo, double timeout_s,
+                                            int32_t size, double timeout_s,
                                             pycoll_status_t *status, char *error, size_t error_len)
 {
     if (!nccl_handle || !cudart_handle) {
@@ -264,26 +277,12 @@ pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_
     pycoll_nccl_config_t config = {sizeof config, PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION, 0,
                                    PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,
                                    NULL};
-    /* NCCL reads NCCL_ALGO while it initialises a communicator (asynchronously, so restore only after init). */
-    char *saved_algo = NULL;
-    if (nccl_algo) {
-        const char *old = getenv("NCCL_ALGO");
-        saved_algo = old ? strdup(old) : NULL;
-        setenv("NCCL_ALGO", nccl_algo, 1);
-    }
     ncclResult_t r = nccl.CommInitRankConfig(&c->nccl, size, uid, rank, &config);
     pycoll_status_t st;
     if (r != ncclSuccess && r != ncclInProgress)
         st = nccl_fail(c, "ncclCommInitRankConfig", r);
     else
         st = wait_ready(c, "ncclCommInitRankConfig", deadline);
-    if (nccl_algo) {
-        if (saved_algo)
-            setenv("NCCL_ALGO", saved_algo, 1);
-        else
-            unsetenv("NCCL_ALGO");
-        free(saved_algo);
-    }
     int device = 0;
     if (st == PYCOLL_OK && (r = nccl.CommCuDevice(c->nccl, &device)) != ncclSuccess)
         st = nccl_fail(c, "ncclCommCuDevice", r);
@@ -392,8 +391,8 @@ static pycoll_status_t finish(pycoll_nccl_comm_t *c, const char *what, ncclResul
 pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
                                        pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
 {
-    ncclDataType_t nd;
-    ncclRedOp_t no;
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     pycoll_status_t st = begin(c, count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
@@ -407,8 +406,8 @@ pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *c, const void *sendbu
 pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
                                            int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
 {
-    ncclDataType_t nd;
-    ncclRedOp_t no;
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     pycoll_status_t st = begin(c, recv_count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
@@ -423,7 +422,7 @@ pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *c, const void *se
 pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
                                        int64_t send_count, pycoll_dtype_t dtype, void *stream)
 {
-    ncclDataType_t nd;
+    ncclDataType_t nd = ncclInt8;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     pycoll_status_t st = begin(c, send_count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
@@ -435,7 +434,7 @@ pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *c, const void *sendbu
 pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *c, void *buf, int64_t count, pycoll_dtype_t dtype,
                                       int32_t root, void *stream)
 {
-    ncclDataType_t nd;
+    ncclDataType_t nd = ncclInt8;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     pycoll_status_t st = begin(c, count, dtype, &nd, root);
     if (st != PYCOLL_OK)
@@ -447,8 +446,8 @@ pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *c, void *buf, int64_t 
 pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
                                    pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
 {
-    ncclDataType_t nd;
-    ncclRedOp_t no;
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     pycoll_status_t st = begin(c, count, dtype, &nd, root);
     if (st != PYCOLL_OK)

@@ -28,10 +28,10 @@ PYCOLL_API int32_t pycoll_nccl_version(void);
 PYCOLL_API pycoll_status_t pycoll_nccl_unique_id(uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], char *error,
                                                  size_t error_len);
 /* A non-blocking NCCL communicator on the current CUDA device, initialised within timeout_s.
- * nccl_algo, when not NULL, is NCCL_ALGO for this communicator only ("Ring", "Tree", ...).
+ * NCCL reads NCCL_ALGO (and its other settings) from the environment while this runs.
  * NULL on failure, with *status and error set. */
 PYCOLL_API pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], int32_t rank,
-                                                       int32_t size, const char *nccl_algo, double timeout_s,
+                                                       int32_t size, double timeout_s,
                                                        pycoll_status_t *status, char *error, size_t error_len);
 /* Destroys a healthy communicator, aborts a broken one. */
 PYCOLL_API void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *comm);
