@@ -214,7 +214,7 @@ def test_nccl_results_map_to_pycoll_errors(env, fail, error, text):
     assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
 
 
-def test_probe_names_what_to_install(monkeypatch, tmp_path):
+def test_probe_names_what_to_install(tmp_path):
     import subprocess
     import sys
     code = ("from pycoll.nccl_backend import NcclBackend; print(NcclBackend().probe())")
@@ -225,11 +225,18 @@ def test_probe_names_what_to_install(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
-def test_real_gpu_all_reduce():
+@pytest.mark.timeout(120)
+def test_real_gpu_single_rank(tmp_path):
     cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
     from pycoll.nccl_backend import NcclBackend
     reason = NcclBackend().probe()
     if reason:
         pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")
-    pytest.skip("single-process GPU smoke test: run `pycoll run -n 2` with backend='nccl' on a GPU machine")
-    assert cupy
+    engine = NcclBackend().create(rank=0, world_size=1, store=FileStore(tmp_path), timeout=60, options={})
+    x = cupy.arange(8, dtype=cupy.float32)
+    buf = buffer(np.empty(8, np.float32), owner=x)
+    buf.ptr = x.data.ptr
+    engine.all_reduce(buf, buf, 4, "auto", "fast")
+    engine.barrier()
+    engine.close()
+    np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(8, dtype=np.float32))
