@@ -8,7 +8,9 @@ import contextlib
 import itertools
 import os
 
-from pycoll.errors import PycollError
+import numpy as np
+
+from pycoll.errors import CommunicatorClosed, PycollError
 from pycoll.plugins import Engine
 
 _DTYPE_FLOAT = {4, 5, 6, 7}  # pycoll dtype ids of float16, bfloat16, float32, float64
@@ -72,7 +74,6 @@ def divide_in_place(buf, divisor: int) -> None:
         else:
             owner.copy_(torch.div(owner, divisor, rounding_mode="trunc"))
         return
-    import numpy as np
     arr = np.asarray(owner)  # host memory: arrays a test or a host-memory vendor library hands in
     if is_float:
         arr /= divisor
@@ -111,7 +112,6 @@ class VendorEngine(Engine):
 
     def _comm(self, algorithm):
         if self._closed:
-            from pycoll.errors import CommunicatorClosed
             raise CommunicatorClosed(f"{self.name}: communicator is closed")
         if algorithm == "auto":
             algorithm = self._default
