@@ -21,15 +21,18 @@ def free_port() -> int:
 class Ranks:
     """N processes of one job. Use as a context manager: every process is killed on exit."""
 
-    def __init__(self, n, script, *args, env=None, timeout=30.0):
+    def __init__(self, n, script, *args, env=None, timeout=30.0, master_addr="127.0.0.1", wrap=None):
+        """wrap(rank) -> command prefix, e.g. ["ip", "netns", "exec", "host1"] to run a rank on another host."""
         port = free_port()
         self.procs = []
         for rank in range(n):
             child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
-                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
+                             MASTER_ADDR=master_addr, MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
                              PYTHONUNBUFFERED="1", **(env or {}))
-            self.procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / script), *args], env=child_env,
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            prefix = wrap(rank) if wrap else []
+            self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
+                                               env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True))
 
     def __enter__(self):
         return self
