@@ -30,8 +30,7 @@ double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algo
         return 0.0;
     const double a = model->alpha_s, b = model->beta_s_per_byte, g = model->gamma_s_per_byte;
     const double N = size, n = (double)nbytes;
-    const int32_t p = pow2_floor(size);
-    const double steps = log2((double)p);
+    const double p = pow2_floor(size), steps = log2(p);
     /* Non-powers of two: one extra exchange of the whole buffer in, one out, one extra reduction. */
     const double fold = p == size ? 0.0 : 2.0 * (a + n * b) + n * g;
     switch (algorithm) {
