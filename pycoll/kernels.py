@@ -17,6 +17,7 @@ if not _kernels.compensation_selftest():
     raise ImportError("pycoll's compensated kernels lost TwoSum's error term: libpycoll was compiled without "
                       "IEEE semantics (-ffast-math, FMA contraction or reassociation); rebuild it without them")
 
+_PAIR_IDS = {np.dtype(np.float32): DTYPES["float32"], np.dtype(np.float64): DTYPES["float64"]}
 _ACCUMULATORS = {"float16": np.dtype(np.float32), "bfloat16": np.dtype(np.float32),
                  "float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
@@ -49,6 +50,14 @@ def reduce_into(dst, src, op="sum"):
     (scale_avg). Integers wrap like numpy; min/max propagate NaN like np.minimum/np.maximum; float16 and
     bfloat16 are combined in float32 and rounded once.
     """
+    # Fast path for numpy arrays of one dtype (small reductions are dominated by this call's overhead);
+    # the buffer layer rejects bad layouts, and the checked path below then says precisely what is wrong.
+    if type(dst) is np.ndarray and type(src) is np.ndarray and dst.dtype == src.dtype:
+        try:
+            _kernels.reduce(dst, dst, src, dtype_id(dst.dtype), op_id(op))
+            return dst
+        except ValueError:
+            pass
     d = _array(dst, "dst", writable=True)
     s = _array(src, "src")
     _same(s, d, "src", "dst")
@@ -98,6 +107,14 @@ def compensated_load(src):
 
 def compensated_combine(dst_sum, dst_comp, src_sum, src_comp):
     """(dst_sum, dst_comp) += (src_sum, src_comp) with TwoSum, in place; all float32 or all float64."""
+    if (type(dst_sum) is np.ndarray and type(src_sum) is np.ndarray and type(dst_comp) is np.ndarray
+            and type(src_comp) is np.ndarray and dst_sum.dtype == dst_comp.dtype == src_sum.dtype
+            == src_comp.dtype and dst_sum.dtype in _PAIR_IDS):
+        try:
+            _kernels.compensated_combine(dst_sum, dst_comp, src_sum, src_comp, _PAIR_IDS[dst_sum.dtype])
+            return
+        except ValueError:
+            pass  # the checked path below says precisely what is wrong
     ds = _array(dst_sum, "dst_sum", writable=True)
     dc = _array(dst_comp, "dst_comp", writable=True)
     ss = _array(src_sum, "src_sum")

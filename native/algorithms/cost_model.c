@@ -1,7 +1,9 @@
 /* Alpha-beta-gamma cost model for choosing an all-reduce (Thakur, Rabenseifner and Gropp's formulas): with
  * N ranks and n bytes, alpha per message on the critical path, beta per byte sent by one rank, gamma per byte
- * reduced by one rank. */
-#include "pycoll/algorithms.h"
+ * reduced by one rank. One departure from the textbook: the ring is pipelined (ring.c), so its reductions
+ * overlap the transfers and only the last segment's reduction is exposed; that is why the ring, with the
+ * most messages, still wins for large buffers. */
+#include "algorithms/schedule.h"
 
 #include <math.h>
 
@@ -28,13 +30,14 @@ double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algo
         return 0.0;
     const double a = model->alpha_s, b = model->beta_s_per_byte, g = model->gamma_s_per_byte;
     const double N = size, n = (double)nbytes;
-    const int32_t p = pow2_floor(size);
-    const double steps = log2((double)p);
+    const double p = pow2_floor(size), steps = log2(p);
     /* Non-powers of two: one extra exchange of the whole buffer in, one out, one extra reduction. */
     const double fold = p == size ? 0.0 : 2.0 * (a + n * b) + n * g;
     switch (algorithm) {
-    case PYCOLL_ALGO_RING:
-        return 2.0 * (N - 1) * a + 2.0 * (N - 1) / N * n * b + (N - 1) / N * n * g;
+    case PYCOLL_ALGO_RING: {
+        const double exposed = fmin(n / N, (double)pycoll_ring_segment_bytes());
+        return 2.0 * (N - 1) * a + 2.0 * (N - 1) / N * n * b + exposed * g;
+    }
     case PYCOLL_ALGO_HALVING_DOUBLING:
         return 2.0 * steps * a + 2.0 * (p - 1) / p * n * b + (p - 1) / p * n * g + fold;
     case PYCOLL_ALGO_MESH:

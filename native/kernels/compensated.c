@@ -3,6 +3,7 @@
 #include "kernels/half_float.h"
 #include "kernels/kernel_table.h"
 #include "kernels/two_sum.h"
+#include "kernels/unaligned.h"
 #include "pycoll/kernels.h"
 
 #include <math.h>
@@ -48,8 +49,8 @@ pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, 
     if (status != PYCOLL_OK || count == 0)
         return status;
     size_t acc_size = pycoll_dtype_size(pycoll_accumulator_dtype(dtype));
-    const uint16_t *half = src;
-    float *acc = sum;
+    const unaligned_u16 *half = src;
+    unaligned_f32 *acc = sum;
     switch (dtype) {
     case PYCOLL_FLOAT16:
         for (int64_t i = 0; i < count; i++)
@@ -111,7 +112,7 @@ static double divide_pair_f64(double s, double c, double d, double *tail)
     return out;
 }
 
-static void store_f64(double *dst, const double *sum, const double *comp, int64_t n, int64_t divisor)
+static void store_f64(unaligned_f64 *dst, const unaligned_f64 *sum, const unaligned_f64 *comp, int64_t n, int64_t divisor)
 {
     double d = (double)divisor, tail;
     for (int64_t i = 0; i < n; i++)
@@ -119,7 +120,7 @@ static void store_f64(double *dst, const double *sum, const double *comp, int64_
 }
 
 /* float32 pairs: the value (and quotient) is formed in double, then rounded once to the plain type. */
-static void store_from_f32(pycoll_dtype_t dtype, void *dst, const float *sum, const float *comp, int64_t n,
+static void store_from_f32(pycoll_dtype_t dtype, void *dst, const unaligned_f32 *sum, const unaligned_f32 *comp, int64_t n,
                            int64_t divisor)
 {
     double d = (double)divisor;
@@ -128,11 +129,11 @@ static void store_from_f32(pycoll_dtype_t dtype, void *dst, const float *sum, co
         double x = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail)
                                : pycoll_two_sum_f64(sum[i], comp[i], &tail);
         if (dtype == PYCOLL_FLOAT32)
-            ((float *)dst)[i] = divisor > 1 ? (float)x : sum[i] + comp[i];
+            ((unaligned_f32 *)dst)[i] = divisor > 1 ? (float)x : sum[i] + comp[i];
         else if (dtype == PYCOLL_FLOAT16)
-            ((uint16_t *)dst)[i] = pycoll_f32_to_f16(round_to_odd_f32(x, tail));
+            ((unaligned_u16 *)dst)[i] = pycoll_f32_to_f16(round_to_odd_f32(x, tail));
         else
-            ((uint16_t *)dst)[i] = pycoll_f32_to_bf16(round_to_odd_f32(x, tail));
+            ((unaligned_u16 *)dst)[i] = pycoll_f32_to_bf16(round_to_odd_f32(x, tail));
     }
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/half_float.h"
 #include "kernels/kernel_table.h"
 #include "kernels/two_sum.h"
+#include "kernels/unaligned.h"
 
 #include <math.h>
 
@@ -40,8 +41,8 @@
 /* uint8 * uint8 promotes to int, so the multiply must go through unsigned int to stay defined. */
 DEFINE_INT_KERNELS(i8, int8_t, unsigned)
 DEFINE_INT_KERNELS(u8, uint8_t, unsigned)
-DEFINE_INT_KERNELS(i32, int32_t, uint32_t)
-DEFINE_INT_KERNELS(i64, int64_t, uint64_t)
+DEFINE_INT_KERNELS(i32, unaligned_i32, uint32_t)
+DEFINE_INT_KERNELS(i64, unaligned_i64, uint64_t)
 
 /* float32/float64/bfloat16 min/max follow np.minimum/np.maximum: a NaN in a wins, then a NaN in b (the
  * comparison fails), and equal operands (+0/-0) give b. */
@@ -75,8 +76,8 @@ DEFINE_INT_KERNELS(i64, int64_t, uint64_t)
             o[i] = (isnan(x[i]) || x[i] > y[i]) ? x[i] : y[i];                                                \
     }
 
-DEFINE_FLOAT_KERNELS(f32, float)
-DEFINE_FLOAT_KERNELS(f64, double)
+DEFINE_FLOAT_KERNELS(f32, unaligned_f32)
+DEFINE_FLOAT_KERNELS(f64, unaligned_f64)
 
 /* float16/bfloat16: combined in float32 and rounded once. float32 has more than 2p+2 bits for both, so
  * rounding a float32 sum or product again to 16 bits equals rounding the exact result (no double-rounding
@@ -84,22 +85,22 @@ DEFINE_FLOAT_KERNELS(f64, double)
 #define DEFINE_HALF_KERNELS(tname, to_f32, from_f32, MIN_TAKES_A, MAX_TAKES_A)                                \
     static void tname##_sum(void *out, const void *a, const void *b, int64_t n)                               \
     {                                                                                                         \
-        const uint16_t *x = a, *y = b;                                                                        \
-        uint16_t *o = out;                                                                                    \
+        const unaligned_u16 *x = a, *y = b;                                                                        \
+        unaligned_u16 *o = out;                                                                                    \
         for (int64_t i = 0; i < n; i++)                                                                       \
             o[i] = from_f32(to_f32(x[i]) + to_f32(y[i]));                                                     \
     }                                                                                                         \
     static void tname##_prod(void *out, const void *a, const void *b, int64_t n)                              \
     {                                                                                                         \
-        const uint16_t *x = a, *y = b;                                                                        \
-        uint16_t *o = out;                                                                                    \
+        const unaligned_u16 *x = a, *y = b;                                                                        \
+        unaligned_u16 *o = out;                                                                                    \
         for (int64_t i = 0; i < n; i++)                                                                       \
             o[i] = from_f32(to_f32(x[i]) * to_f32(y[i]));                                                     \
     }                                                                                                         \
     static void tname##_min(void *out, const void *a, const void *b, int64_t n)                               \
     {                                                                                                         \
-        const uint16_t *x = a, *y = b;                                                                        \
-        uint16_t *o = out;                                                                                    \
+        const unaligned_u16 *x = a, *y = b;                                                                        \
+        unaligned_u16 *o = out;                                                                                    \
         for (int64_t i = 0; i < n; i++) {                                                                     \
             float fa = to_f32(x[i]), fb = to_f32(y[i]);                                                       \
             o[i] = (isnan(fa) || MIN_TAKES_A(fa, fb)) ? x[i] : y[i];                                          \
@@ -107,8 +108,8 @@ DEFINE_FLOAT_KERNELS(f64, double)
     }                                                                                                         \
     static void tname##_max(void *out, const void *a, const void *b, int64_t n)                              \
     {                                                                                                         \
-        const uint16_t *x = a, *y = b;                                                                        \
-        uint16_t *o = out;                                                                                    \
+        const unaligned_u16 *x = a, *y = b;                                                                        \
+        unaligned_u16 *o = out;                                                                                    \
         for (int64_t i = 0; i < n; i++) {                                                                     \
             float fa = to_f32(x[i]), fb = to_f32(y[i]);                                                       \
             o[i] = (isnan(fa) || MAX_TAKES_A(fa, fb)) ? x[i] : y[i];                                          \
@@ -141,8 +142,8 @@ DEFINE_HALF_KERNELS(bf16, pycoll_bf16_to_f32, pycoll_f32_to_bf16, LESS, GREATER)
         }                                                                                                     \
     }
 
-DEFINE_COMBINE(f32, float, pycoll_two_sum_f32)
-DEFINE_COMBINE(f64, double, pycoll_two_sum_f64)
+DEFINE_COMBINE(f32, unaligned_f32, pycoll_two_sum_f32)
+DEFINE_COMBINE(f64, unaligned_f64, pycoll_two_sum_f64)
 
 #define SET_ROW(table, dtype, tname)                                                                          \
     do {                                                                                                      \

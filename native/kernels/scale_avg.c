@@ -1,5 +1,6 @@
 /* The last step of PYCOLL_AVG: one division per element after the whole sum is formed. */
 #include "kernels/half_float.h"
+#include "kernels/unaligned.h"
 #include "pycoll/kernels.h"
 
 #define DEFINE_SCALE(tname, T, W)                                                                             \
@@ -13,17 +14,17 @@
 /* Integers truncate toward zero, as C division does (and NCCL's avg). */
 DEFINE_SCALE(i8, int8_t, int64_t)
 DEFINE_SCALE(u8, uint8_t, int64_t)
-DEFINE_SCALE(i32, int32_t, int64_t)
-DEFINE_SCALE(i64, int64_t, int64_t)
-DEFINE_SCALE(f32, float, float)
-DEFINE_SCALE(f64, double, double)
+DEFINE_SCALE(i32, unaligned_i32, int64_t)
+DEFINE_SCALE(i64, unaligned_i64, int64_t)
+DEFINE_SCALE(f32, unaligned_f32, float)
+DEFINE_SCALE(f64, unaligned_f64, double)
 
 /* A float32 quotient of two float16 (or bfloat16) values rounds again to 16 bits with no double-rounding
  * error (float32 has more than 2p+2 bits), so this matches dividing in the 16-bit type directly. */
 #define DEFINE_HALF_SCALE(tname, to_f32, from_f32)                                                            \
     static void tname##_scale(void *buf, int64_t n, int64_t divisor)                                          \
     {                                                                                                         \
-        uint16_t *p = buf;                                                                                    \
+        unaligned_u16 *p = buf;                                                                                    \
         float d = (float)divisor;                                                                             \
         for (int64_t i = 0; i < n; i++)                                                                       \
             p[i] = from_f32(to_f32(p[i]) / d);                                                                \

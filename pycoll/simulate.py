@@ -1,0 +1,120 @@
+"""Run pycoll's collective schedules on simulated ranks: threads of this process exchanging through memory.
+
+    outs = simulate("all_reduce", [np.arange(5) * r for r in range(4)], algorithm="halving_doubling")
+
+Every rank runs the same C code a TCP communicator runs, so this is how tests and the accuracy report drive
+world sizes beyond the machine's cores. Any of coll, op, algorithm and accuracy may be a list (one entry per
+rank) to make ranks disagree; a rank whose coll is None calls nothing (its peers time out) and one whose coll
+is "crash" fails before calling anything (its peers see PeerFailure).
+"""
+
+import numpy as np
+
+from pycoll import _sim
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name
+from pycoll.dtypes import dtype_id, op_id
+from pycoll.errors import MismatchError, PeerFailure, PycollError, Timeout
+
+__all__ = ["simulate", "COLLECTIVES"]
+
+# Ids of pycoll_coll_t (native/include/pycoll/p2p.h).
+COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4, "barrier": 5}
+_ROOTED = {"broadcast", "reduce"}
+_STATUS_TIMEOUT, _STATUS_PEER_FAILURE, _STATUS_MISMATCH = 3, 4, 5
+
+
+def _per_rank(value, size, name):
+    if isinstance(value, (list, tuple)):
+        if len(value) != size:
+            raise ValueError(f"{name}: {len(value)} entries for {size} ranks")
+        return list(value)
+    return [value] * size
+
+
+def _algorithm_id(algorithm, coll, nbytes, size):
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: unknown {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    ident = ALGORITHMS[algorithm]
+    if ident == ALGORITHMS["auto"]:
+        ident = _sim.choose_all_reduce(size, nbytes)
+    # As the communicator does: recursive doubling exists only as an all-reduce.
+    if coll != "all_reduce" and ident == ALGORITHMS["recursive_doubling"]:
+        ident = ALGORITHMS["ring"]
+    return ident
+
+
+def _error(status, message, rank_errors):
+    if status == _STATUS_TIMEOUT:
+        exc = Timeout(message)
+    elif status == _STATUS_MISMATCH:
+        exc = MismatchError(message)
+    elif status == _STATUS_PEER_FAILURE:
+        failed = [rank for status, rank, _ in rank_errors if status == _STATUS_PEER_FAILURE and rank >= 0]
+        exc = PeerFailure(message, rank=failed[0] if failed else None)
+    else:
+        exc = PycollError(message)
+    exc.rank_errors = [_error(s, m, []) if s else None for s, _, m in rank_errors] if rank_errors else None
+    return exc
+
+
+def _prepare(coll, x, size, root):
+    """(sendbuf, recvbuf, desc count, result) for one rank; the arrays are this call's own copies."""
+    if coll == "barrier":
+        return None, None, 0, None
+    x = np.array(x, copy=True, order="C")
+    if x.ndim != 1:
+        x = x.reshape(-1)
+    if coll == "all_reduce" or coll == "broadcast":
+        return x, x, x.size, x
+    if coll == "reduce_scatter":
+        if x.size % size:
+            raise ValueError(f"inputs: reduce_scatter needs a multiple of {size} elements per rank, got {x.size}")
+        out = np.empty(x.size // size, dtype=x.dtype)
+        return x, out, out.size, out
+    if coll == "all_gather":
+        out = np.empty(x.size * size, dtype=x.dtype)
+        return x, out, x.size, out
+    out = np.empty_like(x) if root else None
+    return x, out, x.size, out
+
+
+def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0):
+    """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
+    rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
+    Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
+    the exception's rank_errors lists each rank's own error (or None)."""
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
+    size = len(inputs)
+    if size < 1:
+        raise ValueError("inputs: need at least one rank")
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in 0..{size - 1}, got {root!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    colls = _per_rank(coll, size, "coll")
+    ops = _per_rank(op, size, "op")
+    algorithms = _per_rank(algorithm, size, "algorithm")
+    accuracies = _per_rank(accuracy, size, "accuracy")
+    calls, results, keep = [], [], []
+    for r in range(size):
+        c = colls[r]
+        if c is None or c == "crash":
+            calls.append((_sim.SKIP if c is None else _sim.CRASH, 0, 0, 0, 0, 0, 0, 0, -1))
+            results.append(None)
+            continue
+        if c not in COLLECTIVES:
+            raise ValueError(f"coll: unknown collective {c!r}; choose one of {', '.join(COLLECTIVES)}")
+        send, recv, count, result = _prepare(c, inputs[r], size, r == root)
+        dtype = dtype_id(send.dtype) if send is not None else 0
+        nbytes = send.nbytes if send is not None else 0
+        keep.append((send, recv))
+        calls.append((COLLECTIVES[c], 0 if send is None else send.ctypes.data,
+                      0 if recv is None else recv.ctypes.data, count, dtype, op_id(ops[r]),
+                      _algorithm_id(algorithms[r], c, nbytes, size), ACCURACIES[accuracy_name(accuracies[r])],
+                      root if c in _ROOTED else -1))
+        results.append(result)
+    status, message, rank_errors = _sim.run(calls, float(timeout))
+    if status:
+        raise _error(status, message, rank_errors)
+    return results
