@@ -174,7 +174,7 @@ def test_barrier(size):
 
 
 @pytest.mark.timeout(60)
-def test_tiny_ring_segments_reach_the_many_segment_paths():
+def test_tiny_ring_segments_reach_the_many_segment_paths(tmp_path):
     """PYCOLL_RING_SEGMENT_BYTES is read once per process, so the many-segment run gets its own."""
     script = textwrap.dedent("""
         import numpy as np
@@ -202,7 +202,9 @@ def test_tiny_ring_segments_reach_the_many_segment_paths():
         print("many-segment ok")
     """)
     env = dict(os.environ, PYCOLL_RING_SEGMENT_BYTES="24")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50)
+    # cwd away from the source tree, so the installed pycoll is imported.
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "many-segment ok" in done.stdout
 
