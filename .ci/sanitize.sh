@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build pycoll with AddressSanitizer + UndefinedBehaviorSanitizer (PYCOLL_SANITIZE=ON) into its own venv and
-# build folder, then run the kernel tests under it. Exits non-zero on any sanitizer report (ASan aborts the
+# build folder, then run the kernel and algorithm tests under it. Exits non-zero on any sanitizer report (ASan aborts the
 # process; UBSan is built with -fno-sanitize-recover) or test failure.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-asan"
 
-[ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q "scikit-build-core>=0.10" "cython>=3.0" numpy pytest pytest-timeout hypothesis ml_dtypes
 "$venv/bin/pip" install --no-build-isolation -q -Ccmake.define.PYCOLL_SANITIZE=ON -Cbuild-dir=build/asan "$root"
 
 # Python is not instrumented, so the ASan runtime must be loaded first; Python leaks by design.
@@ -18,4 +19,5 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 # From tests/, so the sanitized install is imported rather than the source folder.
 cd "$root/tests"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py "$@"
+# The kernels, and the algorithms over the in-process transport (threads: every schedule, every dtype).
+"$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py "$@"
