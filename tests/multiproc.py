@@ -21,14 +21,17 @@ def free_port() -> int:
 class Ranks:
     """N processes of one job. Use as a context manager: every process is killed on exit."""
 
-    def __init__(self, n, script, *args, env=None, timeout=30.0, master_addr="127.0.0.1", wrap=None):
-        """wrap(rank) -> command prefix, e.g. ["ip", "netns", "exec", "host1"] to run a rank on another host."""
+    def __init__(self, n, script, *args, env=None, timeout=30.0, master_addr="127.0.0.1", wrap=None,
+                 rank_env=None):
+        """wrap(rank) -> command prefix, e.g. ["ip", "netns", "exec", "host1"] to run a rank on another host;
+        rank_env(rank) -> extra environment for that rank only."""
         port = free_port()
         self.procs = []
         for rank in range(n):
             child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
                              MASTER_ADDR=master_addr, MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
                              PYTHONUNBUFFERED="1", **(env or {}))
+            child_env.update(rank_env(rank) if rank_env else {})
             prefix = wrap(rank) if wrap else []
             self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
                                                env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

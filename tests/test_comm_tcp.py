@@ -67,3 +67,21 @@ def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
         assert rep.get("error") == "Timeout", (r, rep)
         assert rep["after"].startswith("CommunicatorClosed"), rep
     assert waited < deadline + 3.0, waited
+
+
+@pytest.mark.timeout(60)
+def test_shared_secret_lets_the_job_run():
+    with Ranks(3, "comm_worker.py", "collectives", env={"PYCOLL_SECRET": "s3cret"}) as ranks:
+        reports = ranks.reports()
+    assert all(rep.get("ok") for rep in reports.values()), reports
+
+
+@pytest.mark.timeout(60)
+def test_rank_with_the_wrong_secret_is_refused_and_named():
+    with Ranks(3, "comm_worker.py", "collectives", timeout=4,
+               rank_env=lambda r: {"PYCOLL_SECRET": "wrong" if r == 2 else "s3cret"}) as ranks:
+        reports = ranks.reports()
+    assert "authentication failed" in reports[2]["message"], reports[2]
+    for r in (0, 1):
+        assert reports[r]["error"] == "Timeout", reports[r]
+        assert "rank 2" in reports[r]["message"], reports[r]
