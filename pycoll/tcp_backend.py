@@ -7,6 +7,9 @@ import os
 from pycoll import plugins
 from pycoll._comm import NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS
+from pycoll.dtypes import dtype_id
+
+DTYPE_FLOAT64 = dtype_id("float64")
 
 
 class NativeEngine(plugins.Engine):
@@ -65,7 +68,24 @@ class TcpBackend(plugins.Backend):
             socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
                                  secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
             fds = [s.detach() if s is not None else None for s in socks]
-        return NativeEngine(NativeComm.over_tcp(rank, world_size, fds, timeout))
+        native = NativeComm.over_tcp(rank, world_size, fds, timeout)
+        _share_cost_model(native, rank, world_size)
+        return NativeEngine(native)
+
+
+def _share_cost_model(native, rank, world_size):
+    """Every rank takes rank 0's measured model (if any), so that "auto" picks the same algorithm everywhere
+    even when hosts differ. A NaN first value means "keep the defaults"."""
+    import numpy as np
+
+    from pycoll.tuning import load
+
+    model = load() if rank == 0 else None
+    values = model.as_array() if model else np.full(3, np.nan)
+    if world_size > 1:
+        native.broadcast(values.ctypes.data, 3, DTYPE_FLOAT64, 0)
+    if not np.isnan(values[0]):
+        native.set_cost_model(*values)
 
 
 plugins.register(TcpBackend())

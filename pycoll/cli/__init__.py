@@ -9,7 +9,7 @@ import importlib
 
 import pycoll
 
-SUBCOMMANDS = ("run",)
+SUBCOMMANDS = ("run", "tune")
 
 
 def build_parser():

@@ -1,0 +1,15 @@
+"""``pycoll tune [-n N]``: measure this machine's cost-model constants for algorithm="auto" and store them."""
+
+import sys
+
+from pycoll.cli.run import launch
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "tune", help="measure the cost model that algorithm='auto' uses",
+        description="Run N local ranks that measure per-message latency (alpha), per-byte transfer time (beta) "
+                    "and per-byte reduction time (gamma); store them where pycoll.init() finds them "
+                    "(PYCOLL_TUNE_FILE, default ~/.cache/pycoll/cost_model.json).")
+    parser.add_argument("-n", "--nproc", type=int, default=2, help="ranks to measure with (default: 2)")
+    parser.set_defaults(func=lambda args: launch([sys.executable, "-m", "pycoll.tuning"], args.nproc))
