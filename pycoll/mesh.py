@@ -166,8 +166,8 @@ def _connect_to(store, key, peer_rank, hello, secret, deadline):
             _tune(sock)
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect((host, port))
-            peer = handshake.client_handshake(sock, hello, secret, deadline)
-            _check_peer(hello, peer, lambda r: r == peer_rank)
+            handshake.client_handshake(sock, hello, secret, deadline,
+                                       lambda peer: _check_peer(hello, peer, lambda r: r == peer_rank))
             return sock
         except handshake.AuthenticationError:
             sock.close()
