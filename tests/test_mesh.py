@@ -172,7 +172,7 @@ def test_duplicate_rank_is_rejected(server, caplog):
     thread = threading.Thread(target=lambda: results.update(
         rank0=connect_mesh(server, 0, world, job_id="job", secret=None, timeout=20.0, bind_addr=HOST)))
     thread.start()
-    address = _listener_address(server, 0, prefix="pycoll/mesh")
+    address = _listener_address(server, 0, prefix="pycoll/mesh/job")
     first = socket.create_connection(address, timeout=5.0)
     hello = handshake.new_hello(handshake.KIND_PEER, 1, world, "job", None)
     handshake.client_handshake(first, hello, None, time.monotonic() + 5.0)
@@ -186,13 +186,13 @@ def test_duplicate_rank_is_rejected(server, caplog):
 
 
 def test_wrong_secret_between_real_ranks_fails_clearly(server):
-    _, errors = _mesh_in_threads(server.port, 2, secrets=[b"a", b"b"], timeout=2.0)
+    _, errors = _mesh_in_threads(server.port, 2, secrets=[b"a", b"b"], timeout=1.0)
     assert isinstance(errors[1], handshake.AuthenticationError)
     assert isinstance(errors[0], Timeout)
 
 
 def test_wrong_job_id_between_real_ranks_fails_clearly(server):
-    _, errors = _mesh_in_threads(server.port, 2, job_ids=["a", "b"], timeout=2.0)
+    _, errors = _mesh_in_threads(server.port, 2, job_ids=["a", "b"], timeout=1.0)
     assert "job id" in str(errors[1])
     assert isinstance(errors[0], Timeout)
 
