@@ -82,6 +82,7 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
     listener = _listen(bind_addr, backlog=world_size + 16)
     acceptor = _Acceptor(listener, hello, secret, deadline)
     peers = acceptor.peers
+    completed = False
     try:
         host, port = listener.getsockname()[:2]
         store.set(f"{prefix}/{rank}", _format_address(host, port).encode())
@@ -91,13 +92,12 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
             if sock is not None:
                 peers[lower] = sock
         acceptor.wait(deadline)
-    except BaseException:
-        acceptor.stop()
-        _close_all(peers)
-        raise
+        completed = True
     finally:
+        acceptor.stop()  # first: no connection is admitted after this
         listener.close()
-    acceptor.stop()
+        if not completed:
+            _close_all(peers)
     missing = [r for r in range(world_size) if r != rank and peers[r] is None]
     if missing:
         connected = [r for r in range(world_size) if r != rank and r not in missing]

@@ -470,6 +470,7 @@ class TCPStore:
             status, reply = _decode_body(self._recv(sock, length))
         except (socket.timeout, OSError, PycollError) as exc:
             self._discard(sock)  # the stream may be mid-frame: it cannot be used again
+            self._check_open()  # closed by another thread while this one waited
             if isinstance(exc, socket.timeout):
                 raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
             if isinstance(exc, PycollError):

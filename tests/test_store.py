@@ -54,10 +54,12 @@ def test_set_get_add_check(any_store):
 
 
 def test_get_waits_for_a_later_set(any_store):
-    threading.Timer(0.2, any_store.set, args=("late", b"x")).start()
+    setter = threading.Timer(0.2, any_store.set, args=("late", b"x"))
+    setter.start()
     start = time.monotonic()
     assert any_store.get("late", timeout=5.0) == b"x"
     assert 0.15 < time.monotonic() - start < 3.0
+    setter.join()
 
 
 def test_get_times_out_naming_the_key(any_store):
