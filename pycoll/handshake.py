@@ -148,14 +148,19 @@ def _recv_hello(sock, deadline):
     return header + rest
 
 
-def client_handshake(sock, hello, secret, deadline):
-    """Run the client side on a connected blocking socket; returns the server's Hello."""
+def client_handshake(sock, hello, secret, deadline, check=None):
+    """Run the client side on a connected blocking socket; returns the server's Hello.
+
+    ``check(server_hello)`` runs as soon as the server's Hello arrives and raises HandshakeError to give up.
+    """
     own = hello.encode()
     _send_all(sock, own, deadline)
     theirs = _recv_hello(sock, deadline)
     peer = decode_hello(theirs)
     if peer.kind != hello.kind:
         raise HandshakeError(f"the server speaks connection kind {peer.kind}, expected {hello.kind}")
+    if check is not None:
+        check(peer)
     check_auth_agreement(secret, peer, "server")
     if secret is not None:
         if not check_proof(secret, ROLE_SERVER, own, theirs, recv_exact(sock, PROOF_BYTES, deadline)):

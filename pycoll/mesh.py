@@ -62,8 +62,11 @@ def _interface_address(ifname):
     return socket.inet_ntoa(reply[20:24])  # struct ifreq: 16-byte name, then sockaddr_in (address at +4)
 
 
-def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr, prefix="pycoll/mesh"):
+def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr, prefix=None):
     """A list of world_size connected blocking sockets, one per peer (None at ``rank``).
+
+    Addresses are published under ``prefix`` (default "pycoll/mesh/<job_id>"); a store that serves several
+    meshes of one job needs a distinct prefix for each.
 
     Raises pycoll.Timeout naming the ranks that did not connect within ``timeout`` seconds.
     """
@@ -73,11 +76,13 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         raise TypeError(f"job_id must be a str, got {type(job_id).__name__}")
     if secret is not None and not isinstance(secret, bytes):
         raise TypeError(f"secret must be bytes or None, got {type(secret).__name__}")
+    prefix = f"pycoll/mesh/{job_id}" if prefix is None else prefix
     deadline = time.monotonic() + timeout
     hello = handshake.new_hello(handshake.KIND_PEER, rank, world_size, job_id, secret)
     listener = _listen(bind_addr, backlog=world_size + 16)
     acceptor = _Acceptor(listener, hello, secret, deadline)
     peers = acceptor.peers
+    completed = False
     try:
         host, port = listener.getsockname()[:2]
         store.set(f"{prefix}/{rank}", _format_address(host, port).encode())
@@ -87,15 +92,13 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
             if sock is not None:
                 peers[lower] = sock
         acceptor.wait(deadline)
-    except BaseException:
-        acceptor.stop()
-        _close_all(peers)
-        raise
+        completed = True
     finally:
+        acceptor.stop()  # first: no connection is admitted after this
         listener.close()
-    acceptor.stop()
-    # A socket closed after admission (its ACK failed) counts as missing.
-    missing = [r for r in range(world_size) if r != rank and (peers[r] is None or peers[r].fileno() < 0)]
+        if not completed:
+            _close_all(peers)
+    missing = [r for r in range(world_size) if r != rank and peers[r] is None]
     if missing:
         connected = [r for r in range(world_size) if r != rank and r not in missing]
         _close_all(peers)
@@ -166,8 +169,8 @@ def _connect_to(store, key, peer_rank, hello, secret, deadline):
             _tune(sock)
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect((host, port))
-            peer = handshake.client_handshake(sock, hello, secret, deadline)
-            _check_peer(hello, peer, lambda r: r == peer_rank)
+            handshake.client_handshake(sock, hello, secret, deadline,
+                                       lambda peer: _check_peer(hello, peer, lambda r: r == peer_rank))
             return sock
         except handshake.AuthenticationError:
             sock.close()
@@ -199,6 +202,7 @@ class _Acceptor:
         self.peers = [None] * hello.world_size
         self._lock = threading.Lock()
         self._expected = hello.world_size - hello.rank - 1
+        self._reserved = set()  # ranks admitted, whose handshake may still be finishing
         self._accepted = 0
         self._done = threading.Event()
         self._stopped = False
@@ -250,34 +254,33 @@ class _Acceptor:
 
     def _handshake(self, sock, address):
         deadline = min(self._deadline, time.monotonic() + HANDSHAKE_TIMEOUT)
-        admitted = []
+        reserved = []
         try:
-            handshake.server_handshake(sock, self._hello, self._secret, deadline,
-                                       lambda peer: admitted.append(self._admit(peer, sock)))
+            peer = handshake.server_handshake(sock, self._hello, self._secret, deadline,
+                                              lambda peer: reserved.append(self._reserve(peer)))
         except (PycollError, OSError) as exc:
-            if admitted:
-                self._release(admitted[0])
+            if reserved:
+                with self._lock:
+                    self._reserved.discard(reserved[0])
             log.warning("mesh: rank %d rejected a connection from %s: %s", self._hello.rank, address, exc)
             sock.close()
             return
-        # Counted only now that the ACK is out: once the mesh is complete the socket belongs to the transport,
-        # and no handshake byte may still be in flight on it.
+        # Published only now that the ACK is sent: data written by the caller must follow it on the wire.
         with self._lock:
+            if self._stopped:
+                sock.close()
+                return
+            self.peers[peer.rank] = sock
             self._accepted += 1
             if self._accepted == self._expected:
                 self._finish()
 
-    def _admit(self, peer, sock):
+    def _reserve(self, peer):
         _check_peer(self._hello, peer, lambda r: self._hello.rank < r < self._hello.world_size)
         with self._lock:
             if self._stopped:
                 raise handshake.HandshakeError("the mesh is no longer accepting connections")
-            if self.peers[peer.rank] is not None:
+            if peer.rank in self._reserved:
                 raise handshake.HandshakeError(f"rank {peer.rank} is already connected")
-            self.peers[peer.rank] = sock
+            self._reserved.add(peer.rank)
         return peer.rank
-
-    def _release(self, peer_rank):
-        with self._lock:
-            if not self._stopped:
-                self.peers[peer_rank] = None

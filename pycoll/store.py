@@ -133,11 +133,17 @@ class _StoreServer:
         self._data = {}
         self._waiters = {}  # key -> connections whose GET waits for it
         self._conns = set()
+        self._clients = 0  # authenticated connections
+        self._idle = threading.Event()  # set while no client is connected
+        self._idle.set()
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name="pycoll-store-server", daemon=True)
         self._thread.start()
 
-    def stop(self):
+    def stop(self, linger):
+        """Stops the server once every client has disconnected, or after ``linger`` seconds: ranks that are
+        still reading the store when rank 0 finishes must not lose it."""
+        self._idle.wait(linger)
         self._stopping = True
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
@@ -266,6 +272,8 @@ class _StoreServer:
 
     def _admit(self, conn):
         conn.state, conn.deadline = "ready", None
+        self._clients += 1
+        self._idle.clear()
         self._send(conn, handshake.ACK)
 
     def _handle_request(self, conn, body):
@@ -341,6 +349,10 @@ class _StoreServer:
             log.log(level, "store: dropping connection from %s: %s", conn.peer, reason)
         if conn.waiting is not None:
             self._waiters.get(conn.waiting[0], []).remove(conn)
+        if conn.state == "ready" and conn in self._conns:
+            self._clients -= 1
+            if self._clients == 0:
+                self._idle.set()
         self._conns.discard(conn)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(conn.sock)
@@ -458,6 +470,7 @@ class TCPStore:
             status, reply = _decode_body(self._recv(sock, length))
         except (socket.timeout, OSError, PycollError) as exc:
             self._discard(sock)  # the stream may be mid-frame: it cannot be used again
+            self._check_open()  # closed by another thread while this one waited
             if isinstance(exc, socket.timeout):
                 raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
             if isinstance(exc, PycollError):
@@ -502,15 +515,16 @@ class TCPStore:
         _, reply = self._request(_OP_CHECK, *[_key_bytes(k) for k in _key_list(keys)])
         return reply[0] == b"\x01"
 
-    def close(self):
-        """Closes the connections and, on the server's rank, stops the server. Idempotent."""
+    def close(self, linger=None):
+        """Closes the connections and, on the server's rank, stops the server once the other ranks have closed
+        theirs, waiting at most ``linger`` seconds (default: min(timeout, 30)). Idempotent."""
         with self._lock:
             self._closed = True
             socks, self._socks = self._socks, []
         for sock in socks:
             sock.close()
         if self._server is not None:
-            self._server.stop()
+            self._server.stop(min(self.timeout, 30.0) if linger is None else _check_timeout("linger", linger))
             self._server = None
 
     def __enter__(self):

@@ -54,10 +54,12 @@ def test_set_get_add_check(any_store):
 
 
 def test_get_waits_for_a_later_set(any_store):
-    threading.Timer(0.2, any_store.set, args=("late", b"x")).start()
+    setter = threading.Timer(0.2, any_store.set, args=("late", b"x"))
+    setter.start()
     start = time.monotonic()
     assert any_store.get("late", timeout=5.0) == b"x"
     assert 0.15 < time.monotonic() - start < 3.0
+    setter.join()
 
 
 def test_get_times_out_naming_the_key(any_store):
@@ -211,10 +213,21 @@ def test_authentication():
 def test_server_exit_is_a_peer_failure(unused_port):
     server = TCPStore(HOST, unused_port, is_server=True, timeout=5.0)
     client = TCPStore(HOST, unused_port, is_server=False, timeout=5.0)
-    server.close()
+    server.close(linger=0.1)
     with pytest.raises(PeerFailure, match="rendezvous store"):
         client.get("k", timeout=2.0)
     client.close()
+
+
+def test_server_waits_for_its_clients_before_closing(unused_port):
+    server = TCPStore(HOST, unused_port, is_server=True, timeout=5.0)
+    client = TCPStore(HOST, unused_port, is_server=False, timeout=5.0)
+    threading.Timer(0.3, lambda: (client.set("last", b"word"), client.close())).start()
+    start = time.monotonic()
+    server.close()
+    assert 0.25 < time.monotonic() - start < 4.0
+    with pytest.raises(PycollError, match="closed"):
+        server.get("last")
 
 
 def test_port_in_use_is_a_clear_error(server):

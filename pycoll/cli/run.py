@@ -128,7 +128,8 @@ class _Job:
 
     def _supervise(self):
         job_deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        while any(proc.poll() is None for proc in self._procs):
+        # poll() every rank on every pass (not any() over a generator, which stops at the first running one).
+        while [proc.poll() for proc in self._procs].count(None):
             now = time.monotonic()
             if self._exit_code is None:
                 self._check_failures()
