@@ -57,7 +57,7 @@ def _error(status, message, rank_errors):
     return exc
 
 
-def _prepare(coll, x, size, root):
+def _prepare(coll, x, size, is_root):
     """(sendbuf, recvbuf, desc count, result) for one rank; the arrays are this call's own copies."""
     if coll == "barrier":
         return None, None, 0, None
@@ -74,7 +74,7 @@ def _prepare(coll, x, size, root):
     if coll == "all_gather":
         out = np.empty(x.size * size, dtype=x.dtype)
         return x, out, x.size, out
-    out = np.empty_like(x) if root else None
+    out = np.empty_like(x) if is_root else None
     return x, out, x.size, out
 
 
