@@ -13,7 +13,7 @@ from pycoll import launch_env, plugins
 from pycoll.algorithms import accuracy_name, algorithm_name
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import op_id
-from pycoll.errors import CommunicatorClosed
+from pycoll.errors import CommunicatorClosed, PycollError
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
 OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
@@ -43,6 +43,7 @@ class Communicator:
         self._store = store
         self._timeout = timeout
         self.last_algorithm = None
+        self._failed = False
         _open_communicators.add(self)
 
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
@@ -106,6 +107,13 @@ class Communicator:
             raise ValueError(f"root must be in [0, {self._size}), got {root}")
         return root
 
+    def _run(self, collective, *args):
+        try:
+            return collective(*args)
+        except PycollError:
+            self._failed = True
+            raise
+
     # -- collectives ----------------------------------------------------------------------------------------
     def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
         """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result."""
@@ -117,8 +125,8 @@ class Communicator:
             self._same_dtype(send, recv, "x", "out")
             if recv.count != send.count:
                 raise ValueError(f"out has {recv.count} elements but x has {send.count}")
-        self.last_algorithm = engine.all_reduce(send, recv, self._op(op), self._algorithm(algorithm),
-                                                self._accuracy(accuracy))
+        self.last_algorithm = self._run(engine.all_reduce, send, recv, self._op(op), self._algorithm(algorithm),
+                                        self._accuracy(accuracy))
         return x if out is None else out
 
     def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
@@ -130,8 +138,8 @@ class Communicator:
         if send.count != self._size * recv.count:
             raise ValueError(f"x must hold size * len(out) = {self._size} * {recv.count} elements, "
                              f"got {send.count}")
-        self.last_algorithm = engine.reduce_scatter(send, recv, self._op(op), self._algorithm(algorithm),
-                                                    self._accuracy(accuracy))
+        self.last_algorithm = self._run(engine.reduce_scatter, send, recv, self._op(op),
+                                        self._algorithm(algorithm), self._accuracy(accuracy))
         return out
 
     def all_gather(self, x, out):
@@ -143,14 +151,14 @@ class Communicator:
         if recv.count != self._size * send.count:
             raise ValueError(f"out must hold size * len(x) = {self._size} * {send.count} elements, "
                              f"got {recv.count}")
-        self.last_algorithm = engine.all_gather(send, recv)
+        self.last_algorithm = self._run(engine.all_gather, send, recv)
         return out
 
     def broadcast(self, x, root=0):
         """Copy root's x to every rank, in place."""
         engine = self._engine_or_raise()
         buf = self._buffer(x, "x", writable=True)
-        self.last_algorithm = engine.broadcast(buf, self._root(root))
+        self.last_algorithm = self._run(engine.broadcast, buf, self._root(root))
         return x
 
     def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
@@ -166,12 +174,12 @@ class Communicator:
                 self._same_dtype(send, recv, "x", "out")
                 if recv.count != send.count:
                     raise ValueError(f"out has {recv.count} elements but x has {send.count}")
-        self.last_algorithm = engine.reduce(send, recv, self._op(op), root, self._accuracy(accuracy))
+        self.last_algorithm = self._run(engine.reduce, send, recv, self._op(op), root, self._accuracy(accuracy))
         return x if out is None else out
 
     def barrier(self):
         """Return once every rank has entered the barrier."""
-        self._engine_or_raise().barrier()
+        self._run(self._engine_or_raise().barrier)
 
     def close(self):
         """Release the connections. Idempotent."""
@@ -180,7 +188,8 @@ class Communicator:
             engine.close()
         store, self._store = self._store, None
         if store is not None:
-            store.close()
+            # After a failure, peers may never come back to release the store: don't wait for them.
+            store.close(linger=0 if self._failed else None)
         _open_communicators.discard(self)
 
 
@@ -191,12 +200,12 @@ def backends():
 
 def _secret_bytes(secret):
     if secret is None:
-        secret = os.environ.get("PYCOLL_SECRET") or None
+        return launch_env.job_secret()
     if isinstance(secret, str):
         secret = secret.encode()
-    if secret is not None and not isinstance(secret, (bytes, bytearray)):
+    if not isinstance(secret, (bytes, bytearray)):
         raise TypeError(f"secret must be str or bytes, got {type(secret).__name__}")
-    return bytes(secret) if secret else None
+    return bytes(secret) or None
 
 
 def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_port=None, timeout=300.0,
@@ -206,7 +215,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
     The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
     """
-    from pycoll.store import TCPStore
+    from pycoll.store import create_store
 
     if backend is None:
         backend = os.environ.get("PYCOLL_BACKEND") or "tcp"
@@ -219,10 +228,8 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     secret = _secret_bytes(secret)
     own_store = None
     if store is None and env.world_size > 1:
-        store = own_store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0,
-                                     timeout=timeout, secret=secret)
-    job_id = job_id or os.environ.get("PYCOLL_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or \
-        f"{env.master_addr}:{env.master_port}"
+        store = own_store = create_store(env, timeout=timeout, secret=secret)
+    job_id = job_id or launch_env.job_id() or f"{env.master_addr}:{env.master_port}"
     try:
         engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
                                options={"master_addr": env.master_addr, "ifname": ifname, "secret": secret,
