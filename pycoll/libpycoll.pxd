@@ -49,7 +49,11 @@ cdef extern from "pycoll/pycoll.h" nogil:
         uint8_t op
         uint8_t algorithm
         uint8_t accuracy
+    ctypedef struct pycoll_p2p_ops_t:
+        const char *name
+        void (*destroy)(void *p2p)   # takes a pycoll_p2p_t *; declared loosely to avoid a forward reference
     ctypedef struct pycoll_p2p_t:
+        const pycoll_p2p_ops_t *ops
         int32_t rank
         int32_t size
         int64_t deadline_ns
@@ -118,3 +122,53 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
     pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                    char *error, size_t error_len)
+
+cdef extern from "pycoll/vendor.h" nogil:
+    ctypedef struct pycoll_nccl_comm_t:
+        pass
+    pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len)
+    pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_len)
+    int32_t pycoll_nccl_version()
+    pycoll_status_t pycoll_nccl_unique_id(uint8_t *id, char *error, size_t error_len)
+    pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t *id, int32_t rank, int32_t size, double timeout_s,
+                                                pycoll_status_t *status, char *error,
+                                                size_t error_len)
+    void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *comm)
+    const char *pycoll_nccl_comm_error(const pycoll_nccl_comm_t *comm)
+    int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *comm)
+    void pycoll_nccl_comm_set_timeout(pycoll_nccl_comm_t *comm, double timeout_s)
+    pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+    pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                               void *stream)
+    pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t send_count, pycoll_dtype_t dtype, void *stream)
+    pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                          int32_t root, void *stream)
+    pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
+    pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *comm, void *stream)
+
+    ctypedef struct pycoll_hccl_comm_t:
+        pass
+    pycoll_status_t pycoll_hccl_load(const char *path, char *error, size_t error_len)
+    pycoll_status_t pycoll_acl_load(const char *path, char *error, size_t error_len)
+    pycoll_status_t pycoll_hccl_root_info(uint8_t *info, char *error, size_t error_len)
+    pycoll_hccl_comm_t *pycoll_hccl_comm_create(const uint8_t *info, int32_t rank, int32_t size, double timeout_s,
+                                                pycoll_status_t *status, char *error, size_t error_len)
+    void pycoll_hccl_comm_destroy(pycoll_hccl_comm_t *comm)
+    const char *pycoll_hccl_comm_error(const pycoll_hccl_comm_t *comm)
+    void pycoll_hccl_comm_set_timeout(pycoll_hccl_comm_t *comm, double timeout_s)
+    pycoll_status_t pycoll_hccl_all_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+    pycoll_status_t pycoll_hccl_reduce_scatter(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                               void *stream)
+    pycoll_status_t pycoll_hccl_all_gather(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t send_count, pycoll_dtype_t dtype, void *stream)
+    pycoll_status_t pycoll_hccl_broadcast(pycoll_hccl_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                          int32_t root, void *stream)
+    pycoll_status_t pycoll_hccl_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
+    pycoll_status_t pycoll_hccl_barrier(pycoll_hccl_comm_t *comm, void *stream)

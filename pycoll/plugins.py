@@ -117,6 +117,8 @@ def _load_entry_points() -> None:
 
 def _builtin() -> None:
     # Importing a built-in backend module registers it.
+    import pycoll.hccl_backend  # noqa: F401
+    import pycoll.nccl_backend  # noqa: F401
     import pycoll.tcp_backend  # noqa: F401
 
 

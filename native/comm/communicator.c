@@ -14,7 +14,7 @@ struct pycoll_comm {
     uint64_t seq;
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm;
-    char error[PYCOLL_ERROR_LEN];
+    char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
 };
 
 pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)

@@ -8,7 +8,6 @@
  * caller's buffer (no intermediate copies). The header carries the collective's descriptor so a receiver can
  * tell a peer that called a different collective (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -456,6 +455,39 @@ static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
     drop_queues(t);
 }
 
+/* Closing a socket with unread input makes the kernel send a reset, and a reset can destroy data the peer has
+ * not read yet -- such as this rank's ABORT frame. So: send FIN, discard what the peers still send (after an
+ * abort, for a short while, until they close too), then close. */
+static void drain_and_close(tcp_transport_t *t, int aborted)
+{
+    char sink[4096];
+    int64_t deadline = pycoll_now_ns() + (aborted ? ABORT_DRAIN_NS : 0);
+    for (int r = 0; r < t->base.size; r++)
+        if (t->peers[r].fd >= 0)
+            shutdown(t->peers[r].fd, SHUT_WR);
+    for (int r = 0; r < t->base.size; r++) {
+        int fd = t->peers[r].fd;
+        if (fd < 0)
+            continue;
+        for (;;) {
+            ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (n > 0)
+                continue;
+            if (n < 0 && errno == EINTR)
+                continue;
+            int64_t left = deadline - pycoll_now_ns();
+            if (n < 0 && errno == EAGAIN && left > 0) {
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
+                poll(&pfd, 1, (int)(left / 1000000 + 1));
+                continue;
+            }
+            break;
+        }
+        close(fd);
+        t->peers[r].fd = -1;
+    }
+}
+
 static void tcp_destroy(pycoll_p2p_t *p2p)
 {
     tcp_transport_t *t = impl(p2p);
@@ -463,9 +495,7 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
         /* A clean close: peers that are done with this rank stay calm when its sockets close. */
         send_control_frames(t, FRAME_GOODBYE, 0, -1, NULL);
     }
-    for (int r = 0; r < p2p->size; r++)
-        if (t->peers[r].fd >= 0)
-            close(t->peers[r].fd);
+    drain_and_close(t, p2p->status != PYCOLL_OK);
     if (t->epfd >= 0)
         close(t->epfd);
     free(t->peers);

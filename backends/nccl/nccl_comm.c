@@ -1,0 +1,473 @@
+/* NCCL communicators for pycoll: NCCL and the CUDA runtime loaded with dlopen, non-blocking communicators
+ * polled against a deadline, and ncclCommAbort when it passes, so that a dead peer never hangs the caller. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nccl_api.h"
+#include "pycoll/p2p.h"
+#include "pycoll/vendor.h"
+
+struct pycoll_nccl_comm {
+    ncclComm_t nccl;     /* NULL once aborted */
+    int32_t rank;
+    int32_t size;
+    int32_t device;
+    int64_t timeout_ns;
+    pycoll_status_t status; /* first error; the communicator is broken after one */
+    int32_t *scratch;       /* one device word for the barrier */
+    char error[PYCOLL_ERROR_LEN];
+};
+
+static pycoll_nccl_api_t nccl;
+static pycoll_cudart_api_t cudart;
+static void *nccl_handle, *cudart_handle;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pycoll_status_t set_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static pycoll_status_t set_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error, len, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* Resolve every name in `names` into the matching slot of `table` (an array of function pointers). */
+static int resolve(void *handle, const char *const *names, size_t n, void (**table)(void), const char **missing)
+{
+    for (size_t i = 0; i < n; i++) {
+        *(void **)&table[i] = dlsym(handle, names[i]);
+        if (!table[i]) {
+            *missing = names[i];
+            return 0;
+        }
+    }
+    return 1;
+}
+
+pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len)
+{
+    static const char *const names[] = {"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig",
+                                        "ncclCommGetAsyncError", "ncclCommAbort", "ncclCommDestroy",
+                                        "ncclCommCuDevice", "ncclGetErrorString", "ncclGetLastError",
+                                        "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast",
+                                        "ncclReduce"};
+    _Static_assert(sizeof names / sizeof names[0] == sizeof(pycoll_nccl_api_t) / sizeof(void (*)(void)),
+                   "one name per entry point");
+    pycoll_status_t st = PYCOLL_OK;
+    pthread_mutex_lock(&load_lock);
+    if (!nccl_handle) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        const char *missing = NULL;
+        pycoll_nccl_api_t api;
+        if (!h) {
+            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
+        } else if (!resolve(h, names, sizeof names / sizeof names[0], (void (**)(void))&api, &missing)) {
+            /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
+            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s: NCCL 2.14 or newer is needed",
+                           path, missing);
+            dlclose(h);
+        } else {
+            nccl = api;
+            nccl_handle = h;
+        }
+    }
+    pthread_mutex_unlock(&load_lock);
+    return st;
+}
+
+pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_len)
+{
+    static const char *const names[] = {"cudaStreamQuery", "cudaMalloc", "cudaFree", "cudaMemset",
+                                        "cudaGetErrorString"};
+    _Static_assert(sizeof names / sizeof names[0] == sizeof(pycoll_cudart_api_t) / sizeof(void (*)(void)),
+                   "one name per entry point");
+    pycoll_status_t st = PYCOLL_OK;
+    pthread_mutex_lock(&load_lock);
+    if (!cudart_handle) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        const char *missing = NULL;
+        pycoll_cudart_api_t api;
+        if (!h) {
+            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
+        } else if (!resolve(h, names, sizeof names / sizeof names[0], (void (**)(void))&api, &missing)) {
+            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s", path, missing);
+            dlclose(h);
+        } else {
+            cudart = api;
+            cudart_handle = h;
+        }
+    }
+    pthread_mutex_unlock(&load_lock);
+    return st;
+}
+
+int32_t pycoll_nccl_version(void)
+{
+    int version = 0;
+    if (nccl_handle && nccl.GetVersion(&version) != ncclSuccess)
+        version = 0;
+    return version;
+}
+
+static pycoll_status_t not_loaded(char *error, size_t error_len)
+{
+    return set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                     "NCCL or the CUDA runtime is not loaded (pycoll_nccl_load / pycoll_cudart_load)");
+}
+
+pycoll_status_t pycoll_nccl_unique_id(uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], char *error, size_t error_len)
+{
+    if (!nccl_handle)
+        return not_loaded(error, error_len);
+    ncclUniqueId uid;
+    ncclResult_t r = nccl.GetUniqueId(&uid);
+    if (r != ncclSuccess)
+        return set_error(error, error_len, PYCOLL_ERR_SYSTEM, "nccl: ncclGetUniqueId failed: %s (code %d)",
+                         nccl.GetErrorString(r), (int)r);
+    memcpy(id, uid.internal, sizeof uid.internal);
+    return PYCOLL_OK;
+}
+
+static const char *result_name(ncclResult_t r)
+{
+    static const char *const names[] = {"ncclSuccess",        "ncclUnhandledCudaError", "ncclSystemError",
+                                        "ncclInternalError",  "ncclInvalidArgument",    "ncclInvalidUsage",
+                                        "ncclRemoteError",    "ncclInProgress",         "ncclTimeout"};
+    return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown ncclResult_t";
+}
+
+/* What a failed NCCL call means to the caller. */
+static pycoll_status_t status_of(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess:
+        return PYCOLL_OK;
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+        return PYCOLL_ERR_INVALID;
+    case ncclRemoteError: /* a peer exited or its network link failed */
+        return PYCOLL_ERR_PEER_FAILURE;
+    case ncclInProgress:
+    case ncclTimeout:
+        return PYCOLL_ERR_TIMEOUT;
+    default: /* ncclUnhandledCudaError, ncclSystemError, ncclInternalError and codes newer than this file */
+        return PYCOLL_ERR_SYSTEM;
+    }
+}
+
+static pycoll_status_t comm_fail(pycoll_nccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static pycoll_status_t comm_fail(pycoll_nccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+{
+    if (c->status != PYCOLL_OK)
+        return c->status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+    c->status = status;
+    return status;
+}
+
+static pycoll_status_t nccl_fail(pycoll_nccl_comm_t *c, const char *what, ncclResult_t r)
+{
+    const char *last = c->nccl ? nccl.GetLastError(c->nccl) : NULL;
+    return comm_fail(c, status_of(r), "nccl: %s failed: %s (%s, code %d)%s%s", what, nccl.GetErrorString(r),
+                     result_name(r), (int)r, last && *last ? ": " : "", last ? last : "");
+}
+
+/* Abort on the deadline: ncclCommAbort stops the kernels waiting for a peer that will never come. */
+static pycoll_status_t abort_on_deadline(pycoll_nccl_comm_t *c, const char *what)
+{
+    if (c->nccl) {
+        nccl.CommAbort(c->nccl);
+        c->nccl = NULL;
+    }
+    return comm_fail(c, PYCOLL_ERR_TIMEOUT,
+                     "nccl: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
+                     "the communicator was aborted",
+                     what, (double)c->timeout_ns / 1e9, (int)c->rank, (int)c->size);
+}
+
+/* Polling interval: short at first (collectives on a GPU finish in microseconds), capped at 1 ms. */
+static void backoff(int64_t *sleep_ns)
+{
+    struct timespec ts = {0, (long)*sleep_ns};
+    nanosleep(&ts, NULL);
+    if (*sleep_ns < 1000000)
+        *sleep_ns *= 2;
+}
+
+/* Until the communicator's asynchronous state leaves ncclInProgress (non-blocking init or enqueue). */
+static pycoll_status_t wait_ready(pycoll_nccl_comm_t *c, const char *what, int64_t deadline_ns)
+{
+    int64_t sleep_ns = 1000;
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t r = nccl.CommGetAsyncError(c->nccl, &state);
+        if (r != ncclSuccess)
+            return nccl_fail(c, "ncclCommGetAsyncError", r);
+        if (state == ncclSuccess)
+            return PYCOLL_OK;
+        if (state != ncclInProgress)
+            return nccl_fail(c, what, state);
+        if (pycoll_now_ns() >= deadline_ns)
+            return abort_on_deadline(c, what);
+        backoff(&sleep_ns);
+    }
+}
+
+/* Until the work queued on the stream has completed, NCCL reports an asynchronous error, or the deadline. */
+static pycoll_status_t wait_stream(pycoll_nccl_comm_t *c, const char *what, void *stream, int64_t deadline_ns)
+{
+    int64_t sleep_ns = 1000;
+    for (;;) {
+        int q = cudart.StreamQuery(stream);
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = nccl.CommGetAsyncError(c->nccl, &state);
+        if (r != ncclSuccess)
+            return nccl_fail(c, "ncclCommGetAsyncError", r);
+        if (state != ncclSuccess && state != ncclInProgress)
+            return nccl_fail(c, what, state);
+        if (q == PYCOLL_CUDA_SUCCESS)
+            return PYCOLL_OK;
+        if (q != PYCOLL_CUDA_ERROR_NOT_READY)
+            return comm_fail(c, PYCOLL_ERR_SYSTEM, "nccl: cudaStreamQuery after %s failed: %s (cudaError %d)",
+                             what, cudart.GetErrorString(q), q);
+        if (pycoll_now_ns() >= deadline_ns)
+            return abort_on_deadline(c, what);
+        backoff(&sleep_ns);
+    }
+}
+
+static int64_t seconds_to_ns(double s)
+{
+    return s > 9e9 ? INT64_MAX / 2 : (int64_t)(s * 1e9);
+}
+
+pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], int32_t rank,
+                                            int32_t size, double timeout_s,
+                                            pycoll_status_t *status, char *error, size_t error_len)
+{
+    if (!nccl_handle || !cudart_handle) {
+        *status = not_loaded(error, error_len);
+        return NULL;
+    }
+    pycoll_nccl_comm_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        *status = set_error(error, error_len, PYCOLL_ERR_NOMEM, "nccl: out of memory");
+        return NULL;
+    }
+    c->rank = rank;
+    c->size = size;
+    c->timeout_ns = seconds_to_ns(timeout_s);
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+
+    ncclUniqueId uid;
+    memcpy(uid.internal, id, sizeof uid.internal);
+    pycoll_nccl_config_t config = {sizeof config, PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION, 0,
+                                   PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,
+                                   NULL};
+    ncclResult_t r = nccl.CommInitRankConfig(&c->nccl, size, uid, rank, &config);
+    pycoll_status_t st;
+    if (r != ncclSuccess && r != ncclInProgress)
+        st = nccl_fail(c, "ncclCommInitRankConfig", r);
+    else
+        st = wait_ready(c, "ncclCommInitRankConfig", deadline);
+    int device = 0;
+    if (st == PYCOLL_OK && (r = nccl.CommCuDevice(c->nccl, &device)) != ncclSuccess)
+        st = nccl_fail(c, "ncclCommCuDevice", r);
+    c->device = device;
+    if (st != PYCOLL_OK) {
+        *status = st;
+        snprintf(error, error_len, "%s", c->error);
+        pycoll_nccl_comm_destroy(c);
+        return NULL;
+    }
+    *status = PYCOLL_OK;
+    return c;
+}
+
+void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *c)
+{
+    if (!c)
+        return;
+    if (c->scratch)
+        cudart.Free(c->scratch);
+    if (c->nccl) {
+        /* A broken communicator may still have kernels waiting on a peer; only abort is safe then. */
+        if (c->status == PYCOLL_OK)
+            nccl.CommDestroy(c->nccl);
+        else
+            nccl.CommAbort(c->nccl);
+    }
+    free(c);
+}
+
+const char *pycoll_nccl_comm_error(const pycoll_nccl_comm_t *c)
+{
+    return c->error;
+}
+
+int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *c)
+{
+    return c->device;
+}
+
+void pycoll_nccl_comm_set_timeout(pycoll_nccl_comm_t *c, double timeout_s)
+{
+    c->timeout_ns = seconds_to_ns(timeout_s);
+}
+
+static int nccl_dtype(pycoll_dtype_t dtype, ncclDataType_t *out)
+{
+    static const ncclDataType_t map[PYCOLL_NUM_DTYPES] = {
+        [PYCOLL_INT8] = ncclInt8,       [PYCOLL_UINT8] = ncclUint8,       [PYCOLL_INT32] = ncclInt32,
+        [PYCOLL_INT64] = ncclInt64,     [PYCOLL_FLOAT16] = ncclFloat16,   [PYCOLL_BFLOAT16] = ncclBfloat16,
+        [PYCOLL_FLOAT32] = ncclFloat32, [PYCOLL_FLOAT64] = ncclFloat64};
+    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
+        return 0;
+    *out = map[dtype];
+    return 1;
+}
+
+static int nccl_op(pycoll_op_t op, ncclRedOp_t *out)
+{
+    static const ncclRedOp_t map[PYCOLL_NUM_OPS] = {[PYCOLL_SUM] = ncclSum, [PYCOLL_PROD] = ncclProd,
+                                                    [PYCOLL_MIN] = ncclMin, [PYCOLL_MAX] = ncclMax,
+                                                    [PYCOLL_AVG] = ncclAvg};
+    if ((unsigned)op >= PYCOLL_NUM_OPS)
+        return 0;
+    *out = map[op];
+    return 1;
+}
+
+/* A bad argument is refused before NCCL sees it; it does not break the communicator. */
+static pycoll_status_t reject(pycoll_nccl_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static pycoll_status_t reject(pycoll_nccl_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+    return PYCOLL_ERR_INVALID;
+}
+
+/* Everything a collective checks before it calls NCCL. */
+static pycoll_status_t begin(pycoll_nccl_comm_t *c, int64_t count, pycoll_dtype_t dtype, ncclDataType_t *nd,
+                             int32_t root)
+{
+    if (c->status != PYCOLL_OK)
+        return PYCOLL_ERR_CLOSED; /* c->error still says why it broke */
+    if (count < 0)
+        return reject(c, "nccl: count must be >= 0, got %lld", (long long)count);
+    if (!nccl_dtype(dtype, nd))
+        return reject(c, "nccl: unknown dtype id %d", (int)dtype);
+    if (root != -1 && (root < 0 || root >= c->size))
+        return reject(c, "nccl: root %d is not a rank of a %d-rank communicator",
+                         (int)root, (int)c->size);
+    return PYCOLL_OK;
+}
+
+/* After NCCL accepted (or is still enqueueing) a collective: wait for it to finish, within the deadline. */
+static pycoll_status_t finish(pycoll_nccl_comm_t *c, const char *what, ncclResult_t r, void *stream,
+                              int64_t deadline)
+{
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(c, what, r);
+    pycoll_status_t st = wait_ready(c, what, deadline);
+    return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
+}
+
+pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, count, dtype, &nd, -1);
+    if (st != PYCOLL_OK)
+        return st;
+    if (!nccl_op(op, &no))
+        return reject(c, "nccl: unknown op id %d", (int)op);
+    return finish(c, "ncclAllReduce", nccl.AllReduce(sendbuf, recvbuf, (size_t)count, nd, no, c->nccl, stream),
+                  stream, deadline);
+}
+
+pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, recv_count, dtype, &nd, -1);
+    if (st != PYCOLL_OK)
+        return st;
+    if (!nccl_op(op, &no))
+        return reject(c, "nccl: unknown op id %d", (int)op);
+    return finish(c, "ncclReduceScatter",
+                  nccl.ReduceScatter(sendbuf, recvbuf, (size_t)recv_count, nd, no, c->nccl, stream), stream,
+                  deadline);
+}
+
+pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       int64_t send_count, pycoll_dtype_t dtype, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, send_count, dtype, &nd, -1);
+    if (st != PYCOLL_OK)
+        return st;
+    return finish(c, "ncclAllGather", nccl.AllGather(sendbuf, recvbuf, (size_t)send_count, nd, c->nccl, stream),
+                  stream, deadline);
+}
+
+pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *c, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                      int32_t root, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, count, dtype, &nd, root);
+    if (st != PYCOLL_OK)
+        return st;
+    return finish(c, "ncclBroadcast", nccl.Broadcast(buf, buf, (size_t)count, nd, root, c->nccl, stream), stream,
+                  deadline);
+}
+
+pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
+                                   pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    ncclRedOp_t no = ncclSum;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, count, dtype, &nd, root);
+    if (st != PYCOLL_OK)
+        return st;
+    if (!nccl_op(op, &no))
+        return reject(c, "nccl: unknown op id %d", (int)op);
+    return finish(c, "ncclReduce", nccl.Reduce(sendbuf, recvbuf, (size_t)count, nd, no, root, c->nccl, stream),
+                  stream, deadline);
+}
+
+/* NCCL has no barrier: an all-reduce of one device word orders every rank, as torch.distributed does. */
+pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *c, void *stream)
+{
+    if (c->status == PYCOLL_OK && !c->scratch) {
+        int e = cudart.Malloc((void **)&c->scratch, sizeof *c->scratch);
+        if (e == PYCOLL_CUDA_SUCCESS)
+            e = cudart.Memset(c->scratch, 0, sizeof *c->scratch);
+        if (e != PYCOLL_CUDA_SUCCESS)
+            return comm_fail(c, PYCOLL_ERR_NOMEM, "nccl: cudaMalloc for the barrier failed: %s",
+                             cudart.GetErrorString(e));
+    }
+    return pycoll_nccl_all_reduce(c, c->scratch, c->scratch, 1, PYCOLL_INT32, PYCOLL_SUM, stream);
+}

@@ -1,0 +1,103 @@
+/* Mesh (direct) all-reduce: every rank owns one block; it receives that block from all peers at once,
+ * reduces the N contributions in rank order (so the result does not depend on arrival order), then sends the
+ * finished block straight to everyone. Two steps, N-1 messages each way per step: the lowest latency in
+ * rounds, at the price of N-1 concurrent transfers per rank. */
+#include "algorithms/phases.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *input, block_layout_t layout,
+                                           void *out)
+{
+    pycoll_p2p_t *p2p = red->p2p;
+    const int32_t size = p2p->size, rank = p2p->rank;
+    const char *in = input;
+    const int64_t mine = block_count(layout, rank);
+    const int64_t block_bytes = mine * (int64_t)red->dsize, part_bytes = mine * (int64_t)red->wsize;
+    /* Contributions arrive as plain values (a lone contribution has no error term to carry); the sum and
+     * its compensation live in acc, tmp holds a loaded contribution. */
+    char *scratch = scratch_alloc(p2p, (size - 1) * block_bytes + 2 * part_bytes, "mesh reduce-scatter");
+    pycoll_request_t *reqs = scratch ? calloc(2 * (size_t)size, sizeof *reqs) : NULL;
+    if (!reqs) {
+        free(scratch);
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "mesh reduce-scatter: out of memory");
+    }
+    char *acc = scratch + (size - 1) * block_bytes, *tmp = acc + part_bytes;
+    pycoll_request_t *recvs = reqs, *sends = reqs + size;
+    pycoll_status_t status = PYCOLL_OK;
+    for (int32_t q = 0; status == PYCOLL_OK && q < size; q++) {
+        if (q == rank)
+            continue;
+        char *slot = scratch + (q < rank ? q : q - 1) * block_bytes;
+        status = post_request(p2p, &recvs[q], false, q, slot, block_bytes, phase_tag(TAG_MESH_REDUCE_SCATTER, 0));
+    }
+    for (int32_t i = 1; status == PYCOLL_OK && i < size; i++) {
+        int32_t q = ring_index(rank + i, size); /* staggered, so not every rank sends to rank 0 first */
+        status = post_request(p2p, &sends[q], true, q, (void *)(in + block_offset(layout, q) * red->dsize),
+                              block_count(layout, q) * (int64_t)red->dsize, phase_tag(TAG_MESH_REDUCE_SCATTER, 0));
+    }
+    for (int32_t q = 0; status == PYCOLL_OK && q < size; q++) {
+        const void *contribution = in + block_offset(layout, rank) * red->dsize;
+        if (q != rank) {
+            pycoll_request_t *req = &recvs[q];
+            status = req->nbytes > 0 ? p2p->ops->wait(p2p, &req, 1) : PYCOLL_OK;
+            contribution = req->buf;
+        }
+        if (status != PYCOLL_OK)
+            break;
+        if (q == 0) {
+            const void *source;
+            status = reduction_source(red, acc, contribution, mine, &source);
+            if (status == PYCOLL_OK && source != acc && mine > 0)
+                memcpy(acc, source, (size_t)block_bytes);
+        } else {
+            status = reduction_combine_plain(red, acc, contribution, tmp, mine);
+        }
+    }
+    if (status == PYCOLL_OK)
+        status = wait_requests(p2p, sends, size);
+    if (status == PYCOLL_OK)
+        status = reduction_store(red, out, acc, mine);
+    free(reqs);
+    free(scratch);
+    return status;
+}
+
+pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout)
+{
+    const int32_t size = p2p->size, rank = p2p->rank;
+    char *data = buf;
+    pycoll_request_t *reqs = calloc(2 * (size_t)size, sizeof *reqs);
+    if (!reqs)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "mesh all-gather: out of memory");
+    pycoll_status_t status = PYCOLL_OK;
+    for (int32_t q = 0; status == PYCOLL_OK && q < size; q++) {
+        if (q != rank)
+            status = post_request(p2p, &reqs[q], false, q, data + block_offset(layout, q) * (int64_t)dsize,
+                                  block_count(layout, q) * (int64_t)dsize, phase_tag(TAG_MESH_ALL_GATHER, 0));
+    }
+    for (int32_t i = 1; status == PYCOLL_OK && i < size; i++) {
+        int32_t q = ring_index(rank + i, size);
+        status = post_request(p2p, &reqs[size + q], true, q, data + block_offset(layout, rank) * (int64_t)dsize,
+                              block_count(layout, rank) * (int64_t)dsize, phase_tag(TAG_MESH_ALL_GATHER, 0));
+    }
+    if (status == PYCOLL_OK)
+        status = wait_requests(p2p, reqs, 2 * (int64_t)size);
+    free(reqs);
+    return status;
+}
+
+pycoll_status_t pycoll_mesh_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                       pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    pycoll_status_t status = check_collective_args(p2p, "mesh all_reduce", buf, count, dtype, op);
+    if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
+        return status;
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    const block_layout_t layout = split_evenly(count, p2p->size);
+    char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;
+    status = mesh_reduce_scatter_blocks(&red, buf, layout, own);
+    return status != PYCOLL_OK ? status : mesh_all_gather_blocks(p2p, buf, red.dsize, layout);
+}

@@ -1,0 +1,25 @@
+/* The reusable halves of the all-reduce algorithms, over any block layout (schedule.h), so that
+ * reduce_scatter, all_gather and reduce share the all-reduce schedules instead of copying them.
+ * Reduce-scatter phases: input holds this rank's values for every block; work is a writable buffer of
+ * partials with the same layout (reduction.h; in FAST mode it may be input itself); afterwards the final
+ * plain values of block p2p->rank are in out (which may alias that block of input in FAST mode).
+ * All-gather phases: block p2p->rank of buf is this rank's; afterwards every block is filled. */
+#ifndef PYCOLL_ALGORITHMS_PHASES_H
+#define PYCOLL_ALGORITHMS_PHASES_H
+
+#include "algorithms/reduction.h"
+#include "algorithms/schedule.h"
+
+pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *input, void *work,
+                                           block_layout_t layout, void *out);
+pycoll_status_t ring_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
+
+pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *input, block_layout_t layout,
+                                           void *out);
+pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
+
+/* Rabenseifner's reduce-scatter for reduce_scatter: block b (size * count elements in all) ends on rank b. */
+pycoll_status_t halving_doubling_reduce_scatter(const reduction_t *red, const void *input, void *out,
+                                                int64_t count);
+
+#endif

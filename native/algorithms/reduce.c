@@ -1,0 +1,94 @@
+/* Reduce to a root. Small buffers: a binomial tree (ceil(log2 N) steps, each node combining its children in
+ * a fixed order). Large buffers: ring reduce-scatter, then every rank sends its finished block to the root
+ * (each rank sends about 1/N of the data N-1 times plus once, instead of the whole buffer per tree level). */
+#include "algorithms/phases.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this the tree's log2 N latency wins over the ring's N-1 steps (see cost_model.c's alpha/beta). */
+enum { REDUCE_TREE_MAX_BYTES = 64 * 1024 };
+
+static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, void *recvbuf, int64_t count,
+                                   int32_t root)
+{
+    pycoll_p2p_t *p2p = red->p2p;
+    const int32_t size = p2p->size, vr = ring_index(p2p->rank - root, size);
+    const int64_t part_bytes = count * (int64_t)red->wsize;
+    char *work = scratch_alloc(p2p, 2 * part_bytes, "reduce");
+    if (!work)
+        return PYCOLL_ERR_NOMEM;
+    char *received = work + part_bytes;
+    const void *source;
+    pycoll_status_t status = reduction_source(red, work, sendbuf, count, &source);
+    if (status == PYCOLL_OK && source != work && count > 0)
+        memcpy(work, source, (size_t)part_bytes);
+    /* Children vr + 1, vr + 2, vr + 4, ... below vr's lowest set bit, combined in that order. */
+    int32_t m = 1, step = 0;
+    for (; status == PYCOLL_OK && m < size && !(vr & m); m *= 2, step++) {
+        if (vr + m >= size)
+            continue;
+        status = exchange(p2p, -1, NULL, 0, ring_index(vr + m + root, size), received, part_bytes,
+                          phase_tag(TAG_REDUCE_TREE, step));
+        if (status == PYCOLL_OK)
+            status = reduction_combine(red, work, received, count);
+    }
+    if (status == PYCOLL_OK && vr != 0)
+        status = exchange(p2p, ring_index(vr - m + root, size), work, part_bytes, -1, NULL, 0,
+                          phase_tag(TAG_REDUCE_TREE, step));
+    if (status == PYCOLL_OK && vr == 0)
+        status = reduction_store(red, recvbuf, work, count);
+    free(work);
+    return status;
+}
+
+static pycoll_status_t scatter_gather_reduce(const reduction_t *red, const void *sendbuf, void *recvbuf,
+                                             int64_t count, int32_t root)
+{
+    pycoll_p2p_t *p2p = red->p2p;
+    const int32_t size = p2p->size, rank = p2p->rank;
+    const block_layout_t layout = split_evenly(count, size);
+    const int64_t own_bytes = block_count(layout, rank) * (int64_t)red->dsize;
+    char *work = scratch_alloc(p2p, count * (int64_t)red->wsize + own_bytes, "reduce");
+    pycoll_request_t *reqs = work ? calloc((size_t)size, sizeof *reqs) : NULL;
+    if (!reqs) {
+        free(work);
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "reduce: out of memory");
+    }
+    char *result = (char *)recvbuf;
+    char *own = rank == root ? result + block_offset(layout, rank) * (int64_t)red->dsize
+                             : work + count * (int64_t)red->wsize;
+    pycoll_status_t status = ring_reduce_scatter_blocks(red, sendbuf, work, layout, own);
+    if (status == PYCOLL_OK && rank != root)
+        status = exchange(p2p, root, own, own_bytes, -1, NULL, 0, phase_tag(TAG_REDUCE_GATHER, 0));
+    for (int32_t q = 0; status == PYCOLL_OK && rank == root && q < size; q++) {
+        if (q != root)
+            status = post_request(p2p, &reqs[q], false, q, result + block_offset(layout, q) * (int64_t)red->dsize,
+                                  block_count(layout, q) * (int64_t)red->dsize, phase_tag(TAG_REDUCE_GATHER, 0));
+    }
+    if (status == PYCOLL_OK && rank == root)
+        status = wait_requests(p2p, reqs, size);
+    free(reqs);
+    free(work);
+    return status;
+}
+
+pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                   pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
+    pycoll_status_t status = check_collective_args(p2p, "reduce", sendbuf, count, dtype, op);
+    if (status != PYCOLL_OK)
+        return status;
+    if (root < 0 || root >= p2p->size)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: root %d is not a rank of 0..%d", (int)root,
+                               (int)p2p->size - 1);
+    if (p2p->rank == root && count > 0 && !recvbuf)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: recvbuf is NULL on the root");
+    if (count == 0)
+        return PYCOLL_OK;
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (count * (int64_t)red.dsize <= REDUCE_TREE_MAX_BYTES || p2p->size == 1)
+        return tree_reduce(&red, sendbuf, recvbuf, count, root);
+    return scatter_gather_reduce(&red, sendbuf, recvbuf, count, root);
+}

@@ -1,0 +1,63 @@
+/* reduce_scatter and all_gather: the first and second halves of the all-reduce schedules, over equal blocks
+ * of `count` elements (block r belongs to rank r). */
+#include "algorithms/phases.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                           pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
+                                           pycoll_accuracy_t accuracy)
+{
+    pycoll_status_t status = check_collective_args(p2p, "reduce_scatter", sendbuf, count, dtype, op);
+    if (status != PYCOLL_OK)
+        return status;
+    if (count > 0 && !recvbuf)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce_scatter: recvbuf is NULL");
+    if (count == 0)
+        return PYCOLL_OK;
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    const block_layout_t layout = equal_blocks(count);
+    if (p2p->size == 1)
+        algorithm = PYCOLL_ALGO_RING; /* nothing to exchange: the ring's one-rank path just rounds and scales */
+    switch (algorithm) {
+    case PYCOLL_ALGO_RING: {
+        /* sendbuf is read-only: the partials travel through work. */
+        void *work = scratch_alloc(p2p, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
+        if (!work)
+            return PYCOLL_ERR_NOMEM;
+        status = ring_reduce_scatter_blocks(&red, sendbuf, work, layout, recvbuf);
+        free(work);
+        return status;
+    }
+    case PYCOLL_ALGO_HALVING_DOUBLING:
+        return halving_doubling_reduce_scatter(&red, sendbuf, recvbuf, count);
+    case PYCOLL_ALGO_MESH:
+        return mesh_reduce_scatter_blocks(&red, sendbuf, layout, recvbuf);
+    default:
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1,
+                               "reduce_scatter: no %s schedule (use ring, halving_doubling or mesh)",
+                               pycoll_algorithm_name(algorithm));
+    }
+}
+
+/* Ring, unless mesh is asked for: the ring is bandwidth-optimal and a gather has nothing to halve. */
+pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_algorithm_t algorithm)
+{
+    pycoll_status_t status = check_collective_args(p2p, "all_gather", sendbuf, count, dtype, PYCOLL_SUM);
+    if (status != PYCOLL_OK)
+        return status;
+    if (count > 0 && !recvbuf)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "all_gather: recvbuf is NULL");
+    if (count == 0)
+        return PYCOLL_OK;
+    const size_t dsize = pycoll_dtype_size(dtype);
+    char *own = (char *)recvbuf + (int64_t)p2p->rank * count * (int64_t)dsize;
+    if (own != sendbuf)
+        memmove(own, sendbuf, (size_t)count * dsize);
+    const block_layout_t layout = equal_blocks(count);
+    return algorithm == PYCOLL_ALGO_MESH ? mesh_all_gather_blocks(p2p, recvbuf, dsize, layout)
+                                         : ring_all_gather_blocks(p2p, recvbuf, dsize, layout);
+}

@@ -1,0 +1,95 @@
+/* Shared schedule helpers: segment size configuration, argument checks, scratch and request bookkeeping. */
+#include "algorithms/schedule.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+/* See ring.c for why this size. */
+#ifndef PYCOLL_RING_SEGMENT_BYTES_DEFAULT
+#define PYCOLL_RING_SEGMENT_BYTES_DEFAULT (512 * 1024)
+#endif
+
+static int64_t segment_bytes = PYCOLL_RING_SEGMENT_BYTES_DEFAULT;
+static pthread_once_t segment_once = PTHREAD_ONCE_INIT;
+
+static void read_segment_env(void)
+{
+    const char *text = getenv("PYCOLL_RING_SEGMENT_BYTES");
+    if (!text || !*text)
+        return;
+    char *end;
+    long long value = strtoll(text, &end, 10);
+    if (*end == '\0' && value > 0)
+        segment_bytes = value;
+}
+
+int64_t pycoll_ring_segment_bytes(void)
+{
+    pthread_once(&segment_once, read_segment_env);
+    return segment_bytes;
+}
+
+pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
+                                      pycoll_dtype_t dtype, pycoll_op_t op)
+{
+    if (count < 0)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: count must be >= 0, got %lld", what,
+                               (long long)count);
+    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: unknown dtype %d", what, (int)dtype);
+    if ((unsigned)op >= PYCOLL_NUM_OPS)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: unknown op %d", what, (int)op);
+    if (count > 0 && !buf)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: buffer is NULL for %lld elements", what,
+                               (long long)count);
+    return PYCOLL_OK;
+}
+
+void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
+{
+    void *p = malloc(nbytes > 0 ? (size_t)nbytes : 1);
+    if (!p)
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "%s: out of memory for %lld bytes of scratch", what,
+                        (long long)nbytes);
+    return p;
+}
+
+pycoll_status_t post_request(pycoll_p2p_t *p2p, pycoll_request_t *req, bool is_send, int32_t peer, void *buf,
+                             int64_t nbytes, uint32_t tag)
+{
+    *req = (pycoll_request_t){.buf = buf, .nbytes = nbytes, .peer = peer, .tag = tag, .is_send = is_send};
+    if (nbytes == 0) {
+        req->complete = 1;
+        return PYCOLL_OK;
+    }
+    return p2p->ops->post(p2p, req);
+}
+
+pycoll_status_t wait_requests(pycoll_p2p_t *p2p, pycoll_request_t *reqs, int64_t n)
+{
+    enum { BATCH = 256 };
+    pycoll_request_t *batch[BATCH];
+    int count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (reqs[i].nbytes == 0)
+            continue;
+        batch[count++] = &reqs[i];
+        if (count == BATCH) {
+            pycoll_status_t status = p2p->ops->wait(p2p, batch, count);
+            if (status != PYCOLL_OK)
+                return status;
+            count = 0;
+        }
+    }
+    return count > 0 ? p2p->ops->wait(p2p, batch, count) : PYCOLL_OK;
+}
+
+pycoll_status_t exchange(pycoll_p2p_t *p2p, int32_t send_peer, const void *send_buf, int64_t send_nbytes,
+                         int32_t recv_peer, void *recv_buf, int64_t recv_nbytes, uint32_t tag)
+{
+    pycoll_request_t reqs[2];
+    pycoll_status_t status = post_request(p2p, &reqs[0], false, recv_peer, recv_buf, recv_nbytes, tag);
+    if (status == PYCOLL_OK)
+        status = post_request(p2p, &reqs[1], true, send_peer, (void *)send_buf, send_nbytes, tag);
+    return status != PYCOLL_OK ? status : wait_requests(p2p, reqs, 2);
+}

@@ -1,0 +1,89 @@
+/* Internal helpers shared by the collective algorithms: how data is split into blocks and segments, the tag
+ * of every phase and step, argument checks, and request bookkeeping. Not part of the public ABI. */
+#ifndef PYCOLL_ALGORITHMS_SCHEDULE_H
+#define PYCOLL_ALGORITHMS_SCHEDULE_H
+
+#include "pycoll/algorithms.h"
+
+#include <stdbool.h>
+
+/* A split of elements into numbered blocks: block b starts at b * base + min(b, extra) and holds
+ * base + (b < extra) elements. split_evenly spreads a count over n blocks (the first count % n one longer);
+ * equal_blocks lays out size blocks of exactly `per` elements (reduce_scatter / all_gather buffers). */
+typedef struct block_layout {
+    int64_t base;
+    int64_t extra;
+} block_layout_t;
+
+static inline block_layout_t split_evenly(int64_t count, int32_t nblocks)
+{
+    return (block_layout_t){count / nblocks, count % nblocks};
+}
+
+static inline block_layout_t equal_blocks(int64_t per_block)
+{
+    return (block_layout_t){per_block, 0};
+}
+
+static inline int64_t block_offset(block_layout_t layout, int32_t b)
+{
+    return (int64_t)b * layout.base + (b < layout.extra ? b : layout.extra);
+}
+
+static inline int64_t block_count(block_layout_t layout, int32_t b)
+{
+    return layout.base + (b < layout.extra ? 1 : 0);
+}
+
+static inline int32_t ring_index(int64_t i, int32_t size)
+{
+    return (int32_t)(((i % size) + size) % size);
+}
+
+/* Every phase of every algorithm has its own tag range, so a message from a different phase or step (a peer
+ * running another schedule) is reported as a mismatch instead of being combined. */
+typedef enum tag_phase {
+    TAG_RING_REDUCE_SCATTER = 1,
+    TAG_RING_ALL_GATHER,
+    TAG_HD_FOLD,
+    TAG_HD_REDUCE_SCATTER,
+    TAG_HD_ALL_GATHER,
+    TAG_HD_UNFOLD,
+    TAG_MESH_REDUCE_SCATTER,
+    TAG_MESH_ALL_GATHER,
+    TAG_RD_FOLD,
+    TAG_RD_EXCHANGE,
+    TAG_RD_UNFOLD,
+    TAG_BROADCAST,
+    TAG_REDUCE_TREE,
+    TAG_REDUCE_GATHER,
+    TAG_BARRIER,
+} tag_phase_t;
+
+static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)
+{
+    return ((uint32_t)phase << 24) | (uint32_t)(step & 0xFFFFFF);
+}
+
+/* Ring (and pipelined broadcast) segment size in bytes: PYCOLL_RING_SEGMENT_BYTES from the environment, read
+ * once, else the compile-time default. */
+int64_t pycoll_ring_segment_bytes(void);
+
+/* Checks shared by every collective; on failure records a message naming the argument on p2p. */
+pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
+                                      pycoll_dtype_t dtype, pycoll_op_t op);
+
+/* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). */
+void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
+
+/* Post one request; a zero-length one is left complete without touching the transport (both sides compute
+ * the same lengths, so they skip the same messages). */
+pycoll_status_t post_request(pycoll_p2p_t *p2p, pycoll_request_t *req, bool is_send, int32_t peer, void *buf,
+                             int64_t nbytes, uint32_t tag);
+/* Wait for every posted request of reqs[0..n) (unposted zero-length ones are skipped). */
+pycoll_status_t wait_requests(pycoll_p2p_t *p2p, pycoll_request_t *reqs, int64_t n);
+/* Send to one peer and receive from another at once, skipping zero-length sides. */
+pycoll_status_t exchange(pycoll_p2p_t *p2p, int32_t send_peer, const void *send_buf, int64_t send_nbytes,
+                         int32_t recv_peer, void *recv_buf, int64_t recv_nbytes, uint32_t tag);
+
+#endif

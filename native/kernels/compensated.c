@@ -1,0 +1,182 @@
+/* Compensated summation: loading plain values into (sum, comp) pairs, combining pairs (through the active
+ * kernel table), rounding pairs back once, and the import-time check that the compiler kept TwoSum exact. */
+#include "kernels/half_float.h"
+#include "kernels/kernel_table.h"
+#include "kernels/two_sum.h"
+#include "pycoll/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+static int is_float(pycoll_dtype_t dtype)
+{
+    return dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16 || dtype == PYCOLL_FLOAT32 ||
+           dtype == PYCOLL_FLOAT64;
+}
+
+pycoll_dtype_t pycoll_accumulator_dtype(pycoll_dtype_t dtype)
+{
+    if (dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16)
+        return PYCOLL_FLOAT32;
+    return dtype; /* float32, float64; integers have no compensated form */
+}
+
+static pycoll_status_t check_compensated(int64_t count, pycoll_dtype_t dtype, int pointers_ok)
+{
+    if (count < 0 || (unsigned)dtype >= PYCOLL_NUM_DTYPES || (count > 0 && !pointers_ok))
+        return PYCOLL_ERR_INVALID;
+    return is_float(dtype) ? PYCOLL_OK : PYCOLL_ERR_UNSUPPORTED;
+}
+
+pycoll_status_t pycoll_compensated_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
+                                           int64_t count, pycoll_dtype_t dtype)
+{
+    pycoll_status_t status = check_compensated(count, dtype, dst_sum && dst_comp && src_sum && src_comp);
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    const pycoll_kernel_table_t *kernels = pycoll_active_kernels();
+    if (dtype == PYCOLL_FLOAT64)
+        kernels->combine_f64(dst_sum, dst_comp, src_sum, src_comp, count);
+    else
+        kernels->combine_f32(dst_sum, dst_comp, src_sum, src_comp, count);
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, int64_t count, pycoll_dtype_t dtype)
+{
+    pycoll_status_t status = check_compensated(count, dtype, sum && comp && src);
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    size_t acc_size = pycoll_dtype_size(pycoll_accumulator_dtype(dtype));
+    const uint16_t *half = src;
+    float *acc = sum;
+    switch (dtype) {
+    case PYCOLL_FLOAT16:
+        for (int64_t i = 0; i < count; i++)
+            acc[i] = pycoll_f16_to_f32(half[i]);
+        break;
+    case PYCOLL_BFLOAT16:
+        for (int64_t i = 0; i < count; i++)
+            acc[i] = pycoll_bf16_to_f32(half[i]);
+        break;
+    default:
+        memmove(sum, src, (size_t)count * acc_size);
+        break;
+    }
+    memset(comp, 0, (size_t)count * acc_size);
+    return PYCOLL_OK;
+}
+
+/* Round-to-odd into float32 of the exact value x + tail (|tail| <= half an ulp of x): a float32 whose last
+ * bit is set whenever it is inexact. Rounding that once more to a 16-bit format (to nearest even) equals
+ * rounding x + tail directly, since 24 >= 16 + 2 bits: this is how the store avoids double rounding. */
+static float round_to_odd_f32(double x, double tail)
+{
+    float f = (float)x;
+    if (isnan(x))
+        return f;
+    double below = (double)f != x ? x - (double)f : tail; /* where the exact value lies from f */
+    uint32_t bits = pycoll_f32_bits(f);
+    if (below != 0.0 && !(bits & 1u)) {
+        if (f == 0.0f) /* the smallest subnormal on the exact value's side */
+            bits = (below < 0.0 ? 0x80000000u : 0u) | 1u;
+        else /* one ulp toward the exact value: up in magnitude when it lies beyond f */
+            bits = (below > 0.0) == (f > 0.0f) ? bits + 1u : bits - 1u;
+    }
+    return pycoll_f32_from_bits(bits);
+}
+
+/* Dekker's exact product (no FMA): p + err == a * b exactly. */
+static double two_product_f64(double a, double b, double *err)
+{
+    const double split = 134217729.0; /* 2^27 + 1 */
+    double p = a * b;
+    double ta = split * a, ah = ta - (ta - a), al = a - ah;
+    double tb = split * b, bh = tb - (tb - b), bl = b - bh;
+    *err = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+    return p;
+}
+
+/* (s + c) / d with the remainder folded back in, so comp still counts when dividing (double-double style). */
+static double divide_pair_f64(double s, double c, double d, double *tail)
+{
+    double q = s / d;
+    double pe;
+    double p = two_product_f64(q, d, &pe);
+    double r = ((s - p) - pe) + c;
+    double q2 = r / d;
+    double e;
+    double out = pycoll_two_sum_f64(q, q2, &e);
+    *tail = e;
+    return out;
+}
+
+static void store_f64(double *dst, const double *sum, const double *comp, int64_t n, int64_t divisor)
+{
+    double d = (double)divisor, tail;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail) : sum[i] + comp[i];
+}
+
+/* float32 pairs: the value (and quotient) is formed in double, then rounded once to the plain type. */
+static void store_from_f32(pycoll_dtype_t dtype, void *dst, const float *sum, const float *comp, int64_t n,
+                           int64_t divisor)
+{
+    double d = (double)divisor;
+    for (int64_t i = 0; i < n; i++) {
+        double tail;
+        double x = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail)
+                               : pycoll_two_sum_f64(sum[i], comp[i], &tail);
+        if (dtype == PYCOLL_FLOAT32)
+            ((float *)dst)[i] = divisor > 1 ? (float)x : sum[i] + comp[i];
+        else if (dtype == PYCOLL_FLOAT16)
+            ((uint16_t *)dst)[i] = pycoll_f32_to_f16(round_to_odd_f32(x, tail));
+        else
+            ((uint16_t *)dst)[i] = pycoll_f32_to_bf16(round_to_odd_f32(x, tail));
+    }
+}
+
+pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, const void *comp, int64_t count,
+                                         pycoll_dtype_t dtype, int64_t divisor)
+{
+    pycoll_status_t status = check_compensated(count, dtype, dst && sum && comp);
+    if (status == PYCOLL_OK && divisor < 1)
+        status = PYCOLL_ERR_INVALID;
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    if (dtype == PYCOLL_FLOAT64)
+        store_f64(dst, sum, comp, count, divisor);
+    else
+        store_from_f32(dtype, dst, sum, comp, count, divisor);
+    return PYCOLL_OK;
+}
+
+/* Combine 1.0 and 2^-60 (2^-30 for float32) through the kernels actually in use, over enough elements to run
+ * both the vector body and the tail. volatile keeps the compiler from folding the check away. */
+#define SELFTEST_N 67
+static int combine_keeps_error(pycoll_combine_kernel combine_f64, pycoll_combine_kernel combine_f32)
+{
+    static volatile double tiny64 = 0x1p-60;
+    static volatile float tiny32 = 0x1p-30f;
+    double s64[SELFTEST_N], c64[SELFTEST_N], t64[SELFTEST_N], z64[SELFTEST_N];
+    float s32[SELFTEST_N], c32[SELFTEST_N], t32[SELFTEST_N], z32[SELFTEST_N];
+    for (int i = 0; i < SELFTEST_N; i++) {
+        s64[i] = 1.0, c64[i] = 0.0, t64[i] = tiny64, z64[i] = 0.0;
+        s32[i] = 1.0f, c32[i] = 0.0f, t32[i] = tiny32, z32[i] = 0.0f;
+    }
+    combine_f64(s64, c64, t64, z64, SELFTEST_N);
+    combine_f32(s32, c32, t32, z32, SELFTEST_N);
+    for (int i = 0; i < SELFTEST_N; i++)
+        if (s64[i] != 1.0 || c64[i] != tiny64 || s32[i] != 1.0f || c32[i] != tiny32)
+            return 0;
+    return 1;
+}
+
+int pycoll_compensation_selftest(void)
+{
+    pycoll_kernel_table_t scalar;
+    pycoll_scalar_kernels(&scalar);
+    const pycoll_kernel_table_t *active = pycoll_active_kernels();
+    return combine_keeps_error(scalar.combine_f64, scalar.combine_f32) &&
+           combine_keeps_error(active->combine_f64, active->combine_f32);
+}

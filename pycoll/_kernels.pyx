@@ -1,0 +1,201 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Byte-level bindings of libpycoll's reduction kernels (kernels.h). pycoll.kernels is the public layer: it
+maps dtypes and ops to ids and validates arrays; this module takes any C-contiguous buffer and ids."""
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int64_t, uintptr_t
+
+from pycoll.libpycoll cimport *
+
+
+cdef int _acquire(object obj, Py_buffer *view, bint writable, str name) except -1:
+    # No PyBUF_FORMAT: numpy cannot describe ml_dtypes' bfloat16 as a format string, and we only need bytes.
+    cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+    try:
+        PyObject_GetBuffer(obj, view, flags)
+    except TypeError:
+        raise TypeError(f"{name} must support the buffer protocol, got {type(obj).__name__}") from None
+    except (BufferError, ValueError) as exc:
+        what = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
+        raise ValueError(f"{name} must be {what}: {exc}") from None
+    return 0
+
+
+cdef int64_t _count(Py_buffer *view, pycoll_dtype_t dtype, str name) except -1:
+    cdef size_t size = pycoll_dtype_size(dtype)
+    if size == 0:
+        raise ValueError(f"invalid dtype id {<int>dtype}")
+    if <size_t>view.len % size:
+        raise ValueError(f"{name} holds {view.len} bytes, not a whole number of {size}-byte elements")
+    return view.len // size
+
+
+cdef int _check_same(Py_buffer *view, int64_t nbytes, str name) except -1:
+    if view.len != nbytes:
+        raise ValueError(f"length mismatch: {name} holds {view.len} bytes, expected {nbytes}")
+    return 0
+
+
+cdef int _check_no_partial_overlap(Py_buffer *a, Py_buffer *b, str names) except -1:
+    # Kernels run element-wise in vectors: the same buffer twice is fine, a shifted view of it is not.
+    cdef uintptr_t pa = <uintptr_t>a.buf, pb = <uintptr_t>b.buf
+    if pa != pb and pa < pb + <uintptr_t>b.len and pb < pa + <uintptr_t>a.len:
+        raise ValueError(f"{names} overlap partially")
+    return 0
+
+
+cdef int _check_status(pycoll_status_t status, str what) except -1:
+    if status == PYCOLL_OK:
+        return 0
+    if status == PYCOLL_ERR_UNSUPPORTED:
+        raise TypeError(f"{what}: unsupported dtype/op combination")
+    raise ValueError(f"{what}: invalid argument (status {<int>status})")
+
+
+def reduce(out, a, b, int dtype, int op):
+    """out = op(a, b) element-wise; out may be a or b."""
+    cdef Py_buffer vo, va, vb
+    cdef pycoll_status_t status
+    cdef int64_t count
+    _acquire(out, &vo, True, "out")
+    try:
+        _acquire(a, &va, False, "a")
+        try:
+            _acquire(b, &vb, False, "b")
+            try:
+                count = _count(&vo, <pycoll_dtype_t>dtype, "out")
+                _check_same(&va, vo.len, "a")
+                _check_same(&vb, vo.len, "b")
+                _check_no_partial_overlap(&vo, &va, "out and a")
+                _check_no_partial_overlap(&vo, &vb, "out and b")
+                with nogil:
+                    status = pycoll_reduce(vo.buf, va.buf, vb.buf, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
+                _check_status(status, "reduce")
+            finally:
+                PyBuffer_Release(&vb)
+        finally:
+            PyBuffer_Release(&va)
+    finally:
+        PyBuffer_Release(&vo)
+
+
+def scale_avg(buf, int dtype, int64_t divisor):
+    """buf /= divisor element-wise (integers truncate toward zero)."""
+    cdef Py_buffer v
+    cdef pycoll_status_t status
+    cdef int64_t count
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    _acquire(buf, &v, True, "buf")
+    try:
+        count = _count(&v, <pycoll_dtype_t>dtype, "buf")
+        with nogil:
+            status = pycoll_scale_avg(v.buf, count, <pycoll_dtype_t>dtype, divisor)
+        _check_status(status, "scale_avg")
+    finally:
+        PyBuffer_Release(&v)
+
+
+def accumulator_dtype(int dtype):
+    """The dtype id (sum, comp) pairs of dtype are kept in."""
+    return <int>pycoll_accumulator_dtype(<pycoll_dtype_t>dtype)
+
+
+def compensated_load(sum, comp, src, int dtype):
+    """sum = src in the accumulator type, comp = 0."""
+    cdef Py_buffer vs, vc, vx
+    cdef pycoll_status_t status
+    cdef int64_t count
+    _acquire(src, &vx, False, "src")
+    try:
+        count = _count(&vx, <pycoll_dtype_t>dtype, "src")
+        _acquire(sum, &vs, True, "sum")
+        try:
+            _acquire(comp, &vc, True, "comp")
+            try:
+                nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(<pycoll_dtype_t>dtype))
+                _check_same(&vs, nbytes, "sum")
+                _check_same(&vc, nbytes, "comp")
+                with nogil:
+                    status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, count, <pycoll_dtype_t>dtype)
+                _check_status(status, "compensated_load")
+            finally:
+                PyBuffer_Release(&vc)
+        finally:
+            PyBuffer_Release(&vs)
+    finally:
+        PyBuffer_Release(&vx)
+
+
+def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
+    """(dst_sum, dst_comp) += (src_sum, src_comp), pairs in the accumulator type of dtype."""
+    cdef Py_buffer vds, vdc, vss, vsc
+    cdef pycoll_status_t status
+    cdef int64_t count
+    _acquire(dst_sum, &vds, True, "dst_sum")
+    try:
+        _acquire(dst_comp, &vdc, True, "dst_comp")
+        try:
+            _acquire(src_sum, &vss, False, "src_sum")
+            try:
+                _acquire(src_comp, &vsc, False, "src_comp")
+                try:
+                    count = _count(&vds, pycoll_accumulator_dtype(<pycoll_dtype_t>dtype), "dst_sum")
+                    _check_same(&vdc, vds.len, "dst_comp")
+                    _check_same(&vss, vds.len, "src_sum")
+                    _check_same(&vsc, vds.len, "src_comp")
+                    with nogil:
+                        status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, count,
+                                                            <pycoll_dtype_t>dtype)
+                    _check_status(status, "compensated_combine")
+                finally:
+                    PyBuffer_Release(&vsc)
+            finally:
+                PyBuffer_Release(&vss)
+        finally:
+            PyBuffer_Release(&vdc)
+    finally:
+        PyBuffer_Release(&vds)
+
+
+def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
+    """dst = dtype((sum + comp) / divisor), rounded once."""
+    cdef Py_buffer vd, vs, vc
+    cdef pycoll_status_t status
+    cdef int64_t count
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    _acquire(dst, &vd, True, "dst")
+    try:
+        count = _count(&vd, <pycoll_dtype_t>dtype, "dst")
+        _acquire(sum, &vs, False, "sum")
+        try:
+            _acquire(comp, &vc, False, "comp")
+            try:
+                nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(<pycoll_dtype_t>dtype))
+                _check_same(&vs, nbytes, "sum")
+                _check_same(&vc, nbytes, "comp")
+                with nogil:
+                    status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, count, <pycoll_dtype_t>dtype, divisor)
+                _check_status(status, "compensated_store")
+            finally:
+                PyBuffer_Release(&vc)
+        finally:
+            PyBuffer_Release(&vs)
+    finally:
+        PyBuffer_Release(&vd)
+
+
+def simd_name():
+    """The kernel variant in use: "avx512", "avx2" or "scalar"."""
+    cdef const char *name
+    with nogil:
+        name = pycoll_simd_name()
+    return name.decode()
+
+
+def compensation_selftest():
+    """True if the compiled kernels keep TwoSum's error term (IEEE semantics survived the compiler)."""
+    cdef int ok
+    with nogil:
+        ok = pycoll_compensation_selftest()
+    return bool(ok)

@@ -1,0 +1,244 @@
+"""``pycoll run -n N script.py args...``: starts N ranks of a program on this host.
+
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT, PYCOLL_JOB_ID,
+PYCOLL_SECRET (random per job, so only this job's ranks can join its store and mesh) and PYCOLL_BACKEND when
+given. Every line a rank prints is prefixed with "[rank K] ". Each rank runs in its own process group, so the
+launcher can signal a rank together with anything it started: Ctrl-C / SIGTERM / SIGHUP are forwarded to every
+group; when a rank fails the others get SIGTERM, then SIGKILL after a grace period; the launcher exits with the
+failing rank's code (128 + N for a death by signal N). On Linux the ranks are also killed if the launcher
+itself is killed outright (PR_SET_PDEATHSIG).
+"""
+
+import argparse
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+_POLL_INTERVAL = 0.02
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_TIMEOUT_EXIT_CODE = 124  # as timeout(1)
+_PR_SET_PDEATHSIG = 1
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "run", help="start N local ranks of a program",
+        description="Start N ranks of a Python program on this host, with the environment pycoll.init() reads.")
+    parser.add_argument("-n", "--nproc", type=_positive_int, required=True, help="number of ranks")
+    parser.add_argument("--backend", help="exported to the ranks as PYCOLL_BACKEND")
+    parser.add_argument("--master-port", type=_port, help="rendezvous port (default: a free one)")
+    parser.add_argument("--timeout", type=_positive_float,
+                        help="stop every rank after this many seconds and exit with 124 (default: no limit)")
+    parser.add_argument("--grace-period", type=_positive_float, default=5.0,
+                        help="seconds between SIGTERM and SIGKILL when stopping ranks (default: 5)")
+    parser.add_argument("-m", dest="module", action="store_true",
+                        help="the program is a module name, run as python -m MODULE")
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]")
+    parser.set_defaults(func=lambda args: _run_command(parser, args))
+
+
+def _run_command(parser, args):
+    if not args.program:
+        parser.error("give the program to run: script.py [args...] or -m module [args...]")
+    head, rest = args.program[0], args.program[1:]
+    command = [sys.executable, "-m", head, *rest] if args.module else [sys.executable, head, *rest]
+    return launch(command, args.nproc, backend=args.backend, master_port=args.master_port, timeout=args.timeout,
+                  grace_period=args.grace_period)
+
+
+def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grace_period=5.0, extra_env=None):
+    """Runs ``command`` as ``nproc`` local ranks until all exit; returns the job's exit code (see module doc).
+    Usable by other subcommands (e.g. a benchmark that starts its own ranks)."""
+    base_env = dict(os.environ)
+    base_env.update(extra_env or {})
+    base_env.update({
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port or _free_port()),
+        "PYCOLL_JOB_ID": secrets.token_hex(8),
+        "PYCOLL_SECRET": secrets.token_hex(32),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if backend:
+        base_env["PYCOLL_BACKEND"] = backend
+    envs = [dict(base_env, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)]
+    return _Job(command, envs, timeout, grace_period).run()
+
+
+class _Job:
+    def __init__(self, command, envs, timeout, grace_period):
+        self._command, self._envs = command, envs
+        self._timeout, self._grace_period = timeout, grace_period
+        self._procs = []
+        self._readers = []
+        self._output_lock = threading.RLock()  # re-entrant: the signal handler reports from the main thread
+        self._exit_code = None  # decided by the first event that ends the job
+        self._stop_deadline = None  # SIGKILL whatever is still running at this time
+
+    def run(self):
+        previous_handlers = self._install_signal_handlers()
+        try:
+            self._start()
+            self._supervise()
+        finally:
+            self._kill_remaining()
+            for reader in self._readers:
+                reader.join(timeout=5.0)
+            _restore_signal_handlers(previous_handlers)
+        return self._exit_code
+
+    def _start(self):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Spawn every rank before starting any reader thread: preexec_fn is only safe in a single-threaded parent.
+        for env in self._envs:
+            self._procs.append(subprocess.Popen(
+                self._command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent()))
+        for rank, proc in enumerate(self._procs):
+            prefix = f"[rank {rank}] ".encode()
+            for pipe, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+                reader = threading.Thread(target=self._pump, args=(pipe, prefix, sink), daemon=True,
+                                          name=f"pycoll-run-output-{rank}")
+                reader.start()
+                self._readers.append(reader)
+
+    def _pump(self, pipe, prefix, sink):
+        writable = True
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                if not writable:
+                    continue  # keep draining, so that the rank never blocks on a full pipe
+                if not line.endswith(b"\n"):
+                    line += b"\n"
+                with self._output_lock:
+                    try:
+                        sink.write(prefix + line)
+                        sink.flush()
+                    except OSError:  # e.g. the launcher's output was piped into `head`
+                        writable = False
+
+    def _supervise(self):
+        job_deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while any(proc.poll() is None for proc in self._procs):
+            now = time.monotonic()
+            if self._exit_code is None:
+                self._check_failures()
+            if self._exit_code is None and job_deadline is not None and now >= job_deadline:
+                self._report(f"the job ran past --timeout {self._timeout:g} s; stopping every rank")
+                self._stop(_TIMEOUT_EXIT_CODE)
+            if self._stop_deadline is not None and now >= self._stop_deadline:
+                self._signal_all(signal.SIGKILL)
+                self._stop_deadline = None
+            time.sleep(_POLL_INTERVAL)
+        if self._exit_code is None:
+            self._check_failures()
+        if self._exit_code is None:
+            self._exit_code = 0
+
+    def _check_failures(self):
+        for rank, proc in enumerate(self._procs):
+            code = proc.returncode
+            if code is None or code == 0:
+                continue
+            if code < 0:
+                self._report(f"rank {rank} was killed by {_signal_name(-code)}; stopping the other ranks")
+                self._stop(128 - code)
+            else:
+                self._report(f"rank {rank} exited with code {code}; stopping the other ranks")
+                self._stop(code)
+            return
+
+    def _stop(self, exit_code, signum=signal.SIGTERM):
+        self._exit_code = exit_code
+        self._signal_all(signum)
+        self._stop_deadline = time.monotonic() + self._grace_period
+
+    def _on_signal(self, signum, _frame):
+        if self._exit_code is None:
+            self._report(f"received {_signal_name(signum)}; forwarding it to every rank")
+            self._stop(128 + signum, signum)
+        else:
+            self._signal_all(signum)
+
+    def _signal_all(self, signum):
+        for proc in self._procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signum)
+
+    def _kill_remaining(self):
+        # Whatever a rank started in its process group dies with it, even after the rank itself has exited.
+        for proc in self._procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def _report(self, message):
+        with self._output_lock:
+            sys.stderr.write(f"pycoll run: {message}\n")
+            sys.stderr.flush()
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {signum: signal.signal(signum, self._on_signal) for signum in _FORWARDED_SIGNALS}
+
+
+def _restore_signal_handlers(previous):
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def _die_with_parent():
+    """A preexec_fn asking Linux to SIGKILL the child when the launcher dies (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the child only calls it
+
+    def set_parent_death_signal():
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return set_parent_death_signal
+
+
+def _signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port(text):
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be in [1, 65535], got {value}")
+    return value

@@ -1,0 +1,43 @@
+"""Mapping of numpy dtypes and op names to pycoll's C enums (native/include/pycoll/types.h)."""
+
+import numpy as np
+
+__all__ = ["OPS", "DTYPES", "dtype_id", "op_id"]
+
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+# pycoll dtype ids by numpy name; bfloat16 comes from ml_dtypes, recognised by name so it stays optional.
+DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
+
+_ids = {}  # np.dtype -> id, filled on first use of each dtype
+
+
+def dtype_id(np_dtype):
+    """The pycoll dtype id of a numpy dtype (or anything np.dtype() accepts); TypeError if unsupported."""
+    try:
+        return _ids[np_dtype]
+    except (KeyError, TypeError):
+        pass
+    try:
+        dt = np.dtype(np_dtype)
+    except TypeError:
+        raise TypeError(f"not a dtype: {np_dtype!r}") from None
+    ident = DTYPES.get(dt.name)
+    if ident is None or not dt.isnative:
+        raise TypeError(f"unsupported dtype {dt.str} ({dt.name}); pycoll supports {', '.join(DTYPES)} "
+                        "in native byte order")
+    if isinstance(np_dtype, np.dtype):
+        _ids[np_dtype] = ident
+    return ident
+
+
+def op_id(op):
+    """The pycoll op id of an op name ("sum", "prod", "min", "max", "avg") or id; ValueError if unknown."""
+    if isinstance(op, str):
+        try:
+            return OPS[op]
+        except KeyError:
+            raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}") from None
+    if isinstance(op, (int, np.integer)) and not isinstance(op, bool) and 0 <= op < len(OPS):
+        return int(op)
+    raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)} or their ids 0..{len(OPS) - 1}")

@@ -1,0 +1,642 @@
+"""Key-value stores for rendezvous: ranks publish small values (addresses, ids) and wait for each other's.
+
+TCPStore: rank 0 hosts a server in a daemon thread; every rank (rank 0 included) is a client of it.
+FileStore: a directory on a filesystem all ranks share.
+gather(): every rank publishes one value and collects everyone's.
+
+TCPStore protocol: a connection opens with the handshake of pycoll.handshake (magic, version, optional mutual
+HMAC authentication), then carries frames: length u32 (big-endian, at most MAX_FRAME_BYTES) + body, where a
+body is a one-byte code (operation or reply status) followed by fields, each a u32 length and its bytes.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+
+from pycoll import handshake
+from pycoll.errors import PeerFailure, PycollError, Timeout
+
+log = logging.getLogger("pycoll")
+
+MAX_KEY_BYTES = 4096
+MAX_VALUE_BYTES = 64 << 20
+MAX_FRAME_BYTES = MAX_VALUE_BYTES + MAX_KEY_BYTES + 64
+MAX_CONNECTIONS = 4096
+
+_U32 = struct.Struct("!I")
+_I64 = struct.Struct("!q")
+_F64 = struct.Struct("!d")
+
+_OP_SET, _OP_GET, _OP_ADD, _OP_CHECK = 1, 2, 3, 4
+_ST_OK, _ST_TIMEOUT, _ST_ERROR = 0, 1, 2
+
+_SWEEP_INTERVAL = 0.2  # how often the server expires handshakes and waits
+_REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
+
+
+class ProtocolError(PycollError):
+    """A store frame broke the protocol."""
+
+
+def _encode_frame(code, *fields):
+    body = bytes([code]) + b"".join(_U32.pack(len(f)) + f for f in fields)
+    return _U32.pack(len(body)) + body
+
+
+def _decode_body(body):
+    if not body:
+        raise ProtocolError("empty frame")
+    fields, pos = [], 1
+    while pos < len(body):
+        if pos + _U32.size > len(body):
+            raise ProtocolError("truncated field length")
+        (n,) = _U32.unpack_from(body, pos)
+        pos += _U32.size
+        if pos + n > len(body):
+            raise ProtocolError(f"field of {n} bytes overruns the frame")
+        fields.append(body[pos:pos + n])
+        pos += n
+    return body[0], fields
+
+
+def _fields(fields, count, op):
+    if len(fields) != count:
+        raise ProtocolError(f"operation {op} takes {count} fields, got {len(fields)}")
+    return fields
+
+
+def _key_bytes(key):
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    raw = key.encode()
+    if not raw or len(raw) > MAX_KEY_BYTES:
+        raise ValueError(f"key must be 1 to {MAX_KEY_BYTES} bytes of UTF-8, got {len(raw)}")
+    return raw
+
+
+def _value_bytes(value):
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"value must be bytes, got {type(value).__name__}")
+    raw = bytes(value)
+    if len(raw) > MAX_VALUE_BYTES:
+        raise ValueError(f"value must be at most {MAX_VALUE_BYTES} bytes, got {len(raw)}")
+    return raw
+
+
+def _check_timeout(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return float(value)
+
+
+def _key_list(keys):
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
+class _Connection:
+    __slots__ = ("sock", "peer", "inbuf", "outbuf", "state", "deadline", "client_hello", "server_hello",
+                 "waiting", "events")
+
+    def __init__(self, sock, peer, deadline):
+        self.sock, self.peer, self.deadline = sock, peer, deadline
+        self.inbuf, self.outbuf = bytearray(), bytearray()
+        self.state = "hello"  # -> "proof" (with a secret) -> "ready"
+        self.client_hello = self.server_hello = b""
+        self.waiting = None  # (key, deadline) of a GET waiting for its key
+        self.events = selectors.EVENT_READ
+
+
+class _StoreServer:
+    """The store's server: one thread, non-blocking sockets, one selector. A misbehaving connection is logged
+    and dropped; nothing a client sends can stop the loop."""
+
+    def __init__(self, host, port, secret, handshake_timeout):
+        self._secret = secret
+        self._handshake_timeout = handshake_timeout
+        self._listener = _listen(host, port)
+        self.port = self._listener.getsockname()[1]
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, "listener")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._data = {}
+        self._waiters = {}  # key -> connections whose GET waits for it
+        self._conns = set()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="pycoll-store-server", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._thread.join(timeout=10.0)
+        self._wake_w.close()
+
+    def _serve(self):
+        try:
+            while not self._stopping:
+                for key, mask in self._selector.select(timeout=_SWEEP_INTERVAL):
+                    if key.data == "listener":
+                        self._accept()
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(64)
+                    else:
+                        self._on_event(key.data, mask)
+                self._expire(time.monotonic())
+        finally:
+            for conn in list(self._conns):
+                self._drop(conn, None)
+            self._selector.close()
+            self._listener.close()
+            self._wake_r.close()
+
+    def _accept(self):
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("store: accept failed: %s", exc)
+                return
+            if len(self._conns) >= MAX_CONNECTIONS:
+                log.warning("store: refusing %s: %d connections already open", peer, len(self._conns))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock, peer, time.monotonic() + self._handshake_timeout)
+            self._conns.add(conn)
+            self._selector.register(sock, conn.events, conn)
+
+    def _on_event(self, conn, mask):
+        # Any failure is about this one connection: log it and drop the connection, never the server.
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and conn in self._conns:
+                self._read(conn)
+        except (handshake.HandshakeError, ProtocolError) as exc:
+            self._drop(conn, str(exc))
+        except Exception as exc:  # noqa: BLE001 -- junk must never take the server down
+            self._drop(conn, f"unexpected {type(exc).__name__}: {exc}")
+
+    def _read(self, conn):
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._drop(conn, f"receive failed: {exc}")
+            return
+        if not data:
+            if conn.state == "ready":
+                self._drop(conn, None)
+            else:
+                self._drop(conn, "closed the connection before finishing the handshake", logging.INFO)
+            return
+        conn.inbuf += data
+        if len(conn.inbuf) > MAX_FRAME_BYTES + _U32.size:
+            raise ProtocolError(f"more than {MAX_FRAME_BYTES} bytes sent without waiting for a reply")
+        self._process(conn)
+
+    def _process(self, conn):
+        while conn in self._conns:
+            if conn.state == "hello":
+                if not self._on_hello(conn):
+                    return
+            elif conn.state == "proof":
+                if len(conn.inbuf) < handshake.PROOF_BYTES:
+                    return
+                received = bytes(conn.inbuf[:handshake.PROOF_BYTES])
+                del conn.inbuf[:handshake.PROOF_BYTES]
+                if not handshake.check_proof(self._secret, handshake.ROLE_CLIENT, conn.client_hello,
+                                             conn.server_hello, received):
+                    raise handshake.AuthenticationError("authentication failed: the client's proof is wrong")
+                self._admit(conn)
+            else:
+                if conn.waiting is not None or len(conn.inbuf) < _U32.size:
+                    return
+                (length,) = _U32.unpack_from(conn.inbuf)
+                if length == 0 or length > MAX_FRAME_BYTES:
+                    raise ProtocolError(f"frame length {length} outside [1, {MAX_FRAME_BYTES}]")
+                if len(conn.inbuf) < _U32.size + length:
+                    return
+                body = bytes(conn.inbuf[_U32.size:_U32.size + length])
+                del conn.inbuf[:_U32.size + length]
+                self._handle_request(conn, body)
+
+    def _on_hello(self, conn):
+        header_size = handshake.HELLO_HEADER.size
+        if len(conn.inbuf) < header_size:
+            return False
+        need = handshake.hello_length(bytes(conn.inbuf[:header_size]))
+        if len(conn.inbuf) < need:
+            return False
+        conn.client_hello = bytes(conn.inbuf[:need])
+        del conn.inbuf[:need]
+        peer = handshake.decode_hello(conn.client_hello)
+        if peer.kind != handshake.KIND_STORE:
+            raise handshake.HandshakeError(f"connection kind {peer.kind} is not a store client")
+        conn.server_hello = handshake.new_hello(handshake.KIND_STORE, -1, 0, "", self._secret).encode()
+        if self._secret is None:
+            self._send(conn, conn.server_hello)
+        else:
+            self._send(conn, conn.server_hello + handshake.proof(self._secret, handshake.ROLE_SERVER,
+                                                                 conn.client_hello, conn.server_hello))
+        handshake.check_auth_agreement(self._secret, peer, "client")
+        if self._secret is None:
+            self._admit(conn)
+        else:
+            conn.state = "proof"
+        return True
+
+    def _admit(self, conn):
+        conn.state, conn.deadline = "ready", None
+        self._send(conn, handshake.ACK)
+
+    def _handle_request(self, conn, body):
+        op, fields = _decode_body(body)
+        if op == _OP_SET:
+            key, value = _fields(fields, 2, "set")
+            self._data[key] = value
+            self._reply(conn, _ST_OK)
+            self._wake_waiters(key)
+        elif op == _OP_GET:
+            key, wait = _fields(fields, 2, "get")
+            if key in self._data:
+                self._reply(conn, _ST_OK, self._data[key])
+            else:
+                conn.waiting = (key, time.monotonic() + _F64.unpack(wait)[0])
+                self._waiters.setdefault(key, []).append(conn)
+        elif op == _OP_ADD:
+            key, amount = _fields(fields, 2, "add")
+            try:
+                total = int(self._data.get(key, b"0")) + _I64.unpack(amount)[0]
+            except ValueError:
+                self._reply(conn, _ST_ERROR, b"add: the key holds a value that is not an integer")
+                return
+            self._data[key] = str(total).encode()
+            self._reply(conn, _ST_OK, _I64.pack(total))
+            self._wake_waiters(key)
+        elif op == _OP_CHECK:
+            self._reply(conn, _ST_OK, b"\x01" if all(k in self._data for k in fields) else b"\x00")
+        else:
+            raise ProtocolError(f"unknown operation {op}")
+
+    def _wake_waiters(self, key):
+        for conn in self._waiters.pop(key, ()):
+            conn.waiting = None
+            self._reply(conn, _ST_OK, self._data[key])
+
+    def _expire(self, now):
+        for conn in [c for c in self._conns if c.deadline is not None and c.deadline <= now]:
+            self._drop(conn, f"did not finish the handshake within {self._handshake_timeout:g} s")
+        for key, conns in list(self._waiters.items()):
+            for conn in [c for c in conns if c.waiting[1] <= now]:
+                conns.remove(conn)
+                conn.waiting = None
+                self._reply(conn, _ST_TIMEOUT)
+            if not conns:
+                del self._waiters[key]
+
+    def _reply(self, conn, status, *fields):
+        self._send(conn, _encode_frame(status, *fields))
+
+    def _send(self, conn, data):
+        conn.outbuf += data
+        self._flush(conn)
+
+    def _flush(self, conn):
+        if conn not in self._conns:
+            return
+        try:
+            sent = conn.sock.send(conn.outbuf) if conn.outbuf else 0
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._drop(conn, f"send failed: {exc}")
+            return
+        del conn.outbuf[:sent]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        if events != conn.events:
+            conn.events = events
+            self._selector.modify(conn.sock, events, conn)
+
+    def _drop(self, conn, reason, level=logging.WARNING):
+        if reason is not None:
+            log.log(level, "store: dropping connection from %s: %s", conn.peer, reason)
+        if conn.waiting is not None:
+            self._waiters.get(conn.waiting[0], []).remove(conn)
+        self._conns.discard(conn)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        conn.sock.close()
+
+
+def _listen(host, port):
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        return socket.create_server(address, family=family, backlog=1024)
+    except OSError as exc:
+        raise PycollError(f"cannot host the rendezvous store on {host}:{port}: {exc} (is another job or "
+                          "torchrun's agent using that port?)") from None
+
+
+class TCPStore:
+    """A rendezvous store over TCP. The server (``is_server=True``, rank 0) runs in a daemon thread of this
+    process; clients connect with retries until ``timeout``, since the server may start later. With ``secret``
+    every connection authenticates both ways before any operation. ``port=0`` on the server picks a free port
+    (see ``.port``)."""
+
+    def __init__(self, host, port, *, is_server, timeout=300.0, secret=None, handshake_timeout=10.0):
+        if not isinstance(host, str) or not host:
+            raise TypeError(f"host must be a non-empty str, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int):
+            raise TypeError(f"port must be an int, got {type(port).__name__}")
+        if not (0 <= port < 65536) or (port == 0 and not is_server):
+            raise ValueError(f"port must be in [1, 65535] (0 only for the server), got {port}")
+        if secret is not None and not isinstance(secret, bytes):
+            raise TypeError(f"secret must be bytes or None, got {type(secret).__name__}")
+        self.host = host
+        self.timeout = _check_timeout("timeout", timeout)
+        self._secret = secret
+        self._lock = threading.Lock()  # guards _socks and _closed
+        self._local = threading.local()
+        self._socks = []
+        self._closed = False
+        self._server = _StoreServer(host, port, secret, handshake_timeout) if is_server else None
+        self.port = self._server.port if self._server is not None else port
+        try:
+            self._socket()  # connect now, so that a missing server or a wrong secret fails here
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self):
+        deadline = time.monotonic() + self.timeout
+        delay, last_error = 0.02, None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(f"cannot reach the rendezvous store at {self.host}:{self.port} within "
+                              f"{self.timeout:g} s: {last_error}")
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=min(remaining, 5.0))
+            except OSError as exc:
+                last_error = exc
+                time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+                delay = min(delay * 2, 1.0)
+                continue
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                hello = handshake.new_hello(handshake.KIND_STORE, -1, 0, "", self._secret)
+                handshake.client_handshake(sock, hello, self._secret, deadline)
+                return sock
+            except handshake.AuthenticationError:
+                sock.close()
+                raise
+            except (handshake.HandshakeError, Timeout) as exc:
+                sock.close()
+                raise type(exc)(f"the service at {self.host}:{self.port} is not a usable pycoll store: "
+                                f"{exc}") from None
+            except OSError as exc:
+                sock.close()
+                last_error = exc
+
+    def _socket(self):
+        """This thread's connection: each thread has its own, so a GET waiting in one thread never holds up
+        another thread's requests."""
+        sock = getattr(self._local, "sock", None)
+        if sock is not None:
+            return sock
+        self._check_open()
+        sock = self._connect()
+        with self._lock:
+            if self._closed:
+                sock.close()
+                raise PycollError("the store is closed")
+            self._socks.append(sock)
+        self._local.sock = sock
+        return sock
+
+    def _check_open(self):
+        with self._lock:
+            if self._closed:
+                raise PycollError("the store is closed")
+
+    def _discard(self, sock):
+        with self._lock:
+            if sock in self._socks:
+                self._socks.remove(sock)
+        sock.close()
+        self._local.sock = None
+
+    def _request(self, op, *fields, wait=None):
+        frame = _encode_frame(op, *fields)
+        self._check_open()
+        sock = self._socket()
+        sock.settimeout(self.timeout if wait is None else wait + _REPLY_MARGIN)
+        try:
+            sock.sendall(frame)
+            (length,) = _U32.unpack(self._recv(sock, _U32.size))
+            if length == 0 or length > MAX_FRAME_BYTES:
+                raise ProtocolError(f"the store sent a frame of {length} bytes")
+            status, reply = _decode_body(self._recv(sock, length))
+        except (socket.timeout, OSError, PycollError) as exc:
+            self._discard(sock)  # the stream may be mid-frame: it cannot be used again
+            if isinstance(exc, socket.timeout):
+                raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
+            if isinstance(exc, PycollError):
+                raise
+            raise PeerFailure(f"lost the connection to the rendezvous store at {self.host}:{self.port}: {exc}",
+                              rank=0) from None
+        if status == _ST_ERROR:
+            raise PycollError(reply[0].decode(errors="replace") if reply else "the store reported an error")
+        return status, reply
+
+    def _recv(self, sock, n):
+        chunks, got = [], 0
+        while got < n:
+            chunk = sock.recv(min(n - got, 1 << 20))
+            if not chunk:
+                raise PeerFailure(f"the rendezvous store at {self.host}:{self.port} closed the connection "
+                                  "(did rank 0 exit?)", rank=0)
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def set(self, key, value):
+        self._request(_OP_SET, _key_bytes(key), _value_bytes(value))
+
+    def get(self, key, timeout=None):
+        """The value of ``key``, waiting up to ``timeout`` seconds (default: the store's) for it to be set."""
+        wait = self.timeout if timeout is None else _check_timeout("timeout", timeout)
+        status, reply = self._request(_OP_GET, _key_bytes(key), _F64.pack(wait), wait=wait)
+        if status == _ST_TIMEOUT:
+            raise Timeout(f"key {key!r} was not set within {wait:g} s")
+        return reply[0]
+
+    def add(self, key, n):
+        """Adds ``n`` to the integer at ``key`` (0 when unset) and returns the new value."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        _, reply = self._request(_OP_ADD, _key_bytes(key), _I64.pack(n))
+        return _I64.unpack(reply[0])[0]
+
+    def check(self, keys):
+        """Whether every key in ``keys`` (a str or an iterable of str) is set, without waiting."""
+        _, reply = self._request(_OP_CHECK, *[_key_bytes(k) for k in _key_list(keys)])
+        return reply[0] == b"\x01"
+
+    def close(self):
+        """Closes the connections and, on the server's rank, stops the server. Idempotent."""
+        with self._lock:
+            self._closed = True
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            sock.close()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FileStore:
+    """A rendezvous store in a directory every rank can see. One file per key (named by the key's SHA-256),
+    written to a temporary name and renamed into place so readers never see half a value; add() serialises
+    on an flock'ed lock file; get() polls with exponential backoff."""
+
+    _LOCK_NAME = ".lock"
+
+    def __init__(self, path, timeout=300.0):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        self.path = os.fspath(path)
+        self.timeout = _check_timeout("timeout", timeout)
+        os.makedirs(self.path, exist_ok=True)
+
+    def _file(self, raw_key):
+        return os.path.join(self.path, hashlib.sha256(raw_key).hexdigest())
+
+    def _write(self, raw_key, value):
+        target = self._file(raw_key)
+        temporary = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(temporary, "wb") as f:
+            f.write(value)
+        os.replace(temporary, target)
+
+    def _read(self, raw_key):
+        try:
+            with open(self._file(raw_key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    @contextlib.contextmanager
+    def _locked(self):
+        fd = os.open(os.path.join(self.path, self._LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def set(self, key, value):
+        self._write(_key_bytes(key), _value_bytes(value))
+
+    def get(self, key, timeout=None):
+        wait = self.timeout if timeout is None else _check_timeout("timeout", timeout)
+        raw_key = _key_bytes(key)
+        deadline = time.monotonic() + wait
+        delay = 0.001
+        while True:
+            value = self._read(raw_key)
+            if value is not None:
+                return value
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(f"key {key!r} was not set within {wait:g} s")
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.1)
+
+    def add(self, key, n):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        raw_key = _key_bytes(key)
+        with self._locked():
+            current = self._read(raw_key)
+            try:
+                total = int(current or b"0") + n
+            except ValueError:
+                raise PycollError(f"add: key {key!r} holds a value that is not an integer") from None
+            self._write(raw_key, str(total).encode())
+        return total
+
+    def check(self, keys):
+        return all(os.path.exists(self._file(_key_bytes(k))) for k in _key_list(keys))
+
+    def close(self):
+        """Nothing to release; present so both stores are used alike."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def gather(store, prefix, rank, world_size, value, timeout):
+    """Every rank publishes ``value`` under ``prefix``; returns all ranks' values in rank order. A rank missing
+    after ``timeout`` seconds raises Timeout naming it and those that joined."""
+    timeout = _check_timeout("timeout", timeout)
+    store.set(f"{prefix}/{rank}", value)
+    deadline = time.monotonic() + timeout
+    values = []
+    for r in range(world_size):
+        try:
+            values.append(store.get(f"{prefix}/{r}", timeout=max(deadline - time.monotonic(), 0.0)))
+        except Timeout:
+            joined = [q for q in range(world_size) if store.check(f"{prefix}/{q}")]
+            missing = [q for q in range(world_size) if q not in joined]
+            raise Timeout(missing_ranks_message(missing, joined, timeout)) from None
+    return values
+
+
+def missing_ranks_message(missing, present, timeout, failed="did not join", present_label="joined"):
+    """ "rank 3 did not join within 60 s; joined: 0, 1, 2" (shared with mesh.py)."""
+    subject = f"rank {missing[0]}" if len(missing) == 1 else "ranks " + ", ".join(map(str, missing))
+    present_text = ", ".join(map(str, present)) if present else "none"
+    return f"{subject} {failed} within {timeout:g} s; {present_label}: {present_text}"
+
+
+def store_port(master_port, env=None):
+    """The port rank 0 hosts the store on: MASTER_PORT, or MASTER_PORT + 1 under torchrun when its agent's
+    own store already listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True)."""
+    env = os.environ if env is None else env
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() in ("1", "true")
+    return master_port + 1 if agent_store else master_port
+
+
+def create_store(launch, *, timeout=300.0, secret=None, env=None):
+    """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address."""
+    return TCPStore(launch.master_addr, store_port(launch.master_port, env), is_server=launch.rank == 0,
+                    timeout=timeout, secret=secret)

@@ -1,0 +1,442 @@
+/* See fake_collectives.h. Test scaffolding: simple and slow on purpose, correct across processes. */
+#define _GNU_SOURCE
+#include "fake_collectives.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct fake_job {
+    int kind, dtype, op, root, async_error;
+    const void *send;
+    void *recv;
+    size_t count;
+    void *stream;
+    struct fake_job *next;
+} fake_job_t;
+
+struct fake_comm {
+    char id[160];
+    int rank, nranks;
+    long seq;
+    pthread_t worker;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    fake_job_t *head, *tail;
+    int ready, stop, drain, async_error;
+};
+
+#define MAX_STREAMS 64
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *stream; int pending; } streams[MAX_STREAMS];
+
+static void stream_add(void *stream, int delta)
+{
+    pthread_mutex_lock(&streams_lock);
+    int free_slot = -1;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (streams[i].pending && streams[i].stream == stream) {
+            streams[i].pending += delta;
+            pthread_mutex_unlock(&streams_lock);
+            return;
+        }
+        if (!streams[i].pending && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot >= 0 && delta > 0) {
+        streams[free_slot].stream = stream;
+        streams[free_slot].pending = delta;
+    }
+    pthread_mutex_unlock(&streams_lock);
+}
+
+int fake_stream_busy(void *stream)
+{
+    int busy = 0;
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i].pending && streams[i].stream == stream)
+            busy = 1;
+    pthread_mutex_unlock(&streams_lock);
+    return busy;
+}
+
+size_t fake_dtype_size(int dtype)
+{
+    static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    return (unsigned)dtype < sizeof sizes / sizeof sizes[0] ? sizes[dtype] : 0;
+}
+
+void fake_log(const char *fmt, ...)
+{
+    const char *path = getenv("FAKE_COLL_LOG");
+    if (!path)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if (n > (int)sizeof line - 2)
+        n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        if (write(fd, line, (size_t)n) < 0)
+            perror("fake_log");
+        close(fd);
+    }
+}
+
+int fake_injected(const char *call)
+{
+    const char *spec = getenv("FAKE_COLL_FAIL");
+    size_t len = strlen(call);
+    for (const char *p = spec; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, call, len) == 0 && p[len] == '=')
+            return atoi(p + len + 1);
+    return 0;
+}
+
+void fake_new_id(char *out, size_t len)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(out, len, "fake-%d-%lld-%ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec);
+}
+
+static void path_of(const fake_comm_t *c, long seq, int rank, char *out, size_t len)
+{
+    const char *dir = getenv("FAKE_COLL_DIR");
+    snprintf(out, len, "%s/%s.%ld.%d", dir ? dir : "/tmp", c->id, seq, rank);
+}
+
+static int publish(const fake_comm_t *c, long seq, const void *data, size_t nbytes)
+{
+    char path[512], tmp[520];
+    path_of(c, seq, c->rank, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return -1;
+    size_t wrote = nbytes ? fwrite(data, 1, nbytes, f) : 0;
+    fclose(f);
+    return wrote == nbytes ? rename(tmp, path) : -1;
+}
+
+static int stopping(fake_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int stop = c->stop;
+    pthread_mutex_unlock(&c->lock);
+    return stop;
+}
+
+/* Every rank's bytes of sequence number seq (malloc'd, in rank order), or NULL when aborted first. */
+static char **gather_files(fake_comm_t *c, long seq)
+{
+    char **data = calloc((size_t)c->nranks, sizeof *data);
+    for (int r = 0; r < c->nranks; r++) {
+        char path[512];
+        path_of(c, seq, r, path, sizeof path);
+        struct stat st;
+        while (stat(path, &st) != 0) {
+            if (stopping(c)) {
+                for (int i = 0; i < r; i++)
+                    free(data[i]);
+                free(data);
+                return NULL;
+            }
+            usleep(200);
+        }
+        data[r] = malloc((size_t)st.st_size + 1);
+        FILE *f = fopen(path, "rb");
+        if (!f || fread(data[r], 1, (size_t)st.st_size, f) != (size_t)st.st_size)
+            fprintf(stderr, "fake collectives: cannot read %s\n", path);
+        if (f)
+            fclose(f);
+    }
+    return data;
+}
+
+static float half_to_float(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float v = exp == 0 ? ldexpf((float)mant, -24)
+              : exp == 31 ? (mant ? NAN : INFINITY)
+                          : ldexpf((float)(mant | 0x400), exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t float_to_half(float f)
+{
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    float a = fabsf(f);
+    if (isnan(f))
+        return 0x7e00;
+    if (a >= 65520.0f)
+        return sign | 0x7c00;
+    if (a < ldexpf(1.0f, -14)) /* subnormal: a multiple of 2^-24, rounded to nearest even by rintf */
+        return sign | (uint16_t)rintf(ldexpf(a, 24));
+    int e;
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    uint32_t mant = (uint32_t)rintf(ldexpf(a, 11 - e)); /* 11 significant bits */
+    if (mant == 2048) {
+        mant = 1024;
+        e++;
+    }
+    return sign | (uint16_t)(((e + 14) << 10) | (mant & 0x3ff));
+}
+
+static float bf16_to_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (isnan(f))
+        return 0x7fc0;
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static double load(const void *p, size_t i, int dtype)
+{
+    switch (dtype) {
+    case FAKE_F16: return half_to_float(((const uint16_t *)p)[i]);
+    case FAKE_BF16: return bf16_to_float(((const uint16_t *)p)[i]);
+    case FAKE_F32: return ((const float *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+
+static void store(void *p, size_t i, int dtype, double v)
+{
+    switch (dtype) {
+    case FAKE_F16: ((uint16_t *)p)[i] = float_to_half((float)v); break;
+    case FAKE_BF16: ((uint16_t *)p)[i] = float_to_bf16((float)v); break;
+    case FAKE_F32: ((float *)p)[i] = (float)v; break;
+    default: ((double *)p)[i] = v;
+    }
+}
+
+static int64_t load_int(const void *p, size_t i, int dtype)
+{
+    switch (dtype) {
+    case FAKE_I8: return ((const int8_t *)p)[i];
+    case FAKE_U8: return ((const uint8_t *)p)[i];
+    case FAKE_I32: return ((const int32_t *)p)[i];
+    case FAKE_U32: return ((const uint32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+static void store_int(void *p, size_t i, int dtype, int64_t v)
+{
+    switch (dtype) {
+    case FAKE_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case FAKE_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case FAKE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case FAKE_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    default: ((int64_t *)p)[i] = v;
+    }
+}
+
+static int is_float(int dtype)
+{
+    return dtype == FAKE_F16 || dtype == FAKE_BF16 || dtype == FAKE_F32 || dtype == FAKE_F64;
+}
+
+/* out[i] = op over ranks (in rank order) of in[r][offset + i]; floats combined in the element's precision
+ * (float16/bfloat16 in float32, rounded once). */
+static void fold(char **in, int nranks, size_t offset, void *out, size_t count, int dtype, int op)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (is_float(dtype)) {
+            double acc = load(in[0], offset + i, dtype);
+            for (int r = 1; r < nranks; r++) {
+                double v = load(in[r], offset + i, dtype);
+                acc = op == FAKE_PROD ? acc * v : op == FAKE_MIN ? fmin(acc, v) : op == FAKE_MAX ? fmax(acc, v) : acc + v;
+                if (dtype == FAKE_F32 || dtype == FAKE_F16 || dtype == FAKE_BF16)
+                    acc = (float)acc;
+            }
+            store(out, i, dtype, op == FAKE_AVG ? acc / nranks : acc);
+        } else {
+            uint64_t acc = (uint64_t)load_int(in[0], offset + i, dtype);
+            for (int r = 1; r < nranks; r++) {
+                int64_t v = load_int(in[r], offset + i, dtype);
+                acc = op == FAKE_PROD  ? acc * (uint64_t)v
+                      : op == FAKE_MIN ? (uint64_t)((int64_t)acc < v ? (int64_t)acc : v)
+                      : op == FAKE_MAX ? (uint64_t)((int64_t)acc > v ? (int64_t)acc : v)
+                                       : acc + (uint64_t)v;
+            }
+            store_int(out, i, dtype, op == FAKE_AVG ? (int64_t)acc / nranks : (int64_t)acc);
+        }
+    }
+}
+
+static void run_job(fake_comm_t *c, const fake_job_t *j)
+{
+    size_t isz = fake_dtype_size(j->dtype);
+    size_t send_bytes = j->kind == FAKE_REDUCE_SCATTER ? j->count * isz * (size_t)c->nranks
+                        : j->kind == FAKE_BROADCAST && c->rank != j->root ? 0
+                                                                           : j->count * isz;
+    long seq = ++c->seq;
+    if (publish(c, seq, j->send, send_bytes) != 0)
+        fprintf(stderr, "fake collectives: cannot publish rank %d seq %ld\n", c->rank, seq);
+    char **in = gather_files(c, seq);
+    if (!in)
+        return;
+    switch (j->kind) {
+    case FAKE_ALL_REDUCE: fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op); break;
+    case FAKE_REDUCE:
+        if (c->rank == j->root)
+            fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op);
+        break;
+    case FAKE_REDUCE_SCATTER:
+        fold(in, c->nranks, (size_t)c->rank * j->count, j->recv, j->count, j->dtype, j->op);
+        break;
+    case FAKE_ALL_GATHER:
+        for (int r = 0; r < c->nranks; r++)
+            memcpy((char *)j->recv + (size_t)r * j->count * isz, in[r], j->count * isz);
+        break;
+    case FAKE_BROADCAST: memcpy(j->recv, in[j->root], j->count * isz); break;
+    }
+    for (int r = 0; r < c->nranks; r++)
+        free(in[r]);
+    free(in);
+    /* Every rank has published seq, so every rank is done reading seq - 1: our old file can go. */
+    char old[512];
+    path_of(c, seq - 1, c->rank, old, sizeof old);
+    unlink(old);
+}
+
+static void *worker(void *arg)
+{
+    fake_comm_t *c = arg;
+    char init[1] = {0};
+    publish(c, 0, init, 1);
+    char **in = gather_files(c, 0);
+    if (!in)
+        return NULL;
+    for (int r = 0; r < c->nranks; r++)
+        free(in[r]);
+    free(in);
+    pthread_mutex_lock(&c->lock);
+    c->ready = 1;
+    for (;;) {
+        while (!c->head && !c->stop && !c->drain)
+            pthread_cond_wait(&c->cond, &c->lock);
+        if (c->stop || (!c->head && c->drain))
+            break;
+        fake_job_t *j = c->head;
+        pthread_mutex_unlock(&c->lock);
+        if (j->async_error) {
+            pthread_mutex_lock(&c->lock);
+            c->async_error = j->async_error;
+            pthread_mutex_unlock(&c->lock);
+        } else {
+            run_job(c, j);
+        }
+        pthread_mutex_lock(&c->lock);
+        if (c->stop) /* aborted mid-collective: the job stays queued, its stream busy, as on a dead GPU */
+            break;
+        c->head = j->next;
+        if (!c->head)
+            c->tail = NULL;
+        stream_add(j->stream, -1);
+        free(j);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+fake_comm_t *fake_comm_start(const char *id, int rank, int nranks)
+{
+    fake_comm_t *c = calloc(1, sizeof *c);
+    snprintf(c->id, sizeof c->id, "%s", id);
+    c->rank = rank;
+    c->nranks = nranks;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    pthread_create(&c->worker, NULL, worker, c);
+    return c;
+}
+
+int fake_comm_ready(fake_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int ready = c->ready;
+    pthread_mutex_unlock(&c->lock);
+    return ready;
+}
+
+int fake_comm_async_error(fake_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int e = c->async_error;
+    pthread_mutex_unlock(&c->lock);
+    return e;
+}
+
+void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
+                       int root, void *stream, int async_error)
+{
+    fake_job_t *j = calloc(1, sizeof *j);
+    *j = (fake_job_t){kind, dtype, op, root, async_error, send, recv, count, stream, NULL};
+    stream_add(stream, 1);
+    pthread_mutex_lock(&c->lock);
+    if (c->tail)
+        c->tail->next = j;
+    else
+        c->head = j;
+    c->tail = j;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void finish(fake_comm_t *c, int abort)
+{
+    pthread_mutex_lock(&c->lock);
+    if (abort)
+        c->stop = 1;
+    else
+        c->drain = 1;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->worker, NULL);
+    for (fake_job_t *j = c->head, *next; j; j = next) {
+        next = j->next;
+        stream_add(j->stream, -1);
+        free(j);
+    }
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
+void fake_comm_abort(fake_comm_t *c)
+{
+    finish(c, 1);
+}
+
+void fake_comm_destroy(fake_comm_t *c)
+{
+    finish(c, 0);
+}

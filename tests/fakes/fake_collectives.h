@@ -1,0 +1,38 @@
+/* The engine behind the fake vendor libraries (fake_nccl.c, fake_hccl.c): collectives that really run across
+ * processes, each rank publishing its bytes to a file named after the unique id and sequence number, in the
+ * directory FAKE_COLL_DIR. "Device memory" is host memory; a "stream" is any pointer, busy while it has work
+ * queued. Each communicator runs its init and collectives on a worker thread, as a GPU runs them off the
+ * caller's thread, so a missing peer leaves the stream busy until the caller aborts. */
+#ifndef FAKE_COLLECTIVES_H
+#define FAKE_COLLECTIVES_H
+
+#include <stddef.h>
+
+enum fake_kind { FAKE_ALL_REDUCE, FAKE_REDUCE_SCATTER, FAKE_ALL_GATHER, FAKE_BROADCAST, FAKE_REDUCE };
+enum fake_dtype { FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAKE_U64, FAKE_F16, FAKE_F32, FAKE_F64, FAKE_BF16 };
+enum fake_op { FAKE_SUM, FAKE_PROD, FAKE_MIN, FAKE_MAX, FAKE_AVG };
+
+typedef struct fake_comm fake_comm_t;
+
+size_t fake_dtype_size(int dtype);
+/* A fresh random id, as text, into out[0..len). */
+void fake_new_id(char *out, size_t len);
+/* Starts the rendezvous of `nranks` ranks on id in the background. */
+fake_comm_t *fake_comm_start(const char *id, int rank, int nranks);
+/* 1 once every rank has joined, 0 before. */
+int fake_comm_ready(fake_comm_t *c);
+/* The error code injected into a collective's completion (0: none), and the count of collectives dequeued. */
+int fake_comm_async_error(fake_comm_t *c);
+void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
+                       int root, void *stream, int async_error);
+/* 1 while `stream` has queued work. */
+int fake_stream_busy(void *stream);
+/* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */
+void fake_comm_abort(fake_comm_t *c);
+void fake_comm_destroy(fake_comm_t *c);
+/* Appends a line to the file FAKE_COLL_LOG (if set). */
+void fake_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The code FAKE_COLL_FAIL injects into `call`: "name=code[,name=code...]"; 0 when none. */
+int fake_injected(const char *call);
+
+#endif

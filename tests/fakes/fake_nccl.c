@@ -1,0 +1,190 @@
+/* A fake libnccl.so.2 + libcudart for pycoll's binding tests: the same C symbols and values as NCCL's nccl.h
+ * (typed here as plain ints), backed by fake_collectives.c. Every call is logged to FAKE_COLL_LOG so tests can
+ * check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_collectives.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum { SUCCESS = 0, INVALID_ARGUMENT = 4, IN_PROGRESS = 7 };
+
+typedef struct { char internal[128]; } unique_id_t;
+typedef struct {
+    size_t size;
+    unsigned int magic, version;
+    int blocking;
+} config_head_t;
+
+typedef struct {
+    fake_comm_t *fake;
+    int rank, nranks;
+} comm_t;
+
+static const char *const result_strings[] = {"no error", "unhandled cuda error", "unhandled system error",
+                                              "internal error", "invalid argument", "invalid usage",
+                                              "remote process exited or there was a network error",
+                                              "NCCL operation in progress", "timeout"};
+
+EXPORT const char *ncclGetErrorString(int r)
+{
+    return (unsigned)r < sizeof result_strings / sizeof result_strings[0] ? result_strings[r] : "unknown result";
+}
+
+EXPORT const char *ncclGetLastError(comm_t *comm)
+{
+    (void)comm;
+    return getenv("FAKE_COLL_FAIL") ? "fake nccl: error injected by FAKE_COLL_FAIL" : "";
+}
+
+EXPORT int ncclGetVersion(int *version)
+{
+    *version = 22304;
+    return SUCCESS;
+}
+
+EXPORT int ncclGetUniqueId(unique_id_t *id)
+{
+    int injected = fake_injected("ncclGetUniqueId");
+    if (injected)
+        return injected;
+    memset(id, 0, sizeof *id);
+    fake_new_id(id->internal, sizeof id->internal);
+    return SUCCESS;
+}
+
+EXPORT int ncclCommInitRankConfig(comm_t **out, int nranks, unique_id_t id, int rank, config_head_t *config)
+{
+    const char *algo = getenv("NCCL_ALGO");
+    fake_log("ncclCommInitRankConfig rank=%d nranks=%d blocking=%d version=%u magic=%#x algo=%s", rank, nranks,
+             config->blocking, config->version, config->magic, algo ? algo : "");
+    int injected = fake_injected("ncclCommInitRankConfig");
+    if (injected)
+        return injected;
+    if (config->magic != 0xcafebeef || config->version < 21400 || rank < 0 || rank >= nranks)
+        return INVALID_ARGUMENT;
+    comm_t *c = calloc(1, sizeof *c);
+    c->rank = rank;
+    c->nranks = nranks;
+    c->fake = fake_comm_start(id.internal, rank, nranks);
+    *out = c;
+    return config->blocking == 0 ? IN_PROGRESS : SUCCESS;
+}
+
+EXPORT int ncclCommGetAsyncError(comm_t *c, int *state)
+{
+    int injected = fake_injected("async");
+    if (!fake_comm_ready(c->fake))
+        *state = IN_PROGRESS;
+    else if (injected && fake_comm_async_error(c->fake))
+        *state = injected;
+    else
+        *state = SUCCESS;
+    return SUCCESS;
+}
+
+EXPORT int ncclCommAbort(comm_t *c)
+{
+    fake_log("ncclCommAbort rank=%d", c->rank);
+    fake_comm_abort(c->fake);
+    free(c);
+    return SUCCESS;
+}
+
+EXPORT int ncclCommDestroy(comm_t *c)
+{
+    fake_log("ncclCommDestroy rank=%d", c->rank);
+    fake_comm_destroy(c->fake);
+    free(c);
+    return SUCCESS;
+}
+
+EXPORT int ncclCommCuDevice(comm_t *c, int *device)
+{
+    (void)c;
+    const char *d = getenv("FAKE_COLL_DEVICE");
+    *device = d ? atoi(d) : 0;
+    return SUCCESS;
+}
+
+/* ncclDataType_t -> fake dtype (NCCL: int8 uint8 int32 uint32 int64 uint64 f16 f32 f64 bf16). */
+static const int dtypes[] = {FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAKE_U64, FAKE_F16, FAKE_F32, FAKE_F64,
+                             FAKE_BF16};
+/* ncclRedOp_t -> fake op (NCCL: sum prod max min avg). */
+static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN, FAKE_AVG};
+
+static int enqueue(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int op,
+                   int root, comm_t *c, void *stream)
+{
+    fake_log("%s rank=%d count=%zu dtype=%d op=%d root=%d stream=%#lx send=%#lx recv=%#lx", name, c->rank, count,
+             dtype, op, root, (unsigned long)(uintptr_t)stream, (unsigned long)(uintptr_t)send,
+             (unsigned long)(uintptr_t)recv);
+    int injected = fake_injected(name);
+    if (injected)
+        return injected;
+    if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || (unsigned)op >= sizeof ops / sizeof ops[0] ||
+        root < -1 || root >= c->nranks)
+        return INVALID_ARGUMENT;
+    fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], ops[op], root, stream,
+                      fake_injected("async"));
+    return SUCCESS;
+}
+
+EXPORT int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
+{
+    return enqueue("ncclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
+}
+
+EXPORT int ncclReduceScatter(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
+{
+    return enqueue("ncclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c, stream);
+}
+
+EXPORT int ncclAllGather(const void *send, void *recv, size_t count, int dtype, comm_t *c, void *stream)
+{
+    return enqueue("ncclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
+}
+
+EXPORT int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root, comm_t *c, void *stream)
+{
+    return enqueue("ncclBroadcast", FAKE_BROADCAST, send, recv, count, dtype, 0, root, c, stream);
+}
+
+EXPORT int ncclReduce(const void *send, void *recv, size_t count, int dtype, int op, int root, comm_t *c,
+                      void *stream)
+{
+    return enqueue("ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
+}
+
+/* ---- the CUDA runtime pieces pycoll uses ---- */
+
+EXPORT int cudaStreamQuery(void *stream)
+{
+    return fake_stream_busy(stream) ? 600 : 0;
+}
+
+EXPORT int cudaMalloc(void **ptr, size_t size)
+{
+    *ptr = malloc(size);
+    return *ptr ? 0 : 2;
+}
+
+EXPORT int cudaFree(void *ptr)
+{
+    free(ptr);
+    return 0;
+}
+
+EXPORT int cudaMemset(void *ptr, int value, size_t count)
+{
+    memset(ptr, value, count);
+    return 0;
+}
+
+EXPORT const char *cudaGetErrorString(int error)
+{
+    return error == 0 ? "no error" : error == 600 ? "device not ready" : "fake cuda error";
+}

@@ -1,0 +1,242 @@
+"""pycoll's NCCL binding end to end against a fake libnccl (tests/fakes/fake_nccl.c) in 2 real processes:
+argument marshalling, dtype/op mapping, the unique id through the store, error codes and the abort path.
+These are binding tests, not proof on hardware: the fake runs the collectives on host memory."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from fakes.vendor_harness import FakeDeviceArray, FileStore, buffer, build_fake, run_ranks
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+@pytest.fixture(scope="module")
+def fake_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nccl")
+    lib = build_fake("nccl", tmp)
+    if lib is None:
+        pytest.skip("no C compiler to build the fake NCCL")
+    return {"PYCOLL_NCCL_LIBRARY": lib, "PYCOLL_CUDART_LIBRARY": lib, "FAKE_COLL_DIR": str(tmp)}
+
+
+@pytest.fixture
+def env(fake_env, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+
+
+def _engine(rank, world, timeout=20.0, options=None):
+    from pycoll.nccl_backend import NcclBackend
+    backend = NcclBackend()
+    assert backend.probe() is None
+    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,
+                          options=options or {})
+
+
+DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+OPS = {0: "sum", 1: "prod", 2: "min", 3: "max", 4: "avg"}
+
+
+def _data(rank, dtype, n=5):
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    base = np.array([1, -2, 3, 4, -5][:n] if np.dtype(dt).kind != "u" else [1, 2, 3, 4, 5][:n])
+    return (base * (rank + 1)).astype(dt)
+
+
+def _expected(dtype, op, world):
+    parts = [_data(r, dtype).astype(np.float64) for r in range(world)]
+    out = {0: sum(parts), 1: np.prod(parts, axis=0), 2: np.min(parts, axis=0), 3: np.max(parts, axis=0),
+           4: sum(parts) / world}[op]
+    if dtype in ("float16", "bfloat16", "float32", "float64"):
+        return out
+    return np.trunc(out)
+
+
+def _all_reduce_every_dtype_and_op(rank, world):
+    engine = _engine(rank, world)
+    results = {}
+    for dtype in DTYPES:
+        for op in OPS:
+            x = _data(rank, dtype)
+            engine.all_reduce(buffer(x), buffer(x), op, "auto", "fast")
+            results[(dtype, op)] = x.astype(np.float64)
+    engine.close()
+    return results
+
+
+@pytest.mark.timeout(60)
+def test_all_reduce_every_dtype_and_op(env):
+    results = run_ranks(_all_reduce_every_dtype_and_op, 2, env)
+    for rank in range(2):
+        status, value = results[rank]
+        assert status == "ok", value
+        for (dtype, op), got in value.items():
+            np.testing.assert_array_equal(got, _expected(dtype, op, 2), err_msg=f"{dtype} {OPS[op]}")
+    log = open(env["FAKE_COLL_LOG"]).read()
+    # pycoll ids -> NCCL's: min is ncclMin (3), max ncclMax (2), avg ncclAvg (4); bfloat16 is ncclBfloat16 (9)
+    assert "ncclAllReduce rank=0 count=5 dtype=9 op=4" in log
+    assert "ncclAllReduce rank=0 count=5 dtype=7 op=3" in log  # float32 min
+    assert "ncclAllReduce rank=0 count=5 dtype=4 op=2" in log  # int64 max
+    assert "blocking=0 version=21400 magic=0xcafebeef" in log  # non-blocking init, a config NCCL accepts
+
+
+def _other_collectives(rank, world):
+    engine = _engine(rank, world)
+    out = {}
+    send = np.arange(6, dtype=np.float32) + 10 * rank
+    recv = np.zeros(3, np.float32)
+    engine.reduce_scatter(buffer(send), buffer(recv), 0, "auto", "fast")
+    out["reduce_scatter"] = recv.copy()
+    gathered = np.zeros(4, np.int32)
+    mine = np.array([rank, rank + 100], np.int32)
+    engine.all_gather(buffer(mine), buffer(gathered))
+    out["all_gather"] = gathered
+    b = np.full(4, rank + 7, np.int64)
+    engine.broadcast(buffer(b), 1)
+    out["broadcast"] = b
+    r_send = np.array([1.5, 2.5], np.float64) * (rank + 1)
+    r_recv = np.zeros(2, np.float64)
+    engine.reduce(buffer(r_send), buffer(r_recv), 3, 0, "fast")
+    out["reduce"] = r_recv
+    engine.barrier()
+    engine.close()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_reduce_scatter_all_gather_broadcast_reduce_barrier(env):
+    results = run_ranks(_other_collectives, 2, env)
+    for rank in range(2):
+        status, out = results[rank]
+        assert status == "ok", out
+        full = (np.arange(6) + np.arange(6) + 10).astype(np.float32)
+        np.testing.assert_array_equal(out["reduce_scatter"], full[3 * rank:3 * rank + 3])
+        np.testing.assert_array_equal(out["all_gather"], [0, 100, 1, 101])
+        np.testing.assert_array_equal(out["broadcast"], [8] * 4)
+        np.testing.assert_array_equal(out["reduce"], [3.0, 5.0] if rank == 0 else [0.0, 0.0])
+
+
+def _streams_and_algorithms(rank, world):
+    engine = _engine(rank, world)
+    x = np.ones(3, np.float32)
+    engine.all_reduce(buffer(x, owner=FakeDeviceArray(x, stream=0x5000 + rank)),
+                      buffer(x, owner=FakeDeviceArray(x, stream=0x5000 + rank)), 0, "auto", "fast")
+    ran = engine.all_reduce(buffer(x), buffer(x), 0, "ring", "fast")
+    assert ran == "ring"
+    with pytest.raises(ValueError, match="algorithm"):
+        engine.all_reduce(buffer(x), buffer(x), 0, "bogus", "fast")
+    from pycoll.errors import PycollError
+    with pytest.raises(PycollError, match="compensated"):
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "compensated")
+    assert os.environ.get("NCCL_ALGO") is None  # set only while the ring communicator was created
+    engine.close()
+    return x
+
+
+@pytest.mark.timeout(60)
+def test_stream_from_array_and_algorithm_communicators(env):
+    results = run_ranks(_streams_and_algorithms, 2, env)
+    for rank in range(2):
+        status, x = results[rank]
+        assert status == "ok", x
+        np.testing.assert_array_equal(x, [4, 4, 4])
+    log = open(env["FAKE_COLL_LOG"]).read()
+    assert "ncclAllReduce rank=1 count=3 dtype=7 op=0 root=-1 stream=0x5001" in log
+    assert "algo=Ring" in log
+
+
+def _dead_peer(rank, world):
+    engine = _engine(rank, world, timeout=1.5)
+    if rank == 1:
+        return "left without calling all_reduce"
+    x = np.ones(4, np.float32)
+    from pycoll.errors import CommunicatorClosed, Timeout
+    start = time.monotonic()
+    with pytest.raises(Timeout, match="did not complete within 1.500 s.*aborted"):
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
+    elapsed = time.monotonic() - start
+    with pytest.raises(CommunicatorClosed, match="earlier error"):
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
+    engine.close()
+    return elapsed
+
+
+@pytest.mark.timeout(60)
+def test_dead_peer_times_out_and_aborts(env):
+    results = run_ranks(_dead_peer, 2, env)
+    status, elapsed = results[0]
+    assert status == "ok", elapsed
+    assert 1.4 < elapsed < 5.0
+    assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
+
+
+def _init_without_peer(rank, world):
+    from pycoll.errors import Timeout
+    with pytest.raises(Timeout, match="ncclCommInitRankConfig did not complete"):
+        _engine(rank, 2, timeout=1.0)  # a 2-rank job whose rank 1 never starts
+    return "timed out"
+
+
+@pytest.mark.timeout(60)
+def test_init_without_peer_times_out(env):
+    results = run_ranks(_init_without_peer, 1, env)
+    assert results[0] == ("ok", "timed out")
+    assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
+
+
+def _injected(rank, world):
+    engine = _engine(rank, world)
+    x = np.ones(2, np.float32)
+    try:
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fail, error, text", [
+    ("async=6", "PeerFailure", "ncclRemoteError, code 6"),
+    ("ncclAllReduce=4", "ValueError", "ncclInvalidArgument"),
+    ("ncclAllReduce=1", "PycollError", "ncclUnhandledCudaError"),
+    ("ncclAllReduce=2", "PycollError", "ncclSystemError"),
+    ("ncclAllReduce=8", "Timeout", "ncclTimeout"),
+])
+def test_nccl_results_map_to_pycoll_errors(env, fail, error, text):
+    results = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))
+    status, value = results[0]
+    assert status == "ok", value
+    name, message = value
+    assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
+
+
+def test_probe_names_what_to_install(tmp_path):
+    import subprocess
+    import sys
+    code = ("from pycoll.nccl_backend import NcclBackend; print(NcclBackend().probe())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, PYCOLL_NCCL_LIBRARY=str(tmp_path / "missing.so")), check=True)
+    assert "libnccl.so.2 not found -- pip install nvidia-nccl-cu12" in out.stdout
+    assert "PYCOLL_NCCL_LIBRARY" in out.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(120)
+def test_real_gpu_single_rank(tmp_path):
+    cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
+    from pycoll.nccl_backend import NcclBackend
+    reason = NcclBackend().probe()
+    if reason:
+        pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")
+    engine = NcclBackend().create(rank=0, world_size=1, store=FileStore(tmp_path), timeout=60, options={})
+    x = cupy.arange(8, dtype=cupy.float32)
+    buf = buffer(np.empty(8, np.float32), owner=x)
+    buf.ptr = x.data.ptr
+    engine.all_reduce(buf, buf, 4, "auto", "fast")
+    engine.barrier()
+    engine.close()
+    np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(8, dtype=np.float32))

@@ -1,0 +1,55 @@
+"""The vendor backends as plugins: registered by name, honest about what they take, and unavailable with a
+reason (never an exception) where their library is missing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycoll import plugins
+
+
+def _probe_in_clean_process(tmp_path, module, cls):
+    env = dict(os.environ)
+    for var in ("PYCOLL_NCCL_LIBRARY", "PYCOLL_CUDART_LIBRARY", "PYCOLL_HCCL_LIBRARY", "PYCOLL_ACL_LIBRARY"):
+        env[var] = str(tmp_path / "absent" / "lib.so")
+    code = f"from pycoll.{module} import {cls}; print(repr({cls}().probe()))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                          env=env).stdout
+
+
+@pytest.mark.parametrize("module, cls, name, memory", [
+    ("nccl_backend", "NcclBackend", "nccl", "cuda"),
+    ("hccl_backend", "HcclBackend", "hccl", "npu"),
+])
+def test_vendor_backends_register_and_declare(module, cls, name, memory):
+    mod = __import__(f"pycoll.{module}", fromlist=[cls])
+    backend = getattr(mod, cls)()
+    assert backend.name == name and backend.memory == memory
+    assert backend.api_version == plugins.PLUGIN_API_VERSION
+    assert set(backend.algorithms) == {"auto", "ring", "halving_doubling", "recursive_doubling", "mesh"}
+    assert backend.accuracies == ("fast",)
+    with plugins._lock:
+        assert type(plugins._registry[name]) is type(backend)
+
+
+@pytest.mark.parametrize("module, cls, words", [
+    ("nccl_backend", "NcclBackend", "pip install nvidia-nccl-cu12"),
+    ("hccl_backend", "HcclBackend", "install the CANN toolkit"),
+])
+def test_missing_library_is_a_reason_not_an_error(tmp_path, module, cls, words):
+    out = _probe_in_clean_process(tmp_path, module, cls)
+    assert words in out and "absent" in out
+
+
+def test_get_unusable_vendor_backend_raises_backend_unavailable(tmp_path):
+    pytest.importorskip("pycoll.tcp_backend", reason="plugins._builtin() imports the TCP backend (branch infra)")
+    code = ("import pycoll.plugins as p\n"
+            "try:\n    p.get('nccl')\nexcept p.BackendUnavailable as e:\n    print('unavailable:', e)\n"
+            "print([s.name for s in p.statuses()])")
+    env = dict(os.environ, PYCOLL_NCCL_LIBRARY=str(tmp_path / "absent.so"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env=env).stdout
+    assert "unavailable: nccl: libnccl.so.2 not found" in out
+    assert "'hccl'" in out and "'nccl'" in out
