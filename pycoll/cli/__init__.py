@@ -9,7 +9,7 @@ import importlib
 
 import pycoll
 
-SUBCOMMANDS = ("run",)
+SUBCOMMANDS = ("run", "bench")
 
 
 def build_parser():
