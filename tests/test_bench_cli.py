@@ -16,8 +16,15 @@ SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
 FAST = ["--iters", "3", "--warmup", "1"]
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_source_tree(tmp_path, monkeypatch):
+    # Ranks start with `python -m`, which puts the working directory first on sys.path: from the repository
+    # root that would import the source folder (no compiled modules) instead of the installed package.
+    monkeypatch.chdir(tmp_path)
+
+
 def run_cli(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "pycoll.cli.bench", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pycoll", "bench", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
