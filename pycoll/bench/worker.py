@@ -71,9 +71,10 @@ def _time(comm, case, count, root, warmup, iters):
     times = timing.time_iterations(
         lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root),
         comm.barrier, warm, timed)
+    ran = comm.last_algorithm  # before the gather below replaces it
     medians = np.zeros(world, dtype=np.float64)
     comm.all_gather(np.array([timing.rank_median(times)]), medians)
-    return timing.across_ranks(medians.tolist()), comm.last_algorithm
+    return timing.across_ranks(medians.tolist()), ran
 
 
 def _connect(comm):
