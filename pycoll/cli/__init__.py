@@ -9,7 +9,7 @@ import importlib
 
 import pycoll
 
-SUBCOMMANDS = ("run", "tune")
+SUBCOMMANDS = ("run", "bench", "tune")
 
 
 def build_parser():

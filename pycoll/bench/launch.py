@@ -1,0 +1,18 @@
+"""Start N local ranks of a Python module through `pycoll run`'s launcher (pycoll.cli.run.launch)."""
+
+from __future__ import annotations
+
+import sys
+
+
+class RankFailed(RuntimeError):
+    """A job's rank failed (the launcher stopped the others)."""
+
+
+def run_module(n: int, module: str, args=(), *, timeout: float | None = None) -> None:
+    """`python -m module args` as ranks 0..n-1; RankFailed unless every rank exits 0."""
+    from pycoll.cli.run import launch
+
+    code = launch([sys.executable, "-m", module, *args], n, timeout=timeout)
+    if code != 0:
+        raise RankFailed(f"the job of {n} ranks exited with code {code}")

@@ -1,0 +1,183 @@
+"""The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py (Open MPI over TCP).
+
+Each peer is wrapped in a small adapter with the Communicator methods the sweep uses, so the very same
+worker.run_cases times it: barrier, one timed call, per-rank median, medians gathered with the peer itself,
+and the same #wrong / max_rel_err checks. `python -m pycoll.bench.peers NAME CONFIG.json RESULT.json` is one
+rank of a peer's job.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from pycoll.bench import launch
+from pycoll.bench.progress import Progress
+from pycoll.bench.worker import run_cases
+
+
+class _GlooComm:
+    """torch.distributed with the gloo backend, on numpy arrays (shared with torch tensors, no copies)."""
+
+    backend = "gloo"
+    last_algorithm = "gloo"
+
+    def __init__(self):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        dist.init_process_group("gloo", init_method="env://")
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.ops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+                    "max": dist.ReduceOp.MAX}
+
+    def _tensor(self, a):
+        if a.dtype.name == "bfloat16":  # torch.from_numpy does not know ml_dtypes' bfloat16: same bits
+            return self.torch.from_numpy(a.view(np.uint16)).view(self.torch.bfloat16)
+        return self.torch.from_numpy(a)
+
+    def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
+        # gloo reduces in place; out-of-place is a copy then in place (what pycoll does with out= too).
+        if out is not None:
+            np.copyto(out, x)
+            x = out
+        self.dist.all_reduce(self._tensor(x), op=self.ops[op])
+        return x
+
+    def all_gather(self, x, out):
+        # all_gather_single replaces all_gather_into_tensor in recent torch releases.
+        gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
+        gather(self._tensor(out), self._tensor(x))
+        return out
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
+class _MpiComm:
+    """mpi4py's COMM_WORLD on numpy arrays."""
+
+    backend = "mpi"
+
+    def __init__(self):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+        self.last_algorithm = "ompi-tuned" if "Open MPI" in MPI.Get_library_version() else "mpi"
+
+    def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
+        if out is None:
+            self.comm.Allreduce(self.MPI.IN_PLACE, x, op=self.ops[op])
+            return x
+        self.comm.Allreduce(x, out, op=self.ops[op])
+        return out
+
+    def all_gather(self, x, out):
+        self.comm.Allgather(x, out)
+        return out
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def close(self):
+        pass
+
+
+class Peer:
+    name = ""
+    dtypes: tuple = ()
+    ops: tuple = ("sum", "prod", "min", "max")
+
+    def unavailable(self) -> str | None:
+        """None when the peer can run here, else why not (and what to install)."""
+        raise NotImplementedError
+
+    def launch(self, n: int, config_path: str, result_path: str, timeout: float) -> None:
+        raise NotImplementedError
+
+
+class GlooPeer(Peer):
+    name = "gloo"
+    dtypes = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+    def unavailable(self):
+        if importlib.util.find_spec("torch") is None:
+            return "torch is not installed (pip install torch; the CPU wheel has gloo)"
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_gloo_available():
+            return "this torch build has no gloo backend"
+        return None
+
+    def launch(self, n, config_path, result_path, timeout):
+        launch.run_module(n, "pycoll.bench.peers", ["gloo", config_path, result_path], timeout=timeout)
+
+
+class MpiPeer(Peer):
+    name = "mpi"
+    dtypes = ("int8", "uint8", "int32", "int64", "float32", "float64")  # no float16/bfloat16 in MPI-3
+
+    def unavailable(self):
+        if shutil.which("mpirun") is None:
+            return "mpirun is not on PATH (apt-get install openmpi-bin libopenmpi-dev)"
+        if importlib.util.find_spec("mpi4py") is None:
+            return "mpi4py is not installed (pip install mpi4py, after Open MPI's libopenmpi-dev)"
+        return None
+
+    def launch(self, n, config_path, result_path, timeout):
+        # TCP only (btl tcp,self: no shared memory), like pycoll's and gloo's loopback sockets; ob1 so that
+        # the btl setting is what moves the bytes; no binding, since ranks may outnumber the cores.
+        cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
+               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
+               sys.executable, "-m", "pycoll.bench.peers", "mpi", config_path, result_path]
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   PYTHONUNBUFFERED="1")
+        proc = subprocess.run(cmd, env=env, timeout=timeout)
+        if proc.returncode != 0:
+            raise launch.RankFailed(f"mpirun exited with code {proc.returncode}")
+
+
+PEERS = {p.name: p for p in (GlooPeer(), MpiPeer())}
+
+
+def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
+    """The sweep's config restricted to what the peer can run, or (None, why it cannot run any of it)."""
+    if config["collective"] != "all_reduce":
+        return None, "--compare runs all_reduce only"
+    dtypes = [d for d in config["dtypes"] if d in peer.dtypes]
+    ops = [o for o in config["ops"] if o in peer.ops]
+    if not dtypes or not ops:
+        return None, f"supports none of the requested dtypes/ops (it has {', '.join(peer.dtypes)}; " \
+                     f"{', '.join(peer.ops)})"
+    return dict(config, backends=[peer.name], algorithms=["default"], accuracies=["fast"], dtypes=dtypes,
+                ops=ops), None
+
+
+def _rank_main(name, config_path, result_path):
+    with open(config_path) as f:
+        config = json.load(f)
+    comm = _GlooComm() if name == "gloo" else _MpiComm()
+    try:
+        rows = run_cases(comm, config, Progress.for_terminal(sys.stderr) if comm.rank == 0 else None)
+    finally:
+        comm.close()
+    if rows is not None:
+        with open(result_path, "w") as f:
+            json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    _rank_main(*sys.argv[1:4])

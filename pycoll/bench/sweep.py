@@ -1,0 +1,111 @@
+"""What a sweep runs: sizes from -b to -e by -f, the cases (collective x dtype x op x algorithm x accuracy),
+and how many warm-up and timed iterations each size gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+OPS = ("sum", "prod", "min", "max", "avg")
+ACCURACIES = ("fast", "compensated")
+# Collectives whose C entry point takes an algorithm; the others always run the backend's single choice.
+TAKES_ALGORITHM = ("all_reduce", "reduce_scatter")
+TAKES_OP = ("all_reduce", "reduce_scatter", "reduce")
+TAKES_ACCURACY = ("all_reduce", "reduce_scatter", "reduce")
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+# Iterations adapt to the size so that every size costs about the same time: many for small messages (whose
+# time is mostly latency, and noisy), few for large ones (whose time is stable and long).
+_BYTES_PER_SIZE = 32 << 20
+MIN_ITERS, MAX_ITERS = 5, 200
+
+
+def parse_size(text: str, name: str = "size") -> int:
+    """'4096', '4K', '1M', '64MiB', '2G' -> bytes (binary multiples, as nccl-tests)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{name}: cannot read {text!r} as a size; use bytes with an optional K, M or G suffix "
+                         f"(e.g. 8, 4K, 64M)")
+    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """min, min*factor, ... up to max inclusive."""
+    if min_bytes < 1:
+        raise ValueError(f"min bytes (-b) must be at least 1, got {min_bytes}")
+    if max_bytes < min_bytes:
+        raise ValueError(f"max bytes (-e) {max_bytes} is smaller than min bytes (-b) {min_bytes}")
+    if factor < 2:
+        raise ValueError(f"factor (-f) must be at least 2, got {factor}")
+    out, b = [], min_bytes
+    while b <= max_bytes:
+        out.append(b)
+        b *= factor
+    return out
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes  # numpy has no bfloat16; ml_dtypes is pycoll's test/bench extra
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def parse_list(text: str, choices, name: str) -> list[str]:
+    """A comma list, each item one of choices ('all' = every choice)."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if items == ["all"]:
+        return list(choices)
+    bad = [t for t in items if t not in choices]
+    if bad or not items:
+        raise ValueError(f"{name}: unknown {', '.join(map(repr, bad)) or 'empty list'}; "
+                         f"choose from {', '.join(choices)} (comma-separated)")
+    return items
+
+
+def count_for(collective: str, nbytes: int, itemsize: int, world: int) -> int:
+    """Elements of the size-defining buffer: the whole input of reduce_scatter and the whole output of
+    all_gather (as nccl-tests), so they hold a multiple of the world size."""
+    count = nbytes // itemsize
+    if collective in ("reduce_scatter", "all_gather"):
+        count -= count % world
+    return count
+
+
+def iterations(nbytes: int, iters: int | None = None, warmup: int | None = None) -> tuple[int, int]:
+    """(warm-up, timed) iterations for a size; explicit values win."""
+    timed = iters if iters is not None else max(MIN_ITERS, min(MAX_ITERS, _BYTES_PER_SIZE // max(nbytes, 1)))
+    warm = warmup if warmup is not None else max(2, timed // 10)
+    return warm, timed
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    collective: str
+    dtype: str
+    op: str
+    algorithm: str
+    accuracy: str
+    nbytes: int
+
+
+def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
+    """Every combination that means something: collectives without an op/algorithm/accuracy get one case."""
+    ops = ops if collective in TAKES_OP else ["-"]
+    algorithms = algorithms if collective in TAKES_ALGORITHM else ["auto"]
+    accuracies = accuracies if collective in TAKES_ACCURACY else ["fast"]
+    out = []
+    for dtype in dtypes:
+        for op in ops:
+            for algorithm in algorithms:
+                for accuracy in accuracies:
+                    for nbytes in size_list:
+                        out.append(Case(collective, dtype, op, algorithm, accuracy, nbytes))
+    return out

@@ -1,0 +1,155 @@
+"""One rank of a pycoll sweep. `python -m pycoll.bench.worker CONFIG.json RESULT.json` under a launcher's
+environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): rank 0 writes the rows to RESULT.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from pycoll.bench import check, sweep, timing
+from pycoll.bench.progress import Progress
+
+
+def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
+    """One call of the collective under test; returns the array holding this rank's result."""
+    if collective == "all_reduce":
+        return comm.all_reduce(x, op, out=out, algorithm=algorithm, accuracy=accuracy)
+    if collective == "reduce_scatter":
+        return comm.reduce_scatter(x, out, op, algorithm=algorithm, accuracy=accuracy)
+    if collective == "all_gather":
+        return comm.all_gather(x, out)
+    if collective == "broadcast":
+        return comm.broadcast(x, root=root)
+    if collective == "reduce":
+        return comm.reduce(x, root=root, op=op, out=out, accuracy=accuracy)
+    raise ValueError(f"collective: unknown {collective!r}")
+
+
+def _buffers(case, count, input_of, rank, world):
+    x = input_of(rank)
+    if case.collective == "broadcast":
+        return x, None
+    return x, np.zeros(check.output_count(case.collective, count, world), dtype=x.dtype)
+
+
+def _checks(comm, case, count, root, seed):
+    """(#wrong summed over ranks, rank 0's max relative error) for one case."""
+    rank, world = comm.rank, comm.size
+    op = case.op if case.op != "-" else "sum"
+
+    def integers(r):
+        return check.integer_input(op, case.dtype, check.input_count(case.collective, count, world), r, world)
+
+    x, out = _buffers(case, count, integers, rank, world)
+    got = run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+    want = check.reference(case.collective, op, integers, count, rank, world, root, np.int64)
+    wrong = np.array([0 if want is None else check.count_wrong(got, want, case.dtype)], dtype=np.int64)
+    comm.all_reduce(wrong)
+    rel_err = check.max_rel_err(got, want) if rank == 0 and want is not None else 0.0
+    if check.is_float(case.dtype):
+        def randoms(r):
+            return check.random_input(op, case.dtype, check.input_count(case.collective, count, world), r, seed)
+
+        x, out = _buffers(case, count, randoms, rank, world)
+        got = run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+        if rank == 0:
+            ref = check.reference(case.collective, op, randoms, count, rank, world, root, np.longdouble)
+            rel_err = check.max_rel_err(got, ref)
+    return int(wrong[0]), rel_err
+
+
+def _time(comm, case, count, root, warmup, iters):
+    """timing.Timing of the case across ranks, measured on integer data (no values that grow or overflow:
+    out-of-place where the collective allows it, and in-place broadcast just copies)."""
+    world = comm.size
+    op = case.op if case.op != "-" else "sum"
+    x, out = _buffers(case, count, lambda r: check.integer_input(
+        op, case.dtype, check.input_count(case.collective, count, world), r, world), comm.rank, world)
+    warm, timed = sweep.iterations(case.nbytes, iters, warmup)
+    times = timing.time_iterations(
+        lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root),
+        comm.barrier, warm, timed)
+    ran = comm.last_algorithm  # before the gather below replaces it
+    medians = np.zeros(world, dtype=np.float64)
+    comm.all_gather(np.array([timing.rank_median(times)]), medians)
+    return timing.across_ranks(medians.tolist()), ran
+
+
+def _connect(comm):
+    """Collectives before the first timed case: libraries that set up connections or buffers lazily
+    (Open MPI's TCP btl connects on first use) would otherwise charge that to the first size."""
+    small = np.zeros(comm.size, dtype=np.float64)
+    for _ in range(10):
+        comm.barrier()
+        comm.all_reduce(small, "sum")
+        comm.all_gather(small[:1].copy(), small)
+
+
+def backend_algorithms(backend: str) -> list[str]:
+    import pycoll
+
+    return next(list(s.algorithms) for s in pycoll.backends() if s.name == backend)
+
+
+def run_cases(comm, config, progress=None):
+    """Every case of the config on comm; the rows on rank 0, None elsewhere."""
+    world = comm.size
+    root = int(config.get("root", 0))
+    seed = int(config.get("seed", 0))
+    algorithms = config["algorithms"]
+    if algorithms == ["all"]:
+        algorithms = backend_algorithms(comm.backend)
+    todo = sweep.cases(collective=config["collective"], dtypes=config["dtypes"], ops=config["ops"],
+                       algorithms=algorithms, accuracies=config["accuracies"], size_list=config["sizes"])
+    _connect(comm)
+    rows = []
+    if progress is not None:
+        progress.start(len(todo), f"{comm.backend} x{world}")
+    for case in todo:
+        itemsize = sweep.numpy_dtype(case.dtype).itemsize
+        count = sweep.count_for(case.collective, case.nbytes, itemsize, world)
+        if count > 0:
+            wrong, rel_err = _checks(comm, case, count, root, seed)
+            t, ran = _time(comm, case, count, root, config.get("warmup"), config.get("iters"))
+            algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
+            rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
+                         "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "ran": ran,
+                         "accuracy": case.accuracy, "backend": comm.backend, "world": world,
+                         "time_us": t.max_s * 1e6, "time_min_us": t.min_s * 1e6,
+                         "time_median_us": t.median_s * 1e6, "algbw": algbw, "busbw": busbw,
+                         "wrong": wrong, "max_rel_err": rel_err})
+        if progress is not None:
+            progress.advance(f"{case.dtype} {case.op} {case.algorithm} {case.nbytes} B")
+    if progress is not None:
+        progress.finish()
+    return rows if comm.rank == 0 else None
+
+
+def run(config, progress=None):
+    """Init each backend of the config in turn (rank and world from the launcher's environment)."""
+    import pycoll
+
+    rows = []
+    for backend in config["backends"]:
+        with pycoll.init(backend=backend) as comm:
+            got = run_cases(comm, config, progress if comm.rank == 0 else None)
+        if got is None:
+            return None
+        rows.extend(got)
+    return rows
+
+
+def main(argv=None):
+    config_path, result_path = (argv if argv is not None else sys.argv[1:])
+    with open(config_path) as f:
+        config = json.load(f)
+    rows = run(config, Progress.for_terminal(sys.stderr))
+    if rows is not None:
+        with open(result_path, "w") as f:
+            json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""`pycoll bench`: its pure parts (sizes, iterations, bus factors, exact check data, the timing loop) and the
+CLI end to end on tiny sweeps of 2 real ranks (table, JSON, CSV, plot, --compare skips, bad arguments)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pycoll.bench import check, peers, sweep, timing
+from pycoll.cli import bench as bench_cli
+
+SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
+FAST = ["--iters", "3", "--warmup", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _outside_the_source_tree(tmp_path, monkeypatch):
+    # Ranks start with `python -m`, which puts the working directory first on sys.path: from the repository
+    # root that would import the source folder (no compiled modules) instead of the installed package.
+    monkeypatch.chdir(tmp_path)
+
+
+def run_cli(*args, timeout=90):
+    return subprocess.run([sys.executable, "-m", "pycoll", "bench", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# -- pure parts ---------------------------------------------------------------------------------------------
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("text, want", [("8", 8), ("4K", 4096), ("4k", 4096), ("1M", 1 << 20),
+                                        ("64MiB", 64 << 20), ("2G", 2 << 30), (" 16 ", 16)])
+def test_parse_size_accepts_suffixes(text, want):
+    assert sweep.parse_size(text) == want
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("text", ["", "4X", "-8", "1.5M", "M"])
+def test_parse_size_rejects_garbage_naming_the_argument(text):
+    with pytest.raises(ValueError, match="-b"):
+        sweep.parse_size(text, "-b")
+
+
+@pytest.mark.timeout(10)
+def test_sizes_go_from_min_to_max_by_factor():
+    assert sweep.sizes(4, 64 << 20, 4) == [4 * 4 ** k for k in range(13)]
+    assert sweep.sizes(8, 8, 2) == [8]
+    for bad in ((0, 8, 2), (16, 8, 2), (8, 64, 1)):
+        with pytest.raises(ValueError):
+            sweep.sizes(*bad)
+
+
+@pytest.mark.timeout(10)
+def test_iterations_adapt_to_size_and_obey_overrides():
+    warm_small, small = sweep.iterations(8)
+    warm_large, large = sweep.iterations(64 << 20)
+    assert small == sweep.MAX_ITERS and large == sweep.MIN_ITERS and warm_small > warm_large >= 1
+    assert sweep.iterations(8, iters=7, warmup=0) == (0, 7)
+
+
+@pytest.mark.timeout(10)
+def test_bus_factors_are_the_nccl_tests_ones():
+    assert timing.bus_factor("all_reduce", 4) == 1.5
+    assert timing.bus_factor("reduce_scatter", 4) == timing.bus_factor("all_gather", 4) == 0.75
+    assert timing.bus_factor("broadcast", 4) == timing.bus_factor("reduce", 4) == 1.0
+    assert timing.bandwidths("all_reduce", 2_000_000_000, 2, 2.0) == (1.0, 1.0)
+
+
+@pytest.mark.timeout(10)
+def test_each_timed_iteration_starts_after_a_barrier():
+    events, now = [], [0.0]
+
+    def clock():
+        now[0] += 1.0
+        return now[0]
+
+    times = timing.time_iterations(lambda: events.append("run"), lambda: events.append("barrier"), 2, 3, clock)
+    assert events == ["barrier", "run"] * 5
+    assert times == [1.0, 1.0, 1.0]
+    assert timing.across_ranks([3.0, 1.0, 2.0]) == timing.Timing(1.0, 2.0, 3.0)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("dtype", sweep.DTYPES)
+@pytest.mark.parametrize("op", sweep.OPS)
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_integer_check_data_reduces_exactly_in_its_dtype(dtype, op, world):
+    count = 1000
+    inputs = [check.integer_input(op, dtype, count, r, world) for r in range(world)]
+    want = check.reference("all_reduce", op, lambda r: inputs[r], count, 0, world, 0, np.int64)
+    info = np.iinfo(np.int8) if dtype == "int8" else np.iinfo(np.uint8) if dtype == "uint8" else None
+    if info is not None:  # the exact result fits the dtype: no wrap-around to hide a bug
+        assert want.min() >= info.min and want.max() <= info.max
+    got = want.astype(sweep.numpy_dtype(dtype))
+    assert check.count_wrong(got, want, dtype) == 0
+    if op in ("sum", "avg", "prod") and world > 1:  # a rank that returned its own input is caught
+        assert check.count_wrong(inputs[0], want, dtype) > 0
+    got[3] = got[3] + 1
+    assert check.count_wrong(got, want, dtype) == 1
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_random_check_data_is_reproducible_and_its_reference_exact(dtype):
+    a = check.random_input("sum", dtype, 500, 1, seed=7)
+    assert np.array_equal(a.astype(np.float64), check.random_input("sum", dtype, 500, 1, seed=7).astype(np.float64))
+    inputs = [check.random_input("sum", dtype, 500, r, seed=7) for r in range(4)]
+    ref = check.reference("all_reduce", "sum", lambda r: inputs[r], 500, 0, 4, 0, np.longdouble)
+    import math
+    fsum = np.array([math.fsum(float(x[i]) for x in inputs) for i in range(500)])
+    assert np.array_equal(ref.astype(np.float64), fsum)
+    assert check.max_rel_err(ref.astype(np.float64), ref) < 1e-15
+    naive = ((inputs[0] + inputs[1]) + inputs[2]) + inputs[3]  # in the dtype: rounds somewhere
+    assert check.max_rel_err(naive, ref) > 0
+
+
+@pytest.mark.timeout(10)
+def test_references_of_every_collective():
+    world, count = 3, 6
+    inputs = [np.arange(count, dtype=np.int64) + 10 * r for r in range(world)]
+    total = sum(inputs)
+    ref = lambda coll, rank: check.reference(coll, "sum", lambda r: inputs[r], count, rank, world, 1, np.int64)
+    assert np.array_equal(ref("all_reduce", 2), total)
+    assert np.array_equal(ref("reduce_scatter", 2), total[4:6])
+    assert np.array_equal(ref("all_gather", 0), np.concatenate(inputs))
+    assert np.array_equal(ref("broadcast", 0), inputs[1])
+    assert ref("reduce", 0) is None and np.array_equal(ref("reduce", 1), total)
+
+
+# -- the CLI on 2 real ranks ------------------------------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_table_json_and_csv_of_a_small_sweep(tmp_path):
+    out_json, out_csv = tmp_path / "rows.json", tmp_path / "rows.csv"
+    proc = run_cli("-n", "2", *SIZES, *FAST, "--json", str(out_json), "--csv", str(out_csv))
+    assert proc.returncode == 0, proc.stderr
+    for column in ("size(B)", "count", "type", "redop", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                   "#wrong", "max_rel_err"):
+        assert column in proc.stdout, proc.stdout
+    rows = json.loads(out_json.read_text())
+    assert [r["bytes"] for r in rows] == [8, 64, 512, 4096]
+    for r in rows:
+        assert set(r) >= {"bytes", "count", "dtype", "op", "algorithm", "accuracy", "backend", "world", "time_us",
+                          "algbw", "busbw", "wrong", "max_rel_err"}
+        assert r["wrong"] == 0 and r["world"] == 2 and r["dtype"] == "float32" and r["op"] == "sum"
+        assert r["count"] * 4 == r["bytes"] and r["time_us"] > 0 and r["busbw"] == pytest.approx(r["algbw"])
+    table_rows = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(table_rows) == 4
+    assert out_csv.read_text().splitlines()[0].startswith("bytes,count,dtype,op,algorithm")
+
+
+@pytest.mark.timeout(120)
+def test_sweep_covers_every_dtype_op_algorithm_and_accuracy(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "4", "-e", "64", "-f", "4", *FAST, "-d", "int8,float64", "-o", "sum,max",
+                   "--algorithm", "all", "--accuracy", "fast,compensated", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    algorithms = {r["algorithm"] for r in rows}
+    assert "auto" in algorithms and len(algorithms) > 1
+    combos = {(r["dtype"], r["op"], r["algorithm"], r["accuracy"]) for r in rows}
+    assert len(combos) == 2 * 2 * len(algorithms) * 2
+    assert all(r["wrong"] == 0 for r in rows)
+    assert {r["bytes"] for r in rows if r["dtype"] == "float64"} == {16, 64}  # 4 B holds no float64
+    assert {r["bytes"] for r in rows if r["dtype"] == "int8"} == {4, 16, 64}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+def test_other_collectives_are_checked_too(tmp_path, collective):
+    out = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "64", "-e", "512", "-f", "8", *FAST, "--collective", collective,
+                   "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert [r["bytes"] for r in rows] == [64, 512] and all(r["wrong"] == 0 for r in rows)
+    factor = timing.bus_factor(collective, 2)
+    assert all(r["busbw"] == pytest.approx(r["algbw"] * factor) for r in rows)
+
+
+@pytest.mark.timeout(90)
+def test_compare_skips_a_missing_peer_with_its_reason(monkeypatch, capfd):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("torch", "mpi4py") else real_find_spec(name, *a))
+    status = bench_cli.main(["-n", "2", "-b", "8", "-e", "8", *FAST, "--compare", "gloo,mpi"])
+    out = capfd.readouterr().out
+    assert status == 0
+    assert "--compare gloo: skipped: torch is not installed" in out, out
+    assert "--compare mpi: skipped:" in out and "install" in out, out
+
+
+@pytest.mark.timeout(10)
+def test_peers_run_only_what_they_support():
+    config = {"collective": "all_reduce", "dtypes": ["float16", "float32"], "ops": ["avg", "sum"]}
+    got, why = peers.peer_config(peers.PEERS["mpi"], config)
+    assert why is None and got["dtypes"] == ["float32"] and got["ops"] == ["sum"]
+    assert peers.peer_config(peers.PEERS["mpi"], dict(config, dtypes=["bfloat16"]))[0] is None
+    assert "all_reduce only" in peers.peer_config(peers.PEERS["gloo"], dict(config, collective="broadcast"))[1]
+
+
+@pytest.mark.timeout(90)
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "bench.png"
+    proc = run_cli("-n", "2", *SIZES, *FAST, "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(10)
+def test_plot_without_matplotlib_is_a_clear_error_before_any_run(monkeypatch, capsys):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    assert bench_cli.main(["-n", "2", "--plot", "x.png"]) == 2
+    assert "pip install" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, names", [
+    (["-b", "4X"], "-b"), (["-b", "1K", "-e", "8"], "-e"), (["-f", "1"], "-f"), (["-d", "float33"], "-d"),
+    (["-o", "xor"], "-o"), (["--accuracy", "sloppy"], "--accuracy"), (["-n", "0"], "-n"),
+    (["--iters", "0"], "--iters"), (["--collective", "gossip"], "--collective"),
+    (["-n", "2", "--compare", "nccl"], "--compare"), (["--compare", "gloo"], "--compare"),
+    (["--algorithm", "all,ring"], "--algorithm"),
+])
+def test_bad_arguments_exit_non_zero_naming_the_argument(args, names):
+    proc = run_cli(*args, timeout=30)
+    assert proc.returncode != 0
+    assert names in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(90)
+def test_unknown_algorithm_fails_the_run():
+    proc = run_cli("-n", "2", "-b", "8", "-e", "8", *FAST, "--algorithm", "telepathy")
+    assert proc.returncode != 0
+    assert "telepathy" in proc.stderr, proc.stderr
