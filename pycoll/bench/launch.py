@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 
 class RankFailed(RuntimeError):
     """A job's rank failed (the launcher stopped the others)."""
@@ -11,8 +9,8 @@ class RankFailed(RuntimeError):
 
 def run_module(n: int, module: str, args=(), *, timeout: float | None = None) -> None:
     """`python -m module args` as ranks 0..n-1; RankFailed unless every rank exits 0."""
-    from pycoll.cli.run import launch
+    from pycoll.cli.run import launch_module
 
-    code = launch([sys.executable, "-m", module, *args], n, timeout=timeout)
+    code = launch_module(module, n, args, timeout=timeout)
     if code != 0:
         raise RankFailed(f"the job of {n} ranks exited with code {code}")

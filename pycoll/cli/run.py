@@ -53,6 +53,14 @@ def _run_command(parser, args):
                   grace_period=args.grace_period)
 
 
+def launch_module(module, nproc, args=(), **kwargs):
+    """Runs pycoll's own ``python -m module args`` as ``nproc`` ranks (see launch). PYTHONSAFEPATH keeps the
+    working directory off the ranks' import path, so a source checkout's uncompiled pycoll/ folder cannot
+    shadow the installed package when started from the repository root."""
+    extra_env = dict(kwargs.pop("extra_env", None) or {}, PYTHONSAFEPATH="1")
+    return launch([sys.executable, "-m", module, *args], nproc, extra_env=extra_env, **kwargs)
+
+
 def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grace_period=5.0, extra_env=None):
     """Runs ``command`` as ``nproc`` local ranks until all exit; returns the job's exit code (see module doc).
     Usable by other subcommands (e.g. a benchmark that starts its own ranks)."""

@@ -1,8 +1,6 @@
 """``pycoll tune [-n N]``: measure this machine's cost-model constants for algorithm="auto" and store them."""
 
-import sys
-
-from pycoll.cli.run import launch
+from pycoll.cli.run import launch_module
 
 
 def register(subparsers):
@@ -12,4 +10,4 @@ def register(subparsers):
                     "and per-byte reduction time (gamma); store them where pycoll.init() finds them "
                     "(PYCOLL_TUNE_FILE, default ~/.cache/pycoll/cost_model.json).")
     parser.add_argument("-n", "--nproc", type=int, default=2, help="ranks to measure with (default: 2)")
-    parser.set_defaults(func=lambda args: launch([sys.executable, "-m", "pycoll.tuning"], args.nproc))
+    parser.set_defaults(func=lambda args: launch_module("pycoll.tuning", args.nproc))
