@@ -39,9 +39,9 @@ cdef class NativeComm:
     cdef bint busy
 
     @staticmethod
-    def over_tcp(int rank, int size, fds, double timeout):
+    def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0):
         """A communicator over connected sockets (fds[r] to rank r; fds[rank] ignored). Takes ownership of
-        the file descriptors."""
+        the file descriptors. Waits poll for spin_us before sleeping."""
         cdef char err[512]
         cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
         cdef pycoll_p2p_t *p2p
@@ -51,7 +51,7 @@ cdef class NativeComm:
             for r in range(size):
                 cfds[r] = -1 if fds[r] is None else int(fds[r])
             err[0] = 0
-            p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
+            p2p = pycoll_tcp_transport_create(rank, size, cfds, <int64_t>(spin_us * 1000), err, sizeof(err))
         finally:
             free(cfds)
         if p2p == NULL:

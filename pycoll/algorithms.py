@@ -7,18 +7,23 @@ ACCURACIES = {"fast": 0, "compensated": 1}
 ACCURACY_ALIASES = {"kahan": "compensated"}
 
 
-def algorithm_name(algorithm) -> str:
-    """Validate an algorithm name; "auto" defers to PYCOLL_ALGORITHM when that is set."""
+def algorithm_name(algorithm, default="auto") -> str:
+    """Validate an algorithm name; "auto" means `default` (the communicator's PYCOLL_ALGORITHM, read once)."""
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a string, got {type(algorithm).__name__}")
     if algorithm == "auto":
-        algorithm = os.environ.get("PYCOLL_ALGORITHM", "auto") or "auto"
-        source = "PYCOLL_ALGORITHM"
-    else:
-        source = "algorithm"
+        algorithm = default
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"{source}: unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise ValueError(f"algorithm: unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     return algorithm
+
+
+def default_algorithm() -> str:
+    """What algorithm="auto" means: PYCOLL_ALGORITHM when set, else "auto" (the cost model's choice)."""
+    value = os.environ.get("PYCOLL_ALGORITHM") or "auto"
+    if value not in ALGORITHMS:
+        raise ValueError(f"PYCOLL_ALGORITHM: unknown algorithm {value!r}; choose one of {', '.join(ALGORITHMS)}")
+    return value
 
 
 def accuracy_name(accuracy) -> str:

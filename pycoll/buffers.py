@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from pycoll._buffer import host_view
 from pycoll.dtypes import dtype_id
 
 # DLPack device types (dlpack.h): what kind of memory a tensor lives in.
@@ -36,11 +37,12 @@ class Buffer:
 
 
 def _from_numpy(arr: np.ndarray, owner, name: str) -> Buffer:
-    if not arr.flags.c_contiguous:
+    ptr, readonly, contiguous = host_view(arr)
+    if not contiguous:
         raise ValueError(f"{name} must be C-contiguous (got strides {arr.strides} for shape {arr.shape})")
-    return Buffer(ptr=arr.__array_interface__["data"][0], count=int(arr.size), dtype=dtype_id(arr.dtype),
-                  itemsize=arr.dtype.itemsize, memory="host", device_id=0, readonly=not arr.flags.writeable,
-                  owner=owner)
+    dtype = arr.dtype
+    return Buffer(ptr=ptr, count=arr.size, dtype=dtype_id(dtype), itemsize=dtype.itemsize, memory="host",
+                  device_id=0, readonly=readonly, owner=owner)
 
 
 def _from_cuda_array_interface(obj, name: str) -> Buffer:

@@ -10,7 +10,7 @@ import os
 import weakref
 
 from pycoll import launch_env, plugins
-from pycoll.algorithms import accuracy_name, algorithm_name
+from pycoll.algorithms import accuracy_name, algorithm_name, default_algorithm
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import op_id
 from pycoll.errors import CommunicatorClosed, PycollError
@@ -44,6 +44,7 @@ class Communicator:
         self._timeout = timeout
         self.last_algorithm = None
         self._failed = False
+        self._default_algorithm = default_algorithm()
         _open_communicators.add(self)
 
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
@@ -83,7 +84,7 @@ class Communicator:
         return oid
 
     def _algorithm(self, algorithm):
-        name = algorithm_name(algorithm)
+        name = algorithm_name(algorithm, self._default_algorithm)
         if name not in self._backend.algorithms:
             raise ValueError(f"algorithm: backend {self.backend!r} does not support {name!r}; "
                              f"it has {', '.join(self._backend.algorithms)}")

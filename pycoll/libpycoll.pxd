@@ -117,8 +117,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
 
     # transports.h
-    pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
-                                              size_t error_len)
+    pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns,
+                                              char *error, size_t error_len)
     ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
     pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                    char *error, size_t error_len)

@@ -68,9 +68,22 @@ class TcpBackend(plugins.Backend):
             socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
                                  secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
             fds = [s.detach() if s is not None else None for s in socks]
-        native = NativeComm.over_tcp(rank, world_size, fds, timeout)
+        native = NativeComm.over_tcp(rank, world_size, fds, timeout, _spin_us(world_size))
         _share_cost_model(native, rank, world_size)
         return NativeEngine(native)
+
+
+def _spin_us(world_size):
+    """PYCOLL_SPIN_US, else poll for 50 us before sleeping when this host's ranks each have a core (polling
+    ranks that share cores would steal time from the rank that has work to do)."""
+    override = os.environ.get("PYCOLL_SPIN_US")
+    if override:
+        try:
+            return max(0.0, float(override))
+        except ValueError:
+            raise ValueError(f"PYCOLL_SPIN_US must be a number of microseconds, got {override!r}") from None
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
+    return 50.0 if local_ranks <= len(os.sched_getaffinity(0)) else 0.0
 
 
 def _share_cost_model(native, rank, world_size):

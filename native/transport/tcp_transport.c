@@ -55,6 +55,7 @@ typedef struct tcp_peer {
 typedef struct tcp_transport {
     pycoll_p2p_t base;
     int epfd;
+    int64_t spin_ns; /* how long a wait polls before it sleeps in epoll_wait */
     tcp_peer_t *peers;
 } tcp_transport_t;
 
@@ -347,8 +348,12 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
 {
     tcp_transport_t *t = impl(p2p);
     struct epoll_event events[64];
+    /* Polling first saves the sleep/wake-up of a blocking epoll_wait (tens of microseconds, more than a small
+     * message takes to arrive); it is only worth it while the ranks are not short of cores. */
+    const int64_t spin_until = pycoll_now_ns() + t->spin_ns;
     while (p2p->status == PYCOLL_OK && !all_complete(reqs, n)) {
-        int64_t left_ns = p2p->deadline_ns - pycoll_now_ns();
+        int64_t now = pycoll_now_ns();
+        int64_t left_ns = p2p->deadline_ns - now;
         if (left_ns <= 0) {
             char what[160];
             pycoll_describe_coll(&p2p->desc, what, sizeof what);
@@ -362,6 +367,8 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int timeout_ms = (int)(left_ns / 1000000 + 1);
         if (timeout_ms > 100)
             timeout_ms = 100;
+        if (now < spin_until)
+            timeout_ms = 0;
         int k = epoll_wait(t->epfd, events, 64, timeout_ms);
         if (k < 0 && errno != EINTR) {
             pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
@@ -511,7 +518,8 @@ static const pycoll_p2p_ops_t tcp_ops = {
     .destroy = tcp_destroy,
 };
 
-pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error, size_t error_len)
+pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns, char *error,
+                                          size_t error_len)
 {
     if (size < 1 || rank < 0 || rank >= size) {
         snprintf(error, error_len, "invalid rank %d for world size %d", (int)rank, (int)size);
@@ -533,6 +541,7 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->base.size = size;
     t->base.failed_rank = -1;
     t->epfd = epfd;
+    t->spin_ns = spin_ns > 0 ? spin_ns : 0;
     t->peers = peers;
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];

@@ -10,9 +10,10 @@ extern "C" {
 
 /* TCP: fds[i] is a connected, already authenticated stream socket to rank i (fds[rank] is ignored). The
  * transport takes ownership of the sockets and makes them non-blocking. Connection set-up, handshakes and
- * authentication happen before, in pycoll's rendezvous layer. */
-PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
-                                                     size_t error_len);
+ * authentication happen before, in pycoll's rendezvous layer. A wait polls for spin_ns before it sleeps
+ * (0: sleep at once; polling lowers latency when every rank has a core of its own). */
+PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns,
+                                                     char *error, size_t error_len);
 
 /* In-process simulation: `size` ranks as threads of one process, exchanging through memory. Used by tests and
  * by the accuracy report to drive the real C schedules at world sizes beyond the machine's cores.
