@@ -204,7 +204,13 @@ def _run_processes(size, algorithms, dtypes, accuracies, datasets, count, seed, 
         out = os.path.join(tmp, "rows.json")
         plan = {"algorithms": list(algorithms), "dtypes": list(dtypes), "accuracies": list(accuracies),
                 "datasets": list(datasets), "count": count, "seed": seed, "timeout": timeout, "out": out}
-        code = launch([sys.executable, "-m", "pycoll.accuracy", json.dumps(plan)], size, timeout=timeout)
+        # The ranks import the installed pycoll: -c would put the current directory (maybe a source checkout,
+        # without the built extensions) first on sys.path, so it comes off before the import.
+        program = ("import os, sys\n"
+                   "if sys.path and sys.path[0] in ('', os.getcwd()): del sys.path[0]\n"
+                   "from pycoll.accuracy import _rank_main\n"
+                   "_rank_main(__import__('json').loads(sys.argv[1]))\n")
+        code = launch([sys.executable, "-c", program, json.dumps(plan)], size, timeout=timeout)
         if code != 0 or not os.path.exists(out):
             raise RuntimeError(f"accuracy report: the {size}-rank job exited with {code}")
         with open(out) as f:
@@ -250,8 +256,3 @@ def format_table(rows):
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    import json
-
-    _rank_main(json.loads(sys.argv[1]))
