@@ -68,7 +68,7 @@ def main(argv=None):
         "Fast errors of thousands of ulps come from sums that cancel to near zero, where an ulp of the result "
         "is tiny; the mean column of the full table shows the typical error. Compensated mode carries "
         "(sum, comp) pairs, about twice the dtype's precision (float32 pairs for float16/bfloat16): a sum whose "
-        "exact value needs more bits than that in its partial sums (e.g. 2^22 + 1.6 - 4.7e-10 in float32, "
+        "exact value needs more bits than that in its partial sums (e.g. 4e6 + 1.6 - 4.7e-10 in float32, "
         "later cancelled back to 4.7e-10) loses what does not fit, so the 1-ulp bound assumes the data's "
         "condition number stays well below 1 / u^2.\n",
         f"Compensated rows over 1 ulp, or ranks whose results differ: {len(bad)}.\n",
