@@ -139,9 +139,11 @@ pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf,
     /* All-reduce: one unit per group, count split evenly over the p virtual ranks. */
     int64_t *uoff = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *uoff, "halving_doubling all_reduce");
     int32_t *gunit = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *gunit, "halving_doubling all_reduce");
-    char *scratch = scratch_alloc(p2p, count * (int64_t)red.wsize, "halving_doubling all_reduce");
-    char *work = red.compensated ? scratch_alloc(p2p, count * (int64_t)red.wsize, "halving_doubling all_reduce")
-                                 : buf;
+    /* Receive scratch, then (compensated) the partials: both in the thread's reused workspace. */
+    const int64_t part_bytes = count * (int64_t)red.wsize;
+    char *scratch = thread_workspace(p2p, red.compensated ? 2 * part_bytes : part_bytes,
+                                     "halving_doubling all_reduce");
+    char *work = !scratch ? NULL : red.compensated ? scratch + part_bytes : buf;
     char *data = buf;
     status = uoff && gunit && scratch && work ? PYCOLL_OK : PYCOLL_ERR_NOMEM;
     if (status == PYCOLL_OK) {
@@ -175,9 +177,6 @@ pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf,
     }
     free(uoff);
     free(gunit);
-    free(scratch);
-    if (work != data)
-        free(work);
     return status;
 }
 
