@@ -1,0 +1,129 @@
+"""The Communicator's argument checking and array handling, on a world of one (no peers needed): every bad
+input gets a typed exception naming the argument, and any array type works without copies."""
+
+import re
+
+import numpy as np
+import pytest
+
+import pycoll
+
+
+@pytest.fixture
+def comm():
+    with pycoll.init(rank=0, world_size=1, timeout=10) as c:
+        yield c
+
+
+def test_attributes_and_repr(comm):
+    assert (comm.rank, comm.size, comm.backend) == (0, 1, "tcp")
+    assert "rank=0 size=1" in repr(comm)
+
+
+def test_in_place_returns_the_same_array(comm):
+    x = np.arange(10, dtype=np.float32)
+    assert comm.all_reduce(x) is x
+    assert np.array_equal(x, np.arange(10, dtype=np.float32))
+
+
+def test_out_of_place_leaves_x_alone(comm):
+    x = np.arange(10, dtype=np.int64)
+    out = np.zeros_like(x)
+    assert comm.all_reduce(x, op=pycoll.MAX, out=out) is out
+    assert np.array_equal(out, x)
+
+
+def test_avg_and_every_algorithm_name(comm):
+    x = np.full(5, 3.0)
+    for algorithm in ("auto", "ring", "halving_doubling", "mesh", "recursive_doubling"):
+        comm.all_reduce(x, op="avg", algorithm=algorithm, accuracy="kahan")
+    assert np.array_equal(x, np.full(5, 3.0))
+
+
+def test_multidimensional_and_zero_length(comm):
+    x = np.ones((3, 4), dtype=np.int8)
+    comm.all_reduce(x)
+    comm.all_reduce(np.empty(0, dtype=np.float32))
+
+
+def test_buffer_protocol_objects(comm):
+    data = bytearray(8)
+    comm.all_reduce(memoryview(data).cast("f"))  # float32 view of a bytearray
+
+
+def test_torch_cpu_tensor_through_dlpack(comm):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(6, dtype=torch.float32)
+    assert comm.all_reduce(t) is t
+    assert t.tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda c: c.all_reduce(np.ones(4)[::2]), ValueError, "C-contiguous"),
+    (lambda c: c.all_reduce(np.ones(4, dtype=np.complex64)), TypeError, "complex64"),
+    (lambda c: c.all_reduce(np.ones(4), op="mean"), ValueError, "mean"),
+    (lambda c: c.all_reduce(np.ones(4), algorithm="tree"), ValueError, "tree"),
+    (lambda c: c.all_reduce(np.ones(4), algorithm=3), TypeError, "algorithm"),
+    (lambda c: c.all_reduce(np.ones(4), accuracy="exact"), ValueError, "exact"),
+    (lambda c: c.all_reduce(np.ones(4), out=np.ones(5)), ValueError, "out"),
+    (lambda c: c.all_reduce(np.ones(4), out=np.ones(4, dtype=np.float32)), TypeError, "out"),
+    (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "x must be an array"),
+    (lambda c: c.broadcast(np.ones(4), root=1), ValueError, "root"),
+    (lambda c: c.broadcast(np.ones(4), root="0"), TypeError, "root"),
+    (lambda c: c.reduce_scatter(np.ones(4), np.ones(3)), ValueError, "size * len(out)"),
+    (lambda c: c.all_gather(np.ones(4), np.ones(3)), ValueError, "size * len(x)"),
+])
+def test_bad_arguments_are_named(comm, call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call(comm)
+
+
+def test_read_only_destination(comm):
+    x = np.ones(4)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        comm.all_reduce(x)
+    out = np.zeros(4)
+    comm.all_reduce(x, out=out)  # a read-only input is fine out of place
+    assert np.array_equal(out, x)
+
+
+def test_gpu_array_on_a_host_backend_is_refused(comm):
+    class FakeCudaArray:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (1 << 20, False), "version": 3}
+
+    with pytest.raises(TypeError, match="cuda memory"):
+        comm.all_reduce(FakeCudaArray())
+
+
+def test_closed_communicator_refuses_work_and_close_is_idempotent():
+    comm = pycoll.init(rank=0, world_size=1)
+    comm.close()
+    comm.close()
+    with pytest.raises(pycoll.CommunicatorClosed):
+        comm.all_reduce(np.ones(2))
+
+
+def test_pycoll_algorithm_environment(monkeypatch):
+    monkeypatch.setenv("PYCOLL_ALGORITHM", "mesh")
+    with pycoll.init(rank=0, world_size=1) as comm:
+        comm.all_reduce(np.ones(3))
+        assert comm.last_algorithm == "mesh"
+    monkeypatch.setenv("PYCOLL_ALGORITHM", "bogus")
+    with pytest.raises(ValueError, match="PYCOLL_ALGORITHM"):
+        pycoll.init(rank=0, world_size=1)
+
+
+def test_init_arguments_are_checked():
+    with pytest.raises(pycoll.BackendUnavailable, match="unknown backend"):
+        pycoll.init("carrier-pigeon", rank=0, world_size=1)
+    with pytest.raises(ValueError, match="timeout"):
+        pycoll.init(rank=0, world_size=1, timeout=0)
+
+
+def test_backends_lists_usability_and_reasons():
+    statuses = {s.name: s for s in pycoll.backends()}
+    assert statuses["tcp"].usable
+    for name in ("nccl", "hccl"):
+        assert name in statuses
+        assert statuses[name].usable or statuses[name].reason
