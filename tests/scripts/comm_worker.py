@@ -82,6 +82,8 @@ except pycoll.PycollError as exc:
         except pycoll.PycollError as again:
             report["after"] = f"{type(again).__name__}: {again}"
 report["elapsed"] = time.monotonic() - t0
-print(json.dumps(report), flush=True)
+# One write per line: ranks of mpirun/torchrun share a pipe, and print() may write the newline separately.
+sys.stdout.write(json.dumps(report) + "\n")
+sys.stdout.flush()
 if comm is not None:
     comm.close()
