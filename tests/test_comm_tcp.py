@@ -85,3 +85,13 @@ def test_rank_with_the_wrong_secret_is_refused_and_named():
     for r in (0, 1):
         assert reports[r]["error"] == "Timeout", reports[r]
         assert "rank 2" in reports[r]["message"], reports[r]
+
+
+@pytest.mark.timeout(60)
+def test_peer_that_closes_its_communicator_is_named_quickly():
+    with Ranks(4, "comm_worker.py", "closer", env={"TEST_VICTIM": "2"}, timeout=30) as ranks:
+        reports = ranks.reports([0, 1, 3], deadline_s=20)
+    for r, rep in reports.items():
+        assert rep.get("error") == "PeerFailure", (r, rep)
+        assert rep["failed_rank"] == 2 and "rank 2" in rep["message"], rep
+        assert rep["elapsed"] < 2.0 + 1.0, rep  # includes start-up

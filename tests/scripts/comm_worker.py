@@ -56,6 +56,17 @@ try:
         assert np.all(x == size)
         report["algorithm"] = comm.last_algorithm
         report["ok"] = True
+    elif scenario == "closer":
+        # The victim closes its communicator (and stays alive); the others' next collective must fail fast.
+        x = np.ones(1 << 16, dtype=np.float32)
+        comm.all_reduce(x, algorithm="ring")
+        if rank == int(os.environ["TEST_VICTIM"]):
+            comm.close()
+            time.sleep(5)
+            report["ok"] = True
+        else:
+            comm.all_reduce(x, algorithm="ring")
+            report["ok"] = True
     elif scenario == "mismatch":
         kind = os.environ["TEST_MISMATCH"]
         x = np.ones(1000, dtype=np.float32)
