@@ -11,20 +11,22 @@ from pycoll.libpycoll cimport *
 from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
 
 
-cdef object _error(pycoll_status_t st, str message, int failed_rank):
-    if st == PYCOLL_ERR_TIMEOUT:
+def error_for_status(int status, str message, int failed_rank=-1):
+    """The exception for a pycoll_status_t: the one place status codes become Python errors (native
+    communicators, vendor bindings and the simulator all use it)."""
+    if status == PYCOLL_ERR_TIMEOUT:
         return Timeout(message)
-    if st == PYCOLL_ERR_PEER_FAILURE:
+    if status == PYCOLL_ERR_PEER_FAILURE:
         return PeerFailure(message, rank=failed_rank if failed_rank >= 0 else None)
-    if st == PYCOLL_ERR_MISMATCH:
+    if status == PYCOLL_ERR_MISMATCH:
         return MismatchError(message)
-    if st == PYCOLL_ERR_CLOSED:
+    if status == PYCOLL_ERR_CLOSED:
         return CommunicatorClosed(message)
-    if st == PYCOLL_ERR_INVALID:
+    if status == PYCOLL_ERR_INVALID:
         return ValueError(message)
-    if st == PYCOLL_ERR_UNSUPPORTED:
+    if status == PYCOLL_ERR_UNSUPPORTED:
         return TypeError(message)
-    if st == PYCOLL_ERR_NOMEM:
+    if status == PYCOLL_ERR_NOMEM:
         return MemoryError(message)
     return PycollError(message)
 
@@ -80,7 +82,7 @@ cdef class NativeComm:
     cdef int _leave(self, pycoll_status_t st) except -1:
         self.busy = False
         if st != PYCOLL_OK:
-            raise _error(st, pycoll_comm_error(self.comm).decode(errors="replace"),
+            raise error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
                          pycoll_comm_failed_rank(self.comm))
         return 0
 

@@ -6,7 +6,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
 
 from pycoll.libpycoll cimport *
 
-from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
+from pycoll._comm import error_for_status
+from pycoll.errors import CommunicatorClosed
 
 NCCL_UNIQUE_ID_BYTES = 128
 HCCL_ROOT_INFO_BYTES = 4108
@@ -16,20 +17,10 @@ cdef enum:
 
 
 def raise_status(int status, str message):
-    """The exception for a pycoll_status_t from a vendor call."""
-    if status == PYCOLL_ERR_TIMEOUT:
-        raise Timeout(message)
-    if status == PYCOLL_ERR_PEER_FAILURE:
-        raise PeerFailure(message)
-    if status == PYCOLL_ERR_MISMATCH:
-        raise MismatchError(message)
+    """Raise the exception for a pycoll_status_t from a vendor call."""
     if status == PYCOLL_ERR_CLOSED:
-        raise CommunicatorClosed(f"communicator is broken by an earlier error: {message}")
-    if status == PYCOLL_ERR_INVALID:
-        raise ValueError(message)
-    if status == PYCOLL_ERR_NOMEM:
-        raise MemoryError(message)
-    raise PycollError(message)
+        message = f"communicator is broken by an earlier error: {message}"
+    raise error_for_status(status, message)
 
 
 cdef str _text(const char *s):

@@ -13,14 +13,14 @@ import numpy as np
 from pycoll import _sim
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name
 from pycoll.dtypes import dtype_id, op_id
-from pycoll.errors import MismatchError, PeerFailure, PycollError, Timeout
+from pycoll._comm import error_for_status
 
 __all__ = ["simulate", "COLLECTIVES"]
 
 # Ids of pycoll_coll_t (native/include/pycoll/p2p.h).
 COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4, "barrier": 5}
 _ROOTED = {"broadcast", "reduce"}
-_STATUS_TIMEOUT, _STATUS_PEER_FAILURE, _STATUS_MISMATCH = 3, 4, 5
+_STATUS_PEER_FAILURE = 4  # PYCOLL_ERR_PEER_FAILURE (native/include/pycoll/types.h)
 
 
 def _per_rank(value, size, name):
@@ -44,15 +44,8 @@ def _algorithm_id(algorithm, coll, nbytes, size):
 
 
 def _error(status, message, rank_errors):
-    if status == _STATUS_TIMEOUT:
-        exc = Timeout(message)
-    elif status == _STATUS_MISMATCH:
-        exc = MismatchError(message)
-    elif status == _STATUS_PEER_FAILURE:
-        failed = [rank for status, rank, _ in rank_errors if status == _STATUS_PEER_FAILURE and rank >= 0]
-        exc = PeerFailure(message, rank=failed[0] if failed else None)
-    else:
-        exc = PycollError(message)
+    failed = [rank for st, rank, _ in rank_errors or () if st == _STATUS_PEER_FAILURE and rank >= 0]
+    exc = error_for_status(status, message, failed[0] if failed else -1)
     exc.rank_errors = [_error(s, m, []) if s else None for s, _, m in rank_errors] if rank_errors else None
     return exc
 

@@ -27,7 +27,8 @@ def test_mismatch_is_reported_on_every_rank(kind):
     for r, rep in reports.items():
         assert rep.get("error") == "MismatchError", (r, rep)
         assert rep["elapsed"] < 15, rep
-        assert rep["after"].startswith("CommunicatorClosed"), rep
+        # A slow rank may hear of the failure while still inside init(): then it has no communicator.
+        assert "rank" not in rep or rep["after"].startswith("CommunicatorClosed"), rep
     # The message names both sides.
     messages = " ".join(rep["message"] for rep in reports.values())
     assert "rank 1" in messages, messages
