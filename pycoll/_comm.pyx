@@ -24,8 +24,6 @@ def error_for_status(int status, str message, int failed_rank=-1):
         return CommunicatorClosed(message)
     if status == PYCOLL_ERR_INVALID:
         return ValueError(message)
-    if status == PYCOLL_ERR_UNSUPPORTED:
-        return TypeError(message)
     if status == PYCOLL_ERR_NOMEM:
         return MemoryError(message)
     return PycollError(message)
