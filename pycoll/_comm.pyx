@@ -6,6 +6,8 @@ pycoll's exceptions."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 
+from cpython.exc cimport PyErr_CheckSignals, PyErr_Occurred
+
 from pycoll.libpycoll cimport *
 
 from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
@@ -27,6 +29,18 @@ def error_for_status(int status, str message, int failed_rank=-1):
     if status == PYCOLL_ERR_NOMEM:
         return MemoryError(message)
     return PycollError(message)
+
+
+cdef int _signal_raised(void *ctx) noexcept nogil:
+    # Runs the Python signal handlers (this is how Ctrl-C reaches a rank blocked in a collective); an
+    # exception they raise stays pending and is re-raised when the collective returns.
+    with gil:
+        return PyErr_CheckSignals() != 0
+
+
+cdef int _reraise_pending() except -1:
+    # Returning -1 from an `except -1` function makes Cython raise the exception already set.
+    return -1 if PyErr_Occurred() else 0
 
 
 def algorithm_name(int algorithm):
@@ -56,6 +70,7 @@ cdef class NativeComm:
             free(cfds)
         if p2p == NULL:
             raise PycollError(err.decode(errors="replace"))
+        p2p.check_interrupt = _signal_raised
         cdef NativeComm native = NativeComm.__new__(NativeComm)
         native.comm = pycoll_comm_create(p2p, timeout)
         if native.comm == NULL:
@@ -79,6 +94,8 @@ cdef class NativeComm:
 
     cdef int _leave(self, pycoll_status_t st) except -1:
         self.busy = False
+        if st == PYCOLL_ERR_INTERRUPTED:
+            _reraise_pending()
         if st != PYCOLL_OK:
             raise error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
                          pycoll_comm_failed_rank(self.comm))

@@ -9,7 +9,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_SUM, PYCOLL_PROD, PYCOLL_MIN, PYCOLL_MAX, PYCOLL_AVG, PYCOLL_NUM_OPS
     ctypedef enum pycoll_status_t:
         PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
-        PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM
+        PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER
@@ -61,6 +61,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         pycoll_status_t status
         int32_t failed_rank
         char error[512]
+        int (*check_interrupt)(void *ctx) noexcept nogil
+        void *interrupt_ctx
     int64_t pycoll_now_ns()
     const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
 

@@ -124,7 +124,8 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
         }
     }
     uint32_t status = peer->recv_hdr.tag;
-    if (status == PYCOLL_OK || status > PYCOLL_ERR_NOMEM)
+    /* A peer that was interrupted (or sent nonsense) has, for this rank, simply gone away. */
+    if (status == PYCOLL_OK || status >= PYCOLL_ERR_INTERRUPTED)
         status = PYCOLL_ERR_PEER_FAILURE;
     peer->state = PEER_DEAD;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
@@ -372,6 +373,12 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int k = epoll_wait(t->epfd, events, 64, timeout_ms);
         if (k < 0 && errno != EINTR) {
             pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
+            break;
+        }
+        if (p2p->check_interrupt && (k < 0 || (k == 0 && timeout_ms > 0)) &&
+            p2p->check_interrupt(p2p->interrupt_ctx)) {
+            pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
+                            (int)p2p->rank);
             break;
         }
         for (int i = 0; i < k && p2p->status == PYCOLL_OK; i++) {

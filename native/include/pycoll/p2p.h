@@ -90,6 +90,10 @@ struct pycoll_p2p {
     pycoll_status_t status;   /* first error; PYCOLL_OK while healthy */
     int32_t failed_rank;      /* the rank an error is about, or -1 */
     char error[PYCOLL_ERROR_LEN];
+    /* Optional: called while a wait blocks (after a signal, and every ~100 ms); non-zero stops the
+     * collective with PYCOLL_ERR_INTERRUPTED. Python uses it so Ctrl-C is not held up until the deadline. */
+    int (*check_interrupt)(void *ctx);
+    void *interrupt_ctx;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */

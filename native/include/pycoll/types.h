@@ -46,7 +46,8 @@ typedef enum pycoll_status {
     PYCOLL_ERR_MISMATCH = 5,     /* ranks called different collectives / dtypes / counts / ops */
     PYCOLL_ERR_SYSTEM = 6,       /* an OS call failed (errno in the message) */
     PYCOLL_ERR_CLOSED = 7,       /* the communicator was closed or is broken by an earlier error */
-    PYCOLL_ERR_NOMEM = 8
+    PYCOLL_ERR_NOMEM = 8,
+    PYCOLL_ERR_INTERRUPTED = 9   /* the caller's interrupt check fired (e.g. Ctrl-C in Python) */
 } pycoll_status_t;
 
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
