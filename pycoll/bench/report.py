@@ -27,7 +27,8 @@ def table(rows) -> str:
         key = (row.get("collective", "all_reduce"), row["backend"], row["world"])
         if key != group:
             group = key
-            lines.append(f"# {key[0]}  backend {key[1]}  {key[2]} ranks  (time: slowest rank's median; "
+            ranks = f"{key[2]} rank{'' if key[2] == 1 else 's'}"
+            lines.append(f"# {key[0]}  backend {key[1]}  {ranks}  (time: slowest rank's median; "
                          f"busbw = algbw x bus factor)")
             lines.append("#" + header[1:])
         lines.append("  ".join(f"{row.get(k) or '-':>{w}}" if k == "picked" else f"{row[k]:>{w}{fmt}}"
