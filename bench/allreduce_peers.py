@@ -77,7 +77,7 @@ def world_table(rows, world):
             c = cells.get(col)
             row.append(f"{c['time_us']:.1f} / {c['busbw']:.3f}" if c else "-")
         auto = cells.get("pycoll auto")
-        row.append(auto["ran"] if auto else "-")
+        row.append(auto["picked"] if auto else "-")
         for peer in ("gloo", "Open MPI"):
             c = cells.get(peer)
             row.append(f"{c['time_us'] / best:.2f}" if c and best else "-")

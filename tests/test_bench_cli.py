@@ -1,15 +1,21 @@
-"""`pycoll bench`: its pure parts (sizes, iterations, bus factors, exact check data, the timing loop) and the
-CLI end to end on tiny sweeps of 2 real ranks (table, JSON, CSV, plot, --compare skips, bad arguments)."""
+"""`pycoll bench`: its pure parts (sizes, iterations, bus factors, exact check data, the timing loop, the
+progress relay) and the CLI end to end on tiny sweeps of 2 real ranks (table, JSON, CSV, plot, --compare skips,
+what auto picked, under pycoll run, bad arguments) and tiny accuracy reports (simulated and real ranks)."""
 
 import importlib.util
+import io
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 
-from pycoll.bench import check, peers, sweep, timing
+from pycoll import _sim
+from pycoll.algorithms import ALGORITHMS
+from pycoll.bench import check, peers, progress, sweep, timing
 from pycoll.cli import bench as bench_cli
 
 SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
@@ -23,9 +29,13 @@ def _outside_the_source_tree(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def run_cli(*args, timeout=90):
+def run_cli(*args, timeout=90, env=None):
     return subprocess.run([sys.executable, "-m", "pycoll", "bench", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
+
+
+def table_lines(stdout):
+    return [ln for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 # -- pure parts ---------------------------------------------------------------------------------------------
@@ -145,8 +155,11 @@ def test_table_json_and_csv_of_a_small_sweep(tmp_path):
                           "algbw", "busbw", "wrong", "max_rel_err"}
         assert r["wrong"] == 0 and r["world"] == 2 and r["dtype"] == "float32" and r["op"] == "sum"
         assert r["count"] * 4 == r["bytes"] and r["time_us"] > 0 and r["busbw"] == pytest.approx(r["algbw"])
-    table_rows = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
-    assert len(table_rows) == 4
+    assert len(table_lines(proc.stdout)) == 4
+    assert "# #wrong: 0 OK" in proc.stdout
+    # Progress: plain lines drawn by the launching process itself, not rank 0's prefixed output.
+    assert "[4/4] float32 sum auto fast 4096 B" in proc.stderr, proc.stderr
+    assert "[rank 0] [" not in proc.stderr, proc.stderr
     assert out_csv.read_text().splitlines()[0].startswith("bytes,count,dtype,op,algorithm")
 
 
@@ -237,3 +250,174 @@ def test_unknown_algorithm_fails_the_run():
     proc = run_cli("-n", "2", "-b", "8", "-e", "8", *FAST, "--algorithm", "telepathy")
     assert proc.returncode != 0
     assert "telepathy" in proc.stderr, proc.stderr
+
+
+# -- what "auto" picked ---------------------------------------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_auto_rows_show_the_algorithm_the_cost_model_picked(tmp_path):
+    out = tmp_path / "rows.json"
+    env = dict(os.environ, PYCOLL_TUNE_FILE=str(tmp_path / "no-model.json"))  # the default cost model
+    env.pop("PYCOLL_ALGORITHM", None)
+    # 2 ranks: recursive doubling below 1 MiB, ring from there (the default model), so picked follows the size.
+    proc = run_cli("-n", "2", "-b", "256K", "-e", "1M", "-f", "4", *FAST, "--algorithm", "auto,ring",
+                   "--json", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    names = {v: k for k, v in ALGORITHMS.items()}
+    auto = {r["bytes"]: r["picked"] for r in rows if r["algorithm"] == "auto"}
+    assert auto == {n: names[_sim.choose_all_reduce(2, n)] for n in (256 << 10, 1 << 20)}
+    assert len(set(auto.values())) == 2, auto
+    assert all(r["picked"] == "ring" for r in rows if r["algorithm"] == "ring")
+    header = next(ln for ln in proc.stdout.splitlines() if "size(B)" in ln).lstrip("#").split()
+    column = header.index("picked")
+    assert column == header.index("algorithm") + 1
+    shown = [(int(c[0]), c[column - 1], c[column]) for c in map(str.split, table_lines(proc.stdout))]
+    assert shown == [(n, "auto", auto[n]) for n in sorted(auto)] + [(n, "ring", "ring") for n in sorted(auto)]
+
+
+@pytest.mark.timeout(90)
+def test_picked_follows_pycoll_algorithm(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "64", "-e", "64", *FAST, "--json", str(out),
+                   env=dict(os.environ, PYCOLL_ALGORITHM="mesh"))
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(out.read_text())
+    assert (row["algorithm"], row["picked"]) == ("auto", "mesh")
+
+
+# -- under a launcher -----------------------------------------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_bench_as_the_ranks_of_pycoll_run(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "pycoll", "run", "-n", "2", "-m", "pycoll", "bench",
+                           "-b", "8", "-e", "64", "-f", "8", *FAST, "--json", str(out)],
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert [(r["bytes"], r["world"], r["wrong"]) for r in rows] == [(8, 2, 0), (64, 2, 0)]
+    lines = proc.stdout.splitlines()
+    assert lines and all(ln.startswith("[rank 0] ") for ln in lines), proc.stdout  # rank 0 alone prints
+    assert len(table_lines("\n".join(ln[len("[rank 0] "):] for ln in lines))) == 2
+
+
+# -- progress -------------------------------------------------------------------------------------------------
+class _Recorder(progress.Progress):
+    def __init__(self):
+        super().__init__(None)
+        self.events = []
+
+    def start(self, total, title):
+        self.events.append(("start", total, title))
+
+    def advance(self, what):
+        self.events.append(("advance", what))
+
+    def finish(self):
+        self.events.append(("finish",))
+
+
+@pytest.mark.timeout(10)
+def test_progress_file_events_are_replayed_by_follow(tmp_path):
+    path, shown = tmp_path / "progress", _Recorder()
+    with progress.follow(path, shown):
+        writer = progress.ProgressFile(path)
+        thread = threading.Thread(target=lambda: (writer.start(2, "tcp x2"), writer.advance("8 B\tok"),
+                                                  writer.advance("64 B"), writer.finish()))
+        thread.start()
+        thread.join()
+    assert shown.events == [("start", 2, "tcp x2"), ("advance", "8 B ok"), ("advance", "64 B"), ("finish",)]
+
+
+@pytest.mark.timeout(10)
+def test_follow_takes_down_a_display_the_ranks_left_running(tmp_path):
+    path, shown = tmp_path / "progress", _Recorder()
+    with progress.follow(path, shown):
+        progress.ProgressFile(path).start(5, "tcp x2")
+    assert shown.events == [("start", 5, "tcp x2"), ("finish",)]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.timeout(10)
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere():
+    plain = io.StringIO()
+    shown = progress.Progress.for_terminal(plain)
+    shown.start(12, "tcp x2")
+    shown.advance("float32 sum ring fast 8 B: 20.0 us")
+    shown.finish()
+    assert plain.getvalue() == "# tcp x2: 12 cases\n[ 1/12] float32 sum ring fast 8 B: 20.0 us\n"
+    if importlib.util.find_spec("rich") is None and importlib.util.find_spec("tqdm") is None:
+        pytest.skip("neither rich nor tqdm is installed: a terminal gets plain lines too")
+    bar = progress.Progress.for_terminal(_Terminal())
+    assert type(bar) is not progress.Progress
+    bar.start(2, "tcp x2")
+    bar.advance("8 B")
+    bar.finish()
+
+
+# -- the accuracy report --------------------------------------------------------------------------------------
+REPORT_KEYS = {"transport", "world", "algorithm", "accuracy", "dtype", "data", "count", "max_ulp", "mean_ulp",
+               "identical"}
+
+
+@pytest.mark.timeout(60)
+def test_accuracy_report_over_simulated_ranks(tmp_path):
+    out = tmp_path / "ulps.json"
+    proc = run_cli("--accuracy-report", "--worlds", "2,5", "-d", "float16,bfloat16,float32", "--count", "40",
+                   "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert all(set(r) == REPORT_KEYS and r["transport"] == "sim" and r["count"] == 40 for r in rows)
+    # Defaults: every algorithm but auto, both modes, every data set.
+    combos = {(r["world"], r["algorithm"], r["accuracy"], r["dtype"], r["data"]) for r in rows}
+    assert len(combos) == len(rows) == 2 * 4 * 2 * 3 * 3
+    assert all(r["identical"] for r in rows)
+    assert max(r["max_ulp"] for r in rows if r["accuracy"] == "compensated") <= 1
+    # Crafted data: fast ring drops every other rank's 1.0, an error of (N-1)/2 ulps -- the report measures.
+    crafted = {(r["world"], r["dtype"]): r["max_ulp"] for r in rows
+               if (r["algorithm"], r["accuracy"], r["data"]) == ("ring", "fast", "crafted")}
+    assert crafted == {(w, d): (w - 1) // 2 for w in (2, 5) for d in ("float16", "bfloat16", "float32")}
+    assert "| transport | world | algorithm | accuracy | dtype | data | count | max ulp | mean ulp |" in proc.stdout
+    assert len([ln for ln in proc.stdout.splitlines() if ln.startswith("| sim |")]) == len(rows)
+    assert "[6/6] 5 ranks, float32" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_accuracy_report_over_real_processes(tmp_path):
+    out = tmp_path / "ulps.csv"
+    proc = run_cli("--accuracy-report", "--processes", "--worlds", "2", "-d", "float32", "--data", "mixed",
+                   "--algorithm", "ring,auto", "--accuracy", "kahan", "--count", "32", "--csv", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0] == "transport,world,algorithm,accuracy,dtype,data,count,max_ulp,mean_ulp,identical"
+    assert [ln.split(",")[:6] for ln in lines[1:]] == [["tcp", "2", a, "compensated", "float32", "mixed"]
+                                                      for a in ("ring", "auto")]
+    assert "| tcp | 2 | ring | compensated | float32 | mixed | 32 |" in proc.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, names", [
+    (["--accuracy-report", "-b", "8", "-n", "2"], "-n, -b"), (["--accuracy-report", "--compare", "gloo"], "--compare"),
+    (["--accuracy-report", "-d", "int8"], "-d"), (["--accuracy-report", "--worlds", "2,x"], "--worlds"),
+    (["--accuracy-report", "--worlds", "0"], "--worlds"), (["--accuracy-report", "--data", "noise"], "--data"),
+    (["--accuracy-report", "--algorithm", "telepathy"], "--algorithm"),
+    (["--accuracy-report", "--count", "0"], "--count"), (["--worlds", "2"], "--worlds"),
+    (["-n", "2", "--processes"], "--processes"),
+])
+def test_accuracy_report_bad_arguments_name_the_argument(args, names):
+    proc = run_cli(*args, timeout=30)
+    assert proc.returncode == 2
+    assert names in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(30)
+def test_help_lists_the_modes_and_how_to_launch():
+    proc = subprocess.run([sys.executable, "-m", "pycoll", "bench", "--help"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0
+    for text in ("--accuracy-report", "--worlds", "--processes", "--compare", "picked",
+                 "pycoll run -n 2 -m pycoll bench", "(default 32M)"):
+        assert text in proc.stdout, text

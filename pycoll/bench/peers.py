@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from pycoll.bench import launch
-from pycoll.bench.progress import Progress
+from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
 
 
@@ -171,7 +171,7 @@ def _rank_main(name, config_path, result_path):
         config = json.load(f)
     comm = _GlooComm() if name == "gloo" else _MpiComm()
     try:
-        rows = run_cases(comm, config, Progress.for_terminal(sys.stderr) if comm.rank == 0 else None)
+        rows = run_cases(comm, config, for_rank(config.get("progress_file")) if comm.rank == 0 else None)
     finally:
         comm.close()
     if rows is not None:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from pycoll.bench import check, sweep, timing
-from pycoll.bench.progress import Progress
+from pycoll.bench.progress import for_rank
 
 
 def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
@@ -71,10 +71,10 @@ def _time(comm, case, count, root, warmup, iters):
     times = timing.time_iterations(
         lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root),
         comm.barrier, warm, timed)
-    ran = comm.last_algorithm  # before the gather below replaces it
+    picked = comm.last_algorithm  # what "auto" chose; read before the gather below replaces it
     medians = np.zeros(world, dtype=np.float64)
     comm.all_gather(np.array([timing.rank_median(times)]), medians)
-    return timing.across_ranks(medians.tolist()), ran
+    return timing.across_ranks(medians.tolist()), picked
 
 
 def _connect(comm):
@@ -110,18 +110,22 @@ def run_cases(comm, config, progress=None):
     for case in todo:
         itemsize = sweep.numpy_dtype(case.dtype).itemsize
         count = sweep.count_for(case.collective, case.nbytes, itemsize, world)
+        what = f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B"
         if count > 0:
             wrong, rel_err = _checks(comm, case, count, root, seed)
-            t, ran = _time(comm, case, count, root, config.get("warmup"), config.get("iters"))
+            t, picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"))
             algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
             rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
-                         "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "ran": ran,
+                         "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "picked": picked,
                          "accuracy": case.accuracy, "backend": comm.backend, "world": world,
                          "time_us": t.max_s * 1e6, "time_min_us": t.min_s * 1e6,
                          "time_median_us": t.median_s * 1e6, "algbw": algbw, "busbw": busbw,
                          "wrong": wrong, "max_rel_err": rel_err})
+            what += f": {t.max_s * 1e6:.1f} us" + (f" ({picked})" if case.algorithm == "auto" else "")
+        else:
+            what += ": skipped (smaller than one element)"
         if progress is not None:
-            progress.advance(f"{case.dtype} {case.op} {case.algorithm} {case.nbytes} B")
+            progress.advance(what)
     if progress is not None:
         progress.finish()
     return rows if comm.rank == 0 else None
@@ -145,7 +149,7 @@ def main(argv=None):
     config_path, result_path = (argv if argv is not None else sys.argv[1:])
     with open(config_path) as f:
         config = json.load(f)
-    rows = run(config, Progress.for_terminal(sys.stderr))
+    rows = run(config, for_rank(config.get("progress_file")))
     if rows is not None:
         with open(result_path, "w") as f:
             json.dump(rows, f)

@@ -1,5 +1,6 @@
 """`pycoll bench`: nccl-tests style sweeps of pycoll's collectives, checked for correctness, with --compare
-against gloo and Open MPI measured the same way. See ../shared/API.md ("Command line")."""
+against gloo and Open MPI measured the same way, and --accuracy-report (errors in ulps against the exact sum).
+See ../shared/API.md ("Command line")."""
 
 from __future__ import annotations
 
@@ -9,38 +10,111 @@ import os
 import sys
 import tempfile
 
-from pycoll.bench import launch, peers, plot, report, sweep
+from pycoll.accuracy import format_table
+from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
+from pycoll.bench.progress import Progress, follow
 
 HELP = "benchmark collectives (sizes x dtypes x ops x algorithms), optionally against gloo and MPI"
 
+DESCRIPTION = """\
+Times pycoll's collectives over a sweep of sizes, nccl-tests style: one row per case with size, count, type,
+redop, algorithm (and the one `auto` picked), time, algbw, busbw, #wrong and max relative error against the
+exact result. Each timed iteration starts after a barrier; a rank's time is the median of its iterations; the
+time shown is the slowest rank's. With --accuracy-report it measures all-reduce error in ulps instead."""
+
+EPILOG = """\
+where the ranks come from:
+  pycoll bench -n 2 ...                       start 2 local ranks (the table is printed once, here)
+  pycoll run -n 2 -m pycoll bench ...         one rank per process of a job; rank 0 prints
+  torchrun --nproc-per-node 2 -m pycoll bench ...
+  mpirun -n 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 python -m pycoll bench ...
+
+examples:
+  pycoll bench -n 4 -b 8 -e 64M -f 4 --algorithm all --json out.json
+  pycoll bench -n 2 -d float32,bfloat16 -o sum,max --accuracy fast,compensated --plot bench.png
+  pycoll bench -n 2 --compare gloo,mpi        peer/pycoll time ratios per size
+  pycoll bench --accuracy-report --worlds 2,8,64 -d float32 --json ulps.json
+  pycoll bench --accuracy-report --processes --worlds 2,4
+"""
+
+# Sweep options default to None so that --accuracy-report can tell which were given; these are their values.
+SWEEP_DEFAULTS = {"backend": "tcp", "collective": "all_reduce", "algorithm": "auto", "accuracy": "fast",
+                  "dtype": "float32", "op": "sum", "minbytes": "8", "maxbytes": "32M", "stepfactor": 2}
+# Options that mean nothing to the accuracy report, by their attribute and their flag.
+_SWEEP_ONLY = (("nproc", "-n"), ("backend", "--backend"), ("collective", "--collective"), ("op", "-o"),
+               ("minbytes", "-b"), ("maxbytes", "-e"), ("stepfactor", "-f"), ("iters", "--iters"),
+               ("warmup", "--warmup"), ("root", "--root"), ("plot", "--plot"), ("compare", "--compare"))
+_REPORT_ONLY = (("worlds", "--worlds"), ("processes", "--processes"), ("data", "--data"), ("count", "--count"))
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--nproc", type=int, default=None,
-                   help="start N local ranks (default: run as one rank of a job started by pycoll run, "
-                        "torchrun or mpirun; rank 0 prints)")
-    p.add_argument("--backend", default="tcp", help="backend(s), comma-separated (default tcp)")
-    p.add_argument("--collective", default="all_reduce", choices=sweep.COLLECTIVES)
-    p.add_argument("--algorithm", default="auto", help="algorithm(s), comma-separated, or 'all' (default auto)")
-    p.add_argument("--accuracy", default="fast", help="fast, compensated (alias kahan), comma-separated or 'all'")
-    p.add_argument("-d", "--dtype", default="float32", help="dtype(s), comma-separated or 'all' (default float32)")
-    p.add_argument("-o", "--op", default="sum", help="op(s): sum, prod, min, max, avg, comma-separated or 'all'")
-    p.add_argument("-b", "--minbytes", default="8", help="smallest size, e.g. 8, 4K, 1M (default 8)")
-    p.add_argument("-e", "--maxbytes", default="32M", help="largest size (default 32M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps (default 2)")
-    p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: by size)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up iterations per size (default: by size)")
-    p.add_argument("--root", type=int, default=0, help="root of broadcast/reduce (default 0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random data for max_rel_err")
-    p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
-    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
-    p.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
-    p.add_argument("--compare", default="", metavar="gloo,mpi",
-                   help="also run these peers on the same sizes and print peer/pycoll time ratios (needs -n)")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a launched job is stopped")
+    ranks = p.add_argument_group("ranks")
+    ranks.add_argument("-n", "--nproc", type=int, default=None,
+                       help="start N local ranks (default: be one rank of a job started by pycoll run, torchrun "
+                            "or mpirun; rank 0 prints)")
+    ranks.add_argument("--backend", default=None, help="backend(s), comma-separated (default tcp)")
+    ranks.add_argument("--timeout", type=float, default=3600.0,
+                       help="seconds before a launched job is stopped (default 3600)")
+
+    cases = p.add_argument_group("what to run (every combination)")
+    cases.add_argument("--collective", default=None, choices=sweep.COLLECTIVES, help="default all_reduce")
+    cases.add_argument("--algorithm", default=None, metavar="A",
+                       help="algorithm(s), comma-separated, or 'all' (default auto; the report: all)")
+    cases.add_argument("--accuracy", default=None, metavar="M",
+                       help="fast, compensated (alias kahan), comma-separated or 'all' (default fast; the "
+                            "report: all)")
+    cases.add_argument("-d", "--dtype", default=None,
+                       help=f"dtype(s), comma-separated or 'all': {', '.join(sweep.DTYPES)} (default float32; "
+                            f"the report: every float dtype)")
+    cases.add_argument("-o", "--op", default=None, help=f"op(s), comma-separated or 'all': {', '.join(sweep.OPS)} "
+                                                       f"(default sum)")
+    cases.add_argument("-b", "--minbytes", default=None, metavar="MIN_BYTES",
+                       help="smallest size, e.g. 8, 4K, 1M (default 8)")
+    cases.add_argument("-e", "--maxbytes", default=None, metavar="MAX_BYTES", help="largest size (default 32M)")
+    cases.add_argument("-f", "--stepfactor", type=int, default=None, metavar="FACTOR",
+                       help="size multiplier between steps (default 2)")
+    cases.add_argument("--iters", type=int, default=None,
+                       help=f"timed iterations per size (default: {sweep.MAX_ITERS} for small sizes down to "
+                            f"{sweep.MIN_ITERS} for large ones)")
+    cases.add_argument("--warmup", type=int, default=None, help="warm-up iterations per size (default: iters/10)")
+    cases.add_argument("--root", type=int, default=None, help="root of broadcast/reduce (default 0)")
+    cases.add_argument("--seed", type=int, default=0, help="seed of the random data of the error checks")
+
+    out = p.add_argument_group("output (the table always goes to stdout, progress to stderr)")
+    out.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    out.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    out.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
+    out.add_argument("--compare", default=None, metavar="gloo,mpi",
+                     help="also run these peers (torch.distributed gloo, mpi4py under mpirun) on the same sizes "
+                          "and print peer/pycoll time ratios (needs -n); a peer not installed is skipped")
+
+    acc = p.add_argument_group("accuracy report (all-reduce error in ulps against the correctly rounded sum)")
+    acc.add_argument("--accuracy-report", action="store_true",
+                     help="report max and mean ulps per algorithm x accuracy x world size x dtype x data set, "
+                          "instead of timing")
+    acc.add_argument("--worlds", default=None, metavar="N,N,...",
+                     help=f"world sizes (default {','.join(map(str, accuracy_report.SIM_WORLDS))} simulated; "
+                          f"{','.join(map(str, accuracy_report.PROCESS_WORLDS))} with --processes)")
+    acc.add_argument("--processes", action="store_true", default=None,
+                     help="real rank processes over TCP loopback (default: simulated ranks in this process, "
+                          "driving the same C schedules)")
+    acc.add_argument("--data", default=None, help="data set(s): gaussian, mixed (1e-8..1e8 with cancellation), "
+                                                  "crafted, comma-separated or 'all' (default all)")
+    acc.add_argument("--count", type=int, default=None, help="elements per rank (default 4096)")
+
+
+def _given(args, options) -> list[str]:
+    return [flag for name, flag in options if getattr(args, name) is not None]
 
 
 def _config(args) -> dict:
     """The sweep a rank runs, from the arguments; ValueError names the bad argument."""
+    given = _given(args, _REPORT_ONLY)
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with --accuracy-report")
+    for name, value in SWEEP_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.nproc is not None and args.nproc < 1:
         raise ValueError(f"-n must be at least 1, got {args.nproc}")
     for name in ("iters", "warmup"):
@@ -61,7 +135,7 @@ def _config(args) -> dict:
             "accuracies": sweep.parse_list(",".join(accuracies), sweep.ACCURACIES, "--accuracy"),
             "dtypes": sweep.parse_list(args.dtype, sweep.DTYPES, "-d"),
             "ops": sweep.parse_list(args.op, sweep.OPS, "-o"), "sizes": size_list, "iters": args.iters,
-            "warmup": args.warmup, "root": args.root, "seed": args.seed}
+            "warmup": args.warmup, "root": args.root or 0, "seed": args.seed}
 
 
 def _check_backends(backends, algorithms) -> None:
@@ -82,7 +156,7 @@ def _check_backends(backends, algorithms) -> None:
 
 
 def _compare_list(args) -> list[str]:
-    names = [c.strip() for c in args.compare.split(",") if c.strip()]
+    names = [c.strip() for c in (args.compare or "").split(",") if c.strip()]
     bad = [c for c in names if c not in peers.PEERS]
     if bad:
         raise ValueError(f"--compare: unknown peer {', '.join(map(repr, bad))}; choose from "
@@ -93,12 +167,15 @@ def _compare_list(args) -> list[str]:
 
 
 def _launched(n, config, timeout, runner):
-    """Rows of a job of n ranks: config in, rank 0's rows out, through files in a private directory."""
+    """Rows of a job of n ranks: config in, rank 0's rows out, through files in a private directory; rank 0's
+    progress is shown here, since the ranks' own output goes through pipes."""
     with tempfile.TemporaryDirectory(prefix="pycoll-bench-") as tmp:
         config_path, result_path = os.path.join(tmp, "config.json"), os.path.join(tmp, "rows.json")
+        progress_path = os.path.join(tmp, "progress")
         with open(config_path, "w") as f:
-            json.dump(config, f)
-        runner(n, config_path, result_path, timeout)
+            json.dump(dict(config, progress_file=progress_path), f)
+        with follow(progress_path, Progress.for_terminal(sys.stderr)):
+            runner(n, config_path, result_path, timeout)
         with open(result_path) as f:
             return json.load(f)
 
@@ -107,24 +184,28 @@ def _pycoll_job(n, config_path, result_path, timeout):
     launch.run_module(n, "pycoll.bench.worker", [config_path, result_path], timeout=timeout)
 
 
+def _error(message, code=2) -> int:
+    print(f"pycoll bench: error: {message}", file=sys.stderr)
+    return code
+
+
 def run(args) -> int:
+    if args.accuracy_report:
+        return _run_accuracy_report(args)
     try:
         config = _config(args)
         compare = _compare_list(args)
         if args.plot:
             plot.require_matplotlib()
     except (ValueError, plot.PlotUnavailable) as exc:
-        print(f"pycoll bench: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     if args.nproc is not None:
         try:
             rows = _launched(args.nproc, config, args.timeout, _pycoll_job)
         except launch.RankFailed as exc:
-            print(f"pycoll bench: error: {exc} (its error is above)", file=sys.stderr)
-            return 1
+            return _error(f"{exc} (its error is above)", 1)
     else:
         from pycoll.bench import worker
-        from pycoll.bench.progress import Progress
 
         rows = worker.run(config, Progress.for_terminal(sys.stderr))
         if rows is None:  # not rank 0: rank 0 prints
@@ -157,20 +238,49 @@ def run(args) -> int:
     if args.plot:
         plot.plot(everything, args.plot)
     if any(r["wrong"] for r in everything):
-        print("pycoll bench: some results were wrong (#wrong > 0)", file=sys.stderr)
-        return 1
+        return _error("some results were wrong (#wrong > 0)", 1)
+    return 0
+
+
+def _run_accuracy_report(args) -> int:
+    given = _given(args, _SWEEP_ONLY)
+    if given:
+        return _error(f"{', '.join(given)}: not with --accuracy-report (it runs all_reduce over --worlds)")
+    try:
+        plan = accuracy_report.plan(worlds=args.worlds, processes=bool(args.processes), algorithms=args.algorithm,
+                                    accuracies=args.accuracy, dtypes=args.dtype, datasets=args.data,
+                                    count=4096 if args.count is None else args.count, seed=args.seed)
+    except ValueError as exc:
+        return _error(exc)
+    try:
+        rows = accuracy_report.run(plan, Progress.for_terminal(sys.stderr), args.timeout)
+    except RuntimeError as exc:  # a job of real processes failed
+        return _error(exc, 1)
+    print(f"# all_reduce error in ulps against the correctly rounded exact sum; {plan.count} elements per rank, "
+          f"seed {plan.seed}; transport sim = simulated ranks, tcp = real processes", flush=True)
+    print(format_table(rows), end="", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.csv:
+        report.to_csv(rows, args.csv, accuracy_report.KEYS)
+    bad = accuracy_report.failures(rows)
+    if bad:
+        return _error(f"{len(bad)} rows where ranks' results differ or compensated mode is over 1 ulp", 1)
     return 0
 
 
 def register(subparsers) -> None:
     """Add `bench` to the `pycoll` command's subparsers."""
-    p = subparsers.add_parser("bench", help=HELP, description=HELP)
+    p = subparsers.add_parser("bench", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="pycoll bench", description=HELP)
+    p = argparse.ArgumentParser(prog="pycoll bench", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     return run(p.parse_args(argv))
 
