@@ -6,7 +6,7 @@ pycoll's exceptions."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 
-from cpython.exc cimport PyErr_CheckSignals, PyErr_Occurred
+from cpython.exc cimport PyErr_Occurred
 
 from pycoll.libpycoll cimport *
 
@@ -31,11 +31,16 @@ def error_for_status(int status, str message, int failed_rank=-1):
     return PycollError(message)
 
 
+cdef extern from "Python.h":
+    # Declared without an exception clause on purpose: the exception a handler raises must stay pending.
+    int check_signals_keep_exception "PyErr_CheckSignals" ()
+
+
 cdef int _signal_raised(void *ctx) noexcept nogil:
     # Runs the Python signal handlers (this is how Ctrl-C reaches a rank blocked in a collective); an
     # exception they raise stays pending and is re-raised when the collective returns.
     with gil:
-        return PyErr_CheckSignals() != 0
+        return check_signals_keep_exception() != 0
 
 
 cdef int _reraise_pending() except -1:

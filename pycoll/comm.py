@@ -13,7 +13,7 @@ from pycoll import launch_env, plugins
 from pycoll.algorithms import accuracy_name, algorithm_name, default_algorithm
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import op_id
-from pycoll.errors import CommunicatorClosed, PycollError
+from pycoll.errors import CommunicatorClosed
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
 OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
@@ -111,7 +111,7 @@ class Communicator:
     def _run(self, collective, *args):
         try:
             return collective(*args)
-        except PycollError:
+        except BaseException:  # a failure, or Ctrl-C mid-collective: either way the peers are not coming back
             self._failed = True
             raise
 

@@ -96,3 +96,16 @@ def test_peer_that_closes_its_communicator_is_named_quickly():
         assert rep.get("error") == "PeerFailure", (r, rep)
         assert rep["failed_rank"] == 2 and "rank 2" in rep["message"], rep
         assert rep["elapsed"] < 2.0 + 1.0, rep  # includes start-up
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_blocked_collective_promptly():
+    with Ranks(2, "comm_worker.py", "interrupt", timeout=60) as ranks:
+        ranks.wait_ready([0])
+        time.sleep(0.3)
+        sent = time.monotonic()
+        os.kill(ranks.procs[0].pid, signal.SIGINT)
+        report = ranks.reports([0], deadline_s=20)[0]
+        took = time.monotonic() - sent
+    assert report.get("error") == "KeyboardInterrupt", report
+    assert took < 2.0, took  # not the 60 s deadline

@@ -67,6 +67,17 @@ try:
         else:
             comm.all_reduce(x, algorithm="ring")
             report["ok"] = True
+    elif scenario == "interrupt":
+        # Rank 0 blocks in a collective that rank 1 joins only much later; the test sends rank 0 SIGINT.
+        x = np.ones(16, dtype=np.float32)
+        if rank == 0:
+            print(json.dumps({"rank": rank, "ready": True}), flush=True)
+            try:
+                comm.all_reduce(x)
+            except KeyboardInterrupt:
+                report["error"] = "KeyboardInterrupt"
+        else:
+            time.sleep(20)
     elif scenario == "mismatch":
         kind = os.environ["TEST_MISMATCH"]
         x = np.ones(1000, dtype=np.float32)
