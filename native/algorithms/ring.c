@@ -200,7 +200,7 @@ pycoll_status_t pycoll_ring_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t cou
     reduction_t red;
     reduction_init(&red, p2p, dtype, op, accuracy);
     const block_layout_t layout = split_evenly(count, p2p->size);
-    void *work = red.compensated ? thread_workspace(p2p, count * (int64_t)red.wsize, "ring all_reduce") : buf;
+    void *work = red.compensated ? comm_workspace(p2p, count * (int64_t)red.wsize, "ring all_reduce") : buf;
     if (!work)
         return PYCOLL_ERR_NOMEM;
     char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;

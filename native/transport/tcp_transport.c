@@ -534,6 +534,7 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
         close(t->epfd);
     for (int r = 0; r < t->base.size; r++)
         free(t->peers[r].inbuf);
+    free(t->base.workspace);
     free(t->peers);
     free(t);
 }

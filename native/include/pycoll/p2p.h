@@ -90,6 +90,10 @@ struct pycoll_p2p {
     pycoll_status_t status;   /* first error; PYCOLL_OK while healthy */
     int32_t failed_rank;      /* the rank an error is about, or -1 */
     char error[PYCOLL_ERROR_LEN];
+    /* The algorithms' scratch, kept between collectives (a fresh multi-MiB buffer is page-faulted on every
+     * call); the transport creates it zeroed and frees it in destroy. */
+    void *workspace;
+    int64_t workspace_bytes;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */
