@@ -139,10 +139,10 @@ pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf,
     /* All-reduce: one unit per group, count split evenly over the p virtual ranks. */
     int64_t *uoff = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *uoff, "halving_doubling all_reduce");
     int32_t *gunit = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *gunit, "halving_doubling all_reduce");
-    /* Receive scratch, then (compensated) the partials: both in the thread's reused workspace. */
+    /* Receive scratch, then (compensated) the partials: both in the communicator's reused workspace. */
     const int64_t part_bytes = count * (int64_t)red.wsize;
-    char *scratch = thread_workspace(p2p, red.compensated ? 2 * part_bytes : part_bytes,
-                                     "halving_doubling all_reduce");
+    char *scratch = comm_workspace(p2p, red.compensated ? 2 * part_bytes : part_bytes,
+                                   "halving_doubling all_reduce");
     char *work = !scratch ? NULL : red.compensated ? scratch + part_bytes : buf;
     char *data = buf;
     status = uoff && gunit && scratch && work ? PYCOLL_OK : PYCOLL_ERR_NOMEM;

@@ -24,7 +24,7 @@ pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbu
     switch (algorithm) {
     case PYCOLL_ALGO_RING: {
         /* sendbuf is read-only: the partials travel through work. */
-        void *work = thread_workspace(p2p, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
+        void *work = comm_workspace(p2p, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
         if (!work)
             return PYCOLL_ERR_NOMEM;
         return ring_reduce_scatter_blocks(&red, sendbuf, work, layout, recvbuf);

@@ -55,6 +55,18 @@ static void *request_array(pycoll_p2p_t *p2p, int64_t n, const char *what)
     return reqs;
 }
 
+/* part = op(own plain values, received). Step 0 sends plain values: as a compensated partial they would carry
+ * an all-zero comp half, twice the bytes for nothing; the receiver loads them (into tmp, n partial elements). */
+static pycoll_status_t combine_received(const reduction_t *red, void *part, const void *own, const void *received,
+                                        bool received_plain, void *tmp, int64_t n)
+{
+    if (!received_plain || !red->compensated)
+        return reduction_add_plain(red, part, own, received, n);
+    const void *loaded;
+    pycoll_status_t status = reduction_source(red, part, own, n, &loaded);
+    return status != PYCOLL_OK ? status : reduction_combine_plain(red, part, received, tmp, n);
+}
+
 /* In step s rank r sends its partial of block r-s-1 to r+1 and receives block r-s-2 from r-1, combining it
  * with its own values; after N-1 steps block r is complete on rank r. Unit t = s * segs + k. */
 pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *input, void *work,
@@ -73,20 +85,20 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
     const ring_units_t u = ring_units(layout, size, red->wsize);
     const int32_t right = ring_index(rank + 1, size), left = ring_index(rank - 1, size);
     pycoll_request_t *sends = request_array(p2p, u.units, "ring reduce-scatter");
-    char *slots = scratch_alloc(p2p, RING_IN_FLIGHT * u.seg * (int64_t)red->wsize, "ring reduce-scatter");
+    /* RING_IN_FLIGHT receive slots, then (compensated) room to load one received segment of plain values. */
+    const int64_t slot_bytes = u.seg * (int64_t)red->wsize;
+    char *slots = scratch_alloc(p2p, (RING_IN_FLIGHT + red->compensated) * slot_bytes, "ring reduce-scatter");
+    char *loaded = slots + RING_IN_FLIGHT * slot_bytes;
     pycoll_request_t recvs[RING_IN_FLIGHT];
     int64_t recv_unit[RING_IN_FLIGHT];
     pycoll_status_t status = sends && slots ? PYCOLL_OK : PYCOLL_ERR_NOMEM;
 
-    /* Step 0 sends this rank's own values of block r-1: nothing to wait for. */
+    /* Step 0 sends this rank's own plain values of block r-1: nothing to wait for. */
     const int32_t first = ring_index(rank - 1, size);
     for (int64_t k = 0; status == PYCOLL_OK && k < u.segs; k++) {
         int64_t e = segment_start(&u, first, k), n = segment_length(&u, first, k);
-        const void *source;
-        status = reduction_source(red, w + e * red->wsize, in + e * red->dsize, n, &source);
-        if (status == PYCOLL_OK)
-            status = post_request(p2p, &sends[k], true, right, (void *)source, n * (int64_t)red->wsize,
-                                  phase_tag(TAG_RING_REDUCE_SCATTER, k));
+        status = post_request(p2p, &sends[k], true, right, (void *)(in + e * red->dsize), n * (int64_t)red->dsize,
+                              phase_tag(TAG_RING_REDUCE_SCATTER, k));
     }
 
     int64_t next = 0, posted = 0, done = 0;
@@ -97,9 +109,10 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
             int64_t n = segment_length(&u, b, next % u.segs);
             if (n > 0) {
                 int slot = (int)(posted % RING_IN_FLIGHT);
+                size_t esize = next < u.segs ? red->dsize : red->wsize;
                 recv_unit[slot] = next;
-                status = post_request(p2p, &recvs[slot], false, left, slots + slot * u.seg * red->wsize,
-                                      n * (int64_t)red->wsize, phase_tag(TAG_RING_REDUCE_SCATTER, next));
+                status = post_request(p2p, &recvs[slot], false, left, slots + slot * slot_bytes,
+                                      n * (int64_t)esize, phase_tag(TAG_RING_REDUCE_SCATTER, next));
                 posted++;
             }
             next++;
@@ -114,9 +127,9 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
         const int64_t t = recv_unit[slot], s = t / u.segs, k = t % u.segs;
         const int32_t b = ring_index(rank - s - 2, size);
         const int64_t e = segment_start(&u, b, k), n = segment_length(&u, b, k);
-        const char *received = slots + slot * u.seg * red->wsize;
+        const char *received = slots + slot * slot_bytes;
         if (s < size - 2) {
-            status = reduction_add_plain(red, w + e * red->wsize, in + e * red->dsize, received, n);
+            status = combine_received(red, w + e * red->wsize, in + e * red->dsize, received, s == 0, loaded, n);
             if (status == PYCOLL_OK)
                 status = post_request(p2p, &sends[t + u.segs], true, right, w + e * red->wsize,
                                       n * (int64_t)red->wsize, phase_tag(TAG_RING_REDUCE_SCATTER, t + u.segs));
@@ -124,7 +137,7 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
             /* Last step: block r is complete; round (compensated) or scale (avg) it once, into out. */
             char *dst = (char *)out + k * u.seg * red->dsize;
             void *part = red->compensated ? (void *)(w + e * red->wsize) : (void *)dst;
-            status = reduction_add_plain(red, part, in + e * red->dsize, received, n);
+            status = combine_received(red, part, in + e * red->dsize, received, s == 0, loaded, n);
             if (status == PYCOLL_OK)
                 status = reduction_store(red, dst, part, n);
         }
@@ -187,7 +200,7 @@ pycoll_status_t pycoll_ring_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t cou
     reduction_t red;
     reduction_init(&red, p2p, dtype, op, accuracy);
     const block_layout_t layout = split_evenly(count, p2p->size);
-    void *work = red.compensated ? thread_workspace(p2p, count * (int64_t)red.wsize, "ring all_reduce") : buf;
+    void *work = red.compensated ? comm_workspace(p2p, count * (int64_t)red.wsize, "ring all_reduce") : buf;
     if (!work)
         return PYCOLL_ERR_NOMEM;
     char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;

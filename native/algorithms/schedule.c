@@ -54,47 +54,17 @@ void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
     return p;
 }
 
-typedef struct workspace {
-    void *data;
-    int64_t nbytes;
-} workspace_t;
-
-static pthread_key_t workspace_key;
-static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
-
-static void workspace_free(void *arg)
+void *comm_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
 {
-    workspace_t *ws = arg;
-    free(ws->data);
-    free(ws);
-}
-
-static void workspace_key_create(void)
-{
-    (void)pthread_key_create(&workspace_key, workspace_free);
-}
-
-void *thread_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
-{
-    pthread_once(&workspace_once, workspace_key_create);
-    workspace_t *ws = pthread_getspecific(workspace_key);
-    if (!ws) {
-        ws = calloc(1, sizeof *ws);
-        if (!ws || pthread_setspecific(workspace_key, ws) != 0) {
-            free(ws);
-            pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "%s: out of memory for the thread's workspace", what);
+    if (p2p->workspace_bytes < nbytes) {
+        free(p2p->workspace);
+        p2p->workspace_bytes = 0;
+        p2p->workspace = scratch_alloc(p2p, nbytes, what);
+        if (!p2p->workspace)
             return NULL;
-        }
+        p2p->workspace_bytes = nbytes;
     }
-    if (ws->nbytes < nbytes) {
-        free(ws->data);
-        ws->nbytes = 0;
-        ws->data = scratch_alloc(p2p, nbytes, what);
-        if (!ws->data)
-            return NULL;
-        ws->nbytes = nbytes;
-    }
-    return ws->data;
+    return p2p->workspace;
 }
 
 pycoll_status_t post_request(pycoll_p2p_t *p2p, pycoll_request_t *req, bool is_send, int32_t peer, void *buf,

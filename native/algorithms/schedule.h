@@ -76,11 +76,12 @@ pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 
-/* The calling thread's workspace of at least nbytes, kept between collectives (not freed by the caller; freed
- * at thread exit). A fresh multi-MiB malloc is mmap'ed and page-faulted on every call, which cost more than
- * the compensated arithmetic itself (16 MiB float32 ring over 2 ranks: ~4x the fast time, ~2x with reuse).
- * One user at a time: only the top level of a collective takes it. NULL (status on p2p) when out of memory. */
-void *thread_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
+/* The communicator's workspace (p2p->workspace) grown to at least nbytes; kept between collectives, freed when
+ * the transport is destroyed, never by the caller. A fresh multi-MiB malloc is mmap'ed and page-faulted on
+ * every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2 ranks: ~4x
+ * the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
+ * (status on p2p) when out of memory. */
+void *comm_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 
 /* Post one request; a zero-length one is left complete without touching the transport (both sides compute
  * the same lengths, so they skip the same messages). */

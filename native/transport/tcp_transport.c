@@ -4,8 +4,9 @@
  * peer that dies (kill -9 closes its sockets) is seen by all ranks at once, not just its neighbours, and a
  * rank that gives up can tell everyone why with an ABORT frame.
  *
- * Wire format: each message is a frame header followed by nbytes of payload, read straight into the
- * caller's buffer (no intermediate copies). The header carries the collective's descriptor so a receiver can
+ * Wire format: each message is a frame header followed by nbytes of payload. Input is read ahead into a
+ * per-peer buffer, so a small frame (header + payload) costs one recv; a payload of at least that buffer's
+ * size is read straight into the caller's buffer instead (no copy where copies would cost). The header carries the collective's descriptor so a receiver can
  * tell a peer that called a different collective (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
 #include <errno.h>
@@ -23,6 +24,7 @@
 
 #define FRAME_MAGIC 0x50434c31u /* "PCL1" */
 #define ABORT_DRAIN_NS 200000000LL /* how long an aborting rank tries to get its reason out */
+#define INBUF_BYTES (64 * 1024) /* per-peer read-ahead: larger payloads bypass it */
 
 enum frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3 };
 
@@ -40,8 +42,6 @@ typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 typedef struct tcp_peer {
     int fd;
     peer_state_t state;
-    uint32_t epoll_mask; /* events currently registered */
-    int rdhup_seen;
     /* sending */
     pycoll_request_t *send_head, *send_tail;
     frame_header_t send_hdr;
@@ -50,6 +50,9 @@ typedef struct tcp_peer {
     pycoll_request_t *recv_head, *recv_tail;
     frame_header_t recv_hdr;
     int64_t recv_hdr_done; /* == sizeof(frame_header_t) once a header is parked, waiting for its recv */
+    char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
+    int64_t in_start, in_end;
+    int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -63,26 +66,12 @@ static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p;
 
 static int header_complete(const tcp_peer_t *peer) { return peer->recv_hdr_done == (int64_t)sizeof(frame_header_t); }
 
-/* Interest set: always hang-ups; input while a receive is posted or no header is parked (so headers are read
- * eagerly and checked); output while sends are queued. */
-static void update_interest(tcp_transport_t *t, int r)
-{
-    tcp_peer_t *peer = &t->peers[r];
-    if (peer->fd < 0 || peer->state != PEER_OPEN)
-        return;
-    /* Once the peer has shut its side, a parked header would make EPOLLRDHUP fire forever: stop watching
-     * until a receive is posted, which reads the rest and then finds the close. */
-    uint32_t mask = peer->rdhup_seen ? 0 : EPOLLRDHUP;
-    if (peer->recv_head || !header_complete(peer))
-        mask |= EPOLLIN;
-    if (peer->send_head)
-        mask |= EPOLLOUT;
-    if (mask != peer->epoll_mask) {
-        struct epoll_event ev = {.events = mask, .data.u32 = (uint32_t)r};
-        epoll_ctl(t->epfd, EPOLL_CTL_MOD, peer->fd, &ev);
-        peer->epoll_mask = mask;
-    }
-}
+/* Sockets are registered once, edge-triggered, for input, output and hang-ups: no epoll_ctl per message. An
+ * edge is not repeated, so `readable` remembers input that was left in the socket (read-ahead full, no
+ * receive posted) until a receive is posted. */
+#define PEER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+
+static int64_t buffered(const tcp_peer_t *peer) { return peer->in_end - peer->in_start; }
 
 static pycoll_status_t peer_lost(tcp_transport_t *t, int r, const char *why)
 {
@@ -111,6 +100,9 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
     int64_t want = peer->recv_hdr.nbytes, got = 0;
     if (want < 0 || want >= (int64_t)sizeof text)
         want = sizeof text - 1;
+    got = buffered(peer) < want ? buffered(peer) : want;
+    memcpy(text, peer->inbuf + peer->in_start, (size_t)got);
+    peer->in_start += got;
     int64_t deadline = pycoll_now_ns() + ABORT_DRAIN_NS;
     while (got < want && pycoll_now_ns() < deadline) {
         ssize_t n = recv(peer->fd, text + got, (size_t)(want - got), 0);
@@ -183,7 +175,45 @@ static pycoll_status_t match_header(tcp_transport_t *t, int r)
     return PYCOLL_OK;
 }
 
-/* Read from peer r while it has data and there is somewhere to put it. */
+/* recv from peer r; returns the bytes read, 0 when the socket has nothing now (or an error was recorded).
+ * A short read means the socket is drained: the next input comes with a new epoll edge. */
+static int64_t read_socket(tcp_transport_t *t, int r, void *dst, int64_t len, const char *closed_why)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    if (!peer->readable || len <= 0)
+        return 0;
+    ssize_t n = recv(peer->fd, dst, (size_t)len, 0);
+    if (n == 0) {
+        peer_lost(t, r, closed_why);
+        return 0;
+    }
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            peer->readable = 0;
+        else if (errno != EINTR)
+            peer_lost(t, r, strerror(errno));
+        return 0;
+    }
+    if (n < len)
+        peer->readable = 0;
+    return n;
+}
+
+/* Top up the read-ahead buffer (moving unread bytes to its front first). Returns the bytes read. */
+static int64_t fill_inbuf(tcp_transport_t *t, int r, const char *closed_why)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    if (peer->in_start > 0) {
+        memmove(peer->inbuf, peer->inbuf + peer->in_start, (size_t)buffered(peer));
+        peer->in_end -= peer->in_start;
+        peer->in_start = 0;
+    }
+    int64_t n = read_socket(t, r, peer->inbuf + peer->in_end, INBUF_BYTES - peer->in_end, closed_why);
+    peer->in_end += n;
+    return n;
+}
+
+/* Consume input from peer r while there is input and somewhere to put it. */
 static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
@@ -191,18 +221,14 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
         if (peer->state != PEER_OPEN)
             return PYCOLL_OK;
         if (!header_complete(peer)) {
-            ssize_t n = recv(peer->fd, (char *)&peer->recv_hdr + peer->recv_hdr_done,
-                             sizeof(frame_header_t) - (size_t)peer->recv_hdr_done, 0);
-            if (n == 0)
-                return peer_lost(t, r, "closed its connection (process exited or was killed?)");
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-                    return PYCOLL_OK;
-                return peer_lost(t, r, strerror(errno));
-            }
-            peer->recv_hdr_done += n;
-            if (!header_complete(peer))
+            if (buffered(peer) < (int64_t)sizeof(frame_header_t)) {
+                if (fill_inbuf(t, r, "closed its connection (process exited or was killed?)") == 0)
+                    return t->base.status;
                 continue;
+            }
+            memcpy(&peer->recv_hdr, peer->inbuf + peer->in_start, sizeof(frame_header_t));
+            peer->in_start += (int64_t)sizeof(frame_header_t);
+            peer->recv_hdr_done = sizeof(frame_header_t);
             pycoll_status_t st = on_header(t, r);
             if (st != PYCOLL_OK || peer->state != PEER_OPEN)
                 return st;
@@ -215,16 +241,20 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
             if (st != PYCOLL_OK)
                 return st;
         }
-        if (req->progress < req->nbytes) {
-            ssize_t n = recv(peer->fd, (char *)req->buf + req->progress, (size_t)(req->nbytes - req->progress), 0);
-            if (n == 0)
-                return peer_lost(t, r, "closed its connection mid-message (process exited or was killed?)");
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-                    return PYCOLL_OK;
-                return peer_lost(t, r, strerror(errno));
-            }
+        const int64_t left = req->nbytes - req->progress;
+        if (left > 0 && buffered(peer) > 0) {
+            int64_t n = buffered(peer) < left ? buffered(peer) : left;
+            memcpy((char *)req->buf + req->progress, peer->inbuf + peer->in_start, (size_t)n);
+            peer->in_start += n;
             req->progress += n;
+        } else if (left > 0) {
+            static const char *mid = "closed its connection mid-message (process exited or was killed?)";
+            int64_t n = left >= INBUF_BYTES ? read_socket(t, r, (char *)req->buf + req->progress, left, mid)
+                                            : fill_inbuf(t, r, mid);
+            if (n == 0)
+                return t->base.status;
+            if (left >= INBUF_BYTES)
+                req->progress += n;
         }
         if (req->progress == req->nbytes) {
             req->complete = 1;
@@ -322,9 +352,7 @@ static pycoll_status_t tcp_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
         *head = req;
     *tail = req;
     /* Start right away: small messages usually go out (or are found waiting) without a trip through epoll. */
-    pycoll_status_t st = req->is_send ? progress_send(t, req->peer) : progress_recv(t, req->peer);
-    update_interest(t, req->peer);
-    return st;
+    return req->is_send ? progress_send(t, req->peer) : progress_recv(t, req->peer);
 }
 
 static int all_complete(pycoll_request_t *const *reqs, int n)
@@ -383,13 +411,12 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         }
         for (int i = 0; i < k && p2p->status == PYCOLL_OK; i++) {
             int r = (int)events[i].data.u32;
-            if (events[i].events & EPOLLRDHUP)
-                t->peers[r].rdhup_seen = 1;
-            if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                t->peers[r].readable = 1;
                 progress_recv(t, r);
+            }
             if (p2p->status == PYCOLL_OK && (events[i].events & EPOLLOUT))
                 progress_send(t, r);
-            update_interest(t, r);
         }
     }
     if (p2p->status != PYCOLL_OK) {
@@ -512,6 +539,9 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
     drain_and_close(t, p2p->status != PYCOLL_OK);
     if (t->epfd >= 0)
         close(t->epfd);
+    for (int r = 0; r < t->base.size; r++)
+        free(t->peers[r].inbuf);
+    free(t->base.workspace);
     free(t->peers);
     free(t);
 }
@@ -555,16 +585,18 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
         if (peers[r].fd < 0)
             continue;
         int flags = fcntl(peers[r].fd, F_GETFL, 0);
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)r};
-        if (flags < 0 || fcntl(peers[r].fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        struct epoll_event ev = {.events = PEER_EVENTS, .data.u32 = (uint32_t)r};
+        peers[r].inbuf = malloc(INBUF_BYTES);
+        peers[r].readable = 1;
+        if (!peers[r].inbuf || flags < 0 || fcntl(peers[r].fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
             epoll_ctl(epfd, EPOLL_CTL_ADD, peers[r].fd, &ev) < 0) {
-            snprintf(error, error_len, "socket for rank %d is unusable: %s", r, strerror(errno));
+            snprintf(error, error_len, "socket for rank %d is unusable: %s", r,
+                     peers[r].inbuf ? strerror(errno) : "out of memory");
             for (int q = 0; q < size; q++)
                 peers[q].fd = -1; /* the caller still owns the sockets on failure */
             tcp_destroy(&t->base);
             return NULL;
         }
-        peers[r].epoll_mask = ev.events;
     }
     return &t->base;
 }

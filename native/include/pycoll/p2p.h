@@ -94,6 +94,10 @@ struct pycoll_p2p {
      * collective with PYCOLL_ERR_INTERRUPTED. Python uses it so Ctrl-C is not held up until the deadline. */
     int (*check_interrupt)(void *ctx);
     void *interrupt_ctx;
+    /* The algorithms' scratch, kept between collectives (a fresh multi-MiB buffer is page-faulted on every
+     * call); the transport creates it zeroed and frees it in destroy. */
+    void *workspace;
+    int64_t workspace_bytes;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */
