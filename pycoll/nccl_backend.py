@@ -3,6 +3,9 @@
 Where NCCL comes from, first found wins: PYCOLL_NCCL_LIBRARY; the nvidia-nccl-cu12 / -cu13 wheels
 (nvidia/nccl/lib); the system's libnccl.so.2. The CUDA runtime (to wait on streams) likewise:
 PYCOLL_CUDART_LIBRARY; the nvidia-cuda-runtime wheels; the system's libcudart.
+
+accuracy="compensated" runs pycoll's ring over ncclSend/ncclRecv with the arithmetic on the device
+(pycoll.device_ring); everything else is NCCL's own collectives.
 """
 
 from __future__ import annotations
