@@ -108,6 +108,9 @@ def _two_ranks(rank, world):
         z = inputs[rank].copy()
         engine.reduce(buffer(z), buffer(z), SUM, 1, "compensated")
         out[("reduce", dtype)] = z
+    one = np.array([rank + 0.5], np.float32)  # fewer elements than ranks: rank 1's block is empty
+    engine.all_reduce(buffer(one), buffer(one), SUM, "auto", "compensated")
+    out["one"] = one
     ints = np.arange(6, dtype=np.int32) * (rank + 1)
     engine.all_reduce(buffer(ints), buffer(ints), SUM, "auto", "compensated")  # no compensated form: NCCL's own
     out["int32"] = ints
@@ -134,6 +137,7 @@ def test_two_ranks_sum_avg_reduce_scatter_reduce(env):
         assert _max_ulps([outs[1][("reduce", dtype)]], inputs, dtype) <= 1, dtype
         np.testing.assert_array_equal(outs[0][("reduce", dtype)], inputs[0])  # off the root: untouched
     for o in outs:
+        np.testing.assert_array_equal(o["one"], [2.0])
         np.testing.assert_array_equal(o["int32"], np.arange(6) * 3)
     log = open(env["FAKE_COLL_LOG"]).read()
     # float16 partials travel as float32 (sum, comp) pairs: 2 x 500 elements of ncclFloat32 (7) for block 0.
