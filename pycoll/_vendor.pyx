@@ -175,6 +175,16 @@ cdef class NcclComm:
             st = pycoll_nccl_barrier(c, <void *>stream)
         self._check(st)
 
+    def send_recv(self, uintptr_t send, int64_t send_count, int32_t send_peer, uintptr_t recv, int64_t recv_count,
+                  int32_t recv_peer, int dtype, uintptr_t stream):
+        """Send to send_peer and receive from recv_peer at once (a peer of -1: that half is skipped)."""
+        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_nccl_send_recv(c, <void *>send, send_count, send_peer, <void *>recv, recv_count, recv_peer,
+                                       <pycoll_dtype_t>dtype, <void *>stream)
+        self._check(st)
+
 
 cdef class HcclComm:
     """One HCCL communicator; the same contract as NcclComm. HCCL has no avg: pass sum and scale."""

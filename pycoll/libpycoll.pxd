@@ -151,6 +151,9 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                        pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
     pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *comm, void *stream)
+    pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *comm, const void *sendbuf, int64_t send_count,
+                                          int32_t send_peer, void *recvbuf, int64_t recv_count, int32_t recv_peer,
+                                          pycoll_dtype_t dtype, void *stream)
 
     ctypedef struct pycoll_hccl_comm_t:
         pass

@@ -3,6 +3,9 @@
 Where NCCL comes from, first found wins: PYCOLL_NCCL_LIBRARY; the nvidia-nccl-cu12 / -cu13 wheels
 (nvidia/nccl/lib); the system's libnccl.so.2. The CUDA runtime (to wait on streams) likewise:
 PYCOLL_CUDART_LIBRARY; the nvidia-cuda-runtime wheels; the system's libcudart.
+
+accuracy="compensated" runs pycoll's ring over ncclSend/ncclRecv with the arithmetic on the device
+(pycoll.device_ring); everything else is NCCL's own collectives.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from pycoll import plugins
-from pycoll.vendor_engine import VendorEngine, load_first
+from pycoll import device_ring, plugins
+from pycoll.vendor_engine import VendorEngine, current_stream, load_first
 
 # pycoll algorithm -> NCCL_ALGO while that communicator is created. NCCL has no halving-doubling or recursive
 # doubling; Tree (a double binary tree, also log-depth) is the nearest. "mesh" means the one-hop algorithms
@@ -23,6 +26,8 @@ NCCL_ALGORITHMS = {
     "recursive_doubling": "Tree",
     "mesh": "NVLS,CollNetDirect",
 }
+
+_SUM, _AVG = 0, 4
 
 
 def _wheel_dirs(*parts):
@@ -77,13 +82,28 @@ class NcclEngine(VendorEngine):
             raise ValueError(f"the array is on cuda:{buf.device_id}, but this rank's NCCL communicator is on "
                              f"cuda:{device} (set the device before pycoll.init)")
 
+    @staticmethod
+    def _compensates(buf, op, accuracy):
+        """Compensated mode applies to float sums and averages; anything else is exact or has no compensated
+        form, so it runs as NCCL's own (as the C algorithms do)."""
+        return accuracy == "compensated" and buf.dtype in device_ring.COMPENSATED_DTYPES and op in (_SUM, _AVG)
+
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         self._check_device(recv)
-        return super().all_reduce(send, recv, op, algorithm, accuracy)
+        if self._compensates(recv, op, accuracy):
+            # pycoll's ring whatever the algorithm asked for: the compensated result does not depend on it.
+            device_ring.ring_all_reduce(self._comm(algorithm), send, recv, op, self.rank, self.size,
+                                        current_stream(recv.owner))
+            return "ring"
+        return super().all_reduce(send, recv, op, algorithm, "fast")
 
     def reduce_scatter(self, send, recv, op, algorithm, accuracy):
         self._check_device(recv)
-        return super().reduce_scatter(send, recv, op, algorithm, accuracy)
+        if self._compensates(recv, op, accuracy):
+            device_ring.ring_reduce_scatter(self._comm(algorithm), send, recv, op, self.rank, self.size,
+                                            current_stream(recv.owner))
+            return "ring"
+        return super().reduce_scatter(send, recv, op, algorithm, "fast")
 
     def all_gather(self, send, recv):
         self._check_device(recv)
@@ -95,13 +115,18 @@ class NcclEngine(VendorEngine):
 
     def reduce(self, send, recv, op, root, accuracy):
         self._check_device(send)
-        return super().reduce(send, recv, op, root, accuracy)
+        if self._compensates(send, op, accuracy):
+            device_ring.ring_reduce(self._comm("auto"), send, recv, op, root, self.rank, self.size,
+                                    current_stream(send.owner))
+            return "ring"
+        return super().reduce(send, recv, op, root, "fast")
 
 
 class NcclBackend(plugins.Backend):
     name = "nccl"
     memory = "cuda"
     algorithms = tuple(NCCL_ALGORITHMS)
+    accuracies = ("fast", "compensated")
 
     def probe(self):
         try:

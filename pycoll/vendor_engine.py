@@ -134,8 +134,8 @@ class VendorEngine(Engine):
 
     def _check_accuracy(self, accuracy):
         if accuracy != "fast":
-            raise PycollError(f"{self.name}: accuracy={accuracy!r} is not implemented on this backend yet "
-                              f"(only 'fast'); use backend='tcp' with host arrays for compensated sums")
+            raise PycollError(f"{self.name}: accuracy={accuracy!r} is not supported on this backend (only "
+                              f"'fast'); use backend='nccl', or backend='tcp' with host arrays, for compensated sums")
 
     def _resolved(self, algorithm):
         return self._default if algorithm == "auto" else algorithm

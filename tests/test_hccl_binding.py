@@ -59,6 +59,9 @@ def _collectives(rank, world):
     engine.broadcast(buffer(b), 1)
     out["broadcast"] = b
     engine.barrier()
+    from pycoll.errors import PycollError
+    with pytest.raises(PycollError, match="accuracy='compensated' is not supported"):
+        engine.all_reduce(buffer(send), buffer(send), 0, "auto", "compensated")
     assert "HCCL_ALGO" not in os.environ
     engine.close()
     return out

@@ -19,17 +19,17 @@ def _probe_in_clean_process(tmp_path, module, cls):
                           env=env).stdout
 
 
-@pytest.mark.parametrize("module, cls, name, memory", [
-    ("nccl_backend", "NcclBackend", "nccl", "cuda"),
-    ("hccl_backend", "HcclBackend", "hccl", "npu"),
+@pytest.mark.parametrize("module, cls, name, memory, accuracies", [
+    ("nccl_backend", "NcclBackend", "nccl", "cuda", ("fast", "compensated")),
+    ("hccl_backend", "HcclBackend", "hccl", "npu", ("fast",)),
 ])
-def test_vendor_backends_register_and_declare(module, cls, name, memory):
+def test_vendor_backends_register_and_declare(module, cls, name, memory, accuracies):
     mod = __import__(f"pycoll.{module}", fromlist=[cls])
     backend = getattr(mod, cls)()
     assert backend.name == name and backend.memory == memory
     assert backend.api_version == plugins.PLUGIN_API_VERSION
     assert set(backend.algorithms) == {"auto", "ring", "halving_doubling", "recursive_doubling", "mesh"}
-    assert backend.accuracies == ("fast",)
+    assert backend.accuracies == accuracies
     with plugins._lock:
         assert type(plugins._registry[name]) is type(backend)
 

@@ -80,6 +80,12 @@ typedef struct {
                               ncclComm_t comm, void *stream);
     ncclResult_t (*Reduce)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype, ncclRedOp_t op,
                            int root, ncclComm_t comm, void *stream);
+    ncclResult_t (*Send)(const void *sendbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
+                         void *stream);
+    ncclResult_t (*Recv)(void *recvbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
+                         void *stream);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
 } pycoll_nccl_api_t;
 
 typedef struct {

@@ -59,7 +59,8 @@ pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len
                                         "ncclCommGetAsyncError", "ncclCommAbort", "ncclCommDestroy",
                                         "ncclCommCuDevice", "ncclGetErrorString", "ncclGetLastError",
                                         "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast",
-                                        "ncclReduce"};
+                                        "ncclReduce", "ncclSend", "ncclRecv", "ncclGroupStart",
+                                        "ncclGroupEnd"};
     _Static_assert(sizeof names / sizeof names[0] == sizeof(pycoll_nccl_api_t) / sizeof(void (*)(void)),
                    "one name per entry point");
     pycoll_status_t st = PYCOLL_OK;
@@ -456,6 +457,57 @@ pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, v
         return reject(c, "nccl: unknown op id %d", (int)op);
     return finish(c, "ncclReduce", nccl.Reduce(sendbuf, recvbuf, (size_t)count, nd, no, root, c->nccl, stream),
                   stream, deadline);
+}
+
+static pycoll_status_t check_peer(pycoll_nccl_comm_t *c, const char *what, int32_t peer)
+{
+    if (peer != -1 && (peer < 0 || peer >= c->size || peer == c->rank))
+        return reject(c, "nccl: %s peer %d is not another rank of a %d-rank communicator (rank %d)", what,
+                      (int)peer, (int)c->size, (int)c->rank);
+    return PYCOLL_OK;
+}
+
+/* One NCCL group, so the send and the receive progress together: two ranks that send to each other before
+ * receiving would otherwise wait on each other forever. */
+pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *c, const void *sendbuf, int64_t send_count,
+                                      int32_t send_peer, void *recvbuf, int64_t recv_count, int32_t recv_peer,
+                                      pycoll_dtype_t dtype, void *stream)
+{
+    ncclDataType_t nd = ncclInt8;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    pycoll_status_t st = begin(c, send_count, dtype, &nd, -1);
+    if (st == PYCOLL_OK)
+        st = begin(c, recv_count, dtype, &nd, -1);
+    if (st == PYCOLL_OK)
+        st = check_peer(c, "send", send_peer);
+    if (st == PYCOLL_OK)
+        st = check_peer(c, "receive", recv_peer);
+    if (st != PYCOLL_OK)
+        return st;
+    if (send_peer == -1 && recv_peer == -1)
+        return PYCOLL_OK;
+    ncclResult_t r = nccl.GroupStart();
+    if (r != ncclSuccess)
+        return nccl_fail(c, "ncclGroupStart", r);
+    /* What the deadline message names; a failed call names itself. */
+    const char *what = send_peer == -1 ? "ncclRecv" : recv_peer == -1 ? "ncclSend" : "ncclSend/ncclRecv";
+    if (send_peer != -1) {
+        r = nccl.Send(sendbuf, (size_t)send_count, nd, send_peer, c->nccl, stream);
+        if (r != ncclSuccess && r != ncclInProgress)
+            what = "ncclSend";
+    }
+    if (recv_peer != -1 && (r == ncclSuccess || r == ncclInProgress)) {
+        r = nccl.Recv(recvbuf, (size_t)recv_count, nd, recv_peer, c->nccl, stream);
+        if (r != ncclSuccess && r != ncclInProgress)
+            what = "ncclRecv";
+    }
+    /* The group is closed even after a failed call: NCCL keeps the group depth per thread. */
+    ncclResult_t end = nccl.GroupEnd();
+    if ((r == ncclSuccess || r == ncclInProgress) && end != ncclSuccess && end != ncclInProgress)
+        what = "ncclGroupEnd";
+    if (r == ncclSuccess || r == ncclInProgress)
+        r = end;
+    return finish(c, what, r, stream, deadline);
 }
 
 /* NCCL has no barrier: an all-reduce of one device word orders every rank, as torch.distributed does. */

@@ -20,6 +20,7 @@ typedef struct fake_job {
     void *recv;
     size_t count;
     void *stream;
+    struct fake_comm *comm;
     struct fake_job *next;
 } fake_job_t;
 
@@ -27,6 +28,7 @@ struct fake_comm {
     char id[160];
     int rank, nranks;
     long seq;
+    long *sent, *received; /* point-to-point messages per peer so far */
     pthread_t worker;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -121,10 +123,9 @@ static void path_of(const fake_comm_t *c, long seq, int rank, char *out, size_t 
     snprintf(out, len, "%s/%s.%ld.%d", dir ? dir : "/tmp", c->id, seq, rank);
 }
 
-static int publish(const fake_comm_t *c, long seq, const void *data, size_t nbytes)
+static int write_file(const char *path, const void *data, size_t nbytes)
 {
-    char path[512], tmp[520];
-    path_of(c, seq, c->rank, path, sizeof path);
+    char tmp[520];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f)
@@ -132,6 +133,20 @@ static int publish(const fake_comm_t *c, long seq, const void *data, size_t nbyt
     size_t wrote = nbytes ? fwrite(data, 1, nbytes, f) : 0;
     fclose(f);
     return wrote == nbytes ? rename(tmp, path) : -1;
+}
+
+static int publish(const fake_comm_t *c, long seq, const void *data, size_t nbytes)
+{
+    char path[512];
+    path_of(c, seq, c->rank, path, sizeof path);
+    return write_file(path, data, nbytes);
+}
+
+/* The file of the n-th message from rank `from` to rank `to`. */
+static void channel_path(const fake_comm_t *c, int from, int to, long n, char *out, size_t len)
+{
+    const char *dir = getenv("FAKE_COLL_DIR");
+    snprintf(out, len, "%s/%s.p2p.%d.%d.%ld", dir ? dir : "/tmp", c->id, from, to, n);
 }
 
 static int stopping(fake_comm_t *c)
@@ -142,31 +157,66 @@ static int stopping(fake_comm_t *c)
     return stop;
 }
 
+/* Until path exists (1, its size in *size), or the communicator is aborted (0). */
+static int wait_for_file(fake_comm_t *c, const char *path, size_t *size)
+{
+    struct stat st;
+    while (stat(path, &st) != 0) {
+        if (stopping(c))
+            return 0;
+        usleep(200);
+    }
+    *size = (size_t)st.st_size;
+    return 1;
+}
+
+static void read_file(const char *path, void *out, size_t nbytes)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f || fread(out, 1, nbytes, f) != nbytes)
+        fprintf(stderr, "fake collectives: cannot read %s\n", path);
+    if (f)
+        fclose(f);
+}
+
 /* Every rank's bytes of sequence number seq (malloc'd, in rank order), or NULL when aborted first. */
 static char **gather_files(fake_comm_t *c, long seq)
 {
     char **data = calloc((size_t)c->nranks, sizeof *data);
     for (int r = 0; r < c->nranks; r++) {
         char path[512];
+        size_t size = 0;
         path_of(c, seq, r, path, sizeof path);
-        struct stat st;
-        while (stat(path, &st) != 0) {
-            if (stopping(c)) {
-                for (int i = 0; i < r; i++)
-                    free(data[i]);
-                free(data);
-                return NULL;
-            }
-            usleep(200);
+        if (!wait_for_file(c, path, &size)) {
+            for (int i = 0; i < r; i++)
+                free(data[i]);
+            free(data);
+            return NULL;
         }
-        data[r] = malloc((size_t)st.st_size + 1);
-        FILE *f = fopen(path, "rb");
-        if (!f || fread(data[r], 1, (size_t)st.st_size, f) != (size_t)st.st_size)
-            fprintf(stderr, "fake collectives: cannot read %s\n", path);
-        if (f)
-            fclose(f);
+        data[r] = malloc(size + 1);
+        read_file(path, data[r], size);
     }
     return data;
+}
+
+/* A send never blocks (it leaves a file); a receive waits for the matching one, takes it and deletes it. */
+static void run_p2p(fake_comm_t *c, const fake_job_t *j)
+{
+    char path[512];
+    size_t nbytes = j->count * fake_dtype_size(j->dtype), size = 0;
+    if (j->kind == FAKE_SEND) {
+        channel_path(c, c->rank, j->root, ++c->sent[j->root], path, sizeof path);
+        if (write_file(path, j->send, nbytes) != 0)
+            fprintf(stderr, "fake collectives: cannot write %s\n", path);
+        return;
+    }
+    channel_path(c, j->root, c->rank, ++c->received[j->root], path, sizeof path);
+    if (!wait_for_file(c, path, &size))
+        return;
+    if (size != nbytes)
+        fprintf(stderr, "fake collectives: %s has %zu bytes, the receive expects %zu\n", path, size, nbytes);
+    read_file(path, j->recv, size < nbytes ? size : nbytes);
+    unlink(path);
 }
 
 static float half_to_float(uint16_t h)
@@ -293,6 +343,10 @@ static void fold(char **in, int nranks, size_t offset, void *out, size_t count, 
 
 static void run_job(fake_comm_t *c, const fake_job_t *j)
 {
+    if (j->kind == FAKE_SEND || j->kind == FAKE_RECV) {
+        run_p2p(c, j);
+        return;
+    }
     size_t isz = fake_dtype_size(j->dtype);
     size_t send_bytes = j->kind == FAKE_REDUCE_SCATTER ? j->count * isz * (size_t)c->nranks
                         : j->kind == FAKE_BROADCAST && c->rank != j->root ? 0
@@ -373,6 +427,8 @@ fake_comm_t *fake_comm_start(const char *id, int rank, int nranks)
     snprintf(c->id, sizeof c->id, "%s", id);
     c->rank = rank;
     c->nranks = nranks;
+    c->sent = calloc((size_t)nranks, sizeof *c->sent);
+    c->received = calloc((size_t)nranks, sizeof *c->received);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     pthread_create(&c->worker, NULL, worker, c);
@@ -395,12 +451,9 @@ int fake_comm_async_error(fake_comm_t *c)
     return e;
 }
 
-void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
-                       int root, void *stream, int async_error)
+static void push(fake_job_t *j)
 {
-    fake_job_t *j = calloc(1, sizeof *j);
-    *j = (fake_job_t){kind, dtype, op, root, async_error, send, recv, count, stream, NULL};
-    stream_add(stream, 1);
+    fake_comm_t *c = j->comm;
     pthread_mutex_lock(&c->lock);
     if (c->tail)
         c->tail->next = j;
@@ -409,6 +462,51 @@ void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, s
     c->tail = j;
     pthread_cond_signal(&c->cond);
     pthread_mutex_unlock(&c->lock);
+}
+
+static _Thread_local int group_depth;
+static _Thread_local fake_job_t *group_head, *group_tail;
+
+void fake_group_start(void)
+{
+    group_depth++;
+}
+
+void fake_group_end(void)
+{
+    if (group_depth == 0 || --group_depth > 0)
+        return;
+    fake_job_t *jobs = group_head;
+    group_head = group_tail = NULL;
+    for (int sends = 1; sends >= 0; sends--) {
+        for (fake_job_t **p = &jobs; *p;) {
+            fake_job_t *j = *p;
+            if ((j->kind == FAKE_SEND) == sends) {
+                *p = j->next;
+                j->next = NULL;
+                push(j);
+            } else {
+                p = &j->next;
+            }
+        }
+    }
+}
+
+void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
+                       int root, void *stream, int async_error)
+{
+    fake_job_t *j = calloc(1, sizeof *j);
+    *j = (fake_job_t){kind, dtype, op, root, async_error, send, recv, count, stream, c, NULL};
+    stream_add(stream, 1);
+    if (group_depth == 0) {
+        push(j);
+        return;
+    }
+    if (group_tail)
+        group_tail->next = j;
+    else
+        group_head = j;
+    group_tail = j;
 }
 
 static void finish(fake_comm_t *c, int abort)
@@ -428,6 +526,8 @@ static void finish(fake_comm_t *c, int abort)
     }
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
+    free(c->sent);
+    free(c->received);
     free(c);
 }
 

@@ -8,7 +8,9 @@
 
 #include <stddef.h>
 
-enum fake_kind { FAKE_ALL_REDUCE, FAKE_REDUCE_SCATTER, FAKE_ALL_GATHER, FAKE_BROADCAST, FAKE_REDUCE };
+/* FAKE_SEND / FAKE_RECV: point-to-point, `root` is the peer; each (sender, receiver) pair is a FIFO channel. */
+enum fake_kind { FAKE_ALL_REDUCE, FAKE_REDUCE_SCATTER, FAKE_ALL_GATHER, FAKE_BROADCAST, FAKE_REDUCE, FAKE_SEND,
+                 FAKE_RECV };
 enum fake_dtype { FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAKE_U64, FAKE_F16, FAKE_F32, FAKE_F64, FAKE_BF16 };
 enum fake_op { FAKE_SUM, FAKE_PROD, FAKE_MIN, FAKE_MAX, FAKE_AVG };
 
@@ -25,6 +27,10 @@ int fake_comm_ready(fake_comm_t *c);
 int fake_comm_async_error(fake_comm_t *c);
 void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
                        int root, void *stream, int async_error);
+/* A group (ncclGroupStart/End): jobs enqueued inside it reach the communicators at the end, sends before
+ * receives, so that ranks sending to each other never wait on each other. Per thread, as in NCCL. */
+void fake_group_start(void);
+void fake_group_end(void);
 /* 1 while `stream` has queued work. */
 int fake_stream_busy(void *stream);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */

@@ -159,6 +159,42 @@ EXPORT int ncclReduce(const void *send, void *recv, size_t count, int dtype, int
     return enqueue("ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
 }
 
+static int p2p(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int peer,
+               comm_t *c, void *stream)
+{
+    fake_log("%s rank=%d peer=%d count=%zu dtype=%d stream=%#lx", name, c->rank, peer, count, dtype,
+             (unsigned long)(uintptr_t)stream);
+    int injected = fake_injected(name);
+    if (injected)
+        return injected;
+    if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || peer < 0 || peer >= c->nranks || peer == c->rank)
+        return INVALID_ARGUMENT;
+    fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], 0, peer, stream, fake_injected("async"));
+    return SUCCESS;
+}
+
+EXPORT int ncclSend(const void *send, size_t count, int dtype, int peer, comm_t *c, void *stream)
+{
+    return p2p("ncclSend", FAKE_SEND, send, NULL, count, dtype, peer, c, stream);
+}
+
+EXPORT int ncclRecv(void *recv, size_t count, int dtype, int peer, comm_t *c, void *stream)
+{
+    return p2p("ncclRecv", FAKE_RECV, NULL, recv, count, dtype, peer, c, stream);
+}
+
+EXPORT int ncclGroupStart(void)
+{
+    fake_group_start();
+    return SUCCESS;
+}
+
+EXPORT int ncclGroupEnd(void)
+{
+    fake_group_end();
+    return fake_injected("ncclGroupEnd");
+}
+
 /* ---- the CUDA runtime pieces pycoll uses ---- */
 
 EXPORT int cudaStreamQuery(void *stream)

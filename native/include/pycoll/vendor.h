@@ -53,6 +53,11 @@ PYCOLL_API pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *comm, const vo
                                               int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
                                               void *stream);
 PYCOLL_API pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *comm, void *stream);
+/* Point-to-point, in one NCCL group: send send_count elements to send_peer and receive recv_count from
+ * recv_peer at the same time (either peer may be -1: no send / no receive). */
+PYCOLL_API pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *comm, const void *sendbuf, int64_t send_count,
+                                                 int32_t send_peer, void *recvbuf, int64_t recv_count,
+                                                 int32_t recv_peer, pycoll_dtype_t dtype, void *stream);
 
 /* ---- HCCL ---- */
 typedef struct pycoll_hccl_comm pycoll_hccl_comm_t;

@@ -1,0 +1,258 @@
+"""Compensated mode on the NCCL backend: pycoll's ring (pycoll/device_ring.py) over ncclSend/ncclRecv, against
+the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory, so the
+device math runs with numpy. The test marked gpu runs the CuPy kernels on a real GPU."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from fakes.vendor_harness import FileStore, buffer, build_fake, run_ranks
+from pycoll import kernels
+from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
+from pycoll.device_twosum import PairMath
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+SUM, AVG = 0, 4
+COUNT = 1001  # not a multiple of the world size: blocks of unequal length
+
+
+@pytest.fixture(scope="module")
+def fake_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nccl")
+    lib = build_fake("nccl", tmp)
+    if lib is None:
+        pytest.skip("no C compiler to build the fake NCCL")
+    return {"PYCOLL_NCCL_LIBRARY": lib, "PYCOLL_CUDART_LIBRARY": lib, "FAKE_COLL_DIR": str(tmp)}
+
+
+@pytest.fixture
+def env(fake_env, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+
+
+def _engine(rank, world, timeout=30.0):
+    from pycoll.nccl_backend import NcclBackend
+    backend = NcclBackend()
+    assert backend.probe() is None
+    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]),
+                                timeout=timeout, options={})
+
+
+def _ok(results, world):
+    for rank in range(world):
+        status, value = results[rank]
+        assert status == "ok", value
+    return [results[rank][1] for rank in range(world)]
+
+
+def _max_ulps(outs, inputs, dtype, divisor=1):
+    reference = correctly_rounded_sum(inputs, dtype, divisor)
+    return max(float(ulp_distance(np.asarray(out).astype(reference.dtype), reference).max()) for out in outs)
+
+
+def _assert_identical(outs):
+    assert all(np.asarray(o).tobytes() == np.asarray(outs[0]).tobytes() for o in outs), "ranks differ"
+
+
+# ---- the device math, one process ----
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("divisor", [1, 3])
+def test_pair_math_matches_the_c_kernels_bitwise(dtype, divisor):
+    """PairMath with numpy gives libpycoll's compensated_load / combine / store bits, comp included."""
+    rng = np.random.default_rng(7)
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    decades = 2 if dtype == "float16" else 6
+    terms = [(rng.standard_normal(500) * 10.0 ** rng.uniform(-decades, decades, 500)).astype(dt) for _ in range(4)]
+    math = PairMath(np)
+    dtype_id = {"float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}[dtype]
+    raw = (lambda a: a.view(np.uint16)) if dtype == "bfloat16" else (lambda a: a)
+    pair = math.load(raw(terms[0]), dtype_id)
+    ref_sum, ref_comp = kernels.compensated_load(terms[0])
+    for t in terms[1:]:
+        math.combine(pair, math.load(raw(t), dtype_id))
+        kernels.compensated_combine(ref_sum, ref_comp, *kernels.compensated_load(t))
+    np.testing.assert_array_equal(pair.view(np.uint8), np.concatenate([ref_sum, ref_comp]).view(np.uint8))
+    assert np.any(ref_comp != 0)  # the comp half carried something
+    out = np.empty(500, dt)
+    math.store(raw(out), pair, dtype_id, divisor)
+    want = kernels.compensated_store(np.empty(500, dt), ref_sum, ref_comp, divisor)
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+
+
+# ---- 2 ranks in 2 processes over the fake NCCL ----
+
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+
+
+def _two_ranks(rank, world):
+    engine = _engine(rank, world)
+    out = {}
+    for dtype in FLOATS:
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=3)
+        x = inputs[rank].copy()
+        assert engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated") == "ring"
+        out[("sum", dtype)] = x
+        y = np.empty_like(x)
+        engine.all_reduce(buffer(inputs[rank]), buffer(y), AVG, "auto", "compensated")
+        out[("avg", dtype)] = y
+        full = np.concatenate([inputs[rank], inputs[rank][::-1]])
+        part = np.empty(COUNT, x.dtype)
+        engine.reduce_scatter(buffer(full), buffer(part), SUM, "auto", "compensated")
+        out[("reduce_scatter", dtype)] = part
+        z = inputs[rank].copy()
+        engine.reduce(buffer(z), buffer(z), SUM, 1, "compensated")
+        out[("reduce", dtype)] = z
+    one = np.array([rank + 0.5], np.float32)  # fewer elements than ranks: rank 1's block is empty
+    engine.all_reduce(buffer(one), buffer(one), SUM, "auto", "compensated")
+    out["one"] = one
+    ints = np.arange(6, dtype=np.int32) * (rank + 1)
+    engine.all_reduce(buffer(ints), buffer(ints), SUM, "auto", "compensated")  # no compensated form: NCCL's own
+    out["int32"] = ints
+    engine.close()
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_two_ranks_sum_avg_reduce_scatter_reduce(env):
+    world = 2
+    outs = _ok(run_ranks(_two_ranks, world, env, timeout=80), world)
+    for dtype in FLOATS:
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=3)
+        sums = [o[("sum", dtype)] for o in outs]
+        _assert_identical(sums)
+        assert _max_ulps(sums, inputs, dtype) <= 1, dtype
+        avgs = [o[("avg", dtype)] for o in outs]
+        _assert_identical(avgs)
+        assert _max_ulps(avgs, inputs, dtype, divisor=2) <= 1, dtype
+        fulls = [np.concatenate([x, x[::-1]]) for x in inputs]
+        for rank in range(world):
+            block = [f[rank * COUNT:(rank + 1) * COUNT] for f in fulls]
+            assert _max_ulps([outs[rank][("reduce_scatter", dtype)]], block, dtype) <= 1, dtype
+        assert _max_ulps([outs[1][("reduce", dtype)]], inputs, dtype) <= 1, dtype
+        np.testing.assert_array_equal(outs[0][("reduce", dtype)], inputs[0])  # off the root: untouched
+    for o in outs:
+        np.testing.assert_array_equal(o["one"], [2.0])
+        np.testing.assert_array_equal(o["int32"], np.arange(6) * 3)
+    log = open(env["FAKE_COLL_LOG"]).read()
+    # float16 partials travel as float32 (sum, comp) pairs: 2 x 500 elements of ncclFloat32 (7) for block 0.
+    assert "ncclSend rank=1 peer=0 count=1002 dtype=7" in log
+    assert "ncclRecv rank=0 peer=1 count=1002 dtype=7" in log
+    assert "ncclAllReduce rank=0 count=6 dtype=2" in log  # the int32 sum went to NCCL's all-reduce
+
+
+# ---- 4 ranks: the ring carries pairs over several steps, where plain float32 sums lose digits ----
+
+def _four_ranks(rank, world):
+    engine = _engine(rank, world)
+    out = {}
+    for dtype in ("float16", "float32", "float64"):
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=5)
+        for accuracy in ("compensated", "fast"):
+            x = inputs[rank].copy()
+            engine.all_reduce(buffer(x), buffer(x), SUM, "auto", accuracy)
+            out[(accuracy, dtype)] = x
+    engine.close()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_four_ranks_within_one_ulp_where_plain_float32_is_not(env):
+    from pycoll.simulate import simulate
+    world = 4
+    outs = _ok(run_ranks(_four_ranks, world, env, timeout=110), world)
+    for dtype in ("float16", "float32", "float64"):
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=5)
+        comp = [o[("compensated", dtype)] for o in outs]
+        _assert_identical(comp)
+        assert _max_ulps(comp, inputs, dtype) <= 1, dtype
+        # The same bits as libpycoll's C ring (simulated ranks): one schedule, one arithmetic.
+        c_ring = simulate("all_reduce", inputs, algorithm="ring", accuracy="compensated")
+        np.testing.assert_array_equal(comp[0].view(np.uint8), c_ring[0].view(np.uint8), err_msg=dtype)
+    # The fake NCCL sums in float32 in rank order, as a plain ring does: many ulps off on this data.
+    inputs = make_inputs("mixed", world, COUNT, "float32", seed=5)
+    assert _max_ulps([outs[0][("fast", "float32")]], inputs, "float32") > 16
+
+
+# ---- failures during send/recv ----
+
+def _dead_peer(rank, world):
+    engine = _engine(rank, world, timeout=1.5)
+    if rank == 1:
+        return "left without calling all_reduce"
+    from pycoll.errors import CommunicatorClosed, Timeout
+    x = np.ones(8, np.float32)
+    start = time.monotonic()
+    with pytest.raises(Timeout, match="ncclSend/ncclRecv did not complete within 1.500 s.*aborted"):
+        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
+    elapsed = time.monotonic() - start
+    with pytest.raises(CommunicatorClosed, match="earlier error"):
+        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
+    engine.close()
+    return elapsed
+
+
+@pytest.mark.timeout(60)
+def test_dead_peer_during_send_recv_times_out_and_aborts(env):
+    status, elapsed = run_ranks(_dead_peer, 2, env)[0]
+    assert status == "ok", elapsed
+    assert 1.4 < elapsed < 5.0
+    assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
+
+
+def _injected(rank, world):
+    engine = _engine(rank, world, timeout=5.0)
+    x = np.ones(4, np.float64)
+    try:
+        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fail, error, text", [
+    ("ncclRecv=6", "PeerFailure", "ncclRecv failed"),
+    ("ncclSend=4", "ValueError", "ncclSend failed"),
+    ("ncclGroupEnd=2", "PycollError", "ncclGroupEnd failed"),
+])
+def test_send_recv_errors_map_to_pycoll_errors(env, fail, error, text):
+    status, value = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))[0]
+    assert status == "ok", value
+    name, message = value
+    assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
+
+
+# ---- a real GPU ----
+
+@pytest.mark.gpu
+@pytest.mark.timeout(120)
+def test_real_gpu_cupy_kernels_and_single_rank(tmp_path):
+    cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
+    from pycoll.nccl_backend import NcclBackend
+    reason = NcclBackend().probe()
+    if reason:
+        pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")
+    # The CuPy ElementwiseKernel combine gives the numpy arithmetic's bits.
+    rng = np.random.default_rng(1)
+    for dt in (np.float32, np.float64):
+        a = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dt)
+        b = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dt)
+        host, dev = PairMath(np), PairMath(cupy)
+        ph, pd = host.load(a, 6 if dt == np.float32 else 7), dev.load(cupy.asarray(a), 6 if dt == np.float32 else 7)
+        for m, p, src in ((host, ph, b), (dev, pd, cupy.asarray(b))):
+            for _ in range(3):
+                m.combine(p, m.load(src, 6 if dt == np.float32 else 7))
+        np.testing.assert_array_equal(cupy.asnumpy(pd).view(np.uint8), ph.view(np.uint8))
+    engine = NcclBackend().create(rank=0, world_size=1, store=FileStore(tmp_path), timeout=60, options={})
+    x = cupy.arange(8, dtype=cupy.float32) / 3
+    buf = buffer(np.empty(8, np.float32), owner=x)
+    buf.ptr = x.data.ptr
+    engine.all_reduce(buf, buf, AVG, "auto", "compensated")
+    engine.close()
+    np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(8, dtype=np.float32) / 3)
