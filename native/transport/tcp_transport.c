@@ -6,8 +6,9 @@
  *
  * Wire format: each message is a frame header followed by nbytes of payload. Input is read ahead into a
  * per-peer buffer, so a small frame (header + payload) costs one recv; a payload of at least that buffer's
- * size is read straight into the caller's buffer instead (no copy where copies would cost). The header carries the collective's descriptor so a receiver can
- * tell a peer that called a different collective (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
+ * size is read straight into the caller's buffer instead (no copy where copies would cost). The header
+ * carries the collective's descriptor so a receiver can tell a peer that called a different collective
+ * (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
 #include <errno.h>
 #include <poll.h>
