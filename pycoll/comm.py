@@ -101,6 +101,16 @@ class Communicator:
         if a.dtype != b.dtype:
             raise TypeError(f"{name_b} has dtype {DTYPE_NAMES[b.dtype]} but {name_a} has {DTYPE_NAMES[a.dtype]}")
 
+    def _result_buffer(self, send, out):
+        """Where a reduction's result goes: x itself (in place) or out, which must match x."""
+        if out is None:
+            return send
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        if recv.count != send.count:
+            raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        return recv
+
     def _root(self, root):
         if not isinstance(root, int) or isinstance(root, bool):
             raise TypeError(f"root must be an int, got {type(root).__name__}")
@@ -120,12 +130,7 @@ class Communicator:
         """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result."""
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
-        recv = send
-        if out is not None:
-            recv = self._buffer(out, "out", writable=True)
-            self._same_dtype(send, recv, "x", "out")
-            if recv.count != send.count:
-                raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        recv = self._result_buffer(send, out)
         self.last_algorithm = self._run(engine.all_reduce, send, recv, self._op(op), self._algorithm(algorithm),
                                         self._accuracy(accuracy))
         return x if out is None else out
@@ -167,14 +172,7 @@ class Communicator:
         engine = self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
-        recv = None
-        if self._rank == root:
-            recv = send
-            if out is not None:
-                recv = self._buffer(out, "out", writable=True)
-                self._same_dtype(send, recv, "x", "out")
-                if recv.count != send.count:
-                    raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        recv = self._result_buffer(send, out) if self._rank == root else None
         self.last_algorithm = self._run(engine.reduce, send, recv, self._op(op), root, self._accuracy(accuracy))
         return x if out is None else out
 
