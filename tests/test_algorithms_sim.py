@@ -174,8 +174,9 @@ def test_barrier(size):
 
 
 @pytest.mark.timeout(60)
-def test_tiny_ring_segments_reach_the_many_segment_paths(tmp_path):
-    """PYCOLL_RING_SEGMENT_BYTES is read once per process, so the many-segment run gets its own."""
+def test_tiny_segments_reach_the_many_segment_paths(tmp_path):
+    """PYCOLL_RING_SEGMENT_BYTES (ring segments, halving_doubling units) is read once per process, so the
+    many-segment run gets its own."""
     script = textwrap.dedent("""
         import numpy as np
         from pycoll.simulate import simulate
@@ -184,15 +185,20 @@ def test_tiny_ring_segments_reach_the_many_segment_paths(tmp_path):
             for count in (1, size - 1, 1009):
                 xs = [rng.integers(-50, 50, count).astype(np.int32) for _ in range(size)]
                 want = np.sum(xs, axis=0, dtype=np.int32)
-                for out in simulate("all_reduce", xs, algorithm="ring"):
-                    assert (out == want).all(), (size, count)
                 fs = [rng.integers(-50, 50, count).astype(np.float32) for _ in range(size)]
-                outs = simulate("all_reduce", fs, algorithm="ring", accuracy="compensated", op="avg")
-                assert all(o.tobytes() == outs[0].tobytes() for o in outs)
-                assert np.allclose(outs[0], np.sum(fs, axis=0) / size)
                 rs = [np.repeat(x, size) for x in xs]
-                for r, out in enumerate(simulate("reduce_scatter", rs, algorithm="ring")):
-                    assert (out == np.sum(rs, axis=0, dtype=np.int32)[r * count:(r + 1) * count]).all()
+                frs = [np.repeat(f, size) for f in fs]
+                for algorithm in ("ring", "halving_doubling"):
+                    for out in simulate("all_reduce", xs, algorithm=algorithm):
+                        assert (out == want).all(), (algorithm, size, count)
+                    outs = simulate("all_reduce", fs, algorithm=algorithm, accuracy="compensated", op="avg")
+                    assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+                    assert np.allclose(outs[0], np.sum(fs, axis=0) / size)
+                    for r, out in enumerate(simulate("reduce_scatter", rs, algorithm=algorithm)):
+                        assert (out == np.sum(rs, axis=0, dtype=np.int32)[r * count:(r + 1) * count]).all()
+                    for r, out in enumerate(simulate("reduce_scatter", frs, algorithm=algorithm,
+                                                     accuracy="compensated")):
+                        assert (out == np.sum(frs, axis=0)[r * count:(r + 1) * count]).all(), (algorithm, size)
                 for out in simulate("all_gather", xs, algorithm="ring"):
                     assert (out == np.concatenate(xs)).all()
                 for out in simulate("broadcast", xs, root=size - 1):

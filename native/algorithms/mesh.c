@@ -17,12 +17,10 @@ pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *i
     const int64_t block_bytes = mine * (int64_t)red->dsize, part_bytes = mine * (int64_t)red->wsize;
     /* Contributions arrive as plain values (a lone contribution has no error term to carry); the sum and
      * its compensation live in acc, tmp holds a loaded contribution. */
-    char *scratch = scratch_alloc(p2p, (size - 1) * block_bytes + 2 * part_bytes, "mesh reduce-scatter");
+    char *scratch = comm_workspace(p2p, (size - 1) * block_bytes + 2 * part_bytes, "mesh reduce-scatter");
     pycoll_request_t *reqs = scratch ? calloc(2 * (size_t)size, sizeof *reqs) : NULL;
-    if (!reqs) {
-        free(scratch);
+    if (!reqs)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "mesh reduce-scatter: out of memory");
-    }
     char *acc = scratch + (size - 1) * block_bytes, *tmp = acc + part_bytes;
     pycoll_request_t *recvs = reqs, *sends = reqs + size;
     pycoll_status_t status = PYCOLL_OK;
@@ -60,7 +58,6 @@ pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *i
     if (status == PYCOLL_OK)
         status = reduction_store(red, out, acc, mine);
     free(reqs);
-    free(scratch);
     return status;
 }
 

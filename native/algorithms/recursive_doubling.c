@@ -6,8 +6,6 @@
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 
-#include <stdlib.h>
-
 static int32_t pow2_floor(int32_t n)
 {
     int32_t p = 1;
@@ -44,7 +42,7 @@ pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *bu
     const int32_t size = p2p->size, rank = p2p->rank, p = pow2_floor(size), extra = size - p;
     const int64_t part_bytes = count * (int64_t)red.wsize, plain_bytes = count * (int64_t)red.dsize;
     /* Two partial buffers: mine and the partner's. In FAST mode mine is buf itself. */
-    char *scratch = scratch_alloc(p2p, red.compensated ? 2 * part_bytes : part_bytes, "recursive_doubling");
+    char *scratch = comm_workspace(p2p, red.compensated ? 2 * part_bytes : part_bytes, "recursive_doubling");
     if (!scratch)
         return PYCOLL_ERR_NOMEM;
     char *mine = red.compensated ? scratch + part_bytes : buf, *other = scratch;
@@ -55,7 +53,6 @@ pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *bu
         status = exchange(p2p, rank - 1, mine, part_bytes, -1, NULL, 0, phase_tag(TAG_RD_FOLD, 0));
         if (status == PYCOLL_OK)
             status = exchange(p2p, -1, NULL, 0, rank - 1, buf, plain_bytes, phase_tag(TAG_RD_UNFOLD, 0));
-        free(scratch);
         return status;
     }
     if (status == PYCOLL_OK && folded) {
@@ -76,6 +73,5 @@ pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *bu
         status = reduction_store(&red, buf, mine, count);
     if (status == PYCOLL_OK && folded)
         status = exchange(p2p, rank + 1, buf, plain_bytes, -1, NULL, 0, phase_tag(TAG_RD_UNFOLD, 0));
-    free(scratch);
     return status;
 }

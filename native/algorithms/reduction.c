@@ -79,6 +79,16 @@ pycoll_status_t reduction_combine_plain(const reduction_t *red, void *part, cons
     return status != PYCOLL_OK ? status : reduction_combine(red, part, loaded, n);
 }
 
+pycoll_status_t reduction_add_plains(const reduction_t *red, void *part, const void *a, const void *b, void *tmp,
+                                     int64_t n)
+{
+    if (!red->compensated)
+        return kernel_status(red, pycoll_reduce(part, a, b, n, red->dtype, red->op), "reduce");
+    const void *loaded;
+    pycoll_status_t status = reduction_source(red, part, a, n, &loaded);
+    return status != PYCOLL_OK ? status : reduction_combine_plain(red, part, b, tmp, n);
+}
+
 pycoll_status_t reduction_store(const reduction_t *red, void *plain, const void *part, int64_t n)
 {
     if (red->compensated)

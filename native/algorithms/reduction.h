@@ -35,6 +35,10 @@ pycoll_status_t reduction_combine(const reduction_t *red, void *part, const void
  * plain; in COMPENSATED mode it must not. */
 pycoll_status_t reduction_add_plain(const reduction_t *red, void *part, const void *plain, const void *other,
                                     int64_t n);
+/* part = op(a, b), both plain: what a rank builds from its own values and a peer's first, plain, message (a
+ * compensated one would carry an all-zero comp half, twice the bytes for nothing). tmp: n * wsize bytes. */
+pycoll_status_t reduction_add_plains(const reduction_t *red, void *part, const void *a, const void *b, void *tmp,
+                                     int64_t n);
 /* part = op(part, plain), with tmp (n * wsize bytes) for the compensated form of plain. */
 pycoll_status_t reduction_combine_plain(const reduction_t *red, void *part, const void *plain, void *tmp,
                                         int64_t n);

@@ -55,16 +55,12 @@ static void *request_array(pycoll_p2p_t *p2p, int64_t n, const char *what)
     return reqs;
 }
 
-/* part = op(own plain values, received). Step 0 sends plain values: as a compensated partial they would carry
- * an all-zero comp half, twice the bytes for nothing; the receiver loads them (into tmp, n partial elements). */
+/* part = op(own plain values, received). Step 0 sends plain values (reduction_add_plains), later steps partials. */
 static pycoll_status_t combine_received(const reduction_t *red, void *part, const void *own, const void *received,
                                         bool received_plain, void *tmp, int64_t n)
 {
-    if (!received_plain || !red->compensated)
-        return reduction_add_plain(red, part, own, received, n);
-    const void *loaded;
-    pycoll_status_t status = reduction_source(red, part, own, n, &loaded);
-    return status != PYCOLL_OK ? status : reduction_combine_plain(red, part, received, tmp, n);
+    return received_plain ? reduction_add_plains(red, part, own, received, tmp, n)
+                          : reduction_add_plain(red, part, own, received, n);
 }
 
 /* In step s rank r sends its partial of block r-s-1 to r+1 and receives block r-s-2 from r-1, combining it

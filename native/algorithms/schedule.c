@@ -56,7 +56,7 @@ void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
 
 void *comm_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
 {
-    if (p2p->workspace_bytes < nbytes) {
+    if (p2p->workspace_bytes < nbytes || !p2p->workspace) { /* even 0 bytes gets a real (1-byte) block */
         free(p2p->workspace);
         p2p->workspace_bytes = 0;
         p2p->workspace = scratch_alloc(p2p, nbytes, what);

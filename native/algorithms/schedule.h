@@ -65,8 +65,8 @@ static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)
     return ((uint32_t)phase << 24) | (uint32_t)(step & 0xFFFFFF);
 }
 
-/* Ring (and pipelined broadcast) segment size in bytes: PYCOLL_RING_SEGMENT_BYTES from the environment, read
- * once, else the compile-time default. */
+/* Ring (and pipelined broadcast) segment size in bytes, also the largest halving_doubling unit of partials:
+ * PYCOLL_RING_SEGMENT_BYTES from the environment, read once, else the compile-time default. */
 int64_t pycoll_ring_segment_bytes(void);
 
 /* Checks shared by every collective; on failure records a message naming the argument on p2p. */
