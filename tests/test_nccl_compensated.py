@@ -2,7 +2,6 @@
 the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory, so the
 device math runs with numpy. The test marked gpu runs the CuPy kernels on a real GPU."""
 
-import os
 import time
 
 import numpy as np
