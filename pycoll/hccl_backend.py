@@ -11,7 +11,7 @@ import math
 import os
 
 from pycoll import plugins
-from pycoll.vendor_engine import VendorEngine, divide_in_place, load_first
+from pycoll.vendor_engine import VendorBackend, VendorEngine, divide_in_place, load_first
 
 _AVG = 4
 _SUM = 0
@@ -92,19 +92,14 @@ class HcclEngine(VendorEngine):
         return ran
 
 
-class HcclBackend(plugins.Backend):
+class HcclBackend(VendorBackend):
+    engine = HcclEngine
     name = "hccl"
     memory = "npu"
     algorithms = tuple(HCCL_ALGORITHMS)
 
-    def probe(self):
-        try:
-            return load()
-        except ImportError as exc:
-            return f"pycoll was built without its vendor bindings ({exc})"
-
-    def create(self, *, rank, world_size, store, timeout, options):
-        return HcclEngine(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
+    def load(self):
+        return load()
 
 
 plugins.register(HcclBackend())

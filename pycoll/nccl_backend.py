@@ -14,7 +14,7 @@ import importlib.util
 import os
 
 from pycoll import device_ring, plugins
-from pycoll.vendor_engine import VendorEngine, current_stream, load_first
+from pycoll.vendor_engine import VendorBackend, VendorEngine, current_stream, load_first
 
 # pycoll algorithm -> NCCL_ALGO while that communicator is created. NCCL has no halving-doubling or recursive
 # doubling; Tree (a double binary tree, also log-depth) is the nearest. "mesh" means the one-hop algorithms
@@ -122,20 +122,15 @@ class NcclEngine(VendorEngine):
         return super().reduce(send, recv, op, root, "fast")
 
 
-class NcclBackend(plugins.Backend):
+class NcclBackend(VendorBackend):
+    engine = NcclEngine
     name = "nccl"
     memory = "cuda"
     algorithms = tuple(NCCL_ALGORITHMS)
     accuracies = ("fast", "compensated")
 
-    def probe(self):
-        try:
-            return load()
-        except ImportError as exc:
-            return f"pycoll was built without its vendor bindings ({exc})"
-
-    def create(self, *, rank, world_size, store, timeout, options):
-        return NcclEngine(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
+    def load(self):
+        return load()
 
 
 plugins.register(NcclBackend())

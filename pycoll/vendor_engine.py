@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from pycoll.errors import CommunicatorClosed, PycollError
-from pycoll.plugins import Engine
+from pycoll.plugins import Backend, Engine
 
 _DTYPE_FLOAT = {4, 5, 6, 7}  # pycoll dtype ids of float16, bfloat16, float32, float64
 
@@ -177,3 +177,22 @@ class VendorEngine(Engine):
         comms, self._comms = self._comms, {}
         for comm in comms.values():
             comm.close()
+
+
+class VendorBackend(Backend):
+    """A vendor plugin: `engine` is its VendorEngine subclass; load() finds and loads its libraries and says
+    why not (None when loaded)."""
+
+    engine = VendorEngine
+
+    def load(self):
+        raise NotImplementedError
+
+    def probe(self):
+        try:
+            return self.load()
+        except ImportError as exc:
+            return f"pycoll was built without its vendor bindings ({exc})"
+
+    def create(self, *, rank, world_size, store, timeout, options):
+        return self.engine(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)

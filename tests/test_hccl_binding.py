@@ -8,33 +8,17 @@ import time
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import FileStore, buffer, build_fake, run_ranks
+from fakes.vendor_harness import (FileStore, all_reduce_error, buffer, make_engine, probe_without_library,
+                                  run_ranks, vendor_fixtures)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 
-@pytest.fixture(scope="module")
-def fake_env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hccl")
-    lib = build_fake("hccl", tmp)
-    if lib is None:
-        pytest.skip("no C compiler to build the fake HCCL")
-    return {"PYCOLL_HCCL_LIBRARY": lib, "PYCOLL_ACL_LIBRARY": lib, "FAKE_COLL_DIR": str(tmp)}
-
-
-@pytest.fixture
-def env(fake_env, tmp_path):
-    store = tmp_path / "store"
-    store.mkdir()
-    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+fake_env, env = vendor_fixtures("hccl")
 
 
 def _engine(rank, world, timeout=20.0):
-    from pycoll.hccl_backend import HcclBackend
-    backend = HcclBackend()
-    assert backend.probe() is None
-    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,
-                          options={})
+    return make_engine("hccl", rank, world, timeout)
 
 
 def _collectives(rank, world):
@@ -117,13 +101,7 @@ def test_dead_peer_times_out_and_destroys(env):
 
 
 def _injected(rank, world):
-    engine = _engine(rank, world)
-    x = np.ones(2, np.float32)
-    try:
-        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
-    except Exception as exc:
-        return type(exc).__name__, str(exc)
-    return None
+    return all_reduce_error(_engine(rank, world), np.ones(2, np.float32), 0, "fast")
 
 
 @pytest.mark.timeout(60)
@@ -140,12 +118,8 @@ def test_hccl_results_map_to_pycoll_errors(env, fail, error, code):
 
 
 def test_probe_names_what_to_install(tmp_path):
-    import subprocess
-    import sys
-    code = "from pycoll.hccl_backend import HcclBackend; print(HcclBackend().probe())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True,
-                         env=dict(os.environ, PYCOLL_HCCL_LIBRARY=str(tmp_path / "missing.so")))
-    assert "libhccl.so not found" in out.stdout and "PYCOLL_HCCL_LIBRARY" in out.stdout
+    out = probe_without_library("hccl", tmp_path)
+    assert "libhccl.so not found" in out and "PYCOLL_HCCL_LIBRARY" in out
 
 
 @pytest.mark.gpu

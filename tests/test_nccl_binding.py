@@ -8,33 +8,17 @@ import time
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import FakeDeviceArray, FileStore, buffer, build_fake, run_ranks
+from fakes.vendor_harness import (FakeDeviceArray, FileStore, all_reduce_error, buffer, make_engine,
+                                  probe_without_library, run_ranks, vendor_fixtures)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 
-@pytest.fixture(scope="module")
-def fake_env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("nccl")
-    lib = build_fake("nccl", tmp)
-    if lib is None:
-        pytest.skip("no C compiler to build the fake NCCL")
-    return {"PYCOLL_NCCL_LIBRARY": lib, "PYCOLL_CUDART_LIBRARY": lib, "FAKE_COLL_DIR": str(tmp)}
-
-
-@pytest.fixture
-def env(fake_env, tmp_path):
-    store = tmp_path / "store"
-    store.mkdir()
-    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+fake_env, env = vendor_fixtures("nccl")
 
 
 def _engine(rank, world, timeout=20.0, options=None):
-    from pycoll.nccl_backend import NcclBackend
-    backend = NcclBackend()
-    assert backend.probe() is None
-    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,
-                          options=options or {})
+    return make_engine("nccl", rank, world, timeout, options)
 
 
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -187,13 +171,7 @@ def test_init_without_peer_times_out(env):
 
 
 def _injected(rank, world):
-    engine = _engine(rank, world)
-    x = np.ones(2, np.float32)
-    try:
-        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
-    except Exception as exc:
-        return type(exc).__name__, str(exc)
-    return None
+    return all_reduce_error(_engine(rank, world), np.ones(2, np.float32), 0, "fast")
 
 
 @pytest.mark.timeout(60)
@@ -213,13 +191,9 @@ def test_nccl_results_map_to_pycoll_errors(env, fail, error, text):
 
 
 def test_probe_names_what_to_install(tmp_path):
-    import subprocess
-    import sys
-    code = ("from pycoll.nccl_backend import NcclBackend; print(NcclBackend().probe())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                         env=dict(os.environ, PYCOLL_NCCL_LIBRARY=str(tmp_path / "missing.so")), check=True)
-    assert "libnccl.so.2 not found -- pip install nvidia-nccl-cu12" in out.stdout
-    assert "PYCOLL_NCCL_LIBRARY" in out.stdout
+    out = probe_without_library("nccl", tmp_path)
+    assert "libnccl.so.2 not found -- pip install nvidia-nccl-cu12" in out
+    assert "PYCOLL_NCCL_LIBRARY" in out
 
 
 @pytest.mark.gpu

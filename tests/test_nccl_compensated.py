@@ -2,13 +2,12 @@
 the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory, so the
 device math runs with numpy. The test marked gpu runs the CuPy kernels on a real GPU."""
 
-import os
 import time
 
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import FileStore, buffer, build_fake, run_ranks
+from fakes.vendor_harness import FileStore, all_reduce_error, buffer, make_engine, run_ranks, vendor_fixtures
 from pycoll import kernels
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 from pycoll.device_twosum import PairMath
@@ -19,28 +18,11 @@ SUM, AVG = 0, 4
 COUNT = 1001  # not a multiple of the world size: blocks of unequal length
 
 
-@pytest.fixture(scope="module")
-def fake_env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("nccl")
-    lib = build_fake("nccl", tmp)
-    if lib is None:
-        pytest.skip("no C compiler to build the fake NCCL")
-    return {"PYCOLL_NCCL_LIBRARY": lib, "PYCOLL_CUDART_LIBRARY": lib, "FAKE_COLL_DIR": str(tmp)}
-
-
-@pytest.fixture
-def env(fake_env, tmp_path):
-    store = tmp_path / "store"
-    store.mkdir()
-    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+fake_env, env = vendor_fixtures("nccl")
 
 
 def _engine(rank, world, timeout=30.0):
-    from pycoll.nccl_backend import NcclBackend
-    backend = NcclBackend()
-    assert backend.probe() is None
-    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]),
-                                timeout=timeout, options={})
+    return make_engine("nccl", rank, world, timeout)
 
 
 def _ok(results, world):
@@ -206,13 +188,7 @@ def test_dead_peer_during_send_recv_times_out_and_aborts(env):
 
 
 def _injected(rank, world):
-    engine = _engine(rank, world, timeout=5.0)
-    x = np.ones(4, np.float64)
-    try:
-        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
-    except Exception as exc:
-        return type(exc).__name__, str(exc)
-    return None
+    return all_reduce_error(_engine(rank, world, timeout=5.0), np.ones(4, np.float64), SUM, "compensated")
 
 
 @pytest.mark.timeout(60)

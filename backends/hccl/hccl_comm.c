@@ -2,13 +2,12 @@
  * in slices, checking HCCL's asynchronous error between them, and destroys the communicator at the deadline
  * (HCCL has no abort call: destroying it releases the peers' links, so their waits fail too). */
 #define _POSIX_C_SOURCE 200809L
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/vendor_common.h"
+#include "common/error_format.h"
 #include "hccl_api.h"
 #include "pycoll/p2p.h"
 #include "pycoll/vendor.h"
@@ -17,52 +16,13 @@
 #define SYNC_SLICE_MS 200
 
 struct pycoll_hccl_comm {
+    vendor_comm_state_t state;
     HcclComm hccl; /* NULL once destroyed on an error */
-    int32_t rank;
-    int32_t size;
-    int64_t timeout_ns;
-    pycoll_status_t status;
-    char error[PYCOLL_ERROR_LEN];
 };
 
 static pycoll_hccl_api_t hccl;
 static pycoll_acl_api_t acl;
 static void *hccl_handle, *acl_handle;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static pycoll_status_t format_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static pycoll_status_t format_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error, len, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-static pycoll_status_t load_library(void **handle, const char *path, const char *const *names, size_t n,
-                                    void (**table)(void), char *error, size_t error_len)
-{
-    pycoll_status_t st = PYCOLL_OK;
-    pthread_mutex_lock(&load_lock);
-    if (!*handle) {
-        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            st = format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
-        for (size_t i = 0; h && i < n; i++) {
-            *(void **)&table[i] = dlsym(h, names[i]);
-            if (!table[i]) {
-                st = format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s", path, names[i]);
-                dlclose(h);
-                h = NULL;
-            }
-        }
-        *handle = h;
-    }
-    pthread_mutex_unlock(&load_lock);
-    return st;
-}
 
 pycoll_status_t pycoll_hccl_load(const char *path, char *error, size_t error_len)
 {
@@ -70,31 +30,23 @@ pycoll_status_t pycoll_hccl_load(const char *path, char *error, size_t error_len
                                         "HcclGetCommAsyncError", "HcclGetErrorString", "HcclAllReduce",
                                         "HcclReduceScatter", "HcclAllGather",        "HcclBroadcast",
                                         "HcclReduce",        "HcclBarrier"};
-    static pycoll_hccl_api_t api;
-    _Static_assert(sizeof names / sizeof names[0] == sizeof api / sizeof(void (*)(void)), "one name per entry");
-    pycoll_status_t st = load_library(&hccl_handle, path, names, sizeof names / sizeof names[0],
-                                      (void (**)(void))&api, error, error_len);
-    if (st == PYCOLL_OK)
-        hccl = api;
-    return st;
+    _Static_assert(sizeof names / sizeof names[0] == sizeof hccl / sizeof(void (*)(void)), "one name per entry");
+    return vendor_load(&hccl_handle, path, names, sizeof names / sizeof names[0], (void (**)(void))&hccl, NULL,
+                       error, error_len);
 }
 
 pycoll_status_t pycoll_acl_load(const char *path, char *error, size_t error_len)
 {
     static const char *const names[] = {"aclrtSynchronizeStreamWithTimeout"};
-    static pycoll_acl_api_t api;
-    _Static_assert(sizeof names / sizeof names[0] == sizeof api / sizeof(void (*)(void)), "one name per entry");
-    pycoll_status_t st = load_library(&acl_handle, path, names, sizeof names / sizeof names[0],
-                                      (void (**)(void))&api, error, error_len);
-    if (st == PYCOLL_OK)
-        acl = api;
-    return st;
+    _Static_assert(sizeof names / sizeof names[0] == sizeof acl / sizeof(void (*)(void)), "one name per entry");
+    return vendor_load(&acl_handle, path, names, sizeof names / sizeof names[0], (void (**)(void))&acl, NULL,
+                       error, error_len);
 }
 
 static pycoll_status_t not_loaded(char *error, size_t error_len)
 {
-    return format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
-                        "HCCL or AscendCL is not loaded (pycoll_hccl_load / pycoll_acl_load)");
+    return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                               "HCCL or AscendCL is not loaded (pycoll_hccl_load / pycoll_acl_load)");
 }
 
 pycoll_status_t pycoll_hccl_root_info(uint8_t info[PYCOLL_HCCL_ROOT_INFO_BYTES], char *error, size_t error_len)
@@ -104,8 +56,8 @@ pycoll_status_t pycoll_hccl_root_info(uint8_t info[PYCOLL_HCCL_ROOT_INFO_BYTES],
     HcclRootInfo root;
     HcclResult r = hccl.GetRootInfo(&root);
     if (r != HCCL_SUCCESS)
-        return format_error(error, error_len, PYCOLL_ERR_SYSTEM, "hccl: HcclGetRootInfo failed: %s (HcclResult %d)",
-                            hccl.GetErrorString(r), (int)r);
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM,
+                                   "hccl: HcclGetRootInfo failed: %s (HcclResult %d)", hccl.GetErrorString(r), (int)r);
     memcpy(info, root.internal, sizeof root.internal);
     return PYCOLL_OK;
 }
@@ -139,28 +91,10 @@ static pycoll_status_t status_of(HcclResult r)
     }
 }
 
-static pycoll_status_t comm_fail(pycoll_hccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static pycoll_status_t comm_fail(pycoll_hccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
-{
-    if (c->status != PYCOLL_OK)
-        return c->status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof c->error, fmt, ap);
-    va_end(ap);
-    c->status = status;
-    return status;
-}
-
 static pycoll_status_t hccl_fail(pycoll_hccl_comm_t *c, const char *what, HcclResult r)
 {
-    return comm_fail(c, status_of(r), "hccl: %s failed: %s (HcclResult %d)", what, hccl.GetErrorString(r), (int)r);
-}
-
-static int64_t seconds_to_ns(double s)
-{
-    return s > 9e9 ? INT64_MAX / 2 : (int64_t)(s * 1e9);
+    return vendor_fail(&c->state, status_of(r), "hccl: %s failed: %s (HcclResult %d)", what, hccl.GetErrorString(r),
+                       (int)r);
 }
 
 pycoll_hccl_comm_t *pycoll_hccl_comm_create(const uint8_t info[PYCOLL_HCCL_ROOT_INFO_BYTES], int32_t rank,
@@ -173,18 +107,16 @@ pycoll_hccl_comm_t *pycoll_hccl_comm_create(const uint8_t info[PYCOLL_HCCL_ROOT_
     }
     pycoll_hccl_comm_t *c = calloc(1, sizeof *c);
     if (!c) {
-        *status = format_error(error, error_len, PYCOLL_ERR_NOMEM, "hccl: out of memory");
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "hccl: out of memory");
         return NULL;
     }
-    c->rank = rank;
-    c->size = size;
-    c->timeout_ns = seconds_to_ns(timeout_s);
+    vendor_comm_state_init(&c->state, "hccl", rank, size, timeout_s);
     HcclRootInfo root;
     memcpy(root.internal, info, sizeof root.internal);
     HcclResult r = hccl.CommInitRootInfo((uint32_t)size, &root, (uint32_t)rank, &c->hccl);
     if (r != HCCL_SUCCESS) {
         *status = hccl_fail(c, "HcclCommInitRootInfo", r);
-        snprintf(error, error_len, "%s", c->error);
+        snprintf(error, error_len, "%s", c->state.error);
         free(c);
         return NULL;
     }
@@ -203,22 +135,19 @@ void pycoll_hccl_comm_destroy(pycoll_hccl_comm_t *c)
 
 const char *pycoll_hccl_comm_error(const pycoll_hccl_comm_t *c)
 {
-    return c->error;
+    return c->state.error;
 }
 
 void pycoll_hccl_comm_set_timeout(pycoll_hccl_comm_t *c, double timeout_s)
 {
-    c->timeout_ns = seconds_to_ns(timeout_s);
+    vendor_set_timeout(&c->state, timeout_s);
 }
 
 static pycoll_status_t destroy_on_deadline(pycoll_hccl_comm_t *c, const char *what)
 {
     hccl.CommDestroy(c->hccl);
     c->hccl = NULL;
-    return comm_fail(c, PYCOLL_ERR_TIMEOUT,
-                     "hccl: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
-                     "the communicator was destroyed",
-                     what, (double)c->timeout_ns / 1e9, (int)c->rank, (int)c->size);
+    return vendor_deadline_passed(&c->state, what, "destroyed");
 }
 
 /* Wait for the stream in slices; between slices, HCCL's asynchronous error says whether a peer failed. */
@@ -241,19 +170,9 @@ static pycoll_status_t finish(pycoll_hccl_comm_t *c, const char *what, HcclResul
         if (e == PYCOLL_ACL_SUCCESS)
             return PYCOLL_OK;
         if (e != PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
-            return comm_fail(c, PYCOLL_ERR_SYSTEM, "hccl: aclrtSynchronizeStreamWithTimeout after %s failed (aclError %d)",
-                             what, e);
+            return vendor_fail(&c->state, PYCOLL_ERR_SYSTEM,
+                               "hccl: aclrtSynchronizeStreamWithTimeout after %s failed (aclError %d)", what, e);
     }
-}
-
-static pycoll_status_t reject(pycoll_hccl_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static pycoll_status_t reject(pycoll_hccl_comm_t *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof c->error, fmt, ap);
-    va_end(ap);
-    return PYCOLL_ERR_INVALID;
 }
 
 static pycoll_status_t begin(pycoll_hccl_comm_t *c, int64_t count, pycoll_dtype_t dtype, HcclDataType *hd,
@@ -264,28 +183,21 @@ static pycoll_status_t begin(pycoll_hccl_comm_t *c, int64_t count, pycoll_dtype_
         [PYCOLL_INT32] = HCCL_DATA_TYPE_INT32,     [PYCOLL_INT64] = HCCL_DATA_TYPE_INT64,
         [PYCOLL_FLOAT16] = HCCL_DATA_TYPE_FP16,    [PYCOLL_BFLOAT16] = HCCL_DATA_TYPE_BFP16,
         [PYCOLL_FLOAT32] = HCCL_DATA_TYPE_FP32,    [PYCOLL_FLOAT64] = HCCL_DATA_TYPE_FP64};
-    if (c->status != PYCOLL_OK)
-        return PYCOLL_ERR_CLOSED; /* c->error still says why it broke */
-    if (count < 0)
-        return reject(c, "hccl: count must be >= 0, got %lld", (long long)count);
-    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
-        return reject(c, "hccl: unknown dtype id %d", (int)dtype);
-    if (root != -1 && (root < 0 || root >= c->size))
-        return reject(c, "hccl: root %d is not a rank of a %d-rank communicator", (int)root, (int)c->size);
-    *hd = map[dtype];
-    return PYCOLL_OK;
+    pycoll_status_t st = vendor_check_args(&c->state, count, dtype, root);
+    if (st == PYCOLL_OK)
+        *hd = map[dtype];
+    return st;
 }
 
 static pycoll_status_t hccl_op(pycoll_hccl_comm_t *c, pycoll_op_t op, HcclReduceOp *out)
 {
     static const HcclReduceOp map[PYCOLL_AVG] = {[PYCOLL_SUM] = HCCL_REDUCE_SUM, [PYCOLL_PROD] = HCCL_REDUCE_PROD,
                                                  [PYCOLL_MIN] = HCCL_REDUCE_MIN, [PYCOLL_MAX] = HCCL_REDUCE_MAX};
-    if (op == PYCOLL_AVG) {
-        snprintf(c->error, sizeof c->error, "hccl: HCCL has no average; sum, then divide by the world size");
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
+    if (op == PYCOLL_AVG)
+        return pycoll_format_error(c->state.error, sizeof c->state.error, PYCOLL_ERR_UNSUPPORTED,
+                                   "hccl: HCCL has no average; sum, then divide by the world size");
     if ((unsigned)op >= PYCOLL_AVG)
-        return reject(c, "hccl: unknown op id %d", (int)op);
+        return vendor_reject(&c->state, "hccl: unknown op id %d", (int)op);
     *out = map[op];
     return PYCOLL_OK;
 }
@@ -295,7 +207,7 @@ pycoll_status_t pycoll_hccl_all_reduce(pycoll_hccl_comm_t *c, const void *sendbu
 {
     HcclDataType hd = HCCL_DATA_TYPE_INT8;
     HcclReduceOp ho = HCCL_REDUCE_SUM;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &hd, -1);
     if (st == PYCOLL_OK)
         st = hccl_op(c, op, &ho);
@@ -311,7 +223,7 @@ pycoll_status_t pycoll_hccl_reduce_scatter(pycoll_hccl_comm_t *c, const void *se
 {
     HcclDataType hd = HCCL_DATA_TYPE_INT8;
     HcclReduceOp ho = HCCL_REDUCE_SUM;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, recv_count, dtype, &hd, -1);
     if (st == PYCOLL_OK)
         st = hccl_op(c, op, &ho);
@@ -326,7 +238,7 @@ pycoll_status_t pycoll_hccl_all_gather(pycoll_hccl_comm_t *c, const void *sendbu
                                        int64_t send_count, pycoll_dtype_t dtype, void *stream)
 {
     HcclDataType hd = HCCL_DATA_TYPE_INT8;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, send_count, dtype, &hd, -1);
     if (st != PYCOLL_OK)
         return st;
@@ -339,7 +251,7 @@ pycoll_status_t pycoll_hccl_broadcast(pycoll_hccl_comm_t *c, void *buf, int64_t 
                                       int32_t root, void *stream)
 {
     HcclDataType hd = HCCL_DATA_TYPE_INT8;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &hd, root);
     if (st != PYCOLL_OK)
         return st;
@@ -352,7 +264,7 @@ pycoll_status_t pycoll_hccl_reduce(pycoll_hccl_comm_t *c, const void *sendbuf, v
 {
     HcclDataType hd = HCCL_DATA_TYPE_INT8;
     HcclReduceOp ho = HCCL_REDUCE_SUM;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &hd, root);
     if (st == PYCOLL_OK)
         st = hccl_op(c, op, &ho);
@@ -365,8 +277,8 @@ pycoll_status_t pycoll_hccl_reduce(pycoll_hccl_comm_t *c, const void *sendbuf, v
 
 pycoll_status_t pycoll_hccl_barrier(pycoll_hccl_comm_t *c, void *stream)
 {
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
-    if (c->status != PYCOLL_OK)
+    int64_t deadline = vendor_deadline(&c->state);
+    if (c->state.status != PYCOLL_OK)
         return PYCOLL_ERR_CLOSED;
     return finish(c, "HcclBarrier", hccl.Barrier(c->hccl, stream), stream, deadline);
 }

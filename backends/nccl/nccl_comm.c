@@ -1,57 +1,27 @@
 /* NCCL communicators for pycoll: NCCL and the CUDA runtime loaded with dlopen, non-blocking communicators
  * polled against a deadline, and ncclCommAbort when it passes, so that a dead peer never hangs the caller. */
 #define _POSIX_C_SOURCE 200809L
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../common/vendor_common.h"
+#include "common/error_format.h"
 #include "nccl_api.h"
 #include "pycoll/p2p.h"
 #include "pycoll/vendor.h"
 
 struct pycoll_nccl_comm {
-    ncclComm_t nccl;     /* NULL once aborted */
-    int32_t rank;
-    int32_t size;
+    vendor_comm_state_t state;
+    ncclComm_t nccl;  /* NULL once aborted */
     int32_t device;
-    int64_t timeout_ns;
-    pycoll_status_t status; /* first error; the communicator is broken after one */
-    int32_t *scratch;       /* one device word for the barrier */
-    char error[PYCOLL_ERROR_LEN];
+    int32_t *scratch; /* one device word for the barrier */
 };
 
 static pycoll_nccl_api_t nccl;
 static pycoll_cudart_api_t cudart;
 static void *nccl_handle, *cudart_handle;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static pycoll_status_t set_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static pycoll_status_t set_error(char *error, size_t len, pycoll_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error, len, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-/* Resolve every name in `names` into the matching slot of `table` (an array of function pointers). */
-static int resolve(void *handle, const char *const *names, size_t n, void (**table)(void), const char **missing)
-{
-    for (size_t i = 0; i < n; i++) {
-        *(void **)&table[i] = dlsym(handle, names[i]);
-        if (!table[i]) {
-            *missing = names[i];
-            return 0;
-        }
-    }
-    return 1;
-}
 
 pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len)
 {
@@ -63,26 +33,9 @@ pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len
                                         "ncclGroupEnd"};
     _Static_assert(sizeof names / sizeof names[0] == sizeof(pycoll_nccl_api_t) / sizeof(void (*)(void)),
                    "one name per entry point");
-    pycoll_status_t st = PYCOLL_OK;
-    pthread_mutex_lock(&load_lock);
-    if (!nccl_handle) {
-        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        const char *missing = NULL;
-        pycoll_nccl_api_t api;
-        if (!h) {
-            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
-        } else if (!resolve(h, names, sizeof names / sizeof names[0], (void (**)(void))&api, &missing)) {
-            /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
-            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s: NCCL 2.14 or newer is needed",
-                           path, missing);
-            dlclose(h);
-        } else {
-            nccl = api;
-            nccl_handle = h;
-        }
-    }
-    pthread_mutex_unlock(&load_lock);
-    return st;
+    /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
+    return vendor_load(&nccl_handle, path, names, sizeof names / sizeof names[0], (void (**)(void))&nccl,
+                       "NCCL 2.14 or newer is needed", error, error_len);
 }
 
 pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_len)
@@ -91,24 +44,8 @@ pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_l
                                         "cudaGetErrorString"};
     _Static_assert(sizeof names / sizeof names[0] == sizeof(pycoll_cudart_api_t) / sizeof(void (*)(void)),
                    "one name per entry point");
-    pycoll_status_t st = PYCOLL_OK;
-    pthread_mutex_lock(&load_lock);
-    if (!cudart_handle) {
-        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        const char *missing = NULL;
-        pycoll_cudart_api_t api;
-        if (!h) {
-            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
-        } else if (!resolve(h, names, sizeof names / sizeof names[0], (void (**)(void))&api, &missing)) {
-            st = set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s", path, missing);
-            dlclose(h);
-        } else {
-            cudart = api;
-            cudart_handle = h;
-        }
-    }
-    pthread_mutex_unlock(&load_lock);
-    return st;
+    return vendor_load(&cudart_handle, path, names, sizeof names / sizeof names[0], (void (**)(void))&cudart,
+                       NULL, error, error_len);
 }
 
 int32_t pycoll_nccl_version(void)
@@ -121,7 +58,7 @@ int32_t pycoll_nccl_version(void)
 
 static pycoll_status_t not_loaded(char *error, size_t error_len)
 {
-    return set_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+    return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
                      "NCCL or the CUDA runtime is not loaded (pycoll_nccl_load / pycoll_cudart_load)");
 }
 
@@ -132,7 +69,7 @@ pycoll_status_t pycoll_nccl_unique_id(uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], c
     ncclUniqueId uid;
     ncclResult_t r = nccl.GetUniqueId(&uid);
     if (r != ncclSuccess)
-        return set_error(error, error_len, PYCOLL_ERR_SYSTEM, "nccl: ncclGetUniqueId failed: %s (code %d)",
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "nccl: ncclGetUniqueId failed: %s (code %d)",
                          nccl.GetErrorString(r), (int)r);
     memcpy(id, uid.internal, sizeof uid.internal);
     return PYCOLL_OK;
@@ -165,24 +102,10 @@ static pycoll_status_t status_of(ncclResult_t r)
     }
 }
 
-static pycoll_status_t comm_fail(pycoll_nccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static pycoll_status_t comm_fail(pycoll_nccl_comm_t *c, pycoll_status_t status, const char *fmt, ...)
-{
-    if (c->status != PYCOLL_OK)
-        return c->status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof c->error, fmt, ap);
-    va_end(ap);
-    c->status = status;
-    return status;
-}
-
 static pycoll_status_t nccl_fail(pycoll_nccl_comm_t *c, const char *what, ncclResult_t r)
 {
     const char *last = c->nccl ? nccl.GetLastError(c->nccl) : NULL;
-    return comm_fail(c, status_of(r), "nccl: %s failed: %s (%s, code %d)%s%s", what, nccl.GetErrorString(r),
+    return vendor_fail(&c->state, status_of(r), "nccl: %s failed: %s (%s, code %d)%s%s", what, nccl.GetErrorString(r),
                      result_name(r), (int)r, last && *last ? ": " : "", last ? last : "");
 }
 
@@ -193,10 +116,7 @@ static pycoll_status_t abort_on_deadline(pycoll_nccl_comm_t *c, const char *what
         nccl.CommAbort(c->nccl);
         c->nccl = NULL;
     }
-    return comm_fail(c, PYCOLL_ERR_TIMEOUT,
-                     "nccl: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
-                     "the communicator was aborted",
-                     what, (double)c->timeout_ns / 1e9, (int)c->rank, (int)c->size);
+    return vendor_deadline_passed(&c->state, what, "aborted");
 }
 
 /* Polling interval: short at first (collectives on a GPU finish in microseconds), capped at 1 ms. */
@@ -242,17 +162,13 @@ static pycoll_status_t wait_stream(pycoll_nccl_comm_t *c, const char *what, void
         if (q == PYCOLL_CUDA_SUCCESS)
             return PYCOLL_OK;
         if (q != PYCOLL_CUDA_ERROR_NOT_READY)
-            return comm_fail(c, PYCOLL_ERR_SYSTEM, "nccl: cudaStreamQuery after %s failed: %s (cudaError %d)",
-                             what, cudart.GetErrorString(q), q);
+            return vendor_fail(&c->state, PYCOLL_ERR_SYSTEM,
+                               "nccl: cudaStreamQuery after %s failed: %s (cudaError %d)", what,
+                               cudart.GetErrorString(q), q);
         if (pycoll_now_ns() >= deadline_ns)
             return abort_on_deadline(c, what);
         backoff(&sleep_ns);
     }
-}
-
-static int64_t seconds_to_ns(double s)
-{
-    return s > 9e9 ? INT64_MAX / 2 : (int64_t)(s * 1e9);
 }
 
 pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], int32_t rank,
@@ -265,13 +181,11 @@ pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_
     }
     pycoll_nccl_comm_t *c = calloc(1, sizeof *c);
     if (!c) {
-        *status = set_error(error, error_len, PYCOLL_ERR_NOMEM, "nccl: out of memory");
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "nccl: out of memory");
         return NULL;
     }
-    c->rank = rank;
-    c->size = size;
-    c->timeout_ns = seconds_to_ns(timeout_s);
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    vendor_comm_state_init(&c->state, "nccl", rank, size, timeout_s);
+    int64_t deadline = vendor_deadline(&c->state);
 
     ncclUniqueId uid;
     memcpy(uid.internal, id, sizeof uid.internal);
@@ -290,7 +204,7 @@ pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_
     c->device = device;
     if (st != PYCOLL_OK) {
         *status = st;
-        snprintf(error, error_len, "%s", c->error);
+        snprintf(error, error_len, "%s", c->state.error);
         pycoll_nccl_comm_destroy(c);
         return NULL;
     }
@@ -306,7 +220,7 @@ void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *c)
         cudart.Free(c->scratch);
     if (c->nccl) {
         /* A broken communicator may still have kernels waiting on a peer; only abort is safe then. */
-        if (c->status == PYCOLL_OK)
+        if (c->state.status == PYCOLL_OK)
             nccl.CommDestroy(c->nccl);
         else
             nccl.CommAbort(c->nccl);
@@ -316,7 +230,7 @@ void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *c)
 
 const char *pycoll_nccl_comm_error(const pycoll_nccl_comm_t *c)
 {
-    return c->error;
+    return c->state.error;
 }
 
 int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *c)
@@ -326,19 +240,16 @@ int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *c)
 
 void pycoll_nccl_comm_set_timeout(pycoll_nccl_comm_t *c, double timeout_s)
 {
-    c->timeout_ns = seconds_to_ns(timeout_s);
+    vendor_set_timeout(&c->state, timeout_s);
 }
 
-static int nccl_dtype(pycoll_dtype_t dtype, ncclDataType_t *out)
+static ncclDataType_t nccl_dtype(pycoll_dtype_t dtype)
 {
     static const ncclDataType_t map[PYCOLL_NUM_DTYPES] = {
         [PYCOLL_INT8] = ncclInt8,       [PYCOLL_UINT8] = ncclUint8,       [PYCOLL_INT32] = ncclInt32,
         [PYCOLL_INT64] = ncclInt64,     [PYCOLL_FLOAT16] = ncclFloat16,   [PYCOLL_BFLOAT16] = ncclBfloat16,
         [PYCOLL_FLOAT32] = ncclFloat32, [PYCOLL_FLOAT64] = ncclFloat64};
-    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
-        return 0;
-    *out = map[dtype];
-    return 1;
+    return map[dtype];
 }
 
 static int nccl_op(pycoll_op_t op, ncclRedOp_t *out)
@@ -352,31 +263,14 @@ static int nccl_op(pycoll_op_t op, ncclRedOp_t *out)
     return 1;
 }
 
-/* A bad argument is refused before NCCL sees it; it does not break the communicator. */
-static pycoll_status_t reject(pycoll_nccl_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static pycoll_status_t reject(pycoll_nccl_comm_t *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof c->error, fmt, ap);
-    va_end(ap);
-    return PYCOLL_ERR_INVALID;
-}
-
 /* Everything a collective checks before it calls NCCL. */
 static pycoll_status_t begin(pycoll_nccl_comm_t *c, int64_t count, pycoll_dtype_t dtype, ncclDataType_t *nd,
                              int32_t root)
 {
-    if (c->status != PYCOLL_OK)
-        return PYCOLL_ERR_CLOSED; /* c->error still says why it broke */
-    if (count < 0)
-        return reject(c, "nccl: count must be >= 0, got %lld", (long long)count);
-    if (!nccl_dtype(dtype, nd))
-        return reject(c, "nccl: unknown dtype id %d", (int)dtype);
-    if (root != -1 && (root < 0 || root >= c->size))
-        return reject(c, "nccl: root %d is not a rank of a %d-rank communicator",
-                         (int)root, (int)c->size);
-    return PYCOLL_OK;
+    pycoll_status_t st = vendor_check_args(&c->state, count, dtype, root);
+    if (st == PYCOLL_OK)
+        *nd = nccl_dtype(dtype);
+    return st;
 }
 
 /* After NCCL accepted (or is still enqueueing) a collective: wait for it to finish, within the deadline. */
@@ -394,12 +288,12 @@ pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *c, const void *sendbu
 {
     ncclDataType_t nd = ncclInt8;
     ncclRedOp_t no = ncclSum;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
         return st;
     if (!nccl_op(op, &no))
-        return reject(c, "nccl: unknown op id %d", (int)op);
+        return vendor_reject(&c->state, "nccl: unknown op id %d", (int)op);
     return finish(c, "ncclAllReduce", nccl.AllReduce(sendbuf, recvbuf, (size_t)count, nd, no, c->nccl, stream),
                   stream, deadline);
 }
@@ -409,12 +303,12 @@ pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *c, const void *se
 {
     ncclDataType_t nd = ncclInt8;
     ncclRedOp_t no = ncclSum;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, recv_count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
         return st;
     if (!nccl_op(op, &no))
-        return reject(c, "nccl: unknown op id %d", (int)op);
+        return vendor_reject(&c->state, "nccl: unknown op id %d", (int)op);
     return finish(c, "ncclReduceScatter",
                   nccl.ReduceScatter(sendbuf, recvbuf, (size_t)recv_count, nd, no, c->nccl, stream), stream,
                   deadline);
@@ -424,7 +318,7 @@ pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *c, const void *sendbu
                                        int64_t send_count, pycoll_dtype_t dtype, void *stream)
 {
     ncclDataType_t nd = ncclInt8;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, send_count, dtype, &nd, -1);
     if (st != PYCOLL_OK)
         return st;
@@ -436,7 +330,7 @@ pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *c, void *buf, int64_t 
                                       int32_t root, void *stream)
 {
     ncclDataType_t nd = ncclInt8;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &nd, root);
     if (st != PYCOLL_OK)
         return st;
@@ -449,21 +343,22 @@ pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *c, const void *sendbuf, v
 {
     ncclDataType_t nd = ncclInt8;
     ncclRedOp_t no = ncclSum;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, count, dtype, &nd, root);
     if (st != PYCOLL_OK)
         return st;
     if (!nccl_op(op, &no))
-        return reject(c, "nccl: unknown op id %d", (int)op);
+        return vendor_reject(&c->state, "nccl: unknown op id %d", (int)op);
     return finish(c, "ncclReduce", nccl.Reduce(sendbuf, recvbuf, (size_t)count, nd, no, root, c->nccl, stream),
                   stream, deadline);
 }
 
 static pycoll_status_t check_peer(pycoll_nccl_comm_t *c, const char *what, int32_t peer)
 {
-    if (peer != -1 && (peer < 0 || peer >= c->size || peer == c->rank))
-        return reject(c, "nccl: %s peer %d is not another rank of a %d-rank communicator (rank %d)", what,
-                      (int)peer, (int)c->size, (int)c->rank);
+    if (peer != -1 && (peer < 0 || peer >= c->state.size || peer == c->state.rank))
+        return vendor_reject(&c->state,
+                             "nccl: %s peer %d is not another rank of a %d-rank communicator (rank %d)", what,
+                             (int)peer, (int)c->state.size, (int)c->state.rank);
     return PYCOLL_OK;
 }
 
@@ -474,7 +369,7 @@ pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *c, const void *sendbuf
                                       pycoll_dtype_t dtype, void *stream)
 {
     ncclDataType_t nd = ncclInt8;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int64_t deadline = vendor_deadline(&c->state);
     pycoll_status_t st = begin(c, send_count, dtype, &nd, -1);
     if (st == PYCOLL_OK)
         st = begin(c, recv_count, dtype, &nd, -1);
@@ -513,13 +408,13 @@ pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *c, const void *sendbuf
 /* NCCL has no barrier: an all-reduce of one device word orders every rank, as torch.distributed does. */
 pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *c, void *stream)
 {
-    if (c->status == PYCOLL_OK && !c->scratch) {
+    if (c->state.status == PYCOLL_OK && !c->scratch) {
         int e = cudart.Malloc((void **)&c->scratch, sizeof *c->scratch);
         if (e == PYCOLL_CUDA_SUCCESS)
             e = cudart.Memset(c->scratch, 0, sizeof *c->scratch);
         if (e != PYCOLL_CUDA_SUCCESS)
-            return comm_fail(c, PYCOLL_ERR_NOMEM, "nccl: cudaMalloc for the barrier failed: %s",
-                             cudart.GetErrorString(e));
+            return vendor_fail(&c->state, PYCOLL_ERR_NOMEM, "nccl: cudaMalloc for the barrier failed: %s",
+                               cudart.GetErrorString(e));
     }
     return pycoll_nccl_all_reduce(c, c->scratch, c->scratch, 1, PYCOLL_INT32, PYCOLL_SUM, stream);
 }

@@ -1,8 +1,8 @@
 /* Transport-independent parts of the point-to-point interface: error recording and blocking helpers. */
 #include <stdarg.h>
-#include <stdio.h>
 #include <time.h>
 
+#include "common/error_format.h"
 #include "pycoll/p2p.h"
 
 int64_t pycoll_now_ns(void)
@@ -20,9 +20,8 @@ pycoll_status_t pycoll_p2p_fail(pycoll_p2p_t *p2p, pycoll_status_t status, int32
         return p2p->status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p2p->error, sizeof p2p->error, fmt, ap);
+    p2p->status = pycoll_vformat_error(p2p->error, sizeof p2p->error, status, fmt, ap);
     va_end(ap);
-    p2p->status = status;
     p2p->failed_rank = failed_rank;
     return status;
 }

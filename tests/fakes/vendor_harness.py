@@ -3,18 +3,25 @@ processes: builds the fakes with the system C compiler, gives the ranks a file s
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import shutil
 import subprocess
+import sys
 import time
 import traceback
 import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 FAKES = Path(__file__).resolve().parent
+
+# The variables pycoll reads a vendor's libraries from; one fake library stands in for both.
+LIBRARY_VARIABLES = {"nccl": ("PYCOLL_NCCL_LIBRARY", "PYCOLL_CUDART_LIBRARY"),
+                     "hccl": ("PYCOLL_HCCL_LIBRARY", "PYCOLL_ACL_LIBRARY")}
 
 
 def build_fake(name: str, out_dir: Path) -> str:
@@ -27,6 +34,59 @@ def build_fake(name: str, out_dir: Path) -> str:
                     str(FAKES / f"fake_{name}.c"), str(FAKES / "fake_collectives.c"), "-lpthread", "-lm"],
                    check=True)
     return str(out)
+
+
+def vendor_fixtures(name: str):
+    """The fixtures of a test module run against fake_<name>.c, to assign as `fake_env, env = ...`: fake_env
+    (per module) builds the fake and points the library variables at it; env (per test) adds a fresh store
+    directory and call log."""
+
+    @pytest.fixture(scope="module")
+    def fake_env(tmp_path_factory):
+        tmp = tmp_path_factory.mktemp(name)
+        lib = build_fake(name, tmp)
+        if lib is None:
+            pytest.skip(f"no C compiler to build the fake {name.upper()}")
+        return dict(dict.fromkeys(LIBRARY_VARIABLES[name], lib), FAKE_COLL_DIR=str(tmp))
+
+    @pytest.fixture
+    def env(fake_env, tmp_path):
+        store = tmp_path / "store"
+        store.mkdir()
+        return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+
+    return fake_env, env
+
+
+def _backend_class(name: str):
+    return getattr(importlib.import_module(f"pycoll.{name}_backend"), f"{name.capitalize()}Backend")
+
+
+def make_engine(name: str, rank, world, timeout, options=None):
+    """This rank's engine of backend `name` over the store in STORE_DIR (call it in a rank's process)."""
+    backend = _backend_class(name)()
+    assert backend.probe() is None
+    return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,
+                          options=options or {})
+
+
+def all_reduce_error(engine, x, op, accuracy):
+    """(exception type name, message) of an in-place all_reduce of x, or None when it succeeds."""
+    try:
+        engine.all_reduce(buffer(x), buffer(x), op, "auto", accuracy)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def probe_without_library(name: str, tmp_path) -> str:
+    """What backend `name`'s probe() says, in a fresh process, when its library variable names no file."""
+    code = (f"from pycoll.{name}_backend import {name.capitalize()}Backend; "
+            f"print({name.capitalize()}Backend().probe())")
+    variable = LIBRARY_VARIABLES[name][0]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True,
+                         env=dict(os.environ, **{variable: str(tmp_path / "missing.so")}))
+    return out.stdout
 
 
 class FileStore:
