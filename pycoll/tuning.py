@@ -181,7 +181,9 @@ def measure(comm) -> CostModel:
     comm.all_reduce(slowest, op="max")
     constants = slowest[:3]
     if comm.size == 1:
-        return CostModel(*constants)
+        # Nothing to time between ranks: keep the default factors.
+        defaults = CostModel.from_array(_sim.default_cost_model())
+        return CostModel(*constants, latency_scale=defaults.latency_scale, bandwidth_scale=defaults.bandwidth_scale)
     times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(CHOICES)}
     return fit_scales(constants, comm.size, times)
 
