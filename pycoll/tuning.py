@@ -183,7 +183,8 @@ def measure(comm) -> CostModel:
     if comm.size == 1:
         # Nothing to time between ranks: keep the default factors.
         defaults = CostModel.from_array(_sim.default_cost_model())
-        return CostModel(*constants, latency_scale=defaults.latency_scale, bandwidth_scale=defaults.bandwidth_scale)
+        return dataclasses.replace(defaults, alpha_s=constants[0], beta_s_per_byte=constants[1],
+                                   gamma_s_per_byte=constants[2])
     times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(CHOICES)}
     return fit_scales(constants, comm.size, times)
 
