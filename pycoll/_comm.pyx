@@ -10,6 +10,8 @@ from cpython.exc cimport PyErr_Occurred
 
 from pycoll.libpycoll cimport *
 
+include "cost_model.pxi"
+
 from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
 
 
@@ -114,11 +116,10 @@ cdef class NativeComm:
         pycoll_comm_set_timeout(self._enter(), timeout)
         self.busy = False
 
-    def set_cost_model(self, double alpha_s, double beta_s_per_byte, double gamma_s_per_byte):
+    def set_cost_model(self, values):
+        """values: pycoll.tuning.CostModel.as_array()'s layout (cost_model.pxi)."""
         cdef pycoll_cost_model_t model
-        model.alpha_s = alpha_s
-        model.beta_s_per_byte = beta_s_per_byte
-        model.gamma_s_per_byte = gamma_s_per_byte
+        fill_cost_model(&model, values)
         pycoll_comm_set_cost_model(self._enter(), &model)
         self.busy = False
 

@@ -8,6 +8,8 @@ from libc.string cimport memset, strncpy
 
 from pycoll.libpycoll cimport *
 
+include "cost_model.pxi"
+
 # A rank that calls nothing (a peer that never shows up) or that dies before calling anything.
 cdef enum:
     SKIP_CALL = -1
@@ -113,15 +115,34 @@ def run(list calls, double timeout_s):
         free(job.calls)
 
 
-def choose_all_reduce(int32_t size, int64_t nbytes):
-    """The algorithm id the default cost model picks for an all-reduce of nbytes over size ranks."""
+def default_cost_model():
+    """The defaults (pycoll_default_cost_model) in the flat layout of cost_model.pxi."""
     cdef pycoll_cost_model_t model
+    cdef int a
     pycoll_default_cost_model(&model)
-    return int(pycoll_choose_all_reduce(&model, size, nbytes))
+    return ([model.alpha_s, model.beta_s_per_byte, model.gamma_s_per_byte]
+            + [model.latency_scale[a] for a in range(<int>PYCOLL_NUM_ALGOS)]
+            + [model.bandwidth_scale[a] for a in range(<int>PYCOLL_NUM_ALGOS)])
 
 
-def predict_all_reduce_s(int algorithm, int32_t size, int64_t nbytes):
-    """The default cost model's predicted time of one all-reduce, in seconds."""
-    cdef pycoll_cost_model_t model
-    pycoll_default_cost_model(&model)
-    return pycoll_predict_all_reduce_s(&model, <pycoll_algorithm_t>algorithm, size, nbytes)
+def choose_all_reduce(int32_t size, int64_t nbytes, model=None):
+    """The algorithm id the cost model (None: the defaults) picks for an all-reduce of nbytes over size ranks."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    return int(pycoll_choose_all_reduce(&m, size, nbytes))
+
+
+def predict_all_reduce_s(int algorithm, int32_t size, int64_t nbytes, model=None):
+    """The cost model's (None: the defaults) predicted time of one all-reduce, in seconds."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    return pycoll_predict_all_reduce_s(&m, <pycoll_algorithm_t>algorithm, size, nbytes)
+
+
+def all_reduce_cost_terms(int algorithm, int32_t size, int64_t nbytes, model=None):
+    """(latency, bandwidth) seconds of an algorithm's textbook formula, before its scale factors."""
+    cdef pycoll_cost_model_t m
+    cdef double latency_s, bandwidth_s
+    fill_cost_model(&m, model)
+    pycoll_all_reduce_cost_terms(&m, <pycoll_algorithm_t>algorithm, size, nbytes, &latency_s, &bandwidth_s)
+    return latency_s, bandwidth_s

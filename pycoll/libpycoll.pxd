@@ -86,7 +86,11 @@ cdef extern from "pycoll/pycoll.h" nogil:
         double alpha_s
         double beta_s_per_byte
         double gamma_s_per_byte
+        double latency_scale[PYCOLL_NUM_ALGOS]
+        double bandwidth_scale[PYCOLL_NUM_ALGOS]
     void pycoll_default_cost_model(pycoll_cost_model_t *model)
+    void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm, int32_t size,
+                                      int64_t nbytes, double *latency_s, double *bandwidth_s)
     double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                        int32_t size, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)

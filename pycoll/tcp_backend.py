@@ -94,14 +94,15 @@ def _share_cost_model(native, rank, world_size):
     even when hosts differ. A NaN first value means "keep the defaults"."""
     import numpy as np
 
+    from pycoll._comm import COST_MODEL_LEN
     from pycoll.tuning import load
 
     model = load() if rank == 0 else None
-    values = model.as_array() if model else np.full(3, np.nan)
+    values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
     if world_size > 1:
-        native.broadcast(values.ctypes.data, 3, DTYPE_FLOAT64, 0)
+        native.broadcast(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)
     if not np.isnan(values[0]):
-        native.set_cost_model(*values)
+        native.set_cost_model(values)
 
 
 plugins.register(TcpBackend())

@@ -1,7 +1,8 @@
-"""The cost model behind algorithm="auto": time = alpha per message + beta per byte sent + gamma per byte
-reduced (native/algorithms/cost_model.c has the per-algorithm formulas). `pycoll tune` measures the three
-constants on this machine and stores them; init() gives every rank rank 0's stored model, so all ranks pick the
-same algorithm.
+"""The cost model behind algorithm="auto", NCCL-style: each algorithm's time = latency + bytes / bandwidth,
+from the textbook counts of its messages (alpha each), bytes sent (beta) and bytes reduced (gamma), with a
+per-algorithm factor on each part (native/algorithms/cost_model.c). `pycoll tune` measures the three
+constants and each algorithm's time at a small and a large size on this machine, fits the factors and stores
+them; init() gives every rank rank 0's stored model, so all ranks pick the same algorithm.
 
 Run one rank of the measurement with `python -m pycoll.tuning` (what `pycoll tune -n N` starts).
 """
@@ -17,7 +18,19 @@ from pathlib import Path
 
 import numpy as np
 
+from pycoll import _sim
+from pycoll._comm import COST_MODEL_LEN
+from pycoll.algorithms import ALGORITHMS
+
 MEASURE_BYTES = 16 << 20
+# The two sizes each algorithm's factors are fitted from: latency dominates the small one, bandwidth the large.
+SMALL_BYTES = 256
+LARGE_BYTES = MEASURE_BYTES
+SMALL_ITERS, LARGE_ITERS = 50, 7
+# A measured factor is kept above this: noise can make a fit zero or negative, and 0 would mean "textbook".
+MIN_SCALE = 0.01
+# The algorithms auto chooses among, in id order (the cost model's arrays are indexed by id).
+CHOICES = sorted((name for name in ALGORITHMS if name != "auto"), key=ALGORITHMS.get)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,13 +38,33 @@ class CostModel:
     alpha_s: float
     beta_s_per_byte: float
     gamma_s_per_byte: float
+    # Algorithm name -> factor on its latency / bandwidth part; a missing name means 1 (the textbook formula).
+    latency_scale: dict = dataclasses.field(default_factory=dict)
+    bandwidth_scale: dict = dataclasses.field(default_factory=dict)
 
     def as_array(self):
-        return np.array([self.alpha_s, self.beta_s_per_byte, self.gamma_s_per_byte], dtype=np.float64)
+        """The flat layout the native side takes (pycoll/cost_model.pxi); 0 stands for a missing factor."""
+        values = [self.alpha_s, self.beta_s_per_byte, self.gamma_s_per_byte,
+                  *_by_id(self.latency_scale), *_by_id(self.bandwidth_scale)]
+        return np.array(values, dtype=np.float64)
 
     @classmethod
     def from_array(cls, values):
-        return cls(*(float(v) for v in values))
+        values = [float(v) for v in values]
+        return cls(*values[:3], latency_scale=_from_id(values[3:3 + len(ALGORITHMS)]),
+                   bandwidth_scale=_from_id(values[3 + len(ALGORITHMS):]))
+
+
+def _by_id(scale):
+    """A factor table as a list indexed by algorithm id (0 for auto and for a missing name)."""
+    values = [0.0] * len(ALGORITHMS)
+    for name, factor in scale.items():
+        values[ALGORITHMS[name]] = factor
+    return values
+
+
+def _from_id(values):
+    return {name: values[ALGORITHMS[name]] for name in CHOICES if values[ALGORITHMS[name]] > 0}
 
 
 def tune_file() -> Path:
@@ -43,15 +76,27 @@ def tune_file() -> Path:
     return Path(cache) / "pycoll" / "cost_model.json"
 
 
+def _scales(data, key):
+    """A stored factor table; files written before the factors existed have none (textbook formulas).
+    Names this version does not know (a newer pycoll's algorithms) are skipped."""
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise TypeError(key)
+    return {name: float(value) for name, value in table.items() if name in CHOICES}
+
+
 def load():
     """The stored model, or None when there is none (or it is unreadable: auto then uses the defaults)."""
     try:
         data = json.loads(tune_file().read_text())
-        model = CostModel(data["alpha_s"], data["beta_s_per_byte"], data["gamma_s_per_byte"])
+        model = CostModel(data["alpha_s"], data["beta_s_per_byte"], data["gamma_s_per_byte"],
+                          _scales(data, "latency_scale"), _scales(data, "bandwidth_scale"))
+        values = model.as_array()
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    values = model.as_array()
-    return model if np.all(np.isfinite(values)) and np.all(values > 0) else None
+    if not np.all(np.isfinite(values)) or np.any(values[:3] <= 0) or np.any(values[3:] < 0):
+        return None
+    return model
 
 
 def save(model: CostModel, *, world_size: int) -> Path:
@@ -65,38 +110,121 @@ def save(model: CostModel, *, world_size: int) -> Path:
     return path
 
 
-def _median_time(fn, iters, barrier):
+def _fastest_time(fn, iters, barrier):
+    """Seconds of fn, the fastest of iters runs, each after a barrier. Not the median: on a busy host the
+    times are bimodal, the algorithm's own (~20 us for 256 B at 2 ranks) or ~10 ms when a rank polling for its
+    peer keeps that peer off the core until the spin ends (tcp_backend._spin_us). At a load average of 4 on
+    2 cores, most of a 50-run sample could be the slow kind, for whichever algorithm ran then, and a median
+    (or a quartile: tried) then fits noise; a run cannot be faster than the algorithm allows.
+    """
     times = []
     for _ in range(iters):
         barrier()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return min(times)
 
 
-def measure(comm) -> CostModel:
-    """Measure alpha, beta and gamma with every rank of comm taking part; every rank returns the same model
-    (the slowest rank's value of each constant, since the slowest rank sets the pace of a collective)."""
+def _measure_constants(comm):
+    """alpha, beta, gamma on this rank."""
     from pycoll import kernels
 
     n = comm.size
     a = np.ones(MEASURE_BYTES // 4, dtype=np.float32)
     b = np.ones_like(a)
-    gamma = _median_time(lambda: kernels.reduce_into(a, b, "sum"), 5, lambda: None) / a.nbytes
-    if n > 1:
-        tiny = np.ones(1, dtype=np.float32)
-        steps = math.log2(1 << (n.bit_length() - 1)) + (0 if n & (n - 1) == 0 else 2)
-        alpha = _median_time(lambda: comm.all_reduce(tiny, algorithm="recursive_doubling"), 200,
-                             comm.barrier) / steps
-        ring = _median_time(lambda: comm.all_reduce(a, algorithm="ring"), 5, comm.barrier)
-        sent = 2.0 * (n - 1) / n * a.nbytes
-        beta = max(ring - 2 * (n - 1) * alpha, ring * 0.1) / sent
-    else:
-        alpha, beta = 15e-6, 1 / 3e9
-    slowest = np.array([alpha, beta, gamma], dtype=np.float64)
+    gamma = _fastest_time(lambda: kernels.reduce_into(a, b, "sum"), 5, lambda: None) / a.nbytes
+    if n == 1:
+        return 15e-6, 1 / 3e9, gamma
+    tiny = np.ones(1, dtype=np.float32)
+    steps = math.log2(1 << (n.bit_length() - 1)) + (0 if n & (n - 1) == 0 else 2)
+    alpha = _fastest_time(lambda: comm.all_reduce(tiny, algorithm="recursive_doubling"), 200,
+                         comm.barrier) / steps
+    ring = _fastest_time(lambda: comm.all_reduce(a, out=b, algorithm="ring"), 5, comm.barrier)
+    sent = 2.0 * (n - 1) / n * a.nbytes
+    beta = max(ring - 2 * (n - 1) * alpha, ring * 0.1) / sent
+    return alpha, beta, gamma
+
+
+def _time_algorithm(comm, algorithm, nbytes, iters):
+    """Fastest seconds of one all-reduce of nbytes (out of place, so repeated sums cannot overflow)."""
+    x = np.ones(nbytes // 4, dtype=np.float32)
+    out = np.empty_like(x)
+    comm.all_reduce(x, out=out, algorithm=algorithm)  # untimed: first use sets up scratch space
+    return _fastest_time(lambda: comm.all_reduce(x, out=out, algorithm=algorithm), iters, comm.barrier)
+
+
+def fit_scales(constants, size, times):
+    """Each algorithm's (latency, bandwidth) factors from its measured (small, large) times: two sizes, two
+    unknowns, since time = latency_scale * latency terms + bandwidth_scale * byte terms."""
+    model = list(constants) + [0.0] * (COST_MODEL_LEN - 3)
+    latency_scale, bandwidth_scale = {}, {}
+    for name, (t_small, t_large) in times.items():
+        latency_s, small_s = _sim.all_reduce_cost_terms(ALGORITHMS[name], size, SMALL_BYTES, model)
+        _, large_s = _sim.all_reduce_cost_terms(ALGORITHMS[name], size, LARGE_BYTES, model)
+        bandwidth = max((t_large - t_small) / (large_s - small_s), MIN_SCALE)
+        latency_scale[name] = max((t_small - bandwidth * small_s) / latency_s, MIN_SCALE)
+        bandwidth_scale[name] = bandwidth
+    return CostModel(*constants, latency_scale=latency_scale, bandwidth_scale=bandwidth_scale)
+
+
+def measure(comm) -> CostModel:
+    """Measure alpha, beta and gamma, then each algorithm's time at SMALL_BYTES and LARGE_BYTES, with every rank
+    of comm taking part; every rank returns the same model (fitted from the slowest rank's value of each
+    measurement, since the slowest rank sets the pace of a collective)."""
+    measured = list(_measure_constants(comm))
+    if comm.size > 1:
+        for name in CHOICES:
+            measured += [_time_algorithm(comm, name, SMALL_BYTES, SMALL_ITERS),
+                         _time_algorithm(comm, name, LARGE_BYTES, LARGE_ITERS)]
+    slowest = np.array(measured, dtype=np.float64)
     comm.all_reduce(slowest, op="max")
-    return CostModel.from_array(slowest)
+    constants = slowest[:3]
+    if comm.size == 1:
+        # Nothing to time between ranks: keep the default factors.
+        defaults = CostModel.from_array(_sim.default_cost_model())
+        return dataclasses.replace(defaults, alpha_s=constants[0], beta_s_per_byte=constants[1],
+                                   gamma_s_per_byte=constants[2])
+    times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(CHOICES)}
+    return fit_scales(constants, comm.size, times)
+
+
+def _size_text(nbytes):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def choice_table(model: CostModel, size: int, max_bytes: int = 1 << 30):
+    """[(first bytes, last bytes, algorithm)]: what auto picks for all-reduces of 4 B .. max_bytes, powers of 2."""
+    names = {ident: name for name, ident in ALGORITHMS.items()}
+    values = model.as_array()
+    rows = []
+    nbytes = 4
+    while nbytes <= max_bytes:
+        name = names[_sim.choose_all_reduce(size, nbytes, values)]
+        if rows and rows[-1][2] == name:
+            rows[-1][1] = nbytes
+        else:
+            rows.append([nbytes, nbytes, name])
+        nbytes *= 2
+    return [tuple(row) for row in rows]
+
+
+def report(model: CostModel, size: int):
+    """The lines `pycoll tune` prints: the constants, each algorithm's factors, and where auto picks what."""
+    lines = [f"alpha = {model.alpha_s * 1e6:.2f} us per message",
+             f"beta  = {1 / model.beta_s_per_byte / 1e9:.2f} GB/s per link",
+             f"gamma = {1 / model.gamma_s_per_byte / 1e9:.2f} GB/s reduction"]
+    if model.latency_scale:
+        lines.append(f"{'algorithm':<20} {'latency x':>10} {'bandwidth x':>12}")
+        lines += [f"{name:<20} {model.latency_scale[name]:>10.3g} {model.bandwidth_scale[name]:>12.3g}"
+                  for name in CHOICES if name in model.latency_scale]
+    lines.append(f"auto at {size} ranks:")
+    lines += [f"  {_size_text(first):>8} .. {_size_text(last):<8} {name}"
+              for first, last, name in choice_table(model, size)]
+    return lines
 
 
 def main():
@@ -106,9 +234,7 @@ def main():
         model = measure(comm)
         if comm.rank == 0:
             path = save(model, world_size=comm.size)
-            print(f"alpha = {model.alpha_s * 1e6:.2f} us per message")
-            print(f"beta  = {1 / model.beta_s_per_byte / 1e9:.2f} GB/s per link")
-            print(f"gamma = {1 / model.gamma_s_per_byte / 1e9:.2f} GB/s reduction")
+            print("\n".join(report(model, comm.size)))
             print(f"saved to {path}")
 
 

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pycoll.algorithms import ALGORITHMS as ALGORITHM_IDS
 from pycoll.errors import MismatchError, PeerFailure, PycollError, Timeout
 from pycoll.simulate import simulate
 from pycoll import _sim
@@ -330,6 +331,43 @@ def test_cost_model_picks_latency_for_tiny_and_ring_for_large():
         times = [_sim.predict_all_reduce_s(algorithm, 8, n) for n in (0, 1 << 10, 1 << 20, 1 << 30)]
         assert times[0] > 0 and times == sorted(times)
         assert _sim.predict_all_reduce_s(algorithm, 1, 1 << 20) == 0.0
+
+
+# The fastest algorithm measured over loopback TCP on 2 cores (bench/results/allreduce_loopback.md), at sizes
+# where the default model is meant to agree with it (native/algorithms/cost_model.c says where it does not).
+MEASURED_FASTEST = {
+    2: {64: "recursive_doubling", 1 << 10: "recursive_doubling", 64 << 10: "halving_doubling",
+        256 << 10: "halving_doubling", 1 << 20: "halving_doubling", 64 << 20: "ring"},
+    4: {64: "recursive_doubling", 4 << 10: "recursive_doubling", 64 << 10: "halving_doubling",
+        256 << 10: "halving_doubling", 1 << 20: "halving_doubling", 4 << 20: "ring", 16 << 20: "ring",
+        64 << 20: "ring"},
+}
+
+
+@pytest.mark.parametrize("size", sorted(MEASURED_FASTEST))
+def test_default_cost_model_follows_the_measured_table(size):
+    names = {ident: name for name, ident in ALGORITHM_IDS.items()}
+    picked = {nbytes: names[_sim.choose_all_reduce(size, nbytes)] for nbytes in MEASURED_FASTEST[size]}
+    assert picked == MEASURED_FASTEST[size]
+
+
+def test_cost_model_factors_scale_each_part_and_zero_means_textbook():
+    defaults = _sim.default_cost_model()
+    textbook = defaults[:3] + [0.0] * (len(defaults) - 3)
+    hd = ALGORITHM_IDS["halving_doubling"]
+    latency, bandwidth = _sim.all_reduce_cost_terms(hd, 4, 1 << 20, textbook)
+    assert latency > 0 and bandwidth > 0
+    assert _sim.predict_all_reduce_s(hd, 4, 1 << 20, textbook) == pytest.approx(latency + bandwidth)
+    scaled = list(textbook)
+    scaled[3 + hd], scaled[3 + len(ALGORITHM_IDS) + hd] = 2.0, 3.0
+    assert _sim.predict_all_reduce_s(hd, 4, 1 << 20, scaled) == pytest.approx(2 * latency + 3 * bandwidth)
+    # A huge bandwidth factor takes halving-doubling out of the running for large buffers.
+    assert _sim.choose_all_reduce(4, 1 << 20) == hd
+    scaled = list(defaults)
+    scaled[3 + len(ALGORITHM_IDS) + hd] = 1e3
+    assert _sim.choose_all_reduce(4, 1 << 20, scaled) != hd
+    with pytest.raises(ValueError, match="cost model"):
+        _sim.choose_all_reduce(4, 1 << 20, [1.0, 2.0, 3.0])
 
 
 @pytest.mark.timeout(30)

@@ -258,14 +258,15 @@ def test_auto_rows_show_the_algorithm_the_cost_model_picked(tmp_path):
     out = tmp_path / "rows.json"
     env = dict(os.environ, PYCOLL_TUNE_FILE=str(tmp_path / "no-model.json"))  # the default cost model
     env.pop("PYCOLL_ALGORITHM", None)
-    # 2 ranks: recursive doubling below 1 MiB, ring from there (the default model), so picked follows the size.
-    proc = run_cli("-n", "2", "-b", "256K", "-e", "1M", "-f", "4", *FAST, "--algorithm", "auto,ring",
+    # 2 ranks: recursive doubling for 1 KiB, halving-doubling for 256 KiB (the default model), so picked
+    # follows the size.
+    proc = run_cli("-n", "2", "-b", "1K", "-e", "256K", "-f", "256", *FAST, "--algorithm", "auto,ring",
                    "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
     names = {v: k for k, v in ALGORITHMS.items()}
     auto = {r["bytes"]: r["picked"] for r in rows if r["algorithm"] == "auto"}
-    assert auto == {n: names[_sim.choose_all_reduce(2, n)] for n in (256 << 10, 1 << 20)}
+    assert auto == {n: names[_sim.choose_all_reduce(2, n)] for n in (1 << 10, 256 << 10)}
     assert len(set(auto.values())) == 2, auto
     assert all(r["picked"] == "ring" for r in rows if r["algorithm"] == "ring")
     header = next(ln for ln in proc.stdout.splitlines() if "size(B)" in ln).lstrip("#").split()

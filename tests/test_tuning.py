@@ -1,29 +1,80 @@
 """`pycoll tune` measures and stores the cost model; every rank then uses rank 0's model for algorithm="auto"."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from multiproc import Ranks
+from pycoll import _sim, tuning
+from pycoll.algorithms import ALGORITHMS
 
 
 @pytest.mark.timeout(120)
-def test_pycoll_tune_measures_and_stores_positive_constants(tmp_path):
+def test_pycoll_tune_measures_and_stores_the_constants_and_each_algorithms_factors(tmp_path):
     path = tmp_path / "model.json"
+    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pycoll", "tune", "-n", "2"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=110, env={**__import__("os").environ, "PYCOLL_TUNE_FILE": str(path)})
+                          text=True, timeout=110, env={**os.environ, "PYCOLL_TUNE_FILE": str(path)})
+    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < 30, elapsed
     model = json.loads(path.read_text())
     for key in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte"):
         assert 0 < model[key] < 1, model
+    for key in ("latency_scale", "bandwidth_scale"):
+        assert set(model[key]) == set(tuning.CHOICES), model
+        assert all(factor >= tuning.MIN_SCALE for factor in model[key].values()), model
+    assert model["measured_with_ranks"] == 2
+    # The table of where auto picks what, from 4 B on, each row naming an algorithm the stored model picks.
+    stored = tuning.CostModel(**{k: v for k, v in model.items() if not k.startswith("measured")})
+    table = [line.split("] ", 1)[-1] for line in done.stdout.splitlines() if " .. " in line]
+    assert table and table[0].split()[:2] == ["4", "B"], done.stdout
+    assert [line.split()[-1] for line in table] == [name for *_, name in tuning.choice_table(stored, 2)]
     assert "saved to" in done.stdout
 
 
-def _auto_choice(tmp_path, alpha, beta, gamma, *, rank0_only=False):
+def test_fit_recovers_each_algorithms_factors_from_two_times():
+    constants = (20e-6, 1 / 2e9, 1 / 8e9)
+    truth = {name: (0.5 + i, 2.0 - 0.4 * i) for i, name in enumerate(tuning.CHOICES)}
+    model = tuning.CostModel(*constants, latency_scale={n: f[0] for n, f in truth.items()},
+                             bandwidth_scale={n: f[1] for n, f in truth.items()})
+    times = {name: tuple(_sim.predict_all_reduce_s(ALGORITHMS[name], 4, nbytes, model.as_array())
+                         for nbytes in (tuning.SMALL_BYTES, tuning.LARGE_BYTES)) for name in tuning.CHOICES}
+    fitted = tuning.fit_scales(constants, 4, times)
+    for name, (latency, bandwidth) in truth.items():
+        assert fitted.latency_scale[name] == pytest.approx(latency)
+        assert fitted.bandwidth_scale[name] == pytest.approx(bandwidth)
+    # Noise that makes a factor zero or negative is kept at the floor (0 would mean "textbook").
+    times["ring"] = (times["ring"][1], times["ring"][1])
+    assert tuning.fit_scales(constants, 4, times).bandwidth_scale["ring"] == tuning.MIN_SCALE
+
+
+def test_load_reads_old_files_and_skips_unknown_algorithms(tmp_path, monkeypatch):
+    path = tmp_path / "model.json"
+    monkeypatch.setenv("PYCOLL_TUNE_FILE", str(path))
+    path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10}))
+    old = tuning.load()
+    assert old.latency_scale == {} and list(old.as_array()[3:]) == [0.0] * (2 * len(ALGORITHMS))
+    path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10,
+                                "latency_scale": {"ring": 2.0, "telepathy": 9.0},
+                                "bandwidth_scale": {"mesh": 3.0}}))
+    model = tuning.load()
+    assert model.latency_scale == {"ring": 2.0} and model.bandwidth_scale == {"mesh": 3.0}
+    assert tuning.CostModel.from_array(model.as_array()) == model
+    for bad in ({"ring": -1.0}, {"ring": "fast"}, [2.0]):
+        path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10,
+                                    "latency_scale": bad}))
+        assert tuning.load() is None, bad
+
+
+def _auto_choice(tmp_path, alpha, beta, gamma, *, rank0_only=False, **scales):
     model = tmp_path / "model.json"
-    model.write_text(json.dumps({"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": gamma}))
+    model.write_text(json.dumps({"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": gamma,
+                                 **scales}))
     missing = tmp_path / "none.json"
     rank_env = lambda r: {"PYCOLL_TUNE_FILE": str(model if r == 0 or not rank0_only else missing)}  # noqa: E731
     with Ranks(4, "comm_worker.py", "auto", rank_env=rank_env) as ranks:
@@ -33,12 +84,28 @@ def _auto_choice(tmp_path, alpha, beta, gamma, *, rank0_only=False):
     return choices.pop()
 
 
+def _default_scales():
+    defaults = tuning.CostModel.from_array(_sim.default_cost_model())
+    return defaults, {"latency_scale": defaults.latency_scale, "bandwidth_scale": dict(defaults.bandwidth_scale)}
+
+
 @pytest.mark.timeout(60)
 def test_auto_follows_the_stored_model(tmp_path):
     # Latency dominates: the fewest messages win. Bandwidth dominates: the ring's 2(N-1)/N bytes and hidden
-    # reductions win.
+    # reductions win. (Files without factors: the textbook formulas.)
     assert _auto_choice(tmp_path, 1.0, 1e-15, 1e-15) == "recursive_doubling"
     assert _auto_choice(tmp_path, 1e-12, 1e-9, 1e-9) == "ring"
+
+
+@pytest.mark.timeout(60)
+def test_stored_factors_change_the_choice(tmp_path):
+    # The worker all-reduces 1 MiB over 4 ranks: halving-doubling with the default factors; a huge bandwidth
+    # factor for it moves auto to another algorithm.
+    defaults, scales = _default_scales()
+    constants = (defaults.alpha_s, defaults.beta_s_per_byte, defaults.gamma_s_per_byte)
+    assert _auto_choice(tmp_path, *constants, **scales) == "halving_doubling"
+    scales["bandwidth_scale"]["halving_doubling"] = 1e3
+    assert _auto_choice(tmp_path, *constants, **scales) not in ("halving_doubling", "auto")
 
 
 @pytest.mark.timeout(60)
@@ -46,3 +113,8 @@ def test_every_rank_uses_rank_zeros_model(tmp_path):
     # Only rank 0 has a model file; if the others used their defaults they could pick another algorithm and
     # the collective would fail with a mismatch.
     assert _auto_choice(tmp_path, 1.0, 1e-15, 1e-15, rank0_only=True) == "recursive_doubling"
+    # The factors travel too: with the default constants and factors the others would pick halving-doubling.
+    defaults, scales = _default_scales()
+    scales["bandwidth_scale"]["halving_doubling"] = 1e3
+    assert _auto_choice(tmp_path, defaults.alpha_s, defaults.beta_s_per_byte, defaults.gamma_s_per_byte,
+                        rank0_only=True, **scales) != "halving_doubling"

@@ -49,15 +49,24 @@ PYCOLL_API pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sen
                                               pycoll_accuracy_t accuracy);
 PYCOLL_API pycoll_status_t pycoll_barrier_algo(pycoll_p2p_t *p2p);
 
-/* Cost model for automatic selection: time = alpha * messages + beta * bytes + gamma * bytes reduced,
- * per step of each algorithm. Defaults suit loopback TCP; `pycoll tune` measures and stores real ones. */
+/* Cost model for automatic selection, NCCL-style: each algorithm's time = latency + bytes / bandwidth, from
+ * the textbook counts of its messages (alpha each), bytes sent (beta) and bytes reduced (gamma), each part
+ * scaled by a per-algorithm factor that the defaults or `pycoll tune` set from measured times. */
 typedef struct pycoll_cost_model {
     double alpha_s;          /* latency per message, seconds */
     double beta_s_per_byte;  /* transfer time per byte */
     double gamma_s_per_byte; /* reduction time per byte */
+    /* Indexed by pycoll_algorithm_t (the AUTO entry is unused); 0 means 1, the textbook formula, so a model
+     * that sets only the three constants keeps its meaning. */
+    double latency_scale[PYCOLL_NUM_ALGOS];   /* multiplies the alpha terms */
+    double bandwidth_scale[PYCOLL_NUM_ALGOS]; /* multiplies the beta and gamma terms */
 } pycoll_cost_model_t;
 
 PYCOLL_API void pycoll_default_cost_model(pycoll_cost_model_t *model);
+/* The textbook parts of an algorithm's time, before its scale factors: alpha terms in *latency_s, beta and
+ * gamma terms in *bandwidth_s (both 0 for size <= 1, INFINITY for an unknown algorithm). */
+PYCOLL_API void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                             int32_t size, int64_t nbytes, double *latency_s, double *bandwidth_s);
 PYCOLL_API double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                               int32_t size, int64_t nbytes);
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size,
