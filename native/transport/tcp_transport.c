@@ -12,6 +12,7 @@
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,9 +398,13 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int timeout_ms = (int)(left_ns / 1000000 + 1);
         if (timeout_ms > 100)
             timeout_ms = 100;
-        if (now < spin_until)
+        const int spinning = now < spin_until;
+        if (spinning)
             timeout_ms = 0;
         int k = epoll_wait(t->epfd, events, 64, timeout_ms);
+        /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
+        if (spinning && k == 0)
+            sched_yield();
         if (k < 0 && errno != EINTR) {
             pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
             break;
