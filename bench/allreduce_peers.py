@@ -41,7 +41,8 @@ def sweep_rows(world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "-b", args.b, "-e", args.e, "-f", str(args.f),
            "-d", "float32", "-o", "sum", "--algorithm", "all", "--compare", "gloo,mpi", "--json", str(json_path)]
     print("$", " ".join(cmd[2:]), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
     print(proc.stdout, flush=True)
     if proc.returncode != 0:
         raise SystemExit(f"pycoll bench exited with {proc.returncode}")
