@@ -5,7 +5,7 @@ No data is copied: a Buffer is a pointer, a count and a dtype, holding a referen
 
 from __future__ import annotations
 
-import dataclasses
+import typing
 
 import numpy as np
 
@@ -20,8 +20,10 @@ _DLPACK_CUDA_MANAGED = 13
 _DLPACK_ASCEND = 20  # kDLExtDev is used by torch_npu; NPU tensors are detected by their device attribute too
 
 
-@dataclasses.dataclass(frozen=True)
-class Buffer:
+class Buffer(typing.NamedTuple):
+    """An immutable view of an array's memory. A NamedTuple, not a frozen dataclass: it is built on every
+    collective call, and a frozen dataclass's __init__ costs more than a small collective's transfer."""
+
     ptr: int
     count: int           # elements
     dtype: int           # pycoll dtype id (pycoll.dtypes)
