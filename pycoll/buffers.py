@@ -83,6 +83,8 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
             device_type, _ = x.__dlpack_device__()
             if device_type in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
                 buf = _from_numpy(np.from_dlpack(x), x, name)
+            elif device_type in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+                buf = _from_dlpack_cuda(x, name)
             elif "npu" in str(getattr(x, "device", "")):
                 buf = _from_npu_tensor(x, name)
             else:
@@ -94,6 +96,17 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
     if writable and buf.readonly:
         raise ValueError(f"{name} is read-only, but the collective writes its result there")
     return buf
+
+
+def _from_dlpack_cuda(x, name: str) -> Buffer:
+    """A CUDA array that speaks only DLPack (JAX on a GPU, for one): CuPy wraps it without a copy and exports
+    the CUDA array interface. The Buffer's owner stays x, which keeps the memory alive."""
+    try:
+        import cupy
+    except ImportError:
+        raise TypeError(f"{name} is a DLPack CUDA array without __cuda_array_interface__; install CuPy "
+                        f"(pip install cupy-cuda12x) so pycoll can take it without a copy") from None
+    return _from_cuda_array_interface(cupy.from_dlpack(x), name)._replace(owner=x)
 
 
 def _from_npu_tensor(t, name: str) -> Buffer:

@@ -127,3 +127,16 @@ def test_backends_lists_usability_and_reasons():
     for name in ("nccl", "hccl"):
         assert name in statuses
         assert statuses[name].usable or statuses[name].reason
+
+
+def test_dlpack_cuda_array_without_cupy_says_what_to_install(comm, monkeypatch):
+    class JaxLikeGpuArray:
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+        def __dlpack__(self, stream=None):
+            raise AssertionError("not reached without CuPy")
+
+    monkeypatch.setitem(__import__("sys").modules, "cupy", None)  # as if CuPy were not installed
+    with pytest.raises(TypeError, match="install CuPy"):
+        comm.all_reduce(JaxLikeGpuArray())
