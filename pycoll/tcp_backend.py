@@ -74,12 +74,12 @@ class TcpBackend(plugins.Backend):
 
 
 def _spin_us(world_size):
-    """PYCOLL_SPIN_US, else poll (yielding the core between polls) for 2 ms before sleeping when this host's ranks
-    each have a core. Polling ranks that share cores steal time from the rank that has work to do (4 ranks on 2
-    cores: 4 ms per 4-byte all-reduce polling for 1 ms, 0.12 ms sleeping at once). Measured at 2 ranks on 2
-    busy cores, 4-byte all-reduce, median: 105 us polling 50 us (a rank that sleeps waits for the scheduler to
-    wake it), 16 us polling 1 ms, 13 us polling 10 ms; but a 10 ms poll turns every scheduling hiccup under
-    load into a 10 ms outlier, so the default stays short."""
+    """PYCOLL_SPIN_US, else how long a wait polls (yielding the core between polls) before it sleeps: 2 ms when
+    this host's ranks each have a core, 200 us when they share cores. A rank that sleeps at once waits for the
+    scheduler to wake it (2 ranks, 4-byte all-reduce: 105 us polling 50 us, 13-16 us polling 1-10 ms); a long
+    poll turns every scheduling hiccup into an outlier as long as the poll. Yielding lets the peer being waited
+    for run, so short polls help even when ranks share cores (4 ranks on 2 cores, 4-byte all-reduce: about
+    100 us sleeping at once, 65 us polling 100 us to 1 ms; larger messages unchanged within the noise)."""
     override = os.environ.get("PYCOLL_SPIN_US")
     if override:
         try:
@@ -87,7 +87,7 @@ def _spin_us(world_size):
         except ValueError:
             raise ValueError(f"PYCOLL_SPIN_US must be a number of microseconds, got {override!r}") from None
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
-    return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 0.0
+    return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 200.0
 
 
 def _share_cost_model(native, rank, world_size):
