@@ -50,10 +50,6 @@ cdef int _reraise_pending() except -1:
     return -1 if PyErr_Occurred() else 0
 
 
-def algorithm_name(int algorithm):
-    return pycoll_algorithm_name(<pycoll_algorithm_t>algorithm).decode()
-
-
 cdef class NativeComm:
     """One pycoll_comm_t. Collectives take raw addresses and element counts."""
     cdef pycoll_comm_t *comm
@@ -111,10 +107,6 @@ cdef class NativeComm:
     @property
     def last_algorithm(self):
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(self.comm)).decode()
-
-    def set_timeout(self, double timeout):
-        pycoll_comm_set_timeout(self._enter(), timeout)
-        self.busy = False
 
     def set_cost_model(self, values):
         """values: pycoll.tuning.CostModel.as_array()'s layout (cost_model.pxi)."""

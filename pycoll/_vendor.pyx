@@ -124,9 +124,6 @@ cdef class NcclComm:
     def device(self):
         return pycoll_nccl_comm_device(self._open())
 
-    def set_timeout(self, double timeout):
-        pycoll_nccl_comm_set_timeout(self._open(), timeout)
-
     def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
         cdef pycoll_nccl_comm_t *c = self._open()
         cdef pycoll_status_t st
@@ -220,9 +217,6 @@ cdef class HcclComm:
     cdef _check(self, pycoll_status_t st):
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_hccl_comm_error(self.comm)))
-
-    def set_timeout(self, double timeout):
-        pycoll_hccl_comm_set_timeout(self._open(), timeout)
 
     def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
         cdef pycoll_hccl_comm_t *c = self._open()

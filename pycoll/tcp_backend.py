@@ -45,9 +45,6 @@ class NativeEngine(plugins.Engine):
         self.native.barrier()
         return self.native.last_algorithm
 
-    def set_timeout(self, timeout):
-        self.native.set_timeout(timeout)
-
     def close(self):
         self.native.close()
 
