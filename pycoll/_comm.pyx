@@ -19,7 +19,7 @@ def error_for_status(int status, str message, int failed_rank=-1):
     """The exception for a pycoll_status_t: the one place status codes become Python errors (native
     communicators, vendor bindings and the simulator all use it)."""
     if status == PYCOLL_ERR_TIMEOUT:
-        return Timeout(message)
+        return Timeout(message, rank=failed_rank if failed_rank >= 0 else None)
     if status == PYCOLL_ERR_PEER_FAILURE:
         return PeerFailure(message, rank=failed_rank if failed_rank >= 0 else None)
     if status == PYCOLL_ERR_MISMATCH:
@@ -164,11 +164,24 @@ cdef class NativeComm:
             st = pycoll_comm_barrier(c)
         self._leave(st)
 
-    def close(self):
-        """Idempotent. A clean close tells the peers, so they do not mistake it for a crash."""
+    def close(self, double linger=0.0):
+        """Idempotent. A clean close tells the peers, so they do not mistake it for a crash, and waits up to
+        ``linger`` seconds for theirs: ranks that disagreed about a collective without noticing (a rooted
+        collective with different roots) raise MismatchError here at the latest. Closed either way."""
         if self.busy:
             raise RuntimeError("cannot close a communicator while a collective runs on it")
-        if self.comm != NULL:
-            with nogil:
-                pycoll_comm_destroy(self.comm)
-            self.comm = NULL
+        if self.comm == NULL:
+            return
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_finalize(self.comm, linger)
+        error = None
+        if st != PYCOLL_OK:
+            error = error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
+                                     pycoll_comm_failed_rank(self.comm))
+        with nogil:
+            pycoll_comm_destroy(self.comm)
+        self.comm = NULL
+        _reraise_pending()  # Ctrl-C while lingering
+        if error is not None:
+            raise error

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import weakref
 
 from pycoll import launch_env, plugins
@@ -28,8 +29,9 @@ def _close_at_exit():
     for comm in list(_open_communicators):
         try:
             comm.close()
-        except Exception:
-            pass
+        except Exception as exc:  # noqa: BLE001 -- too late to raise, but never silent
+            sys.stderr.write(f"pycoll: rank {comm.rank}: closing the communicator at exit: "
+                             f"{type(exc).__name__}: {exc}\n")
 
 
 class Communicator:
@@ -181,15 +183,22 @@ class Communicator:
         self._run(self._engine_or_raise().barrier)
 
     def close(self):
-        """Release the connections. Idempotent."""
+        """Release the connections. Idempotent. Waits briefly (at most 5 s) for the other ranks to close too,
+        and raises MismatchError if they called different collectives without it being noticed before (ranks
+        that disagreed on a root, for one); the communicator is closed either way."""
         engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
-        store, self._store = self._store, None
-        if store is not None:
-            # After a failure, peers may never come back to release the store: don't wait for them.
-            store.close(linger=0 if self._failed else None)
         _open_communicators.discard(self)
+        try:
+            if engine is not None:
+                engine.close()
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            store, self._store = self._store, None
+            if store is not None:
+                # After a failure, peers may never come back to release the store: don't wait for them.
+                store.close(linger=0 if self._failed else None)
 
 
 def backends():

@@ -6,7 +6,11 @@ class PycollError(RuntimeError):
 
 
 class Timeout(PycollError, TimeoutError):
-    """A wait passed its deadline."""
+    """A wait passed its deadline. ``rank`` names the rank that stopped answering, where known (else None)."""
+
+    def __init__(self, message, rank=None):
+        super().__init__(message)
+        self.rank = rank
 
 
 class PeerFailure(PycollError):

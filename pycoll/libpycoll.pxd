@@ -42,6 +42,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     # p2p.h
     ctypedef struct pycoll_coll_desc_t:
         uint64_t seq
+        uint64_t history
         int64_t count
         int32_t root
         uint8_t coll
@@ -99,6 +100,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef struct pycoll_comm_t:
         pass
     pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)
+    pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     void pycoll_comm_destroy(pycoll_comm_t *comm)
     int32_t pycoll_comm_rank(const pycoll_comm_t *comm)
     int32_t pycoll_comm_size(const pycoll_comm_t *comm)

@@ -10,13 +10,18 @@ from pycoll.algorithms import ACCURACIES, ALGORITHMS
 from pycoll.dtypes import dtype_id
 
 DTYPE_FLOAT64 = dtype_id("float64")
+# How long close() waits for the other ranks' goodbyes (capped by the communicator's timeout). Ranks normally
+# close within milliseconds of each other; one still busy after this is not waited for (it checks this rank's
+# goodbye when it closes).
+CLOSE_LINGER_S = 5.0
 
 
 class NativeEngine(plugins.Engine):
     """Engine for backends whose collectives run in libpycoll (native/comm) over a pycoll_p2p_t."""
 
-    def __init__(self, native: NativeComm):
+    def __init__(self, native: NativeComm, timeout: float):
         self.native = native
+        self.close_linger = min(timeout, CLOSE_LINGER_S)
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         self.native.all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
@@ -46,7 +51,7 @@ class NativeEngine(plugins.Engine):
         return self.native.last_algorithm
 
     def close(self):
-        self.native.close()
+        self.native.close(self.close_linger)
 
 
 class TcpBackend(plugins.Backend):
@@ -67,7 +72,7 @@ class TcpBackend(plugins.Backend):
             fds = [s.detach() if s is not None else None for s in socks]
         native = NativeComm.over_tcp(rank, world_size, fds, timeout, _spin_us(world_size))
         _share_cost_model(native, rank, world_size)
-        return NativeEngine(native)
+        return NativeEngine(native, timeout)
 
 
 def _spin_us(world_size):

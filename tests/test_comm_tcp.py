@@ -35,6 +35,39 @@ def test_mismatch_is_reported_on_every_rank(kind):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+@pytest.mark.parametrize("roots, then", [("0,1", "next"), ("0,1", "close"), ("0,0,1,1", "next"),
+                                         ("0,0,1,1", "close"), ("0,2,0", "close")])
+@pytest.mark.parametrize("count", [4, 300_000])
+def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count):
+    """Disagreeing roots can let some ranks complete the call (their messages are never received, or nobody
+    sends to them): every rank must still raise MismatchError naming both roots -- at the call, in the next
+    collective, or at the latest in close() -- and never a Timeout or a silent success."""
+    n = len(roots.split(","))
+    with Ranks(n, "comm_worker.py", "roots", timeout=20,
+               env={"TEST_ROOTS": roots, "TEST_THEN": then, "TEST_COLL": collective,
+                    "TEST_COUNT": str(count)}) as ranks:
+        reports = ranks.reports()
+    for r, rep in reports.items():
+        assert rep.get("error") == "MismatchError", (r, rep)
+        assert f"{collective}(" in rep["message"] and "root=0" in rep["message"], rep
+        assert "root=1" in rep["message"] or "root=2" in rep["message"], rep
+        assert rep["elapsed"] < 10, rep  # not the 20 s deadline
+
+
+@pytest.mark.timeout(60)
+def test_close_waits_for_a_slow_rank_at_most_the_linger():
+    """close() waits for the other ranks' goodbyes, but no longer than min(timeout, 5 s)."""
+    with Ranks(3, "comm_worker.py", "slow_close", timeout=1.5, env={"TEST_VICTIM": "0"}) as ranks:
+        reports = ranks.reports()
+    for r, rep in reports.items():
+        assert rep.get("ok"), rep
+        if r != 0:
+            assert 1.0 < rep["close_s"] < 2.5, rep  # the 1.5 s linger, not rank 0's 4 s
+    assert reports[0]["close_s"] < 0.5, reports[0]  # the others' goodbyes were waiting
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_reported_by_every_rank_within_2s(algorithm):
     victim = 2

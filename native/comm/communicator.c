@@ -14,6 +14,7 @@ struct pycoll_comm {
     uint64_t seq;
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm;
+    int finalized;
     char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
 };
 
@@ -28,6 +29,16 @@ pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)
     comm->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     pycoll_default_cost_model(&comm->model);
     return comm;
+}
+
+pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
+{
+    pycoll_p2p_t *p2p = comm->p2p;
+    comm->error[0] = 0;
+    if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
+        return PYCOLL_OK;
+    comm->finalized = 1;
+    return p2p->ops->finalize(p2p, pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9));
 }
 
 void pycoll_comm_destroy(pycoll_comm_t *comm)
@@ -68,6 +79,10 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
         snprintf(comm->error, sizeof comm->error, "communicator is unusable after an earlier error: %s", p2p->error);
         return PYCOLL_ERR_CLOSED;
     }
+    if (comm->finalized) {
+        snprintf(comm->error, sizeof comm->error, "communicator is finalized (closed)");
+        return PYCOLL_ERR_CLOSED;
+    }
     if (count < 0)
         return invalid(comm, "%s must be >= 0, got %lld", "count", count);
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
@@ -86,9 +101,10 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
     if (coll != PYCOLL_COLL_ALL_REDUCE && algorithm == PYCOLL_ALGO_RECURSIVE_DOUBLING)
         algorithm = PYCOLL_ALGO_RING;
     comm->last_algorithm = algorithm;
-    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .count = count, .root = root, .coll = (uint8_t)coll,
-                               .dtype = (uint8_t)dtype, .op = (uint8_t)op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)accuracy};
+    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = count,
+                               .root = root, .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = (uint8_t)op,
+                               .algorithm = (uint8_t)algorithm, .accuracy = (uint8_t)accuracy};
+    p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->timeout_s * 1e9);
     return PYCOLL_OK;

@@ -1,5 +1,6 @@
 /* Transport-independent parts of the point-to-point interface: error recording and blocking helpers. */
 #include <stdarg.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/error_format.h"
@@ -53,4 +54,51 @@ pycoll_status_t pycoll_sendrecv(pycoll_p2p_t *p2p, int32_t send_peer, const void
     if (st == PYCOLL_OK)
         st = p2p->ops->post(p2p, &send);
     return st != PYCOLL_OK ? st : p2p->ops->wait(p2p, reqs, 2);
+}
+
+/* Whether two ranks made the same call (everything but the history, which says whether they agree about the
+ * calls before it). */
+static int same_call(const pycoll_coll_desc_t *a, const pycoll_coll_desc_t *b)
+{
+    return a->seq == b->seq && a->count == b->count && a->root == b->root && a->coll == b->coll &&
+           a->dtype == b->dtype && a->op == b->op && a->algorithm == b->algorithm && a->accuracy == b->accuracy;
+}
+
+static pycoll_status_t name_both(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *mine,
+                                 const pycoll_coll_desc_t *theirs, const char *context, const char *why)
+{
+    char a[160], b[160];
+    pycoll_describe_coll(mine, a, sizeof a);
+    pycoll_describe_coll(theirs, b, sizeof b);
+    return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, peer, "collective mismatch%s: rank %d called %s, but rank %d "
+                           "called %s%s", context, (int)p2p->rank, a, (int)peer, b, why);
+}
+
+pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
+                                    const pycoll_coll_desc_t *theirs_prev, const char *context)
+{
+    const pycoll_coll_desc_t *mine = &p2p->desc, *mine_prev = &p2p->prev_desc;
+    if (theirs->seq == mine->seq) {
+        if (!same_call(theirs, mine))
+            return name_both(p2p, peer, mine, theirs, context, "");
+        if (theirs_prev && !same_call(theirs_prev, mine_prev))
+            return name_both(p2p, peer, mine_prev, theirs_prev, context, "");
+        return name_both(p2p, peer, mine, theirs, context,
+                         " -- the same call, after different earlier ones (their collective histories differ)");
+    }
+    if (theirs->seq + 1 == mine->seq && !same_call(theirs, mine_prev))
+        return name_both(p2p, peer, mine_prev, theirs, context, " (its message was never received)");
+    if (theirs->seq == mine->seq + 1 && theirs_prev && !same_call(theirs_prev, mine))
+        return name_both(p2p, peer, mine, theirs_prev, context, "");
+    return name_both(p2p, peer, mine, theirs, context, "");
+}
+
+uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc)
+{
+    /* FNV-1a over the descriptor's bytes (history included, so it chains); the same on every host. */
+    const unsigned char *p = (const unsigned char *)desc;
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < sizeof *desc; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
 }

@@ -39,19 +39,24 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
 {
     static const char *const accuracy[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated"};
     const char *acc = d->accuracy < PYCOLL_NUM_ACCURACIES ? accuracy[d->accuracy] : "?";
+    char root[24] = "";
+    if (d->root >= 0)
+        snprintf(root, sizeof root, ", root=%d", (int)d->root);
     switch (d->coll) {
     case PYCOLL_COLL_BARRIER:
         snprintf(out, len, "#%llu barrier()", (unsigned long long)d->seq);
         break;
     case PYCOLL_COLL_ALL_GATHER:
     case PYCOLL_COLL_BROADCAST:
-        snprintf(out, len, "#%llu %s(%s x %lld, root=%d)", (unsigned long long)d->seq, coll_name(d->coll),
-                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count, (int)d->root);
+        snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq, coll_name(d->coll),
+                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count, root);
         break;
     default:
-        snprintf(out, len, "#%llu %s(%s x %lld, %s, %s, %s, root=%d)", (unsigned long long)d->seq,
+        snprintf(out, len, "#%llu %s(%s x %lld, %s, %s, %s%s)", (unsigned long long)d->seq,
                  coll_name(d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count,
                  pycoll_op_name((pycoll_op_t)d->op), pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc,
-                 (int)d->root);
+                 root);
     }
+    if (d->seq == 0)
+        snprintf(out, len, "no collective yet");
 }

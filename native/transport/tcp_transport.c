@@ -7,8 +7,14 @@
  * Wire format: each message is a frame header followed by nbytes of payload. Input is read ahead into a
  * per-peer buffer, so a small frame (header + payload) costs one recv; a payload of at least that buffer's
  * size is read straight into the caller's buffer instead (no copy where copies would cost). The header
- * carries the collective's descriptor so a receiver can tell a peer that called a different collective
- * (PYCOLL_ERR_MISMATCH, naming both) instead of hanging.
+ * carries the collective's descriptor (with the fingerprint of the collectives before it) and the previous
+ * one's, so a receiver can tell a peer that called a different collective (PYCOLL_ERR_MISMATCH, naming both)
+ * instead of hanging or, where the two exchange no message, instead of passing it over:
+ *  - a rank blocked for PROBE_AFTER_NS sends the peers it waits for a STATE frame with its descriptor (two
+ *    ranks that each wait for the other, as reduce's roots do when they disagree on the root, learn why at
+ *    once instead of at the deadline);
+ *  - a header that arrived early is checked again when this rank reaches that collective;
+ *  - at close, finalize exchanges GOODBYE frames and compares the last descriptors, histories included.
  * Sockets arrive connected and authenticated (pycoll/mesh.py); this file only moves bytes. */
 #include <errno.h>
 #include <poll.h>
@@ -27,8 +33,12 @@
 #define FRAME_MAGIC 0x50434c31u /* "PCL1" */
 #define ABORT_DRAIN_NS 200000000LL /* how long an aborting rank tries to get its reason out */
 #define INBUF_BYTES (64 * 1024) /* per-peer read-ahead: larger payloads bypass it */
+/* A wait blocked this long tells the peers it waits for what it is in. Long enough that no collective that
+ * merely takes time pays for it more than once per peer; short enough to turn a disagreement into an error
+ * at once rather than at the deadline. */
+#define PROBE_AFTER_NS 50000000LL
 
-enum frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3 };
+enum frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4 };
 
 typedef struct frame_header {
     uint32_t magic;
@@ -37,6 +47,7 @@ typedef struct frame_header {
     int32_t kind;
     int32_t failed_rank; /* ABORT: the rank the error is about */
     pycoll_coll_desc_t desc;
+    pycoll_coll_desc_t prev; /* the sender's previous collective: names the culprit of a history mismatch */
 } frame_header_t;
 
 typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
@@ -55,6 +66,9 @@ typedef struct tcp_peer {
     char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
     int64_t in_start, in_end;
     int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
+    pycoll_request_t probe; /* a STATE frame queued behind the sends (never cut into a data frame) */
+    int probe_queued;
+    uint64_t probed_seq;   /* the collective this peer was last told about */
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -62,6 +76,9 @@ typedef struct tcp_transport {
     int epfd;
     int64_t spin_ns; /* how long a wait polls before it sleeps in epoll_wait */
     tcp_peer_t *peers;
+    uint64_t checked_seq; /* the collective whose early-arrived headers were checked */
+    int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
+    int said_goodbye;
 } tcp_transport_t;
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
@@ -81,17 +98,32 @@ static pycoll_status_t peer_lost(tcp_transport_t *t, int r, const char *why)
     peer->state = PEER_DEAD;
     if (peer->fd >= 0)
         epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    if (t->finalizing)
+        return PYCOLL_OK; /* every collective is done: a peer that left early has harmed nothing */
     return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d %s (rank %d noticed)", r, why,
                            (int)t->base.rank);
 }
 
-static pycoll_status_t describe_mismatch(tcp_transport_t *t, int r, const char *what)
+static pycoll_status_t describe_mismatch(tcp_transport_t *t, int r, const char *context)
 {
-    char mine[160], theirs[160];
-    pycoll_describe_coll(&t->base.desc, mine, sizeof mine);
-    pycoll_describe_coll(&t->peers[r].recv_hdr.desc, theirs, sizeof theirs);
-    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_MISMATCH, r, "collective mismatch%s: rank %d called %s, but rank %d called %s",
-                           what, (int)t->base.rank, mine, r, theirs);
+    const frame_header_t *h = &t->peers[r].recv_hdr;
+    return pycoll_p2p_mismatch(&t->base, r, &h->desc, &h->prev, context);
+}
+
+static int same_desc(const pycoll_coll_desc_t *a, const pycoll_coll_desc_t *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* A data header that is here while this rank is in collective `desc`: one stamped with this collective must
+ * be this collective; one stamped with an earlier collective was never received there. A later one (the peer
+ * is ahead) waits. */
+static pycoll_status_t check_data_header(tcp_transport_t *t, int r)
+{
+    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc;
+    if ((theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc)) || theirs->seq < t->base.desc.seq)
+        return describe_mismatch(t, r, "");
+    return PYCOLL_OK;
 }
 
 /* Read the text of an ABORT frame (bounded, with a short deadline) and adopt the peer's error. */
@@ -123,40 +155,78 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
         status = PYCOLL_ERR_PEER_FAILURE;
     peer->state = PEER_DEAD;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    /* At close, every collective of this rank completed; only a disagreement about them is its business (a
+     * peer failing because this rank left is not). */
+    if (t->finalizing && status != PYCOLL_ERR_MISMATCH)
+        return PYCOLL_OK;
     /* A peer that aborted because of a peer failure names the failed rank; otherwise the aborting rank. */
     int32_t failed = peer->recv_hdr.failed_rank >= 0 ? peer->recv_hdr.failed_rank : r;
     return pycoll_p2p_fail(&t->base, (pycoll_status_t)status, failed, "%s (reported by rank %d)",
                            got ? text : "peer aborted", r);
 }
 
-/* A header is complete: decide what it is. Returns non-OK on error. */
-static pycoll_status_t on_header(tcp_transport_t *t, int r)
+/* This rank needs a peer that has closed. If its last collective was this one, called differently, that is
+ * the real story (it completed a collective this rank is still in: they disagree on its root, say). */
+static pycoll_status_t departed_peer_needed(tcp_transport_t *t, int r, const char *fmt_rank)
+{
+    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc; /* its GOODBYE's: nothing is read after it */
+    if (theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc))
+        return describe_mismatch(t, r, "");
+    char what[96];
+    snprintf(what, sizeof what, fmt_rank, (int)t->base.rank);
+    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d closed its communicator %s", r, what);
+}
+
+static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    peer->state = PEER_DEPARTED;
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    /* At close both sides have called everything they will: their last descriptors must be the same, history
+     * included. Before that, a peer that leaves is only an error if this rank still needs it. */
+    if (t->finalizing)
+        return same_desc(&peer->recv_hdr.desc, &t->base.desc) ? PYCOLL_OK : describe_mismatch(t, r, " at close");
+    if (peer->recv_head || peer->send_head)
+        return departed_peer_needed(t, r, "while rank %d still expected data from it");
+    return PYCOLL_OK;
+}
+
+/* A peer blocked in a collective says which: at the same number it must be the same collective; at close, a
+ * peer waiting in a collective this rank never called disagrees with it. */
+static pycoll_status_t on_state(tcp_transport_t *t, int r)
+{
+    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc;
+    if ((theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc)) ||
+        (t->finalizing && theirs->seq > t->base.desc.seq))
+        return describe_mismatch(t, r, t->finalizing ? " at close" : "");
+    return PYCOLL_OK;
+}
+
+/* A header is complete: decide what it is. *consumed is set for frames that carry nothing for a receive.
+ * Returns non-OK on error. */
+static pycoll_status_t on_header(tcp_transport_t *t, int r, int *consumed)
 {
     tcp_peer_t *peer = &t->peers[r];
     const frame_header_t *h = &peer->recv_hdr;
+    *consumed = 0;
     if (h->magic != FRAME_MAGIC)
         return peer_lost(t, r, "sent a corrupt frame");
     if (h->kind == FRAME_ABORT)
         return adopt_abort(t, r);
-    if (h->kind == FRAME_GOODBYE) {
-        /* A clean close: only an error if this rank still needs the peer. */
-        peer->state = PEER_DEPARTED;
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
-        if (peer->recv_head || peer->send_head)
-            return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r,
-                                   "rank %d closed its communicator while rank %d still expected data from it",
-                                   r, (int)t->base.rank);
-        return PYCOLL_OK;
+    if (h->kind == FRAME_GOODBYE)
+        return on_goodbye(t, r);
+    if (h->kind == FRAME_STATE && h->nbytes == 0) {
+        *consumed = 1;
+        return on_state(t, r);
     }
     if (h->kind != FRAME_DATA || h->nbytes < 0)
         return peer_lost(t, r, "sent a corrupt frame");
-    /* Same collective number but a different collective: the ranks disagree. A later number just means the
-     * peer is ahead; the header stays parked until this rank gets there. */
-    if (h->desc.seq == t->base.desc.seq && memcmp(&h->desc, &t->base.desc, sizeof h->desc) != 0)
-        return describe_mismatch(t, r, "");
-    if (h->desc.seq < t->base.desc.seq)
-        return describe_mismatch(t, r, " (stale message)");
-    return PYCOLL_OK;
+    if (t->finalizing && same_desc(&h->desc, &t->base.desc))
+        return pycoll_p2p_fail(&t->base, PYCOLL_ERR_MISMATCH, r, "rank %d sent a message that rank %d never "
+                               "received (ranks ran different algorithms?)", r, (int)t->base.rank);
+    if (t->finalizing)
+        return describe_mismatch(t, r, " at close");
+    return check_data_header(t, r);
 }
 
 /* Match a parked header against the posted receive at the head of the queue. */
@@ -165,7 +235,7 @@ static pycoll_status_t match_header(tcp_transport_t *t, int r)
     tcp_peer_t *peer = &t->peers[r];
     const frame_header_t *h = &peer->recv_hdr;
     pycoll_request_t *req = peer->recv_head;
-    if (memcmp(&h->desc, &t->base.desc, sizeof h->desc) != 0)
+    if (!same_desc(&h->desc, &t->base.desc))
         return describe_mismatch(t, r, "");
     if (h->tag != req->tag || h->nbytes != req->nbytes)
         return pycoll_p2p_fail(&t->base, PYCOLL_ERR_MISMATCH, r,
@@ -231,9 +301,14 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
             memcpy(&peer->recv_hdr, peer->inbuf + peer->in_start, sizeof(frame_header_t));
             peer->in_start += (int64_t)sizeof(frame_header_t);
             peer->recv_hdr_done = sizeof(frame_header_t);
-            pycoll_status_t st = on_header(t, r);
+            int consumed;
+            pycoll_status_t st = on_header(t, r, &consumed);
             if (st != PYCOLL_OK || peer->state != PEER_OPEN)
                 return st;
+            if (consumed) {
+                peer->recv_hdr_done = 0;
+                continue;
+            }
         }
         pycoll_request_t *req = peer->recv_head;
         if (!req)
@@ -277,6 +352,30 @@ static void fill_header(tcp_transport_t *t, frame_header_t *h, int kind, uint32_
     h->nbytes = nbytes;
     h->failed_rank = -1;
     h->desc = t->base.desc;
+    h->prev = t->base.prev_desc;
+}
+
+static void dequeue_sent(tcp_peer_t *peer, pycoll_request_t *req)
+{
+    req->complete = 1;
+    peer->send_head = req->next;
+    if (!peer->send_head)
+        peer->send_tail = NULL;
+    peer->send_hdr_done = 0;
+    if (req == &peer->probe)
+        peer->probe_queued = 0;
+}
+
+static void enqueue(pycoll_request_t **head, pycoll_request_t **tail, pycoll_request_t *req)
+{
+    req->complete = 0;
+    req->progress = 0;
+    req->next = NULL;
+    if (*tail)
+        (*tail)->next = req;
+    else
+        *head = req;
+    *tail = req;
 }
 
 /* Write to peer r while the socket takes data. Header and payload go out in one sendmsg. */
@@ -288,7 +387,7 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
             return PYCOLL_OK; /* already reported */
         pycoll_request_t *req = peer->send_head;
         if (peer->send_hdr_done == 0 && req->progress == 0)
-            fill_header(t, &peer->send_hdr, FRAME_DATA, req->tag, req->nbytes);
+            fill_header(t, &peer->send_hdr, req == &peer->probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
         struct iovec iov[2];
         int iovcnt = 0;
         if (peer->send_hdr_done < (int64_t)sizeof(frame_header_t)) {
@@ -316,11 +415,7 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
             req->progress += n - hdr_left;
         }
         if (peer->send_hdr_done == (int64_t)sizeof(frame_header_t) && req->progress == req->nbytes) {
-            req->complete = 1;
-            peer->send_head = req->next;
-            if (!peer->send_head)
-                peer->send_tail = NULL;
-            peer->send_hdr_done = 0;
+            dequeue_sent(peer, req);
         } else {
             return PYCOLL_OK; /* the socket is full */
         }
@@ -340,19 +435,11 @@ static pycoll_status_t tcp_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     if (peer->state == PEER_DEAD)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, req->peer, "rank %d is gone", (int)req->peer);
     if (peer->state == PEER_DEPARTED)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, req->peer,
-                               "rank %d closed its communicator, but rank %d still needs it", (int)req->peer,
-                               (int)p2p->rank);
-    req->complete = 0;
-    req->progress = 0;
-    req->next = NULL;
-    pycoll_request_t **head = req->is_send ? &peer->send_head : &peer->recv_head;
-    pycoll_request_t **tail = req->is_send ? &peer->send_tail : &peer->recv_tail;
-    if (*tail)
-        (*tail)->next = req;
+        return departed_peer_needed(t, req->peer, ", but rank %d still needs it");
+    if (req->is_send)
+        enqueue(&peer->send_head, &peer->send_tail, req);
     else
-        *head = req;
-    *tail = req;
+        enqueue(&peer->recv_head, &peer->recv_tail, req);
     /* Start right away: small messages usually go out (or are found waiting) without a trip through epoll. */
     return req->is_send ? progress_send(t, req->peer) : progress_recv(t, req->peer);
 }
@@ -375,15 +462,53 @@ static int first_pending_peer(pycoll_request_t *const *reqs, int n)
 
 static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
 
+/* Headers parked while this rank was in an earlier collective are checked once it reaches the next one: a
+ * peer whose message this rank will never post a receive for (it thinks another rank is the root) is named
+ * now, not at the deadline. */
+static void check_parked_headers(tcp_transport_t *t)
+{
+    if (t->checked_seq == t->base.desc.seq)
+        return;
+    t->checked_seq = t->base.desc.seq;
+    for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
+        tcp_peer_t *peer = &t->peers[r];
+        if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->recv_head && peer->recv_head->progress))
+            check_data_header(t, r);
+    }
+}
+
+/* Tell each peer this wait is blocked on (once per collective) which collective this rank is in. */
+static void probe_waited_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        tcp_peer_t *peer = &t->peers[reqs[i]->peer];
+        if (reqs[i]->complete || reqs[i]->is_send || peer->state != PEER_OPEN || peer->probe_queued ||
+            peer->probed_seq == t->base.desc.seq)
+            continue;
+        peer->probed_seq = t->base.desc.seq;
+        peer->probe_queued = 1;
+        peer->probe = (pycoll_request_t){.peer = reqs[i]->peer, .is_send = 1};
+        enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
+        progress_send(t, reqs[i]->peer);
+    }
+}
+
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     tcp_transport_t *t = impl(p2p);
     struct epoll_event events[64];
+    check_parked_headers(t);
     /* Polling first saves the sleep/wake-up of a blocking epoll_wait (tens of microseconds, more than a small
      * message takes to arrive); it is only worth it while the ranks are not short of cores. */
-    const int64_t spin_until = pycoll_now_ns() + t->spin_ns;
+    const int64_t started = pycoll_now_ns(), spin_until = started + t->spin_ns;
+    int probed = 0;
     while (p2p->status == PYCOLL_OK && !all_complete(reqs, n)) {
         int64_t now = pycoll_now_ns();
+        if (!probed && now - started >= PROBE_AFTER_NS) {
+            probed = 1;
+            probe_waited_peers(t, reqs, n);
+            continue;
+        }
         int64_t left_ns = p2p->deadline_ns - now;
         if (left_ns <= 0) {
             char what[160];
@@ -484,6 +609,7 @@ static void drop_queues(tcp_transport_t *t)
     for (int r = 0; r < t->base.size; r++) {
         t->peers[r].send_head = t->peers[r].send_tail = NULL;
         t->peers[r].recv_head = t->peers[r].recv_tail = NULL;
+        t->peers[r].probe_queued = 0;
     }
 }
 
@@ -535,10 +661,62 @@ static void drain_and_close(tcp_transport_t *t, int aborted)
     }
 }
 
+static int any_peer_open(const tcp_transport_t *t)
+{
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank && t->peers[r].fd >= 0 && t->peers[r].state == PEER_OPEN)
+            return 1;
+    return 0;
+}
+
+static pycoll_status_t tcp_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
+{
+    tcp_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK || t->epfd < 0 || t->said_goodbye)
+        return PYCOLL_OK;
+    t->finalizing = 1;
+    t->said_goodbye = 1;
+    send_control_frames(t, FRAME_GOODBYE, 0, -1, NULL);
+    drop_queues(t); /* only probes can be left; a peer that reads this far needs none */
+    /* Input that arrived before: a parked header, or bytes read ahead whose epoll edge has passed. */
+    for (int r = 0; r < p2p->size && p2p->status == PYCOLL_OK; r++) {
+        tcp_peer_t *peer = &t->peers[r];
+        if (r == p2p->rank || peer->fd < 0 || peer->state != PEER_OPEN)
+            continue;
+        if (header_complete(peer)) {
+            int consumed;
+            on_header(t, r, &consumed);
+        } else {
+            peer->readable = 1;
+            progress_recv(t, r);
+        }
+    }
+    struct epoll_event events[64];
+    while (p2p->status == PYCOLL_OK && any_peer_open(t)) {
+        int64_t left_ns = deadline_ns - pycoll_now_ns();
+        if (left_ns <= 0)
+            break; /* peers still busy: they check this rank's GOODBYE when they close */
+        int k = epoll_wait(t->epfd, events, 64, (int)(left_ns > 100000000LL ? 100 : left_ns / 1000000 + 1));
+        if (k < 0 && errno != EINTR)
+            break;
+        if (p2p->check_interrupt && k <= 0 && p2p->check_interrupt(p2p->interrupt_ctx))
+            break;
+        for (int i = 0; i < k && p2p->status == PYCOLL_OK; i++) {
+            int r = (int)events[i].data.u32;
+            t->peers[r].readable = 1;
+            progress_recv(t, r);
+        }
+    }
+    if (p2p->status != PYCOLL_ERR_MISMATCH)
+        return PYCOLL_OK;
+    tcp_abort(p2p, p2p->status, p2p->error); /* peers still in a collective learn why at once */
+    return PYCOLL_ERR_MISMATCH;
+}
+
 static void tcp_destroy(pycoll_p2p_t *p2p)
 {
     tcp_transport_t *t = impl(p2p);
-    if (p2p->status == PYCOLL_OK) {
+    if (p2p->status == PYCOLL_OK && !t->said_goodbye) {
         /* A clean close: peers that are done with this rank stay calm when its sockets close. */
         send_control_frames(t, FRAME_GOODBYE, 0, -1, NULL);
     }
@@ -559,6 +737,7 @@ static const pycoll_p2p_ops_t tcp_ops = {
     .wait = tcp_wait,
     .abort = tcp_abort,
     .destroy = tcp_destroy,
+    .finalize = tcp_finalize,
 };
 
 pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns, char *error,

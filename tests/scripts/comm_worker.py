@@ -92,6 +92,33 @@ try:
         else:
             comm.all_reduce(x, op=op, algorithm=algorithm)
         report["ok"] = True
+    elif scenario == "roots":
+        # Ranks disagree on the root of a rooted collective (TEST_ROOTS: one root per rank). The disagreement
+        # must surface as MismatchError on every rank: at the call, the next collective, or close().
+        roots = [int(r) for r in os.environ["TEST_ROOTS"].split(",")]
+        then = os.environ.get("TEST_THEN", "next")
+        x = np.full(int(os.environ.get("TEST_COUNT", "4")), rank + 1, dtype=np.float32)
+        report["phase"] = "call"
+        if os.environ.get("TEST_COLL", "broadcast") == "broadcast":
+            comm.broadcast(x, root=roots[rank])
+        else:
+            comm.reduce(x, root=roots[rank])
+        report["phase"] = then
+        if then == "next":
+            comm.all_reduce(x)
+        closing, comm = comm, None  # close() below, inside the try, so its error is reported
+        closing.close()
+        report["ok"] = True
+    elif scenario == "slow_close":
+        # TEST_VICTIM closes 4 s after the others; their close() must stop waiting for it after its linger.
+        comm.all_reduce(np.ones(4, dtype=np.float32))
+        if rank == int(os.environ["TEST_VICTIM"]):
+            time.sleep(4)
+        closing, comm = comm, None
+        started = time.monotonic()
+        closing.close()
+        report["close_s"] = time.monotonic() - started
+        report["ok"] = True
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 except pycoll.PycollError as exc:

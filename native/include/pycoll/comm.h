@@ -14,6 +14,12 @@ typedef struct pycoll_comm pycoll_comm_t;
 
 /* Takes ownership of p2p (destroyed with the communicator). timeout_s bounds every collective. */
 PYCOLL_API pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s);
+/* A checked close, before destroy: says goodbye to every peer and waits up to linger_s for theirs, to confirm
+ * that every rank called the same collectives (a rooted collective whose ranks disagree on the root can
+ * complete without an error on some ranks; this is where that is caught at the latest). Returns
+ * PYCOLL_ERR_MISMATCH naming both sides, else PYCOLL_OK (peers that are gone or slower than linger_s are not
+ * an error). No collective may follow. Optional: destroy alone closes without the check. */
+PYCOLL_API pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s);
 PYCOLL_API void pycoll_comm_destroy(pycoll_comm_t *comm);
 
 PYCOLL_API int32_t pycoll_comm_rank(const pycoll_comm_t *comm);

@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-#define PYCOLL_P2P_VERSION 1
+/* 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize. */
+#define PYCOLL_P2P_VERSION 2
 #define PYCOLL_ERROR_LEN 512
 
 /* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
@@ -42,6 +43,11 @@ typedef enum pycoll_accuracy {
 
 typedef struct pycoll_coll_desc {
     uint64_t seq;   /* collectives called on this communicator so far */
+    /* A fingerprint of every earlier collective's descriptor. Two ranks whose histories differ disagreed
+     * somewhere before -- also where that collective exchanged no message between them (a rooted collective
+     * whose ranks disagree on the root can complete on every rank), so comparing it on every message and at
+     * close is what keeps a disagreement from passing silently. */
+    uint64_t history;
     int64_t count;  /* elements per rank as the caller passed them */
     int32_t root;   /* -1 where the collective has none */
     uint8_t coll;   /* pycoll_coll_t */
@@ -49,8 +55,8 @@ typedef struct pycoll_coll_desc {
     uint8_t op;     /* pycoll_op_t */
     uint8_t algorithm; /* pycoll_algorithm_t, resolved (never AUTO) */
     uint8_t accuracy;  /* pycoll_accuracy_t */
-    uint8_t reserved[7];
-} pycoll_coll_desc_t; /* 32 bytes, sent as is (little-endian hosts only) */
+    uint8_t reserved[3];
+} pycoll_coll_desc_t; /* 40 bytes, sent as is (little-endian hosts only) */
 
 /* One pending send or receive of a byte range. Owned by the caller until the transport completes it. */
 typedef struct pycoll_request {
@@ -79,6 +85,11 @@ typedef struct pycoll_p2p_ops {
     /* Tell every reachable peer that this rank is giving up (so they fail fast instead of waiting). */
     void (*abort)(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
     void (*destroy)(pycoll_p2p_t *p2p);
+    /* Optional (NULL: nothing to check). A clean goodbye before destroy: tell every peer this rank is done,
+     * with the descriptor of its last collective, and wait until deadline_ns for theirs. Returns
+     * PYCOLL_ERR_MISMATCH (p2p->error naming both sides) when a peer's history differs or a peer's message was
+     * never received; peers that are gone or slower than the deadline are not an error here. */
+    pycoll_status_t (*finalize)(pycoll_p2p_t *p2p, int64_t deadline_ns);
 } pycoll_p2p_ops_t;
 
 struct pycoll_p2p {
@@ -87,6 +98,8 @@ struct pycoll_p2p {
     int32_t size;
     int64_t deadline_ns;      /* CLOCK_MONOTONIC deadline of the collective in progress */
     pycoll_coll_desc_t desc;  /* the collective in progress, stamped on every message */
+    pycoll_coll_desc_t prev_desc; /* the one before it (all zero before the first), to name both sides of a
+                                   * disagreement found only in the next collective */
     pycoll_status_t status;   /* first error; PYCOLL_OK while healthy */
     int32_t failed_rank;      /* the rank an error is about, or -1 */
     char error[PYCOLL_ERROR_LEN];
@@ -118,6 +131,13 @@ PYCOLL_API int64_t pycoll_now_ns(void);
 
 /* Human-readable description of a collective, for mismatch messages: "all_reduce(float32 x 1024, sum, ring)". */
 PYCOLL_API void pycoll_describe_coll(const pycoll_coll_desc_t *desc, char *out, size_t len);
+/* Record a disagreement between this rank (its desc and prev_desc) and rank `peer`, whose message carried
+ * `theirs` and `theirs_prev`, as PYCOLL_ERR_MISMATCH naming both sides; `context` (may be "") says where it
+ * was found. Picks the collective the two disagree on: the current one, the previous one, or a stale one. */
+PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
+                                               const pycoll_coll_desc_t *theirs_prev, const char *context);
+/* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
+PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
 PYCOLL_API const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm);
 
 #ifdef __cplusplus
