@@ -100,6 +100,8 @@ def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
     for r, rep in reports.items():
         assert rep.get("error") == "Timeout", (r, rep)
         assert rep["after"].startswith("CommunicatorClosed"), rep
+        # Rank 0 waits for rank 2, which waits for the stopped rank: the timeout names the end of the chain.
+        assert rep["failed_rank"] == victim and f"rank {victim}" in rep["message"], (r, rep)
     assert waited < deadline + 3.0, waited
 
 

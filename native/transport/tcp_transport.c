@@ -69,6 +69,10 @@ typedef struct tcp_peer {
     pycoll_request_t probe; /* a STATE frame queued behind the sends (never cut into a data frame) */
     int probe_queued;
     uint64_t probed_seq;   /* the collective this peer was last told about */
+    /* From the peer's last STATE frame: in collective waits_for_seq it was blocked waiting for rank
+     * waits_for, so a rank that times out waiting for this peer can name the rank at the end of the chain. */
+    uint64_t waits_for_seq;
+    int32_t waits_for;
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -78,6 +82,7 @@ typedef struct tcp_transport {
     tcp_peer_t *peers;
     uint64_t checked_seq; /* the collective whose early-arrived headers were checked */
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
+    int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
 } tcp_transport_t;
 
@@ -191,14 +196,22 @@ static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
     return PYCOLL_OK;
 }
 
+static void queue_probe(tcp_transport_t *t, int r);
+
 /* A peer blocked in a collective says which: at the same number it must be the same collective; at close, a
- * peer waiting in a collective this rank never called disagrees with it. */
+ * peer waiting in a collective this rank never called disagrees with it. A peer waiting for this rank while
+ * this rank itself waits for another is told so, so that its timeout names the rank at the end of the chain. */
 static pycoll_status_t on_state(tcp_transport_t *t, int r)
 {
-    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc;
+    tcp_peer_t *peer = &t->peers[r];
+    const pycoll_coll_desc_t *theirs = &peer->recv_hdr.desc;
     if ((theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc)) ||
         (t->finalizing && theirs->seq > t->base.desc.seq))
         return describe_mismatch(t, r, t->finalizing ? " at close" : "");
+    peer->waits_for_seq = theirs->seq;
+    peer->waits_for = peer->recv_hdr.failed_rank;
+    if (theirs->seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
+        queue_probe(t, r);
     return PYCOLL_OK;
 }
 
@@ -386,8 +399,11 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
         if (peer->state == PEER_DEAD)
             return PYCOLL_OK; /* already reported */
         pycoll_request_t *req = peer->send_head;
-        if (peer->send_hdr_done == 0 && req->progress == 0)
+        if (peer->send_hdr_done == 0 && req->progress == 0) {
             fill_header(t, &peer->send_hdr, req == &peer->probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
+            if (req == &peer->probe)
+                peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
+        }
         struct iovec iov[2];
         int iovcnt = 0;
         if (peer->send_hdr_done < (int64_t)sizeof(frame_header_t)) {
@@ -477,20 +493,47 @@ static void check_parked_headers(tcp_transport_t *t)
     }
 }
 
-/* Tell each peer this wait is blocked on (once per collective) which collective this rank is in. */
-static void probe_waited_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
+/* Tell peer r (once per collective) which collective this rank is in and whom it waits for. */
+static void queue_probe(tcp_transport_t *t, int r)
 {
-    for (int i = 0; i < n; i++) {
-        tcp_peer_t *peer = &t->peers[reqs[i]->peer];
-        if (reqs[i]->complete || reqs[i]->is_send || peer->state != PEER_OPEN || peer->probe_queued ||
-            peer->probed_seq == t->base.desc.seq)
-            continue;
-        peer->probed_seq = t->base.desc.seq;
-        peer->probe_queued = 1;
-        peer->probe = (pycoll_request_t){.peer = reqs[i]->peer, .is_send = 1};
-        enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
-        progress_send(t, reqs[i]->peer);
-    }
+    tcp_peer_t *peer = &t->peers[r];
+    if (peer->state != PEER_OPEN || peer->probe_queued || peer->probed_seq == t->base.desc.seq)
+        return;
+    peer->probed_seq = t->base.desc.seq;
+    peer->probe_queued = 1;
+    peer->probe = (pycoll_request_t){.peer = r, .is_send = 1};
+    enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
+    progress_send(t, r);
+}
+
+/* A wait blocked for PROBE_AFTER_NS: tell the peers it waits for, and those that said they wait for this rank
+ * in this collective (they can then name whom this rank waits for when they time out). */
+static void probe_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
+{
+    t->waiting_for = first_pending_peer(reqs, n);
+    for (int i = 0; i < n; i++)
+        if (!reqs[i]->complete && !reqs[i]->is_send)
+            queue_probe(t, reqs[i]->peer);
+    for (int r = 0; r < t->base.size; r++)
+        if (t->peers[r].waits_for_seq == t->base.desc.seq && t->peers[r].waits_for == t->base.rank)
+            queue_probe(t, r);
+}
+
+/* The timeout error: the peer this wait was for, or, when that peer said it waits for another rank in this
+ * collective, that one (a stopped rank makes a chain of waiting ranks; the first link is rarely the culprit). */
+static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
+{
+    char what[160];
+    pycoll_describe_coll(&t->base.desc, what, sizeof what);
+    const int32_t waited = first_pending_peer(reqs, n), me = t->base.rank;
+    const tcp_peer_t *peer = &t->peers[waited];
+    if (peer->waits_for_seq == t->base.desc.seq && peer->waits_for >= 0 && peer->waits_for != me)
+        pycoll_p2p_fail(&t->base, PYCOLL_ERR_TIMEOUT, peer->waits_for, "rank %d timed out in %s waiting for rank "
+                        "%d, which waits for rank %d (is rank %d stopped or overloaded?)", (int)me, what,
+                        (int)waited, (int)peer->waits_for, (int)peer->waits_for);
+    else
+        pycoll_p2p_fail(&t->base, PYCOLL_ERR_TIMEOUT, waited, "rank %d timed out in %s waiting for rank %d (is it "
+                        "stopped or overloaded?)", (int)me, what, (int)waited);
 }
 
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
@@ -506,17 +549,12 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int64_t now = pycoll_now_ns();
         if (!probed && now - started >= PROBE_AFTER_NS) {
             probed = 1;
-            probe_waited_peers(t, reqs, n);
+            probe_peers(t, reqs, n);
             continue;
         }
         int64_t left_ns = p2p->deadline_ns - now;
         if (left_ns <= 0) {
-            char what[160];
-            pycoll_describe_coll(&p2p->desc, what, sizeof what);
-            int waiting_for = first_pending_peer(reqs, n);
-            pycoll_p2p_fail(p2p, PYCOLL_ERR_TIMEOUT, waiting_for,
-                            "rank %d timed out in %s waiting for rank %d (is it stopped or overloaded?)",
-                            (int)p2p->rank, what, waiting_for);
+            fail_timeout(t, reqs, n);
             break;
         }
         /* Cap each sleep so a deadline is noticed promptly even without events. */
@@ -550,6 +588,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
                 progress_send(t, r);
         }
     }
+    t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
         tcp_abort(p2p, p2p->status, p2p->error);
         return p2p->status;
@@ -765,6 +804,7 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->epfd = epfd;
     t->spin_ns = spin_ns > 0 ? spin_ns : 0;
     t->peers = peers;
+    t->waiting_for = -1;
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];
         if (peers[r].fd < 0)
