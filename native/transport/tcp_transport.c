@@ -720,9 +720,13 @@ static pycoll_status_t tcp_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
     /* Input that arrived before: a parked header, or bytes read ahead whose epoll edge has passed. */
     for (int r = 0; r < p2p->size && p2p->status == PYCOLL_OK; r++) {
         tcp_peer_t *peer = &t->peers[r];
-        if (r == p2p->rank || peer->fd < 0 || peer->state != PEER_OPEN)
+        if (r == p2p->rank || peer->fd < 0 || peer->state == PEER_DEAD)
             continue;
-        if (header_complete(peer)) {
+        if (peer->state == PEER_DEPARTED) {
+            /* Its GOODBYE came during this rank's last collective (nothing is read after it). */
+            if (!same_desc(&peer->recv_hdr.desc, &p2p->desc))
+                describe_mismatch(t, r, " at close");
+        } else if (header_complete(peer)) {
             int consumed;
             on_header(t, r, &consumed);
         } else {
