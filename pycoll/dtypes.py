@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "dtype_id", "op_id"]
+__all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype"]
 
 OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
@@ -12,8 +12,9 @@ DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16
 _ids = {}  # np.dtype -> id, filled on first use of each dtype
 
 
-def dtype_id(np_dtype):
-    """The pycoll dtype id of a numpy dtype (or anything np.dtype() accepts); TypeError if unsupported."""
+def dtype_id(np_dtype, name=None):
+    """The pycoll dtype id of a numpy dtype (or anything np.dtype() accepts); TypeError if unsupported, naming
+    the argument `name` when given."""
     try:
         return _ids[np_dtype]
     except (KeyError, TypeError):
@@ -21,14 +22,24 @@ def dtype_id(np_dtype):
     try:
         dt = np.dtype(np_dtype)
     except TypeError:
-        raise TypeError(f"not a dtype: {np_dtype!r}") from None
+        raise TypeError(f"{_argument(name)}not a dtype: {np_dtype!r}") from None
     ident = DTYPES.get(dt.name)
     if ident is None or not dt.isnative:
-        raise TypeError(f"unsupported dtype {dt.str} ({dt.name}); pycoll supports {', '.join(DTYPES)} "
-                        "in native byte order")
+        raise unsupported_dtype(f"{dt.str} ({dt.name})", name)
     if isinstance(np_dtype, np.dtype):
         _ids[np_dtype] = ident
     return ident
+
+
+def unsupported_dtype(description, name=None):
+    """The TypeError for a dtype pycoll cannot reduce, described as the caller knows it; `name` is the argument
+    that had it (x, out), named first in the message when given."""
+    return TypeError(f"{_argument(name)}unsupported dtype {description}; pycoll supports {', '.join(DTYPES)} "
+                     "in native byte order")
+
+
+def _argument(name):
+    return f"{name}: " if name else ""
 
 
 def op_id(op):
