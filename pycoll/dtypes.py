@@ -1,8 +1,10 @@
 """Mapping of numpy dtypes and op names to pycoll's C enums (native/include/pycoll/types.h)."""
 
+import operator
+
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype"]
+__all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
 
 OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
@@ -49,6 +51,21 @@ def op_id(op):
             return OPS[op]
         except KeyError:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}") from None
-    if isinstance(op, (int, np.integer)) and not isinstance(op, bool) and 0 <= op < len(OPS):
-        return int(op)
+    try:
+        ident = integer_argument(op, "op")
+    except TypeError:
+        ident = None
+    if ident is not None and 0 <= ident < len(OPS):
+        return ident
     raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)} or their ids 0..{len(OPS) - 1}")
+
+
+def integer_argument(value, name):
+    """value as an int, through operator.index so that NumPy and PyTorch integers count too; TypeError naming
+    `name` for anything else, bools included (True is no rank)."""
+    if not (isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
