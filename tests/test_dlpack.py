@@ -15,6 +15,9 @@ from pycoll.dtypes import DTYPES
 
 pytestmark = pytest.mark.timeout(60)
 
+_NO_TORCH = "needs PyTorch (pip install torch==2.13.0)"
+_NO_JAX = "needs JAX (pip install '.[jax]')"
+
 
 @pytest.fixture
 def comm():
@@ -43,7 +46,7 @@ class Exporter:
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_every_supported_dtype_from_torch(comm, dtype):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=_NO_TORCH)
     t = torch.arange(12).reshape(3, 4).to(getattr(torch, dtype))
     buf = as_buffer(t, writable=True)
     assert (buf.ptr, buf.count, buf.dtype, buf.itemsize) == (t.data_ptr(), 12, DTYPES[dtype], t.element_size())
@@ -54,14 +57,14 @@ def test_every_supported_dtype_from_torch(comm, dtype):
 
 
 def test_jax_bfloat16_is_read_through_dlpack():
-    jnp = pytest.importorskip("jax.numpy")
+    jnp = pytest.importorskip("jax.numpy", reason=_NO_JAX)
     x = jnp.arange(6, dtype=jnp.bfloat16)
     buf = as_buffer(x)
     assert (buf.count, buf.dtype, buf.itemsize, buf.readonly) == (6, DTYPES["bfloat16"], 2, True)
 
 
 def test_torch_views_offsets_and_unit_dimensions():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=_NO_TORCH)
     base = torch.zeros(4, 6)
     row = base[2]  # a view at an offset
     assert as_buffer(row).ptr == base.data_ptr() + 2 * 6 * 4
@@ -98,7 +101,7 @@ def test_read_only_versioned_export_is_refused_as_out(comm):
 
 
 def test_jax_array_as_out_is_refused_as_read_only(comm):
-    jnp = pytest.importorskip("jax.numpy")
+    jnp = pytest.importorskip("jax.numpy", reason=_NO_JAX)
     with pytest.raises(ValueError, match="out is read-only"):  # float32: through the buffer protocol
         comm.all_reduce(np.ones(4, dtype=np.float32), out=jnp.zeros(4, dtype=jnp.float32))
     with pytest.raises(ValueError, match="out is read-only.*JAX"):  # bfloat16: through DLPack
@@ -111,7 +114,7 @@ def test_exporter_errors_become_type_errors_naming_the_argument(comm):
 
 
 def test_tensor_that_requires_grad_says_detach(comm):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=_NO_TORCH)
     w = torch.ones(4, requires_grad=True)
     with pytest.raises(TypeError, match=re.escape("x: Tensor cannot be exported")) as info:
         comm.all_reduce(w)
@@ -122,7 +125,7 @@ def test_tensor_that_requires_grad_says_detach(comm):
 
 @pytest.mark.parametrize("dtype", ["complex64", "bool", "uint16", "int16"])
 def test_unsupported_torch_dtype_is_named(comm, dtype):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=_NO_TORCH)
     with pytest.raises(TypeError, match=f"^out: unsupported dtype {dtype}; pycoll supports"):
         comm.all_reduce(torch.ones(4), out=torch.ones(4, dtype=getattr(torch, dtype)))
     with pytest.raises(TypeError, match=f"^x: unsupported dtype {dtype}"):
@@ -130,7 +133,7 @@ def test_unsupported_torch_dtype_is_named(comm, dtype):
 
 
 def test_torch_out_on_every_collective_that_has_one(comm):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=_NO_TORCH)
     x = torch.arange(4, dtype=torch.bfloat16)
     for call in (lambda out: comm.all_reduce(x, out=out), lambda out: comm.reduce_scatter(x, out),
                  lambda out: comm.all_gather(x, out), lambda out: comm.reduce(x, root=0, out=out)):
@@ -147,11 +150,11 @@ def _two_ranks(scenario):
 
 
 def test_torch_every_dtype_and_bfloat16_out_across_two_ranks():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=_NO_TORCH)
     _two_ranks("torch")
 
 
 def test_jax_bfloat16_into_a_torch_out_across_two_ranks():
-    pytest.importorskip("torch")
-    pytest.importorskip("jax")
+    pytest.importorskip("torch", reason=_NO_TORCH)
+    pytest.importorskip("jax", reason=_NO_JAX)
     _two_ranks("jax")
