@@ -111,16 +111,18 @@ def test_op_takes_any_integer_type_too(comm):
         comm.all_reduce(x, op=True)
 
 
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                  "SLURM_PROCID", "SLURM_NTASKS")
-
-
-def test_init_without_a_launcher_warns_once(monkeypatch):
+@pytest.fixture
+def no_launcher(monkeypatch):
+    """No launcher variables, and a process that has not warned about running alone yet."""
     from pycoll import launch_env
 
-    for var in _LAUNCHER_VARS:
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(launch_env, "_warned_single_rank", False)
+    monkeypatch.setattr(launch_env, "_warned_single_rank", False, raising=False)
+
+
+def test_init_without_a_launcher_warns_once(no_launcher):
     with pytest.warns(UserWarning, match=r"single rank.*pycoll run -n 4 script\.py.*torchrun.*mpirun") as caught:
         pycoll.init().close()
         pycoll.init().close()
@@ -128,12 +130,7 @@ def test_init_without_a_launcher_warns_once(monkeypatch):
     assert caught[0].filename == __file__  # points at the caller's init()
 
 
-def test_init_with_a_launcher_or_arguments_does_not_warn(monkeypatch, recwarn):
-    from pycoll import launch_env
-
-    for var in _LAUNCHER_VARS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(launch_env, "_warned_single_rank", False)
+def test_init_with_a_launcher_or_arguments_does_not_warn(no_launcher, monkeypatch, recwarn):
     pycoll.init(rank=0, world_size=1).close()
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")

@@ -8,21 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-import pycoll
 from multiproc import Ranks
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES
+from test_comm_api import comm  # noqa: F401 -- the world-of-one communicator fixture
 
 pytestmark = pytest.mark.timeout(60)
 
 _NO_TORCH = "needs PyTorch (pip install torch==2.13.0)"
 _NO_JAX = "needs JAX (pip install '.[jax]')"
-
-
-@pytest.fixture
-def comm():
-    with pycoll.init(rank=0, world_size=1, timeout=10) as c:
-        yield c
 
 
 class Exporter:
