@@ -16,8 +16,8 @@ from pycoll.dtypes import DTYPES, dtype_id, unsupported_dtype
 _DLPACK_CPU = 1            # kDLCPU
 _DLPACK_CUDA = 2           # kDLCUDA
 _DLPACK_CUDA_HOST = 3      # kDLCUDAHost: pinned host memory
-_DLPACK_EXT_DEV = 12       # kDLExtDev: what torch_npu reports; other extension devices share it, so NPU
-                           # tensors are recognised by their device attribute ("npu:0"), not by this code
+_DLPACK_EXT_DEV = 12       # kDLExtDev: the generic extension device, shared by several (an NPU may report
+                           # it), so NPU tensors are recognised by their device attribute ("npu:0") instead
 _DLPACK_CUDA_MANAGED = 13  # kDLCUDAManaged
 _DLPACK_HOST = (_DLPACK_CPU, _DLPACK_CUDA_HOST)
 # The newest DLPack ABI take_dlpack reads: 1.x (the versioned capsule, which can say "read-only").
@@ -107,14 +107,14 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
     return buf
 
 
-_READ_ONLY_DLPACK = ("; its DLPack export is marked read-only, or is a legacy capsule, which cannot say it is "
-                     "writable (JAX arrays, which are immutable, come that way): pass a NumPy array or a PyTorch "
-                     "tensor")
+_READ_ONLY_DLPACK = ("; its DLPack export is marked read-only or a copy, or is a legacy capsule, which cannot say "
+                     "it is writable (JAX arrays, which are immutable, come that way): pass a NumPy array or a "
+                     "PyTorch tensor")
 
 
 def _from_dlpack_host(x, name: str) -> Buffer:
     """Host memory through DLPack, read directly (not through np.from_dlpack, which refuses bfloat16)."""
-    t = take_dlpack(_export_dlpack(x, name))
+    t = _take_dlpack(x, name)
     if t.device_type not in _DLPACK_HOST:
         raise TypeError(f"{name}: __dlpack__() exported memory of DLPack device type {t.device_type}, "
                         f"but __dlpack_device__() said host memory")
@@ -127,14 +127,16 @@ def _from_dlpack_host(x, name: str) -> Buffer:
                   device_id=t.device_id, readonly=t.read_only, owner=t)
 
 
-def _export_dlpack(x, name: str):
-    """x's DLPack capsule: a versioned one without a copy where the exporter knows DLPack 1.0 keywords, else
-    whatever plain __dlpack__() gives. Whatever the exporter raises becomes a TypeError naming the argument."""
+def _take_dlpack(x, name: str):
+    """x's DLPack tensor: from a versioned capsule, without a copy, where the exporter knows the DLPack 1.0
+    keywords, else from whatever plain __dlpack__() gives. What the exporter (or reading its capsule) raises
+    becomes a TypeError naming the argument."""
     try:
         try:
-            return x.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False)
+            capsule = x.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False)
         except TypeError:  # an exporter older than DLPack 1.0 takes neither keyword
-            return x.__dlpack__()
+            capsule = x.__dlpack__()
+        return take_dlpack(capsule)
     except Exception as exc:
         hint = ""
         if getattr(x, "requires_grad", False) is True:

@@ -105,6 +105,10 @@ def test_jax_array_as_out_is_refused_as_read_only(comm):
 def test_exporter_errors_become_type_errors_naming_the_argument(comm):
     with pytest.raises(TypeError, match=r"out: Exporter cannot be exported through DLPack \(RuntimeError: boom\)"):
         comm.all_reduce(np.ones(4), out=Exporter(np.ones(4), error=RuntimeError("boom")))
+    not_a_capsule = Exporter(np.ones(4))
+    not_a_capsule.__dlpack__ = lambda **kwargs: object()
+    with pytest.raises(TypeError, match="x: Exporter cannot be exported through DLPack.*not an unused DLPack capsule"):
+        comm.all_reduce(not_a_capsule)
 
 
 def test_tensor_that_requires_grad_says_detach(comm):
