@@ -9,15 +9,19 @@ import typing
 
 import numpy as np
 
-from pycoll._buffer import host_view
-from pycoll.dtypes import dtype_id
+from pycoll._buffer import DLPackTensor, host_view, take_dlpack
+from pycoll.dtypes import DTYPES, dtype_id, unsupported_dtype
 
-# DLPack device types (dlpack.h): what kind of memory a tensor lives in.
-_DLPACK_CPU = 1
-_DLPACK_CUDA = 2
-_DLPACK_CUDA_HOST = 3
-_DLPACK_CUDA_MANAGED = 13
-_DLPACK_ASCEND = 20  # kDLExtDev is used by torch_npu; NPU tensors are detected by their device attribute too
+# DLPack device types (DLDeviceType in dlpack.h): what kind of memory a tensor lives in.
+_DLPACK_CPU = 1            # kDLCPU
+_DLPACK_CUDA = 2           # kDLCUDA
+_DLPACK_CUDA_HOST = 3      # kDLCUDAHost: pinned host memory
+_DLPACK_EXT_DEV = 12       # kDLExtDev: the generic extension device, shared by several (an NPU may report
+                           # it), so NPU tensors are recognised by their device attribute ("npu:0") instead
+_DLPACK_CUDA_MANAGED = 13  # kDLCUDAManaged
+_DLPACK_HOST = (_DLPACK_CPU, _DLPACK_CUDA_HOST)
+# The newest DLPack ABI take_dlpack reads: 1.x (the versioned capsule, which can say "read-only").
+_DLPACK_MAX_VERSION = (1, 0)
 
 
 class Buffer(typing.NamedTuple):
@@ -38,13 +42,17 @@ class Buffer(typing.NamedTuple):
         return self.count * self.itemsize
 
 
+def _not_contiguous(name: str, strides, shape) -> ValueError:
+    return ValueError(f"{name} must be C-contiguous (got strides {strides} for shape {shape})")
+
+
 def _from_numpy(arr: np.ndarray, owner, name: str) -> Buffer:
     ptr, readonly, contiguous = host_view(arr)
     if not contiguous:
-        raise ValueError(f"{name} must be C-contiguous (got strides {arr.strides} for shape {arr.shape})")
+        raise _not_contiguous(name, arr.strides, arr.shape)
     dtype = arr.dtype
-    return Buffer(ptr=ptr, count=arr.size, dtype=dtype_id(dtype), itemsize=dtype.itemsize, memory="host",
-                  device_id=0, readonly=readonly, owner=owner)
+    return Buffer(ptr=ptr, count=arr.size, dtype=dtype_id(dtype, name), itemsize=dtype.itemsize,
+                  memory="host", device_id=0, readonly=readonly, owner=owner)
 
 
 def _from_cuda_array_interface(obj, name: str) -> Buffer:
@@ -56,14 +64,14 @@ def _from_cuda_array_interface(obj, name: str) -> Buffer:
     if strides is not None and count > 1:
         expected = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
         if tuple(strides) != expected:
-            raise ValueError(f"{name} must be C-contiguous (got strides {tuple(strides)} for shape {shape})")
+            raise _not_contiguous(name, tuple(strides), shape)
     ptr, readonly = cai["data"]
     device_id = 0
     dev = getattr(obj, "device", None)
     if dev is not None:
         device_id = int(getattr(dev, "id", getattr(dev, "index", 0)) or 0)
-    return Buffer(ptr=int(ptr), count=count, dtype=dtype_id(dtype), itemsize=dtype.itemsize, memory="cuda",
-                  device_id=device_id, readonly=bool(readonly), owner=obj)
+    return Buffer(ptr=int(ptr), count=count, dtype=dtype_id(dtype, name), itemsize=dtype.itemsize,
+                  memory="cuda", device_id=device_id, readonly=bool(readonly), owner=obj)
 
 
 def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
@@ -75,14 +83,14 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
     else:
         try:
             arr = np.asarray(memoryview(x))
-        except TypeError:
+        except (TypeError, BufferError):  # BufferError: e.g. JAX exports bfloat16 only through DLPack
             arr = None
         if arr is not None:
             buf = _from_numpy(arr, x, name)
         elif hasattr(x, "__dlpack_device__"):
             device_type, _ = x.__dlpack_device__()
-            if device_type in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
-                buf = _from_numpy(np.from_dlpack(x), x, name)
+            if device_type in _DLPACK_HOST:
+                buf = _from_dlpack_host(x, name)
             elif device_type in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
                 buf = _from_dlpack_cuda(x, name)
             elif "npu" in str(getattr(x, "device", "")):
@@ -94,8 +102,47 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
             raise TypeError(f"{name} must be an array (buffer protocol, DLPack or __cuda_array_interface__), "
                             f"got {type(x).__name__}")
     if writable and buf.readonly:
-        raise ValueError(f"{name} is read-only, but the collective writes its result there")
+        why = _READ_ONLY_DLPACK if isinstance(buf.owner, DLPackTensor) else ""
+        raise ValueError(f"{name} is read-only, but the collective writes its result there{why}")
     return buf
+
+
+_READ_ONLY_DLPACK = ("; its DLPack export is marked read-only or a copy, or is a legacy capsule, which cannot say "
+                     "it is writable (JAX arrays, which are immutable, come that way): pass a NumPy array or a "
+                     "PyTorch tensor")
+
+
+def _from_dlpack_host(x, name: str) -> Buffer:
+    """Host memory through DLPack, read directly (not through np.from_dlpack, which refuses bfloat16)."""
+    t = _take_dlpack(x, name)
+    if t.device_type not in _DLPACK_HOST:
+        raise TypeError(f"{name}: __dlpack__() exported memory of DLPack device type {t.device_type}, "
+                        f"but __dlpack_device__() said host memory")
+    if not t.contiguous:
+        raise _not_contiguous(name, t.byte_strides, t.shape)
+    ident = DTYPES.get(t.dtype)
+    if ident is None:
+        raise unsupported_dtype(t.dtype, name)
+    return Buffer(ptr=t.address, count=t.count, dtype=ident, itemsize=t.itemsize, memory="host",
+                  device_id=t.device_id, readonly=t.read_only, owner=t)
+
+
+def _take_dlpack(x, name: str):
+    """x's DLPack tensor: from a versioned capsule, without a copy, where the exporter knows the DLPack 1.0
+    keywords, else from whatever plain __dlpack__() gives. What the exporter (or reading its capsule) raises
+    becomes a TypeError naming the argument."""
+    try:
+        try:
+            capsule = x.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False)
+        except TypeError:  # an exporter older than DLPack 1.0 takes neither keyword
+            capsule = x.__dlpack__()
+        return take_dlpack(capsule)
+    except Exception as exc:
+        hint = ""
+        if getattr(x, "requires_grad", False) is True:
+            hint = f"; it requires grad: pass {name}.detach() (or {name}.data)"
+        raise TypeError(f"{name}: {type(x).__name__} cannot be exported through DLPack "
+                        f"({type(exc).__name__}: {exc}){hint}") from exc
 
 
 def _from_dlpack_cuda(x, name: str) -> Buffer:
@@ -114,6 +161,6 @@ def _from_npu_tensor(t, name: str) -> Buffer:
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
     dtype_name = str(t.dtype).replace("torch.", "")
-    return Buffer(ptr=int(t.data_ptr()), count=int(t.numel()), dtype=dtype_id(dtype_name),
+    return Buffer(ptr=int(t.data_ptr()), count=int(t.numel()), dtype=dtype_id(dtype_name, name),
                   itemsize=int(t.element_size()), memory="npu", device_id=int(t.device.index or 0),
                   readonly=False, owner=t)

@@ -13,7 +13,7 @@ import weakref
 from pycoll import launch_env, plugins
 from pycoll.algorithms import accuracy_name, algorithm_name, default_algorithm
 from pycoll.buffers import as_buffer
-from pycoll.dtypes import op_id
+from pycoll.dtypes import integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
@@ -114,8 +114,7 @@ class Communicator:
         return recv
 
     def _root(self, root):
-        if not isinstance(root, int) or isinstance(root, bool):
-            raise TypeError(f"root must be an int, got {type(root).__name__}")
+        root = integer_argument(root, "root")
         if not 0 <= root < self._size:
             raise ValueError(f"root must be in [0, {self._size}), got {root}")
         return root
@@ -129,7 +128,11 @@ class Communicator:
 
     # -- collectives ----------------------------------------------------------------------------------------
     def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
-        """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result."""
+        """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result.
+
+        op="avg" is the sum divided by the number of ranks; on integer dtypes the sum wraps on overflow as "sum"
+        does and the division truncates toward zero (C division, as NCCL's avg): -3 and 0 on 2 ranks give -1.
+        """
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
         recv = self._result_buffer(send, out)
@@ -233,6 +236,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     plugin = plugins.get(backend)
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
+    launch_env.warn_if_single_rank(env, rank, world_size)
     secret = _secret_bytes(secret)
     own_store = None
     if store is None and env.world_size > 1:

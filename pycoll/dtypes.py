@@ -1,8 +1,10 @@
 """Mapping of numpy dtypes and op names to pycoll's C enums (native/include/pycoll/types.h)."""
 
+import operator
+
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "dtype_id", "op_id"]
+__all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
 
 OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
@@ -12,8 +14,9 @@ DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16
 _ids = {}  # np.dtype -> id, filled on first use of each dtype
 
 
-def dtype_id(np_dtype):
-    """The pycoll dtype id of a numpy dtype (or anything np.dtype() accepts); TypeError if unsupported."""
+def dtype_id(np_dtype, name=None):
+    """The pycoll dtype id of a numpy dtype (or anything np.dtype() accepts); TypeError if unsupported, naming
+    the argument `name` when given."""
     try:
         return _ids[np_dtype]
     except (KeyError, TypeError):
@@ -21,14 +24,24 @@ def dtype_id(np_dtype):
     try:
         dt = np.dtype(np_dtype)
     except TypeError:
-        raise TypeError(f"not a dtype: {np_dtype!r}") from None
+        raise TypeError(f"{_argument(name)}not a dtype: {np_dtype!r}") from None
     ident = DTYPES.get(dt.name)
     if ident is None or not dt.isnative:
-        raise TypeError(f"unsupported dtype {dt.str} ({dt.name}); pycoll supports {', '.join(DTYPES)} "
-                        "in native byte order")
+        raise unsupported_dtype(f"{dt.str} ({dt.name})", name)
     if isinstance(np_dtype, np.dtype):
         _ids[np_dtype] = ident
     return ident
+
+
+def unsupported_dtype(description, name=None):
+    """The TypeError for a dtype pycoll cannot reduce, described as the caller knows it; `name` is the argument
+    that had it (x, out), named first in the message when given."""
+    return TypeError(f"{_argument(name)}unsupported dtype {description}; pycoll supports {', '.join(DTYPES)} "
+                     "in native byte order")
+
+
+def _argument(name):
+    return f"{name}: " if name else ""
 
 
 def op_id(op):
@@ -38,6 +51,21 @@ def op_id(op):
             return OPS[op]
         except KeyError:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}") from None
-    if isinstance(op, (int, np.integer)) and not isinstance(op, bool) and 0 <= op < len(OPS):
-        return int(op)
+    try:
+        ident = integer_argument(op, "op")
+    except TypeError:
+        ident = None
+    if ident is not None and 0 <= ident < len(OPS):
+        return ident
     raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)} or their ids 0..{len(OPS) - 1}")
+
+
+def integer_argument(value, name):
+    """value as an int, through operator.index so that NumPy and PyTorch integers count too; TypeError naming
+    `name` for anything else, bools included (True is no rank)."""
+    if not (isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be an integer, got {type(value).__name__}")

@@ -23,6 +23,7 @@ host do not collide, and every rank derives the same one), else 29500.
 
 import dataclasses
 import os
+import warnings
 import zlib
 
 DEFAULT_MASTER_PORT = 29500
@@ -113,6 +114,22 @@ def resolve(rank=None, world_size=None, master_addr=None, master_port=None, env=
         raise ValueError(f"master_port must be in [1, 65535], got {master_port}")
     return LaunchEnv(rank=rank, world_size=world_size, local_rank=local_rank, master_addr=master_addr,
                      master_port=master_port, launcher=name)
+
+
+_warned_single_rank = False
+
+
+def warn_if_single_rank(env, rank=None, world_size=None):
+    """Warn once per process when init() found no launcher and was given no rank or world_size: a script
+    started with plain `python` then runs alone, which is easily mistaken for a job of several ranks."""
+    global _warned_single_rank
+    if env.launcher != "none" or rank is not None or world_size is not None or _warned_single_rank:
+        return
+    _warned_single_rank = True
+    warnings.warn("pycoll.init() found no launcher environment (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, "
+                  "SLURM_*) and no rank/world_size, so it runs as a single rank. To start several: "
+                  "pycoll run -n 4 script.py, torchrun --nproc-per-node 4 script.py or "
+                  "mpirun -n 4 python script.py", UserWarning, stacklevel=3)
 
 
 def job_id(env=None):

@@ -70,12 +70,80 @@ def test_torch_cpu_tensor_through_dlpack(comm):
     (lambda c: c.all_reduce([1.0, 2.0]), TypeError, "x must be an array"),
     (lambda c: c.broadcast(np.ones(4), root=1), ValueError, "root"),
     (lambda c: c.broadcast(np.ones(4), root="0"), TypeError, "root"),
+    (lambda c: c.broadcast(np.ones(4), root=True), TypeError, "root must be an integer, got bool"),
+    (lambda c: c.broadcast(np.ones(4), root=np.True_), TypeError, "root must be an integer"),
+    (lambda c: c.broadcast(np.ones(4), root=1.0), TypeError, "root must be an integer, got float"),
+    (lambda c: c.reduce(np.ones(4), root=np.int64(1)), ValueError, "root must be in [0, 1), got 1"),
+    (lambda c: c.all_reduce(np.ones(4, dtype=np.complex64)), TypeError, "x: unsupported dtype <c8 (complex64)"),
     (lambda c: c.reduce_scatter(np.ones(4), np.ones(3)), ValueError, "size * len(out)"),
     (lambda c: c.all_gather(np.ones(4), np.ones(3)), ValueError, "size * len(x)"),
 ])
 def test_bad_arguments_are_named(comm, call, error, words):
     with pytest.raises(error, match=re.escape(words)):
         call(comm)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.longdouble, np.bool_, np.uint16, ">f4"])
+def test_unsupported_dtype_of_out_names_out(comm, dtype):
+    x = np.ones(4, dtype=np.float32)
+    calls = (lambda out: comm.all_reduce(x, out=out), lambda out: comm.reduce_scatter(x, out),
+             lambda out: comm.all_gather(x, out), lambda out: comm.reduce(x, root=0, out=out))
+    for call in calls:
+        with pytest.raises(TypeError, match="^out: unsupported dtype"):
+            call(np.ones(4, dtype=dtype))
+
+
+def test_root_takes_any_integer_type(comm):
+    torch = pytest.importorskip("torch")
+    for root in (0, np.int64(0), np.uint8(0), torch.tensor(0)):
+        x = np.arange(3.0)
+        assert comm.broadcast(x, root=root) is x
+        comm.reduce(x, root=root)
+    with pytest.raises(TypeError, match="root must be an integer"):
+        comm.broadcast(np.ones(2), root=torch.tensor(False))
+
+
+def test_op_takes_any_integer_type_too(comm):
+    torch = pytest.importorskip("torch")
+    x = np.arange(3.0)
+    comm.all_reduce(x, op=torch.tensor(3))  # max
+    with pytest.raises(ValueError, match="unknown op"):
+        comm.all_reduce(x, op=True)
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    """No launcher variables, and a process that has not warned about running alone yet."""
+    from pycoll import launch_env
+
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(launch_env, "_warned_single_rank", False, raising=False)
+
+
+def test_init_without_a_launcher_warns_once(no_launcher):
+    with pytest.warns(UserWarning, match=r"single rank.*pycoll run -n 4 script\.py.*torchrun.*mpirun") as caught:
+        pycoll.init().close()
+        pycoll.init().close()
+    assert len([w for w in caught if "single rank" in str(w.message)]) == 1
+    assert caught[0].filename == __file__  # points at the caller's init()
+
+
+def test_init_with_a_launcher_or_arguments_does_not_warn(no_launcher, monkeypatch, recwarn):
+    pycoll.init(rank=0, world_size=1).close()
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    pycoll.init().close()
+    assert not [w for w in recwarn if "single rank" in str(w.message)]
+
+
+def test_integer_avg_truncation_is_documented():
+    from pathlib import Path
+
+    assert "truncates toward zero" in pycoll.Communicator.all_reduce.__doc__
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert re.search(r"\| `avg` \|.*integers truncate toward zero", readme)
 
 
 def test_read_only_destination(comm):

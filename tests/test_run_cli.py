@@ -207,3 +207,11 @@ def test_store_and_mesh_under_torchrun(tmp_path):
     rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["rank"] for r in rows] == [0, 1]
     assert all(r["launcher"] == "torchrun" and r["names"] == ["0", "1"] and r["peers"] == 1 for r in rows)
+
+
+def test_the_rank_that_failed_first_is_named_not_the_lowest(tmp_path):
+    # Rank 2 fails; ranks 0, 1 and 3 fail a few milliseconds later, like the peers of a crashed rank.
+    result = _pycoll("run", "-n", "4", os.path.join(SCRIPTS, "fail_first.py"), str(tmp_path), "2", cwd=tmp_path)
+    assert result.returncode == 7, result.stderr
+    assert "pycoll run: rank 2 exited with code 7; stopping the other ranks" in result.stderr
+    assert "rank 0 exited" not in result.stderr

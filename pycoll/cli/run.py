@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import queue
 import secrets
 import signal
 import socket
@@ -87,6 +88,8 @@ class _Job:
         self._timeout, self._grace_period = timeout, grace_period
         self._procs = []
         self._readers = []
+        self._waiters = []
+        self._exits = queue.SimpleQueue()  # ranks in the order they exited
         self._output_lock = threading.RLock()  # re-entrant: the signal handler reports from the main thread
         self._exit_code = None  # decided by the first event that ends the job
         self._stop_deadline = None  # SIGKILL whatever is still running at this time
@@ -98,8 +101,8 @@ class _Job:
             self._supervise()
         finally:
             self._kill_remaining()
-            for reader in self._readers:
-                reader.join(timeout=5.0)
+            for thread in self._readers + self._waiters:
+                thread.join(timeout=5.0)
             _restore_signal_handlers(previous_handlers)
         return self._exit_code
 
@@ -112,12 +115,20 @@ class _Job:
                 self._command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=_die_with_parent()))
         for rank, proc in enumerate(self._procs):
+            waiter = threading.Thread(target=self._await_exit, args=(rank, proc), daemon=True,
+                                      name=f"pycoll-run-wait-{rank}")
+            waiter.start()
+            self._waiters.append(waiter)
             prefix = f"[rank {rank}] ".encode()
             for pipe, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
                 reader = threading.Thread(target=self._pump, args=(pipe, prefix, sink), daemon=True,
                                           name=f"pycoll-run-output-{rank}")
                 reader.start()
                 self._readers.append(reader)
+
+    def _await_exit(self, rank, proc):
+        proc.wait()
+        self._exits.put(rank)
 
     def _pump(self, pipe, prefix, sink):
         writable = True
@@ -148,15 +159,21 @@ class _Job:
                 self._signal_all(signal.SIGKILL)
                 self._stop_deadline = None
             time.sleep(_POLL_INTERVAL)
+        for waiter in self._waiters:  # every exit is queued before the last look
+            waiter.join()
         if self._exit_code is None:
             self._check_failures()
         if self._exit_code is None:
             self._exit_code = 0
 
     def _check_failures(self):
-        for rank, proc in enumerate(self._procs):
-            code = proc.returncode
-            if code is None or code == 0:
+        # The ranks in the order they exited (a thread per rank waits for it), not in rank order: once one rank
+        # fails its peers fail too within milliseconds (PeerFailure), often inside one polling interval, and
+        # the rank to name is the one that failed first.
+        while not self._exits.empty():
+            rank = self._exits.get()
+            code = self._procs[rank].returncode
+            if code == 0:
                 continue
             if code < 0:
                 self._report(f"rank {rank} was killed by {_signal_name(-code)}; stopping the other ranks")
