@@ -52,7 +52,7 @@ def rank_main(plan):
 
 
 def run(world, plan):
-    from pycoll.cli.run import launch
+    from pycoll.launcher import launch
 
     with tempfile.TemporaryDirectory(prefix="pycoll-speed-") as tmp:
         plan = dict(plan, out=os.path.join(tmp, "rows.json"))

@@ -198,7 +198,7 @@ def _run_processes(size, algorithms, dtypes, accuracies, datasets, count, seed, 
     import os
     import tempfile
 
-    from pycoll.cli.run import launch
+    from pycoll.launcher import launch
 
     with tempfile.TemporaryDirectory(prefix="pycoll-accuracy-") as tmp:
         out = os.path.join(tmp, "rows.json")

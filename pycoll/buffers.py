@@ -9,7 +9,7 @@ import typing
 
 import numpy as np
 
-from pycoll._buffer import DLPackTensor, host_view, take_dlpack
+from pycoll._bindings.buffer import DLPackTensor, host_view, take_dlpack
 from pycoll.dtypes import DTYPES, dtype_id, unsupported_dtype
 
 # DLPack device types (DLDeviceType in dlpack.h): what kind of memory a tensor lives in.

@@ -7,7 +7,7 @@ the portable scalar one) is chosen from the CPU at first use; PYCOLL_SIMD=scalar
 
 import numpy as np
 
-from pycoll import _kernels
+from pycoll._bindings import kernels as _kernels
 from pycoll.dtypes import DTYPES, dtype_id, op_id
 
 __all__ = ["reduce_into", "reduce", "scale_avg", "compensated_load", "compensated_combine", "compensated_store",

@@ -10,10 +10,10 @@ is "crash" fails before calling anything (its peers see PeerFailure).
 
 import numpy as np
 
-from pycoll import _sim
+from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name
 from pycoll.dtypes import dtype_id, op_id
-from pycoll._comm import error_for_status
+from pycoll._bindings.comm import error_for_status
 
 __all__ = ["simulate", "COLLECTIVES"]
 

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from pycoll import _sim
+from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS
 from pycoll.bench import check, peers, progress, sweep, timing
 from pycoll.cli import bench as bench_cli

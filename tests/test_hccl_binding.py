@@ -127,7 +127,7 @@ def test_probe_names_what_to_install(tmp_path):
 def test_real_npu_single_rank(tmp_path):
     torch = pytest.importorskip("torch", reason="needs torch_npu and an Ascend NPU")
     pytest.importorskip("torch_npu", reason="needs torch_npu and an Ascend NPU")
-    from pycoll.hccl_backend import HcclBackend
+    from pycoll.plugins.hccl import HcclBackend
     reason = HcclBackend().probe()
     if reason:
         pytest.skip(f"needs HCCL on an Ascend NPU: {reason}")

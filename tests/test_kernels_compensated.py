@@ -119,5 +119,5 @@ def test_float32_sum_matches_numpy(a, data):
 
 
 def test_selftest_passes():
-    from pycoll import _kernels
+    from pycoll._bindings import kernels as _kernels
     assert _kernels.compensation_selftest() is True

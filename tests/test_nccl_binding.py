@@ -200,7 +200,7 @@ def test_probe_names_what_to_install(tmp_path):
 @pytest.mark.timeout(120)
 def test_real_gpu_single_rank(tmp_path):
     cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
-    from pycoll.nccl_backend import NcclBackend
+    from pycoll.plugins.nccl import NcclBackend
     reason = NcclBackend().probe()
     if reason:
         pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")

@@ -1,4 +1,4 @@
-"""Compensated mode on the NCCL backend: pycoll's ring (pycoll/device_ring.py) over ncclSend/ncclRecv, against
+"""Compensated mode on the NCCL backend: pycoll's ring (pycoll/plugins/device_ring.py) over ncclSend/ncclRecv, against
 the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory, so the
 device math runs with numpy. The test marked gpu runs the CuPy kernels on a real GPU."""
 
@@ -10,7 +10,7 @@ import pytest
 from fakes.vendor_harness import FileStore, all_reduce_error, buffer, make_engine, run_ranks, vendor_fixtures
 from pycoll import kernels
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
-from pycoll.device_twosum import PairMath
+from pycoll.plugins.device_twosum import PairMath
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -210,7 +210,7 @@ def test_send_recv_errors_map_to_pycoll_errors(env, fail, error, text):
 @pytest.mark.timeout(120)
 def test_real_gpu_cupy_kernels_and_single_rank(tmp_path):
     cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
-    from pycoll.nccl_backend import NcclBackend
+    from pycoll.plugins.nccl import NcclBackend
     reason = NcclBackend().probe()
     if reason:
         pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")

@@ -20,8 +20,8 @@ def _probe_in_clean_process(tmp_path, module, cls):
 
 
 @pytest.mark.parametrize("module, cls, name, memory, accuracies", [
-    ("nccl_backend", "NcclBackend", "nccl", "cuda", ("fast", "compensated")),
-    ("hccl_backend", "HcclBackend", "hccl", "npu", ("fast",)),
+    ("plugins.nccl", "NcclBackend", "nccl", "cuda", ("fast", "compensated")),
+    ("plugins.hccl", "HcclBackend", "hccl", "npu", ("fast",)),
 ])
 def test_vendor_backends_register_and_declare(module, cls, name, memory, accuracies):
     mod = __import__(f"pycoll.{module}", fromlist=[cls])
@@ -35,8 +35,8 @@ def test_vendor_backends_register_and_declare(module, cls, name, memory, accurac
 
 
 @pytest.mark.parametrize("module, cls, words", [
-    ("nccl_backend", "NcclBackend", "pip install nvidia-nccl-cu12"),
-    ("hccl_backend", "HcclBackend", "install the CANN toolkit"),
+    ("plugins.nccl", "NcclBackend", "pip install nvidia-nccl-cu12"),
+    ("plugins.hccl", "HcclBackend", "install the CANN toolkit"),
 ])
 def test_missing_library_is_a_reason_not_an_error(tmp_path, module, cls, words):
     out = _probe_in_clean_process(tmp_path, module, cls)
@@ -44,7 +44,7 @@ def test_missing_library_is_a_reason_not_an_error(tmp_path, module, cls, words):
 
 
 def test_get_unusable_vendor_backend_raises_backend_unavailable(tmp_path):
-    pytest.importorskip("pycoll.tcp_backend", reason="plugins._builtin() imports the TCP backend (branch infra)")
+    pytest.importorskip("pycoll.plugins.tcp", reason="plugins._builtin() imports the TCP backend (branch infra)")
     code = ("import pycoll.plugins as p\n"
             "try:\n    p.get('nccl')\nexcept p.BackendUnavailable as e:\n    print('unavailable:', e)\n"
             "print([s.name for s in p.statuses()])")

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from multiproc import Ranks
-from pycoll import _sim, tuning
+from pycoll import tuning
+from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS
 
 

@@ -1,4 +1,4 @@
-"""Start N local ranks of a Python module through `pycoll run`'s launcher (pycoll.cli.run.launch)."""
+"""Start N local ranks of a Python module through pycoll's launcher (pycoll.launcher.launch_module)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ class RankFailed(RuntimeError):
 
 def run_module(n: int, module: str, args=(), *, timeout: float | None = None) -> None:
     """`python -m module args` as ranks 0..n-1; RankFailed unless every rank exits 0."""
-    from pycoll.cli.run import launch_module
+    from pycoll.launcher import launch_module
 
     code = launch_module(module, n, args, timeout=timeout)
     if code != 0:

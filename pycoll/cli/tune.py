@@ -1,6 +1,6 @@
 """``pycoll tune [-n N]``: measure this machine's cost-model constants for algorithm="auto" and store them."""
 
-from pycoll.cli.run import launch_module
+from pycoll.launcher import launch_module
 
 
 def register(subparsers):

@@ -59,7 +59,7 @@ def vendor_fixtures(name: str):
 
 
 def _backend_class(name: str):
-    return getattr(importlib.import_module(f"pycoll.{name}_backend"), f"{name.capitalize()}Backend")
+    return getattr(importlib.import_module(f"pycoll.plugins.{name}"), f"{name.capitalize()}Backend")
 
 
 def make_engine(name: str, rank, world, timeout, options=None):
@@ -81,7 +81,7 @@ def all_reduce_error(engine, x, op, accuracy):
 
 def probe_without_library(name: str, tmp_path) -> str:
     """What backend `name`'s probe() says, in a fresh process, when its library variable names no file."""
-    code = (f"from pycoll.{name}_backend import {name.capitalize()}Backend; "
+    code = (f"from pycoll.plugins.{name} import {name.capitalize()}Backend; "
             f"print({name.capitalize()}Backend().probe())")
     variable = LIBRARY_VARIABLES[name][0]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True,

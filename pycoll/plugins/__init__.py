@@ -4,6 +4,11 @@ Modelled on NCCL's versioned plugin structs: a backend states the plugin API ver
 memory it takes and what it supports, answers `probe()` before use, and only then creates engines. Built-in
 backends register by name here; third-party ones through the entry-point group ``pycoll.backends``, whose
 objects are Backend subclasses (or instances).
+
+The built-in backends live beside this file, each registered when imported:
+tcp          host memory over sockets: pycoll's own algorithms in libpycoll (native/)
+nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (vendor.py holds their shared
+             engine; device_ring.py and device_twosum.py the compensated all-reduce over NCCL)
 """
 
 from __future__ import annotations
@@ -117,9 +122,9 @@ def _load_entry_points() -> None:
 
 def _builtin() -> None:
     # Importing a built-in backend module registers it.
-    import pycoll.hccl_backend  # noqa: F401
-    import pycoll.nccl_backend  # noqa: F401
-    import pycoll.tcp_backend  # noqa: F401
+    import pycoll.plugins.hccl  # noqa: F401
+    import pycoll.plugins.nccl  # noqa: F401
+    import pycoll.plugins.tcp  # noqa: F401
 
 
 def get(name: str) -> Backend:

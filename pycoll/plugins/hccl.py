@@ -11,7 +11,7 @@ import math
 import os
 
 from pycoll import plugins
-from pycoll.vendor_engine import VendorBackend, VendorEngine, divide_in_place, load_first
+from pycoll.plugins.vendor import VendorBackend, VendorEngine, divide_in_place, load_first
 
 _AVG = 4
 _SUM = 0
@@ -40,7 +40,7 @@ def _candidates(env, name):
 
 def load():
     """None when HCCL and AscendCL are loaded, else why not and what to install or set."""
-    from pycoll import _vendor
+    from pycoll._bindings import vendor as _vendor
     why = load_first(_vendor.hccl_load, _candidates("PYCOLL_HCCL_LIBRARY", "libhccl.so"))
     if why:
         return (f"libhccl.so not found -- install the CANN toolkit and source its set_env.sh "
@@ -66,11 +66,11 @@ class HcclEngine(VendorEngine):
         super().__init__(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
 
     def _new_id(self):
-        from pycoll import _vendor
+        from pycoll._bindings import vendor as _vendor
         return _vendor.hccl_root_info()
 
     def _new_comm(self, root_info):
-        from pycoll import _vendor
+        from pycoll._bindings import vendor as _vendor
         return _vendor.HcclComm(root_info, self.rank, self.size, self.timeout)
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):

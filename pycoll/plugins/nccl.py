@@ -5,7 +5,7 @@ Where NCCL comes from, first found wins: PYCOLL_NCCL_LIBRARY; the nvidia-nccl-cu
 PYCOLL_CUDART_LIBRARY; the nvidia-cuda-runtime wheels; the system's libcudart.
 
 accuracy="compensated" runs pycoll's ring over ncclSend/ncclRecv with the arithmetic on the device
-(pycoll.device_ring); everything else is NCCL's own collectives.
+(pycoll.plugins.device_ring); everything else is NCCL's own collectives.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from pycoll import device_ring, plugins
-from pycoll.vendor_engine import VendorBackend, VendorEngine, current_stream, load_first
+from pycoll import plugins
+from pycoll.plugins import device_ring
+from pycoll.plugins.vendor import VendorBackend, VendorEngine, current_stream, load_first
 
 # pycoll algorithm -> NCCL_ALGO while that communicator is created. NCCL has no halving-doubling or recursive
 # doubling; Tree (a double binary tree, also log-depth) is the nearest. "mesh" means the one-hop algorithms
@@ -52,7 +53,7 @@ def cudart_candidates():
 
 def load():
     """None when NCCL and the CUDA runtime are loaded, else why not and what to install or set."""
-    from pycoll import _vendor
+    from pycoll._bindings import vendor as _vendor
     why = load_first(_vendor.nccl_load, nccl_candidates())
     if why:
         return (f"libnccl.so.2 not found -- pip install nvidia-nccl-cu12 (or set PYCOLL_NCCL_LIBRARY) [{why}]")
@@ -69,11 +70,11 @@ class NcclEngine(VendorEngine):
     algorithm_settings = NCCL_ALGORITHMS
 
     def _new_id(self):
-        from pycoll import _vendor
+        from pycoll._bindings import vendor as _vendor
         return _vendor.nccl_unique_id()
 
     def _new_comm(self, unique_id):
-        from pycoll import _vendor
+        from pycoll._bindings import vendor as _vendor
         return _vendor.NcclComm(unique_id, self.rank, self.size, self.timeout)
 
     def _check_device(self, buf):

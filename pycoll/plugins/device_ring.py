@@ -1,5 +1,5 @@
 """pycoll's compensated ring (native/algorithms/ring.c) over a vendor communicator's send/recv, the arithmetic
-on the device with an array module (pycoll.device_twosum): CuPy on a GPU, numpy on host memory (what the fake
+on the device with an array module (pycoll.plugins.device_twosum): CuPy on a GPU, numpy on host memory (what the fake
 vendor libraries in tests/fakes hand out as "device" memory).
 
 The schedule and guarantees are the C ring's. The count is split into N blocks (the first count % N one
@@ -8,7 +8,7 @@ r-1, adding its own values to it; the partials travel as (sum, comp) pairs (floa
 pairs), so nothing is lost on the way. After N-1 steps rank r holds all of block r and rounds it once (avg:
 divides it once). All-gather ships the rounded values, so every rank ends with the same bits.
 
-`comm` is a pycoll._vendor.NcclComm (anything with send_recv(send, send_count, send_peer, recv, recv_count,
+`comm` is a pycoll._bindings.vendor.NcclComm (anything with send_recv(send, send_count, send_peer, recv, recv_count,
 recv_peer, dtype, stream) that blocks until both halves are done); buffers are pycoll Buffers.
 """
 
@@ -18,7 +18,7 @@ import contextlib
 
 import numpy as np
 
-from pycoll.device_twosum import ACCUMULATOR, PairMath
+from pycoll.plugins.device_twosum import ACCUMULATOR, PairMath
 
 __all__ = ["COMPENSATED_DTYPES", "array_module", "ring_all_reduce", "ring_reduce_scatter", "ring_reduce"]
 

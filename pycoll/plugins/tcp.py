@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from pycoll import plugins
-from pycoll._comm import NativeComm
+from pycoll._bindings.comm import NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS
 from pycoll.dtypes import dtype_id
 
@@ -97,7 +97,7 @@ def _share_cost_model(native, rank, world_size):
     even when hosts differ. A NaN first value means "keep the defaults"."""
     import numpy as np
 
-    from pycoll._comm import COST_MODEL_LEN
+    from pycoll._bindings.comm import COST_MODEL_LEN
     from pycoll.tuning import load
 
     model = load() if rank == 0 else None

@@ -8,7 +8,7 @@ from libc.stdlib cimport malloc, free
 
 from cpython.exc cimport PyErr_Occurred
 
-from pycoll.libpycoll cimport *
+from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 

@@ -6,7 +6,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset, strncpy
 
-from pycoll.libpycoll cimport *
+from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 

@@ -4,7 +4,7 @@ maps dtypes and ops to ids and validates arrays; this module takes any C-contigu
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uintptr_t
 
-from pycoll.libpycoll cimport *
+from pycoll._bindings.libpycoll cimport *
 
 
 cdef int _acquire(object obj, Py_buffer *view, bint writable, str name) except -1:

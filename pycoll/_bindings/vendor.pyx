@@ -4,9 +4,9 @@ communicators. Pointers and streams arrive as integers; dtype and op as pycoll i
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
 
-from pycoll.libpycoll cimport *
+from pycoll._bindings.libpycoll cimport *
 
-from pycoll._comm import error_for_status
+from pycoll._bindings.comm import error_for_status
 from pycoll.errors import CommunicatorClosed
 
 NCCL_UNIQUE_ID_BYTES = 128
