@@ -151,6 +151,8 @@ class HandshakeServer:
         self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=10.0)
+        elif self._thread.ident is None:  # never started: release what the loop would have
+            self._cleanup()
         self._wake_w.close()
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -178,11 +180,14 @@ class HandshakeServer:
                 self._resume_listener(now)
                 self.on_tick(now)
         finally:
-            for conn in list(self._pending) + list(self.admitted):
-                self.drop(conn, None)
-            self._selector.close()
-            self.close_listener()
-            self._wake_r.close()
+            self._cleanup()
+
+    def _cleanup(self):
+        for conn in list(self._pending) + list(self.admitted):
+            self.drop(conn, None)
+        self.close_listener()
+        self._selector.close()
+        self._wake_r.close()
 
     def close_listener(self):
         """No connection is accepted after this, and those still in the handshake are dropped (loop thread)."""
