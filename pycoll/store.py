@@ -40,6 +40,7 @@ _F64 = struct.Struct("!d")
 _OP_SET, _OP_GET, _OP_ADD, _OP_CHECK = 1, 2, 3, 4
 _ST_OK, _ST_TIMEOUT, _ST_ERROR = 0, 1, 2
 
+FAILURE_GRACE = 1.0  # seconds a failed rendezvous's store stays up for ranks that have not connected yet
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
 
 
@@ -122,6 +123,7 @@ class _StoreServer(listener.HandshakeServer):
         # a closing server still serves its own clients and a restarted one is noticed.
         self.instance = secrets.token_hex(8)
         self._closing = False
+        self._failed_at = None  # when a rank failed the secret check (the rendezvous cannot succeed)
         self.start()
 
     def stop(self, linger):
@@ -129,14 +131,18 @@ class _StoreServer(listener.HandshakeServer):
         retries until the next server is up), then stops once every client has disconnected, or after
         ``linger`` seconds: ranks still reading the store when rank 0 finishes must not lose it."""
         self._closing = True
-        self._idle.wait(linger)
+        end = time.monotonic() + linger
+        if self._failed_at is not None:
+            # Ranks still starting learn why the job failed instead of timing out on a store that is gone.
+            time.sleep(max(min(self._failed_at + FAILURE_GRACE, end) - time.monotonic(), 0.0))
+        self._idle.wait(max(end - time.monotonic(), 0.0))
         super().stop()
 
     def new_hello(self):
         return handshake.new_hello(handshake.KIND_STORE, -1, 0, self.instance, self.secret)
 
     def screen(self, peer):
-        if self._closing and peer.job_id != self.instance:
+        if self._closing and self._failed_at is None and peer.job_id != self.instance:
             raise handshake.Refused("the store is closing: it takes no new clients")
 
     def on_admitted(self, conn):
@@ -154,6 +160,7 @@ class _StoreServer(listener.HandshakeServer):
             message = (f"rank {peer.rank} failed the shared-secret check of the rendezvous store (rank 0's "
                        f"{self.name} at port {self.port}): {exc}; every rank needs the same PYCOLL_SECRET")
             self._put(AUTH_FAILURE_KEY.encode(), message.encode())
+            self._failed_at = time.monotonic()
 
     def on_data(self, conn):
         if len(conn.inbuf) > MAX_FRAME_BYTES + _U32.size:
@@ -567,4 +574,79 @@ def store_port(master_port, env=None):
 def create_store(launch, *, timeout=300.0, secret=None, env=None):
     """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address."""
     return TCPStore(launch.master_addr, store_port(launch.master_port, env), is_server=launch.rank == 0,
-                    timeout=timeout, secret=secret)
+                    timeout=timeout, secret=secret, rank=launch.rank)
+
+
+RENDEZVOUS_PREFIX = "pycoll/rdv"
+
+
+class Rendezvous:
+    """One rendezvous's view of a store, used like a store: every key lives under pycoll/rdv/<generation>/,
+    so an init never reads what an earlier init of the job left in the same store (on a FileStore, or on a
+    TCPStore still shutting down). check_failures() raises what was recorded for the whole job: a rank that
+    failed the secret check at the store's server or at a peer."""
+
+    def __init__(self, store, generation):
+        self.store, self.generation = store, generation
+        self.prefix = f"{RENDEZVOUS_PREFIX}/{generation}"
+        self.timeout = store.timeout
+
+    def _key(self, key):
+        _key_bytes(key)
+        return f"{self.prefix}/{key}"
+
+    def set(self, key, value):
+        self.store.set(self._key(key), value)
+
+    def get(self, key, timeout=None):
+        return self.store.get(self._key(key), timeout)
+
+    def add(self, key, n):
+        return self.store.add(self._key(key), n)
+
+    def check(self, keys):
+        return self.store.check([self._key(k) for k in _key_list(keys)])
+
+    def check_failures(self):
+        """Raises pycoll.AuthenticationError if one was recorded; PeerFailure(rank=0) if the store is gone."""
+        for store, key in ((self.store, AUTH_FAILURE_KEY), (self, AUTH_FAILURE_KEY)):
+            if store.check(key):
+                raise AuthenticationError(store.get(key, 0.0).decode(errors="replace"))
+
+    def record_failure(self, exc):
+        self.set(AUTH_FAILURE_KEY, str(exc).encode())
+
+    def close(self):
+        """The store belongs to whoever opened it."""
+
+
+def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
+    """(the store this process opened or None, this rendezvous's Rendezvous or None for a single rank).
+
+    Every rank's init adds one to a counter: the n-th init of a job on one store is generation
+    (n - 1) // world_size. Rank 0's own TCPStore is new, so there the generation must be 0: a rank that gets
+    more reached the previous rendezvous's server while rank 0 was closing it, and reconnects until the new
+    one is up."""
+    if store is not None:
+        return None, Rendezvous(store, _next_generation(store, launch.world_size))
+    if launch.world_size == 1:
+        return None, None
+    deadline = time.monotonic() + timeout
+    while True:
+        own = create_store(launch, timeout=timeout, secret=secret, env=env)
+        try:
+            generation = _next_generation(own, launch.world_size)
+        except BaseException:
+            own.close(linger=0)
+            raise
+        if generation == 0:
+            return own, Rendezvous(own, 0)
+        own.close(linger=0)
+        if time.monotonic() > deadline:
+            raise Timeout(f"the rendezvous store at {own.host}:{own.port} still served a finished rendezvous "
+                          f"after {timeout:g} s (rank 0 did not close its previous communicator)")
+        time.sleep(0.05)
+
+
+def _next_generation(store, world_size):
+    return (store.add(f"{RENDEZVOUS_PREFIX}/arrivals", 1) - 1) // world_size
