@@ -2,8 +2,9 @@
 
 cycles: TEST_CYCLES rounds of init -> all_reduce -> close on the same MASTER_PORT, stopping at the first
         failure; prints {"cycles": succeeded, "times": [...], "error": ..., "message": ...}.
-late:   prints {"ready": true} just before init (rank TEST_LATE first sleeps TEST_LATE_DELAY s), then one
-        JSON line with the error class, its message, its rank and the wall-clock time it was raised.
+late:   prints {"ready": true} just before init (rank TEST_LATE first sleeps TEST_LATE_DELAY s, or waits for
+        the file TEST_GO_FILE to exist), then one JSON line with the error class, its message, its rank and
+        the wall-clock time it was raised, or "ok" and how long init took.
 """
 
 import json
@@ -48,9 +49,14 @@ if scenario == "cycles":
 elif scenario == "late":
     if rank == int(os.environ.get("TEST_LATE", "-1")):
         time.sleep(float(os.environ.get("TEST_LATE_DELAY", "0")))
+        go_file, give_up = os.environ.get("TEST_GO_FILE"), time.monotonic() + timeout
+        while go_file and not os.path.exists(go_file) and time.monotonic() < give_up:
+            time.sleep(0.02)
     emit({"rank": rank, "ready": True})
+    start = time.monotonic()
     try:
         with pycoll.init(timeout=timeout) as comm:
+            report["init_s"] = time.monotonic() - start
             comm.barrier()
             report["ok"] = True
     except pycoll.PycollError as exc:
