@@ -129,13 +129,13 @@ class _Watch:
     def check(self):
         if self._acceptor.auth_failure is not None:
             raise errors.AuthenticationError(self._acceptor.auth_failure)
-        for peer, sock in enumerate(self._peers):
-            if sock is not None and _closed(sock):
-                raise PeerFailure(f"rank {peer} closed its connection to rank {self._rank} before every rank had "
-                                  "joined (did it exit?)", rank=peer)
+        gone = next((peer for peer, sock in enumerate(self._peers) if sock is not None and _closed(sock)), None)
         check_failures = getattr(self._store, "check_failures", None)
         if check_failures is not None:
-            check_failures()
+            check_failures()  # after looking at the peers: a recorded failure is why a peer left
+        if gone is not None:
+            raise PeerFailure(f"rank {gone} closed its connection to rank {self._rank} before every rank had "
+                              "joined (did it exit?)", rank=gone)
 
     def record(self, exc):
         """Tells every rank (best effort: the store may be what failed)."""

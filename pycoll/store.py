@@ -31,6 +31,7 @@ MAX_VALUE_BYTES = 64 << 20
 MAX_FRAME_BYTES = MAX_VALUE_BYTES + MAX_KEY_BYTES + 64
 DEFAULT_MAX_BYTES = 64 << 20  # all keys and values together (a stranger must not fill rank 0's memory)
 MAX_BYTES_ENV = "PYCOLL_STORE_MAX_BYTES"
+MAX_CLIENTS = 4096  # admitted connections; those still in the handshake are bounded apart (pycoll.listener)
 AUTH_FAILURE_KEY = "pycoll/auth-failure"  # set by the server when a rank fails the secret check
 
 _U32 = struct.Struct("!I")
@@ -144,6 +145,10 @@ class _StoreServer(listener.HandshakeServer):
     def screen(self, peer):
         if self._closing and self._failed_at is None and peer.job_id != self.instance:
             raise handshake.Refused("the store is closing: it takes no new clients")
+
+    def admit_check(self, peer):
+        if len(self.admitted) >= MAX_CLIENTS:
+            raise handshake.HandshakeError(f"{len(self.admitted)} clients are already connected")
 
     def on_admitted(self, conn):
         self._idle.clear()
