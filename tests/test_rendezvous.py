@@ -78,6 +78,7 @@ def test_store_host_dying_is_a_peer_failure_naming_rank_0_within_2s(late):
         killed_at = time.time()
         os.kill(ranks.procs[0].pid, signal.SIGKILL)
         report = ranks.reports([waiting], deadline_s=20)[waiting]
+    print(f"rank {waiting} raised {report.get('error')} {report['raised_at'] - killed_at:.2f} s after rank 0 died")
     assert report.get("error") == "PeerFailure", report
     assert report["failed_rank"] == 0 and "rank 0" in report["message"], report
     assert report["raised_at"] - killed_at < 2.0, report
@@ -91,6 +92,8 @@ def test_a_rank_failing_the_secret_check_fails_every_rank_within_2s(bad_secret):
                rank_env=lambda r: {"PYCOLL_SECRET": bad_secret if r == 2 else "s3cret"}) as ranks:
         reports = ranks.reports()
     failed_at = reports[2]["raised_at"]
+    print("raised after rank 2's own error: " + ", ".join(
+        f"rank {r} {rep['raised_at'] - failed_at:+.2f} s" for r, rep in reports.items()))
     for rank, rep in reports.items():
         assert rep.get("error") == "AuthenticationError", rep
         assert "rank 2" in rep["message"], rep
