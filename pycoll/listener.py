@@ -104,7 +104,6 @@ class HandshakeServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._pending = collections.OrderedDict()  # connection -> None, oldest first
         self.admitted = set()
-        self._calls = collections.deque()  # functions to run on the loop's thread
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name=f"pycoll-{name}", daemon=True)
 
@@ -137,11 +136,6 @@ class HandshakeServer:
     def start(self):
         self._thread.start()
 
-    def call_soon(self, fn):
-        """Runs ``fn()`` on the loop's thread."""
-        self._calls.append(fn)
-        self.wake()
-
     def wake(self):
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
@@ -171,8 +165,6 @@ class HandshakeServer:
                             self._wake_r.recv(4096)
                     elif key.data in self._pending or key.data in self.admitted:
                         self._on_event(key.data, mask)
-                while self._calls:
-                    self._calls.popleft()()
                 if accept and self._listening:
                     self._accept()
                 now = time.monotonic()
@@ -185,22 +177,17 @@ class HandshakeServer:
     def _cleanup(self):
         for conn in list(self._pending) + list(self.admitted):
             self.drop(conn, None)
-        self.close_listener()
+        self._close_listener()
         self._selector.close()
         self._wake_r.close()
 
-    def close_listener(self):
-        """No connection is accepted after this, and those still in the handshake are dropped (loop thread)."""
-        if self._listener is None:
-            return
+    def _close_listener(self):
         if self._listening:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(self._listener)
         self._listening = False
         self._listener.close()
         self._listener = None
-        for conn in list(self._pending):
-            self.drop(conn, None)
 
     def _accept(self):
         for _ in range(ACCEPT_BATCH):
@@ -241,7 +228,7 @@ class HandshakeServer:
         self._resume_at = time.monotonic() + ACCEPT_PAUSE
 
     def _resume_listener(self, now):
-        if self._resume_at is not None and now >= self._resume_at and self._listener is not None:
+        if self._resume_at is not None and now >= self._resume_at:
             self._resume_at = None
             self._listening = True
             self._selector.register(self._listener, selectors.EVENT_READ, "listener")
