@@ -18,13 +18,12 @@ import time
 
 from pycoll import errors, handshake, listener
 from pycoll.errors import PeerFailure, PycollError, Timeout
-from pycoll.store import missing_ranks_message
+from pycoll.store import WATCH_INTERVAL, get_watching, missing_ranks_message
 
 log = logging.getLogger("pycoll")
 
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT = 5.0  # a connection that stays silent this long is dropped, so it cannot stall the mesh
-WATCH_INTERVAL = 0.2  # how often a waiting rank checks for failures elsewhere (see _Watch)
 _SIOCGIFADDR = 0x8915  # linux/sockios.h
 _IFNAMSIZ = 16
 
@@ -206,8 +205,9 @@ def _check_peer(own, peer, expected_rank):
 
 def _connect_to(store, key, peer_rank, hello, secret, deadline, watch):
     """A socket to ``peer_rank`` after the handshake, or None if it cannot be had before the deadline."""
-    address = _get_watching(store, key, deadline, watch)
-    if address is None:
+    try:
+        address = get_watching(store, key, deadline, watch.check)
+    except Timeout:
         log.warning("mesh: rank %d never published its address", peer_rank)
         return None
     host, port = _parse_address(address.decode())
@@ -235,18 +235,6 @@ def _connect_to(store, key, peer_rank, hello, secret, deadline, watch):
         time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
         delay = min(delay * 2, 0.5)
     return None
-
-
-def _get_watching(store, key, deadline, watch):
-    """store.get(key) in slices of WATCH_INTERVAL, checking ``watch`` in between; None at the deadline."""
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            return store.get(key, timeout=max(min(remaining, WATCH_INTERVAL), 0.0))
-        except Timeout:
-            if remaining <= WATCH_INTERVAL:
-                return None
-        watch.check()
 
 
 def _close_all(peers):

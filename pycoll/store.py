@@ -41,6 +41,7 @@ _F64 = struct.Struct("!d")
 _OP_SET, _OP_GET, _OP_ADD, _OP_CHECK = 1, 2, 3, 4
 _ST_OK, _ST_TIMEOUT, _ST_ERROR = 0, 1, 2
 
+WATCH_INTERVAL = 0.2  # how often a rank waiting on the rendezvous checks for failures elsewhere
 FAILURE_GRACE = 1.0  # seconds a failed rendezvous's store stays up for ranks that have not connected yet
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
 
@@ -604,7 +605,12 @@ class Rendezvous:
         self.store.set(self._key(key), value)
 
     def get(self, key, timeout=None):
-        return self.store.get(self._key(key), timeout)
+        """Like the store's get, but a failure recorded for the job ends the wait at once."""
+        wait = self.timeout if timeout is None else _check_timeout("timeout", timeout)
+        try:
+            return get_watching(self.store, self._key(key), time.monotonic() + wait, self.check_failures)
+        except Timeout:
+            raise Timeout(f"key {key!r} was not set within {wait:g} s") from None
 
     def add(self, key, n):
         return self.store.add(self._key(key), n)
@@ -614,15 +620,28 @@ class Rendezvous:
 
     def check_failures(self):
         """Raises pycoll.AuthenticationError if one was recorded; PeerFailure(rank=0) if the store is gone."""
-        for store, key in ((self.store, AUTH_FAILURE_KEY), (self, AUTH_FAILURE_KEY)):
-            if store.check(key):
-                raise AuthenticationError(store.get(key, 0.0).decode(errors="replace"))
+        for key in (AUTH_FAILURE_KEY, self._key(AUTH_FAILURE_KEY)):  # the server's record, then the ranks'
+            if self.store.check(key):
+                raise AuthenticationError(self.store.get(key, 0.0).decode(errors="replace"))
 
     def record_failure(self, exc):
         self.set(AUTH_FAILURE_KEY, str(exc).encode())
 
     def close(self):
         """The store belongs to whoever opened it."""
+
+
+def get_watching(store, key, deadline, check):
+    """store.get(key) in slices of WATCH_INTERVAL with ``check()`` (which raises to give up) in between, so that
+    a failure elsewhere ends the wait at once; Timeout at ``deadline`` (time.monotonic())."""
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return store.get(key, timeout=max(min(remaining, WATCH_INTERVAL), 0.0))
+        except Timeout:
+            if remaining <= WATCH_INTERVAL:
+                raise
+        check()
 
 
 def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):

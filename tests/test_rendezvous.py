@@ -20,7 +20,8 @@ from multiproc import SCRIPTS, Ranks
 from pycoll import handshake, listener
 from pycoll.errors import PycollError
 from pycoll.mesh import connect_mesh
-from pycoll.store import TCPStore
+from pycoll.launch_env import LaunchEnv
+from pycoll.store import FileStore, Rendezvous, TCPStore, rendezvous
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,6 +68,17 @@ def test_a_closing_store_refuses_new_clients_but_serves_its_own():
     closer.join()
 
 
+def test_each_init_on_one_store_reads_only_its_own_keys(tmp_path):
+    store = FileStore(tmp_path, timeout=5.0)
+    first = [rendezvous(LaunchEnv(r, 2, r, HOST, 1, "env"), store)[1] for r in range(2)]
+    first[0].set("mesh/0", b"old address")
+    second = [rendezvous(LaunchEnv(r, 2, r, HOST, 1, "env"), store)[1] for r in range(2)]
+    assert [v.generation for v in first + second] == [0, 0, 1, 1]
+    assert not second[1].check("mesh/0")  # the previous init's key is not seen
+    with pytest.raises(pycoll.Timeout, match="'mesh/0' was not set within 0.3 s"):
+        second[1].get("mesh/0", timeout=0.3)
+
+
 # -- 3. failures end every rank's wait at once ---------------------------------------------------------------
 @pytest.mark.parametrize("late", [1, 2])
 def test_store_host_dying_is_a_peer_failure_naming_rank_0_within_2s(late):
@@ -98,6 +110,16 @@ def test_a_rank_failing_the_secret_check_fails_every_rank_within_2s(bad_secret):
         assert rep.get("error") == "AuthenticationError", rep
         assert "rank 2" in rep["message"], rep
         assert rep["raised_at"] - failed_at < 2.0, (rank, rep)
+
+
+def test_a_rendezvous_wait_ends_as_soon_as_a_failure_is_recorded(tmp_path):
+    view = Rendezvous(FileStore(tmp_path, timeout=30.0), 0)
+    failure = pycoll.AuthenticationError("rank 3 failed the shared-secret check of rank 1")
+    threading.Timer(0.3, view.record_failure, args=(failure,)).start()
+    start = time.monotonic()
+    with pytest.raises(pycoll.AuthenticationError, match="rank 3 failed"):
+        view.get("never", timeout=30.0)
+    assert time.monotonic() - start < 2.0
 
 
 def test_authentication_error_is_a_pycoll_error():
