@@ -5,8 +5,8 @@
         comm.all_reduce(x)               # in place, every rank gets the sum
 """
 
-from pycoll.errors import (BackendUnavailable, CommunicatorClosed, MismatchError, PeerFailure, PycollError,
-                           Timeout)
+from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
+                           PeerFailure, PycollError, Timeout)
 from pycoll.comm import Communicator, backends, init
 
 __version__ = "0.1.0"
@@ -14,4 +14,5 @@ __version__ = "0.1.0"
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
 __all__ = ["init", "backends", "Communicator", "PycollError", "Timeout", "PeerFailure", "MismatchError",
-           "BackendUnavailable", "CommunicatorClosed", "SUM", "PROD", "MIN", "MAX", "AVG"]
+           "BackendUnavailable", "CommunicatorClosed", "AuthenticationError",
+           "SUM", "PROD", "MIN", "MAX", "AVG"]

@@ -226,7 +226,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
     The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
     """
-    from pycoll.store import create_store
+    from pycoll.store import rendezvous
 
     if backend is None:
         backend = os.environ.get("PYCOLL_BACKEND") or "tcp"
@@ -238,9 +238,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
     launch_env.warn_if_single_rank(env, rank, world_size)
     secret = _secret_bytes(secret)
-    own_store = None
-    if store is None and env.world_size > 1:
-        store = own_store = create_store(env, timeout=timeout, secret=secret)
+    own_store, store = rendezvous(env, store, timeout=timeout, secret=secret)  # keys scoped to this init
     job_id = job_id or launch_env.job_id() or f"{env.master_addr}:{env.master_port}"
     try:
         engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),

@@ -31,3 +31,7 @@ class BackendUnavailable(PycollError):
 
 class CommunicatorClosed(PycollError):
     """The communicator was closed, or an earlier error broke it."""
+
+
+class AuthenticationError(PycollError):
+    """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""

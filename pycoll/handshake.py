@@ -13,8 +13,9 @@ cannot be replayed on another connection, and the role label stops one side's pr
 the other's. Authentication is mutual: the client checks the server's proof before sending its own. Both sides
 must agree on whether a secret is used (the AUTH flag); a mismatch fails the handshake.
 
-The functions below that build and check messages are shared by the blocking helpers here and by the
-store's non-blocking server.
+The functions below that build and check messages are shared by the blocking client here and by
+ServerHandshake, the server side as a state machine that the non-blocking servers (the store and the mesh
+listeners, pycoll.listener) feed with the bytes each connection receives.
 """
 
 import dataclasses
@@ -25,6 +26,7 @@ import socket
 import struct
 import time
 
+from pycoll import errors
 from pycoll.errors import PycollError, Timeout
 
 MAGIC = b"PYCL"
@@ -46,8 +48,13 @@ class HandshakeError(PycollError):
     """A connection broke the handshake protocol; it is dropped."""
 
 
-class AuthenticationError(HandshakeError):
-    """The two sides do not share the same secret."""
+class AuthenticationError(HandshakeError, errors.AuthenticationError):
+    """The two sides do not share the same secret (also a pycoll.AuthenticationError)."""
+
+
+class Refused(HandshakeError):
+    """The server closed the connection before replying: it is shutting down, or dropped us to make room
+    while flooded. Worth retrying, unlike other handshake errors."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +150,10 @@ def _send_all(sock, data, deadline):
 
 
 def _recv_hello(sock, deadline):
-    header = recv_exact(sock, HELLO_HEADER.size, deadline)
+    try:
+        header = recv_exact(sock, HELLO_HEADER.size, deadline)
+    except (HandshakeError, ConnectionResetError) as exc:
+        raise Refused(f"the server closed the connection before replying ({exc})") from None
     rest = recv_exact(sock, hello_length(header) - HELLO_HEADER.size, deadline)
     return header + rest
 
@@ -175,22 +185,65 @@ def client_handshake(sock, hello, secret, deadline, check=None):
     return peer
 
 
-def server_handshake(sock, hello, secret, deadline, admit):
-    """Run the server side on an accepted blocking socket; returns the client's Hello.
+class ServerHandshake:
+    """The server side of one connection's handshake, for non-blocking servers: ``feed`` it what arrived, it
+    sends through ``send`` what the client must get back. ``peer`` is the client's Hello from the moment it
+    arrives (so that a failure can name the rank the client claimed); ``done`` once the ACK is sent.
 
-    ``admit(client_hello)`` runs once the client is authenticated and raises HandshakeError to refuse it.
-    """
-    theirs = _recv_hello(sock, deadline)
-    peer = decode_hello(theirs)
-    if peer.kind != hello.kind:
-        raise HandshakeError(f"client speaks connection kind {peer.kind}, expected {hello.kind}")
-    own = hello.encode()
-    # Reply before checking that both sides agree on using a secret, so that the client can say why it failed.
-    _send_all(sock, own + (proof(secret, ROLE_SERVER, theirs, own) if secret is not None else b""), deadline)
-    check_auth_agreement(secret, peer, "client")
-    if secret is not None:
-        if not check_proof(secret, ROLE_CLIENT, theirs, own, recv_exact(sock, PROOF_BYTES, deadline)):
-            raise AuthenticationError("authentication failed: the client's proof is wrong")
-    admit(peer)
-    _send_all(sock, ACK, deadline)
-    return peer
+    ``screen(peer)`` runs as soon as the client's Hello arrives, before any reply, and raises HandshakeError to
+    turn the client away unanswered (it then sees Refused and may retry); ``admit(peer)`` runs once the client
+    is authenticated, before the ACK, and raises HandshakeError to refuse it."""
+
+    MAX_BUFFERED = HELLO_HEADER.size + MAX_JOB_ID_BYTES + NONCE_BYTES + PROOF_BYTES
+
+    def __init__(self, hello, secret, admit=None, screen=None):
+        self._hello, self._secret, self._admit, self._screen = hello, secret, admit, screen
+        self._own = self._theirs = b""
+        self.peer = None
+        self.state = "hello"  # -> "proof" (with a secret) -> "done"
+
+    @property
+    def done(self):
+        return self.state == "done"
+
+    def feed(self, inbuf, send):
+        """Consumes what it can of ``inbuf`` (a bytearray). Raises HandshakeError (AuthenticationError when the
+        secret check fails) to have the connection dropped."""
+        if self.state == "hello" and self._take_hello(inbuf, send) and self._secret is None:
+            self._finish(send)
+        if self.state == "proof" and len(inbuf) >= PROOF_BYTES:
+            received = bytes(inbuf[:PROOF_BYTES])
+            del inbuf[:PROOF_BYTES]
+            if not check_proof(self._secret, ROLE_CLIENT, self._theirs, self._own, received):
+                raise AuthenticationError("authentication failed: the client's proof is wrong")
+            self._finish(send)
+        if not self.done and len(inbuf) > self.MAX_BUFFERED:
+            # A client speaks only after our reply; more than a HELLO and a proof before that is junk.
+            raise HandshakeError(f"{len(inbuf)} bytes sent before the handshake finished")
+
+    def _take_hello(self, inbuf, send):
+        if len(inbuf) < HELLO_HEADER.size:
+            return False
+        need = hello_length(bytes(inbuf[:HELLO_HEADER.size]))
+        if len(inbuf) < need:
+            return False
+        self._theirs = bytes(inbuf[:need])
+        del inbuf[:need]
+        self.peer = decode_hello(self._theirs)
+        if self.peer.kind != self._hello.kind:
+            raise HandshakeError(f"client speaks connection kind {self.peer.kind}, expected {self._hello.kind}")
+        if self._screen is not None:
+            self._screen(self.peer)
+        self._own = self._hello.encode()
+        # Reply before checking that both sides agree on using a secret, so that the client can say why it failed.
+        send(self._own + (proof(self._secret, ROLE_SERVER, self._theirs, self._own)
+                          if self._secret is not None else b""))
+        check_auth_agreement(self._secret, self.peer, "client")
+        self.state = "proof"
+        return True
+
+    def _finish(self, send):
+        if self._admit is not None:
+            self._admit(self.peer)
+        self.state = "done"
+        send(ACK)

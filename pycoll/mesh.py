@@ -6,23 +6,24 @@ same world size, the expected rank, and with a secret mutual HMAC authentication
 a listener is logged and dropped while the rank keeps accepting.
 """
 
+import contextlib
 import fcntl
 import logging
 import os
-import selectors
+import select
 import socket
 import struct
 import threading
 import time
 
-from pycoll import handshake
-from pycoll.errors import PycollError, Timeout
-from pycoll.store import missing_ranks_message
+from pycoll import errors, handshake, listener
+from pycoll.errors import PeerFailure, PycollError, Timeout
+from pycoll.store import WATCH_INTERVAL, get_watching, missing_ranks_message
 
 log = logging.getLogger("pycoll")
 
 SOCKET_BUFFER_BYTES = 4 << 20
-HANDSHAKE_TIMEOUT = 10.0  # a connection that stays silent this long is dropped, so it cannot stall the mesh
+HANDSHAKE_TIMEOUT = 5.0  # a connection that stays silent this long is dropped, so it cannot stall the mesh
 _SIOCGIFADDR = 0x8915  # linux/sockios.h
 _IFNAMSIZ = 16
 
@@ -79,23 +80,27 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
     prefix = f"pycoll/mesh/{job_id}" if prefix is None else prefix
     deadline = time.monotonic() + timeout
     hello = handshake.new_hello(handshake.KIND_PEER, rank, world_size, job_id, secret)
-    listener = _listen(bind_addr, backlog=world_size + 16)
-    acceptor = _Acceptor(listener, hello, secret, deadline)
+    acceptor = _Acceptor(_listen(bind_addr, backlog=world_size + 16), hello, secret)
     peers = acceptor.peers
+    watch = _Watch(store, peers, acceptor)
     completed = False
     try:
-        host, port = listener.getsockname()[:2]
+        host, port = acceptor.address
         store.set(f"{prefix}/{rank}", _format_address(host, port).encode())
         acceptor.start()
         for lower in range(rank):
-            sock = _connect_to(store, f"{prefix}/{lower}", lower, hello, secret, deadline)
+            sock = _connect_to(store, f"{prefix}/{lower}", lower, hello, secret, deadline, watch)
             if sock is not None:
                 peers[lower] = sock
-        acceptor.wait(deadline)
+        while not acceptor.done and time.monotonic() < deadline:
+            watch.check()
+            acceptor.wait(min(deadline, time.monotonic() + WATCH_INTERVAL) - time.monotonic())
         completed = True
+    except errors.AuthenticationError as exc:
+        watch.record(exc)
+        raise
     finally:
         acceptor.stop()  # first: no connection is admitted after this
-        listener.close()
         if not completed:
             _close_all(peers)
     missing = [r for r in range(world_size) if r != rank and peers[r] is None]
@@ -108,6 +113,49 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         if sock is not None:
             sock.settimeout(None)
     return peers
+
+
+class _Watch:
+    """What a rank checks while it waits for the others, so that a failure elsewhere ends the wait at once
+    with its real reason instead of a Timeout at the deadline: a peer already connected that closed (it died),
+    the store's connection (rank 0 died: PeerFailure from the store), and authentication failures recorded in
+    the store by the store's server or by another rank (a store with ``check_failures``, store.Rendezvous)."""
+
+    def __init__(self, store, peers, acceptor):
+        self._store, self._peers, self._acceptor = store, peers, acceptor
+        self._rank = acceptor.rank
+
+    def check(self):
+        if self._acceptor.auth_failure is not None:
+            raise errors.AuthenticationError(self._acceptor.auth_failure)
+        gone = next((peer for peer, sock in enumerate(self._peers) if sock is not None and _closed(sock)), None)
+        check_failures = getattr(self._store, "check_failures", None)
+        if check_failures is not None:
+            check_failures()  # after looking at the peers: a recorded failure is why a peer left
+        if gone is not None:
+            raise PeerFailure(f"rank {gone} closed its connection to rank {self._rank} before every rank had "
+                              "joined (did it exit?)", rank=gone)
+
+    def record(self, exc):
+        """Tells every rank (best effort: the store may be what failed)."""
+        record_failure = getattr(self._store, "record_failure", None)
+        if record_failure is not None:
+            with contextlib.suppress(PycollError, OSError):
+                record_failure(exc)
+
+
+def _closed(sock):
+    """Whether the peer closed ``sock`` (it sends nothing before the mesh is complete but its first data)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""  # readable, so this does not block
+    except (BlockingIOError, InterruptedError, socket.timeout):
+        return False
+    except OSError:
+        return True
 
 
 def _listen(bind_addr, backlog):
@@ -155,15 +203,17 @@ def _check_peer(own, peer, expected_rank):
         raise handshake.HandshakeError(f"unexpected rank {peer.rank}")
 
 
-def _connect_to(store, key, peer_rank, hello, secret, deadline):
+def _connect_to(store, key, peer_rank, hello, secret, deadline, watch):
     """A socket to ``peer_rank`` after the handshake, or None if it cannot be had before the deadline."""
     try:
-        host, port = _parse_address(store.get(key, timeout=max(deadline - time.monotonic(), 0.0)).decode())
+        address = get_watching(store, key, deadline, watch.check)
     except Timeout:
         log.warning("mesh: rank %d never published its address", peer_rank)
         return None
+    host, port = _parse_address(address.decode())
     delay = 0.01
     while time.monotonic() < deadline:
+        watch.check()
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             _tune(sock)
@@ -172,17 +222,18 @@ def _connect_to(store, key, peer_rank, hello, secret, deadline):
             handshake.client_handshake(sock, hello, secret, deadline,
                                        lambda peer: _check_peer(hello, peer, lambda r: r == peer_rank))
             return sock
-        except handshake.AuthenticationError:
+        except handshake.AuthenticationError as exc:
             sock.close()
-            raise
+            raise handshake.AuthenticationError(f"rank {hello.rank} failed the shared-secret check with rank "
+                                                f"{peer_rank}: {exc}") from None
+        except (OSError, Timeout, handshake.Refused) as exc:
+            sock.close()
+            log.debug("mesh: connecting to rank %d at %s:%d: %s", peer_rank, host, port, exc)
         except handshake.HandshakeError as exc:
             sock.close()
             raise PycollError(f"mesh: rank {hello.rank} -> rank {peer_rank} at {host}:{port}: {exc}") from None
-        except (OSError, Timeout) as exc:
-            sock.close()
-            log.debug("mesh: connecting to rank %d at %s:%d: %s", peer_rank, host, port, exc)
-            time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-            delay = min(delay * 2, 0.5)
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+        delay = min(delay * 2, 0.5)
     return None
 
 
@@ -193,94 +244,60 @@ def _close_all(peers):
             peers[i] = None
 
 
-class _Acceptor:
-    """Accepts the higher ranks on a background thread; each connection's handshake runs on its own thread,
-    so one silent or slow connection cannot hold up the others."""
+class _Acceptor(listener.HandshakeServer):
+    """Accepts the higher ranks on the shared non-blocking core (pycoll.listener): one thread and one selector
+    however many connections arrive, so silent, slow or flooding ones cannot hold up the others."""
 
-    def __init__(self, listener, hello, secret, deadline):
-        self._listener, self._hello, self._secret, self._deadline = listener, hello, secret, deadline
+    def __init__(self, listening, hello, secret):
+        super().__init__(listening, secret=secret, handshake_timeout=HANDSHAKE_TIMEOUT, name=f"mesh rank {hello.rank}")
+        self._hello = hello
+        self.rank = hello.rank
+        self.address = listening.getsockname()[:2]
         self.peers = [None] * hello.world_size
-        self._lock = threading.Lock()
         self._expected = hello.world_size - hello.rank - 1
-        self._reserved = set()  # ranks admitted, whose handshake may still be finishing
-        self._accepted = 0
+        self._reserved = set()  # ranks admitted, whose sockets are published once their ACK is sent
         self._done = threading.Event()
-        self._stopped = False
-        # Wakes the accept loop at once when the mesh is complete or abandoned.
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._thread = threading.Thread(target=self._run, name="pycoll-mesh-accept", daemon=True)
+        self.auth_failure = None  # what a connection claiming a rank of this job failed, if one did
+
+    @property
+    def done(self):
+        return self._done.is_set()
 
     def start(self):
         if self._expected == 0:
             self._done.set()
         else:
-            self._thread.start()
+            super().start()
 
-    def wait(self, deadline):
-        self._done.wait(max(deadline - time.monotonic(), 0.0))
+    def wait(self, timeout):
+        self._done.wait(max(timeout, 0.0))
 
-    def stop(self):
-        with self._lock:
-            self._stopped = True
-        self._finish()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._wake_r.close()
-        self._wake_w.close()
+    def new_hello(self):
+        return self._hello
 
-    def _finish(self):
-        self._done.set()
-        self._wake_w.send(b"x")
+    def admit_check(self, peer):
+        _check_peer(self._hello, peer, lambda r: self._hello.rank < r < self._hello.world_size)
+        if peer.rank in self._reserved:
+            raise handshake.HandshakeError(f"rank {peer.rank} is already connected")
+        self._reserved.add(peer.rank)
 
-    def _run(self):
-        self._listener.setblocking(False)
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while not self._done.is_set():
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(remaining) or self._done.is_set():
-                    return
-                try:
-                    sock, address = self._listener.accept()
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as exc:
-                    log.warning("mesh: rank %d: accept failed: %s", self._hello.rank, exc)
-                    return
-                sock.setblocking(True)
-                threading.Thread(target=self._handshake, args=(sock, address), name="pycoll-mesh-handshake",
-                                 daemon=True).start()
-
-    def _handshake(self, sock, address):
-        deadline = min(self._deadline, time.monotonic() + HANDSHAKE_TIMEOUT)
-        reserved = []
+    def on_admitted(self, conn):
+        sock = conn.sock
+        self.release(conn)
+        sock.settimeout(HANDSHAKE_TIMEOUT)
         try:
-            peer = handshake.server_handshake(sock, self._hello, self._secret, deadline,
-                                              lambda peer: reserved.append(self._reserve(peer)))
-        except (PycollError, OSError) as exc:
-            if reserved:
-                with self._lock:
-                    self._reserved.discard(reserved[0])
-            log.warning("mesh: rank %d rejected a connection from %s: %s", self._hello.rank, address, exc)
+            sock.sendall(conn.outbuf)  # the rest of the ACK, if any: data written by the caller must follow it
+        except OSError as exc:
+            self._reserved.discard(conn.handshake.peer.rank)
+            self.log.log(logging.WARNING, "ack", f"{self.name}: could not admit {conn.peer}: {exc}")
             sock.close()
             return
-        # Published only now that the ACK is sent: data written by the caller must follow it on the wire.
-        with self._lock:
-            if self._stopped:
-                sock.close()
-                return
-            self.peers[peer.rank] = sock
-            self._accepted += 1
-            if self._accepted == self._expected:
-                self._finish()
+        self.peers[conn.handshake.peer.rank] = sock
+        if sum(s is not None for s in self.peers[self._hello.rank + 1:]) == self._expected:
+            self._done.set()
 
-    def _reserve(self, peer):
-        _check_peer(self._hello, peer, lambda r: self._hello.rank < r < self._hello.world_size)
-        with self._lock:
-            if self._stopped:
-                raise handshake.HandshakeError("the mesh is no longer accepting connections")
-            if peer.rank in self._reserved:
-                raise handshake.HandshakeError(f"rank {peer.rank} is already connected")
-            self._reserved.add(peer.rank)
-        return peer.rank
+    def on_handshake_failed(self, conn, exc):
+        peer = conn.handshake.peer
+        if (isinstance(exc, handshake.AuthenticationError) and peer is not None
+                and self._hello.rank < peer.rank < self._hello.world_size):
+            self.auth_failure = f"rank {peer.rank} failed the shared-secret check of rank {self._hello.rank}: {exc}"

@@ -12,23 +12,27 @@ body is a one-byte code (operation or reply status) followed by fields, each a u
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import logging
 import os
-import selectors
+import secrets
 import socket
 import struct
 import threading
 import time
 
-from pycoll import handshake
-from pycoll.errors import PeerFailure, PycollError, Timeout
+from pycoll import handshake, listener
+from pycoll.errors import AuthenticationError, PeerFailure, PycollError, Timeout
 
 log = logging.getLogger("pycoll")
 
 MAX_KEY_BYTES = 4096
 MAX_VALUE_BYTES = 64 << 20
 MAX_FRAME_BYTES = MAX_VALUE_BYTES + MAX_KEY_BYTES + 64
-MAX_CONNECTIONS = 4096
+DEFAULT_MAX_BYTES = 64 << 20  # all keys and values together (a stranger must not fill rank 0's memory)
+MAX_BYTES_ENV = "PYCOLL_STORE_MAX_BYTES"
+MAX_CLIENTS = 4096  # admitted connections; those still in the handshake are bounded apart (pycoll.listener)
+AUTH_FAILURE_KEY = "pycoll/auth-failure"  # set by the server when a rank fails the secret check
 
 _U32 = struct.Struct("!I")
 _I64 = struct.Struct("!q")
@@ -37,7 +41,8 @@ _F64 = struct.Struct("!d")
 _OP_SET, _OP_GET, _OP_ADD, _OP_CHECK = 1, 2, 3, 4
 _ST_OK, _ST_TIMEOUT, _ST_ERROR = 0, 1, 2
 
-_SWEEP_INTERVAL = 0.2  # how often the server expires handshakes and waits
+WATCH_INTERVAL = 0.2  # how often a rank waiting on the rendezvous checks for failures elsewhere
+FAILURE_GRACE = 1.0  # seconds a failed rendezvous's store stays up for ranks that have not connected yet
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
 
 
@@ -102,187 +107,85 @@ def _key_list(keys):
     return [keys] if isinstance(keys, str) else list(keys)
 
 
-class _Connection:
-    __slots__ = ("sock", "peer", "inbuf", "outbuf", "state", "deadline", "client_hello", "server_hello",
-                 "waiting", "events")
+class _StoreServer(listener.HandshakeServer):
+    """The store's server on the shared non-blocking core (pycoll.listener). Holds at most ``max_bytes`` of
+    keys and values. A client whose HELLO claims a rank and that fails the secret check is recorded under
+    AUTH_FAILURE_KEY, which every waiting rank watches, so the whole job fails fast and says who."""
 
-    def __init__(self, sock, peer, deadline):
-        self.sock, self.peer, self.deadline = sock, peer, deadline
-        self.inbuf, self.outbuf = bytearray(), bytearray()
-        self.state = "hello"  # -> "proof" (with a secret) -> "ready"
-        self.client_hello = self.server_hello = b""
-        self.waiting = None  # (key, deadline) of a GET waiting for its key
-        self.events = selectors.EVENT_READ
-
-
-class _StoreServer:
-    """The store's server: one thread, non-blocking sockets, one selector. A misbehaving connection is logged
-    and dropped; nothing a client sends can stop the loop."""
-
-    def __init__(self, host, port, secret, handshake_timeout):
-        self._secret = secret
-        self._handshake_timeout = handshake_timeout
-        self._listener = _listen(host, port)
+    def __init__(self, host, port, secret, handshake_timeout, max_bytes):
+        super().__init__(_listen(host, port), secret=secret, handshake_timeout=handshake_timeout, name="store")
         self.port = self._listener.getsockname()[1]
-        self._listener.setblocking(False)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, "listener")
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._max_bytes = max_bytes
         self._data = {}
+        self._bytes = 0  # keys and values held
         self._waiters = {}  # key -> connections whose GET waits for it
-        self._conns = set()
-        self._clients = 0  # authenticated connections
         self._idle = threading.Event()  # set while no client is connected
         self._idle.set()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._serve, name="pycoll-store-server", daemon=True)
-        self._thread.start()
+        # Sent in the server's Hello; a client's later connections (one per thread) present it back, so that
+        # a closing server still serves its own clients and a restarted one is noticed.
+        self.instance = secrets.token_hex(8)
+        self._closing = False
+        self._failed_at = None  # when a rank failed the secret check (the rendezvous cannot succeed)
+        self.start()
 
     def stop(self, linger):
-        """Stops the server once every client has disconnected, or after ``linger`` seconds: ranks that are
-        still reading the store when rank 0 finishes must not lose it."""
-        self._idle.wait(linger)
-        self._stopping = True
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        self._thread.join(timeout=10.0)
-        self._wake_w.close()
+        """Refuses new clients at once (a client of the next rendezvous must not see this one's keys; it
+        retries until the next server is up), then stops once every client has disconnected, or after
+        ``linger`` seconds: ranks still reading the store when rank 0 finishes must not lose it."""
+        self._closing = True
+        end = time.monotonic() + linger
+        if self._failed_at is not None:
+            # Ranks still starting learn why the job failed instead of timing out on a store that is gone.
+            time.sleep(max(min(self._failed_at + FAILURE_GRACE, end) - time.monotonic(), 0.0))
+        self._idle.wait(max(end - time.monotonic(), 0.0))
+        super().stop()
 
-    def _serve(self):
-        try:
-            while not self._stopping:
-                for key, mask in self._selector.select(timeout=_SWEEP_INTERVAL):
-                    if key.data == "listener":
-                        self._accept()
-                    elif key.data == "wake":
-                        with contextlib.suppress(OSError):
-                            self._wake_r.recv(64)
-                    else:
-                        self._on_event(key.data, mask)
-                self._expire(time.monotonic())
-        finally:
-            for conn in list(self._conns):
-                self._drop(conn, None)
-            self._selector.close()
-            self._listener.close()
-            self._wake_r.close()
+    def new_hello(self):
+        return handshake.new_hello(handshake.KIND_STORE, -1, 0, self.instance, self.secret)
 
-    def _accept(self):
-        while True:
-            try:
-                sock, peer = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.warning("store: accept failed: %s", exc)
-                return
-            if len(self._conns) >= MAX_CONNECTIONS:
-                log.warning("store: refusing %s: %d connections already open", peer, len(self._conns))
-                sock.close()
-                continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Connection(sock, peer, time.monotonic() + self._handshake_timeout)
-            self._conns.add(conn)
-            self._selector.register(sock, conn.events, conn)
+    def screen(self, peer):
+        if self._closing and self._failed_at is None and peer.job_id != self.instance:
+            raise handshake.Refused("the store is closing: it takes no new clients")
 
-    def _on_event(self, conn, mask):
-        # Any failure is about this one connection: log it and drop the connection, never the server.
-        try:
-            if mask & selectors.EVENT_WRITE:
-                self._flush(conn)
-            if mask & selectors.EVENT_READ and conn in self._conns:
-                self._read(conn)
-        except (handshake.HandshakeError, ProtocolError) as exc:
-            self._drop(conn, str(exc))
-        except Exception as exc:  # noqa: BLE001 -- junk must never take the server down
-            self._drop(conn, f"unexpected {type(exc).__name__}: {exc}")
+    def admit_check(self, peer):
+        if len(self.admitted) >= MAX_CLIENTS:
+            raise handshake.HandshakeError(f"{len(self.admitted)} clients are already connected")
 
-    def _read(self, conn):
-        try:
-            data = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._drop(conn, f"receive failed: {exc}")
-            return
-        if not data:
-            if conn.state == "ready":
-                self._drop(conn, None)
-            else:
-                self._drop(conn, "closed the connection before finishing the handshake", logging.INFO)
-            return
-        conn.inbuf += data
+    def on_admitted(self, conn):
+        self._idle.clear()
+
+    def on_dropped(self, conn):
+        if conn.waiting is not None:
+            self._waiters.get(conn.waiting[0], []).remove(conn)
+        if not self.admitted:
+            self._idle.set()
+
+    def on_handshake_failed(self, conn, exc):
+        peer = conn.handshake.peer
+        if isinstance(exc, handshake.AuthenticationError) and peer is not None and peer.rank >= 0:
+            message = (f"rank {peer.rank} failed the shared-secret check of the rendezvous store (rank 0's "
+                       f"{self.name} at port {self.port}): {exc}; every rank needs the same PYCOLL_SECRET")
+            self._put(AUTH_FAILURE_KEY.encode(), message.encode())
+            self._failed_at = time.monotonic()
+
+    def on_data(self, conn):
         if len(conn.inbuf) > MAX_FRAME_BYTES + _U32.size:
             raise ProtocolError(f"more than {MAX_FRAME_BYTES} bytes sent without waiting for a reply")
-        self._process(conn)
-
-    def _process(self, conn):
-        while conn in self._conns:
-            if conn.state == "hello":
-                if not self._on_hello(conn):
-                    return
-            elif conn.state == "proof":
-                if len(conn.inbuf) < handshake.PROOF_BYTES:
-                    return
-                received = bytes(conn.inbuf[:handshake.PROOF_BYTES])
-                del conn.inbuf[:handshake.PROOF_BYTES]
-                if not handshake.check_proof(self._secret, handshake.ROLE_CLIENT, conn.client_hello,
-                                             conn.server_hello, received):
-                    raise handshake.AuthenticationError("authentication failed: the client's proof is wrong")
-                self._admit(conn)
-            else:
-                if conn.waiting is not None or len(conn.inbuf) < _U32.size:
-                    return
-                (length,) = _U32.unpack_from(conn.inbuf)
-                if length == 0 or length > MAX_FRAME_BYTES:
-                    raise ProtocolError(f"frame length {length} outside [1, {MAX_FRAME_BYTES}]")
-                if len(conn.inbuf) < _U32.size + length:
-                    return
-                body = bytes(conn.inbuf[_U32.size:_U32.size + length])
-                del conn.inbuf[:_U32.size + length]
-                self._handle_request(conn, body)
-
-    def _on_hello(self, conn):
-        header_size = handshake.HELLO_HEADER.size
-        if len(conn.inbuf) < header_size:
-            return False
-        need = handshake.hello_length(bytes(conn.inbuf[:header_size]))
-        if len(conn.inbuf) < need:
-            return False
-        conn.client_hello = bytes(conn.inbuf[:need])
-        del conn.inbuf[:need]
-        peer = handshake.decode_hello(conn.client_hello)
-        if peer.kind != handshake.KIND_STORE:
-            raise handshake.HandshakeError(f"connection kind {peer.kind} is not a store client")
-        conn.server_hello = handshake.new_hello(handshake.KIND_STORE, -1, 0, "", self._secret).encode()
-        if self._secret is None:
-            self._send(conn, conn.server_hello)
-        else:
-            self._send(conn, conn.server_hello + handshake.proof(self._secret, handshake.ROLE_SERVER,
-                                                                 conn.client_hello, conn.server_hello))
-        handshake.check_auth_agreement(self._secret, peer, "client")
-        if self._secret is None:
-            self._admit(conn)
-        else:
-            conn.state = "proof"
-        return True
-
-    def _admit(self, conn):
-        conn.state, conn.deadline = "ready", None
-        self._clients += 1
-        self._idle.clear()
-        self._send(conn, handshake.ACK)
+        while conn in self.admitted and conn.waiting is None and len(conn.inbuf) >= _U32.size:
+            (length,) = _U32.unpack_from(conn.inbuf)
+            if length == 0 or length > MAX_FRAME_BYTES:
+                raise ProtocolError(f"frame length {length} outside [1, {MAX_FRAME_BYTES}]")
+            if len(conn.inbuf) < _U32.size + length:
+                return
+            body = bytes(conn.inbuf[_U32.size:_U32.size + length])
+            del conn.inbuf[:_U32.size + length]
+            self._handle_request(conn, body)
 
     def _handle_request(self, conn, body):
         op, fields = _decode_body(body)
         if op == _OP_SET:
             key, value = _fields(fields, 2, "set")
-            self._data[key] = value
-            self._reply(conn, _ST_OK)
-            self._wake_waiters(key)
+            self._reply(conn, *self._put(key, value))
         elif op == _OP_GET:
             key, wait = _fields(fields, 2, "get")
             if key in self._data:
@@ -297,22 +200,29 @@ class _StoreServer:
             except ValueError:
                 self._reply(conn, _ST_ERROR, b"add: the key holds a value that is not an integer")
                 return
-            self._data[key] = str(total).encode()
-            self._reply(conn, _ST_OK, _I64.pack(total))
-            self._wake_waiters(key)
+            status, *error = self._put(key, str(total).encode())
+            self._reply(conn, status, *(error or [_I64.pack(total)]))
         elif op == _OP_CHECK:
             self._reply(conn, _ST_OK, b"\x01" if all(k in self._data for k in fields) else b"\x00")
         else:
             raise ProtocolError(f"unknown operation {op}")
 
-    def _wake_waiters(self, key):
+    def _put(self, key, value):
+        """Stores key = value unless the store would then hold more than max_bytes; (status, *fields)."""
+        old = self._data.get(key)
+        total = self._bytes + len(key) + len(value) - (0 if old is None else len(key) + len(old))
+        if total > self._max_bytes:
+            return _ST_ERROR, (f"the store is full: writing {len(value)} bytes under {key[:80]!r} would make "
+                               f"it hold {total} bytes, over its cap of {self._max_bytes} (max_bytes= or "
+                               f"{MAX_BYTES_ENV} on rank 0)").encode()
+        self._data[key] = value
+        self._bytes = total
         for conn in self._waiters.pop(key, ()):
             conn.waiting = None
-            self._reply(conn, _ST_OK, self._data[key])
+            self._reply(conn, _ST_OK, value)
+        return (_ST_OK,)
 
-    def _expire(self, now):
-        for conn in [c for c in self._conns if c.deadline is not None and c.deadline <= now]:
-            self._drop(conn, f"did not finish the handshake within {self._handshake_timeout:g} s")
+    def on_tick(self, now):
         for key, conns in list(self._waiters.items()):
             for conn in [c for c in conns if c.waiting[1] <= now]:
                 conns.remove(conn)
@@ -322,41 +232,43 @@ class _StoreServer:
                 del self._waiters[key]
 
     def _reply(self, conn, status, *fields):
-        self._send(conn, _encode_frame(status, *fields))
+        self.send(conn, _encode_frame(status, *fields))
 
-    def _send(self, conn, data):
-        conn.outbuf += data
-        self._flush(conn)
 
-    def _flush(self, conn):
-        if conn not in self._conns:
-            return
+def _max_bytes(max_bytes):
+    if max_bytes is None:
+        text = os.environ.get(MAX_BYTES_ENV)
         try:
-            sent = conn.sock.send(conn.outbuf) if conn.outbuf else 0
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError as exc:
-            self._drop(conn, f"send failed: {exc}")
-            return
-        del conn.outbuf[:sent]
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
-        if events != conn.events:
-            conn.events = events
-            self._selector.modify(conn.sock, events, conn)
+            max_bytes = int(text) if text else DEFAULT_MAX_BYTES
+        except ValueError:
+            raise ValueError(f"{MAX_BYTES_ENV} must be a number of bytes, got {text!r}") from None
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
+    return max_bytes
 
-    def _drop(self, conn, reason, level=logging.WARNING):
-        if reason is not None:
-            log.log(level, "store: dropping connection from %s: %s", conn.peer, reason)
-        if conn.waiting is not None:
-            self._waiters.get(conn.waiting[0], []).remove(conn)
-        if conn.state == "ready" and conn in self._conns:
-            self._clients -= 1
-            if self._clients == 0:
-                self._idle.set()
-        self._conns.discard(conn)
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(conn.sock)
-        conn.sock.close()
+
+def _check_wildcard(host, secret):
+    """Without a secret anyone who reaches the port can join the job: refuse to offer that on every interface
+    unless PYCOLL_ALLOW_INSECURE=1 says so, and warn when it is offered beyond this host."""
+    if secret is not None:
+        return host
+    try:
+        address = ipaddress.ip_address(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+    except (OSError, ValueError):
+        return host  # _listen says what is wrong with it
+    insecure_ok = os.environ.get("PYCOLL_ALLOW_INSECURE") == "1"
+    if address.is_unspecified and not insecure_ok:
+        raise PycollError(f"refusing to host the rendezvous store on the wildcard address {host} without a "
+                          "secret: anyone who can reach it could join the job. Set PYCOLL_SECRET to the same "
+                          "value on every rank (pycoll run does this), or PYCOLL_ALLOW_INSECURE=1 to allow it")
+    if not address.is_loopback and not _warned_insecure:
+        _warned_insecure.append(host)
+        log.warning("the rendezvous store listens on %s without a secret: anyone who can reach that address "
+                    "can join the job, read its addresses and feed it data; set PYCOLL_SECRET", host)
+    return host
+
+
+_warned_insecure = []  # warn once per process
 
 
 def _listen(host, port):
@@ -372,9 +284,11 @@ class TCPStore:
     """A rendezvous store over TCP. The server (``is_server=True``, rank 0) runs in a daemon thread of this
     process; clients connect with retries until ``timeout``, since the server may start later. With ``secret``
     every connection authenticates both ways before any operation. ``port=0`` on the server picks a free port
-    (see ``.port``)."""
+    (see ``.port``). ``rank`` is announced in the handshake, so that the server can name a rank that fails the
+    secret check. The server holds at most ``max_bytes`` (default: PYCOLL_STORE_MAX_BYTES, else 64 MiB)."""
 
-    def __init__(self, host, port, *, is_server, timeout=300.0, secret=None, handshake_timeout=10.0):
+    def __init__(self, host, port, *, is_server, timeout=300.0, secret=None, handshake_timeout=5.0, rank=None,
+                 max_bytes=None):
         if not isinstance(host, str) or not host:
             raise TypeError(f"host must be a non-empty str, got {host!r}")
         if isinstance(port, bool) or not isinstance(port, int):
@@ -386,11 +300,14 @@ class TCPStore:
         self.host = host
         self.timeout = _check_timeout("timeout", timeout)
         self._secret = secret
+        self._rank = -1 if rank is None else rank
+        self._instance = ""  # the server's, learnt on the first connection
         self._lock = threading.Lock()  # guards _socks and _closed
         self._local = threading.local()
         self._socks = []
         self._closed = False
-        self._server = _StoreServer(host, port, secret, handshake_timeout) if is_server else None
+        self._server = (_StoreServer(_check_wildcard(host, secret), port, secret, handshake_timeout,
+                                     _max_bytes(max_bytes)) if is_server else None)
         self.port = self._server.port if self._server is not None else port
         try:
             self._socket()  # connect now, so that a missing server or a wrong secret fails here
@@ -407,27 +324,37 @@ class TCPStore:
                 raise Timeout(f"cannot reach the rendezvous store at {self.host}:{self.port} within "
                               f"{self.timeout:g} s: {last_error}")
             try:
-                sock = socket.create_connection((self.host, self.port), timeout=min(remaining, 5.0))
-            except OSError as exc:
+                return self._try_connect(min(deadline, time.monotonic() + 10.0))
+            except (handshake.Refused, OSError) as exc:
+                # Nobody listens yet, a previous rendezvous's server is closing, or one makes room under a
+                # flood: the server may come (back) later.
                 last_error = exc
-                time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                delay = min(delay * 2, 1.0)
-                continue
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                hello = handshake.new_hello(handshake.KIND_STORE, -1, 0, "", self._secret)
-                handshake.client_handshake(sock, hello, self._secret, deadline)
-                return sock
-            except handshake.AuthenticationError:
-                sock.close()
-                raise
-            except (handshake.HandshakeError, Timeout) as exc:
-                sock.close()
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+            delay = min(delay * 2, 1.0)
+
+    def _try_connect(self, deadline):
+        sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.001))
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello = handshake.new_hello(handshake.KIND_STORE, self._rank, 0, self._instance, self._secret)
+            server = handshake.client_handshake(sock, hello, self._secret, deadline, self._check_instance)
+            self._instance = server.job_id
+            return sock
+        except BaseException as exc:
+            sock.close()
+            if isinstance(exc, handshake.AuthenticationError):
+                who = f"rank {self._rank}" if self._rank >= 0 else "this client"
+                raise handshake.AuthenticationError(f"{who} failed the shared-secret check of the rendezvous "
+                                                    f"store at {self.host}:{self.port}: {exc}") from None
+            if isinstance(exc, (handshake.HandshakeError, Timeout)) and not isinstance(exc, handshake.Refused):
                 raise type(exc)(f"the service at {self.host}:{self.port} is not a usable pycoll store: "
                                 f"{exc}") from None
-            except OSError as exc:
-                sock.close()
-                last_error = exc
+            raise
+
+    def _check_instance(self, server):
+        if self._instance and server.job_id != self._instance:
+            raise PeerFailure(f"the rendezvous store at {self.host}:{self.port} is a new one: rank 0 restarted "
+                              "its store (or another job took the port)", rank=0)
 
     def _socket(self):
         """This thread's connection: each thread has its own, so a GET waiting in one thread never holds up
@@ -653,4 +580,97 @@ def store_port(master_port, env=None):
 def create_store(launch, *, timeout=300.0, secret=None, env=None):
     """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address."""
     return TCPStore(launch.master_addr, store_port(launch.master_port, env), is_server=launch.rank == 0,
-                    timeout=timeout, secret=secret)
+                    timeout=timeout, secret=secret, rank=launch.rank)
+
+
+RENDEZVOUS_PREFIX = "pycoll/rdv"
+
+
+class Rendezvous:
+    """One rendezvous's view of a store, used like a store: every key lives under pycoll/rdv/<generation>/,
+    so an init never reads what an earlier init of the job left in the same store (on a FileStore, or on a
+    TCPStore still shutting down). check_failures() raises what was recorded for the whole job: a rank that
+    failed the secret check at the store's server or at a peer."""
+
+    def __init__(self, store, generation):
+        self.store, self.generation = store, generation
+        self.prefix = f"{RENDEZVOUS_PREFIX}/{generation}"
+        self.timeout = store.timeout
+
+    def _key(self, key):
+        _key_bytes(key)
+        return f"{self.prefix}/{key}"
+
+    def set(self, key, value):
+        self.store.set(self._key(key), value)
+
+    def get(self, key, timeout=None):
+        """Like the store's get, but a failure recorded for the job ends the wait at once."""
+        wait = self.timeout if timeout is None else _check_timeout("timeout", timeout)
+        try:
+            return get_watching(self.store, self._key(key), time.monotonic() + wait, self.check_failures)
+        except Timeout:
+            raise Timeout(f"key {key!r} was not set within {wait:g} s") from None
+
+    def add(self, key, n):
+        return self.store.add(self._key(key), n)
+
+    def check(self, keys):
+        return self.store.check([self._key(k) for k in _key_list(keys)])
+
+    def check_failures(self):
+        """Raises pycoll.AuthenticationError if one was recorded; PeerFailure(rank=0) if the store is gone."""
+        for key in (AUTH_FAILURE_KEY, self._key(AUTH_FAILURE_KEY)):  # the server's record, then the ranks'
+            if self.store.check(key):
+                raise AuthenticationError(self.store.get(key, 0.0).decode(errors="replace"))
+
+    def record_failure(self, exc):
+        self.set(AUTH_FAILURE_KEY, str(exc).encode())
+
+    def close(self):
+        """The store belongs to whoever opened it."""
+
+
+def get_watching(store, key, deadline, check):
+    """store.get(key) in slices of WATCH_INTERVAL with ``check()`` (which raises to give up) in between, so that
+    a failure elsewhere ends the wait at once; Timeout at ``deadline`` (time.monotonic())."""
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return store.get(key, timeout=max(min(remaining, WATCH_INTERVAL), 0.0))
+        except Timeout:
+            if remaining <= WATCH_INTERVAL:
+                raise
+        check()
+
+
+def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
+    """(the store this process opened or None, this rendezvous's Rendezvous or None for a single rank).
+
+    Every rank's init adds one to a counter: the n-th init of a job on one store is generation
+    (n - 1) // world_size. Rank 0's own TCPStore is new, so there the generation must be 0: a rank that gets
+    more reached the previous rendezvous's server while rank 0 was closing it, and reconnects until the new
+    one is up."""
+    if store is not None:
+        return None, Rendezvous(store, _next_generation(store, launch.world_size))
+    if launch.world_size == 1:
+        return None, None
+    deadline = time.monotonic() + timeout
+    while True:
+        own = create_store(launch, timeout=timeout, secret=secret, env=env)
+        try:
+            generation = _next_generation(own, launch.world_size)
+        except BaseException:
+            own.close(linger=0)
+            raise
+        if generation == 0:
+            return own, Rendezvous(own, 0)
+        own.close(linger=0)
+        if time.monotonic() > deadline:
+            raise Timeout(f"the rendezvous store at {own.host}:{own.port} still served a finished rendezvous "
+                          f"after {timeout:g} s (rank 0 did not close its previous communicator)")
+        time.sleep(0.05)
+
+
+def _next_generation(store, world_size):
+    return (store.add(f"{RENDEZVOUS_PREFIX}/arrivals", 1) - 1) // world_size

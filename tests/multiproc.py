@@ -25,8 +25,9 @@ class Ranks:
                  rank_env=None):
         """wrap(rank) -> command prefix, e.g. ["ip", "netns", "exec", "host1"] to run a rank on another host;
         rank_env(rank) -> extra environment for that rank only."""
-        port = free_port()
+        port = self.port = free_port()
         self.procs = []
+        self.stderr = {}
         for rank in range(n):
             child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
                              MASTER_ADDR=master_addr, MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
@@ -67,6 +68,7 @@ class Ranks:
         for r in ranks if ranks is not None else range(len(self.procs)):
             p = self.procs[r]
             stdout, stderr = p.communicate(timeout=max(0.1, end - time.monotonic()))
+            self.stderr[r] = stderr
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
             assert p.returncode == 0 and lines, f"rank {r} exited {p.returncode}: {stdout}\n{stderr}"
             out[r] = json.loads(lines[-1])

@@ -1,0 +1,66 @@
+"""One rank of a rendezvous test: `python rdv_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env.
+
+cycles: TEST_CYCLES rounds of init -> all_reduce -> close on the same MASTER_PORT, stopping at the first
+        failure; prints {"cycles": succeeded, "times": [...], "error": ..., "message": ...}.
+late:   prints {"ready": true} just before init (rank TEST_LATE first sleeps TEST_LATE_DELAY s, or waits for
+        the file TEST_GO_FILE to exist), then one JSON line with the error class, its message, its rank and
+        the wall-clock time it was raised, or "ok" and how long init took.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import pycoll
+
+scenario = sys.argv[1]
+timeout = float(os.environ.get("TEST_TIMEOUT", "30"))
+rank = int(os.environ["RANK"])
+report = {"rank": rank}
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def failure(exc):
+    return {"error": type(exc).__name__, "message": str(exc), "failed_rank": getattr(exc, "rank", None),
+            "raised_at": time.time()}
+
+
+if scenario == "cycles":
+    report.update(cycles=0, times=[])
+    for _ in range(int(os.environ.get("TEST_CYCLES", "20"))):
+        start = time.monotonic()
+        try:
+            with pycoll.init(timeout=timeout) as comm:
+                x = np.ones(4, dtype=np.float32)
+                comm.all_reduce(x)
+                assert np.all(x == comm.size), x
+        except pycoll.PycollError as exc:
+            report.update(failure(exc))
+            break
+        report["times"].append(time.monotonic() - start)
+        report["cycles"] += 1
+elif scenario == "late":
+    if rank == int(os.environ.get("TEST_LATE", "-1")):
+        time.sleep(float(os.environ.get("TEST_LATE_DELAY", "0")))
+        go_file, give_up = os.environ.get("TEST_GO_FILE"), time.monotonic() + timeout
+        while go_file and not os.path.exists(go_file) and time.monotonic() < give_up:
+            time.sleep(0.02)
+    emit({"rank": rank, "ready": True})
+    start = time.monotonic()
+    try:
+        with pycoll.init(timeout=timeout) as comm:
+            report["init_s"] = time.monotonic() - start
+            comm.barrier()
+            report["ok"] = True
+    except pycoll.PycollError as exc:
+        report.update(failure(exc))
+else:
+    raise SystemExit(f"unknown scenario {scenario}")
+emit(report)
