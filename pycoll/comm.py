@@ -10,7 +10,8 @@ import os
 import sys
 import weakref
 
-from pycoll import launch_env, plugins
+from pycoll import plugins
+from pycoll.rendezvous import launch_env
 from pycoll.algorithms import accuracy_name, algorithm_name, default_algorithm
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import integer_argument, op_id
@@ -226,7 +227,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
     The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
     """
-    from pycoll.store import rendezvous
+    from pycoll.rendezvous.store import rendezvous
 
     if backend is None:
         backend = os.environ.get("PYCOLL_BACKEND") or "tcp"

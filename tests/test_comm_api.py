@@ -114,7 +114,7 @@ def test_op_takes_any_integer_type_too(comm):
 @pytest.fixture
 def no_launcher(monkeypatch):
     """No launcher variables, and a process that has not warned about running alone yet."""
-    from pycoll import launch_env
+    from pycoll.rendezvous import launch_env
 
     for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
                 "SLURM_PROCID", "SLURM_NTASKS"):

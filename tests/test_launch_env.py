@@ -1,8 +1,8 @@
-"""pycoll.launch_env: every launcher's variables, defaults, explicit overrides and bad values."""
+"""pycoll.rendezvous.launch_env: every launcher's variables, defaults, explicit overrides and bad values."""
 
 import pytest
 
-from pycoll.launch_env import DEFAULT_MASTER_PORT, LaunchEnv, detect, job_id, job_secret, resolve
+from pycoll.rendezvous.launch_env import DEFAULT_MASTER_PORT, LaunchEnv, detect, job_id, job_secret, resolve
 
 pytestmark = pytest.mark.timeout(10)
 

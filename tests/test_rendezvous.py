@@ -17,11 +17,11 @@ import pytest
 
 import pycoll
 from multiproc import SCRIPTS, Ranks
-from pycoll import handshake, listener
+from pycoll.rendezvous import handshake, listener
 from pycoll.errors import PycollError
-from pycoll.mesh import connect_mesh
-from pycoll.launch_env import LaunchEnv
-from pycoll.store import FileStore, Rendezvous, TCPStore, rendezvous
+from pycoll.rendezvous.connections import connect_mesh
+from pycoll.rendezvous.launch_env import LaunchEnv
+from pycoll.rendezvous.store import FileStore, Rendezvous, TCPStore, rendezvous
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -164,7 +164,7 @@ def test_subcommands_are_registered():
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed (apt-get install openmpi-bin)")
 def test_detect_under_mpirun(tmp_path):
     script = tmp_path / "detect.py"
-    script.write_text("import dataclasses, json\nfrom pycoll.launch_env import detect, job_id\n"
+    script.write_text("import dataclasses, json\nfrom pycoll.rendezvous.launch_env import detect, job_id\n"
                       "print(json.dumps(dict(dataclasses.asdict(detect()), job=job_id())))\n")
     result = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable,
                              str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=40)
@@ -188,9 +188,9 @@ def test_store_and_mesh_under_torchrun(tmp_path):
     script = tmp_path / "rendezvous.py"
     script.write_text(
         "import json, os\n"
-        "from pycoll.launch_env import detect, job_id\n"
-        "from pycoll.store import create_store, gather\n"
-        "from pycoll.mesh import choose_bind_address, connect_mesh\n"
+        "from pycoll.rendezvous.launch_env import detect, job_id\n"
+        "from pycoll.rendezvous.store import create_store, gather\n"
+        "from pycoll.rendezvous.connections import choose_bind_address, connect_mesh\n"
         "env = detect()\n"
         "store = create_store(env, timeout=30)\n"
         "names = gather(store, 'names', env.rank, env.world_size, str(env.rank).encode(), 30)\n"

@@ -1,4 +1,4 @@
-"""pycoll.store: TCPStore and FileStore operations, junk on the store's port, authentication, gather()."""
+"""pycoll.rendezvous.store: TCPStore and FileStore operations, junk on the store's port, authentication, gather()."""
 
 import os
 import socket
@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from pycoll import handshake
+from pycoll.rendezvous import handshake
 from pycoll.errors import PeerFailure, PycollError, Timeout
-from pycoll.launch_env import LaunchEnv
-from pycoll.store import FileStore, TCPStore, create_store, gather, store_port
+from pycoll.rendezvous.launch_env import LaunchEnv
+from pycoll.rendezvous.store import FileStore, TCPStore, create_store, gather, store_port
 
 pytestmark = pytest.mark.timeout(30)
 

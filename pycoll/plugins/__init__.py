@@ -70,7 +70,7 @@ class Backend:
         return None
 
     def create(self, *, rank, world_size, store, timeout, options):
-        """An Engine for this rank. `store` is the job's rendezvous store (pycoll.store)."""
+        """An Engine for this rank. `store` is the job's rendezvous store (pycoll.rendezvous.store)."""
         raise NotImplementedError
 
 

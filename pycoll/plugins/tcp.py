@@ -61,7 +61,7 @@ class TcpBackend(plugins.Backend):
     accuracies = tuple(ACCURACIES)
 
     def create(self, *, rank, world_size, store, timeout, options):
-        from pycoll.mesh import choose_bind_address, connect_mesh
+        from pycoll.rendezvous.connections import choose_bind_address, connect_mesh
 
         fds = [None] * world_size
         if world_size > 1:

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from pycoll.launch_env import detect, job_id
+from pycoll.rendezvous.launch_env import detect, job_id
 
 env = detect()
 print(f"rank {env.rank} of {env.world_size} local {env.local_rank} at {env.master_addr}:{env.master_port} "

@@ -7,7 +7,7 @@ import logging
 import resource
 import sys
 
-from pycoll.store import TCPStore
+from pycoll.rendezvous.store import TCPStore
 
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(message)s")
 limit = int(sys.argv[1])

@@ -4,7 +4,7 @@ TCPStore: rank 0 hosts a server in a daemon thread; every rank (rank 0 included)
 FileStore: a directory on a filesystem all ranks share.
 gather(): every rank publishes one value and collects everyone's.
 
-TCPStore protocol: a connection opens with the handshake of pycoll.handshake (magic, version, optional mutual
+TCPStore protocol: a connection opens with the handshake of pycoll.rendezvous.handshake (magic, version, optional mutual
 HMAC authentication), then carries frames: length u32 (big-endian, at most MAX_FRAME_BYTES) + body, where a
 body is a one-byte code (operation or reply status) followed by fields, each a u32 length and its bytes.
 """
@@ -21,7 +21,7 @@ import struct
 import threading
 import time
 
-from pycoll import handshake, listener
+from pycoll.rendezvous import handshake, listener
 from pycoll.errors import AuthenticationError, PeerFailure, PycollError, Timeout
 
 log = logging.getLogger("pycoll")
@@ -31,7 +31,7 @@ MAX_VALUE_BYTES = 64 << 20
 MAX_FRAME_BYTES = MAX_VALUE_BYTES + MAX_KEY_BYTES + 64
 DEFAULT_MAX_BYTES = 64 << 20  # all keys and values together (a stranger must not fill rank 0's memory)
 MAX_BYTES_ENV = "PYCOLL_STORE_MAX_BYTES"
-MAX_CLIENTS = 4096  # admitted connections; those still in the handshake are bounded apart (pycoll.listener)
+MAX_CLIENTS = 4096  # admitted connections; those still in the handshake are bounded apart (pycoll.rendezvous.listener)
 AUTH_FAILURE_KEY = "pycoll/auth-failure"  # set by the server when a rank fails the secret check
 
 _U32 = struct.Struct("!I")
@@ -108,7 +108,7 @@ def _key_list(keys):
 
 
 class _StoreServer(listener.HandshakeServer):
-    """The store's server on the shared non-blocking core (pycoll.listener). Holds at most ``max_bytes`` of
+    """The store's server on the shared non-blocking core (pycoll.rendezvous.listener). Holds at most ``max_bytes`` of
     keys and values. A client whose HELLO claims a rank and that fails the secret check is recorded under
     AUTH_FAILURE_KEY, which every waiting rank watches, so the whole job fails fast and says who."""
 
@@ -563,7 +563,7 @@ def gather(store, prefix, rank, world_size, value, timeout):
 
 
 def missing_ranks_message(missing, present, timeout, failed="did not join", present_label="joined"):
-    """ "rank 3 did not join within 60 s; joined: 0, 1, 2" (shared with mesh.py)."""
+    """ "rank 3 did not join within 60 s; joined: 0, 1, 2" (shared with connections.py)."""
     subject = f"rank {missing[0]}" if len(missing) == 1 else "ranks " + ", ".join(map(str, missing))
     present_text = ", ".join(map(str, present)) if present else "none"
     return f"{subject} {failed} within {timeout:g} s; {present_label}: {present_text}"

@@ -1,7 +1,7 @@
 """Connects every pair of ranks with one authenticated TCP socket, ready to hand to the C TCP transport.
 
 Each rank listens on an ephemeral port of its bind address and publishes "host:port" in the store; it connects
-to every lower rank and accepts every higher one. Every connection opens with pycoll.handshake (same job id,
+to every lower rank and accepts every higher one. Every connection opens with pycoll.rendezvous.handshake (same job id,
 same world size, the expected rank, and with a secret mutual HMAC authentication); anything else that reaches
 a listener is logged and dropped while the rank keeps accepting.
 """
@@ -16,9 +16,10 @@ import struct
 import threading
 import time
 
-from pycoll import errors, handshake, listener
+from pycoll import errors
+from pycoll.rendezvous import handshake, listener
 from pycoll.errors import PeerFailure, PycollError, Timeout
-from pycoll.store import WATCH_INTERVAL, get_watching, missing_ranks_message
+from pycoll.rendezvous.store import WATCH_INTERVAL, get_watching, missing_ranks_message
 
 log = logging.getLogger("pycoll")
 
@@ -245,7 +246,7 @@ def _close_all(peers):
 
 
 class _Acceptor(listener.HandshakeServer):
-    """Accepts the higher ranks on the shared non-blocking core (pycoll.listener): one thread and one selector
+    """Accepts the higher ranks on the shared non-blocking core (pycoll.rendezvous.listener): one thread and one selector
     however many connections arrive, so silent, slow or flooding ones cannot hold up the others."""
 
     def __init__(self, listening, hello, secret):

@@ -1,5 +1,5 @@
-"""The non-blocking server core shared by the rendezvous store (store.py) and the mesh listeners (mesh.py): one
-thread, one selector, every handshake a state machine (handshake.ServerHandshake), so thousands of silent
+"""The non-blocking server core shared by the rendezvous store (store.py) and the peer listeners
+(connections.py): one thread, one selector, every handshake a state machine (handshake.ServerHandshake), so thousands of silent
 connections cost a few hundred bytes each and no thread.
 
 Defences against floods of connections that never authenticate:
@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 
-from pycoll import handshake
+from pycoll.rendezvous import handshake
 
 log = logging.getLogger("pycoll")
 

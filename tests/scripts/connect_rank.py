@@ -4,8 +4,8 @@ import json
 import socket
 import sys
 
-from pycoll.mesh import choose_bind_address, connect_mesh
-from pycoll.store import TCPStore
+from pycoll.rendezvous.connections import choose_bind_address, connect_mesh
+from pycoll.rendezvous.store import TCPStore
 
 port, rank, world = (int(a) for a in sys.argv[1:4])
 with TCPStore("127.0.0.1", port, is_server=False, timeout=20.0) as store:

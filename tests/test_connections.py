@@ -1,4 +1,4 @@
-"""pycoll.mesh: all-pairs connections among real processes and threads, junk and impostors on the listeners,
+"""pycoll.rendezvous.connections: all-pairs connections among real processes and threads, junk and impostors on the listeners,
 and the choice of bind address."""
 
 import json
@@ -12,10 +12,10 @@ import time
 import pytest
 
 import pycoll
-from pycoll import handshake
+from pycoll.rendezvous import handshake
 from pycoll.errors import PycollError, Timeout
-from pycoll.mesh import SOCKET_BUFFER_BYTES, choose_bind_address, connect_mesh
-from pycoll.store import TCPStore
+from pycoll.rendezvous.connections import SOCKET_BUFFER_BYTES, choose_bind_address, connect_mesh
+from pycoll.rendezvous.store import TCPStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,7 +60,7 @@ def _close(results):
 
 def test_mesh_of_four_processes_carries_data_between_every_pair(server):
     world = 4
-    procs = [subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "mesh_rank.py"), str(server.port), str(r),
+    procs = [subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "connect_rank.py"), str(server.port), str(r),
                                str(world)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(world)]
     reports = []

@@ -1,4 +1,4 @@
-"""The handshake that opens every pycoll connection: peer data links (mesh.py) and rendezvous-store clients.
+"""The handshake that opens every pycoll connection: peer data links (connections.py) and rendezvous-store clients.
 
 Wire protocol (all integers big-endian):
 
@@ -15,7 +15,7 @@ must agree on whether a secret is used (the AUTH flag); a mismatch fails the han
 
 The functions below that build and check messages are shared by the blocking client here and by
 ServerHandshake, the server side as a state machine that the non-blocking servers (the store and the mesh
-listeners, pycoll.listener) feed with the bytes each connection receives.
+listeners, pycoll.rendezvous.listener) feed with the bytes each connection receives.
 """
 
 import dataclasses
