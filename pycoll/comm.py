@@ -114,6 +114,18 @@ class Communicator:
             raise ValueError(f"out has {recv.count} elements but x has {send.count}")
         return recv
 
+    def _blocks(self, x, out, whole):
+        """Buffers of x and out, one dtype, where `whole` ("x" or "out") holds one block per rank, each the
+        length of the other."""
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        big, small, part = (send, recv, "out") if whole == "x" else (recv, send, "x")
+        if big.count != self._size * small.count:
+            raise ValueError(f"{whole} must hold size * len({part}) = {self._size} * {small.count} elements, "
+                             f"got {big.count}")
+        return send, recv
+
     def _root(self, root):
         root = integer_argument(root, "root")
         if not 0 <= root < self._size:
@@ -144,12 +156,7 @@ class Communicator:
     def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
         """x holds size * len(out) elements; rank r gets the reduction of block r in out."""
         engine = self._engine_or_raise()
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
-        if send.count != self._size * recv.count:
-            raise ValueError(f"x must hold size * len(out) = {self._size} * {recv.count} elements, "
-                             f"got {send.count}")
+        send, recv = self._blocks(x, out, whole="x")
         self.last_algorithm = self._run(engine.reduce_scatter, send, recv, self._op(op),
                                         self._algorithm(algorithm), self._accuracy(accuracy))
         return out
@@ -157,12 +164,7 @@ class Communicator:
     def all_gather(self, x, out):
         """out holds size * len(x) elements; block r comes from rank r."""
         engine = self._engine_or_raise()
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
-        if recv.count != self._size * send.count:
-            raise ValueError(f"out must hold size * len(x) = {self._size} * {send.count} elements, "
-                             f"got {recv.count}")
+        send, recv = self._blocks(x, out, whole="out")
         self.last_algorithm = self._run(engine.all_gather, send, recv)
         return out
 
