@@ -100,8 +100,10 @@ def test_single_rank_mesh(server):
 
 def test_timeout_names_the_ranks_that_never_connected(server):
     start = time.monotonic()
-    with pytest.raises(Timeout, match=r"^ranks 1, 2 did not connect to rank 0 within 0.5 s; connected: none$"):
+    message = r"^ranks 1, 2 did not connect to rank 0 within 0.5 s; connected: none$"
+    with pytest.raises(Timeout, match=message) as caught:
         connect_mesh(server, 0, 3, job_id="j", secret=None, timeout=0.5, bind_addr=HOST)
+    assert caught.value.rank == 1
     assert time.monotonic() - start < 5.0
 
 

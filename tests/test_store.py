@@ -260,8 +260,9 @@ def test_gather_collects_every_rank(any_store):
 def test_gather_timeout_names_the_missing_ranks(any_store):
     for r in (0, 1):
         any_store.set(f"g/{r}", b"x")
-    with pytest.raises(Timeout, match=r"^rank 3 did not join within 0.5 s; joined: 0, 1, 2$"):
+    with pytest.raises(Timeout, match=r"^rank 3 did not join within 0.5 s; joined: 0, 1, 2$") as caught:
         gather(any_store, "g", 2, 4, b"x", timeout=0.5)
+    assert caught.value.rank == 3
     with pytest.raises(Timeout, match=r"^ranks 3, 4 did not join within 0.2 s; joined: 0, 1, 2$"):
         gather(any_store, "g", 2, 5, b"x", timeout=0.2)
 

@@ -109,7 +109,7 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         connected = [r for r in range(world_size) if r != rank and r not in missing]
         _close_all(peers)
         raise Timeout(missing_ranks_message(missing, connected, timeout, failed=f"did not connect to rank {rank}",
-                                            present_label="connected"))
+                                            present_label="connected"), rank=missing[0])
     for sock in peers:
         if sock is not None:
             sock.settimeout(None)

@@ -558,7 +558,8 @@ def gather(store, prefix, rank, world_size, value, timeout):
         except Timeout:
             joined = [q for q in range(world_size) if store.check(f"{prefix}/{q}")]
             missing = [q for q in range(world_size) if q not in joined]
-            raise Timeout(missing_ranks_message(missing, joined, timeout)) from None
+            raise Timeout(missing_ranks_message(missing, joined, timeout),
+                          rank=missing[0] if missing else None) from None
     return values
 
 
