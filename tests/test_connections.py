@@ -1,4 +1,5 @@
-"""pycoll.rendezvous.connections: all-pairs connections among real processes and threads, junk and impostors on the listeners,
+"""pycoll.rendezvous.connections: all-pairs connections among real processes and threads,
+junk and impostors on the listeners,
 and the choice of bind address."""
 
 import json
