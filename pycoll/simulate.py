@@ -4,9 +4,10 @@
 
 Every rank creates its own communicator over the simulated transport and calls the same pycoll_comm_*
 functions a TCP communicator calls (argument checks, the "auto" decision, descriptors, sequence numbers), so
-this is how tests and the accuracy report drive world sizes beyond the machine's cores. Any of coll, op, algorithm and accuracy may be a list (one entry per
-rank) to make ranks disagree; a rank whose coll is None calls nothing (its peers time out) and one whose coll
-is "crash" fails before calling anything (its peers see PeerFailure).
+this is how tests and the accuracy report drive world sizes beyond the machine's cores. Any of coll, op,
+algorithm and accuracy may be a list (one entry per rank) to make ranks disagree; a rank whose coll is None
+calls nothing (its peers time out) and one whose coll is "crash" fails before calling anything (its peers see
+PeerFailure).
 """
 
 import numpy as np

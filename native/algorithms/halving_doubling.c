@@ -48,8 +48,8 @@ static void hd_plan_init(hd_plan_t *plan, int32_t size, int32_t rank)
  * partials; block_unit[b] is block b's first unit. Small units keep a unit's partial, the received one and the
  * loaded plain values in cache, so combining a unit and (last step) rounding it reads memory once. Returns the
  * unit offsets (malloc'ed, NULL when out of memory). */
-static int64_t *cut_units(const coll_ctx_t *ctx, const reduction_t *red, hd_plan_t *plan, block_layout_t layout, int32_t nblocks,
-                          int64_t *block_unit, const char *what)
+static int64_t *cut_units(const coll_ctx_t *ctx, const reduction_t *red, hd_plan_t *plan, block_layout_t layout,
+                          int32_t nblocks, int64_t *block_unit, const char *what)
 {
     int64_t seg = ctx->segment_bytes / (int64_t)red->wsize;
     if (seg < 1)
@@ -256,10 +256,12 @@ pycoll_status_t halving_doubling_reduce_scatter(coll_ctx_t *ctx, const reduction
      * partials always go through work. */
     int64_t *block_unit = scratch_alloc(p2p, (size + 1) * (int64_t)sizeof *block_unit, what);
     int64_t *gunit = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *gunit, what);
-    int64_t *uoff = block_unit && gunit ? cut_units(ctx, red, &plan, equal_blocks(count), size, block_unit, what) : NULL;
+    int64_t *uoff =
+        block_unit && gunit ? cut_units(ctx, red, &plan, equal_blocks(count), size, block_unit, what) : NULL;
     hd_buffers_t bufs = {.input = input};
-    pycoll_status_t status =
-        uoff && take_workspace(ctx, red, &plan, (int64_t)size * count, true, &bufs, what) ? PYCOLL_OK : PYCOLL_ERR_NOMEM;
+    pycoll_status_t status = uoff && take_workspace(ctx, red, &plan, (int64_t)size * count, true, &bufs, what)
+                                 ? PYCOLL_OK
+                                 : PYCOLL_ERR_NOMEM;
     if (status == PYCOLL_OK) {
         for (int32_t g = 0; g <= plan.p; g++)
             gunit[g] = block_unit[g < plan.p ? real_rank(&plan, g) : size];

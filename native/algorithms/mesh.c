@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, block_layout_t layout,
-                                           void *out)
+pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                           block_layout_t layout, void *out)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;

@@ -15,8 +15,8 @@ pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *r
                                            block_layout_t layout, void *out);
 pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
 
-pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, block_layout_t layout,
-                                           void *out);
+pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                           block_layout_t layout, void *out);
 pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
 
 /* Rabenseifner's reduce-scatter for reduce_scatter: block b (size * count elements in all) ends on rank b. */

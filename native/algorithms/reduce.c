@@ -42,8 +42,8 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
     return status;
 }
 
-static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf, void *recvbuf,
-                                             int64_t count, int32_t root)
+static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
+                                             void *recvbuf, int64_t count, int32_t root)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;

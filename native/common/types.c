@@ -53,14 +53,15 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
         break;
     case PYCOLL_COLL_ALL_GATHER:
     case PYCOLL_COLL_BROADCAST:
-        snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq, pycoll_coll_name((pycoll_coll_t)d->coll),
-                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count, root);
+        snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq,
+                 pycoll_coll_name((pycoll_coll_t)d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype),
+                 (long long)d->count, root);
         break;
     default:
         snprintf(out, len, "#%llu %s(%s x %lld, %s, %s, %s%s)", (unsigned long long)d->seq,
-                 pycoll_coll_name((pycoll_coll_t)d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count,
-                 pycoll_op_name((pycoll_op_t)d->op), pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc,
-                 root);
+                 pycoll_coll_name((pycoll_coll_t)d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype),
+                 (long long)d->count, pycoll_op_name((pycoll_op_t)d->op),
+                 pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc, root);
     }
     if (d->seq == 0)
         snprintf(out, len, "no collective yet");
