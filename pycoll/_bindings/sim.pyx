@@ -118,13 +118,12 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0):
         free(job.calls)
 
 
-cdef void _no_destroy(void *p2p) noexcept nogil:
-    pass
-
-
 def comm_create_status(unsigned int p2p_version):
-    """(status, message) of pycoll_comm_create over a transport that declares p2p ABI version p2p_version:
-    how a transport built against other headers is refused (tests)."""
+    """(status, message) of pycoll_comm_create over a transport that declares p2p ABI version p2p_version, not
+    this library's: how a transport built against other headers is refused (tests). The transport has no
+    operations: the check must come before any is called."""
+    if p2p_version == PYCOLL_P2P_VERSION:
+        raise ValueError(f"p2p_version: {p2p_version} is this library's own; pass another")
     cdef pycoll_p2p_ops_t ops
     cdef pycoll_p2p_t p2p
     cdef pycoll_comm_t *comm = NULL
@@ -133,12 +132,12 @@ def comm_create_status(unsigned int p2p_version):
     memset(&p2p, 0, sizeof(p2p))
     ops.version = p2p_version
     ops.name = b"wrong-version"
-    ops.destroy = _no_destroy
     p2p.ops = &ops
     p2p.size = 1
     p2p.failed_rank = -1
     cdef pycoll_status_t st = pycoll_comm_create(&comm, &p2p, NULL, err, sizeof(err))
-    pycoll_comm_destroy(comm)
+    if comm != NULL:
+        raise AssertionError("pycoll_comm_create accepted a transport of another p2p version")
     return int(st), err.decode(errors="replace")
 
 
