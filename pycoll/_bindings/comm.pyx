@@ -112,6 +112,15 @@ cdef class NativeComm:
         return 0
 
     @property
+    def options(self):
+        """This communicator's options (pycoll_comm_options_t) as a dict: timeout_s, segment_bytes, spin_ns."""
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        cdef pycoll_comm_options_t o
+        pycoll_comm_get_options(self.comm, &o)
+        return {"timeout_s": o.timeout_s, "segment_bytes": o.segment_bytes, "spin_ns": o.spin_ns}
+
+    @property
     def last_algorithm(self):
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(self.comm)).decode()
 
