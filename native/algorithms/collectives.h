@@ -32,7 +32,7 @@ pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *r
                                    pycoll_accuracy_t accuracy);
 /* recvbuf holds size * count elements; block r comes from rank r's sendbuf[0..count). */
 pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                               pycoll_dtype_t dtype, pycoll_algorithm_t algorithm);
+                               pycoll_dtype_t dtype);
 pycoll_status_t broadcast_run(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root);
 /* Result in recvbuf on root only (recvbuf may be NULL elsewhere); sendbuf is not modified. */
 pycoll_status_t reduce_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,

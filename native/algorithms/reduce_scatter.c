@@ -42,9 +42,9 @@ pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *r
     }
 }
 
-/* Ring, unless mesh is asked for: the ring is bandwidth-optimal and a gather has nothing to halve. */
+/* The ring (all_gather's only entry in decision.c): bandwidth-optimal, and a gather has nothing to halve. */
 pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                               pycoll_dtype_t dtype, pycoll_algorithm_t algorithm)
+                               pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "all_gather", sendbuf, count, dtype, PYCOLL_SUM);
@@ -59,6 +59,5 @@ pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvb
     if (own != sendbuf)
         memmove(own, sendbuf, (size_t)count * dsize);
     const block_layout_t layout = equal_blocks(count);
-    return algorithm == PYCOLL_ALGO_MESH ? mesh_all_gather_blocks(p2p, recvbuf, dsize, layout)
-                                         : ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
+    return ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
 }

@@ -223,8 +223,7 @@ pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf,
                                PYCOLL_ACCURACY_FAST, -1);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, all_gather_run(&comm->ctx, sendbuf, recvbuf, send_count, dtype,
-                                       (pycoll_algorithm_t)comm->p2p->desc.algorithm));
+    return finish(comm, all_gather_run(&comm->ctx, sendbuf, recvbuf, send_count, dtype));
 }
 
 pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
