@@ -1,7 +1,7 @@
 /* The communicator: numbers collectives, describes each one on the wire, sets its deadline, asks the decision
  * (native/algorithms/decision.c) which algorithm runs, hands the algorithm its context (options and scratch,
- * native/algorithms/context.h), and stays broken after the first error (a half-finished collective leaves peers in
- * unknown states, so continuing would risk silently wrong data). */
+ * native/algorithms/context.h), and stays broken after the first error (a half-finished collective leaves
+ * peers in unknown states, so continuing would risk silently wrong data). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +213,7 @@ pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *send
     if (st != PYCOLL_OK)
         return st;
     return finish(comm, reduce_scatter_run(&comm->ctx, sendbuf, recvbuf, recv_count, dtype, op,
-                                                   (pycoll_algorithm_t)comm->p2p->desc.algorithm, accuracy));
+                                           (pycoll_algorithm_t)comm->p2p->desc.algorithm, accuracy));
 }
 
 pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
