@@ -21,15 +21,17 @@ import sys
 
 import numpy as np
 
+from pycoll.algorithms import ACCURACIES as _ACCURACY_IDS, COLL_ALGORITHMS
+from pycoll.dtypes import DTYPES
 from pycoll.simulate import simulate
 
 __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "ulp_distance", "make_inputs",
            "reduction_error", "run_accuracy_report", "format_table"]
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
-ALGORITHMS = ("ring", "halving_doubling", "mesh", "recursive_doubling")
-ACCURACIES = ("fast", "compensated")
+ALGORITHMS = COLL_ALGORITHMS["all_reduce"]
+ACCURACIES = tuple(_ACCURACY_IDS)
 
 # (bits of precision, bit width) of each float format.
 _FORMATS = {"float16": (11, 16), "bfloat16": (8, 16), "float32": (24, 32), "float64": (53, 64)}

@@ -1,9 +1,13 @@
-"""Names of the algorithms and accuracy modes, and their ids in the C ABI (native/include/pycoll/p2p.h)."""
+"""Names of the algorithms and accuracy modes and their ids, bound from the C ABI (pycoll._bindings.abi), and
+which algorithms each collective has (native/algorithms/decision.c's tables)."""
 
 import os
 
-ALGORITHMS = {"auto": 0, "ring": 1, "halving_doubling": 2, "mesh": 3, "recursive_doubling": 4}
-ACCURACIES = {"fast": 0, "compensated": 1}
+from pycoll._bindings.abi import ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES
+
+__all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "algorithm_name",
+           "default_algorithm", "accuracy_name", "segment_bytes_from_env"]
+
 ACCURACY_ALIASES = {"kahan": "compensated"}
 
 
@@ -33,3 +37,18 @@ def accuracy_name(accuracy) -> str:
     if accuracy not in ACCURACIES:
         raise ValueError(f"accuracy: unknown mode {accuracy!r}; choose 'fast' or 'compensated' (alias 'kahan')")
     return accuracy
+
+
+def segment_bytes_from_env() -> int:
+    """A communicator's default ring segment size: PYCOLL_RING_SEGMENT_BYTES when set, else the C default. Read
+    here, when a communicator is created, and handed to it as an option (nothing in libpycoll reads it)."""
+    text = os.environ.get("PYCOLL_RING_SEGMENT_BYTES")
+    if not text:
+        return DEFAULT_SEGMENT_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"PYCOLL_RING_SEGMENT_BYTES must be a positive number of bytes, got {text!r}")
+    return value

@@ -1,15 +1,16 @@
-"""Mapping of numpy dtypes and op names to pycoll's C enums (native/include/pycoll/types.h)."""
+"""Mapping of numpy dtypes and op names to pycoll's C enums (native/include/pycoll/types.h), whose ids and names
+are bound from C (pycoll._bindings.abi)."""
 
 import operator
 
 import numpy as np
 
+from pycoll._bindings.abi import DTYPES, OPS
+
 __all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
 
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
-
-# pycoll dtype ids by numpy name; bfloat16 comes from ml_dtypes, recognised by name so it stays optional.
-DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
+# DTYPES: pycoll dtype ids by name, which is numpy's name; bfloat16 comes from ml_dtypes, recognised by name so
+# it stays optional.
 
 _ids = {}  # np.dtype -> id, filled on first use of each dtype
 

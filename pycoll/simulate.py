@@ -2,25 +2,25 @@
 
     outs = simulate("all_reduce", [np.arange(5) * r for r in range(4)], algorithm="halving_doubling")
 
-Every rank runs the same C code a TCP communicator runs, so this is how tests and the accuracy report drive
-world sizes beyond the machine's cores. Any of coll, op, algorithm and accuracy may be a list (one entry per
-rank) to make ranks disagree; a rank whose coll is None calls nothing (its peers time out) and one whose coll
-is "crash" fails before calling anything (its peers see PeerFailure).
+Every rank creates its own communicator over the simulated transport and calls the same pycoll_comm_*
+functions a TCP communicator calls (argument checks, the "auto" decision, descriptors, sequence numbers), so
+this is how tests and the accuracy report drive world sizes beyond the machine's cores. Any of coll, op,
+algorithm and accuracy may be a list (one entry per rank) to make ranks disagree; a rank whose coll is None
+calls nothing (its peers time out) and one whose coll is "crash" fails before calling anything (its peers see
+PeerFailure).
 """
 
 import numpy as np
 
 from pycoll._bindings import sim as _sim
-from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name
-from pycoll.dtypes import dtype_id, op_id
+from pycoll._bindings.abi import COLLECTIVES, STATUS_PEER_FAILURE
 from pycoll._bindings.comm import error_for_status
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name, segment_bytes_from_env
+from pycoll.dtypes import dtype_id, op_id
 
 __all__ = ["simulate", "COLLECTIVES"]
 
-# Ids of pycoll_coll_t (native/include/pycoll/p2p.h).
-COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4, "barrier": 5}
 _ROOTED = {"broadcast", "reduce"}
-_STATUS_PEER_FAILURE = 4  # PYCOLL_ERR_PEER_FAILURE (native/include/pycoll/types.h)
 
 
 def _per_rank(value, size, name):
@@ -31,22 +31,17 @@ def _per_rank(value, size, name):
     return [value] * size
 
 
-def _algorithm_id(algorithm, coll, nbytes, size):
+def _algorithm_id(algorithm):
+    """The id of an algorithm name ("auto" included: each rank's communicator decides, as in production)."""
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: unknown {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    ident = ALGORITHMS[algorithm]
-    if ident == ALGORITHMS["auto"]:
-        ident = _sim.choose_all_reduce(size, nbytes)
-    # As the communicator does: recursive doubling exists only as an all-reduce.
-    if coll != "all_reduce" and ident == ALGORITHMS["recursive_doubling"]:
-        ident = ALGORITHMS["ring"]
-    return ident
+    return ALGORITHMS[algorithm]
 
 
 def _error(status, message, rank_errors):
-    failed = [rank for st, rank, _ in rank_errors or () if st == _STATUS_PEER_FAILURE and rank >= 0]
+    failed = [rank for st, rank, *_ in rank_errors or () if st == STATUS_PEER_FAILURE and rank >= 0]
     exc = error_for_status(status, message, failed[0] if failed else -1)
-    exc.rank_errors = [_error(s, m, []) if s else None for s, _, m in rank_errors] if rank_errors else None
+    exc.rank_errors = [_error(s, m, []) if s else None for s, _, m, _ in rank_errors] if rank_errors else None
     return exc
 
 
@@ -71,11 +66,14 @@ def _prepare(coll, x, size, is_root):
     return x, out, x.size, out
 
 
-def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0):
+def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
+             algorithms_out=None):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
-    the exception's rank_errors lists each rank's own error (or None)."""
+    the exception's rank_errors lists each rank's own error (or None). segment_bytes is every rank's
+    communicator option (None: PYCOLL_RING_SEGMENT_BYTES, else the default). A list passed as algorithms_out
+    receives the algorithm each rank's communicator ran (its last_algorithm)."""
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
     size = len(inputs)
@@ -100,14 +98,19 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
             raise ValueError(f"coll: unknown collective {c!r}; choose one of {', '.join(COLLECTIVES)}")
         send, recv, count, result = _prepare(c, inputs[r], size, r == root)
         dtype = dtype_id(send.dtype) if send is not None else 0
-        nbytes = send.nbytes if send is not None else 0
         keep.append((send, recv))
         calls.append((COLLECTIVES[c], 0 if send is None else send.ctypes.data,
                       0 if recv is None else recv.ctypes.data, count, dtype, op_id(ops[r]),
-                      _algorithm_id(algorithms[r], c, nbytes, size), ACCURACIES[accuracy_name(accuracies[r])],
+                      _algorithm_id(algorithms[r]), ACCURACIES[accuracy_name(accuracies[r])],
                       root if c in _ROOTED else -1))
         results.append(result)
-    status, message, rank_errors = _sim.run(calls, float(timeout))
+    if segment_bytes is None:
+        segment_bytes = segment_bytes_from_env()
+    elif not segment_bytes > 0:
+        raise ValueError(f"segment_bytes must be > 0, got {segment_bytes!r}")
+    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes))
+    if algorithms_out is not None:
+        algorithms_out[:] = [name for *_, name in rank_errors]
     if status:
         raise _error(status, message, rank_errors)
     return results

@@ -20,7 +20,7 @@ import numpy as np
 
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.comm import COST_MODEL_LEN
-from pycoll.algorithms import ALGORITHMS
+from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS
 
 MEASURE_BYTES = 16 << 20
 # The two sizes each algorithm's factors are fitted from: latency dominates the small one, bandwidth the large.
@@ -29,8 +29,9 @@ LARGE_BYTES = MEASURE_BYTES
 SMALL_ITERS, LARGE_ITERS = 50, 7
 # A measured factor is kept above this: noise can make a fit zero or negative, and 0 would mean "textbook".
 MIN_SCALE = 0.01
-# The algorithms auto chooses among, in id order (the cost model's arrays are indexed by id).
-CHOICES = sorted((name for name in ALGORITHMS if name != "auto"), key=ALGORITHMS.get)
+# The algorithms auto chooses among (the all-reduce table, decision.c), in id order (the cost model's arrays are
+# indexed by id).
+CHOICES = sorted(COLL_ALGORITHMS["all_reduce"], key=ALGORITHMS.get)
 
 
 @dataclasses.dataclass(frozen=True)

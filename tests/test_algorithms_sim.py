@@ -3,10 +3,6 @@ integer-valued data against numpy, bitwise identical results on every rank, comp
 transport's mismatch / timeout / peer-failure reporting."""
 
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import ml_dtypes
 import numpy as np
@@ -175,45 +171,83 @@ def test_barrier(size):
 
 
 @pytest.mark.timeout(60)
-def test_tiny_segments_reach_the_many_segment_paths(tmp_path):
-    """PYCOLL_RING_SEGMENT_BYTES (ring segments, halving_doubling units) is read once per process, so the
-    many-segment run gets its own."""
-    script = textwrap.dedent("""
-        import numpy as np
-        from pycoll.simulate import simulate
-        rng = np.random.default_rng(0)
-        for size in (2, 3, 5, 8):
-            for count in (1, size - 1, 1009):
-                xs = [rng.integers(-50, 50, count).astype(np.int32) for _ in range(size)]
-                want = np.sum(xs, axis=0, dtype=np.int32)
-                fs = [rng.integers(-50, 50, count).astype(np.float32) for _ in range(size)]
-                rs = [np.repeat(x, size) for x in xs]
-                frs = [np.repeat(f, size) for f in fs]
+def test_tiny_segments_reach_the_many_segment_paths():
+    """A 24-byte segment (each communicator's own option; nothing process-wide) cuts every ring block and
+    halving_doubling unit into many pieces."""
+    rng = np.random.default_rng(0)
+    seg = 24
+    for size in (2, 3, 5, 8):
+        for count in (1, size - 1, 1009):
+            xs = [rng.integers(-50, 50, count).astype(np.int32) for _ in range(size)]
+            want = np.sum(xs, axis=0, dtype=np.int32)
+            fs = [rng.integers(-50, 50, count).astype(np.float32) for _ in range(size)]
+            rs = [np.repeat(x, size) for x in xs]
+            frs = [np.repeat(f, size) for f in fs]
+            for algorithm in ("ring", "halving_doubling"):
+                for out in simulate("all_reduce", xs, algorithm=algorithm, segment_bytes=seg):
+                    assert (out == want).all(), (algorithm, size, count)
+                outs = simulate("all_reduce", fs, algorithm=algorithm, accuracy="compensated", op="avg",
+                                segment_bytes=seg)
+                assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+                assert np.allclose(outs[0], np.sum(fs, axis=0) / size)
+                for r, out in enumerate(simulate("reduce_scatter", rs, algorithm=algorithm, segment_bytes=seg)):
+                    assert (out == np.sum(rs, axis=0, dtype=np.int32)[r * count:(r + 1) * count]).all()
+                for r, out in enumerate(simulate("reduce_scatter", frs, algorithm=algorithm,
+                                                 accuracy="compensated", segment_bytes=seg)):
+                    assert (out == np.sum(frs, axis=0)[r * count:(r + 1) * count]).all(), (algorithm, size)
+            for out in simulate("all_gather", xs, segment_bytes=seg):
+                assert (out == np.concatenate(xs)).all()
+            for out in simulate("broadcast", xs, root=size - 1, segment_bytes=seg):
+                assert (out == xs[-1]).all()
+    big = [np.full(20000, r, dtype=np.int64) for r in range(5)]
+    assert (simulate("reduce", big, root=3, segment_bytes=seg)[3] == 10).all()
+
+
+@pytest.mark.timeout(60)
+def test_two_communicators_in_one_process_keep_their_own_segment_size():
+    """Two simulated jobs run at once in one process, one with 40-byte segments, one with the default: each
+    communicator carries its own option (a process-wide setting would give both the same) and both are exact."""
+    import threading
+
+    rng = np.random.default_rng(1)
+    jobs = {seg: [rng.integers(-50, 50, 30011).astype(np.int64) for _ in range(4)] for seg in (40, None)}
+    results, errors = {}, []
+
+    def run(seg):
+        try:
+            for _ in range(3):
                 for algorithm in ("ring", "halving_doubling"):
-                    for out in simulate("all_reduce", xs, algorithm=algorithm):
-                        assert (out == want).all(), (algorithm, size, count)
-                    outs = simulate("all_reduce", fs, algorithm=algorithm, accuracy="compensated", op="avg")
-                    assert all(o.tobytes() == outs[0].tobytes() for o in outs)
-                    assert np.allclose(outs[0], np.sum(fs, axis=0) / size)
-                    for r, out in enumerate(simulate("reduce_scatter", rs, algorithm=algorithm)):
-                        assert (out == np.sum(rs, axis=0, dtype=np.int32)[r * count:(r + 1) * count]).all()
-                    for r, out in enumerate(simulate("reduce_scatter", frs, algorithm=algorithm,
-                                                     accuracy="compensated")):
-                        assert (out == np.sum(frs, axis=0)[r * count:(r + 1) * count]).all(), (algorithm, size)
-                for out in simulate("all_gather", xs, algorithm="ring"):
-                    assert (out == np.concatenate(xs)).all()
-                for out in simulate("broadcast", xs, root=size - 1):
-                    assert (out == xs[-1]).all()
-        big = [np.full(20000, r, dtype=np.int64) for r in range(5)]
-        assert (simulate("reduce", big, root=3)[3] == 10).all()
-        print("many-segment ok")
-    """)
-    env = dict(os.environ, PYCOLL_RING_SEGMENT_BYTES="24")
-    # cwd away from the source tree, so the installed pycoll is imported.
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50,
-                          cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "many-segment ok" in done.stdout
+                    outs = simulate("all_reduce", jobs[seg], algorithm=algorithm, segment_bytes=seg)
+                    results.setdefault(seg, []).append(outs)
+        except Exception as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seg,)) for seg in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for seg, runs in results.items():
+        want = np.sum(jobs[seg], axis=0)
+        assert len(runs) == 6
+        for outs in runs:
+            for out in outs:
+                np.testing.assert_array_equal(out, want)
+
+
+def test_segment_size_from_the_environment_is_checked(monkeypatch):
+    from pycoll.algorithms import segment_bytes_from_env
+
+    monkeypatch.setenv("PYCOLL_RING_SEGMENT_BYTES", "4096")
+    assert segment_bytes_from_env() == 4096
+    monkeypatch.setenv("PYCOLL_RING_SEGMENT_BYTES", "lots")
+    with pytest.raises(ValueError, match="PYCOLL_RING_SEGMENT_BYTES"):
+        simulate("all_reduce", [np.ones(3)] * 2)
+    monkeypatch.delenv("PYCOLL_RING_SEGMENT_BYTES")
+    assert segment_bytes_from_env() == 512 * 1024  # PYCOLL_DEFAULT_SEGMENT_BYTES
+    with pytest.raises(ValueError, match="segment_bytes"):
+        simulate("all_reduce", [np.ones(3)] * 2, segment_bytes=0)
 
 
 def ill_conditioned(size, count, seed):
@@ -323,7 +357,7 @@ def test_bad_arguments_raise_typed_errors():
 
 
 def test_cost_model_picks_latency_for_tiny_and_ring_for_large():
-    ids = {name: i for i, name in enumerate(["auto", "ring", "halving_doubling", "mesh", "recursive_doubling"])}
+    ids = ALGORITHM_IDS
     assert _sim.choose_all_reduce(8, 8) == ids["recursive_doubling"]
     assert _sim.choose_all_reduce(8, 256 << 20) == ids["ring"]
     assert _sim.choose_all_reduce(6, 256 << 20) == ids["ring"]
@@ -373,5 +407,24 @@ def test_cost_model_factors_scale_each_part_and_zero_means_textbook():
 @pytest.mark.timeout(30)
 def test_auto_runs_the_chosen_algorithm():
     inputs = integer_inputs(6, 1000, np.int32, "sum")
-    for out in simulate("all_reduce", inputs, algorithm="auto"):
+    ran = []
+    for out in simulate("all_reduce", inputs, algorithm="auto", algorithms_out=ran):
         np.testing.assert_array_equal(out, expected(inputs, np.int32, "sum"))
+    # Each rank's communicator decided, in C, what the cost model picks.
+    names = {ident: name for name, ident in ALGORITHM_IDS.items()}
+    assert ran == [names[_sim.choose_all_reduce(6, 4000)]] * 6
+
+
+@pytest.mark.timeout(30)
+def test_a_collective_without_the_algorithm_falls_back_to_its_first():
+    """recursive_doubling exists only as an all-reduce: reduce_scatter runs its table's fallback, the ring;
+    the gathers and rooted collectives have the ring only (decision.c)."""
+    inputs = integer_inputs(4, 8, np.int32, "sum")
+    ran = []
+    outs = simulate("reduce_scatter", inputs, algorithm="recursive_doubling", algorithms_out=ran)
+    assert ran == ["ring"] * 4
+    want = expected(inputs, np.int32, "sum")
+    for r, out in enumerate(outs):
+        np.testing.assert_array_equal(out, want[2 * r:2 * r + 2])
+    simulate("all_gather", inputs, algorithm="mesh", algorithms_out=ran)
+    assert ran == ["ring"] * 4

@@ -19,6 +19,18 @@ def test_collectives_are_exact_across_processes(n):
         assert rep.get("ok"), rep
 
 
+@pytest.mark.timeout(120)
+def test_segment_size_from_the_environment_reaches_each_communicator():
+    """PYCOLL_RING_SEGMENT_BYTES and PYCOLL_SPIN_US are read in Python when the communicator is created and
+    handed to it as options; 64-byte segments over real sockets stay exact."""
+    env = {"PYCOLL_RING_SEGMENT_BYTES": "64", "PYCOLL_SPIN_US": "50"}
+    with Ranks(3, "comm_worker.py", "collectives", env=env) as ranks:
+        reports = ranks.reports()
+    for r, rep in reports.items():
+        assert rep.get("ok"), rep
+        assert rep["options"]["segment_bytes"] == 64 and rep["options"]["spin_ns"] == 50000, rep
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["count", "dtype", "op", "algorithm", "collective"])
 def test_mismatch_is_reported_on_every_rank(kind):

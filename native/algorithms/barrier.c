@@ -1,9 +1,11 @@
 /* Dissemination barrier: in round k every rank signals rank + 2^k and waits for rank - 2^k; after
  * ceil(log2 N) rounds each rank has (transitively) heard from all others. */
+#include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 
-pycoll_status_t pycoll_barrier_algo(pycoll_p2p_t *p2p)
+pycoll_status_t barrier_run(coll_ctx_t *ctx)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
     pycoll_status_t status = PYCOLL_OK;
     int32_t round = 0;

@@ -1,14 +1,15 @@
 /* Binomial-tree broadcast, pipelined by segments: a rank forwards segment k to its children as soon as it
  * has arrived, so a large buffer streams down the tree instead of being stored and forwarded whole at every
  * level (ceil(log2 N) levels). */
+#include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-pycoll_status_t pycoll_broadcast_algo(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                      int32_t root)
+pycoll_status_t broadcast_run(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "broadcast", buf, count, dtype, PYCOLL_SUM);
     if (status != PYCOLL_OK)
         return status;
@@ -28,7 +29,7 @@ pycoll_status_t pycoll_broadcast_algo(pycoll_p2p_t *p2p, void *buf, int64_t coun
     for (int32_t m = lowbit / 2; m >= 1; m /= 2)
         children += vr + m < size;
     const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
-    int64_t seg = pycoll_ring_segment_bytes();
+    const int64_t seg = ctx->segment_bytes;
     const int64_t segs = (nbytes + seg - 1) / seg;
     pycoll_request_t *reqs = scratch_alloc(p2p, segs * (1 + children) * (int64_t)sizeof *reqs, "broadcast");
     if (!reqs)

@@ -5,7 +5,7 @@
  * most messages, still wins for large buffers. The textbook counts miss what an implementation adds (the
  * ring's per-step synchronisation, mesh's N-1 streams sharing a link), so each algorithm's latency and
  * bandwidth parts carry a factor fitted to measured times. */
-#include "algorithms/schedule.h"
+#include "pycoll/comm.h"
 
 #include <math.h>
 
@@ -64,7 +64,9 @@ void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algor
     switch (algorithm) {
     case PYCOLL_ALGO_RING:
         *latency_s = 2.0 * (N - 1) * a;
-        *bandwidth_s = 2.0 * (N - 1) / N * n * b + fmin(n / N, (double)pycoll_ring_segment_bytes()) * g;
+        /* At the default segment size: a communicator with another one is predicted as with the default (the
+         * exposed last segment matters only where the ring wins by far anyway). */
+        *bandwidth_s = 2.0 * (N - 1) / N * n * b + fmin(n / N, (double)PYCOLL_DEFAULT_SEGMENT_BYTES) * g;
         return;
     case PYCOLL_ALGO_HALVING_DOUBLING:
         *latency_s = 2.0 * steps * a + fold_latency;
@@ -97,18 +99,4 @@ double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algo
         return INFINITY;
     return scale_or_one(model->latency_scale[algorithm]) * latency_s +
            scale_or_one(model->bandwidth_scale[algorithm]) * bandwidth_s;
-}
-
-pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
-{
-    pycoll_algorithm_t best = PYCOLL_ALGO_RING;
-    double best_s = pycoll_predict_all_reduce_s(model, best, size, nbytes);
-    for (int a = PYCOLL_ALGO_RING + 1; a < PYCOLL_NUM_ALGOS; a++) {
-        double s = pycoll_predict_all_reduce_s(model, (pycoll_algorithm_t)a, size, nbytes);
-        if (s < best_s) {
-            best = (pycoll_algorithm_t)a;
-            best_s = s;
-        }
-    }
-    return best;
 }

@@ -48,10 +48,10 @@ static void hd_plan_init(hd_plan_t *plan, int32_t size, int32_t rank)
  * partials; block_unit[b] is block b's first unit. Small units keep a unit's partial, the received one and the
  * loaded plain values in cache, so combining a unit and (last step) rounding it reads memory once. Returns the
  * unit offsets (malloc'ed, NULL when out of memory). */
-static int64_t *cut_units(const reduction_t *red, hd_plan_t *plan, block_layout_t layout, int32_t nblocks,
-                          int64_t *block_unit, const char *what)
+static int64_t *cut_units(const coll_ctx_t *ctx, const reduction_t *red, hd_plan_t *plan, block_layout_t layout,
+                          int32_t nblocks, int64_t *block_unit, const char *what)
 {
-    int64_t seg = pycoll_ring_segment_bytes() / (int64_t)red->wsize;
+    int64_t seg = ctx->segment_bytes / (int64_t)red->wsize;
     if (seg < 1)
         seg = 1;
     plan->seg = seg;
@@ -180,12 +180,12 @@ static pycoll_status_t store_units(const reduction_t *red, const hd_plan_t *plan
 
 /* The communicator's workspace as the halving's buffers: receive scratch and (compensated, or when input is
  * read-only) work, each for count elements of partials, then (compensated) tmp for two units. */
-static bool take_workspace(const reduction_t *red, const hd_plan_t *plan, int64_t count, bool own_work,
+static bool take_workspace(coll_ctx_t *ctx, const reduction_t *red, const hd_plan_t *plan, int64_t count, bool own_work,
                            hd_buffers_t *bufs, const char *what)
 {
     const int64_t part_bytes = count * (int64_t)red->wsize;
     const int64_t tmp_bytes = red->compensated ? 2 * plan->seg * (int64_t)red->wsize : 0;
-    char *space = comm_workspace(red->p2p, (own_work ? 2 : 1) * part_bytes + tmp_bytes, what);
+    char *space = comm_workspace(ctx, (own_work ? 2 : 1) * part_bytes + tmp_bytes, what);
     if (!space)
         return false;
     bufs->scratch = space;
@@ -195,10 +195,10 @@ static bool take_workspace(const reduction_t *red, const hd_plan_t *plan, int64_
     return true;
 }
 
-pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                   pycoll_dtype_t dtype, pycoll_op_t op,
-                                                   pycoll_accuracy_t accuracy)
+pycoll_status_t halving_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                            pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "halving_doubling all_reduce", buf, count, dtype, op);
     if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
         return status;
@@ -209,11 +209,11 @@ pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf,
     hd_plan_init(&plan, p2p->size, p2p->rank);
     /* All-reduce: group v is block v of count split evenly over the p virtual ranks. */
     int64_t *gunit = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *gunit, what);
-    int64_t *uoff = gunit ? cut_units(&red, &plan, split_evenly(count, plan.p), plan.p, gunit, what) : NULL;
+    int64_t *uoff = gunit ? cut_units(ctx, &red, &plan, split_evenly(count, plan.p), plan.p, gunit, what) : NULL;
     char *data = buf;
     /* FAST mode combines in place: work is buf, which the last step then leaves as it is (or scales). */
     hd_buffers_t bufs = {.input = buf, .work = buf, .final = buf};
-    status = uoff && take_workspace(&red, &plan, count, red.compensated, &bufs, what) ? PYCOLL_OK
+    status = uoff && take_workspace(ctx, &red, &plan, count, red.compensated, &bufs, what) ? PYCOLL_OK
                                                                                       : PYCOLL_ERR_NOMEM;
     if (status == PYCOLL_OK) {
         plan.uoff = uoff;
@@ -243,8 +243,8 @@ pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf,
     return status;
 }
 
-pycoll_status_t halving_doubling_reduce_scatter(const reduction_t *red, const void *input, void *out,
-                                                int64_t count)
+pycoll_status_t halving_doubling_reduce_scatter(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                                void *out, int64_t count)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
@@ -256,10 +256,12 @@ pycoll_status_t halving_doubling_reduce_scatter(const reduction_t *red, const vo
      * partials always go through work. */
     int64_t *block_unit = scratch_alloc(p2p, (size + 1) * (int64_t)sizeof *block_unit, what);
     int64_t *gunit = scratch_alloc(p2p, (plan.p + 1) * (int64_t)sizeof *gunit, what);
-    int64_t *uoff = block_unit && gunit ? cut_units(red, &plan, equal_blocks(count), size, block_unit, what) : NULL;
+    int64_t *uoff =
+        block_unit && gunit ? cut_units(ctx, red, &plan, equal_blocks(count), size, block_unit, what) : NULL;
     hd_buffers_t bufs = {.input = input};
-    pycoll_status_t status =
-        uoff && take_workspace(red, &plan, (int64_t)size * count, true, &bufs, what) ? PYCOLL_OK : PYCOLL_ERR_NOMEM;
+    pycoll_status_t status = uoff && take_workspace(ctx, red, &plan, (int64_t)size * count, true, &bufs, what)
+                                 ? PYCOLL_OK
+                                 : PYCOLL_ERR_NOMEM;
     if (status == PYCOLL_OK) {
         for (int32_t g = 0; g <= plan.p; g++)
             gunit[g] = block_unit[g < plan.p ? real_rank(&plan, g) : size];

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *input, block_layout_t layout,
-                                           void *out)
+pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                           block_layout_t layout, void *out)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
@@ -17,7 +17,7 @@ pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *i
     const int64_t block_bytes = mine * (int64_t)red->dsize, part_bytes = mine * (int64_t)red->wsize;
     /* Contributions arrive as plain values (a lone contribution has no error term to carry); the sum and
      * its compensation live in acc, tmp holds a loaded contribution. */
-    char *scratch = comm_workspace(p2p, (size - 1) * block_bytes + 2 * part_bytes, "mesh reduce-scatter");
+    char *scratch = comm_workspace(ctx, (size - 1) * block_bytes + 2 * part_bytes, "mesh reduce-scatter");
     pycoll_request_t *reqs = scratch ? calloc(2 * (size_t)size, sizeof *reqs) : NULL;
     if (!reqs)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "mesh reduce-scatter: out of memory");
@@ -85,9 +85,10 @@ pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsiz
     return status;
 }
 
-pycoll_status_t pycoll_mesh_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       pycoll_op_t op, pycoll_accuracy_t accuracy)
+pycoll_status_t mesh_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "mesh all_reduce", buf, count, dtype, op);
     if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
         return status;
@@ -95,6 +96,6 @@ pycoll_status_t pycoll_mesh_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t cou
     reduction_init(&red, p2p, dtype, op, accuracy);
     const block_layout_t layout = split_evenly(count, p2p->size);
     char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;
-    status = mesh_reduce_scatter_blocks(&red, buf, layout, own);
+    status = mesh_reduce_scatter_blocks(ctx, &red, buf, layout, own);
     return status != PYCOLL_OK ? status : mesh_all_gather_blocks(p2p, buf, red.dsize, layout);
 }

@@ -8,18 +8,19 @@
 #define PYCOLL_ALGORITHMS_PHASES_H
 
 #include "algorithms/reduction.h"
+#include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 
-pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *input, void *work,
+pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
                                            block_layout_t layout, void *out);
-pycoll_status_t ring_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
+pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
 
-pycoll_status_t mesh_reduce_scatter_blocks(const reduction_t *red, const void *input, block_layout_t layout,
-                                           void *out);
+pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                           block_layout_t layout, void *out);
 pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
 
 /* Rabenseifner's reduce-scatter for reduce_scatter: block b (size * count elements in all) ends on rank b. */
-pycoll_status_t halving_doubling_reduce_scatter(const reduction_t *red, const void *input, void *out,
+pycoll_status_t halving_doubling_reduce_scatter(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *out,
                                                 int64_t count);
 
 #endif

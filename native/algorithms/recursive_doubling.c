@@ -3,6 +3,7 @@
  * Both partners compute op(lower group's partial, upper group's partial) with the operands in that order,
  * so they hold bitwise identical partials after every step. Non-powers of two fold like halving_doubling:
  * odd ranks among the first 2 * (N - p) hand their data to their even neighbour and get the result back. */
+#include "algorithms/collectives.h"
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 
@@ -30,10 +31,10 @@ static pycoll_status_t combine_in_order(const reduction_t *red, char **mine, cha
     return status;
 }
 
-pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                     pycoll_dtype_t dtype, pycoll_op_t op,
-                                                     pycoll_accuracy_t accuracy)
+pycoll_status_t recursive_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                              pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "recursive_doubling all_reduce", buf, count, dtype, op);
     if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
         return status;
@@ -42,7 +43,7 @@ pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *bu
     const int32_t size = p2p->size, rank = p2p->rank, p = pow2_floor(size), extra = size - p;
     const int64_t part_bytes = count * (int64_t)red.wsize, plain_bytes = count * (int64_t)red.dsize;
     /* Two partial buffers: mine and the partner's. In FAST mode mine is buf itself. */
-    char *scratch = comm_workspace(p2p, red.compensated ? 2 * part_bytes : part_bytes, "recursive_doubling");
+    char *scratch = comm_workspace(ctx, red.compensated ? 2 * part_bytes : part_bytes, "recursive_doubling");
     if (!scratch)
         return PYCOLL_ERR_NOMEM;
     char *mine = red.compensated ? scratch + part_bytes : buf, *other = scratch;

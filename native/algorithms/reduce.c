@@ -42,8 +42,8 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
     return status;
 }
 
-static pycoll_status_t scatter_gather_reduce(const reduction_t *red, const void *sendbuf, void *recvbuf,
-                                             int64_t count, int32_t root)
+static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
+                                             void *recvbuf, int64_t count, int32_t root)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
@@ -58,7 +58,7 @@ static pycoll_status_t scatter_gather_reduce(const reduction_t *red, const void 
     char *result = (char *)recvbuf;
     char *own = rank == root ? result + block_offset(layout, rank) * (int64_t)red->dsize
                              : work + count * (int64_t)red->wsize;
-    pycoll_status_t status = ring_reduce_scatter_blocks(red, sendbuf, work, layout, own);
+    pycoll_status_t status = ring_reduce_scatter_blocks(ctx, red, sendbuf, work, layout, own);
     if (status == PYCOLL_OK && rank != root)
         status = exchange(p2p, root, own, own_bytes, -1, NULL, 0, phase_tag(TAG_REDUCE_GATHER, 0));
     for (int32_t q = 0; status == PYCOLL_OK && rank == root && q < size; q++) {
@@ -73,9 +73,10 @@ static pycoll_status_t scatter_gather_reduce(const reduction_t *red, const void 
     return status;
 }
 
-pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+pycoll_status_t reduce_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                           pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "reduce", sendbuf, count, dtype, op);
     if (status != PYCOLL_OK)
         return status;
@@ -90,5 +91,5 @@ pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void 
     reduction_init(&red, p2p, dtype, op, accuracy);
     if (count * (int64_t)red.dsize <= REDUCE_TREE_MAX_BYTES || p2p->size == 1)
         return tree_reduce(&red, sendbuf, recvbuf, count, root);
-    return scatter_gather_reduce(&red, sendbuf, recvbuf, count, root);
+    return scatter_gather_reduce(ctx, &red, sendbuf, recvbuf, count, root);
 }

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                           pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
-                                           pycoll_accuracy_t accuracy)
+/* `algorithm` is what the decision (decision.c) returned for reduce_scatter: one of that table's. */
+pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                   pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
+                                   pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "reduce_scatter", sendbuf, count, dtype, op);
     if (status != PYCOLL_OK)
         return status;
@@ -24,26 +26,27 @@ pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbu
     switch (algorithm) {
     case PYCOLL_ALGO_RING: {
         /* sendbuf is read-only: the partials travel through work. */
-        void *work = comm_workspace(p2p, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
+        void *work = comm_workspace(ctx, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
         if (!work)
             return PYCOLL_ERR_NOMEM;
-        return ring_reduce_scatter_blocks(&red, sendbuf, work, layout, recvbuf);
+        return ring_reduce_scatter_blocks(ctx, &red, sendbuf, work, layout, recvbuf);
     }
     case PYCOLL_ALGO_HALVING_DOUBLING:
-        return halving_doubling_reduce_scatter(&red, sendbuf, recvbuf, count);
+        return halving_doubling_reduce_scatter(ctx, &red, sendbuf, recvbuf, count);
     case PYCOLL_ALGO_MESH:
-        return mesh_reduce_scatter_blocks(&red, sendbuf, layout, recvbuf);
+        return mesh_reduce_scatter_blocks(ctx, &red, sendbuf, layout, recvbuf);
     default:
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1,
-                               "reduce_scatter: no %s schedule (use ring, halving_doubling or mesh)",
+                               "reduce_scatter: no %s schedule (pycoll_coll_algorithms lists them)",
                                pycoll_algorithm_name(algorithm));
     }
 }
 
-/* Ring, unless mesh is asked for: the ring is bandwidth-optimal and a gather has nothing to halve. */
-pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_algorithm_t algorithm)
+/* The ring (all_gather's only entry in decision.c): bandwidth-optimal, and a gather has nothing to halve. */
+pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                               pycoll_dtype_t dtype)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "all_gather", sendbuf, count, dtype, PYCOLL_SUM);
     if (status != PYCOLL_OK)
         return status;
@@ -56,6 +59,5 @@ pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, v
     if (own != sendbuf)
         memmove(own, sendbuf, (size_t)count * dsize);
     const block_layout_t layout = equal_blocks(count);
-    return algorithm == PYCOLL_ALGO_MESH ? mesh_all_gather_blocks(p2p, recvbuf, dsize, layout)
-                                         : ring_all_gather_blocks(p2p, recvbuf, dsize, layout);
+    return ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
 }

@@ -23,10 +23,10 @@ typedef struct ring_units {
     int64_t units;         /* (N - 1) steps x segs */
 } ring_units_t;
 
-static ring_units_t ring_units(block_layout_t layout, int32_t size, size_t elem_bytes)
+static ring_units_t ring_units(block_layout_t layout, int32_t size, size_t elem_bytes, int64_t segment_bytes)
 {
     ring_units_t u = {.layout = layout};
-    u.seg = pycoll_ring_segment_bytes() / (int64_t)elem_bytes;
+    u.seg = segment_bytes / (int64_t)elem_bytes;
     if (u.seg < 1)
         u.seg = 1;
     int64_t longest = layout.base + (layout.extra > 0 ? 1 : 0);
@@ -65,7 +65,7 @@ static pycoll_status_t combine_received(const reduction_t *red, void *part, cons
 
 /* In step s rank r sends its partial of block r-s-1 to r+1 and receives block r-s-2 from r-1, combining it
  * with its own values; after N-1 steps block r is complete on rank r. Unit t = s * segs + k. */
-pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *input, void *work,
+pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
                                            block_layout_t layout, void *out)
 {
     pycoll_p2p_t *p2p = red->p2p;
@@ -78,7 +78,7 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
         pycoll_status_t status = reduction_source(red, w, in, n, &source);
         return status != PYCOLL_OK ? status : reduction_store(red, out, source, n);
     }
-    const ring_units_t u = ring_units(layout, size, red->wsize);
+    const ring_units_t u = ring_units(layout, size, red->wsize, ctx->segment_bytes);
     const int32_t right = ring_index(rank + 1, size), left = ring_index(rank - 1, size);
     pycoll_request_t *sends = request_array(p2p, u.units, "ring reduce-scatter");
     /* RING_IN_FLIGHT receive slots, then (compensated) room to load one received segment of plain values. */
@@ -149,12 +149,13 @@ pycoll_status_t ring_reduce_scatter_blocks(const reduction_t *red, const void *i
 /* In step s rank r sends block r-s to r+1 and receives block r-s-1 from r-1 straight into buf; segment k of
  * step s+1 leaves as soon as it arrived in step s. Every receive goes to its own place, so all are posted
  * at once. */
-pycoll_status_t ring_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout)
+pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
     if (size == 1)
         return PYCOLL_OK;
-    const ring_units_t u = ring_units(layout, size, dsize);
+    const ring_units_t u = ring_units(layout, size, dsize, ctx->segment_bytes);
     const int32_t right = ring_index(rank + 1, size), left = ring_index(rank - 1, size);
     char *data = buf;
     pycoll_request_t *recvs = request_array(p2p, u.units, "ring all-gather");
@@ -187,19 +188,20 @@ pycoll_status_t ring_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsiz
     return status;
 }
 
-pycoll_status_t pycoll_ring_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       pycoll_op_t op, pycoll_accuracy_t accuracy)
+pycoll_status_t ring_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                pycoll_accuracy_t accuracy)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "ring all_reduce", buf, count, dtype, op);
     if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
         return status;
     reduction_t red;
     reduction_init(&red, p2p, dtype, op, accuracy);
     const block_layout_t layout = split_evenly(count, p2p->size);
-    void *work = red.compensated ? comm_workspace(p2p, count * (int64_t)red.wsize, "ring all_reduce") : buf;
+    void *work = red.compensated ? comm_workspace(ctx, count * (int64_t)red.wsize, "ring all_reduce") : buf;
     if (!work)
         return PYCOLL_ERR_NOMEM;
     char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;
-    status = ring_reduce_scatter_blocks(&red, buf, work, layout, own);
-    return status != PYCOLL_OK ? status : ring_all_gather_blocks(p2p, buf, red.dsize, layout);
+    status = ring_reduce_scatter_blocks(ctx, &red, buf, work, layout, own);
+    return status != PYCOLL_OK ? status : ring_all_gather_blocks(ctx, buf, red.dsize, layout);
 }

@@ -1,33 +1,7 @@
-/* Shared schedule helpers: segment size configuration, argument checks, scratch and request bookkeeping. */
+/* Shared schedule helpers: argument checks, scratch and request bookkeeping. */
 #include "algorithms/schedule.h"
 
-#include <pthread.h>
 #include <stdlib.h>
-
-/* See ring.c for why this size. */
-#ifndef PYCOLL_RING_SEGMENT_BYTES_DEFAULT
-#define PYCOLL_RING_SEGMENT_BYTES_DEFAULT (512 * 1024)
-#endif
-
-static int64_t segment_bytes = PYCOLL_RING_SEGMENT_BYTES_DEFAULT;
-static pthread_once_t segment_once = PTHREAD_ONCE_INIT;
-
-static void read_segment_env(void)
-{
-    const char *text = getenv("PYCOLL_RING_SEGMENT_BYTES");
-    if (!text || !*text)
-        return;
-    char *end;
-    long long value = strtoll(text, &end, 10);
-    if (*end == '\0' && value > 0)
-        segment_bytes = value;
-}
-
-int64_t pycoll_ring_segment_bytes(void)
-{
-    pthread_once(&segment_once, read_segment_env);
-    return segment_bytes;
-}
 
 pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
                                       pycoll_dtype_t dtype, pycoll_op_t op)
@@ -54,17 +28,17 @@ void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
     return p;
 }
 
-void *comm_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
+void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what)
 {
-    if (p2p->workspace_bytes < nbytes || !p2p->workspace) { /* even 0 bytes gets a real (1-byte) block */
-        free(p2p->workspace);
-        p2p->workspace_bytes = 0;
-        p2p->workspace = scratch_alloc(p2p, nbytes, what);
-        if (!p2p->workspace)
+    if (ctx->workspace_bytes < nbytes || !ctx->workspace) { /* even 0 bytes gets a real (1-byte) block */
+        free(ctx->workspace);
+        ctx->workspace_bytes = 0;
+        ctx->workspace = scratch_alloc(ctx->p2p, nbytes, what);
+        if (!ctx->workspace)
             return NULL;
-        p2p->workspace_bytes = nbytes;
+        ctx->workspace_bytes = nbytes;
     }
-    return p2p->workspace;
+    return ctx->workspace;
 }
 
 pycoll_status_t post_request(pycoll_p2p_t *p2p, pycoll_request_t *req, bool is_send, int32_t peer, void *buf,

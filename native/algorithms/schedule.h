@@ -3,6 +3,7 @@
 #ifndef PYCOLL_ALGORITHMS_SCHEDULE_H
 #define PYCOLL_ALGORITHMS_SCHEDULE_H
 
+#include "algorithms/context.h"
 #include "pycoll/algorithms.h"
 
 #include <stdbool.h>
@@ -65,10 +66,6 @@ static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)
     return ((uint32_t)phase << 24) | (uint32_t)(step & 0xFFFFFF);
 }
 
-/* Ring (and pipelined broadcast) segment size in bytes, also the largest halving_doubling unit of partials:
- * PYCOLL_RING_SEGMENT_BYTES from the environment, read once, else the compile-time default. */
-int64_t pycoll_ring_segment_bytes(void);
-
 /* Checks shared by every collective; on failure records a message naming the argument on p2p. */
 pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
                                       pycoll_dtype_t dtype, pycoll_op_t op);
@@ -76,12 +73,12 @@ pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 
-/* The communicator's workspace (p2p->workspace) grown to at least nbytes; kept between collectives, freed when
- * the transport is destroyed, never by the caller. A fresh multi-MiB malloc is mmap'ed and page-faulted on
+/* The communicator's workspace (ctx->workspace) grown to at least nbytes; kept between collectives, freed with
+ * the communicator, never by the caller. A fresh multi-MiB malloc is mmap'ed and page-faulted on
  * every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2 ranks: ~4x
  * the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
  * (status on p2p) when out of memory. */
-void *comm_workspace(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
+void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what);
 
 /* Post one request; a zero-length one is left complete without touching the transport (both sides compute
  * the same lengths, so they skip the same messages). */

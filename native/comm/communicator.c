@@ -1,16 +1,18 @@
-/* The communicator: numbers collectives, describes each one on the wire, sets its deadline, resolves
- * algorithm "auto", and stays broken after the first error (a half-finished collective leaves peers in
- * unknown states, so continuing would risk silently wrong data). */
+/* The communicator: numbers collectives, describes each one on the wire, sets its deadline, asks the decision
+ * (native/algorithms/decision.c) which algorithm runs, hands the algorithm its context (options and scratch,
+ * native/algorithms/context.h), and stays broken after the first error (a half-finished collective leaves
+ * peers in unknown states, so continuing would risk silently wrong data). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algorithms/collectives.h"
 #include "pycoll/comm.h"
-#include "pycoll/kernels.h"
 
 struct pycoll_comm {
     pycoll_p2p_t *p2p;
-    double timeout_s;
+    coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
+    pycoll_comm_options_t options;
     uint64_t seq;
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm;
@@ -18,17 +20,78 @@ struct pycoll_comm {
     char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
 };
 
-pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)
+void pycoll_comm_options_init(pycoll_comm_options_t *options)
 {
-    if (!p2p)
-        return NULL;
+    *options = (pycoll_comm_options_t){.version = PYCOLL_COMM_OPTIONS_VERSION,
+                                       .timeout_s = PYCOLL_DEFAULT_TIMEOUT_S,
+                                       .segment_bytes = PYCOLL_DEFAULT_SEGMENT_BYTES};
+}
+
+pycoll_status_t pycoll_comm_set_options(pycoll_comm_t *comm, const pycoll_comm_options_t *options)
+{
+    if (options->version != PYCOLL_COMM_OPTIONS_VERSION) {
+        snprintf(comm->error, sizeof comm->error, "options: version %u, this library speaks %u",
+                 (unsigned)options->version, (unsigned)PYCOLL_COMM_OPTIONS_VERSION);
+        return PYCOLL_ERR_INVALID;
+    }
+    pycoll_comm_options_t o = *options;
+    if (!(o.timeout_s > 0))
+        o.timeout_s = PYCOLL_DEFAULT_TIMEOUT_S;
+    if (o.segment_bytes <= 0)
+        o.segment_bytes = PYCOLL_DEFAULT_SEGMENT_BYTES;
+    if (o.spin_ns < 0)
+        o.spin_ns = 0;
+    comm->options = o;
+    comm->ctx.segment_bytes = o.segment_bytes;
+    comm->p2p->spin_ns = o.spin_ns;
+    return PYCOLL_OK;
+}
+
+void pycoll_comm_get_options(const pycoll_comm_t *comm, pycoll_comm_options_t *options)
+{
+    *options = comm->options;
+}
+
+static pycoll_status_t create_error(char *error, size_t error_len, pycoll_status_t status, const char *message)
+{
+    if (error && error_len > 0)
+        snprintf(error, error_len, "%s", message);
+    return status;
+}
+
+pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const pycoll_comm_options_t *options,
+                                   char *error, size_t error_len)
+{
+    *out = NULL;
+    create_error(error, error_len, PYCOLL_OK, "");
+    if (!p2p || !p2p->ops)
+        return create_error(error, error_len, PYCOLL_ERR_INVALID, "comm_create: no transport");
+    /* Checked first, before anything reads past ops->version: a transport of another version lays out
+     * pycoll_p2p_t and its ops differently, so using it would read garbage. */
+    if (p2p->ops->version != PYCOLL_P2P_VERSION) {
+        char message[160];
+        snprintf(message, sizeof message,
+                 "comm_create: transport speaks p2p ABI version %u, this libpycoll speaks %u; rebuild the "
+                 "transport against this pycoll's headers",
+                 (unsigned)p2p->ops->version, (unsigned)PYCOLL_P2P_VERSION);
+        return create_error(error, error_len, PYCOLL_ERR_INVALID, message);
+    }
     pycoll_comm_t *comm = calloc(1, sizeof *comm);
     if (!comm)
-        return NULL;
+        return create_error(error, error_len, PYCOLL_ERR_NOMEM, "comm_create: out of memory");
     comm->p2p = p2p;
-    comm->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    comm->ctx.p2p = p2p;
     pycoll_default_cost_model(&comm->model);
-    return comm;
+    pycoll_comm_options_t defaults;
+    pycoll_comm_options_init(&defaults);
+    pycoll_status_t status = pycoll_comm_set_options(comm, options ? options : &defaults);
+    if (status != PYCOLL_OK) {
+        create_error(error, error_len, status, comm->error);
+        free(comm);
+        return status;
+    }
+    *out = comm;
+    return PYCOLL_OK;
 }
 
 pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
@@ -46,12 +109,17 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
     if (!comm)
         return;
     comm->p2p->ops->destroy(comm->p2p);
+    free(comm->ctx.workspace);
     free(comm);
 }
 
 int32_t pycoll_comm_rank(const pycoll_comm_t *comm) { return comm->p2p->rank; }
 int32_t pycoll_comm_size(const pycoll_comm_t *comm) { return comm->p2p->size; }
-void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s) { comm->timeout_s = timeout_s; }
+void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
+{
+    comm->options.timeout_s = timeout_s > 0 ? timeout_s : PYCOLL_DEFAULT_TIMEOUT_S;
+}
+
 void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model) { comm->model = *model; }
 pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { return comm->last_algorithm; }
 
@@ -95,18 +163,15 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
         return invalid(comm, "%s: unknown id %lld", "accuracy", accuracy);
     if (root != -1 && (root < 0 || root >= p2p->size))
         return invalid(comm, "%s out of range: %lld", "root", root);
-    if (algorithm == PYCOLL_ALGO_AUTO)
-        algorithm = pycoll_choose_all_reduce(&comm->model, p2p->size, count * (int64_t)pycoll_dtype_size(dtype));
-    /* recursive doubling only exists as an all-reduce; the other reductions use the ring there. */
-    if (coll != PYCOLL_COLL_ALL_REDUCE && algorithm == PYCOLL_ALGO_RECURSIVE_DOUBLING)
-        algorithm = PYCOLL_ALGO_RING;
+    algorithm = pycoll_decide_algorithm(&comm->model, coll, algorithm, p2p->size,
+                                        count * (int64_t)pycoll_dtype_size(dtype));
     comm->last_algorithm = algorithm;
     pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = count,
                                .root = root, .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = (uint8_t)op,
                                .algorithm = (uint8_t)algorithm, .accuracy = (uint8_t)accuracy};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
-    p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->timeout_s * 1e9);
+    p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
     return PYCOLL_OK;
 }
 
@@ -129,7 +194,7 @@ pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf,
     pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_REDUCE, count, dtype, op, algorithm, accuracy, -1);
     if (st != PYCOLL_OK)
         return st;
-    pycoll_all_reduce_fn fn = pycoll_all_reduce_algorithm((pycoll_algorithm_t)comm->p2p->desc.algorithm);
+    all_reduce_fn fn = all_reduce_algorithm((pycoll_algorithm_t)comm->p2p->desc.algorithm);
     if (!fn) {
         snprintf(comm->error, sizeof comm->error, "algorithm %s has no all-reduce",
                  pycoll_algorithm_name((pycoll_algorithm_t)comm->p2p->desc.algorithm));
@@ -137,7 +202,7 @@ pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf,
     }
     if (sendbuf != recvbuf && count > 0)
         memcpy(recvbuf, sendbuf, (size_t)count * pycoll_dtype_size(dtype));
-    return finish(comm, fn(comm->p2p, recvbuf, count, dtype, op, accuracy));
+    return finish(comm, fn(&comm->ctx, recvbuf, count, dtype, op, accuracy));
 }
 
 pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -147,18 +212,18 @@ pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *send
     pycoll_status_t st = begin(comm, PYCOLL_COLL_REDUCE_SCATTER, recv_count, dtype, op, algorithm, accuracy, -1);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, pycoll_reduce_scatter_algo(comm->p2p, sendbuf, recvbuf, recv_count, dtype, op,
-                                                   (pycoll_algorithm_t)comm->p2p->desc.algorithm, accuracy));
+    return finish(comm, reduce_scatter_run(&comm->ctx, sendbuf, recvbuf, recv_count, dtype, op,
+                                           (pycoll_algorithm_t)comm->p2p->desc.algorithm, accuracy));
 }
 
 pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
                                        pycoll_dtype_t dtype)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_GATHER, send_count, dtype, PYCOLL_SUM, PYCOLL_ALGO_RING,
+    pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_GATHER, send_count, dtype, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
                                PYCOLL_ACCURACY_FAST, -1);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, pycoll_all_gather_algo(comm->p2p, sendbuf, recvbuf, send_count, dtype, PYCOLL_ALGO_RING));
+    return finish(comm, all_gather_run(&comm->ctx, sendbuf, recvbuf, send_count, dtype));
 }
 
 pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
@@ -166,11 +231,11 @@ pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t co
 {
     if (root < 0)
         return invalid(comm, "%s out of range: %lld", "root", root);
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_BROADCAST, count, dtype, PYCOLL_SUM, PYCOLL_ALGO_RING,
+    pycoll_status_t st = begin(comm, PYCOLL_COLL_BROADCAST, count, dtype, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
                                PYCOLL_ACCURACY_FAST, root);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, pycoll_broadcast_algo(comm->p2p, buf, count, dtype, root));
+    return finish(comm, broadcast_run(&comm->ctx, buf, count, dtype, root));
 }
 
 pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
@@ -178,17 +243,17 @@ pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, voi
 {
     if (root < 0)
         return invalid(comm, "%s out of range: %lld", "root", root);
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_REDUCE, count, dtype, op, PYCOLL_ALGO_RING, accuracy, root);
+    pycoll_status_t st = begin(comm, PYCOLL_COLL_REDUCE, count, dtype, op, PYCOLL_ALGO_AUTO, accuracy, root);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, pycoll_reduce_algo(comm->p2p, sendbuf, recvbuf, count, dtype, op, root, accuracy));
+    return finish(comm, reduce_run(&comm->ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy));
 }
 
 pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_BARRIER, 0, PYCOLL_UINT8, PYCOLL_SUM, PYCOLL_ALGO_RING,
+    pycoll_status_t st = begin(comm, PYCOLL_COLL_BARRIER, 0, PYCOLL_UINT8, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
                                PYCOLL_ACCURACY_FAST, -1);
     if (st != PYCOLL_OK)
         return st;
-    return finish(comm, pycoll_barrier_algo(comm->p2p));
+    return finish(comm, barrier_run(&comm->ctx));
 }

@@ -28,17 +28,22 @@ const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
     return (unsigned)algorithm < PYCOLL_NUM_ALGOS ? names[algorithm] : "?";
 }
 
-static const char *coll_name(unsigned coll)
+const char *pycoll_coll_name(pycoll_coll_t coll)
 {
     static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
                                                         "broadcast",  "reduce",         "barrier"};
-    return coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
+    return (unsigned)coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
+}
+
+const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
+{
+    static const char *const names[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated"};
+    return (unsigned)accuracy < PYCOLL_NUM_ACCURACIES ? names[accuracy] : "?";
 }
 
 void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
 {
-    static const char *const accuracy[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated"};
-    const char *acc = d->accuracy < PYCOLL_NUM_ACCURACIES ? accuracy[d->accuracy] : "?";
+    const char *acc = pycoll_accuracy_name((pycoll_accuracy_t)d->accuracy);
     char root[24] = "";
     if (d->root >= 0)
         snprintf(root, sizeof root, ", root=%d", (int)d->root);
@@ -48,14 +53,15 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
         break;
     case PYCOLL_COLL_ALL_GATHER:
     case PYCOLL_COLL_BROADCAST:
-        snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq, coll_name(d->coll),
-                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count, root);
+        snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq,
+                 pycoll_coll_name((pycoll_coll_t)d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype),
+                 (long long)d->count, root);
         break;
     default:
         snprintf(out, len, "#%llu %s(%s x %lld, %s, %s, %s%s)", (unsigned long long)d->seq,
-                 coll_name(d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype), (long long)d->count,
-                 pycoll_op_name((pycoll_op_t)d->op), pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc,
-                 root);
+                 pycoll_coll_name((pycoll_coll_t)d->coll), pycoll_dtype_name((pycoll_dtype_t)d->dtype),
+                 (long long)d->count, pycoll_op_name((pycoll_op_t)d->op),
+                 pycoll_algorithm_name((pycoll_algorithm_t)d->algorithm), acc, root);
     }
     if (d->seq == 0)
         snprintf(out, len, "no collective yet");

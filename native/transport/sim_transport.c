@@ -344,7 +344,6 @@ static void free_rank(sim_rank_t *rank, int32_t size)
         while (rank->msg_head[src])
             free(pop_message(rank, src));
     free(rank->msg_head);
-    free(rank->p2p.workspace);
     free(rank->msg_tail);
     free(rank->recv_head);
     free(rank->recv_tail);

@@ -78,7 +78,6 @@ typedef struct tcp_peer {
 typedef struct tcp_transport {
     pycoll_p2p_t base;
     int epfd;
-    int64_t spin_ns; /* how long a wait polls before it sleeps in epoll_wait */
     tcp_peer_t *peers;
     uint64_t checked_seq; /* the collective whose early-arrived headers were checked */
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
@@ -543,7 +542,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     check_parked_headers(t);
     /* Polling first saves the sleep/wake-up of a blocking epoll_wait (tens of microseconds, more than a small
      * message takes to arrive); it is only worth it while the ranks are not short of cores. */
-    const int64_t started = pycoll_now_ns(), spin_until = started + t->spin_ns;
+    const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
     int probed = 0;
     while (p2p->status == PYCOLL_OK && !all_complete(reqs, n)) {
         int64_t now = pycoll_now_ns();
@@ -768,7 +767,6 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
         close(t->epfd);
     for (int r = 0; r < t->base.size; r++)
         free(t->peers[r].inbuf);
-    free(t->base.workspace);
     free(t->peers);
     free(t);
 }
@@ -783,7 +781,7 @@ static const pycoll_p2p_ops_t tcp_ops = {
     .finalize = tcp_finalize,
 };
 
-pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns, char *error,
+pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                           size_t error_len)
 {
     if (size < 1 || rank < 0 || rank >= size) {
@@ -806,7 +804,6 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->base.size = size;
     t->base.failed_rank = -1;
     t->epfd = epfd;
-    t->spin_ns = spin_ns > 0 ? spin_ns : 0;
     t->peers = peers;
     t->waiting_for = -1;
     for (int r = 0; r < size; r++) {

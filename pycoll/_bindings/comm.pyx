@@ -56,10 +56,13 @@ cdef class NativeComm:
     cdef bint busy
 
     @staticmethod
-    def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0):
+    def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0, int64_t segment_bytes=0):
         """A communicator over connected sockets (fds[r] to rank r; fds[rank] ignored). Takes ownership of
-        the file descriptors. Waits poll for spin_us before sleeping."""
+        the file descriptors. Its options: timeout (seconds per collective), spin_us (how long a wait polls
+        before it sleeps), segment_bytes (ring segment; 0: the default)."""
         cdef char err[512]
+        cdef pycoll_comm_options_t options
+        cdef pycoll_status_t st
         cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
         cdef pycoll_p2p_t *p2p
         if cfds == NULL:
@@ -68,17 +71,21 @@ cdef class NativeComm:
             for r in range(size):
                 cfds[r] = -1 if fds[r] is None else int(fds[r])
             err[0] = 0
-            p2p = pycoll_tcp_transport_create(rank, size, cfds, <int64_t>(spin_us * 1000), err, sizeof(err))
+            p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
         finally:
             free(cfds)
         if p2p == NULL:
             raise PycollError(err.decode(errors="replace"))
         p2p.check_interrupt = _signal_raised
         cdef NativeComm native = NativeComm.__new__(NativeComm)
-        native.comm = pycoll_comm_create(p2p, timeout)
-        if native.comm == NULL:
+        pycoll_comm_options_init(&options)
+        options.timeout_s = timeout
+        options.spin_ns = <int64_t>(spin_us * 1000)
+        options.segment_bytes = segment_bytes
+        st = pycoll_comm_create(&native.comm, p2p, &options, err, sizeof(err))
+        if st != PYCOLL_OK:
             p2p.ops.destroy(p2p)
-            raise MemoryError()
+            raise error_for_status(st, err.decode(errors="replace"))
         return native
 
     def __dealloc__(self):
@@ -103,6 +110,15 @@ cdef class NativeComm:
             raise error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
                          pycoll_comm_failed_rank(self.comm))
         return 0
+
+    @property
+    def options(self):
+        """This communicator's options (pycoll_comm_options_t) as a dict: timeout_s, segment_bytes, spin_ns."""
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        cdef pycoll_comm_options_t o
+        pycoll_comm_get_options(self.comm, &o)
+        return {"timeout_s": o.timeout_s, "segment_bytes": o.segment_bytes, "spin_ns": o.spin_ns}
 
     @property
     def last_algorithm(self):

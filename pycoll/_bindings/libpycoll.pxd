@@ -12,12 +12,12 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
-        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER
+        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_NUM_COLLS
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
         PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
-        PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED
+        PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
 
     size_t pycoll_dtype_size(pycoll_dtype_t dtype)
     const char *pycoll_dtype_name(pycoll_dtype_t dtype)
@@ -40,6 +40,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
     int pycoll_compensation_selftest()
 
     # p2p.h
+    enum: PYCOLL_P2P_VERSION
+    enum: PYCOLL_ERROR_LEN
     ctypedef struct pycoll_coll_desc_t:
         uint64_t seq
         uint64_t history
@@ -51,6 +53,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
         uint8_t algorithm
         uint8_t accuracy
     ctypedef struct pycoll_p2p_ops_t:
+        uint32_t version
         const char *name
         void (*destroy)(void *p2p)   # takes a pycoll_p2p_t *; declared loosely to avoid a forward reference
     ctypedef struct pycoll_p2p_t:
@@ -64,25 +67,13 @@ cdef extern from "pycoll/pycoll.h" nogil:
         char error[512]
         int (*check_interrupt)(void *ctx) noexcept nogil
         void *interrupt_ctx
+        int64_t spin_ns
     int64_t pycoll_now_ns()
     const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
+    const char *pycoll_coll_name(pycoll_coll_t coll)
+    const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
 
     # algorithms.h
-    ctypedef pycoll_status_t (*pycoll_all_reduce_fn)(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                     pycoll_dtype_t dtype, pycoll_op_t op,
-                                                     pycoll_accuracy_t accuracy)
-    pycoll_all_reduce_fn pycoll_all_reduce_algorithm(pycoll_algorithm_t algorithm)
-    pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf,
-                                               int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                               pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
-    pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                           pycoll_dtype_t dtype, pycoll_algorithm_t algorithm)
-    pycoll_status_t pycoll_broadcast_algo(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                          int32_t root)
-    pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                       pycoll_accuracy_t accuracy)
-    pycoll_status_t pycoll_barrier_algo(pycoll_p2p_t *p2p)
     ctypedef struct pycoll_cost_model_t:
         double alpha_s
         double beta_s_per_byte
@@ -95,11 +86,28 @@ cdef extern from "pycoll/pycoll.h" nogil:
     double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                        int32_t size, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+    ctypedef struct pycoll_algorithm_info_t:
+        int32_t id
+        const char *name
+    const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
+    pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                               pycoll_algorithm_t requested, int32_t size, int64_t nbytes)
 
     # comm.h
     ctypedef struct pycoll_comm_t:
         pass
-    pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s)
+    enum: PYCOLL_COMM_OPTIONS_VERSION
+    enum: PYCOLL_DEFAULT_SEGMENT_BYTES
+    ctypedef struct pycoll_comm_options_t:
+        uint32_t version
+        double timeout_s
+        int64_t segment_bytes
+        int64_t spin_ns
+    void pycoll_comm_options_init(pycoll_comm_options_t *options)
+    pycoll_status_t pycoll_comm_create(pycoll_comm_t **comm, pycoll_p2p_t *p2p, const pycoll_comm_options_t *options,
+                                       char *error, size_t error_len)
+    pycoll_status_t pycoll_comm_set_options(pycoll_comm_t *comm, const pycoll_comm_options_t *options)
+    void pycoll_comm_get_options(const pycoll_comm_t *comm, pycoll_comm_options_t *options)
     pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     void pycoll_comm_destroy(pycoll_comm_t *comm)
     int32_t pycoll_comm_rank(const pycoll_comm_t *comm)
@@ -125,8 +133,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
 
     # transports.h
-    pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns,
-                                              char *error, size_t error_len)
+    pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
+                                              size_t error_len)
     ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
     pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                    char *error, size_t error_len)

@@ -1,6 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Runs collectives on the in-process simulated transport (native/transport/sim_transport.c): one thread per
-rank, the real C schedules, the GIL released for the whole run. pycoll.simulate builds the per-rank calls."""
+rank, each with its own communicator (pycoll_comm_create over its simulated p2p) calling the same
+pycoll_comm_* functions production calls -- the same argument checks, algorithm decision, descriptors,
+sequence numbers and history fingerprints. The GIL is released for the whole run. pycoll.simulate builds the
+per-rank calls."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
 from libc.stdlib cimport calloc, free
@@ -30,67 +33,65 @@ cdef struct rank_call:
     # filled in by the rank's thread
     pycoll_status_t status
     int32_t failed_rank
-    char error[512]
+    int last_algorithm
+    char error[PYCOLL_ERROR_LEN + 64]
 
 cdef struct sim_job:
     rank_call *calls
-    double timeout_s
+    pycoll_comm_options_t options
 
-cdef pycoll_status_t call_collective(pycoll_p2p_t *p2p, rank_call *c) noexcept nogil:
+cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept nogil:
     cdef pycoll_dtype_t dtype = <pycoll_dtype_t>c.dtype
     cdef pycoll_op_t op = <pycoll_op_t>c.op
     cdef pycoll_algorithm_t algorithm = <pycoll_algorithm_t>c.algorithm
     cdef pycoll_accuracy_t accuracy = <pycoll_accuracy_t>c.accuracy
-    cdef pycoll_all_reduce_fn fn
     if c.coll == PYCOLL_COLL_ALL_REDUCE:
-        fn = pycoll_all_reduce_algorithm(algorithm)
-        if fn == NULL:
-            return PYCOLL_ERR_UNSUPPORTED
-        return fn(p2p, c.recvbuf, c.count, dtype, op, accuracy)
+        return pycoll_comm_all_reduce(comm, c.sendbuf, c.recvbuf, c.count, dtype, op, algorithm, accuracy)
     if c.coll == PYCOLL_COLL_REDUCE_SCATTER:
-        return pycoll_reduce_scatter_algo(p2p, c.sendbuf, c.recvbuf, c.count, dtype, op, algorithm, accuracy)
+        return pycoll_comm_reduce_scatter(comm, c.sendbuf, c.recvbuf, c.count, dtype, op, algorithm, accuracy)
     if c.coll == PYCOLL_COLL_ALL_GATHER:
-        return pycoll_all_gather_algo(p2p, c.sendbuf, c.recvbuf, c.count, dtype, algorithm)
+        return pycoll_comm_all_gather(comm, c.sendbuf, c.recvbuf, c.count, dtype)
     if c.coll == PYCOLL_COLL_BROADCAST:
-        return pycoll_broadcast_algo(p2p, c.recvbuf, c.count, dtype, c.root)
+        return pycoll_comm_broadcast(comm, c.recvbuf, c.count, dtype, c.root)
     if c.coll == PYCOLL_COLL_REDUCE:
-        return pycoll_reduce_algo(p2p, c.sendbuf, c.recvbuf, c.count, dtype, op, c.root, accuracy)
-    return pycoll_barrier_algo(p2p)
+        return pycoll_comm_reduce(comm, c.sendbuf, c.recvbuf, c.count, dtype, op, c.root, accuracy)
+    return pycoll_comm_barrier(comm)
 
 cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexcept nogil:
     cdef sim_job *job = <sim_job *>arg
     cdef rank_call *c = &job.calls[rank]
+    cdef pycoll_comm_t *comm = NULL
     cdef pycoll_status_t st = PYCOLL_OK
+    c.error[0] = 0
     if c.coll == CRASH_CALL:
         st = PYCOLL_ERR_SYSTEM
     elif c.coll != SKIP_CALL:
-        # What the communicator does before every collective: stamp it and start its deadline.
-        memset(&p2p.desc, 0, sizeof(pycoll_coll_desc_t))
-        p2p.desc.seq = 1
-        p2p.desc.count = c.count
-        p2p.desc.root = c.root
-        p2p.desc.coll = <uint8_t>c.coll
-        p2p.desc.dtype = <uint8_t>c.dtype
-        p2p.desc.op = <uint8_t>c.op
-        p2p.desc.algorithm = <uint8_t>c.algorithm
-        p2p.desc.accuracy = <uint8_t>c.accuracy
-        p2p.deadline_ns = pycoll_now_ns() + <int64_t>(job.timeout_s * 1e9)
-        st = call_collective(p2p, c)
+        st = pycoll_comm_create(&comm, p2p, &job.options, c.error, sizeof(c.error))
+        if st == PYCOLL_OK:
+            st = call_collective(comm, c)
+            c.last_algorithm = pycoll_comm_last_algorithm(comm)
+            if st != PYCOLL_OK:
+                strncpy(c.error, pycoll_comm_error(comm), sizeof(c.error) - 1)
+            # The simulation owns p2p (its destroy does nothing); the communicator's own state goes here.
+            pycoll_comm_destroy(comm)
     c.status = p2p.status if p2p.status != PYCOLL_OK else st
     c.failed_rank = p2p.failed_rank
-    strncpy(c.error, p2p.error, sizeof(c.error) - 1)
+    if st == PYCOLL_OK or p2p.status != PYCOLL_OK:
+        strncpy(c.error, p2p.error, sizeof(c.error) - 1)
     return st
 
 
-def run(list calls, double timeout_s):
+def run(list calls, double timeout_s, int64_t segment_bytes=0):
     """Run one collective per rank; calls[r] = (coll, sendbuf address, recvbuf address, count, dtype id,
-    op id, algorithm id, accuracy id, root). Returns (status, message, per-rank (status, failed_rank,
-    message))."""
+    op id, algorithm id, accuracy id, root). Every rank's communicator gets timeout_s and segment_bytes
+    (0: the default). Returns (status, message, per-rank (status, failed_rank, message, algorithm name))."""
     cdef int32_t size = len(calls)
     cdef sim_job job
     cdef char err[512]
     cdef pycoll_status_t st
-    job.timeout_s = timeout_s
+    pycoll_comm_options_init(&job.options)
+    job.options.timeout_s = timeout_s
+    job.options.segment_bytes = segment_bytes
     job.calls = <rank_call *>calloc(max(size, 1), sizeof(rank_call))
     if job.calls == NULL:
         raise MemoryError()
@@ -109,10 +110,35 @@ def run(list calls, double timeout_s):
         with nogil:
             st = pycoll_sim_run(size, timeout_s, run_rank, &job, err, sizeof(err))
         ranks = [(int(job.calls[r].status), int(job.calls[r].failed_rank),
-                  job.calls[r].error.decode(errors="replace")) for r in range(size)]
+                  job.calls[r].error.decode(errors="replace"),
+                  pycoll_algorithm_name(<pycoll_algorithm_t>job.calls[r].last_algorithm).decode())
+                 for r in range(size)]
         return int(st), err.decode(errors="replace"), ranks
     finally:
         free(job.calls)
+
+
+def comm_create_status(unsigned int p2p_version):
+    """(status, message) of pycoll_comm_create over a transport that declares p2p ABI version p2p_version, not
+    this library's: how a transport built against other headers is refused (tests). The transport has no
+    operations: the check must come before any is called."""
+    if p2p_version == PYCOLL_P2P_VERSION:
+        raise ValueError(f"p2p_version: {p2p_version} is this library's own; pass another")
+    cdef pycoll_p2p_ops_t ops
+    cdef pycoll_p2p_t p2p
+    cdef pycoll_comm_t *comm = NULL
+    cdef char err[512]
+    memset(&ops, 0, sizeof(ops))
+    memset(&p2p, 0, sizeof(p2p))
+    ops.version = p2p_version
+    ops.name = b"wrong-version"
+    p2p.ops = &ops
+    p2p.size = 1
+    p2p.failed_rank = -1
+    cdef pycoll_status_t st = pycoll_comm_create(&comm, &p2p, NULL, err, sizeof(err))
+    if comm != NULL:
+        raise AssertionError("pycoll_comm_create accepted a transport of another p2p version")
+    return int(st), err.decode(errors="replace")
 
 
 def default_cost_model():

@@ -8,12 +8,15 @@ import re
 
 import numpy as np
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
-DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-OPS = ("sum", "prod", "min", "max", "avg")
-ACCURACIES = ("fast", "compensated")
-# Collectives whose C entry point takes an algorithm; the others always run the backend's single choice.
-TAKES_ALGORITHM = ("all_reduce", "reduce_scatter")
+from pycoll._bindings import abi
+
+# Every collective but the barrier (nothing to time per byte); names and ids from the C ABI.
+COLLECTIVES = tuple(name for name in abi.COLLECTIVES if name != "barrier")
+DTYPES = tuple(abi.DTYPES)
+OPS = tuple(abi.OPS)
+ACCURACIES = tuple(abi.ACCURACIES)
+# Collectives with more than one algorithm (decision.c's tables); the others always run their single one.
+TAKES_ALGORITHM = tuple(name for name in COLLECTIVES if len(abi.COLL_ALGORITHMS[name]) > 1)
 TAKES_OP = ("all_reduce", "reduce_scatter", "reduce")
 TAKES_ACCURACY = ("all_reduce", "reduce_scatter", "reduce")
 

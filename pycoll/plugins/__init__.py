@@ -18,12 +18,13 @@ import importlib.metadata
 import logging
 import threading
 
+from pycoll._bindings.abi import DTYPES, OPS
 from pycoll.errors import BackendUnavailable
 
 PLUGIN_API_VERSION = 1
 ENTRY_POINT_GROUP = "pycoll.backends"
-ALL_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-ALL_OPS = ("sum", "prod", "min", "max", "avg")
+ALL_DTYPES = tuple(DTYPES)  # in id order, as the C ABI names them
+ALL_OPS = tuple(OPS)
 
 log = logging.getLogger("pycoll")
 

@@ -6,7 +6,7 @@ import os
 
 from pycoll import plugins
 from pycoll._bindings.comm import NativeComm
-from pycoll.algorithms import ACCURACIES, ALGORITHMS
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
 
 DTYPE_FLOAT64 = dtype_id("float64")
@@ -70,7 +70,7 @@ class TcpBackend(plugins.Backend):
             socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
                                  secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
             fds = [s.detach() if s is not None else None for s in socks]
-        native = NativeComm.over_tcp(rank, world_size, fds, timeout, _spin_us(world_size))
+        native = NativeComm.over_tcp(rank, world_size, fds, timeout, _spin_us(world_size), segment_bytes_from_env())
         _share_cost_model(native, rank, world_size)
         return NativeEngine(native, timeout)
 

@@ -40,6 +40,7 @@ try:
         comm.reduce(red, root=0)
         assert rank != 0 or np.array_equal(red, np.full(3, size * (size + 1) // 2))
         comm.barrier()
+        report["options"] = comm._engine.native.options
         report["ok"] = True
     elif scenario == "loop":
         # Collectives until something fails (a peer is killed or stopped by the test).

@@ -1,8 +1,8 @@
-/* Collective algorithms, written once against pycoll_p2p_t (p2p.h) so they run over every transport.
- * The caller (the communicator, native/comm) has already set p2p->desc and p2p->deadline_ns; an algorithm
- * only moves and combines bytes. Every rank ends with a bitwise identical result: each element is combined
- * in one order, decided by the algorithm, and the final values are copied, never recomputed per rank.
- * Counts are elements, 64-bit. Buffers are host memory. */
+/* Which algorithms each collective has and how one is chosen (native/algorithms/decision.c), and the cost
+ * model automatic selection uses. The algorithms themselves (native/algorithms) are written once against
+ * pycoll_p2p_t (p2p.h) so they run over every transport, and are reached only through the communicator
+ * (comm.h). Every rank ends with a bitwise identical result: each element is combined in one order, decided
+ * by the algorithm, and the final values are copied, never recomputed per rank. */
 #ifndef PYCOLL_ALGORITHMS_H
 #define PYCOLL_ALGORITHMS_H
 
@@ -11,43 +11,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* In-place all-reduce of buf[0..count). PYCOLL_AVG sums, then divides once by p2p->size.
- * accuracy COMPENSATED: float types carry (sum, comp) pairs through the reduction phase (kernels.h);
- * other dtypes and ops behave as FAST. */
-typedef pycoll_status_t (*pycoll_all_reduce_fn)(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
-
-PYCOLL_API pycoll_status_t pycoll_ring_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                  pycoll_dtype_t dtype, pycoll_op_t op,
-                                                  pycoll_accuracy_t accuracy);
-PYCOLL_API pycoll_status_t pycoll_halving_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                              pycoll_dtype_t dtype, pycoll_op_t op,
-                                                              pycoll_accuracy_t accuracy);
-PYCOLL_API pycoll_status_t pycoll_mesh_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                  pycoll_dtype_t dtype, pycoll_op_t op,
-                                                  pycoll_accuracy_t accuracy);
-PYCOLL_API pycoll_status_t pycoll_recursive_doubling_all_reduce(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                                pycoll_dtype_t dtype, pycoll_op_t op,
-                                                                pycoll_accuracy_t accuracy);
-
-/* The all-reduce for an algorithm id (never AUTO), or NULL. */
-PYCOLL_API pycoll_all_reduce_fn pycoll_all_reduce_algorithm(pycoll_algorithm_t algorithm);
-
-/* sendbuf holds size * count elements; rank r receives the reduction of block r into recvbuf[0..count). */
-PYCOLL_API pycoll_status_t pycoll_reduce_scatter_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf,
-                                                      int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                      pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy);
-/* recvbuf holds size * count elements; block r comes from rank r's sendbuf[0..count). */
-PYCOLL_API pycoll_status_t pycoll_all_gather_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf,
-                                                  int64_t count, pycoll_dtype_t dtype, pycoll_algorithm_t algorithm);
-PYCOLL_API pycoll_status_t pycoll_broadcast_algo(pycoll_p2p_t *p2p, void *buf, int64_t count,
-                                                 pycoll_dtype_t dtype, int32_t root);
-/* Result in recvbuf on root only (recvbuf may be NULL elsewhere); sendbuf is not modified. */
-PYCOLL_API pycoll_status_t pycoll_reduce_algo(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                              pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                              pycoll_accuracy_t accuracy);
-PYCOLL_API pycoll_status_t pycoll_barrier_algo(pycoll_p2p_t *p2p);
 
 /* Cost model for automatic selection, NCCL-style: each algorithm's time = latency + bytes / bandwidth, from
  * the textbook counts of its messages (alpha each), bytes sent (beta) and bytes reduced (gamma), each part
@@ -69,8 +32,27 @@ PYCOLL_API void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, p
                                              int32_t size, int64_t nbytes, double *latency_s, double *bandwidth_s);
 PYCOLL_API double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                               int32_t size, int64_t nbytes);
+/* The all-reduce with the least predicted time, among the all-reduce table's algorithms. */
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size,
                                                        int64_t nbytes);
+
+/* One algorithm of one collective, UCC-style: its id (pycoll_algorithm_t) and name. */
+typedef struct pycoll_algorithm_info {
+    int32_t id;
+    const char *name;
+} pycoll_algorithm_info_t;
+
+/* The algorithms collective `coll` has, in static storage, its fallback first; *count is their number (0, and
+ * NULL returned, for an unknown collective). AUTO is not listed: every collective accepts it. */
+PYCOLL_API const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count);
+
+/* The algorithm a collective runs when `requested` is asked for: AUTO is the cost model's all-reduce choice
+ * for all_reduce and reduce_scatter (whose schedules are the all-reduce's first half) and the fallback for the
+ * others; an algorithm the collective lacks becomes its fallback (e.g. reduce_scatter with recursive_doubling,
+ * which exists only as an all-reduce, runs the ring). Every rank decides alike from the same arguments and
+ * model, so the decision needs no communication. Never returns AUTO. */
+PYCOLL_API pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                                      pycoll_algorithm_t requested, int32_t size, int64_t nbytes);
 
 #ifdef __cplusplus
 }

@@ -12,8 +12,35 @@ extern "C" {
 
 typedef struct pycoll_comm pycoll_comm_t;
 
-/* Takes ownership of p2p (destroyed with the communicator). timeout_s bounds every collective. */
-PYCOLL_API pycoll_comm_t *pycoll_comm_create(pycoll_p2p_t *p2p, double timeout_s);
+/* Per-communicator settings (nothing in libpycoll reads the environment for them; pycoll's Python layer takes
+ * its defaults from PYCOLL_RING_SEGMENT_BYTES and PYCOLL_SPIN_US). Versioned so that fields can be appended:
+ * fill it with pycoll_comm_options_init, then change what you need. */
+#define PYCOLL_COMM_OPTIONS_VERSION 1
+#define PYCOLL_DEFAULT_TIMEOUT_S 300.0
+/* See native/algorithms/ring.c for why this size. */
+#define PYCOLL_DEFAULT_SEGMENT_BYTES (512 * 1024)
+
+typedef struct pycoll_comm_options {
+    uint32_t version;      /* PYCOLL_COMM_OPTIONS_VERSION */
+    uint32_t reserved;
+    double timeout_s;      /* bounds every collective; <= 0: PYCOLL_DEFAULT_TIMEOUT_S */
+    int64_t segment_bytes; /* ring and pipelined-broadcast segment, largest halving_doubling unit; <= 0: default.
+                            * Every rank must use the same value (it shapes the messages). */
+    int64_t spin_ns;       /* how long a wait polls before it sleeps; 0: sleep at once (polling lowers latency
+                            * when every rank has a core of its own) */
+} pycoll_comm_options_t;
+
+PYCOLL_API void pycoll_comm_options_init(pycoll_comm_options_t *options);
+
+/* A communicator over p2p, with options (NULL: the defaults). On success *comm owns p2p (destroyed with the
+ * communicator). On failure *comm is NULL, error says why, and the caller keeps p2p: PYCOLL_ERR_INVALID for
+ * a transport built against another PYCOLL_P2P_VERSION (its struct layout is not this library's) or options
+ * of an unknown version, PYCOLL_ERR_NOMEM. */
+PYCOLL_API pycoll_status_t pycoll_comm_create(pycoll_comm_t **comm, pycoll_p2p_t *p2p,
+                                              const pycoll_comm_options_t *options, char *error, size_t error_len);
+/* Replace the options between collectives (every rank alike); PYCOLL_ERR_INVALID for an unknown version. */
+PYCOLL_API pycoll_status_t pycoll_comm_set_options(pycoll_comm_t *comm, const pycoll_comm_options_t *options);
+PYCOLL_API void pycoll_comm_get_options(const pycoll_comm_t *comm, pycoll_comm_options_t *options);
 /* A checked close, before destroy: says goodbye to every peer and waits up to linger_s for theirs, to confirm
  * that every rank called the same collectives (a rooted collective whose ranks disagree on the root can
  * complete without an error on some ranks; this is where that is caught at the latest). Returns

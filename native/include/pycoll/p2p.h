@@ -10,8 +10,11 @@
 extern "C" {
 #endif
 
-/* 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize. */
-#define PYCOLL_P2P_VERSION 2
+/* A transport sets ops->version to the PYCOLL_P2P_VERSION it was built against; pycoll_comm_create refuses
+ * any other (the struct layouts below differ between versions).
+ * 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize.
+ * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns. */
+#define PYCOLL_P2P_VERSION 3
 #define PYCOLL_ERROR_LEN 512
 
 /* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
@@ -107,10 +110,9 @@ struct pycoll_p2p {
      * collective with PYCOLL_ERR_INTERRUPTED. Python uses it so Ctrl-C is not held up until the deadline. */
     int (*check_interrupt)(void *ctx);
     void *interrupt_ctx;
-    /* The algorithms' scratch, kept between collectives (a fresh multi-MiB buffer is page-faulted on every
-     * call); the transport creates it zeroed and frees it in destroy. */
-    void *workspace;
-    int64_t workspace_bytes;
+    /* How long a wait polls before it sleeps, set by the communicator from its options (a transport that
+     * cannot poll ignores it). */
+    int64_t spin_ns;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */
@@ -138,7 +140,10 @@ PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, 
                                                const pycoll_coll_desc_t *theirs_prev, const char *context);
 /* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
 PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
+/* Names of the ids above ("?" for an unknown id): the one list every binding takes them from. */
 PYCOLL_API const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm);
+PYCOLL_API const char *pycoll_coll_name(pycoll_coll_t coll);
+PYCOLL_API const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy);
 
 #ifdef __cplusplus
 }

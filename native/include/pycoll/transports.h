@@ -10,14 +10,16 @@ extern "C" {
 
 /* TCP: fds[i] is a connected, already authenticated stream socket to rank i (fds[rank] is ignored). The
  * transport takes ownership of the sockets and makes them non-blocking. Connection set-up, handshakes and
- * authentication happen before, in pycoll's rendezvous layer. A wait polls for spin_ns before it sleeps
- * (0: sleep at once; polling lowers latency when every rank has a core of its own). */
-PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, int64_t spin_ns,
-                                                     char *error, size_t error_len);
+ * authentication happen before, in pycoll's rendezvous layer. A wait polls for p2p->spin_ns before it sleeps
+ * (the communicator's spin option). */
+PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
+                                                     size_t error_len);
 
 /* In-process simulation: `size` ranks as threads of one process, exchanging through memory. Used by tests and
- * by the accuracy report to drive the real C schedules at world sizes beyond the machine's cores.
- * Runs fn(p2p_of_rank_r, arg, r) on one thread per rank and returns the first non-OK status. */
+ * by the accuracy report to drive the real communicator at world sizes beyond the machine's cores.
+ * Runs fn(p2p_of_rank_r, arg, r) on one thread per rank and returns the first non-OK status. fn may hand the
+ * p2p to pycoll_comm_create; the simulation owns it (its destroy does nothing), so the communicator may be
+ * destroyed whenever fn is done with it. */
 typedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank);
 PYCOLL_API pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                           char *error, size_t error_len);

@@ -1,0 +1,42 @@
+/* The collective algorithms, as the communicator (native/comm) runs them: each takes the communicator's
+ * context (context.h), after the communicator has checked the arguments, stamped the collective on the
+ * transport (p2p->desc) and set its deadline. Internal: other programs reach them through pycoll_comm_*, so
+ * there is one path from a call to an algorithm, the one production and the simulator both take. */
+#ifndef PYCOLL_ALGORITHMS_COLLECTIVES_H
+#define PYCOLL_ALGORITHMS_COLLECTIVES_H
+
+#include "algorithms/context.h"
+#include "pycoll/algorithms.h"
+
+/* In-place all-reduce of buf[0..count). PYCOLL_AVG sums, then divides once by p2p->size.
+ * accuracy COMPENSATED: float types carry (sum, comp) pairs through the reduction phase (kernels.h);
+ * other dtypes and ops behave as FAST. */
+typedef pycoll_status_t (*all_reduce_fn)(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                         pycoll_op_t op, pycoll_accuracy_t accuracy);
+
+pycoll_status_t ring_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                pycoll_accuracy_t accuracy);
+pycoll_status_t halving_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                            pycoll_op_t op, pycoll_accuracy_t accuracy);
+pycoll_status_t mesh_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                pycoll_accuracy_t accuracy);
+pycoll_status_t recursive_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                              pycoll_op_t op, pycoll_accuracy_t accuracy);
+
+/* The all-reduce for an algorithm id of the all-reduce table (decision.c), or NULL. */
+all_reduce_fn all_reduce_algorithm(pycoll_algorithm_t algorithm);
+
+/* sendbuf holds size * count elements; rank r receives the reduction of block r into recvbuf[0..count). */
+pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                   pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
+                                   pycoll_accuracy_t accuracy);
+/* recvbuf holds size * count elements; block r comes from rank r's sendbuf[0..count). */
+pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                               pycoll_dtype_t dtype);
+pycoll_status_t broadcast_run(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root);
+/* Result in recvbuf on root only (recvbuf may be NULL elsewhere); sendbuf is not modified. */
+pycoll_status_t reduce_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                           pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy);
+pycoll_status_t barrier_run(coll_ctx_t *ctx);
+
+#endif

@@ -1,0 +1,84 @@
+/* Choosing apart from doing (as Open MPI's coll/tuned keeps its decision files apart from coll/base): which
+ * algorithms each collective has, one {id, name} table per collective as UCC lists them, and the rules that
+ * pick one -- the cost model for "auto", the fallback for an algorithm a collective lacks. The communicator
+ * asks here; the algorithm files only run what they are given. */
+#include "pycoll/algorithms.h"
+
+#include <stddef.h>
+
+#define ALGO(id, name) {id, name}
+
+/* The fallback first: bandwidth-optimal and defined for every world size. */
+static const pycoll_algorithm_info_t all_reduce_algos[] = {
+    ALGO(PYCOLL_ALGO_RING, "ring"),
+    ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
+    ALGO(PYCOLL_ALGO_MESH, "mesh"),
+    ALGO(PYCOLL_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"),
+};
+/* The first halves of the all-reduce schedules that have one (recursive doubling exchanges whole buffers). */
+static const pycoll_algorithm_info_t reduce_scatter_algos[] = {
+    ALGO(PYCOLL_ALGO_RING, "ring"),
+    ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
+    ALGO(PYCOLL_ALGO_MESH, "mesh"),
+};
+/* The ring only: the gather, broadcast, reduce and barrier schedules are fixed (reduce.c, broadcast.c,
+ * barrier.c pick their shape by size internally), and descriptors name them "ring". */
+static const pycoll_algorithm_info_t ring_only[] = {
+    ALGO(PYCOLL_ALGO_RING, "ring"),
+};
+
+#define TABLE(t) {t, (int32_t)(sizeof t / sizeof t[0])}
+
+static const struct {
+    const pycoll_algorithm_info_t *algos;
+    int32_t count;
+} tables[PYCOLL_NUM_COLLS] = {
+    [PYCOLL_COLL_ALL_REDUCE] = TABLE(all_reduce_algos),
+    [PYCOLL_COLL_REDUCE_SCATTER] = TABLE(reduce_scatter_algos),
+    [PYCOLL_COLL_ALL_GATHER] = TABLE(ring_only),
+    [PYCOLL_COLL_BROADCAST] = TABLE(ring_only),
+    [PYCOLL_COLL_REDUCE] = TABLE(ring_only),
+    [PYCOLL_COLL_BARRIER] = TABLE(ring_only),
+};
+
+const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
+{
+    const int known = (unsigned)coll < PYCOLL_NUM_COLLS;
+    if (count)
+        *count = known ? tables[coll].count : 0;
+    return known ? tables[coll].algos : NULL;
+}
+
+static int has_algorithm(pycoll_coll_t coll, pycoll_algorithm_t algorithm)
+{
+    for (int32_t i = 0; i < tables[coll].count; i++)
+        if (tables[coll].algos[i].id == (int32_t)algorithm)
+            return 1;
+    return 0;
+}
+
+pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+{
+    const pycoll_algorithm_info_t *algos = all_reduce_algos;
+    pycoll_algorithm_t best = (pycoll_algorithm_t)algos[0].id;
+    double best_s = pycoll_predict_all_reduce_s(model, best, size, nbytes);
+    for (int32_t i = 1; i < tables[PYCOLL_COLL_ALL_REDUCE].count; i++) {
+        double s = pycoll_predict_all_reduce_s(model, (pycoll_algorithm_t)algos[i].id, size, nbytes);
+        if (s < best_s) {
+            best = (pycoll_algorithm_t)algos[i].id;
+            best_s = s;
+        }
+    }
+    return best;
+}
+
+pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                           pycoll_algorithm_t requested, int32_t size, int64_t nbytes)
+{
+    if ((unsigned)coll >= PYCOLL_NUM_COLLS)
+        return PYCOLL_ALGO_RING;
+    pycoll_algorithm_t algorithm = requested;
+    if (algorithm == PYCOLL_ALGO_AUTO && (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER))
+        algorithm = pycoll_choose_all_reduce(model, size, nbytes);
+    return has_algorithm(coll, algorithm) ? algorithm : (pycoll_algorithm_t)tables[coll].algos[0].id;
+}

@@ -1,0 +1,57 @@
+# cython: language_level=3
+"""The ids and names of libpycoll's enums, read from the C library once at import (as mpi4py binds MPI's
+constants from C rather than retyping them): every Python module takes dtype, op, algorithm, accuracy and
+collective ids from here, so the C headers are their one source of truth."""
+
+from libc.stdint cimport int32_t
+
+from pycoll._bindings.libpycoll cimport *
+
+
+cdef dict _names(const char *(*name_of)(int) noexcept nogil, int count):
+    return {name_of(i).decode(): i for i in range(count)}
+
+
+cdef const char *_dtype(int i) noexcept nogil:
+    return pycoll_dtype_name(<pycoll_dtype_t>i)
+
+
+cdef const char *_op(int i) noexcept nogil:
+    return pycoll_op_name(<pycoll_op_t>i)
+
+
+cdef const char *_algorithm(int i) noexcept nogil:
+    return pycoll_algorithm_name(<pycoll_algorithm_t>i)
+
+
+cdef const char *_accuracy(int i) noexcept nogil:
+    return pycoll_accuracy_name(<pycoll_accuracy_t>i)
+
+
+cdef const char *_coll(int i) noexcept nogil:
+    return pycoll_coll_name(<pycoll_coll_t>i)
+
+
+# name -> id, in id order
+DTYPES = _names(_dtype, PYCOLL_NUM_DTYPES)
+OPS = _names(_op, PYCOLL_NUM_OPS)
+ALGORITHMS = _names(_algorithm, PYCOLL_NUM_ALGOS)  # "auto" (0) included
+ACCURACIES = _names(_accuracy, PYCOLL_NUM_ACCURACIES)
+COLLECTIVES = _names(_coll, PYCOLL_NUM_COLLS)
+
+
+cdef tuple _coll_algorithms(int coll):
+    cdef int32_t n = 0
+    cdef const pycoll_algorithm_info_t *table = pycoll_coll_algorithms(<pycoll_coll_t>coll, &n)
+    return tuple(table[i].name.decode() for i in range(n))
+
+
+# collective name -> the algorithms it has (decision.c's tables), its fallback first; "auto" not listed
+COLL_ALGORITHMS = {name: _coll_algorithms(ident) for name, ident in COLLECTIVES.items()}
+
+ALGO_AUTO = PYCOLL_ALGO_AUTO
+P2P_VERSION = PYCOLL_P2P_VERSION
+DEFAULT_SEGMENT_BYTES = PYCOLL_DEFAULT_SEGMENT_BYTES
+STATUS_OK = PYCOLL_OK
+STATUS_INVALID = PYCOLL_ERR_INVALID
+STATUS_PEER_FAILURE = PYCOLL_ERR_PEER_FAILURE
