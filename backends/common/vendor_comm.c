@@ -2,6 +2,8 @@
  * first-error record (pycoll_p2p_fail on the communicator's p2p state), the wait for a non-blocking vendor to
  * leave "in progress", the stream wait, and the abort when the deadline passes. */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,9 @@
 /* Longest single stream wait, for a vendor whose wait blocks: remote errors are noticed while a collective is
  * stuck. */
 #define STREAM_SLICE_MS 200
+
+/* The vendor struct's entries take counts as uint64_t where the vendors' own take size_t. */
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "pycoll's vendor backends need a 64-bit host");
 
 struct pycoll_vendor_comm {
     /* rank, size, the first error (status, error): recorded with pycoll_p2p_fail, as every transport does. */
@@ -46,43 +51,85 @@ static pycoll_status_t check_version(const pycoll_vendor_t *v, char *error, size
     return PYCOLL_OK;
 }
 
+static int loaded(const pycoll_vendor_t *v)
+{
+    for (int32_t i = 0; i < v->num_libraries; i++)
+        if (!v->libraries[i].handle)
+            return 0;
+    return 1;
+}
+
 static pycoll_status_t check_loaded(const pycoll_vendor_t *v, char *error, size_t error_len)
 {
     pycoll_status_t st = check_version(v, error, error_len);
-    if (st == PYCOLL_OK && !v->loaded())
+    if (st == PYCOLL_OK && !loaded(v))
         st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
-                                 "%s: %s%s%s is not loaded (pycoll_vendor_load)", v->name, v->libraries[0],
-                                 v->num_libraries > 1 ? " or " : "", v->num_libraries > 1 ? v->libraries[1] : "");
+                                 "%s: %s%s%s is not loaded (pycoll_vendor_load)", v->name, v->libraries[0].what,
+                                 v->num_libraries > 1 ? " or " : "", v->num_libraries > 1 ? v->libraries[1].what : "");
     return st;
 }
 
-const pycoll_vendor_t *pycoll_vendor_find(const char *name)
+/* The vendor's name of a call, for messages: the symbol that serves it. */
+static const char *call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call)
 {
-    static const pycoll_vendor_t *const builtin[] = {&pycoll_nccl_vendor, &pycoll_hccl_vendor};
+    for (int32_t i = 0; i < v->num_libraries; i++)
+        for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
+            if (v->libraries[i].symbols[j].call == call)
+                return v->libraries[i].symbols[j].name;
+    return "a vendor call";
+}
+
+pycoll_vendor_t *pycoll_vendor_find(const char *name)
+{
+    static pycoll_vendor_t *const builtin[] = {&pycoll_nccl_vendor, &pycoll_hccl_vendor};
     for (size_t i = 0; name && i < sizeof builtin / sizeof builtin[0]; i++)
         if (strcmp(builtin[i]->name, name) == 0)
             return builtin[i];
     return NULL;
 }
 
-pycoll_status_t pycoll_vendor_load(const pycoll_vendor_t *v, int32_t library, const char *path, char *error,
+/* One lock for every vendor library: loads are rare, and two threads must not both dlopen the same one. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *v, int32_t library, const char *path, char *error,
                                    size_t error_len)
 {
     pycoll_status_t st = check_version(v, error, error_len);
+    if (st == PYCOLL_OK && (library < 0 || library >= v->num_libraries || library >= 2))
+        st = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: library %d is not 0 to %d", v->name,
+                                 (int)library, (int)v->num_libraries - 1);
     if (st != PYCOLL_OK)
         return st;
-    if (library < 0 || library >= v->num_libraries)
-        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: library %d is not 0 to %d",
-                                   v->name, (int)library, (int)v->num_libraries - 1);
-    return v->load(library, path, error, error_len);
+    pycoll_vendor_library_t *lib = &v->libraries[library];
+    pthread_mutex_lock(&load_lock);
+    if (!lib->handle) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
+        for (int32_t i = 0; h && i < lib->num_symbols; i++) {
+            const pycoll_vendor_symbol_t *sym = &lib->symbols[i];
+            *(void **)sym->slot = dlsym(h, sym->name); /* POSIX: a function's address fits a void * */
+            if (!*sym->slot) {
+                st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s%s%s", path,
+                                         sym->name, lib->requirement ? ": " : "",
+                                         lib->requirement ? lib->requirement : "");
+                dlclose(h);
+                h = NULL;
+            }
+        }
+        lib->handle = h;
+    }
+    pthread_mutex_unlock(&load_lock);
+    return st;
 }
 
 int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
 {
     char unused[1];
-    if (check_version(v, unused, sizeof unused) != PYCOLL_OK || !v->library_version || !v->loaded())
+    int version = 0;
+    if (check_loaded(v, unused, sizeof unused) != PYCOLL_OK || !v->library_version || v->library_version(&version))
         return 0;
-    return v->library_version();
+    return version;
 }
 
 /* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
@@ -106,7 +153,7 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     int r = v->unique_id(id);
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
-                                   v->calls[PYCOLL_VENDOR_CALL_UNIQUE_ID], v->error_string(r), v->result_name(r),
+                                   call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r), v->result_name(r),
                                    v->code_label, r);
     return PYCOLL_OK;
 }
@@ -141,7 +188,7 @@ static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int
     int state = 0;
     int r = c->v->async_error(c->comm, &state);
     if (r != 0)
-        return fail_result(c, c->v->calls[PYCOLL_VENDOR_CALL_ASYNC_ERROR], r);
+        return fail_result(c, call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
     *in_progress = c->v->in_progress >= 0 && state == c->v->in_progress;
     if (state != 0 && !*in_progress)
         return fail_result(c, what, state);
@@ -169,19 +216,17 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
     const pycoll_vendor_t *v = c->v;
     for (int64_t sleep_ns = 1000;; backoff(&sleep_ns)) {
         int64_t left_ms = (deadline_ns - pycoll_now_ns()) / 1000000;
-        int code = 0;
-        int w = v->stream_wait(stream, (int32_t)(left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? left_ms
-                                                                                            : STREAM_SLICE_MS),
-                               &code);
+        int32_t slice_ms = left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? (int32_t)left_ms : STREAM_SLICE_MS;
+        int code = v->stream_wait(stream, slice_ms);
         int busy = 0;
         pycoll_status_t st = poll_async(c, what, &busy);
         if (st != PYCOLL_OK)
             return st;
-        if (w == PYCOLL_VENDOR_STREAM_DONE)
+        if (code == 0)
             return PYCOLL_OK;
-        if (w != PYCOLL_VENDOR_STREAM_BUSY)
+        if (code != v->stream_busy)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: %s after %s failed: %s (code %d)", v->name,
-                                   v->calls[PYCOLL_VENDOR_CALL_STREAM_WAIT], what,
+                                   call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
                                    v->runtime_error ? v->runtime_error(code) : "runtime error", code);
         if (pycoll_now_ns() >= deadline_ns)
             return abort_on_deadline(c, what);
@@ -227,7 +272,7 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     c->timeout_ns = seconds_to_ns(timeout_s);
     c->device = -1;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
-    const char *init = v->calls[PYCOLL_VENDOR_CALL_INIT];
+    const char *init = call_name(v, PYCOLL_VENDOR_CALL_INIT);
     int r = v->comm_init(&c->comm, size, id, rank);
     pycoll_status_t st;
     if (r != 0 && r != v->in_progress)
@@ -235,7 +280,7 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     else
         st = wait_ready(c, init, deadline);
     if (st == PYCOLL_OK && v->device && (r = v->device(c->comm, &c->device)) != 0)
-        st = fail_result(c, v->calls[PYCOLL_VENDOR_CALL_DEVICE], r);
+        st = fail_result(c, call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
     if (st != PYCOLL_OK) {
         *status = st;
         snprintf(error, error_len, "%s", c->state.error);
@@ -325,7 +370,7 @@ static pycoll_status_t begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
         (void)vo;                                                                                              \
         if (st_ != PYCOLL_OK)                                                                                  \
             return st_;                                                                                        \
-        return finish((c), (c)->v->calls[call], (invoke), stream, deadline_);                                  \
+        return finish((c), call_name((c)->v, (call)), (invoke), stream, deadline_);                                  \
     } while (0)
 
 pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
@@ -374,7 +419,7 @@ pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *c, void *stream)
         int e = v->scratch_alloc(&c->scratch, sizeof(int32_t));
         if (e != 0)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_NOMEM, -1, "%s: %s for the barrier failed: %s", v->name,
-                                   v->calls[PYCOLL_VENDOR_CALL_SCRATCH_ALLOC],
+                                   call_name(v, PYCOLL_VENDOR_CALL_SCRATCH_ALLOC),
                                    v->runtime_error ? v->runtime_error(e) : "runtime error");
     }
     return pycoll_vendor_all_reduce(c, c->scratch, c->scratch, 1, PYCOLL_INT32, PYCOLL_SUM, stream);
@@ -408,10 +453,10 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
         st = check_peer(c, "receive", recv_peer);
     if (st != PYCOLL_OK || (send_peer == -1 && recv_peer == -1))
         return st;
-    const char *send = v->calls[PYCOLL_VENDOR_CALL_SEND], *recv = v->calls[PYCOLL_VENDOR_CALL_RECV];
+    const char *send = call_name(v, PYCOLL_VENDOR_CALL_SEND), *recv = call_name(v, PYCOLL_VENDOR_CALL_RECV);
     int r = v->group_start();
     if (r != 0)
-        return fail_result(c, v->calls[PYCOLL_VENDOR_CALL_GROUP_START], r);
+        return fail_result(c, call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);
     /* What the deadline message names; a failed call names itself. */
     char both[64];
     snprintf(both, sizeof both, "%s/%s", send, recv);
@@ -427,7 +472,7 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
     /* The group is closed even after a failed call: the vendor keeps the group depth per thread. */
     int end = v->group_end();
     if (ok && end != 0 && end != v->in_progress) {
-        what = v->calls[PYCOLL_VENDOR_CALL_GROUP_END];
+        what = call_name(v, PYCOLL_VENDOR_CALL_GROUP_END);
         r = end;
     } else if (ok) {
         r = end;

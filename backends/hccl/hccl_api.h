@@ -55,27 +55,4 @@ typedef enum { HCCL_REDUCE_SUM = 0, HCCL_REDUCE_PROD = 1, HCCL_REDUCE_MAX = 2, H
 #define PYCOLL_ACL_SUCCESS 0
 #define PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT 507046
 
-typedef struct {
-    HcclResult (*GetRootInfo)(HcclRootInfo *info);
-    HcclResult (*CommInitRootInfo)(uint32_t nranks, const HcclRootInfo *info, uint32_t rank, HcclComm *comm);
-    HcclResult (*CommDestroy)(HcclComm comm);
-    HcclResult (*GetCommAsyncError)(HcclComm comm, HcclResult *async_error);
-    const char *(*GetErrorString)(HcclResult code);
-    HcclResult (*AllReduce)(void *sendbuf, void *recvbuf, uint64_t count, HcclDataType dtype, HcclReduceOp op,
-                            HcclComm comm, void *stream);
-    HcclResult (*ReduceScatter)(void *sendbuf, void *recvbuf, uint64_t recv_count, HcclDataType dtype,
-                                HcclReduceOp op, HcclComm comm, void *stream);
-    HcclResult (*AllGather)(void *sendbuf, void *recvbuf, uint64_t send_count, HcclDataType dtype, HcclComm comm,
-                            void *stream);
-    HcclResult (*Broadcast)(void *buf, uint64_t count, HcclDataType dtype, uint32_t root, HcclComm comm,
-                            void *stream);
-    HcclResult (*Reduce)(void *sendbuf, void *recvbuf, uint64_t count, HcclDataType dtype, HcclReduceOp op,
-                         uint32_t root, HcclComm comm, void *stream);
-    HcclResult (*Barrier)(HcclComm comm, void *stream);
-} pycoll_hccl_api_t;
-
-typedef struct {
-    int (*SynchronizeStreamWithTimeout)(void *stream, int32_t timeout_ms);
-} pycoll_acl_api_t;
-
 #endif

@@ -58,42 +58,4 @@ typedef struct {
 #define PYCOLL_CUDA_SUCCESS 0
 #define PYCOLL_CUDA_ERROR_NOT_READY 600
 
-/* The entry points pycoll uses, resolved with dlsym. */
-typedef struct {
-    ncclResult_t (*GetVersion)(int *version);
-    ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
-    ncclResult_t (*CommInitRankConfig)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                       pycoll_nccl_config_t *config);
-    ncclResult_t (*CommGetAsyncError)(ncclComm_t comm, ncclResult_t *async_error);
-    ncclResult_t (*CommAbort)(ncclComm_t comm);
-    ncclResult_t (*CommDestroy)(ncclComm_t comm);
-    ncclResult_t (*CommCuDevice)(ncclComm_t comm, int *device);
-    const char *(*GetErrorString)(ncclResult_t result);
-    const char *(*GetLastError)(ncclComm_t comm);
-    ncclResult_t (*AllReduce)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype,
-                              ncclRedOp_t op, ncclComm_t comm, void *stream);
-    ncclResult_t (*ReduceScatter)(const void *sendbuf, void *recvbuf, size_t recv_count, ncclDataType_t dtype,
-                                  ncclRedOp_t op, ncclComm_t comm, void *stream);
-    ncclResult_t (*AllGather)(const void *sendbuf, void *recvbuf, size_t send_count, ncclDataType_t dtype,
-                              ncclComm_t comm, void *stream);
-    ncclResult_t (*Broadcast)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype, int root,
-                              ncclComm_t comm, void *stream);
-    ncclResult_t (*Reduce)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype, ncclRedOp_t op,
-                           int root, ncclComm_t comm, void *stream);
-    ncclResult_t (*Send)(const void *sendbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
-                         void *stream);
-    ncclResult_t (*Recv)(void *recvbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
-                         void *stream);
-    ncclResult_t (*GroupStart)(void);
-    ncclResult_t (*GroupEnd)(void);
-} pycoll_nccl_api_t;
-
-typedef struct {
-    int (*StreamQuery)(void *stream);
-    int (*Malloc)(void **ptr, size_t size);
-    int (*Free)(void *ptr);
-    int (*Memset)(void *ptr, int value, size_t count);
-    const char *(*GetErrorString)(int error);
-} pycoll_cudart_api_t;
-
 #endif

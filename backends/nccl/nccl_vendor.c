@@ -1,52 +1,21 @@
-/* NCCL as a pycoll vendor (pycoll/vendor.h): libnccl and the CUDA runtime loaded with dlopen, and the vendor
- * struct filled from them. Communicators are non-blocking (ncclCommInitRankConfig with blocking = 0), so the
- * generic layer polls them against the deadline and calls ncclCommAbort when it passes. */
+/* NCCL as a pycoll vendor (pycoll/vendor.h): the vendor struct, filled from libnccl and the CUDA runtime when
+ * they are dlopen'ed. Communicators are non-blocking (ncclCommInitRankConfig with blocking = 0), so the generic
+ * layer polls them against the deadline and calls ncclCommAbort when it passes. Most entries are NCCL's own
+ * functions (their C signatures are the struct's); the adapters below cover where NCCL's differ. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
 #include "../common/vendor_common.h"
 #include "nccl_api.h"
 
-static pycoll_nccl_api_t nccl;
-static pycoll_cudart_api_t cudart;
-static void *nccl_handle, *cudart_handle;
-
-static pycoll_status_t load(int32_t library, const char *path, char *error, size_t error_len)
-{
-    static const char *const nccl_names[] = {"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig",
-                                             "ncclCommGetAsyncError", "ncclCommAbort", "ncclCommDestroy",
-                                             "ncclCommCuDevice", "ncclGetErrorString", "ncclGetLastError",
-                                             "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast",
-                                             "ncclReduce", "ncclSend", "ncclRecv", "ncclGroupStart",
-                                             "ncclGroupEnd"};
-    static const char *const cudart_names[] = {"cudaStreamQuery", "cudaMalloc", "cudaFree", "cudaMemset",
-                                               "cudaGetErrorString"};
-    _Static_assert(sizeof nccl_names / sizeof nccl_names[0] == sizeof nccl / sizeof(void (*)(void)),
-                   "one name per entry point");
-    _Static_assert(sizeof cudart_names / sizeof cudart_names[0] == sizeof cudart / sizeof(void (*)(void)),
-                   "one name per entry point");
-    if (library == 0) /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
-        return vendor_load(&nccl_handle, path, nccl_names, sizeof nccl_names / sizeof nccl_names[0],
-                           (void (**)(void))&nccl, "NCCL 2.14 or newer is needed", error, error_len);
-    return vendor_load(&cudart_handle, path, cudart_names, sizeof cudart_names / sizeof cudart_names[0],
-                       (void (**)(void))&cudart, NULL, error, error_len);
-}
-
-static int loaded(void)
-{
-    return nccl_handle && cudart_handle;
-}
-
-static int32_t library_version(void)
-{
-    int version = 0;
-    return nccl.GetVersion(&version) == ncclSuccess ? version : 0;
-}
-
-static int unique_id(void *id)
-{
-    return nccl.GetUniqueId(id);
-}
+/* NCCL calls whose signature is not the vendor struct's, reached through the adapters. */
+static ncclResult_t (*comm_init_rank_config)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                             pycoll_nccl_config_t *config);
+static ncclResult_t (*nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t count, int dtype, int root,
+                                      ncclComm_t comm, void *stream);
+static int (*cuda_stream_query)(void *stream);
+static int (*cuda_malloc)(void **ptr, size_t size);
+static int (*cuda_memset)(void *ptr, int value, size_t count);
 
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
@@ -55,33 +24,30 @@ static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
     pycoll_nccl_config_t config = {sizeof config, PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION, 0,
                                    PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,
                                    NULL};
-    return nccl.CommInitRankConfig((ncclComm_t *)comm, size, uid, rank, &config);
+    return comm_init_rank_config((ncclComm_t *)comm, size, uid, rank, &config);
 }
 
-static int async_error(void *comm, int *state)
+/* In place: NCCL's broadcast takes a send and a receive buffer. */
+static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream)
 {
-    ncclResult_t s = ncclSuccess;
-    ncclResult_t r = nccl.CommGetAsyncError(comm, &s);
-    *state = s;
-    return r;
+    return nccl_broadcast(buf, buf, count, dtype, root, comm, stream);
 }
 
-static void comm_abort(void *comm)
+/* cudaStreamQuery only looks; the generic layer sleeps between looks. */
+static int stream_wait(void *stream, int32_t slice_ms)
 {
-    nccl.CommAbort(comm);
+    (void)slice_ms;
+    return cuda_stream_query(stream);
 }
 
-static void comm_destroy(void *comm)
+static int scratch_alloc(void **ptr, size_t bytes)
 {
-    nccl.CommDestroy(comm);
-}
-
-static int device(void *comm, int32_t *out)
-{
-    int d = 0;
-    ncclResult_t r = nccl.CommCuDevice(comm, &d);
-    *out = d;
-    return r;
+    int e = cuda_malloc(ptr, bytes);
+    if (e == PYCOLL_CUDA_SUCCESS && (e = cuda_memset(*ptr, 0, bytes)) != PYCOLL_CUDA_SUCCESS) {
+        pycoll_nccl_vendor.scratch_free(*ptr);
+        *ptr = NULL;
+    }
+    return e;
 }
 
 /* What a failed NCCL call means to the caller. */
@@ -103,11 +69,6 @@ static pycoll_status_t status_of(int r)
     }
 }
 
-static const char *error_string(int r)
-{
-    return nccl.GetErrorString(r);
-}
-
 static const char *result_name(int r)
 {
     static const char *const names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
@@ -116,87 +77,37 @@ static const char *result_name(int r)
     return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown ncclResult_t";
 }
 
-static const char *last_error(void *comm)
-{
-    return nccl.GetLastError(comm);
-}
+#define V pycoll_nccl_vendor
+static const pycoll_vendor_symbol_t nccl_symbols[] = {
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetVersion", VENDOR_SLOT(V.library_version)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetErrorString", VENDOR_SLOT(V.error_string)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetLastError", VENDOR_SLOT(V.last_error)},
+    {PYCOLL_VENDOR_CALL_UNIQUE_ID, "ncclGetUniqueId", VENDOR_SLOT(V.unique_id)},
+    {PYCOLL_VENDOR_CALL_INIT, "ncclCommInitRankConfig", VENDOR_SLOT(comm_init_rank_config)},
+    {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "ncclCommGetAsyncError", VENDOR_SLOT(V.async_error)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclCommAbort", VENDOR_SLOT(V.abort)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclCommDestroy", VENDOR_SLOT(V.destroy)},
+    {PYCOLL_VENDOR_CALL_DEVICE, "ncclCommCuDevice", VENDOR_SLOT(V.device)},
+    {PYCOLL_VENDOR_CALL_ALL_REDUCE, "ncclAllReduce", VENDOR_SLOT(V.all_reduce)},
+    {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, "ncclReduceScatter", VENDOR_SLOT(V.reduce_scatter)},
+    {PYCOLL_VENDOR_CALL_ALL_GATHER, "ncclAllGather", VENDOR_SLOT(V.all_gather)},
+    {PYCOLL_VENDOR_CALL_BROADCAST, "ncclBroadcast", VENDOR_SLOT(nccl_broadcast)},
+    {PYCOLL_VENDOR_CALL_REDUCE, "ncclReduce", VENDOR_SLOT(V.reduce)},
+    {PYCOLL_VENDOR_CALL_SEND, "ncclSend", VENDOR_SLOT(V.send)},
+    {PYCOLL_VENDOR_CALL_RECV, "ncclRecv", VENDOR_SLOT(V.recv)},
+    {PYCOLL_VENDOR_CALL_GROUP_START, "ncclGroupStart", VENDOR_SLOT(V.group_start)},
+    {PYCOLL_VENDOR_CALL_GROUP_END, "ncclGroupEnd", VENDOR_SLOT(V.group_end)},
+};
+static const pycoll_vendor_symbol_t cudart_symbols[] = {
+    {PYCOLL_VENDOR_CALL_STREAM_WAIT, "cudaStreamQuery", VENDOR_SLOT(cuda_stream_query)},
+    {PYCOLL_VENDOR_CALL_SCRATCH_ALLOC, "cudaMalloc", VENDOR_SLOT(cuda_malloc)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaMemset", VENDOR_SLOT(cuda_memset)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaFree", VENDOR_SLOT(V.scratch_free)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaGetErrorString", VENDOR_SLOT(V.runtime_error)},
+};
+#undef V
 
-static int all_reduce(const void *send, void *recv, uint64_t count, int dtype, int op, void *comm, void *stream)
-{
-    return nccl.AllReduce(send, recv, count, dtype, op, comm, stream);
-}
-
-static int reduce_scatter(const void *send, void *recv, uint64_t count, int dtype, int op, void *comm, void *stream)
-{
-    return nccl.ReduceScatter(send, recv, count, dtype, op, comm, stream);
-}
-
-static int all_gather(const void *send, void *recv, uint64_t count, int dtype, void *comm, void *stream)
-{
-    return nccl.AllGather(send, recv, count, dtype, comm, stream);
-}
-
-static int broadcast(void *buf, uint64_t count, int dtype, int32_t root, void *comm, void *stream)
-{
-    return nccl.Broadcast(buf, buf, count, dtype, root, comm, stream);
-}
-
-static int reduce(const void *send, void *recv, uint64_t count, int dtype, int op, int32_t root, void *comm,
-                  void *stream)
-{
-    return nccl.Reduce(send, recv, count, dtype, op, root, comm, stream);
-}
-
-static int send(const void *buf, uint64_t count, int dtype, int32_t peer, void *comm, void *stream)
-{
-    return nccl.Send(buf, count, dtype, peer, comm, stream);
-}
-
-static int recv(void *buf, uint64_t count, int dtype, int32_t peer, void *comm, void *stream)
-{
-    return nccl.Recv(buf, count, dtype, peer, comm, stream);
-}
-
-static int group_start(void)
-{
-    return nccl.GroupStart();
-}
-
-static int group_end(void)
-{
-    return nccl.GroupEnd();
-}
-
-/* cudaStreamQuery only looks; the generic layer sleeps between looks. */
-static int stream_wait(void *stream, int32_t slice_ms, int *code)
-{
-    (void)slice_ms;
-    *code = cudart.StreamQuery(stream);
-    return *code == PYCOLL_CUDA_SUCCESS ? PYCOLL_VENDOR_STREAM_DONE
-           : *code == PYCOLL_CUDA_ERROR_NOT_READY ? PYCOLL_VENDOR_STREAM_BUSY : PYCOLL_VENDOR_STREAM_ERROR;
-}
-
-static const char *runtime_error(int code)
-{
-    return cudart.GetErrorString(code);
-}
-
-static int scratch_alloc(void **ptr, size_t bytes)
-{
-    int e = cudart.Malloc(ptr, bytes);
-    if (e == PYCOLL_CUDA_SUCCESS && (e = cudart.Memset(*ptr, 0, bytes)) != PYCOLL_CUDA_SUCCESS) {
-        cudart.Free(*ptr);
-        *ptr = NULL;
-    }
-    return e;
-}
-
-static void scratch_free(void *ptr)
-{
-    cudart.Free(ptr);
-}
-
-const pycoll_vendor_t pycoll_nccl_vendor = {
+pycoll_vendor_t pycoll_nccl_vendor = {
     .version = PYCOLL_VENDOR_VERSION,
     .name = "nccl",
     .unique_id_bytes = sizeof(ncclUniqueId),
@@ -206,50 +117,19 @@ const pycoll_vendor_t pycoll_nccl_vendor = {
                [PYCOLL_FLOAT32] = ncclFloat32, [PYCOLL_FLOAT64] = ncclFloat64},
     .ops = {[PYCOLL_SUM] = ncclSum, [PYCOLL_PROD] = ncclProd, [PYCOLL_MIN] = ncclMin, [PYCOLL_MAX] = ncclMax,
             [PYCOLL_AVG] = ncclAvg},
-    .calls = {[PYCOLL_VENDOR_CALL_UNIQUE_ID] = "ncclGetUniqueId",
-              [PYCOLL_VENDOR_CALL_INIT] = "ncclCommInitRankConfig",
-              [PYCOLL_VENDOR_CALL_ASYNC_ERROR] = "ncclCommGetAsyncError",
-              [PYCOLL_VENDOR_CALL_DEVICE] = "ncclCommCuDevice",
-              [PYCOLL_VENDOR_CALL_ALL_REDUCE] = "ncclAllReduce",
-              [PYCOLL_VENDOR_CALL_REDUCE_SCATTER] = "ncclReduceScatter",
-              [PYCOLL_VENDOR_CALL_ALL_GATHER] = "ncclAllGather",
-              [PYCOLL_VENDOR_CALL_BROADCAST] = "ncclBroadcast",
-              [PYCOLL_VENDOR_CALL_REDUCE] = "ncclReduce",
-              [PYCOLL_VENDOR_CALL_BARRIER] = "ncclAllReduce (barrier)",
-              [PYCOLL_VENDOR_CALL_SEND] = "ncclSend",
-              [PYCOLL_VENDOR_CALL_RECV] = "ncclRecv",
-              [PYCOLL_VENDOR_CALL_GROUP_START] = "ncclGroupStart",
-              [PYCOLL_VENDOR_CALL_GROUP_END] = "ncclGroupEnd",
-              [PYCOLL_VENDOR_CALL_STREAM_WAIT] = "cudaStreamQuery",
-              [PYCOLL_VENDOR_CALL_SCRATCH_ALLOC] = "cudaMalloc"},
     .deadline_action = "aborted",
-    .num_libraries = 2,
-    .libraries = {"NCCL", "the CUDA runtime"},
-    .load = load,
-    .loaded = loaded,
-    .library_version = library_version,
-    .unique_id = unique_id,
-    .comm_init = comm_init,
-    .async_error = async_error,
-    .abort = comm_abort,
-    .destroy = comm_destroy,
-    .device = device,
-    .status_of = status_of,
-    .error_string = error_string,
-    .result_name = result_name,
     .code_label = "code",
-    .last_error = last_error,
-    .all_reduce = all_reduce,
-    .reduce_scatter = reduce_scatter,
-    .all_gather = all_gather,
+    .num_libraries = 2,
+    /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
+    .libraries = {{"NCCL", "NCCL 2.14 or newer is needed", nccl_symbols,
+                   sizeof nccl_symbols / sizeof nccl_symbols[0], NULL},
+                  {"the CUDA runtime", NULL, cudart_symbols, sizeof cudart_symbols / sizeof cudart_symbols[0],
+                   NULL}},
+    .status_of = status_of,
+    .result_name = result_name,
+    .comm_init = comm_init,
     .broadcast = broadcast,
-    .reduce = reduce,
-    .send = send,
-    .recv = recv,
-    .group_start = group_start,
-    .group_end = group_end,
     .stream_wait = stream_wait,
-    .runtime_error = runtime_error,
+    .stream_busy = PYCOLL_CUDA_ERROR_NOT_READY,
     .scratch_alloc = scratch_alloc,
-    .scratch_free = scratch_free,
 };

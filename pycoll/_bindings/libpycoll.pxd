@@ -140,13 +140,10 @@ cdef extern from "pycoll/vendor.h" nogil:
         uint32_t version
         const char *name
         int64_t unique_id_bytes
-        int32_t num_libraries
-        const char *libraries[2]
-        int (*send)(const void *buf, uint64_t count, int dtype, int32_t peer, void *comm, void *stream)
     ctypedef struct pycoll_vendor_comm_t:
         pass
-    const pycoll_vendor_t *pycoll_vendor_find(const char *name)
-    pycoll_status_t pycoll_vendor_load(const pycoll_vendor_t *vendor, int32_t library, const char *path,
+    pycoll_vendor_t *pycoll_vendor_find(const char *name)
+    pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
                                        char *error, size_t error_len)
     int32_t pycoll_vendor_library_version(const pycoll_vendor_t *vendor)
     pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *vendor, void *id, int64_t id_len, char *error,

@@ -31,7 +31,7 @@ cdef str _text(const char *s):
 
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
-    cdef const pycoll_vendor_t *vendor
+    cdef pycoll_vendor_t *vendor
 
     def __cinit__(self, str name):
         cdef bytes b = name.encode()
@@ -46,10 +46,6 @@ cdef class Vendor:
     @property
     def unique_id_bytes(self):
         return self.vendor.unique_id_bytes
-
-    @property
-    def has_send_recv(self):
-        return self.vendor.send != NULL
 
     def load(self, int32_t library, str path):
         """None when library `library` (0: the collectives, 1: the runtime) loads from path (or one already

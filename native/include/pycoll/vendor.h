@@ -19,17 +19,15 @@
 extern "C" {
 #endif
 
-/* The layout of pycoll_vendor_t. A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED). */
+/* The layout of pycoll_vendor_t. A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED);
+ * every version starts with `version` and `name`, so the refusal can name the vendor. */
 #define PYCOLL_VENDOR_VERSION 1
 /* The largest unique id of any vendor (HCCL's HcclRootInfo; NCCL's ncclUniqueId is 128 bytes). */
 #define PYCOLL_VENDOR_MAX_ID_BYTES 4108
-/* What stream_wait returns. */
-#define PYCOLL_VENDOR_STREAM_DONE 0
-#define PYCOLL_VENDOR_STREAM_BUSY 1
-#define PYCOLL_VENDOR_STREAM_ERROR (-1)
 
-/* The vendor calls a message can name (pycoll_vendor_t.calls). */
+/* The vendor calls a message can name. */
 typedef enum pycoll_vendor_call {
+    PYCOLL_VENDOR_CALL_NONE = -1,
     PYCOLL_VENDOR_CALL_UNIQUE_ID,
     PYCOLL_VENDOR_CALL_INIT,
     PYCOLL_VENDOR_CALL_ASYNC_ERROR,
@@ -45,12 +43,31 @@ typedef enum pycoll_vendor_call {
     PYCOLL_VENDOR_CALL_GROUP_START,
     PYCOLL_VENDOR_CALL_GROUP_END,
     PYCOLL_VENDOR_CALL_STREAM_WAIT,
-    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC,
-    PYCOLL_VENDOR_NUM_CALLS
+    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC
 } pycoll_vendor_call_t;
 
-/* A vendor, version 1. Results (`int`) are the vendor's own codes: 0 is success. Entries marked optional may
- * be NULL; what the generic layer does then is said beside each. */
+/* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
+ * function pointer its address is stored in -- an entry of the vendor struct where the vendor's C signature is
+ * the entry's, else a pointer of the backend's own that an adapter calls. */
+typedef struct pycoll_vendor_symbol {
+    pycoll_vendor_call_t call;
+    const char *name;
+    void (**slot)(void);
+} pycoll_vendor_symbol_t;
+
+typedef struct pycoll_vendor_library {
+    const char *what;         /* "NCCL", "the CUDA runtime": named in messages */
+    const char *requirement;  /* appended when a symbol is missing ("NCCL 2.14 or newer is needed"), or NULL */
+    const pycoll_vendor_symbol_t *symbols;
+    int32_t num_symbols;
+    void *handle;             /* set by pycoll_vendor_load once the library and every symbol are loaded */
+} pycoll_vendor_library_t;
+
+/* A vendor, version 1. pycoll_vendor_load fills the entries named by the libraries' symbols; the backend sets
+ * the rest (adapters, the vendor's mapping of results). Entries are declared with the vendor's C ABI: results
+ * and enums are ints, counts uint64_t (size_t on the 64-bit hosts pycoll supports), handles and streams
+ * pointers; 0 is success. Entries marked optional may be NULL; what the generic layer does then is said beside
+ * each. */
 typedef struct pycoll_vendor_v1 {
     uint32_t version;             /* PYCOLL_VENDOR_VERSION */
     const char *name;             /* "nccl": every message starts with it */
@@ -60,60 +77,59 @@ typedef struct pycoll_vendor_v1 {
     /* The vendor's code for each pycoll dtype and op; -1: the vendor has none (PYCOLL_ERR_UNSUPPORTED). */
     int32_t dtypes[PYCOLL_NUM_DTYPES];
     int32_t ops[PYCOLL_NUM_OPS];
-    const char *calls[PYCOLL_VENDOR_NUM_CALLS]; /* the vendor's name of each call */
-    const char *deadline_action;  /* what abort() did, for the timeout message: "aborted", "destroyed" */
-    /* The libraries, loaded in this order (the collectives, then the runtime that owns the streams). */
+    const char *deadline_action;  /* what abort did, for the timeout message: "aborted", "destroyed" */
+    const char *code_label;       /* the word before a result's number in messages: "code", "HcclResult" */
+    /* The libraries, loaded in this order: the collectives, then the runtime that owns the streams. */
     int32_t num_libraries;
-    const char *libraries[2];     /* their names in messages: "NCCL", "the CUDA runtime" */
-    pycoll_status_t (*load)(int32_t library, const char *path, char *error, size_t error_len);
-    int (*loaded)(void);          /* 1 once every library is loaded */
-    int32_t (*library_version)(void); /* optional (0): the vendor's version code, e.g. 22304 */
+    pycoll_vendor_library_t libraries[2];
+
+    pycoll_status_t (*status_of)(int result);   /* what a result means to the caller */
+    const char *(*result_name)(int result);     /* "ncclRemoteError" */
+    const char *(*error_string)(int result);
+    const char *(*last_error)(void *comm);      /* optional: the vendor's detail on the last failure */
+    int (*library_version)(int *version);       /* optional (0): the vendor's version code, e.g. 22304 */
 
     int (*unique_id)(void *id);
     int (*comm_init)(void **comm, int32_t size, const void *id, int32_t rank);
     /* *state: 0, in_progress, or the error a running collective hit. */
     int (*async_error)(void *comm, int *state);
-    void (*abort)(void *comm);    /* stop now, also mid-collective; frees comm */
-    void (*destroy)(void *comm);  /* finish queued work, free comm */
-    int (*device)(void *comm, int32_t *device); /* optional (-1): the device the communicator runs on */
-
-    pycoll_status_t (*status_of)(int result);   /* what a result means to the caller */
-    const char *(*error_string)(int result);
-    const char *(*result_name)(int result);     /* "ncclRemoteError" */
-    const char *code_label;                     /* the word before a result's number: "code", "HcclResult" */
-    const char *(*last_error)(void *comm);      /* optional: the vendor's detail on the last failure */
+    int (*abort)(void *comm);     /* stop now, also mid-collective; frees comm */
+    int (*destroy)(void *comm);   /* finish queued work, free comm */
+    int (*device)(void *comm, int *device); /* optional (-1): the device the communicator runs on */
 
     int (*all_reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, void *comm, void *stream);
     int (*reduce_scatter)(const void *send, void *recv, uint64_t recv_count, int dtype, int op, void *comm,
                           void *stream);
     int (*all_gather)(const void *send, void *recv, uint64_t send_count, int dtype, void *comm, void *stream);
-    int (*broadcast)(void *buf, uint64_t count, int dtype, int32_t root, void *comm, void *stream);
-    int (*reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, int32_t root, void *comm,
+    int (*broadcast)(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream);
+    int (*reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, int root, void *comm,
                   void *stream);
     int (*barrier)(void *comm, void *stream);   /* optional: an all-reduce of one scratch word instead */
     /* Optional, all four or none (then send/recv return PYCOLL_ERR_UNSUPPORTED): point-to-point, grouped so
      * that a send and a receive in one group progress together. */
-    int (*send)(const void *buf, uint64_t count, int dtype, int32_t peer, void *comm, void *stream);
-    int (*recv)(void *buf, uint64_t count, int dtype, int32_t peer, void *comm, void *stream);
+    int (*send)(const void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
+    int (*recv)(void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
     int (*group_start)(void);
     int (*group_end)(void);
 
-    /* The runtime. Wait up to slice_ms (or just look, for a vendor that polls) for the stream's work:
-     * PYCOLL_VENDOR_STREAM_DONE, _BUSY, or _ERROR with the runtime's code in *code. */
-    int (*stream_wait)(void *stream, int32_t slice_ms, int *code);
+    /* The runtime. Wait up to slice_ms (or just look, for a runtime that polls) for the stream's work: 0 when
+     * it is done, stream_busy while it is not, anything else is the runtime's error. */
+    int (*stream_wait)(void *stream, int32_t slice_ms);
+    int32_t stream_busy;
     const char *(*runtime_error)(int code);      /* optional: the runtime's text for a code */
     /* Optional where barrier is set: zeroed device memory, and its release. */
     int (*scratch_alloc)(void **ptr, size_t bytes);
-    void (*scratch_free)(void *ptr);
+    int (*scratch_free)(void *ptr);
 } pycoll_vendor_v1_t;
 
 typedef pycoll_vendor_v1_t pycoll_vendor_t;
 typedef struct pycoll_vendor_comm pycoll_vendor_comm_t;
 
 /* A vendor built into libpycoll, by name ("nccl", "hccl"); NULL if there is none of that name. */
-PYCOLL_API const pycoll_vendor_t *pycoll_vendor_find(const char *name);
-/* dlopen one candidate path for library `library` (0 .. num_libraries-1); the first that loads stays loaded. */
-PYCOLL_API pycoll_status_t pycoll_vendor_load(const pycoll_vendor_t *vendor, int32_t library, const char *path,
+PYCOLL_API pycoll_vendor_t *pycoll_vendor_find(const char *name);
+/* dlopen one candidate path for library `library` (0 .. num_libraries-1) and resolve its symbols into the
+ * struct; the first that loads stays loaded (later calls return PYCOLL_OK). */
+PYCOLL_API pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
                                               char *error, size_t error_len);
 /* The loaded library's version code; 0 before loading or where the vendor has none. */
 PYCOLL_API int32_t pycoll_vendor_library_version(const pycoll_vendor_t *vendor);
