@@ -10,29 +10,16 @@
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 
+/* Numbered from 0 in this order, as in nccl.h. ncclTimeout: NCCL 2.28+. */
 typedef enum {
-    ncclSuccess = 0,
-    ncclUnhandledCudaError = 1,
-    ncclSystemError = 2,
-    ncclInternalError = 3,
-    ncclInvalidArgument = 4,
-    ncclInvalidUsage = 5,
-    ncclRemoteError = 6,
-    ncclInProgress = 7,
-    ncclTimeout = 8 /* NCCL 2.28+ */
+    ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument,
+    ncclInvalidUsage, ncclRemoteError, ncclInProgress, ncclTimeout
 } ncclResult_t;
 
+/* Numbered from 0 in this order, as in nccl.h. ncclBfloat16: NCCL 2.10+. */
 typedef enum {
-    ncclInt8 = 0,
-    ncclUint8 = 1,
-    ncclInt32 = 2,
-    ncclUint32 = 3,
-    ncclInt64 = 4,
-    ncclUint64 = 5,
-    ncclFloat16 = 6,
-    ncclFloat32 = 7,
-    ncclFloat64 = 8,
-    ncclBfloat16 = 9 /* NCCL 2.10+ */
+    ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64,
+    ncclBfloat16
 } ncclDataType_t;
 
 /* Note max before min: NCCL's order differs from pycoll's. */
