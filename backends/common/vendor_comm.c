@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,19 +17,6 @@
 /* Longest single stream wait, for a vendor whose wait blocks: remote errors are noticed while a collective is
  * stuck. */
 #define STREAM_SLICE_MS 200
-
-/* The vendor struct's entries take counts as uint64_t where the vendors' own take size_t. */
-_Static_assert(sizeof(size_t) == sizeof(uint64_t), "pycoll's vendor backends need a 64-bit host");
-
-struct pycoll_vendor_comm {
-    /* rank, size, the first error (status, error): recorded with pycoll_p2p_fail, as every transport does. */
-    pycoll_p2p_t state;
-    const pycoll_vendor_t *v;
-    void *comm;        /* the vendor's communicator; NULL once aborted */
-    int32_t device;
-    int64_t timeout_ns;
-    void *scratch;     /* one device word for a barrier the vendor lacks */
-};
 
 static const char *vendor_name(const pycoll_vendor_t *v)
 {
@@ -69,8 +57,7 @@ static pycoll_status_t check_loaded(const pycoll_vendor_t *v, char *error, size_
     return st;
 }
 
-/* The vendor's name of a call, for messages: the symbol that serves it. */
-static const char *call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call)
+const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call)
 {
     for (int32_t i = 0; i < v->num_libraries; i++)
         for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
@@ -133,7 +120,7 @@ int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
 }
 
 /* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
-static pycoll_status_t fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
+pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
 {
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
@@ -153,7 +140,7 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     int r = v->unique_id(id);
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
-                                   call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r), v->result_name(r),
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r), v->result_name(r),
                                    v->code_label, r);
     return PYCOLL_OK;
 }
@@ -188,10 +175,10 @@ static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int
     int state = 0;
     int r = c->v->async_error(c->comm, &state);
     if (r != 0)
-        return fail_result(c, call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
+        return vendor_fail_result(c, vendor_call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
     *in_progress = c->v->in_progress >= 0 && state == c->v->in_progress;
     if (state != 0 && !*in_progress)
-        return fail_result(c, what, state);
+        return vendor_fail_result(c, what, state);
     return PYCOLL_OK;
 }
 
@@ -226,18 +213,17 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
             return PYCOLL_OK;
         if (code != v->stream_busy)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: %s after %s failed: %s (code %d)", v->name,
-                                   call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
                                    v->runtime_error ? v->runtime_error(code) : "runtime error", code);
         if (pycoll_now_ns() >= deadline_ns)
             return abort_on_deadline(c, what);
     }
 }
 
-/* After the vendor accepted (or is still enqueueing) a call: wait for it to finish, within the deadline. */
-static pycoll_status_t finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
+pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
 {
     if (r != 0 && r != c->v->in_progress)
-        return fail_result(c, what, r);
+        return vendor_fail_result(c, what, r);
     pycoll_status_t st = wait_ready(c, what, deadline);
     return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
 }
@@ -272,15 +258,15 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     c->timeout_ns = seconds_to_ns(timeout_s);
     c->device = -1;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
-    const char *init = call_name(v, PYCOLL_VENDOR_CALL_INIT);
+    const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
     int r = v->comm_init(&c->comm, size, id, rank);
     pycoll_status_t st;
     if (r != 0 && r != v->in_progress)
-        st = fail_result(c, init, r);
+        st = vendor_fail_result(c, init, r);
     else
         st = wait_ready(c, init, deadline);
     if (st == PYCOLL_OK && v->device && (r = v->device(c->comm, &c->device)) != 0)
-        st = fail_result(c, call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
+        st = vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
     if (st != PYCOLL_OK) {
         *status = st;
         snprintf(error, error_len, "%s", c->state.error);
@@ -296,6 +282,7 @@ void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
         return;
     if (c->scratch)
         c->v->scratch_free(c->scratch);
+    free(c->state.workspace);
     if (c->comm) {
         /* A broken communicator may still have device work waiting on a peer; only abort is safe then. */
         if (c->state.status == PYCOLL_OK)
@@ -321,10 +308,7 @@ void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *c, double timeout_s)
     c->timeout_ns = seconds_to_ns(timeout_s);
 }
 
-/* A bad argument, refused before the vendor sees it: recorded, but the communicator stays usable. */
-static pycoll_status_t reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static pycoll_status_t reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -333,27 +317,25 @@ static pycoll_status_t reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
     return status;
 }
 
-/* The checks before every call: not broken, count >= 0, a dtype (and op, unless -1) the vendor has, root -1
- * (none) or a rank. The vendor's codes go to *vd and *vo. */
-static pycoll_status_t begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
+pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo)
 {
     const pycoll_vendor_t *v = c->v;
     if (c->state.status != PYCOLL_OK)
         return PYCOLL_ERR_CLOSED; /* c->state.error still says why it broke */
     if (count < 0)
-        return reject(c, PYCOLL_ERR_INVALID, "%s: count must be >= 0, got %lld", v->name, (long long)count);
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: count must be >= 0, got %lld", v->name, (long long)count);
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
-        return reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
     if (v->dtypes[dtype] < 0)
-        return reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s", v->name, pycoll_dtype_name(dtype));
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s", v->name, pycoll_dtype_name(dtype));
     if (op != -1 && (unsigned)op >= PYCOLL_NUM_OPS)
-        return reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);
     if (op != -1 && v->ops[op] < 0)
-        return reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s reduction; run another op (avg: sum, then divide "
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s reduction; run another op (avg: sum, then divide "
                       "by the world size)", v->name, pycoll_op_name((pycoll_op_t)op));
     if (root != -1 && (root < 0 || root >= c->state.size))
-        return reject(c, PYCOLL_ERR_INVALID, "%s: root %d is not a rank of a %d-rank communicator", v->name,
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: root %d is not a rank of a %d-rank communicator", v->name,
                       (int)root, (int)c->state.size);
     *vd = v->dtypes[dtype];
     if (vo)
@@ -366,11 +348,11 @@ static pycoll_status_t begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     do {                                                                                                       \
         int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
         int vd = 0, vo = 0;                                                                                    \
-        pycoll_status_t st_ = begin((c), (count), (dtype), (op), (root), &vd, &vo);                            \
+        pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                            \
         (void)vo;                                                                                              \
         if (st_ != PYCOLL_OK)                                                                                  \
             return st_;                                                                                        \
-        return finish((c), call_name((c)->v, (call)), (invoke), stream, deadline_);                                  \
+        return vendor_finish((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);                                  \
     } while (0)
 
 pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
@@ -419,63 +401,8 @@ pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *c, void *stream)
         int e = v->scratch_alloc(&c->scratch, sizeof(int32_t));
         if (e != 0)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_NOMEM, -1, "%s: %s for the barrier failed: %s", v->name,
-                                   call_name(v, PYCOLL_VENDOR_CALL_SCRATCH_ALLOC),
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_SCRATCH_ALLOC),
                                    v->runtime_error ? v->runtime_error(e) : "runtime error");
     }
     return pycoll_vendor_all_reduce(c, c->scratch, c->scratch, 1, PYCOLL_INT32, PYCOLL_SUM, stream);
-}
-
-static pycoll_status_t check_peer(pycoll_vendor_comm_t *c, const char *what, int32_t peer)
-{
-    if (peer != -1 && (peer < 0 || peer >= c->state.size || peer == c->state.rank))
-        return reject(c, PYCOLL_ERR_INVALID, "%s: %s peer %d is not another rank of a %d-rank communicator (rank %d)",
-                      c->v->name, what, (int)peer, (int)c->state.size, (int)c->state.rank);
-    return PYCOLL_OK;
-}
-
-/* One vendor group, so the send and the receive progress together: two ranks that send to each other before
- * receiving would otherwise wait on each other forever. */
-pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sendbuf, int64_t send_count,
-                                        int32_t send_peer, void *recvbuf, int64_t recv_count, int32_t recv_peer,
-                                        pycoll_dtype_t dtype, void *stream)
-{
-    const pycoll_vendor_t *v = c->v;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
-    int vd = 0;
-    if (!v->send || !v->recv || !v->group_start || !v->group_end)
-        return reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: the vendor struct has no point-to-point calls", v->name);
-    pycoll_status_t st = begin(c, send_count, dtype, -1, -1, &vd, NULL);
-    if (st == PYCOLL_OK)
-        st = begin(c, recv_count, dtype, -1, -1, &vd, NULL);
-    if (st == PYCOLL_OK)
-        st = check_peer(c, "send", send_peer);
-    if (st == PYCOLL_OK)
-        st = check_peer(c, "receive", recv_peer);
-    if (st != PYCOLL_OK || (send_peer == -1 && recv_peer == -1))
-        return st;
-    const char *send = call_name(v, PYCOLL_VENDOR_CALL_SEND), *recv = call_name(v, PYCOLL_VENDOR_CALL_RECV);
-    int r = v->group_start();
-    if (r != 0)
-        return fail_result(c, call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);
-    /* What the deadline message names; a failed call names itself. */
-    char both[64];
-    snprintf(both, sizeof both, "%s/%s", send, recv);
-    const char *what = send_peer == -1 ? recv : recv_peer == -1 ? send : both;
-    int ok = 1;
-    if (send_peer != -1 && !(ok = ((r = v->send(sendbuf, (uint64_t)send_count, vd, send_peer, c->comm, stream)) == 0 ||
-                                   r == v->in_progress)))
-        what = send;
-    if (ok && recv_peer != -1 &&
-        !(ok = ((r = v->recv(recvbuf, (uint64_t)recv_count, vd, recv_peer, c->comm, stream)) == 0 ||
-                r == v->in_progress)))
-        what = recv;
-    /* The group is closed even after a failed call: the vendor keeps the group depth per thread. */
-    int end = v->group_end();
-    if (ok && end != 0 && end != v->in_progress) {
-        what = call_name(v, PYCOLL_VENDOR_CALL_GROUP_END);
-        r = end;
-    } else if (ok) {
-        r = end;
-    }
-    return finish(c, what, r, stream, deadline);
 }

@@ -1,7 +1,10 @@
-/* The vendors built into libpycoll, each filled in its own backends/<vendor>/ directory and found by name
- * with pycoll_vendor_find (backends/common/vendor_comm.c). */
+/* Inside the vendor family: the built-in vendors (each filled in its own backends/<vendor>/ directory), the
+ * communicator, and the helpers that vendor_comm.c (lifecycle, collectives) and vendor_p2p.c (send/recv, the
+ * transport) share. */
 #ifndef PYCOLL_BACKENDS_VENDOR_COMMON_H
 #define PYCOLL_BACKENDS_VENDOR_COMMON_H
+
+#include <stdint.h>
 
 #include "pycoll/vendor.h"
 
@@ -10,5 +13,36 @@
 
 extern pycoll_vendor_t pycoll_nccl_vendor;
 extern pycoll_vendor_t pycoll_hccl_vendor;
+
+/* The vendor struct's entries take counts as uint64_t where the vendors' own take size_t. */
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "pycoll's vendor backends need a 64-bit host");
+
+struct pycoll_vendor_comm {
+    /* rank, size and the first error (status, error), recorded with pycoll_p2p_fail as every transport does;
+     * also the transport pycoll's own algorithms run over (vendor_p2p.c). First, so a p2p is its comm. */
+    pycoll_p2p_t state;
+    const pycoll_vendor_t *v;
+    void *comm;        /* the vendor's communicator; NULL once aborted */
+    int32_t device;
+    int64_t timeout_ns;
+    void *scratch;     /* one device word for a barrier the vendor lacks */
+    void *stream;      /* where the transport's sends and receives go */
+    pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
+};
+
+/* The vendor's name of a call, for messages: the symbol that serves it. */
+const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);
+/* Breaks the communicator with a failed call's result, named and explained. */
+pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r);
+/* A bad argument, refused before the vendor sees it: recorded, but the communicator stays usable. */
+pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The checks before every call: not broken, count >= 0, a dtype (and op, unless -1) the vendor has, root -1
+ * (none) or a rank. The vendor's codes go to *vd and *vo (vo may be NULL). */
+pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
+                             int *vd, int *vo);
+/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
+ * deadline (then abort). */
+pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
 
 #endif

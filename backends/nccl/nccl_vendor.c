@@ -16,6 +16,14 @@ static ncclResult_t (*nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t
 static int (*cuda_stream_query)(void *stream);
 static int (*cuda_malloc)(void **ptr, size_t size);
 static int (*cuda_memset)(void *ptr, int value, size_t count);
+/* cudaPointerAttributes as of CUDA 11: type is cudaMemoryType (0 unregistered host, 1 host, 2 device, 3 managed). */
+typedef struct {
+    int type;
+    int device;
+    void *device_pointer;
+    void *host_pointer;
+} cuda_pointer_attributes_t;
+static int (*cuda_pointer_get_attributes)(cuda_pointer_attributes_t *attributes, const void *ptr);
 
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
@@ -48,6 +56,13 @@ static int scratch_alloc(void **ptr, size_t bytes)
         *ptr = NULL;
     }
     return e;
+}
+
+/* Host, pinned host and managed memory are host-accessible; a pointer CUDA does not know is host memory. */
+static int host_memory(const void *ptr)
+{
+    cuda_pointer_attributes_t attributes = {0, -1, NULL, NULL};
+    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS || attributes.type != 2;
 }
 
 /* What a failed NCCL call means to the caller. */
@@ -104,6 +119,7 @@ static const pycoll_vendor_symbol_t cudart_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "cudaMemset", VENDOR_SLOT(cuda_memset)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaFree", VENDOR_SLOT(V.scratch_free)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaGetErrorString", VENDOR_SLOT(V.runtime_error)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaPointerGetAttributes", VENDOR_SLOT(cuda_pointer_get_attributes)},
 };
 #undef V
 
@@ -132,4 +148,5 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .stream_wait = stream_wait,
     .stream_busy = PYCOLL_CUDA_ERROR_NOT_READY,
     .scratch_alloc = scratch_alloc,
+    .host_memory = host_memory,
 };

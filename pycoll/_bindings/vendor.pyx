@@ -7,7 +7,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from pycoll._bindings.libpycoll cimport *
 
 from pycoll._bindings.comm import error_for_status
-from pycoll.errors import CommunicatorClosed
+from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
 cdef enum:
     ERROR_LEN = 512
@@ -16,6 +16,7 @@ cdef enum:
 SUM = PYCOLL_SUM
 AVG = PYCOLL_AVG
 FLOAT_DTYPES = frozenset({PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64})
+ALGORITHMS = {pycoll_algorithm_name(<pycoll_algorithm_t>a).decode(): a for a in range(PYCOLL_NUM_ALGOS)}
 VENDOR_VERSION = PYCOLL_VENDOR_VERSION
 ERR_UNSUPPORTED = PYCOLL_ERR_UNSUPPORTED
 
@@ -82,8 +83,11 @@ cdef class Vendor:
 
 
 cdef class VendorComm:
-    """One vendor communicator. Collectives block until done on the stream, or raise (Timeout aborts it)."""
+    """One vendor communicator. Collectives block until done on the stream, or raise (Timeout aborts it). The
+    compensated_* calls run pycoll's own algorithms (a pycoll communicator over the vendor's send/recv)."""
     cdef pycoll_vendor_comm_t *comm
+    cdef pycoll_comm_t *native
+    cdef double timeout
     cdef readonly str name
 
     def __cinit__(self, Vendor vendor, bytes unique_id, int32_t rank, int32_t size, double timeout):
@@ -95,6 +99,7 @@ cdef class VendorComm:
         cdef int64_t n = len(unique_id)
         error[0] = 0
         self.name = vendor.name
+        self.timeout = timeout
         with nogil:
             self.comm = pycoll_vendor_comm_create(vendor.vendor, uid, n, rank, size, timeout, &st, error, ERROR_LEN)
         if self.comm == NULL:
@@ -105,9 +110,13 @@ cdef class VendorComm:
 
     def close(self):
         cdef pycoll_vendor_comm_t *c = self.comm
+        cdef pycoll_comm_t *native = self.native
         self.comm = NULL
-        if c != NULL:
-            with nogil:
+        self.native = NULL
+        with nogil:
+            if native != NULL:  # first: it runs over c
+                pycoll_comm_destroy(native)
+            if c != NULL:
                 pycoll_vendor_comm_destroy(c)
 
     cdef pycoll_vendor_comm_t *_open(self) except NULL:
@@ -181,3 +190,55 @@ cdef class VendorComm:
             st = pycoll_vendor_send_recv(c, <void *>send, send_count, send_peer, <void *>recv, recv_count,
                                          recv_peer, <pycoll_dtype_t>dtype, <void *>stream)
         self._check(st)
+
+    cdef pycoll_comm_t *_native(self, uintptr_t stream, uintptr_t buf) except NULL:
+        """The pycoll communicator over this one, its transport set to the stream; refused for memory the
+        host cannot reach (pycoll_vendor_comm_p2p says why)."""
+        cdef pycoll_vendor_comm_t *c = self._open()
+        cdef pycoll_p2p_t *p2p = pycoll_vendor_comm_p2p(c, <void *>stream, <const void *>buf)
+        if p2p == NULL:
+            raise BackendUnavailable(_text(pycoll_vendor_comm_error(c)))
+        if self.native == NULL:
+            self.native = pycoll_comm_create(p2p, self.timeout)
+            if self.native == NULL:
+                raise MemoryError(f"{self.name}: no memory for a pycoll communicator")
+        return self.native
+
+    cdef _check_native(self, pycoll_status_t st):
+        if st != PYCOLL_OK:
+            raise_status(st, _text(pycoll_comm_error(self.native)))
+
+    def compensated_all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op,
+                               int algorithm, uintptr_t stream):
+        """pycoll's compensated all-reduce (native/algorithms) over the vendor's send/recv; the algorithm it ran."""
+        self._native(stream, send)
+        cdef pycoll_comm_t *n = self._native(stream, recv)
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_all_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                        <pycoll_op_t>op, <pycoll_algorithm_t>algorithm, PYCOLL_ACCURACY_COMPENSATED)
+        self._check_native(st)
+        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
+
+    def compensated_reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
+                                   int algorithm, uintptr_t stream):
+        self._native(stream, send)
+        cdef pycoll_comm_t *n = self._native(stream, recv)
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_reduce_scatter(n, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
+                                            <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
+                                            PYCOLL_ACCURACY_COMPENSATED)
+        self._check_native(st)
+        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
+
+    def compensated_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int32_t root,
+                           uintptr_t stream):
+        self._native(stream, recv)
+        cdef pycoll_comm_t *n = self._native(stream, send)
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op,
+                                    root, PYCOLL_ACCURACY_COMPENSATED)
+        self._check_native(st)
+        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()

@@ -172,14 +172,18 @@ class VendorEngine(Engine):
             return ids.SUM, True
         return op, False
 
+    @staticmethod
+    def _native_algorithm(algorithm):
+        """The C algorithm a compensated call runs, whatever was asked for: the ring, the schedule verified over
+        the vendor transport (the compensated result does not depend on the algorithm)."""
+        return _ids().ALGORITHMS["ring"]
+
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         self._check_device(recv)
         if self._compensates(recv, op, accuracy):
-            from pycoll.plugins import device_ring
-            # pycoll's ring whatever the algorithm asked for: the compensated result does not depend on it.
-            device_ring.ring_all_reduce(self._comm(algorithm), send, recv, op, self.rank, self.size,
-                                        current_stream(recv.owner))
-            return "ring"
+            return self._comm("auto").compensated_all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op,
+                                                             self._native_algorithm(algorithm),
+                                                             current_stream(recv.owner))
         vop, divide = self._vendor_op(op)
         self._comm(algorithm).all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, vop, current_stream(recv.owner))
         if divide:
@@ -189,10 +193,9 @@ class VendorEngine(Engine):
     def reduce_scatter(self, send, recv, op, algorithm, accuracy):
         self._check_device(recv)
         if self._compensates(recv, op, accuracy):
-            from pycoll.plugins import device_ring
-            device_ring.ring_reduce_scatter(self._comm(algorithm), send, recv, op, self.rank, self.size,
-                                            current_stream(recv.owner))
-            return "ring"
+            return self._comm("auto").compensated_reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op,
+                                                                 self._native_algorithm(algorithm),
+                                                                 current_stream(recv.owner))
         vop, divide = self._vendor_op(op)
         self._comm(algorithm).reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, vop,
                                              current_stream(recv.owner))
@@ -212,14 +215,12 @@ class VendorEngine(Engine):
 
     def reduce(self, send, recv, op, root, accuracy):
         self._check_device(send)
-        if self._compensates(send, op, accuracy):
-            from pycoll.plugins import device_ring
-            device_ring.ring_reduce(self._comm("auto"), send, recv, op, root, self.rank, self.size,
-                                    current_stream(send.owner))
-            return "ring"
-        vop, divide = self._vendor_op(op)
         # Off the root, the vendors ignore recvbuf; send's address stands in when the caller has none.
         target = recv if recv is not None else send
+        if self._compensates(send, op, accuracy):
+            return self._comm("auto").compensated_reduce(send.ptr, target.ptr, send.count, send.dtype, op, root,
+                                                         current_stream(send.owner))
+        vop, divide = self._vendor_op(op)
         self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
                                   current_stream(send.owner))
         if divide and self.rank == root:

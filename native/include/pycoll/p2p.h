@@ -111,6 +111,9 @@ struct pycoll_p2p {
      * call); the transport creates it zeroed and frees it in destroy. */
     void *workspace;
     int64_t workspace_bytes;
+    /* The elementwise kernels for the memory this transport's buffers live in (native/algorithms/reduction.h);
+     * NULL: host memory, kernels.h's SIMD kernels. */
+    const struct pycoll_memory_kernels *kernels;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */

@@ -120,6 +120,8 @@ typedef struct pycoll_vendor_v1 {
     /* Optional where barrier is set: zeroed device memory, and its release. */
     int (*scratch_alloc)(void **ptr, size_t bytes);
     int (*scratch_free)(void *ptr);
+    /* Optional (unknown: device memory): 1 when the host can read and write the memory at ptr. */
+    int (*host_memory)(const void *ptr);
 } pycoll_vendor_v1_t;
 
 typedef pycoll_vendor_v1_t pycoll_vendor_t;
@@ -167,6 +169,13 @@ PYCOLL_API pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *comm, cons
 PYCOLL_API pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, void *stream);
 /* Point-to-point in one vendor group: send send_count elements to send_peer and receive recv_count from
  * recv_peer at the same time (either peer may be -1: no send / no receive). */
+/* The communicator as a pycoll transport (pycoll/p2p.h), for pycoll_comm_create: pycoll's own algorithms over the
+ * vendor's send/recv, each batch of sends and receives one vendor group on `stream`, waited on until the
+ * collective's deadline. It belongs to comm: pycoll_comm_destroy frees only the algorithms' workspace, and comm
+ * must outlive the pycoll communicator. Errors are shared: one breaks both. Call it before each collective,
+ * with the collective's buffer: NULL (pycoll_vendor_comm_error says why) where the vendor has no send/recv or
+ * buf is memory the host cannot reach. */
+PYCOLL_API pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf);
 PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf,
                                                    int64_t send_count, int32_t send_peer, void *recvbuf,
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
