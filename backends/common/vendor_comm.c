@@ -53,7 +53,8 @@ static pycoll_status_t check_loaded(const pycoll_vendor_t *v, char *error, size_
     if (st == PYCOLL_OK && !loaded(v))
         st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
                                  "%s: %s%s%s is not loaded (pycoll_vendor_load)", v->name, v->libraries[0].what,
-                                 v->num_libraries > 1 ? " or " : "", v->num_libraries > 1 ? v->libraries[1].what : "");
+                                 v->num_libraries > 1 ? " or " : "",
+                                 v->num_libraries > 1 ? v->libraries[1].what : "");
     return st;
 }
 
@@ -125,7 +126,8 @@ pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, in
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
     return pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s", v->name, what,
-                           v->error_string(r), v->result_name(r), v->code_label, r, last && *last ? ": " : "", last ? last : "");
+                           v->error_string(r), v->result_name(r), v->code_label, r, last && *last ? ": " : "",
+                           last ? last : "");
 }
 
 pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int64_t id_len, char *error,
@@ -140,8 +142,8 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     int r = v->unique_id(id);
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
-                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r), v->result_name(r),
-                                   v->code_label, r);
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
+                                   v->result_name(r), v->code_label, r);
     return PYCOLL_OK;
 }
 
@@ -324,7 +326,8 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     if (c->state.status != PYCOLL_OK)
         return PYCOLL_ERR_CLOSED; /* c->state.error still says why it broke */
     if (count < 0)
-        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: count must be >= 0, got %lld", v->name, (long long)count);
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: count must be >= 0, got %lld", v->name,
+                             (long long)count);
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
     if (v->dtypes[dtype] < 0)
@@ -332,11 +335,12 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     if (op != -1 && (unsigned)op >= PYCOLL_NUM_OPS)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);
     if (op != -1 && v->ops[op] < 0)
-        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s reduction; run another op (avg: sum, then divide "
-                      "by the world size)", v->name, pycoll_op_name((pycoll_op_t)op));
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED,
+                             "%s has no %s reduction; run another op (avg: sum, then divide by the world size)",
+                             v->name, pycoll_op_name((pycoll_op_t)op));
     if (root != -1 && (root < 0 || root >= c->state.size))
-        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: root %d is not a rank of a %d-rank communicator", v->name,
-                      (int)root, (int)c->state.size);
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: root %d is not a rank of a %d-rank communicator",
+                             v->name, (int)root, (int)c->state.size);
     *vd = v->dtypes[dtype];
     if (vo)
         *vo = op == -1 ? 0 : v->ops[op];
@@ -348,11 +352,11 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     do {                                                                                                       \
         int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
         int vd = 0, vo = 0;                                                                                    \
-        pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                            \
+        pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                     \
         (void)vo;                                                                                              \
         if (st_ != PYCOLL_OK)                                                                                  \
             return st_;                                                                                        \
-        return vendor_finish((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);                                  \
+        return vendor_finish((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);              \
     } while (0)
 
 pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,

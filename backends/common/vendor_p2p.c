@@ -20,7 +20,8 @@ static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *he
                                    void *stream, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
-    const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND), *recv = vendor_call_name(v, PYCOLL_VENDOR_CALL_RECV);
+    const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
+    const char *recv = vendor_call_name(v, PYCOLL_VENDOR_CALL_RECV);
     int r = v->group_start();
     if (r != 0)
         return vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);

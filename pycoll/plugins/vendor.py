@@ -240,8 +240,9 @@ class VendorEngine(Engine):
 
 class VendorBackend(Backend):
     """A vendor plugin, declared by its class attributes: `name` (the vendor's name in libpycoll), `memory`,
-    `algorithms` (the keys of algorithm_settings), `accuracies`; `libraries`, one (candidates, what to install) pair per library the vendor
-    loads, in its order (`candidates()` lists the paths to try; the install hint is formatted with {why});
+    `algorithms` (the keys of algorithm_settings), `accuracies`; `libraries`, one (candidates, what to install)
+    pair per library the vendor loads, in its order (`candidates()` lists the paths to try; the install hint is
+    formatted with {why});
     `algorithm_env` and `algorithm_settings` (pycoll algorithm -> the setting's value, None for the vendor's own
     choice); `native_avg` (False: avg is a sum, then a division on the device)."""
 
