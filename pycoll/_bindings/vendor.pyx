@@ -16,7 +16,6 @@ cdef enum:
 SUM = PYCOLL_SUM
 AVG = PYCOLL_AVG
 FLOAT_DTYPES = frozenset({PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64})
-ALGORITHMS = {pycoll_algorithm_name(<pycoll_algorithm_t>a).decode(): a for a in range(PYCOLL_NUM_ALGOS)}
 VENDOR_VERSION = PYCOLL_VENDOR_VERSION
 ERR_UNSUPPORTED = PYCOLL_ERR_UNSUPPORTED
 
@@ -204,41 +203,25 @@ cdef class VendorComm:
                 raise MemoryError(f"{self.name}: no memory for a pycoll communicator")
         return self.native
 
-    cdef _check_native(self, pycoll_status_t st):
+    def compensated(self, str kind, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op,
+                    int32_t root, uintptr_t stream):
+        """pycoll's compensated all_reduce, reduce_scatter (count: per rank) or reduce (native/algorithms) over
+        the vendor's send/recv; returns the algorithm that ran. Where there is a choice it is the ring, the
+        schedule verified over the vendor transport (the compensated result does not depend on it)."""
+        cdef int k = ("all_reduce", "reduce_scatter", "reduce").index(kind)
+        self._native(stream, send)
+        cdef pycoll_comm_t *n = self._native(stream, recv)
+        cdef pycoll_status_t st
+        with nogil:
+            if k == 0:
+                st = pycoll_comm_all_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                            <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+            elif k == 1:
+                st = pycoll_comm_reduce_scatter(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                                <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+            else:
+                st = pycoll_comm_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                        <pycoll_op_t>op, root, PYCOLL_ACCURACY_COMPENSATED)
         if st != PYCOLL_OK:
-            raise_status(st, _text(pycoll_comm_error(self.native)))
-
-    def compensated_all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op,
-                               int algorithm, uintptr_t stream):
-        """pycoll's compensated all-reduce (native/algorithms) over the vendor's send/recv; the algorithm it ran."""
-        self._native(stream, send)
-        cdef pycoll_comm_t *n = self._native(stream, recv)
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_all_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                        <pycoll_op_t>op, <pycoll_algorithm_t>algorithm, PYCOLL_ACCURACY_COMPENSATED)
-        self._check_native(st)
-        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
-
-    def compensated_reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
-                                   int algorithm, uintptr_t stream):
-        self._native(stream, send)
-        cdef pycoll_comm_t *n = self._native(stream, recv)
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_reduce_scatter(n, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
-                                            <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
-                                            PYCOLL_ACCURACY_COMPENSATED)
-        self._check_native(st)
-        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
-
-    def compensated_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int32_t root,
-                           uintptr_t stream):
-        self._native(stream, recv)
-        cdef pycoll_comm_t *n = self._native(stream, send)
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                    root, PYCOLL_ACCURACY_COMPENSATED)
-        self._check_native(st)
+            raise_status(st, _text(pycoll_comm_error(n)))
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()

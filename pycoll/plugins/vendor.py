@@ -172,36 +172,23 @@ class VendorEngine(Engine):
             return ids.SUM, True
         return op, False
 
-    @staticmethod
-    def _native_algorithm(algorithm):
-        """The C algorithm a compensated call runs, whatever was asked for: the ring, the schedule verified over
-        the vendor transport (the compensated result does not depend on the algorithm)."""
-        return _ids().ALGORITHMS["ring"]
+    def _reduction(self, kind, send, recv, op, algorithm, accuracy):
+        """all_reduce or reduce_scatter (`kind`), recv.count elements per rank."""
+        self._check_device(recv)
+        stream = current_stream(recv.owner)
+        if self._compensates(recv, op, accuracy):
+            return self._comm("auto").compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
+        vop, divide = self._vendor_op(op)
+        getattr(self._comm(algorithm), kind)(send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream)
+        if divide:
+            divide_in_place(recv, self.size)
+        return self._resolved(algorithm)
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):
-        self._check_device(recv)
-        if self._compensates(recv, op, accuracy):
-            return self._comm("auto").compensated_all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op,
-                                                             self._native_algorithm(algorithm),
-                                                             current_stream(recv.owner))
-        vop, divide = self._vendor_op(op)
-        self._comm(algorithm).all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, vop, current_stream(recv.owner))
-        if divide:
-            divide_in_place(recv, self.size)
-        return self._resolved(algorithm)
+        return self._reduction("all_reduce", send, recv, op, algorithm, accuracy)
 
     def reduce_scatter(self, send, recv, op, algorithm, accuracy):
-        self._check_device(recv)
-        if self._compensates(recv, op, accuracy):
-            return self._comm("auto").compensated_reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op,
-                                                                 self._native_algorithm(algorithm),
-                                                                 current_stream(recv.owner))
-        vop, divide = self._vendor_op(op)
-        self._comm(algorithm).reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, vop,
-                                             current_stream(recv.owner))
-        if divide:
-            divide_in_place(recv, self.size)
-        return self._resolved(algorithm)
+        return self._reduction("reduce_scatter", send, recv, op, algorithm, accuracy)
 
     def all_gather(self, send, recv):
         self._check_device(recv)
@@ -218,8 +205,8 @@ class VendorEngine(Engine):
         # Off the root, the vendors ignore recvbuf; send's address stands in when the caller has none.
         target = recv if recv is not None else send
         if self._compensates(send, op, accuracy):
-            return self._comm("auto").compensated_reduce(send.ptr, target.ptr, send.count, send.dtype, op, root,
-                                                         current_stream(send.owner))
+            return self._comm("auto").compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
+                                                  current_stream(send.owner))
         vop, divide = self._vendor_op(op)
         self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
                                   current_stream(send.owner))
