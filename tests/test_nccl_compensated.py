@@ -3,12 +3,13 @@ communicator over the vendor transport (backends/common/vendor_p2p.c: ncclSend/n
 the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory (the host
 kernels stand in for device ones). On device memory the mode says why it is unavailable."""
 
-import time
+import re
 
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import all_reduce_error, buffer, make_engine, run_ranks, vendor_fixtures
+from fakes.vendor_harness import (all_reduce_error, buffer, make_engine, run_dead_peer, run_injected, run_ranks,
+                                  vendor_fixtures)
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -137,32 +138,12 @@ def test_four_ranks_within_one_ulp_where_plain_float32_is_not(env):
 
 # ---- failures during send/recv ----
 
-def _dead_peer(rank, world):
-    engine = _engine(rank, world, timeout=1.5)
-    if rank == 1:
-        return "left without calling all_reduce"
-    from pycoll.errors import CommunicatorClosed, Timeout
-    x = np.ones(8, np.float32)
-    start = time.monotonic()
-    with pytest.raises(Timeout, match="ncclSend/ncclRecv did not complete within 1.500 s.*aborted"):
-        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
-    elapsed = time.monotonic() - start
-    with pytest.raises(CommunicatorClosed, match="earlier error"):
-        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
-    engine.close()
-    return elapsed
-
-
 @pytest.mark.timeout(60)
 def test_dead_peer_during_send_recv_times_out_and_aborts(env):
-    status, elapsed = run_ranks(_dead_peer, 2, env)[0]
-    assert status == "ok", elapsed
-    assert 1.4 < elapsed < 5.0
+    timed_out, closed = run_dead_peer("nccl", env, 1.5, accuracy="compensated")
+    assert re.search("ncclSend/ncclRecv did not complete within 1.500 s.*aborted", timed_out)
+    assert "earlier error" in closed
     assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
-
-
-def _injected(rank, world):
-    return all_reduce_error(_engine(rank, world, timeout=5.0), np.ones(4, np.float64), SUM, "compensated")
 
 
 @pytest.mark.timeout(60)
@@ -172,9 +153,7 @@ def _injected(rank, world):
     ("ncclGroupEnd=2", "PycollError", "ncclGroupEnd failed"),
 ])
 def test_send_recv_errors_map_to_pycoll_errors(env, fail, error, text):
-    status, value = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))[0]
-    assert status == "ok", value
-    name, message = value
+    name, message = run_injected("nccl", env, fail, dtype="float64", accuracy="compensated")
     assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
 
 
