@@ -120,13 +120,18 @@ int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
     return version;
 }
 
+static const char *result_name(const pycoll_vendor_t *v, int r)
+{
+    return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
+}
+
 /* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
 pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
 {
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
     return pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s", v->name, what,
-                           v->error_string(r), v->result_name(r), v->code_label, r, last && *last ? ": " : "",
+                           v->error_string(r), result_name(v, r), v->code_label, r, last && *last ? ": " : "",
                            last ? last : "");
 }
 
@@ -143,7 +148,7 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
                                    vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
-                                   v->result_name(r), v->code_label, r);
+                                   result_name(v, r), v->code_label, r);
     return PYCOLL_OK;
 }
 

@@ -45,17 +45,13 @@ static pycoll_status_t status_of(int r)
     }
 }
 
-static const char *result_name(int r)
-{
-    static const char *const names[] = {
-        "HCCL_SUCCESS",        "HCCL_E_PARA",         "HCCL_E_PTR",           "HCCL_E_MEMORY",
-        "HCCL_E_INTERNAL",     "HCCL_E_NOT_SUPPORT",  "HCCL_E_NOT_FOUND",     "HCCL_E_UNAVAIL",
-        "HCCL_E_SYSCALL",      "HCCL_E_TIMEOUT",      "HCCL_E_OPEN_FILE_FAILURE", "HCCL_E_TCP_CONNECT",
-        "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER", "HCCL_E_ROCE_TRANSFER", "HCCL_E_RUNTIME",
-        "HCCL_E_DRV",          "HCCL_E_PROFILING",    "HCCL_E_CCE",           "HCCL_E_NETWORK",
-        "HCCL_E_AGAIN",        "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING"};
-    return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown HcclResult";
-}
+static const char *const result_names[] = {
+    "HCCL_SUCCESS",        "HCCL_E_PARA",         "HCCL_E_PTR",           "HCCL_E_MEMORY",
+    "HCCL_E_INTERNAL",     "HCCL_E_NOT_SUPPORT",  "HCCL_E_NOT_FOUND",     "HCCL_E_UNAVAIL",
+    "HCCL_E_SYSCALL",      "HCCL_E_TIMEOUT",      "HCCL_E_OPEN_FILE_FAILURE", "HCCL_E_TCP_CONNECT",
+    "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER", "HCCL_E_ROCE_TRANSFER", "HCCL_E_RUNTIME",
+    "HCCL_E_DRV",          "HCCL_E_PROFILING",    "HCCL_E_CCE",           "HCCL_E_NETWORK",
+    "HCCL_E_AGAIN",        "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING"};
 
 #define V pycoll_hccl_vendor
 static const pycoll_vendor_symbol_t hccl_symbols[] = {
@@ -95,7 +91,8 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .libraries = {{"HCCL", NULL, hccl_symbols, sizeof hccl_symbols / sizeof hccl_symbols[0], NULL},
                   {"AscendCL", NULL, acl_symbols, sizeof acl_symbols / sizeof acl_symbols[0], NULL}},
     .status_of = status_of,
-    .result_name = result_name,
+    .result_names = result_names,
+    .num_result_names = sizeof result_names / sizeof result_names[0],
     .comm_init = comm_init,
     .stream_busy = PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
 };

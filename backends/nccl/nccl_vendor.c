@@ -84,13 +84,9 @@ static pycoll_status_t status_of(int r)
     }
 }
 
-static const char *result_name(int r)
-{
-    static const char *const names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
-                                        "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
-                                        "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
-    return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown ncclResult_t";
-}
+static const char *const result_names[] = {
+    "ncclSuccess",      "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError", "ncclInvalidArgument",
+    "ncclInvalidUsage", "ncclRemoteError",        "ncclInProgress",  "ncclTimeout"};
 
 #define V pycoll_nccl_vendor
 static const pycoll_vendor_symbol_t nccl_symbols[] = {
@@ -142,7 +138,8 @@ pycoll_vendor_t pycoll_nccl_vendor = {
                   {"the CUDA runtime", NULL, cudart_symbols, sizeof cudart_symbols / sizeof cudart_symbols[0],
                    NULL}},
     .status_of = status_of,
-    .result_name = result_name,
+    .result_names = result_names,
+    .num_result_names = sizeof result_names / sizeof result_names[0],
     .comm_init = comm_init,
     .broadcast = broadcast,
     .stream_wait = stream_wait,

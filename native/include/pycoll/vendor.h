@@ -78,13 +78,16 @@ typedef struct pycoll_vendor_v1 {
     int32_t dtypes[PYCOLL_NUM_DTYPES];
     int32_t ops[PYCOLL_NUM_OPS];
     const char *deadline_action;  /* what abort did, for the timeout message: "aborted", "destroyed" */
-    const char *code_label;       /* the word before a result's number in messages: "code", "HcclResult" */
+    /* The names of results 0 .. num_result_names-1 ("ncclRemoteError"), and the word before a result's number
+     * in messages ("code", "HcclResult"). */
+    const char *const *result_names;
+    int32_t num_result_names;
+    const char *code_label;
     /* The libraries, loaded in this order: the collectives, then the runtime that owns the streams. */
     int32_t num_libraries;
     pycoll_vendor_library_t libraries[2];
 
     pycoll_status_t (*status_of)(int result);   /* what a result means to the caller */
-    const char *(*result_name)(int result);     /* "ncclRemoteError" */
     const char *(*error_string)(int result);
     const char *(*last_error)(void *comm);      /* optional: the vendor's detail on the last failure */
     int (*library_version)(int *version);       /* optional (0): the vendor's version code, e.g. 22304 */
