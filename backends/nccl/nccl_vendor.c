@@ -16,12 +16,16 @@ static ncclResult_t (*nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t
 static int (*cuda_stream_query)(void *stream);
 static int (*cuda_malloc)(void **ptr, size_t size);
 static int (*cuda_memset)(void *ptr, int value, size_t count);
-/* cudaPointerAttributes as of CUDA 11: type is cudaMemoryType (0 unregistered host, 1 host, 2 device, 3 managed). */
-typedef struct {
-    int type;
-    int device;
-    void *device_pointer;
-    void *host_pointer;
+/* cudaPointerAttributes as of CUDA 11 (type: 0 unregistered host, 1 host, 2 device, 3 managed), with room for
+ * the members later versions may append, so the runtime never writes past it. */
+typedef union {
+    struct {
+        int type;
+        int device;
+        void *device_pointer;
+        void *host_pointer;
+    } head;
+    char room[256];
 } cuda_pointer_attributes_t;
 static int (*cuda_pointer_get_attributes)(cuda_pointer_attributes_t *attributes, const void *ptr);
 
@@ -61,8 +65,8 @@ static int scratch_alloc(void **ptr, size_t bytes)
 /* Host, pinned host and managed memory are host-accessible; a pointer CUDA does not know is host memory. */
 static int host_memory(const void *ptr)
 {
-    cuda_pointer_attributes_t attributes = {0, -1, NULL, NULL};
-    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS || attributes.type != 2;
+    cuda_pointer_attributes_t attributes = {{0, -1, NULL, NULL}};
+    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS || attributes.head.type != 2;
 }
 
 /* What a failed NCCL call means to the caller. */
