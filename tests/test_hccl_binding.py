@@ -3,13 +3,12 @@ the 4108-byte root info through the store, dtype/op mapping, avg as sum-then-div
 the destroy-on-deadline path. Binding tests, not proof on hardware: the fake runs on host memory."""
 
 import os
-import time
 
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import (FileStore, all_reduce_error, buffer, make_engine, probe_without_library,
-                                  run_ranks, vendor_fixtures)
+from fakes.vendor_harness import (FileStore, buffer, make_engine, probe_without_library, run_dead_peer,
+                                  run_injected, run_ranks, vendor_fixtures)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -76,32 +75,11 @@ def test_collectives_and_avg_as_sum_then_divide(env):
     assert " op=4" not in log  # HCCL never sees an avg
 
 
-def _dead_peer(rank, world):
-    engine = _engine(rank, world, timeout=1.0)
-    if rank == 1:
-        return "left"
-    from pycoll.errors import CommunicatorClosed, Timeout
-    x = np.ones(2, np.float32)
-    start = time.monotonic()
-    with pytest.raises(Timeout, match="HcclAllReduce did not complete within 1.000 s"):
-        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
-    elapsed = time.monotonic() - start
-    with pytest.raises(CommunicatorClosed):
-        engine.barrier()
-    engine.close()
-    return elapsed
-
-
 @pytest.mark.timeout(60)
 def test_dead_peer_times_out_and_destroys(env):
-    status, elapsed = run_ranks(_dead_peer, 2, env)[0]
-    assert status == "ok", elapsed
-    assert 0.9 < elapsed < 5.0
+    timed_out, closed = run_dead_peer("hccl", env, 1.0)
+    assert "HcclAllReduce did not complete within 1.000 s" in timed_out and "earlier error" in closed
     assert "HcclCommDestroy rank=0" in open(env["FAKE_COLL_LOG"]).read()
-
-
-def _injected(rank, world):
-    return all_reduce_error(_engine(rank, world), np.ones(2, np.float32), 0, "fast")
 
 
 @pytest.mark.timeout(60)
@@ -112,9 +90,8 @@ def _injected(rank, world):
     ("HcclAllReduce=5", "PycollError", "HcclResult 5"),
 ])
 def test_hccl_results_map_to_pycoll_errors(env, fail, error, code):
-    status, value = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))[0]
-    assert status == "ok", value
-    assert value[0] == error and code in value[1]
+    name, message = run_injected("hccl", env, fail)
+    assert name == error and code in message
 
 
 def test_probe_names_what_to_install(tmp_path):

@@ -3,13 +3,13 @@ argument marshalling, dtype/op mapping, the unique id through the store, error c
 These are binding tests, not proof on hardware: the fake runs the collectives on host memory."""
 
 import os
-import time
+import re
 
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import (FakeDeviceArray, FileStore, all_reduce_error, buffer, make_engine,
-                                  probe_without_library, run_ranks, vendor_fixtures)
+from fakes.vendor_harness import (FakeDeviceArray, FileStore, buffer, make_engine, probe_without_library,
+                                  run_dead_peer, run_injected, run_ranks, vendor_fixtures)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -131,28 +131,10 @@ def test_stream_from_array_and_algorithm_communicators(env):
     assert "algo=Ring" in log
 
 
-def _dead_peer(rank, world):
-    engine = _engine(rank, world, timeout=1.5)
-    if rank == 1:
-        return "left without calling all_reduce"
-    x = np.ones(4, np.float32)
-    from pycoll.errors import CommunicatorClosed, Timeout
-    start = time.monotonic()
-    with pytest.raises(Timeout, match="did not complete within 1.500 s.*aborted"):
-        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
-    elapsed = time.monotonic() - start
-    with pytest.raises(CommunicatorClosed, match="earlier error"):
-        engine.all_reduce(buffer(x), buffer(x), 0, "auto", "fast")
-    engine.close()
-    return elapsed
-
-
 @pytest.mark.timeout(60)
 def test_dead_peer_times_out_and_aborts(env):
-    results = run_ranks(_dead_peer, 2, env)
-    status, elapsed = results[0]
-    assert status == "ok", elapsed
-    assert 1.4 < elapsed < 5.0
+    timed_out, closed = run_dead_peer("nccl", env, 1.5)
+    assert re.search("did not complete within 1.500 s.*aborted", timed_out) and "earlier error" in closed
     assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
 
 
@@ -170,10 +152,6 @@ def test_init_without_peer_times_out(env):
     assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
 
 
-def _injected(rank, world):
-    return all_reduce_error(_engine(rank, world), np.ones(2, np.float32), 0, "fast")
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("fail, error, text", [
     ("async=6", "PeerFailure", "ncclRemoteError, code 6"),
@@ -183,10 +161,7 @@ def _injected(rank, world):
     ("ncclAllReduce=8", "Timeout", "ncclTimeout"),
 ])
 def test_nccl_results_map_to_pycoll_errors(env, fail, error, text):
-    results = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))
-    status, value = results[0]
-    assert status == "ok", value
-    name, message = value
+    name, message = run_injected("nccl", env, fail)
     assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
 
 

@@ -1,16 +1,16 @@
-"""Compensated mode on the NCCL backend: pycoll's ring (pycoll/plugins/device_ring.py) over ncclSend/ncclRecv, against
-the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory, so the
-device math runs with numpy. The test marked gpu runs the CuPy kernels on a real GPU."""
+"""Compensated mode on the NCCL backend: pycoll's own C algorithms (native/algorithms) through a pycoll
+communicator over the vendor transport (backends/common/vendor_p2p.c: ncclSend/ncclRecv in NCCL groups), against
+the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory (the host
+kernels stand in for device ones). On device memory the mode says why it is unavailable."""
 
-import time
+import re
 
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import FileStore, all_reduce_error, buffer, make_engine, run_ranks, vendor_fixtures
-from pycoll import kernels
+from fakes.vendor_harness import (all_reduce_error, buffer, make_engine, run_dead_peer, run_injected, run_ranks,
+                                  vendor_fixtures)
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
-from pycoll.plugins.device_twosum import PairMath
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -39,32 +39,6 @@ def _max_ulps(outs, inputs, dtype, divisor=1):
 
 def _assert_identical(outs):
     assert all(np.asarray(o).tobytes() == np.asarray(outs[0]).tobytes() for o in outs), "ranks differ"
-
-
-# ---- the device math, one process ----
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
-@pytest.mark.parametrize("divisor", [1, 3])
-def test_pair_math_matches_the_c_kernels_bitwise(dtype, divisor):
-    """PairMath with numpy gives libpycoll's compensated_load / combine / store bits, comp included."""
-    rng = np.random.default_rng(7)
-    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
-    decades = 2 if dtype == "float16" else 6
-    terms = [(rng.standard_normal(500) * 10.0 ** rng.uniform(-decades, decades, 500)).astype(dt) for _ in range(4)]
-    math = PairMath(np)
-    dtype_id = {"float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}[dtype]
-    raw = (lambda a: a.view(np.uint16)) if dtype == "bfloat16" else (lambda a: a)
-    pair = math.load(raw(terms[0]), dtype_id)
-    ref_sum, ref_comp = kernels.compensated_load(terms[0])
-    for t in terms[1:]:
-        math.combine(pair, math.load(raw(t), dtype_id))
-        kernels.compensated_combine(ref_sum, ref_comp, *kernels.compensated_load(t))
-    np.testing.assert_array_equal(pair.view(np.uint8), np.concatenate([ref_sum, ref_comp]).view(np.uint8))
-    assert np.any(ref_comp != 0)  # the comp half carried something
-    out = np.empty(500, dt)
-    math.store(raw(out), pair, dtype_id, divisor)
-    want = kernels.compensated_store(np.empty(500, dt), ref_sum, ref_comp, divisor)
-    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
 
 
 # ---- 2 ranks in 2 processes over the fake NCCL ----
@@ -122,9 +96,10 @@ def test_two_ranks_sum_avg_reduce_scatter_reduce(env):
         np.testing.assert_array_equal(o["one"], [2.0])
         np.testing.assert_array_equal(o["int32"], np.arange(6) * 3)
     log = open(env["FAKE_COLL_LOG"]).read()
-    # float16 partials travel as float32 (sum, comp) pairs: 2 x 500 elements of ncclFloat32 (7) for block 0.
-    assert "ncclSend rank=1 peer=0 count=1002 dtype=7" in log
-    assert "ncclRecv rank=0 peer=1 count=1002 dtype=7" in log
+    # The C ring's messages go as bytes (ncclUint8, 1): float16 partials travel as float32 (sum, comp) pairs, so
+    # block 1 (500 elements) is 500 x 8 bytes.
+    assert "ncclSend rank=0 peer=1 count=4000 dtype=1" in log
+    assert "ncclRecv rank=1 peer=0 count=4000 dtype=1" in log
     assert "ncclAllReduce rank=0 count=6 dtype=2" in log  # the int32 sum went to NCCL's all-reduce
 
 
@@ -163,32 +138,12 @@ def test_four_ranks_within_one_ulp_where_plain_float32_is_not(env):
 
 # ---- failures during send/recv ----
 
-def _dead_peer(rank, world):
-    engine = _engine(rank, world, timeout=1.5)
-    if rank == 1:
-        return "left without calling all_reduce"
-    from pycoll.errors import CommunicatorClosed, Timeout
-    x = np.ones(8, np.float32)
-    start = time.monotonic()
-    with pytest.raises(Timeout, match="ncclSend/ncclRecv did not complete within 1.500 s.*aborted"):
-        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
-    elapsed = time.monotonic() - start
-    with pytest.raises(CommunicatorClosed, match="earlier error"):
-        engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
-    engine.close()
-    return elapsed
-
-
 @pytest.mark.timeout(60)
 def test_dead_peer_during_send_recv_times_out_and_aborts(env):
-    status, elapsed = run_ranks(_dead_peer, 2, env)[0]
-    assert status == "ok", elapsed
-    assert 1.4 < elapsed < 5.0
+    timed_out, closed = run_dead_peer("nccl", env, 1.5, accuracy="compensated")
+    assert re.search("ncclSend/ncclRecv did not complete within 1.500 s.*aborted", timed_out)
+    assert "earlier error" in closed
     assert "ncclCommAbort rank=0" in open(env["FAKE_COLL_LOG"]).read()
-
-
-def _injected(rank, world):
-    return all_reduce_error(_engine(rank, world, timeout=5.0), np.ones(4, np.float64), SUM, "compensated")
 
 
 @pytest.mark.timeout(60)
@@ -198,37 +153,23 @@ def _injected(rank, world):
     ("ncclGroupEnd=2", "PycollError", "ncclGroupEnd failed"),
 ])
 def test_send_recv_errors_map_to_pycoll_errors(env, fail, error, text):
-    status, value = run_ranks(_injected, 2, dict(env, FAKE_COLL_FAIL=fail))[0]
-    assert status == "ok", value
-    name, message = value
+    name, message = run_injected("nccl", env, fail, dtype="float64", accuracy="compensated")
     assert name == error and text in message and "injected by FAKE_COLL_FAIL" in message
 
 
-# ---- a real GPU ----
+# ---- device memory ----
 
-@pytest.mark.gpu
-@pytest.mark.timeout(120)
-def test_real_gpu_cupy_kernels_and_single_rank(tmp_path):
-    cupy = pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
-    from pycoll.plugins.nccl import NcclBackend
-    reason = NcclBackend().probe()
-    if reason:
-        pytest.skip(f"needs NCCL on an NVIDIA GPU: {reason}")
-    # The CuPy ElementwiseKernel combine gives the numpy arithmetic's bits.
-    rng = np.random.default_rng(1)
-    for dt in (np.float32, np.float64):
-        a = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dt)
-        b = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dt)
-        host, dev = PairMath(np), PairMath(cupy)
-        ph, pd = host.load(a, 6 if dt == np.float32 else 7), dev.load(cupy.asarray(a), 6 if dt == np.float32 else 7)
-        for m, p, src in ((host, ph, b), (dev, pd, cupy.asarray(b))):
-            for _ in range(3):
-                m.combine(p, m.load(src, 6 if dt == np.float32 else 7))
-        np.testing.assert_array_equal(cupy.asnumpy(pd).view(np.uint8), ph.view(np.uint8))
-    engine = NcclBackend().create(rank=0, world_size=1, store=FileStore(tmp_path), timeout=60, options={})
-    x = cupy.arange(8, dtype=cupy.float32) / 3
-    buf = buffer(np.empty(8, np.float32), owner=x)
-    buf.ptr = x.data.ptr
-    engine.all_reduce(buf, buf, AVG, "auto", "compensated")
-    engine.close()
-    np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(8, dtype=np.float32) / 3)
+def _device_memory(rank, world):
+    x = np.ones(8, np.float32)
+    return all_reduce_error(_engine(rank, world, timeout=5.0), x, SUM, "compensated")
+
+
+@pytest.mark.timeout(60)
+def test_on_device_memory_compensated_mode_says_why_not(env):
+    """No device kernel table is built: where the runtime says a buffer is device memory, the mode refuses."""
+    results = run_ranks(_device_memory, 2, dict(env, FAKE_CUDA_MEMORY_TYPE="2"))
+    for rank in range(2):
+        status, value = results[rank]
+        assert status == "ok", value
+        name, message = value
+        assert name == "BackendUnavailable" and "host-accessible memory" in message and "device memory" in message

@@ -1,41 +1,48 @@
-/* What the NCCL and HCCL bindings share: loading a library's entry points, a communicator's identity,
- * deadline and first error, and the checks every collective makes before it calls the vendor. */
+/* Inside the vendor family: the built-in vendors (each filled in its own backends/<vendor>/ directory), the
+ * communicator, and the helpers that vendor_comm.c (lifecycle, collectives) and vendor_p2p.c (send/recv, the
+ * transport) share. */
 #ifndef PYCOLL_BACKENDS_VENDOR_COMMON_H
 #define PYCOLL_BACKENDS_VENDOR_COMMON_H
 
-#include <stddef.h>
 #include <stdint.h>
 
-#include "pycoll/p2p.h" /* PYCOLL_ERROR_LEN */
+#include "pycoll/vendor.h"
 
-typedef struct {
-    const char *vendor; /* "nccl" or "hccl": every message starts with it */
-    int32_t rank;
-    int32_t size;
+/* The address of a vendor struct entry as a symbol's slot. */
+#define VENDOR_SLOT(entry) ((void (**)(void))&(entry))
+
+extern pycoll_vendor_t pycoll_nccl_vendor;
+extern pycoll_vendor_t pycoll_hccl_vendor;
+
+/* The vendor struct's entries take counts as uint64_t where the vendors' own take size_t. */
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "pycoll's vendor backends need a 64-bit host");
+
+struct pycoll_vendor_comm {
+    /* rank, size and the first error (status, error), recorded with pycoll_p2p_fail as every transport does;
+     * also the transport pycoll's own algorithms run over (vendor_p2p.c). First, so a p2p is its comm. */
+    pycoll_p2p_t state;
+    const pycoll_vendor_t *v;
+    void *comm;        /* the vendor's communicator; NULL once aborted */
+    int32_t device;
     int64_t timeout_ns;
-    pycoll_status_t status; /* first error; the communicator is broken after one */
-    char error[PYCOLL_ERROR_LEN];
-} vendor_comm_state_t;
+    void *scratch;     /* one device word for a barrier the vendor lacks */
+    void *stream;      /* where the transport's sends and receives go */
+    pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
+};
 
-/* dlopen `path` once (while *handle is NULL) and resolve every name in `names` into the matching slot of
- * `table`. `requirement`, if not NULL, is appended to the message when a name is missing. */
-pycoll_status_t vendor_load(void **handle, const char *path, const char *const *names, size_t n,
-                            void (**table)(void), const char *requirement, char *error, size_t error_len);
-
-void vendor_comm_state_init(vendor_comm_state_t *s, const char *vendor, int32_t rank, int32_t size,
-                            double timeout_s);
-void vendor_set_timeout(vendor_comm_state_t *s, double timeout_s);
-/* Now plus the communicator's timeout. */
-int64_t vendor_deadline(const vendor_comm_state_t *s);
-
-/* Breaks the communicator with this error, unless it already broke (the first error is the cause). */
-pycoll_status_t vendor_fail(vendor_comm_state_t *s, pycoll_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* The vendor's name of a call, for messages: the symbol that serves it. */
+const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);
+/* Breaks the communicator with a failed call's result, named and explained. */
+pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r);
 /* A bad argument, refused before the vendor sees it: recorded, but the communicator stays usable. */
-pycoll_status_t vendor_reject(vendor_comm_state_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Breaks the communicator with a timeout naming `what`; `action` says what was done to it ("aborted"). */
-pycoll_status_t vendor_deadline_passed(vendor_comm_state_t *s, const char *what, const char *action);
-/* The checks before every collective: not broken, count >= 0, a known dtype, root -1 (none) or a rank. */
-pycoll_status_t vendor_check_args(vendor_comm_state_t *s, int64_t count, pycoll_dtype_t dtype, int32_t root);
+pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The checks before every call: not broken, count >= 0, a dtype (and op, unless -1) the vendor has, root -1
+ * (none) or a rank. The vendor's codes go to *vd and *vo (vo may be NULL). */
+pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
+                             int *vd, int *vo);
+/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
+ * deadline (then abort). */
+pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
 
 #endif

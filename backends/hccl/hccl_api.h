@@ -8,45 +8,19 @@
 typedef void *HcclComm;
 typedef struct { char internal[4108]; } HcclRootInfo;
 
+/* Numbered from 0 in this order, as in hccl_types.h. */
 typedef enum {
-    HCCL_SUCCESS = 0,
-    HCCL_E_PARA = 1,
-    HCCL_E_PTR = 2,
-    HCCL_E_MEMORY = 3,
-    HCCL_E_INTERNAL = 4,
-    HCCL_E_NOT_SUPPORT = 5,
-    HCCL_E_NOT_FOUND = 6,
-    HCCL_E_UNAVAIL = 7,
-    HCCL_E_SYSCALL = 8,
-    HCCL_E_TIMEOUT = 9,
-    HCCL_E_OPEN_FILE_FAILURE = 10,
-    HCCL_E_TCP_CONNECT = 11,
-    HCCL_E_ROCE_CONNECT = 12,
-    HCCL_E_TCP_TRANSFER = 13,
-    HCCL_E_ROCE_TRANSFER = 14,
-    HCCL_E_RUNTIME = 15,
-    HCCL_E_DRV = 16,
-    HCCL_E_PROFILING = 17,
-    HCCL_E_CCE = 18,
-    HCCL_E_NETWORK = 19,
-    HCCL_E_AGAIN = 20,
-    HCCL_E_REMOTE = 21,
-    HCCL_E_SUSPENDING = 22
+    HCCL_SUCCESS, HCCL_E_PARA, HCCL_E_PTR, HCCL_E_MEMORY, HCCL_E_INTERNAL, HCCL_E_NOT_SUPPORT, HCCL_E_NOT_FOUND,
+    HCCL_E_UNAVAIL, HCCL_E_SYSCALL, HCCL_E_TIMEOUT, HCCL_E_OPEN_FILE_FAILURE, HCCL_E_TCP_CONNECT,
+    HCCL_E_ROCE_CONNECT, HCCL_E_TCP_TRANSFER, HCCL_E_ROCE_TRANSFER, HCCL_E_RUNTIME, HCCL_E_DRV, HCCL_E_PROFILING,
+    HCCL_E_CCE, HCCL_E_NETWORK, HCCL_E_AGAIN, HCCL_E_REMOTE, HCCL_E_SUSPENDING
 } HcclResult;
 
+/* Numbered from 0 in this order, as in hccl_types.h. */
 typedef enum {
-    HCCL_DATA_TYPE_INT8 = 0,
-    HCCL_DATA_TYPE_INT16 = 1,
-    HCCL_DATA_TYPE_INT32 = 2,
-    HCCL_DATA_TYPE_FP16 = 3,
-    HCCL_DATA_TYPE_FP32 = 4,
-    HCCL_DATA_TYPE_INT64 = 5,
-    HCCL_DATA_TYPE_UINT64 = 6,
-    HCCL_DATA_TYPE_UINT8 = 7,
-    HCCL_DATA_TYPE_UINT16 = 8,
-    HCCL_DATA_TYPE_UINT32 = 9,
-    HCCL_DATA_TYPE_FP64 = 10,
-    HCCL_DATA_TYPE_BFP16 = 11
+    HCCL_DATA_TYPE_INT8, HCCL_DATA_TYPE_INT16, HCCL_DATA_TYPE_INT32, HCCL_DATA_TYPE_FP16, HCCL_DATA_TYPE_FP32,
+    HCCL_DATA_TYPE_INT64, HCCL_DATA_TYPE_UINT64, HCCL_DATA_TYPE_UINT8, HCCL_DATA_TYPE_UINT16, HCCL_DATA_TYPE_UINT32,
+    HCCL_DATA_TYPE_FP64, HCCL_DATA_TYPE_BFP16
 } HcclDataType;
 
 /* No average in HCCL; max before min, as in NCCL. */
@@ -54,28 +28,5 @@ typedef enum { HCCL_REDUCE_SUM = 0, HCCL_REDUCE_PROD = 1, HCCL_REDUCE_MAX = 2, H
 
 #define PYCOLL_ACL_SUCCESS 0
 #define PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT 507046
-
-typedef struct {
-    HcclResult (*GetRootInfo)(HcclRootInfo *info);
-    HcclResult (*CommInitRootInfo)(uint32_t nranks, const HcclRootInfo *info, uint32_t rank, HcclComm *comm);
-    HcclResult (*CommDestroy)(HcclComm comm);
-    HcclResult (*GetCommAsyncError)(HcclComm comm, HcclResult *async_error);
-    const char *(*GetErrorString)(HcclResult code);
-    HcclResult (*AllReduce)(void *sendbuf, void *recvbuf, uint64_t count, HcclDataType dtype, HcclReduceOp op,
-                            HcclComm comm, void *stream);
-    HcclResult (*ReduceScatter)(void *sendbuf, void *recvbuf, uint64_t recv_count, HcclDataType dtype,
-                                HcclReduceOp op, HcclComm comm, void *stream);
-    HcclResult (*AllGather)(void *sendbuf, void *recvbuf, uint64_t send_count, HcclDataType dtype, HcclComm comm,
-                            void *stream);
-    HcclResult (*Broadcast)(void *buf, uint64_t count, HcclDataType dtype, uint32_t root, HcclComm comm,
-                            void *stream);
-    HcclResult (*Reduce)(void *sendbuf, void *recvbuf, uint64_t count, HcclDataType dtype, HcclReduceOp op,
-                         uint32_t root, HcclComm comm, void *stream);
-    HcclResult (*Barrier)(HcclComm comm, void *stream);
-} pycoll_hccl_api_t;
-
-typedef struct {
-    int (*SynchronizeStreamWithTimeout)(void *stream, int32_t timeout_ms);
-} pycoll_acl_api_t;
 
 #endif

@@ -10,29 +10,16 @@
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 
+/* Numbered from 0 in this order, as in nccl.h. ncclTimeout: NCCL 2.28+. */
 typedef enum {
-    ncclSuccess = 0,
-    ncclUnhandledCudaError = 1,
-    ncclSystemError = 2,
-    ncclInternalError = 3,
-    ncclInvalidArgument = 4,
-    ncclInvalidUsage = 5,
-    ncclRemoteError = 6,
-    ncclInProgress = 7,
-    ncclTimeout = 8 /* NCCL 2.28+ */
+    ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument,
+    ncclInvalidUsage, ncclRemoteError, ncclInProgress, ncclTimeout
 } ncclResult_t;
 
+/* Numbered from 0 in this order, as in nccl.h. ncclBfloat16: NCCL 2.10+. */
 typedef enum {
-    ncclInt8 = 0,
-    ncclUint8 = 1,
-    ncclInt32 = 2,
-    ncclUint32 = 3,
-    ncclInt64 = 4,
-    ncclUint64 = 5,
-    ncclFloat16 = 6,
-    ncclFloat32 = 7,
-    ncclFloat64 = 8,
-    ncclBfloat16 = 9 /* NCCL 2.10+ */
+    ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64,
+    ncclBfloat16
 } ncclDataType_t;
 
 /* Note max before min: NCCL's order differs from pycoll's. */
@@ -57,43 +44,5 @@ typedef struct {
 /* cudaStream_t is an opaque pointer; cudaError_t an int. */
 #define PYCOLL_CUDA_SUCCESS 0
 #define PYCOLL_CUDA_ERROR_NOT_READY 600
-
-/* The entry points pycoll uses, resolved with dlsym. */
-typedef struct {
-    ncclResult_t (*GetVersion)(int *version);
-    ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
-    ncclResult_t (*CommInitRankConfig)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                       pycoll_nccl_config_t *config);
-    ncclResult_t (*CommGetAsyncError)(ncclComm_t comm, ncclResult_t *async_error);
-    ncclResult_t (*CommAbort)(ncclComm_t comm);
-    ncclResult_t (*CommDestroy)(ncclComm_t comm);
-    ncclResult_t (*CommCuDevice)(ncclComm_t comm, int *device);
-    const char *(*GetErrorString)(ncclResult_t result);
-    const char *(*GetLastError)(ncclComm_t comm);
-    ncclResult_t (*AllReduce)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype,
-                              ncclRedOp_t op, ncclComm_t comm, void *stream);
-    ncclResult_t (*ReduceScatter)(const void *sendbuf, void *recvbuf, size_t recv_count, ncclDataType_t dtype,
-                                  ncclRedOp_t op, ncclComm_t comm, void *stream);
-    ncclResult_t (*AllGather)(const void *sendbuf, void *recvbuf, size_t send_count, ncclDataType_t dtype,
-                              ncclComm_t comm, void *stream);
-    ncclResult_t (*Broadcast)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype, int root,
-                              ncclComm_t comm, void *stream);
-    ncclResult_t (*Reduce)(const void *sendbuf, void *recvbuf, size_t count, ncclDataType_t dtype, ncclRedOp_t op,
-                           int root, ncclComm_t comm, void *stream);
-    ncclResult_t (*Send)(const void *sendbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
-                         void *stream);
-    ncclResult_t (*Recv)(void *recvbuf, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
-                         void *stream);
-    ncclResult_t (*GroupStart)(void);
-    ncclResult_t (*GroupEnd)(void);
-} pycoll_nccl_api_t;
-
-typedef struct {
-    int (*StreamQuery)(void *stream);
-    int (*Malloc)(void **ptr, size_t size);
-    int (*Free)(void *ptr);
-    int (*Memset)(void *ptr, int value, size_t count);
-    const char *(*GetErrorString)(int error);
-} pycoll_cudart_api_t;
 
 #endif

@@ -3,6 +3,16 @@
 
 #include <string.h>
 
+static pycoll_status_t host_copy(void *dst, const void *src, int64_t nbytes)
+{
+    memcpy(dst, src, (size_t)nbytes);
+    return PYCOLL_OK;
+}
+
+static const pycoll_memory_kernels_t host_kernels = {
+    "host", pycoll_reduce_into, pycoll_reduce, pycoll_scale_avg, pycoll_compensated_load,
+    pycoll_compensated_combine, pycoll_compensated_store, host_copy};
+
 static bool is_float(pycoll_dtype_t dtype)
 {
     return dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16 || dtype == PYCOLL_FLOAT32 ||
@@ -13,6 +23,7 @@ void reduction_init(reduction_t *red, pycoll_p2p_t *p2p, pycoll_dtype_t dtype, p
                     pycoll_accuracy_t accuracy)
 {
     red->p2p = p2p;
+    red->kernels = p2p->kernels ? p2p->kernels : &host_kernels;
     red->dtype = dtype;
     red->op = op;
     red->compensated = accuracy == PYCOLL_ACCURACY_COMPENSATED && is_float(dtype) &&
@@ -27,8 +38,9 @@ static pycoll_status_t kernel_status(const reduction_t *red, pycoll_status_t sta
 {
     if (status == PYCOLL_OK)
         return status;
-    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s (status %d)", kernel,
-                           pycoll_dtype_name(red->dtype), pycoll_op_name(red->op), (int)status);
+    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s on %s memory (status %d)", kernel,
+                           pycoll_dtype_name(red->dtype), pycoll_op_name(red->op), red->kernels->memory,
+                           (int)status);
 }
 
 /* The comp half of a packed partial of n elements. */
@@ -45,17 +57,17 @@ pycoll_status_t reduction_source(const reduction_t *red, void *part, const void 
         return PYCOLL_OK;
     }
     *source = part;
-    return kernel_status(red, pycoll_compensated_load(part, comp_of(red, part, n), plain, n, red->dtype),
+    return kernel_status(red, red->kernels->compensated_load(part, comp_of(red, part, n), plain, n, red->dtype),
                          "compensated_load");
 }
 
 pycoll_status_t reduction_combine(const reduction_t *red, void *part, const void *other, int64_t n)
 {
     if (!red->compensated)
-        return kernel_status(red, pycoll_reduce_into(part, other, n, red->dtype, red->op), "reduce_into");
+        return kernel_status(red, red->kernels->reduce_into(part, other, n, red->dtype, red->op), "reduce_into");
     return kernel_status(red,
-                         pycoll_compensated_combine(part, comp_of(red, part, n), other, comp_of(red, other, n), n,
-                                                    red->dtype),
+                         red->kernels->compensated_combine(part, comp_of(red, part, n), other,
+                                                           comp_of(red, other, n), n, red->dtype),
                          "compensated_combine");
 }
 
@@ -63,7 +75,7 @@ pycoll_status_t reduction_add_plain(const reduction_t *red, void *part, const vo
                                     int64_t n)
 {
     if (!red->compensated)
-        return kernel_status(red, pycoll_reduce(part, plain, other, n, red->dtype, red->op), "reduce");
+        return kernel_status(red, red->kernels->reduce(part, plain, other, n, red->dtype, red->op), "reduce");
     const void *loaded;
     pycoll_status_t status = reduction_source(red, part, plain, n, &loaded);
     return status != PYCOLL_OK ? status : reduction_combine(red, part, other, n);
@@ -73,7 +85,7 @@ pycoll_status_t reduction_combine_plain(const reduction_t *red, void *part, cons
                                         int64_t n)
 {
     if (!red->compensated)
-        return kernel_status(red, pycoll_reduce_into(part, plain, n, red->dtype, red->op), "reduce_into");
+        return kernel_status(red, red->kernels->reduce_into(part, plain, n, red->dtype, red->op), "reduce_into");
     const void *loaded;
     pycoll_status_t status = reduction_source(red, tmp, plain, n, &loaded);
     return status != PYCOLL_OK ? status : reduction_combine(red, part, loaded, n);
@@ -83,7 +95,7 @@ pycoll_status_t reduction_add_plains(const reduction_t *red, void *part, const v
                                      int64_t n)
 {
     if (!red->compensated)
-        return kernel_status(red, pycoll_reduce(part, a, b, n, red->dtype, red->op), "reduce");
+        return kernel_status(red, red->kernels->reduce(part, a, b, n, red->dtype, red->op), "reduce");
     const void *loaded;
     pycoll_status_t status = reduction_source(red, part, a, n, &loaded);
     return status != PYCOLL_OK ? status : reduction_combine_plain(red, part, b, tmp, n);
@@ -93,12 +105,13 @@ pycoll_status_t reduction_store(const reduction_t *red, void *plain, const void 
 {
     if (red->compensated)
         return kernel_status(red,
-                             pycoll_compensated_store(plain, part, comp_of(red, part, n), n, red->dtype,
-                                                      red->divisor),
+                             red->kernels->compensated_store(plain, part, comp_of(red, part, n), n, red->dtype,
+                                                             red->divisor),
                              "compensated_store");
+    pycoll_status_t status = PYCOLL_OK;
     if (plain != part && n > 0)
-        memcpy(plain, part, (size_t)n * red->dsize);
-    if (red->divisor > 1)
-        return kernel_status(red, pycoll_scale_avg(plain, n, red->dtype, red->divisor), "scale_avg");
-    return PYCOLL_OK;
+        status = kernel_status(red, red->kernels->copy(plain, part, n * (int64_t)red->dsize), "copy");
+    if (status == PYCOLL_OK && red->divisor > 1)
+        return kernel_status(red, red->kernels->scale_avg(plain, n, red->dtype, red->divisor), "scale_avg");
+    return status;
 }

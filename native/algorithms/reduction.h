@@ -12,8 +12,28 @@
 
 #include <stdbool.h>
 
+/* The elementwise kernels for the memory a transport's buffers live in, with kernels.h's signatures. Host
+ * memory (p2p->kernels NULL): kernels.h's SIMD kernels; a device transport points p2p->kernels at its
+ * device's table. */
+typedef struct pycoll_memory_kernels {
+    const char *memory; /* "host", "cuda": named in errors */
+    pycoll_status_t (*reduce_into)(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype,
+                                   pycoll_op_t op);
+    pycoll_status_t (*reduce)(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
+                              pycoll_op_t op);
+    pycoll_status_t (*scale_avg)(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor);
+    pycoll_status_t (*compensated_load)(void *sum, void *comp, const void *src, int64_t count,
+                                        pycoll_dtype_t dtype);
+    pycoll_status_t (*compensated_combine)(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
+                                           int64_t count, pycoll_dtype_t dtype);
+    pycoll_status_t (*compensated_store)(void *dst, const void *sum, const void *comp, int64_t count,
+                                         pycoll_dtype_t dtype, int64_t divisor);
+    pycoll_status_t (*copy)(void *dst, const void *src, int64_t nbytes);
+} pycoll_memory_kernels_t;
+
 typedef struct reduction {
     pycoll_p2p_t *p2p;   /* where kernel errors are recorded */
+    const pycoll_memory_kernels_t *kernels;
     pycoll_dtype_t dtype;
     pycoll_op_t op;
     bool compensated;

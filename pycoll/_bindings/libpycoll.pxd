@@ -140,54 +140,43 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                    char *error, size_t error_len)
 
 cdef extern from "pycoll/vendor.h" nogil:
-    ctypedef struct pycoll_nccl_comm_t:
+    # One vendor family (NCCL, HCCL, ...): a versioned struct per vendor, read only through these calls.
+    enum:
+        PYCOLL_VENDOR_VERSION
+        PYCOLL_VENDOR_MAX_ID_BYTES
+    ctypedef struct pycoll_vendor_t:
+        uint32_t version
+        const char *name
+        int64_t unique_id_bytes
+    ctypedef struct pycoll_vendor_comm_t:
         pass
-    pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len)
-    pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_len)
-    int32_t pycoll_nccl_version()
-    pycoll_status_t pycoll_nccl_unique_id(uint8_t *id, char *error, size_t error_len)
-    pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t *id, int32_t rank, int32_t size, double timeout_s,
-                                                pycoll_status_t *status, char *error,
-                                                size_t error_len)
-    void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *comm)
-    const char *pycoll_nccl_comm_error(const pycoll_nccl_comm_t *comm)
-    int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *comm)
-    void pycoll_nccl_comm_set_timeout(pycoll_nccl_comm_t *comm, double timeout_s)
-    pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
-    pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                               int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                               void *stream)
-    pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t send_count, pycoll_dtype_t dtype, void *stream)
-    pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                          int32_t root, void *stream)
-    pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
-    pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *comm, void *stream)
-    pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *comm, const void *sendbuf, int64_t send_count,
-                                          int32_t send_peer, void *recvbuf, int64_t recv_count, int32_t recv_peer,
-                                          pycoll_dtype_t dtype, void *stream)
-
-    ctypedef struct pycoll_hccl_comm_t:
-        pass
-    pycoll_status_t pycoll_hccl_load(const char *path, char *error, size_t error_len)
-    pycoll_status_t pycoll_acl_load(const char *path, char *error, size_t error_len)
-    pycoll_status_t pycoll_hccl_root_info(uint8_t *info, char *error, size_t error_len)
-    pycoll_hccl_comm_t *pycoll_hccl_comm_create(const uint8_t *info, int32_t rank, int32_t size, double timeout_s,
-                                                pycoll_status_t *status, char *error, size_t error_len)
-    void pycoll_hccl_comm_destroy(pycoll_hccl_comm_t *comm)
-    const char *pycoll_hccl_comm_error(const pycoll_hccl_comm_t *comm)
-    void pycoll_hccl_comm_set_timeout(pycoll_hccl_comm_t *comm, double timeout_s)
-    pycoll_status_t pycoll_hccl_all_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
-    pycoll_status_t pycoll_hccl_reduce_scatter(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                               int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                               void *stream)
-    pycoll_status_t pycoll_hccl_all_gather(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t send_count, pycoll_dtype_t dtype, void *stream)
-    pycoll_status_t pycoll_hccl_broadcast(pycoll_hccl_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                          int32_t root, void *stream)
-    pycoll_status_t pycoll_hccl_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
-    pycoll_status_t pycoll_hccl_barrier(pycoll_hccl_comm_t *comm, void *stream)
+    pycoll_vendor_t *pycoll_vendor_find(const char *name)
+    pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
+                                       char *error, size_t error_len)
+    int32_t pycoll_vendor_library_version(const pycoll_vendor_t *vendor)
+    pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *vendor, void *id, int64_t id_len, char *error,
+                                            size_t error_len)
+    pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *vendor, const void *id, int64_t id_len,
+                                                    int32_t rank, int32_t size, double timeout_s,
+                                                    pycoll_status_t *status, char *error, size_t error_len)
+    void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *comm)
+    const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm)
+    int32_t pycoll_vendor_comm_device(const pycoll_vendor_comm_t *comm)
+    void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *comm, double timeout_s)
+    pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+    pycoll_status_t pycoll_vendor_reduce_scatter(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                 void *stream)
+    pycoll_status_t pycoll_vendor_all_gather(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             int64_t send_count, pycoll_dtype_t dtype, void *stream)
+    pycoll_status_t pycoll_vendor_broadcast(pycoll_vendor_comm_t *comm, void *buf, int64_t count,
+                                            pycoll_dtype_t dtype, int32_t root, void *stream)
+    pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                         void *stream)
+    pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, void *stream)
+    pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf)
+    pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
+                                            int32_t send_peer, void *recvbuf, int64_t recv_count,
+                                            int32_t recv_peer, pycoll_dtype_t dtype, void *stream)

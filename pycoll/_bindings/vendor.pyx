@@ -1,19 +1,23 @@
 # cython: language_level=3
-"""Thin wrappers over libpycoll's vendor bindings (native/include/pycoll/vendor.h): NCCL and HCCL
-communicators. Pointers and streams arrive as integers; dtype and op as pycoll ids."""
+"""Thin wrappers over libpycoll's vendor family (native/include/pycoll/vendor.h): a Vendor (NCCL, HCCL, ...)
+found by name, and its communicators. Pointers and streams arrive as integers; dtype and op as pycoll ids."""
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from pycoll._bindings.libpycoll cimport *
 
 from pycoll._bindings.comm import error_for_status
-from pycoll.errors import CommunicatorClosed
-
-NCCL_UNIQUE_ID_BYTES = 128
-HCCL_ROOT_INFO_BYTES = 4108
+from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
 cdef enum:
     ERROR_LEN = 512
+
+# pycoll's ids the vendor engine needs, bound from the C headers.
+SUM = PYCOLL_SUM
+AVG = PYCOLL_AVG
+FLOAT_DTYPES = frozenset({PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64})
+VENDOR_VERSION = PYCOLL_VENDOR_VERSION
+ERR_UNSUPPORTED = PYCOLL_ERR_UNSUPPORTED
 
 
 def raise_status(int status, str message):
@@ -27,77 +31,76 @@ cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
 
-ctypedef pycoll_status_t (*load_fn)(const char *path, char *error, size_t error_len) noexcept nogil
+cdef class Vendor:
+    """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
+    cdef pycoll_vendor_t *vendor
 
+    def __cinit__(self, str name):
+        cdef bytes b = name.encode()
+        self.vendor = pycoll_vendor_find(b)
+        if self.vendor == NULL:
+            raise ValueError(f"libpycoll has no vendor named {name!r}")
 
-cdef object _load(load_fn loader, str path):
-    cdef char error[ERROR_LEN]
-    cdef bytes p = path.encode()
-    cdef const char *cp = p
-    cdef pycoll_status_t st
-    error[0] = 0
-    with nogil:
-        st = loader(cp, error, ERROR_LEN)
-    return None if st == PYCOLL_OK else _text(error)
+    @property
+    def name(self):
+        return _text(self.vendor.name)
 
+    @property
+    def unique_id_bytes(self):
+        return self.vendor.unique_id_bytes
 
-def nccl_load(str path):
-    """None when libnccl at path is loaded (or one already was), else why not."""
-    return _load(pycoll_nccl_load, path)
-
-
-def cudart_load(str path):
-    return _load(pycoll_cudart_load, path)
-
-
-def hccl_load(str path):
-    return _load(pycoll_hccl_load, path)
-
-
-def acl_load(str path):
-    return _load(pycoll_acl_load, path)
-
-
-def nccl_version():
-    """NCCL_VERSION_CODE of the loaded NCCL (0 when none is loaded)."""
-    return pycoll_nccl_version()
-
-
-def nccl_unique_id():
-    cdef uint8_t uid[128]
-    cdef char error[ERROR_LEN]
-    cdef pycoll_status_t st
-    with nogil:
-        st = pycoll_nccl_unique_id(uid, error, ERROR_LEN)
-    if st != PYCOLL_OK:
-        raise_status(st, _text(error))
-    return bytes(uid[:128])
-
-
-def hccl_root_info():
-    cdef uint8_t info[4108]
-    cdef char error[ERROR_LEN]
-    cdef pycoll_status_t st
-    with nogil:
-        st = pycoll_hccl_root_info(info, error, ERROR_LEN)
-    if st != PYCOLL_OK:
-        raise_status(st, _text(error))
-    return bytes(info[:4108])
-
-
-cdef class NcclComm:
-    """One NCCL communicator. Collectives block until done on the stream, or raise (Timeout aborts it)."""
-    cdef pycoll_nccl_comm_t *comm
-
-    def __cinit__(self, bytes unique_id, int32_t rank, int32_t size, double timeout):
-        if len(unique_id) != NCCL_UNIQUE_ID_BYTES:
-            raise ValueError(f"unique_id must be {NCCL_UNIQUE_ID_BYTES} bytes, got {len(unique_id)}")
+    def load(self, int32_t library, str path):
+        """None when library `library` (0: the collectives, 1: the runtime) loads from path (or one already
+        did), else why not."""
         cdef char error[ERROR_LEN]
-        cdef pycoll_status_t st = PYCOLL_OK
-        cdef const uint8_t *uid = unique_id
+        cdef bytes p = path.encode()
+        cdef const char *cp = p
+        cdef pycoll_status_t st
         error[0] = 0
         with nogil:
-            self.comm = pycoll_nccl_comm_create(uid, rank, size, timeout, &st, error, ERROR_LEN)
+            st = pycoll_vendor_load(self.vendor, library, cp, error, ERROR_LEN)
+        return None if st == PYCOLL_OK else _text(error)
+
+    def library_version(self):
+        """The loaded library's version code (NCCL_VERSION_CODE, 0 when none is loaded or known)."""
+        return pycoll_vendor_library_version(self.vendor)
+
+    def unique_id(self):
+        cdef char error[ERROR_LEN]
+        cdef bytearray uid = bytearray(self.vendor.unique_id_bytes)
+        cdef char *p = uid
+        cdef int64_t n = len(uid)
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_vendor_unique_id(self.vendor, p, n, error, ERROR_LEN)
+        if st != PYCOLL_OK:
+            raise_status(st, _text(error))
+        return bytes(uid)
+
+    def comm(self, bytes unique_id, int32_t rank, int32_t size, double timeout):
+        return VendorComm(self, unique_id, rank, size, timeout)
+
+
+cdef class VendorComm:
+    """One vendor communicator. Collectives block until done on the stream, or raise (Timeout aborts it). The
+    compensated_* calls run pycoll's own algorithms (a pycoll communicator over the vendor's send/recv)."""
+    cdef pycoll_vendor_comm_t *comm
+    cdef pycoll_comm_t *native
+    cdef double timeout
+    cdef readonly str name
+
+    def __cinit__(self, Vendor vendor, bytes unique_id, int32_t rank, int32_t size, double timeout):
+        if len(unique_id) != vendor.vendor.unique_id_bytes:
+            raise ValueError(f"unique_id must be {vendor.vendor.unique_id_bytes} bytes, got {len(unique_id)}")
+        cdef char error[ERROR_LEN]
+        cdef pycoll_status_t st = PYCOLL_OK
+        cdef const char *uid = unique_id
+        cdef int64_t n = len(unique_id)
+        error[0] = 0
+        self.name = vendor.name
+        self.timeout = timeout
+        with nogil:
+            self.comm = pycoll_vendor_comm_create(vendor.vendor, uid, n, rank, size, timeout, &st, error, ERROR_LEN)
         if self.comm == NULL:
             raise_status(st, _text(error))
 
@@ -105,163 +108,126 @@ cdef class NcclComm:
         self.close()
 
     def close(self):
-        cdef pycoll_nccl_comm_t *c = self.comm
+        cdef pycoll_vendor_comm_t *c = self.comm
+        cdef pycoll_comm_t *native = self.native
         self.comm = NULL
-        if c != NULL:
-            with nogil:
-                pycoll_nccl_comm_destroy(c)
+        self.native = NULL
+        with nogil:
+            if native != NULL:  # first: it runs over c
+                pycoll_comm_destroy(native)
+            if c != NULL:
+                pycoll_vendor_comm_destroy(c)
 
-    cdef pycoll_nccl_comm_t *_open(self) except NULL:
+    cdef pycoll_vendor_comm_t *_open(self) except NULL:
         if self.comm == NULL:
-            raise CommunicatorClosed("nccl: communicator is closed")
+            raise CommunicatorClosed(f"{self.name}: communicator is closed")
         return self.comm
 
     cdef _check(self, pycoll_status_t st):
         if st != PYCOLL_OK:
-            raise_status(st, _text(pycoll_nccl_comm_error(self.comm)))
+            raise_status(st, _text(pycoll_vendor_comm_error(self.comm)))
 
     @property
     def device(self):
-        return pycoll_nccl_comm_device(self._open())
+        """The device the communicator runs on (-1 where the vendor does not say)."""
+        return pycoll_vendor_comm_device(self._open())
 
     def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_all_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                        <pycoll_op_t>op, <void *>stream)
+            st = pycoll_vendor_all_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                          <pycoll_op_t>op, <void *>stream)
         self._check(st)
 
     def reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
                        uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_reduce_scatter(c, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
-                                            <pycoll_op_t>op, <void *>stream)
+            st = pycoll_vendor_reduce_scatter(c, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
+                                              <pycoll_op_t>op, <void *>stream)
         self._check(st)
 
     def all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype, uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_all_gather(c, <void *>send, <void *>recv, send_count, <pycoll_dtype_t>dtype,
-                                        <void *>stream)
+            st = pycoll_vendor_all_gather(c, <void *>send, <void *>recv, send_count, <pycoll_dtype_t>dtype,
+                                          <void *>stream)
         self._check(st)
 
     def broadcast(self, uintptr_t buf, int64_t count, int dtype, int32_t root, uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root, <void *>stream)
+            st = pycoll_vendor_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root, <void *>stream)
         self._check(st)
 
     def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int32_t root,
                uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                    root, <void *>stream)
+            st = pycoll_vendor_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op,
+                                      root, <void *>stream)
         self._check(st)
 
     def barrier(self, uintptr_t stream):
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_barrier(c, <void *>stream)
+            st = pycoll_vendor_barrier(c, <void *>stream)
         self._check(st)
 
     def send_recv(self, uintptr_t send, int64_t send_count, int32_t send_peer, uintptr_t recv, int64_t recv_count,
                   int32_t recv_peer, int dtype, uintptr_t stream):
         """Send to send_peer and receive from recv_peer at once (a peer of -1: that half is skipped)."""
-        cdef pycoll_nccl_comm_t *c = self._open()
+        cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_nccl_send_recv(c, <void *>send, send_count, send_peer, <void *>recv, recv_count, recv_peer,
-                                       <pycoll_dtype_t>dtype, <void *>stream)
+            st = pycoll_vendor_send_recv(c, <void *>send, send_count, send_peer, <void *>recv, recv_count,
+                                         recv_peer, <pycoll_dtype_t>dtype, <void *>stream)
         self._check(st)
 
+    cdef pycoll_comm_t *_native(self, uintptr_t stream, uintptr_t buf) except NULL:
+        """The pycoll communicator over this one, its transport set to the stream; refused for memory the
+        host cannot reach (pycoll_vendor_comm_p2p says why)."""
+        cdef pycoll_vendor_comm_t *c = self._open()
+        cdef pycoll_p2p_t *p2p = pycoll_vendor_comm_p2p(c, <void *>stream, <const void *>buf)
+        if p2p == NULL:
+            raise BackendUnavailable(_text(pycoll_vendor_comm_error(c)))
+        cdef pycoll_comm_options_t options
+        cdef char err[512]
+        cdef pycoll_status_t st
+        if self.native == NULL:
+            pycoll_comm_options_init(&options)
+            options.timeout_s = self.timeout
+            err[0] = 0
+            st = pycoll_comm_create(&self.native, p2p, &options, err, sizeof(err))
+            if st != PYCOLL_OK:
+                raise error_for_status(st, f"{self.name}: {_text(err)}")
+        return self.native
 
-cdef class HcclComm:
-    """One HCCL communicator; the same contract as NcclComm. HCCL has no avg: pass sum and scale."""
-    cdef pycoll_hccl_comm_t *comm
-
-    def __cinit__(self, bytes root_info, int32_t rank, int32_t size, double timeout):
-        if len(root_info) != HCCL_ROOT_INFO_BYTES:
-            raise ValueError(f"root_info must be {HCCL_ROOT_INFO_BYTES} bytes, got {len(root_info)}")
-        cdef char error[ERROR_LEN]
-        cdef pycoll_status_t st = PYCOLL_OK
-        cdef const uint8_t *info = root_info
-        error[0] = 0
+    def compensated(self, str kind, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op,
+                    int32_t root, uintptr_t stream):
+        """pycoll's compensated all_reduce, reduce_scatter (count: per rank) or reduce (native/algorithms) over
+        the vendor's send/recv; returns the algorithm that ran. Where there is a choice it is the ring, the
+        schedule verified over the vendor transport (the compensated result does not depend on it)."""
+        cdef int k = ("all_reduce", "reduce_scatter", "reduce").index(kind)
+        self._native(stream, send)
+        cdef pycoll_comm_t *n = self._native(stream, recv)
+        cdef pycoll_status_t st
         with nogil:
-            self.comm = pycoll_hccl_comm_create(info, rank, size, timeout, &st, error, ERROR_LEN)
-        if self.comm == NULL:
-            raise_status(st, _text(error))
-
-    def __dealloc__(self):
-        self.close()
-
-    def close(self):
-        cdef pycoll_hccl_comm_t *c = self.comm
-        self.comm = NULL
-        if c != NULL:
-            with nogil:
-                pycoll_hccl_comm_destroy(c)
-
-    cdef pycoll_hccl_comm_t *_open(self) except NULL:
-        if self.comm == NULL:
-            raise CommunicatorClosed("hccl: communicator is closed")
-        return self.comm
-
-    cdef _check(self, pycoll_status_t st):
+            if k == 0:
+                st = pycoll_comm_all_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                            <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+            elif k == 1:
+                st = pycoll_comm_reduce_scatter(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                                <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+            else:
+                st = pycoll_comm_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                        <pycoll_op_t>op, root, PYCOLL_ACCURACY_COMPENSATED)
         if st != PYCOLL_OK:
-            raise_status(st, _text(pycoll_hccl_comm_error(self.comm)))
-
-    def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_all_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                        <pycoll_op_t>op, <void *>stream)
-        self._check(st)
-
-    def reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
-                       uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_reduce_scatter(c, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
-                                            <pycoll_op_t>op, <void *>stream)
-        self._check(st)
-
-    def all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype, uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_all_gather(c, <void *>send, <void *>recv, send_count, <pycoll_dtype_t>dtype,
-                                        <void *>stream)
-        self._check(st)
-
-    def broadcast(self, uintptr_t buf, int64_t count, int dtype, int32_t root, uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root, <void *>stream)
-        self._check(st)
-
-    def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int32_t root,
-               uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                    root, <void *>stream)
-        self._check(st)
-
-    def barrier(self, uintptr_t stream):
-        cdef pycoll_hccl_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_hccl_barrier(c, <void *>stream)
-        self._check(st)
+            raise_status(st, _text(pycoll_comm_error(n)))
+        return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()

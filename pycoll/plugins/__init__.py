@@ -7,8 +7,8 @@ objects are Backend subclasses (or instances).
 
 The built-in backends live beside this file, each registered when imported:
 tcp          host memory over sockets: pycoll's own algorithms in libpycoll (native/)
-nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (vendor.py holds their shared
-             engine; device_ring.py and device_twosum.py the compensated all-reduce over NCCL)
+nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (nccl.py and hccl.py declare
+             them; vendor.py is their one engine, over libpycoll's vendor family)
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""What the NCCL and HCCL backends share: finding the vendor library, exchanging the communicator's id through
-the job's store, one vendor communicator per algorithm (the algorithm is an environment setting the vendor
-reads when a communicator is created), and finding the stream a framework's array is being used on."""
+"""The vendor backends (NCCL, HCCL, ...) as one engine over libpycoll's vendor family (pycoll/vendor.h). A
+vendor plugin is a declaration -- a VendorBackend subclass naming the vendor, where its libraries are found,
+its algorithm setting and what it supports -- and this module does the rest: loading the libraries, exchanging
+the communicator's id through the job's store, one vendor communicator per algorithm (the algorithm is an
+environment setting the vendor reads when a communicator is created), the stream a framework's array is being
+used on, average where the vendor has none, and compensated sums where the vendor has send/recv."""
 
 from __future__ import annotations
 
@@ -10,10 +13,14 @@ import os
 
 import numpy as np
 
-from pycoll.errors import CommunicatorClosed, PycollError
+from pycoll.errors import BackendUnavailable, CommunicatorClosed, PycollError
 from pycoll.plugins import Backend, Engine
 
-_DTYPE_FLOAT = {4, 5, 6, 7}  # pycoll dtype ids of float16, bfloat16, float32, float64
+
+def _ids():
+    """pycoll's op and dtype ids, from the C headers (pycoll._bindings.vendor binds them)."""
+    from pycoll._bindings import vendor as _vendor
+    return _vendor
 
 
 def load_first(loader, candidates):
@@ -25,6 +32,15 @@ def load_first(loader, candidates):
             return None
         reasons.append(reason)
     return "; ".join(reasons)
+
+
+def library_candidates(env, names, dirs=()):
+    """Where a library is looked for, first found wins: the path in $env when set; else each of `names` in each
+    of `dirs` that exists; else the names themselves, for the system loader."""
+    if os.environ.get(env):
+        return [os.environ[env]]
+    found = [os.path.join(d, n) for n in names for d in dirs if os.path.exists(os.path.join(d, n))]
+    return found + list(names)
 
 
 @contextlib.contextmanager
@@ -66,7 +82,7 @@ def divide_in_place(buf, divisor: int) -> None:
     """buf /= divisor on the buffer's own device, through the array that owns it; integers truncate toward
     zero (as NCCL's avg does)."""
     owner = buf.owner
-    is_float = buf.dtype in _DTYPE_FLOAT
+    is_float = buf.dtype in _ids().FLOAT_DTYPES
     if type(owner).__module__.partition(".")[0] == "torch":
         import torch
         if is_float:
@@ -84,16 +100,16 @@ def divide_in_place(buf, divisor: int) -> None:
 
 
 class VendorEngine(Engine):
-    """An Engine over one vendor communicator per algorithm, created on first use. Subclasses set `name`,
-    `algorithm_env` (the environment variable) and `algorithm_settings` (pycoll name -> its value, None for
-    the vendor's own choice), and implement _new_id() and _new_comm(id)."""
+    """An Engine over one vendor communicator per algorithm, created on first use, as its VendorBackend
+    declares."""
 
-    name = ""
-    algorithm_env = ""
-    algorithm_settings: dict = {}
     _serials = itertools.count()
 
-    def __init__(self, *, rank, world_size, store, timeout, options):
+    def __init__(self, backend, *, rank, world_size, store, timeout, options):
+        from pycoll._bindings import vendor as _vendor
+        self.backend = backend
+        self.name = backend.name
+        self.vendor = _vendor.Vendor(backend.name)
         self.rank = rank
         self.size = world_size
         self.timeout = float(timeout)
@@ -104,68 +120,98 @@ class VendorEngine(Engine):
         self._closed = False
         self._comm(self._default)  # fail at init, not at the first collective
 
-    def _new_id(self) -> bytes:
-        raise NotImplementedError
-
-    def _new_comm(self, unique_id: bytes):
-        raise NotImplementedError
-
     def _comm(self, algorithm):
         if self._closed:
             raise CommunicatorClosed(f"{self.name}: communicator is closed")
         if algorithm == "auto":
             algorithm = self._default
-        if algorithm not in self.algorithm_settings:
-            raise ValueError(f"algorithm must be one of {', '.join(self.algorithm_settings)} for backend "
-                             f"{self.name!r}, got {algorithm!r}")
+        settings = self.backend.algorithm_settings
+        if algorithm not in settings:
+            raise ValueError(f"algorithm must be one of {', '.join(settings)} for backend {self.name!r}, "
+                             f"got {algorithm!r}")
         comm = self._comms.get(algorithm)
         if comm is None:
             # Every rank asks for algorithms in the same order, so each new communicator's key matches.
             key = f"{self._prefix}/{algorithm}/id"
             if self.rank == 0:
-                unique_id = self._new_id()
+                unique_id = self.vendor.unique_id()
                 self._store.set(key, unique_id)
             else:
                 unique_id = bytes(self._store.get(key, self.timeout))
-            with env_setting(self.algorithm_env, self.algorithm_settings[algorithm]):
-                comm = self._new_comm(unique_id)
+            with env_setting(self.backend.algorithm_env, settings[algorithm]):
+                comm = self.vendor.comm(unique_id, self.rank, self.size, self.timeout)
             self._comms[algorithm] = comm
         return comm
-
-    def _check_accuracy(self, accuracy):
-        if accuracy != "fast":
-            raise PycollError(f"{self.name}: accuracy={accuracy!r} is not supported on this backend (only "
-                              f"'fast'); use backend='nccl', or backend='tcp' with host arrays, for compensated sums")
 
     def _resolved(self, algorithm):
         return self._default if algorithm == "auto" else algorithm
 
-    def all_reduce(self, send, recv, op, algorithm, accuracy):
-        self._check_accuracy(accuracy)
-        comm = self._comm(algorithm)
-        comm.all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, current_stream(recv.owner))
+    def _check_device(self, buf):
+        device = self._comm("auto").device
+        if device >= 0 and buf.device_id != device:
+            memory = self.backend.memory
+            raise ValueError(f"the array is on {memory}:{buf.device_id}, but this rank's {self.name.upper()} "
+                             f"communicator is on {memory}:{device} (set the device before pycoll.init)")
+
+    def _compensates(self, buf, op, accuracy):
+        """Whether this call runs compensated: float sums and averages; anything else is exact or has no
+        compensated form, so it runs as the vendor's own (as the C algorithms do)."""
+        if accuracy == "fast":
+            return False
+        if accuracy not in self.backend.accuracies:
+            raise PycollError(f"{self.name}: accuracy={accuracy!r} is not supported on this backend (only "
+                              f"{', '.join(map(repr, self.backend.accuracies))}); use backend='nccl', or "
+                              f"backend='tcp' with host arrays, for compensated sums")
+        ids = _ids()
+        return buf.dtype in ids.FLOAT_DTYPES and op in (ids.SUM, ids.AVG)
+
+    def _vendor_op(self, op):
+        """The op the vendor runs, and whether pycoll divides afterwards (a vendor without average sums)."""
+        ids = _ids()
+        if op == ids.AVG and not self.backend.native_avg:
+            return ids.SUM, True
+        return op, False
+
+    def _reduction(self, kind, send, recv, op, algorithm, accuracy):
+        """all_reduce or reduce_scatter (`kind`), recv.count elements per rank."""
+        self._check_device(recv)
+        stream = current_stream(recv.owner)
+        if self._compensates(recv, op, accuracy):
+            return self._comm("auto").compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
+        vop, divide = self._vendor_op(op)
+        getattr(self._comm(algorithm), kind)(send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream)
+        if divide:
+            divide_in_place(recv, self.size)
         return self._resolved(algorithm)
+
+    def all_reduce(self, send, recv, op, algorithm, accuracy):
+        return self._reduction("all_reduce", send, recv, op, algorithm, accuracy)
 
     def reduce_scatter(self, send, recv, op, algorithm, accuracy):
-        self._check_accuracy(accuracy)
-        comm = self._comm(algorithm)
-        comm.reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op, current_stream(recv.owner))
-        return self._resolved(algorithm)
+        return self._reduction("reduce_scatter", send, recv, op, algorithm, accuracy)
 
     def all_gather(self, send, recv):
+        self._check_device(recv)
         self._comm("auto").all_gather(send.ptr, recv.ptr, send.count, send.dtype, current_stream(recv.owner))
         return self._resolved("auto")
 
     def broadcast(self, buf, root):
+        self._check_device(buf)
         self._comm("auto").broadcast(buf.ptr, buf.count, buf.dtype, root, current_stream(buf.owner))
         return self._resolved("auto")
 
     def reduce(self, send, recv, op, root, accuracy):
-        self._check_accuracy(accuracy)
-        # Off the root, NCCL and HCCL ignore recvbuf; send's address stands in when the caller has none.
+        self._check_device(send)
+        # Off the root, the vendors ignore recvbuf; send's address stands in when the caller has none.
         target = recv if recv is not None else send
-        self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, op, root,
+        if self._compensates(send, op, accuracy):
+            return self._comm("auto").compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
+                                                  current_stream(send.owner))
+        vop, divide = self._vendor_op(op)
+        self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
                                   current_stream(send.owner))
+        if divide and self.rank == root:
+            divide_in_place(recv, self.size)
         return self._resolved("auto")
 
     def barrier(self):
@@ -180,13 +226,27 @@ class VendorEngine(Engine):
 
 
 class VendorBackend(Backend):
-    """A vendor plugin: `engine` is its VendorEngine subclass; load() finds and loads its libraries and says
-    why not (None when loaded)."""
+    """A vendor plugin, declared by its class attributes: `name` (the vendor's name in libpycoll), `memory`,
+    `algorithms` (the keys of algorithm_settings), `accuracies`; `libraries`, one (candidates, what to install)
+    pair per library the vendor loads, in its order (`candidates()` lists the paths to try; the install hint is
+    formatted with {why});
+    `algorithm_env` and `algorithm_settings` (pycoll algorithm -> the setting's value, None for the vendor's own
+    choice); `native_avg` (False: avg is a sum, then a division on the device)."""
 
-    engine = VendorEngine
+    libraries: tuple = ()
+    algorithm_env = ""
+    algorithm_settings: dict = {"auto": None}
+    native_avg = True
 
     def load(self):
-        raise NotImplementedError
+        """None when the vendor's libraries are loaded, else why not and what to install or set."""
+        from pycoll._bindings import vendor as _vendor
+        vendor = _vendor.Vendor(self.name)
+        for library, (candidates, hint) in enumerate(self.libraries):
+            why = load_first(lambda path: vendor.load(library, path), candidates())
+            if why:
+                return hint.format(why=why)
+        return None
 
     def probe(self):
         try:
@@ -195,4 +255,7 @@ class VendorBackend(Backend):
             return f"pycoll was built without its vendor bindings ({exc})"
 
     def create(self, *, rank, world_size, store, timeout, options):
-        return self.engine(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
+        reason = self.load()
+        if reason:
+            raise BackendUnavailable(f"{self.name}: {reason}")
+        return VendorEngine(self, rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)

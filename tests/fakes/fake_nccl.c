@@ -224,3 +224,13 @@ EXPORT const char *cudaGetErrorString(int error)
 {
     return error == 0 ? "no error" : error == 600 ? "device not ready" : "fake cuda error";
 }
+
+/* The fake's "device" memory is host memory (cudaMemoryTypeUnregistered, 0); FAKE_CUDA_MEMORY_TYPE=2 makes every
+ * pointer device memory, as a real GPU's would be. */
+EXPORT int cudaPointerGetAttributes(int *attributes, const void *ptr)
+{
+    (void)ptr;
+    const char *type = getenv("FAKE_CUDA_MEMORY_TYPE");
+    attributes[0] = type ? atoi(type) : 0;
+    return 0;
+}

@@ -3,6 +3,7 @@ processes: builds the fakes with the system C compiler, gives the ranks a file s
 
 from __future__ import annotations
 
+import functools
 import importlib
 import multiprocessing
 import os
@@ -77,6 +78,45 @@ def all_reduce_error(engine, x, op, accuracy):
     except Exception as exc:
         return type(exc).__name__, str(exc)
     return None
+
+
+def dead_peer_rank(name, timeout, accuracy, rank, world):
+    """Rank 1 leaves without calling; rank 0's all_reduce must raise Timeout, and its next call
+    CommunicatorClosed. Rank 0 returns (the Timeout's message, the CommunicatorClosed's, the first call's seconds)."""
+    engine = make_engine(name, rank, world, timeout)
+    if rank == 1:
+        return None
+    from pycoll.errors import CommunicatorClosed, Timeout
+    x = np.ones(4, np.float32)
+    start = time.monotonic()
+    with pytest.raises(Timeout) as timed_out:
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", accuracy)
+    elapsed = time.monotonic() - start
+    with pytest.raises(CommunicatorClosed) as closed:
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", accuracy)
+    engine.close()
+    return str(timed_out.value), str(closed.value), elapsed
+
+
+def run_dead_peer(name, env, timeout, accuracy="fast"):
+    """dead_peer_rank in 2 processes; rank 0's messages, after checking that the deadline (not longer) passed."""
+    status, value = run_ranks(functools.partial(dead_peer_rank, name, timeout, accuracy), 2, env)[0]
+    assert status == "ok", value
+    timed_out, closed, elapsed = value
+    assert timeout - 0.1 < elapsed < 5.0, elapsed
+    return timed_out, closed
+
+
+def injected_error_rank(name, dtype, accuracy, rank, world):
+    return all_reduce_error(make_engine(name, rank, world, 5.0), np.ones(4, dtype), 0, accuracy)
+
+
+def run_injected(name, env, fail, dtype="float32", accuracy="fast"):
+    """Rank 0's (exception type name, message) of a 2-rank sum with FAKE_COLL_FAIL=fail (None: no error)."""
+    status, value = run_ranks(functools.partial(injected_error_rank, name, dtype, accuracy), 2,
+                              dict(env, FAKE_COLL_FAIL=fail))[0]
+    assert status == "ok", value
+    return value
 
 
 def probe_without_library(name: str, tmp_path) -> str:

@@ -113,6 +113,9 @@ struct pycoll_p2p {
     /* How long a wait polls before it sleeps, set by the communicator from its options (a transport that
      * cannot poll ignores it). */
     int64_t spin_ns;
+    /* The elementwise kernels for the memory this transport's buffers live in (native/algorithms/reduction.h);
+     * NULL: host memory, kernels.h's SIMD kernels. */
+    const struct pycoll_memory_kernels *kernels;
 };
 
 /* Record the first error on p2p (later ones keep the first message) and return it. printf-style. */

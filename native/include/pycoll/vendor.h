@@ -1,95 +1,188 @@
-/* Vendor collective libraries behind pycoll's backends: NCCL (NVIDIA GPUs) and HCCL (Ascend NPUs).
- * Both are loaded at run time with dlopen, so pycoll builds and runs without CUDA or CANN installed.
+/* Vendor collective libraries behind pycoll's device backends: NCCL (NVIDIA GPUs), HCCL (Ascend NPUs), any
+ * other that fills a pycoll_vendor_t. As NCCL's ncclNet_vN_t, a vendor is one versioned struct of function
+ * pointers, filled from the dlopen'ed library (backends/<vendor>/), and one generic set of pycoll_vendor_*
+ * calls (backends/common/) runs every vendor the same way: the argument checks, the first-error record, the
+ * deadline (abort the communicator when it passes, so a dead peer never hangs the caller) and the stream wait
+ * are written once.
+ *
  * Buffers are device pointers; `stream` is the caller's cudaStream_t / aclrtStream (NULL: the default stream).
  * Every call returns when the collective has completed on the stream, failed, or passed the communicator's
- * deadline -- in which case the communicator is aborted (a dead peer never hangs the caller) and broken:
- * later calls return PYCOLL_ERR_CLOSED. On error, *_comm_error() says why. */
+ * deadline -- in which case the communicator is aborted and broken: later calls return PYCOLL_ERR_CLOSED. On
+ * error, pycoll_vendor_comm_error() says why. */
 #ifndef PYCOLL_VENDOR_H
 #define PYCOLL_VENDOR_H
 
+#include "pycoll/p2p.h"
 #include "pycoll/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define PYCOLL_NCCL_UNIQUE_ID_BYTES 128
-#define PYCOLL_HCCL_ROOT_INFO_BYTES 4108
+/* The layout of pycoll_vendor_t. A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED);
+ * every version starts with `version` and `name`, so the refusal can name the vendor. */
+#define PYCOLL_VENDOR_VERSION 1
+/* The largest unique id of any vendor (HCCL's HcclRootInfo; NCCL's ncclUniqueId is 128 bytes). */
+#define PYCOLL_VENDOR_MAX_ID_BYTES 4108
 
-/* ---- NCCL ---- */
-typedef struct pycoll_nccl_comm pycoll_nccl_comm_t;
+/* The vendor calls a message can name. */
+typedef enum pycoll_vendor_call {
+    PYCOLL_VENDOR_CALL_NONE = -1,
+    PYCOLL_VENDOR_CALL_UNIQUE_ID,
+    PYCOLL_VENDOR_CALL_INIT,
+    PYCOLL_VENDOR_CALL_ASYNC_ERROR,
+    PYCOLL_VENDOR_CALL_DEVICE,
+    PYCOLL_VENDOR_CALL_ALL_REDUCE,
+    PYCOLL_VENDOR_CALL_REDUCE_SCATTER,
+    PYCOLL_VENDOR_CALL_ALL_GATHER,
+    PYCOLL_VENDOR_CALL_BROADCAST,
+    PYCOLL_VENDOR_CALL_REDUCE,
+    PYCOLL_VENDOR_CALL_BARRIER,
+    PYCOLL_VENDOR_CALL_SEND,
+    PYCOLL_VENDOR_CALL_RECV,
+    PYCOLL_VENDOR_CALL_GROUP_START,
+    PYCOLL_VENDOR_CALL_GROUP_END,
+    PYCOLL_VENDOR_CALL_STREAM_WAIT,
+    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC
+} pycoll_vendor_call_t;
 
-/* dlopen one candidate path (the first library that loads stays loaded). */
-PYCOLL_API pycoll_status_t pycoll_nccl_load(const char *path, char *error, size_t error_len);
-/* The CUDA runtime (libcudart), used to wait for streams and hold the barrier's scratch word. */
-PYCOLL_API pycoll_status_t pycoll_cudart_load(const char *path, char *error, size_t error_len);
-/* NCCL_VERSION_CODE of the loaded library (e.g. 22304), 0 before loading. */
-PYCOLL_API int32_t pycoll_nccl_version(void);
-PYCOLL_API pycoll_status_t pycoll_nccl_unique_id(uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], char *error,
-                                                 size_t error_len);
-/* A non-blocking NCCL communicator on the current CUDA device, initialised within timeout_s.
- * NCCL reads NCCL_ALGO (and its other settings) from the environment while this runs.
- * NULL on failure, with *status and error set. */
-PYCOLL_API pycoll_nccl_comm_t *pycoll_nccl_comm_create(const uint8_t id[PYCOLL_NCCL_UNIQUE_ID_BYTES], int32_t rank,
-                                                       int32_t size, double timeout_s,
-                                                       pycoll_status_t *status, char *error, size_t error_len);
+/* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
+ * function pointer its address is stored in -- an entry of the vendor struct where the vendor's C signature is
+ * the entry's, else a pointer of the backend's own that an adapter calls. */
+typedef struct pycoll_vendor_symbol {
+    pycoll_vendor_call_t call;
+    const char *name;
+    void (**slot)(void);
+} pycoll_vendor_symbol_t;
+
+typedef struct pycoll_vendor_library {
+    const char *what;         /* "NCCL", "the CUDA runtime": named in messages */
+    const char *requirement;  /* appended when a symbol is missing ("NCCL 2.14 or newer is needed"), or NULL */
+    const pycoll_vendor_symbol_t *symbols;
+    int32_t num_symbols;
+    void *handle;             /* set by pycoll_vendor_load once the library and every symbol are loaded */
+} pycoll_vendor_library_t;
+
+/* A vendor, version 1. pycoll_vendor_load fills the entries named by the libraries' symbols; the backend sets
+ * the rest (adapters, the vendor's mapping of results). Entries are declared with the vendor's C ABI: results
+ * and enums are ints, counts uint64_t (size_t on the 64-bit hosts pycoll supports), handles and streams
+ * pointers; 0 is success. Entries marked optional may be NULL; what the generic layer does then is said beside
+ * each. */
+typedef struct pycoll_vendor_v1 {
+    uint32_t version;             /* PYCOLL_VENDOR_VERSION */
+    const char *name;             /* "nccl": every message starts with it */
+    int64_t unique_id_bytes;      /* <= PYCOLL_VENDOR_MAX_ID_BYTES */
+    /* The result meaning "still running" (ncclInProgress) for non-blocking vendors; -1 where calls block. */
+    int32_t in_progress;
+    /* The vendor's code for each pycoll dtype and op; -1: the vendor has none (PYCOLL_ERR_UNSUPPORTED). */
+    int32_t dtypes[PYCOLL_NUM_DTYPES];
+    int32_t ops[PYCOLL_NUM_OPS];
+    const char *deadline_action;  /* what abort did, for the timeout message: "aborted", "destroyed" */
+    /* The names of results 0 .. num_result_names-1 ("ncclRemoteError"), and the word before a result's number
+     * in messages ("code", "HcclResult"). */
+    const char *const *result_names;
+    int32_t num_result_names;
+    const char *code_label;
+    /* The libraries, loaded in this order: the collectives, then the runtime that owns the streams. */
+    int32_t num_libraries;
+    pycoll_vendor_library_t libraries[2];
+
+    pycoll_status_t (*status_of)(int result);   /* what a result means to the caller */
+    const char *(*error_string)(int result);
+    const char *(*last_error)(void *comm);      /* optional: the vendor's detail on the last failure */
+    int (*library_version)(int *version);       /* optional (0): the vendor's version code, e.g. 22304 */
+
+    int (*unique_id)(void *id);
+    int (*comm_init)(void **comm, int32_t size, const void *id, int32_t rank);
+    /* *state: 0, in_progress, or the error a running collective hit. */
+    int (*async_error)(void *comm, int *state);
+    int (*abort)(void *comm);     /* stop now, also mid-collective; frees comm */
+    int (*destroy)(void *comm);   /* finish queued work, free comm */
+    int (*device)(void *comm, int *device); /* optional (-1): the device the communicator runs on */
+
+    int (*all_reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, void *comm, void *stream);
+    int (*reduce_scatter)(const void *send, void *recv, uint64_t recv_count, int dtype, int op, void *comm,
+                          void *stream);
+    int (*all_gather)(const void *send, void *recv, uint64_t send_count, int dtype, void *comm, void *stream);
+    int (*broadcast)(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream);
+    int (*reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, int root, void *comm,
+                  void *stream);
+    int (*barrier)(void *comm, void *stream);   /* optional: an all-reduce of one scratch word instead */
+    /* Optional, all four or none (then send/recv return PYCOLL_ERR_UNSUPPORTED): point-to-point, grouped so
+     * that a send and a receive in one group progress together. */
+    int (*send)(const void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
+    int (*recv)(void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
+    int (*group_start)(void);
+    int (*group_end)(void);
+
+    /* The runtime. Wait up to slice_ms (or just look, for a runtime that polls) for the stream's work: 0 when
+     * it is done, stream_busy while it is not, anything else is the runtime's error. */
+    int (*stream_wait)(void *stream, int32_t slice_ms);
+    int32_t stream_busy;
+    const char *(*runtime_error)(int code);      /* optional: the runtime's text for a code */
+    /* Optional where barrier is set: zeroed device memory, and its release. */
+    int (*scratch_alloc)(void **ptr, size_t bytes);
+    int (*scratch_free)(void *ptr);
+    /* Optional (unknown: device memory): 1 when the host can read and write the memory at ptr. */
+    int (*host_memory)(const void *ptr);
+} pycoll_vendor_v1_t;
+
+typedef pycoll_vendor_v1_t pycoll_vendor_t;
+typedef struct pycoll_vendor_comm pycoll_vendor_comm_t;
+
+/* A vendor built into libpycoll, by name ("nccl", "hccl"); NULL if there is none of that name. */
+PYCOLL_API pycoll_vendor_t *pycoll_vendor_find(const char *name);
+/* dlopen one candidate path for library `library` (0 .. num_libraries-1) and resolve its symbols into the
+ * struct; the first that loads stays loaded (later calls return PYCOLL_OK). */
+PYCOLL_API pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
+                                              char *error, size_t error_len);
+/* The loaded library's version code; 0 before loading or where the vendor has none. */
+PYCOLL_API int32_t pycoll_vendor_library_version(const pycoll_vendor_t *vendor);
+/* A fresh unique id of vendor->unique_id_bytes bytes (id_len must be at least that). */
+PYCOLL_API pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *vendor, void *id, int64_t id_len,
+                                                   char *error, size_t error_len);
+/* A communicator of `size` ranks on the current device, initialised within timeout_s (where the vendor's init
+ * blocks, its own setting bounds it, e.g. HCCL_CONNECT_TIMEOUT). The vendor reads its settings (NCCL_ALGO,
+ * HCCL_ALGO, ...) from the environment while this runs. NULL on failure, with *status and error set. */
+PYCOLL_API pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *vendor, const void *id,
+                                                           int64_t id_len, int32_t rank, int32_t size,
+                                                           double timeout_s, pycoll_status_t *status, char *error,
+                                                           size_t error_len);
 /* Destroys a healthy communicator, aborts a broken one. */
-PYCOLL_API void pycoll_nccl_comm_destroy(pycoll_nccl_comm_t *comm);
-PYCOLL_API const char *pycoll_nccl_comm_error(const pycoll_nccl_comm_t *comm);
-PYCOLL_API int32_t pycoll_nccl_comm_device(const pycoll_nccl_comm_t *comm);
-PYCOLL_API void pycoll_nccl_comm_set_timeout(pycoll_nccl_comm_t *comm, double timeout_s);
+PYCOLL_API void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *comm);
+/* Why the last call failed (the first error, once the communicator is broken). */
+PYCOLL_API const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm);
+/* The device the communicator runs on; -1 where the vendor does not say. */
+PYCOLL_API int32_t pycoll_vendor_comm_device(const pycoll_vendor_comm_t *comm);
+PYCOLL_API void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *comm, double timeout_s);
 
-PYCOLL_API pycoll_status_t pycoll_nccl_all_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                  int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                  void *stream);
-PYCOLL_API pycoll_status_t pycoll_nccl_reduce_scatter(pycoll_nccl_comm_t *comm, const void *sendbuf,
-                                                      void *recvbuf, int64_t recv_count, pycoll_dtype_t dtype,
-                                                      pycoll_op_t op, void *stream);
-PYCOLL_API pycoll_status_t pycoll_nccl_all_gather(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                  int64_t send_count, pycoll_dtype_t dtype, void *stream);
-PYCOLL_API pycoll_status_t pycoll_nccl_broadcast(pycoll_nccl_comm_t *comm, void *buf, int64_t count,
-                                                 pycoll_dtype_t dtype, int32_t root, void *stream);
-PYCOLL_API pycoll_status_t pycoll_nccl_reduce(pycoll_nccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                              int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                              void *stream);
-PYCOLL_API pycoll_status_t pycoll_nccl_barrier(pycoll_nccl_comm_t *comm, void *stream);
-/* Point-to-point, in one NCCL group: send send_count elements to send_peer and receive recv_count from
+PYCOLL_API pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                    int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                    void *stream);
+PYCOLL_API pycoll_status_t pycoll_vendor_reduce_scatter(pycoll_vendor_comm_t *comm, const void *sendbuf,
+                                                        void *recvbuf, int64_t recv_count, pycoll_dtype_t dtype,
+                                                        pycoll_op_t op, void *stream);
+PYCOLL_API pycoll_status_t pycoll_vendor_all_gather(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                    int64_t send_count, pycoll_dtype_t dtype, void *stream);
+PYCOLL_API pycoll_status_t pycoll_vendor_broadcast(pycoll_vendor_comm_t *comm, void *buf, int64_t count,
+                                                   pycoll_dtype_t dtype, int32_t root, void *stream);
+PYCOLL_API pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                                void *stream);
+PYCOLL_API pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, void *stream);
+/* Point-to-point in one vendor group: send send_count elements to send_peer and receive recv_count from
  * recv_peer at the same time (either peer may be -1: no send / no receive). */
-PYCOLL_API pycoll_status_t pycoll_nccl_send_recv(pycoll_nccl_comm_t *comm, const void *sendbuf, int64_t send_count,
-                                                 int32_t send_peer, void *recvbuf, int64_t recv_count,
-                                                 int32_t recv_peer, pycoll_dtype_t dtype, void *stream);
-
-/* ---- HCCL ---- */
-typedef struct pycoll_hccl_comm pycoll_hccl_comm_t;
-
-PYCOLL_API pycoll_status_t pycoll_hccl_load(const char *path, char *error, size_t error_len);
-/* AscendCL (libascendcl), used to wait for streams with a deadline. */
-PYCOLL_API pycoll_status_t pycoll_acl_load(const char *path, char *error, size_t error_len);
-PYCOLL_API pycoll_status_t pycoll_hccl_root_info(uint8_t info[PYCOLL_HCCL_ROOT_INFO_BYTES], char *error,
-                                                 size_t error_len);
-/* HCCL's init blocks; its own bound is HCCL_CONNECT_TIMEOUT (set by the Python layer from the timeout). */
-PYCOLL_API pycoll_hccl_comm_t *pycoll_hccl_comm_create(const uint8_t info[PYCOLL_HCCL_ROOT_INFO_BYTES],
-                                                       int32_t rank, int32_t size, double timeout_s,
-                                                       pycoll_status_t *status, char *error, size_t error_len);
-PYCOLL_API void pycoll_hccl_comm_destroy(pycoll_hccl_comm_t *comm);
-PYCOLL_API const char *pycoll_hccl_comm_error(const pycoll_hccl_comm_t *comm);
-PYCOLL_API void pycoll_hccl_comm_set_timeout(pycoll_hccl_comm_t *comm, double timeout_s);
-
-/* HCCL has no average: PYCOLL_AVG returns PYCOLL_ERR_UNSUPPORTED; the caller sums, then scales. */
-PYCOLL_API pycoll_status_t pycoll_hccl_all_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                  int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                  void *stream);
-PYCOLL_API pycoll_status_t pycoll_hccl_reduce_scatter(pycoll_hccl_comm_t *comm, const void *sendbuf,
-                                                      void *recvbuf, int64_t recv_count, pycoll_dtype_t dtype,
-                                                      pycoll_op_t op, void *stream);
-PYCOLL_API pycoll_status_t pycoll_hccl_all_gather(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                  int64_t send_count, pycoll_dtype_t dtype, void *stream);
-PYCOLL_API pycoll_status_t pycoll_hccl_broadcast(pycoll_hccl_comm_t *comm, void *buf, int64_t count,
-                                                 pycoll_dtype_t dtype, int32_t root, void *stream);
-PYCOLL_API pycoll_status_t pycoll_hccl_reduce(pycoll_hccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                              int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                              void *stream);
-PYCOLL_API pycoll_status_t pycoll_hccl_barrier(pycoll_hccl_comm_t *comm, void *stream);
+/* The communicator as a pycoll transport (pycoll/p2p.h), for pycoll_comm_create: pycoll's own algorithms over the
+ * vendor's send/recv, each batch of sends and receives one vendor group on `stream`, waited on until the
+ * collective's deadline. It belongs to comm: pycoll_comm_destroy frees only its own state, and comm
+ * must outlive the pycoll communicator. Errors are shared: one breaks both. Call it before each collective,
+ * with the collective's buffer: NULL (pycoll_vendor_comm_error says why) where the vendor has no send/recv or
+ * buf is memory the host cannot reach. */
+PYCOLL_API pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf);
+PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf,
+                                                   int64_t send_count, int32_t send_peer, void *recvbuf,
+                                                   int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
+                                                   void *stream);
 
 #ifdef __cplusplus
 }

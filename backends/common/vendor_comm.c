@@ -1,0 +1,416 @@
+/* The generic vendor calls of pycoll/vendor.h, written once for every vendor struct: argument checks, the
+ * first-error record (pycoll_p2p_fail on the communicator's p2p state), the wait for a non-blocking vendor to
+ * leave "in progress", the stream wait, and the abort when the deadline passes. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error_format.h"
+#include "vendor_common.h"
+
+/* Longest single stream wait, for a vendor whose wait blocks: remote errors are noticed while a collective is
+ * stuck. */
+#define STREAM_SLICE_MS 200
+
+static const char *vendor_name(const pycoll_vendor_t *v)
+{
+    return v && v->name ? v->name : "vendor";
+}
+
+/* Every entry point that takes a struct from outside checks its layout first. */
+static pycoll_status_t check_version(const pycoll_vendor_t *v, char *error, size_t error_len)
+{
+    if (!v)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "vendor: no vendor struct (NULL)");
+    if (v->version != PYCOLL_VENDOR_VERSION)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                                   "%s: vendor struct version %u, but this libpycoll reads version %d only",
+                                   vendor_name(v), (unsigned)v->version, PYCOLL_VENDOR_VERSION);
+    if (v->unique_id_bytes <= 0 || v->unique_id_bytes > PYCOLL_VENDOR_MAX_ID_BYTES)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                                   "%s: unique id of %lld bytes (1 to %d are supported)", vendor_name(v),
+                                   (long long)v->unique_id_bytes, PYCOLL_VENDOR_MAX_ID_BYTES);
+    return PYCOLL_OK;
+}
+
+static int loaded(const pycoll_vendor_t *v)
+{
+    for (int32_t i = 0; i < v->num_libraries; i++)
+        if (!v->libraries[i].handle)
+            return 0;
+    return 1;
+}
+
+static pycoll_status_t check_loaded(const pycoll_vendor_t *v, char *error, size_t error_len)
+{
+    pycoll_status_t st = check_version(v, error, error_len);
+    if (st == PYCOLL_OK && !loaded(v))
+        st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                                 "%s: %s%s%s is not loaded (pycoll_vendor_load)", v->name, v->libraries[0].what,
+                                 v->num_libraries > 1 ? " or " : "",
+                                 v->num_libraries > 1 ? v->libraries[1].what : "");
+    return st;
+}
+
+const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call)
+{
+    for (int32_t i = 0; i < v->num_libraries; i++)
+        for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
+            if (v->libraries[i].symbols[j].call == call)
+                return v->libraries[i].symbols[j].name;
+    return "a vendor call";
+}
+
+pycoll_vendor_t *pycoll_vendor_find(const char *name)
+{
+    static pycoll_vendor_t *const builtin[] = {&pycoll_nccl_vendor, &pycoll_hccl_vendor};
+    for (size_t i = 0; name && i < sizeof builtin / sizeof builtin[0]; i++)
+        if (strcmp(builtin[i]->name, name) == 0)
+            return builtin[i];
+    return NULL;
+}
+
+/* One lock for every vendor library: loads are rare, and two threads must not both dlopen the same one. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *v, int32_t library, const char *path, char *error,
+                                   size_t error_len)
+{
+    pycoll_status_t st = check_version(v, error, error_len);
+    if (st == PYCOLL_OK && (library < 0 || library >= v->num_libraries || library >= 2))
+        st = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: library %d is not 0 to %d", v->name,
+                                 (int)library, (int)v->num_libraries - 1);
+    if (st != PYCOLL_OK)
+        return st;
+    pycoll_vendor_library_t *lib = &v->libraries[library];
+    pthread_mutex_lock(&load_lock);
+    if (!lib->handle) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", dlerror());
+        for (int32_t i = 0; h && i < lib->num_symbols; i++) {
+            const pycoll_vendor_symbol_t *sym = &lib->symbols[i];
+            *(void **)sym->slot = dlsym(h, sym->name); /* POSIX: a function's address fits a void * */
+            if (!*sym->slot) {
+                st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s lacks %s%s%s", path,
+                                         sym->name, lib->requirement ? ": " : "",
+                                         lib->requirement ? lib->requirement : "");
+                dlclose(h);
+                h = NULL;
+            }
+        }
+        lib->handle = h;
+    }
+    pthread_mutex_unlock(&load_lock);
+    return st;
+}
+
+int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
+{
+    char unused[1];
+    int version = 0;
+    if (check_loaded(v, unused, sizeof unused) != PYCOLL_OK || !v->library_version || v->library_version(&version))
+        return 0;
+    return version;
+}
+
+static const char *result_name(const pycoll_vendor_t *v, int r)
+{
+    return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
+}
+
+/* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
+pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
+{
+    const pycoll_vendor_t *v = c->v;
+    const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
+    return pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s", v->name, what,
+                           v->error_string(r), result_name(v, r), v->code_label, r, last && *last ? ": " : "",
+                           last ? last : "");
+}
+
+pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int64_t id_len, char *error,
+                                        size_t error_len)
+{
+    pycoll_status_t st = check_loaded(v, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    if (id_len < v->unique_id_bytes)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: the id needs %lld bytes, got %lld",
+                                   v->name, (long long)v->unique_id_bytes, (long long)id_len);
+    int r = v->unique_id(id);
+    if (r != 0)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
+                                   result_name(v, r), v->code_label, r);
+    return PYCOLL_OK;
+}
+
+/* Abort on the deadline: it stops the device work waiting for a peer that will never come (where the vendor
+ * has no abort, its destroy releases the peers' links, so their waits fail too). */
+static pycoll_status_t abort_on_deadline(pycoll_vendor_comm_t *c, const char *what)
+{
+    if (c->comm) {
+        c->v->abort(c->comm);
+        c->comm = NULL;
+    }
+    return pycoll_p2p_fail(&c->state, PYCOLL_ERR_TIMEOUT, -1,
+                           "%s: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
+                           "the communicator was %s",
+                           c->v->name, what, (double)c->timeout_ns / 1e9, (int)c->state.rank, (int)c->state.size,
+                           c->v->deadline_action);
+}
+
+/* Polling interval: short at first (collectives on a device finish in microseconds), capped at 1 ms. */
+static void backoff(int64_t *sleep_ns)
+{
+    struct timespec ts = {0, (long)*sleep_ns};
+    nanosleep(&ts, NULL);
+    if (*sleep_ns < 1000000)
+        *sleep_ns *= 2;
+}
+
+/* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded. */
+static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
+{
+    int state = 0;
+    int r = c->v->async_error(c->comm, &state);
+    if (r != 0)
+        return vendor_fail_result(c, vendor_call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
+    *in_progress = c->v->in_progress >= 0 && state == c->v->in_progress;
+    if (state != 0 && !*in_progress)
+        return vendor_fail_result(c, what, state);
+    return PYCOLL_OK;
+}
+
+/* Until a non-blocking vendor's communicator leaves "in progress" (init, or enqueueing a collective). */
+static pycoll_status_t wait_ready(pycoll_vendor_comm_t *c, const char *what, int64_t deadline_ns)
+{
+    if (c->v->in_progress < 0)
+        return PYCOLL_OK;
+    for (int64_t sleep_ns = 1000;; backoff(&sleep_ns)) {
+        int busy = 0;
+        pycoll_status_t st = poll_async(c, what, &busy);
+        if (st != PYCOLL_OK || !busy)
+            return st;
+        if (pycoll_now_ns() >= deadline_ns)
+            return abort_on_deadline(c, what);
+    }
+}
+
+/* Until the stream's work has completed, the vendor reports an asynchronous error, or the deadline. */
+static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline_ns)
+{
+    const pycoll_vendor_t *v = c->v;
+    for (int64_t sleep_ns = 1000;; backoff(&sleep_ns)) {
+        int64_t left_ms = (deadline_ns - pycoll_now_ns()) / 1000000;
+        int32_t slice_ms = left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? (int32_t)left_ms : STREAM_SLICE_MS;
+        int code = v->stream_wait(stream, slice_ms);
+        int busy = 0;
+        pycoll_status_t st = poll_async(c, what, &busy);
+        if (st != PYCOLL_OK)
+            return st;
+        if (code == 0)
+            return PYCOLL_OK;
+        if (code != v->stream_busy)
+            return pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: %s after %s failed: %s (code %d)", v->name,
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
+                                   v->runtime_error ? v->runtime_error(code) : "runtime error", code);
+        if (pycoll_now_ns() >= deadline_ns)
+            return abort_on_deadline(c, what);
+    }
+}
+
+pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
+{
+    if (r != 0 && r != c->v->in_progress)
+        return vendor_fail_result(c, what, r);
+    pycoll_status_t st = wait_ready(c, what, deadline);
+    return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
+}
+
+static int64_t seconds_to_ns(double s)
+{
+    return s > 9e9 ? INT64_MAX / 2 : (int64_t)(s * 1e9);
+}
+
+pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const void *id, int64_t id_len,
+                                                int32_t rank, int32_t size, double timeout_s,
+                                                pycoll_status_t *status, char *error, size_t error_len)
+{
+    *status = check_loaded(v, error, error_len);
+    if (*status == PYCOLL_OK && id_len != v->unique_id_bytes)
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: the id must be %lld bytes, got %lld",
+                                      v->name, (long long)v->unique_id_bytes, (long long)id_len);
+    if (*status == PYCOLL_OK && (size < 1 || rank < 0 || rank >= size))
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: rank %d of a %d-rank communicator",
+                                      v->name, (int)rank, (int)size);
+    if (*status != PYCOLL_OK)
+        return NULL;
+    pycoll_vendor_comm_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "%s: out of memory", v->name);
+        return NULL;
+    }
+    c->v = v;
+    c->state.rank = rank;
+    c->state.size = size;
+    c->state.failed_rank = -1;
+    c->timeout_ns = seconds_to_ns(timeout_s);
+    c->device = -1;
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
+    int r = v->comm_init(&c->comm, size, id, rank);
+    pycoll_status_t st;
+    if (r != 0 && r != v->in_progress)
+        st = vendor_fail_result(c, init, r);
+    else
+        st = wait_ready(c, init, deadline);
+    if (st == PYCOLL_OK && v->device && (r = v->device(c->comm, &c->device)) != 0)
+        st = vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
+    if (st != PYCOLL_OK) {
+        *status = st;
+        snprintf(error, error_len, "%s", c->state.error);
+        pycoll_vendor_comm_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
+{
+    if (!c)
+        return;
+    if (c->scratch)
+        c->v->scratch_free(c->scratch);
+    if (c->comm) {
+        /* A broken communicator may still have device work waiting on a peer; only abort is safe then. */
+        if (c->state.status == PYCOLL_OK)
+            c->v->destroy(c->comm);
+        else
+            c->v->abort(c->comm);
+    }
+    free(c);
+}
+
+const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *c)
+{
+    return c->state.error;
+}
+
+int32_t pycoll_vendor_comm_device(const pycoll_vendor_comm_t *c)
+{
+    return c->device;
+}
+
+void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *c, double timeout_s)
+{
+    c->timeout_ns = seconds_to_ns(timeout_s);
+}
+
+pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pycoll_vformat_error(c->state.error, sizeof c->state.error, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
+                             int *vd, int *vo)
+{
+    const pycoll_vendor_t *v = c->v;
+    if (c->state.status != PYCOLL_OK)
+        return PYCOLL_ERR_CLOSED; /* c->state.error still says why it broke */
+    if (count < 0)
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: count must be >= 0, got %lld", v->name,
+                             (long long)count);
+    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
+    if (v->dtypes[dtype] < 0)
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s", v->name, pycoll_dtype_name(dtype));
+    if (op != -1 && (unsigned)op >= PYCOLL_NUM_OPS)
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);
+    if (op != -1 && v->ops[op] < 0)
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED,
+                             "%s has no %s reduction; run another op (avg: sum, then divide by the world size)",
+                             v->name, pycoll_op_name((pycoll_op_t)op));
+    if (root != -1 && (root < 0 || root >= c->state.size))
+        return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: root %d is not a rank of a %d-rank communicator",
+                             v->name, (int)root, (int)c->state.size);
+    *vd = v->dtypes[dtype];
+    if (vo)
+        *vo = op == -1 ? 0 : v->ops[op];
+    return PYCOLL_OK;
+}
+
+/* Each collective: its deadline starts before the checks, so the whole call is bounded by the timeout. */
+#define VENDOR_CALL(c, call, count, dtype, op, root, invoke)                                                   \
+    do {                                                                                                       \
+        int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
+        int vd = 0, vo = 0;                                                                                    \
+        pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                     \
+        (void)vo;                                                                                              \
+        if (st_ != PYCOLL_OK)                                                                                  \
+            return st_;                                                                                        \
+        return vendor_finish((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);              \
+    } while (0)
+
+pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
+                                         pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+{
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_REDUCE, count, dtype, (int)op, -1,
+                c->v->all_reduce(sendbuf, recvbuf, (uint64_t)count, vd, vo, c->comm, stream));
+}
+
+pycoll_status_t pycoll_vendor_reduce_scatter(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf,
+                                             int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
+{
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE_SCATTER, recv_count, dtype, (int)op, -1,
+                c->v->reduce_scatter(sendbuf, recvbuf, (uint64_t)recv_count, vd, vo, c->comm, stream));
+}
+
+pycoll_status_t pycoll_vendor_all_gather(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf,
+                                         int64_t send_count, pycoll_dtype_t dtype, void *stream)
+{
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_GATHER, send_count, dtype, -1, -1,
+                c->v->all_gather(sendbuf, recvbuf, (uint64_t)send_count, vd, c->comm, stream));
+}
+
+pycoll_status_t pycoll_vendor_broadcast(pycoll_vendor_comm_t *c, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                        int32_t root, void *stream)
+{
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BROADCAST, count, dtype, -1, root,
+                c->v->broadcast(buf, (uint64_t)count, vd, root, c->comm, stream));
+}
+
+pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
+{
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE, count, dtype, (int)op, root,
+                c->v->reduce(sendbuf, recvbuf, (uint64_t)count, vd, vo, root, c->comm, stream));
+}
+
+/* Where the vendor has no barrier (NCCL), an all-reduce of one device word orders every rank, as
+ * torch.distributed does. */
+pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *c, void *stream)
+{
+    const pycoll_vendor_t *v = c->v;
+    if (v->barrier)
+        VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BARRIER, 0, PYCOLL_INT32, -1, -1, v->barrier(c->comm, stream));
+    if (c->state.status == PYCOLL_OK && !c->scratch) {
+        int e = v->scratch_alloc(&c->scratch, sizeof(int32_t));
+        if (e != 0)
+            return pycoll_p2p_fail(&c->state, PYCOLL_ERR_NOMEM, -1, "%s: %s for the barrier failed: %s", v->name,
+                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_SCRATCH_ALLOC),
+                                   v->runtime_error ? v->runtime_error(e) : "runtime error");
+    }
+    return pycoll_vendor_all_reduce(c, c->scratch, c->scratch, 1, PYCOLL_INT32, PYCOLL_SUM, stream);
+}

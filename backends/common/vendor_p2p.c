@@ -1,0 +1,201 @@
+/* Point-to-point over a vendor communicator: pycoll_vendor_send_recv, and the communicator as a pycoll transport
+ * (pycoll_p2p_ops_t), so pycoll's own algorithms (native/algorithms) run over the vendor's send/recv. Every
+ * batch of sends and receives is one vendor group (ncclGroupStart/End): the vendor progresses a group's
+ * operations together, so two ranks that send to each other before receiving never wait on each other. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "vendor_common.h"
+
+static int accepted(const pycoll_vendor_t *v, int r)
+{
+    return r == 0 || r == v->in_progress;
+}
+
+/* Issue the requests of the list `head` in one group on `stream`, each of nbytes / elem_size elements of the
+ * vendor's dtype vd, and wait for them until deadline. The deadline message names the calls made; a failed
+ * call names itself. */
+static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd, int64_t elem_size,
+                                   void *stream, int64_t deadline)
+{
+    const pycoll_vendor_t *v = c->v;
+    const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
+    const char *recv = vendor_call_name(v, PYCOLL_VENDOR_CALL_RECV);
+    int r = v->group_start();
+    if (r != 0)
+        return vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);
+    int sends = 0, recvs = 0;
+    const char *failed = NULL;
+    for (pycoll_request_t *req = head; req && !failed; req = req->next) {
+        uint64_t count = (uint64_t)(req->nbytes / elem_size);
+        r = req->is_send ? v->send(req->buf, count, vd, req->peer, c->comm, stream)
+                         : v->recv(req->buf, count, vd, req->peer, c->comm, stream);
+        sends += req->is_send;
+        recvs += !req->is_send;
+        if (!accepted(v, r))
+            failed = req->is_send ? send : recv;
+    }
+    /* The group is closed even after a failed call: the vendor keeps the group depth per thread. */
+    int end = v->group_end();
+    if (!failed && !accepted(v, end)) {
+        failed = vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_END);
+        r = end;
+    }
+    if (failed)
+        return vendor_fail_result(c, failed, r);
+    char both[96];
+    snprintf(both, sizeof both, "%s/%s", send, recv);
+    return vendor_finish(c, sends && recvs ? both : sends ? send : recv, end, stream, deadline);
+}
+
+static pycoll_status_t check_peer(pycoll_vendor_comm_t *c, const char *what, int32_t peer)
+{
+    if (peer != -1 && (peer < 0 || peer >= c->state.size || peer == c->state.rank))
+        return vendor_reject(c, PYCOLL_ERR_INVALID,
+                             "%s: %s peer %d is not another rank of a %d-rank communicator (rank %d)", c->v->name,
+                             what, (int)peer, (int)c->state.size, (int)c->state.rank);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t check_send_recv(pycoll_vendor_comm_t *c)
+{
+    const pycoll_vendor_t *v = c->v;
+    if (!v->send || !v->recv || !v->group_start || !v->group_end)
+        return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: the vendor has no point-to-point calls", v->name);
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sendbuf, int64_t send_count,
+                                        int32_t send_peer, void *recvbuf, int64_t recv_count, int32_t recv_peer,
+                                        pycoll_dtype_t dtype, void *stream)
+{
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int vd = 0;
+    pycoll_status_t st = check_send_recv(c);
+    if (st == PYCOLL_OK)
+        st = vendor_begin(c, send_count, dtype, -1, -1, &vd, NULL);
+    if (st == PYCOLL_OK)
+        st = vendor_begin(c, recv_count, dtype, -1, -1, &vd, NULL);
+    if (st == PYCOLL_OK)
+        st = check_peer(c, "send", send_peer);
+    if (st == PYCOLL_OK)
+        st = check_peer(c, "receive", recv_peer);
+    if (st != PYCOLL_OK || (send_peer == -1 && recv_peer == -1))
+        return st;
+    int64_t size = (int64_t)pycoll_dtype_size(dtype);
+    pycoll_request_t recv = {.buf = recvbuf, .nbytes = recv_count * size, .peer = recv_peer};
+    pycoll_request_t send = {.buf = (void *)sendbuf, .nbytes = send_count * size, .peer = send_peer, .is_send = 1,
+                             .next = recv_peer == -1 ? NULL : &recv};
+    return issue_group(c, send_peer == -1 ? &recv : &send, vd, size, stream, deadline);
+}
+
+/* ---- the transport ---- */
+
+static pycoll_vendor_comm_t *comm_of(pycoll_p2p_t *p2p)
+{
+    return (pycoll_vendor_comm_t *)p2p; /* state is the first member */
+}
+
+/* Queued until a wait needs it: the vendor matches sends and receives per pair of ranks in the order they are
+ * issued, which is the order they were posted (tags are not sent; the algorithms post in the same order on both
+ * sides). */
+static pycoll_status_t p2p_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
+{
+    pycoll_vendor_comm_t *c = comm_of(p2p);
+    if (p2p->status != PYCOLL_OK)
+        return p2p->status;
+    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank || req->nbytes < 0)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s transport: %s of %lld bytes with peer %d on rank "
+                               "%d of %d", c->v->name, req->is_send ? "send" : "receive", (long long)req->nbytes,
+                               (int)req->peer, (int)p2p->rank, (int)p2p->size);
+    req->complete = 0;
+    req->next = NULL;
+    req->progress = c->posted_tail ? c->posted_tail->progress + 1 : 0; /* its place in the queue */
+    if (c->posted_tail)
+        c->posted_tail->next = req;
+    else
+        c->posted = req;
+    c->posted_tail = req;
+    return PYCOLL_OK;
+}
+
+/* Issues, as one group (bytes, the vendor's uint8), every posted send and the posted receives up to the last one
+ * waited for, and waits for them until the collective's deadline. A group completes only as a whole, so a
+ * receive posted ahead (a pipeline's next segment, whose send the peer makes only after this wait) stays queued:
+ * in the group it would wait on a send that waits on this group. Sends go at once: the peer's matching receive
+ * may be what it waits for. */
+static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    pycoll_vendor_comm_t *c = comm_of(p2p);
+    int64_t last_recv = -1;
+    for (int i = 0; i < n; i++)
+        if (!reqs[i]->is_send && !reqs[i]->complete && reqs[i]->progress > last_recv)
+            last_recv = reqs[i]->progress;
+    pycoll_request_t *issue = NULL, **issue_end = &issue, *queue = c->posted;
+    c->posted = c->posted_tail = NULL;
+    for (pycoll_request_t *req = queue, *next; req; req = next) {
+        next = req->next;
+        req->next = NULL;
+        if (req->is_send || req->progress <= last_recv) {
+            *issue_end = req;
+            issue_end = &req->next;
+        } else if (c->posted_tail) {
+            c->posted_tail = c->posted_tail->next = req;
+        } else {
+            c->posted = c->posted_tail = req;
+        }
+    }
+    pycoll_status_t st = p2p->status;
+    if (st == PYCOLL_OK && issue)
+        st = issue_group(c, issue, c->v->dtypes[PYCOLL_UINT8], 1, c->stream, p2p->deadline_ns);
+    for (pycoll_request_t *req = issue; req; req = req->next)
+        req->complete = st == PYCOLL_OK;
+    for (int i = 0; st == PYCOLL_OK && i < n; i++)
+        if (!reqs[i]->complete)
+            st = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s transport: waited on a request never posted",
+                                 c->v->name);
+    return st;
+}
+
+/* The peers learn of it through the vendor: aborting the communicator fails their pending calls. */
+static void p2p_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
+{
+    (void)why;
+    (void)message;
+    pycoll_vendor_comm_t *c = comm_of(p2p);
+    if (c->comm) {
+        c->v->abort(c->comm);
+        c->comm = NULL;
+    }
+}
+
+/* Nothing to free: the vendor communicator outlives its pycoll communicator (pycoll_vendor_comm_destroy frees
+ * it), and the algorithms' scratch belongs to the pycoll communicator. */
+static void p2p_destroy(pycoll_p2p_t *p2p)
+{
+    (void)p2p;
+}
+
+/* No finalize: the vendor carries no collective history to compare at close. */
+static const pycoll_p2p_ops_t vendor_p2p_ops = {PYCOLL_P2P_VERSION, "vendor", p2p_post, p2p_wait, p2p_abort,
+                                                p2p_destroy, NULL};
+
+pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, const void *buf)
+{
+    if (check_send_recv(c) != PYCOLL_OK)
+        return NULL;
+    /* The communicator and the algorithms copy and keep their workspace with the host's memcpy and malloc, and
+     * combine with the host kernels (p2p->kernels stays NULL): device memory needs a device kernel table and
+     * those copies made through it first. */
+    if (!c->v->host_memory || !c->v->host_memory(buf)) {
+        vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on host-accessible "
+                      "memory for now (%s): this buffer is device memory, and no device kernel table is built",
+                      c->v->name, c->v->name, c->v->host_memory ? "the runtime says where a buffer lives"
+                                                                : "the vendor cannot say where a buffer lives");
+        return NULL;
+    }
+    c->state.ops = &vendor_p2p_ops;
+    c->stream = stream;
+    return &c->state;
+}

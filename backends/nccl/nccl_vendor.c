@@ -1,0 +1,153 @@
+/* NCCL as a pycoll vendor (pycoll/vendor.h): the vendor struct, filled from libnccl and the CUDA runtime when
+ * they are dlopen'ed. Communicators are non-blocking (ncclCommInitRankConfig with blocking = 0), so the generic
+ * layer polls them against the deadline and calls ncclCommAbort when it passes. Most entries are NCCL's own
+ * functions (their C signatures are the struct's); the adapters below cover where NCCL's differ. */
+#define _POSIX_C_SOURCE 200809L
+#include <string.h>
+
+#include "../common/vendor_common.h"
+#include "nccl_api.h"
+
+/* NCCL calls whose signature is not the vendor struct's, reached through the adapters. */
+static ncclResult_t (*comm_init_rank_config)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                             pycoll_nccl_config_t *config);
+static ncclResult_t (*nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t count, int dtype, int root,
+                                      ncclComm_t comm, void *stream);
+static int (*cuda_stream_query)(void *stream);
+static int (*cuda_malloc)(void **ptr, size_t size);
+static int (*cuda_memset)(void *ptr, int value, size_t count);
+/* cudaPointerAttributes as of CUDA 11 (type: 0 unregistered host, 1 host, 2 device, 3 managed), with room for
+ * the members later versions may append, so the runtime never writes past it. */
+typedef union {
+    struct {
+        int type;
+        int device;
+        void *device_pointer;
+        void *host_pointer;
+    } head;
+    char room[256];
+} cuda_pointer_attributes_t;
+static int (*cuda_pointer_get_attributes)(cuda_pointer_attributes_t *attributes, const void *ptr);
+
+static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
+{
+    ncclUniqueId uid;
+    memcpy(uid.internal, id, sizeof uid.internal);
+    pycoll_nccl_config_t config = {sizeof config, PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION, 0,
+                                   PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,
+                                   NULL};
+    return comm_init_rank_config((ncclComm_t *)comm, size, uid, rank, &config);
+}
+
+/* In place: NCCL's broadcast takes a send and a receive buffer. */
+static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream)
+{
+    return nccl_broadcast(buf, buf, count, dtype, root, comm, stream);
+}
+
+/* cudaStreamQuery only looks; the generic layer sleeps between looks. */
+static int stream_wait(void *stream, int32_t slice_ms)
+{
+    (void)slice_ms;
+    return cuda_stream_query(stream);
+}
+
+static int scratch_alloc(void **ptr, size_t bytes)
+{
+    int e = cuda_malloc(ptr, bytes);
+    if (e == PYCOLL_CUDA_SUCCESS && (e = cuda_memset(*ptr, 0, bytes)) != PYCOLL_CUDA_SUCCESS) {
+        pycoll_nccl_vendor.scratch_free(*ptr);
+        *ptr = NULL;
+    }
+    return e;
+}
+
+/* Host, pinned host and managed memory are host-accessible; a pointer CUDA does not know is host memory. */
+static int host_memory(const void *ptr)
+{
+    cuda_pointer_attributes_t attributes = {{0, -1, NULL, NULL}};
+    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS || attributes.head.type != 2;
+}
+
+/* What a failed NCCL call means to the caller. */
+static pycoll_status_t status_of(int r)
+{
+    switch (r) {
+    case ncclSuccess:
+        return PYCOLL_OK;
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+        return PYCOLL_ERR_INVALID;
+    case ncclRemoteError: /* a peer exited or its network link failed */
+        return PYCOLL_ERR_PEER_FAILURE;
+    case ncclInProgress:
+    case ncclTimeout:
+        return PYCOLL_ERR_TIMEOUT;
+    default: /* ncclUnhandledCudaError, ncclSystemError, ncclInternalError and codes newer than this file */
+        return PYCOLL_ERR_SYSTEM;
+    }
+}
+
+static const char *const result_names[] = {
+    "ncclSuccess",      "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError", "ncclInvalidArgument",
+    "ncclInvalidUsage", "ncclRemoteError",        "ncclInProgress",  "ncclTimeout"};
+
+#define V pycoll_nccl_vendor
+static const pycoll_vendor_symbol_t nccl_symbols[] = {
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetVersion", VENDOR_SLOT(V.library_version)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetErrorString", VENDOR_SLOT(V.error_string)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclGetLastError", VENDOR_SLOT(V.last_error)},
+    {PYCOLL_VENDOR_CALL_UNIQUE_ID, "ncclGetUniqueId", VENDOR_SLOT(V.unique_id)},
+    {PYCOLL_VENDOR_CALL_INIT, "ncclCommInitRankConfig", VENDOR_SLOT(comm_init_rank_config)},
+    {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "ncclCommGetAsyncError", VENDOR_SLOT(V.async_error)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclCommAbort", VENDOR_SLOT(V.abort)},
+    {PYCOLL_VENDOR_CALL_NONE, "ncclCommDestroy", VENDOR_SLOT(V.destroy)},
+    {PYCOLL_VENDOR_CALL_DEVICE, "ncclCommCuDevice", VENDOR_SLOT(V.device)},
+    {PYCOLL_VENDOR_CALL_ALL_REDUCE, "ncclAllReduce", VENDOR_SLOT(V.all_reduce)},
+    {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, "ncclReduceScatter", VENDOR_SLOT(V.reduce_scatter)},
+    {PYCOLL_VENDOR_CALL_ALL_GATHER, "ncclAllGather", VENDOR_SLOT(V.all_gather)},
+    {PYCOLL_VENDOR_CALL_BROADCAST, "ncclBroadcast", VENDOR_SLOT(nccl_broadcast)},
+    {PYCOLL_VENDOR_CALL_REDUCE, "ncclReduce", VENDOR_SLOT(V.reduce)},
+    {PYCOLL_VENDOR_CALL_SEND, "ncclSend", VENDOR_SLOT(V.send)},
+    {PYCOLL_VENDOR_CALL_RECV, "ncclRecv", VENDOR_SLOT(V.recv)},
+    {PYCOLL_VENDOR_CALL_GROUP_START, "ncclGroupStart", VENDOR_SLOT(V.group_start)},
+    {PYCOLL_VENDOR_CALL_GROUP_END, "ncclGroupEnd", VENDOR_SLOT(V.group_end)},
+};
+static const pycoll_vendor_symbol_t cudart_symbols[] = {
+    {PYCOLL_VENDOR_CALL_STREAM_WAIT, "cudaStreamQuery", VENDOR_SLOT(cuda_stream_query)},
+    {PYCOLL_VENDOR_CALL_SCRATCH_ALLOC, "cudaMalloc", VENDOR_SLOT(cuda_malloc)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaMemset", VENDOR_SLOT(cuda_memset)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaFree", VENDOR_SLOT(V.scratch_free)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaGetErrorString", VENDOR_SLOT(V.runtime_error)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaPointerGetAttributes", VENDOR_SLOT(cuda_pointer_get_attributes)},
+};
+#undef V
+
+pycoll_vendor_t pycoll_nccl_vendor = {
+    .version = PYCOLL_VENDOR_VERSION,
+    .name = "nccl",
+    .unique_id_bytes = sizeof(ncclUniqueId),
+    .in_progress = ncclInProgress,
+    .dtypes = {[PYCOLL_INT8] = ncclInt8,       [PYCOLL_UINT8] = ncclUint8,       [PYCOLL_INT32] = ncclInt32,
+               [PYCOLL_INT64] = ncclInt64,     [PYCOLL_FLOAT16] = ncclFloat16,   [PYCOLL_BFLOAT16] = ncclBfloat16,
+               [PYCOLL_FLOAT32] = ncclFloat32, [PYCOLL_FLOAT64] = ncclFloat64},
+    .ops = {[PYCOLL_SUM] = ncclSum, [PYCOLL_PROD] = ncclProd, [PYCOLL_MIN] = ncclMin, [PYCOLL_MAX] = ncclMax,
+            [PYCOLL_AVG] = ncclAvg},
+    .deadline_action = "aborted",
+    .code_label = "code",
+    .num_libraries = 2,
+    /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
+    .libraries = {{"NCCL", "NCCL 2.14 or newer is needed", nccl_symbols,
+                   sizeof nccl_symbols / sizeof nccl_symbols[0], NULL},
+                  {"the CUDA runtime", NULL, cudart_symbols, sizeof cudart_symbols / sizeof cudart_symbols[0],
+                   NULL}},
+    .status_of = status_of,
+    .result_names = result_names,
+    .num_result_names = sizeof result_names / sizeof result_names[0],
+    .comm_init = comm_init,
+    .broadcast = broadcast,
+    .stream_wait = stream_wait,
+    .stream_busy = PYCOLL_CUDA_ERROR_NOT_READY,
+    .scratch_alloc = scratch_alloc,
+    .host_memory = host_memory,
+};
