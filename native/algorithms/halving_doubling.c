@@ -199,12 +199,11 @@ pycoll_status_t halving_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t 
                                             pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "halving_doubling all_reduce", buf, count, dtype, op);
-    if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
-        return status;
     const char *what = "halving_doubling all_reduce";
+    pycoll_status_t status;
     reduction_t red;
-    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (!all_reduce_setup(ctx, what, buf, count, dtype, op, accuracy, &red, &status))
+        return status;
     hd_plan_t plan;
     hd_plan_init(&plan, p2p->size, p2p->rank);
     /* All-reduce: group v is block v of count split evenly over the p virtual ranks. */

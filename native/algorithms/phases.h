@@ -11,6 +11,11 @@
 #include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 
+/* What every all-reduce algorithm does first: check its arguments and set up the reduction. Returns false, with
+ * *status set, when there is nothing more to do (an error, a single rank, or no data). */
+bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                      pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red, pycoll_status_t *status);
+
 pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
                                            block_layout_t layout, void *out);
 pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);

@@ -3,9 +3,7 @@
  * Both partners compute op(lower group's partial, upper group's partial) with the operands in that order,
  * so they hold bitwise identical partials after every step. Non-powers of two fold like halving_doubling:
  * odd ranks among the first 2 * (N - p) hand their data to their even neighbour and get the result back. */
-#include "algorithms/collectives.h"
-#include "algorithms/reduction.h"
-#include "algorithms/schedule.h"
+#include "algorithms/phases.h"
 
 static int32_t pow2_floor(int32_t n)
 {
@@ -35,11 +33,10 @@ pycoll_status_t recursive_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_
                                               pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "recursive_doubling all_reduce", buf, count, dtype, op);
-    if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
-        return status;
+    pycoll_status_t status;
     reduction_t red;
-    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (!all_reduce_setup(ctx, "recursive_doubling all_reduce", buf, count, dtype, op, accuracy, &red, &status))
+        return status;
     const int32_t size = p2p->size, rank = p2p->rank, p = pow2_floor(size), extra = size - p;
     const int64_t part_bytes = count * (int64_t)red.wsize, plain_bytes = count * (int64_t)red.dsize;
     /* Two partial buffers: mine and the partner's. In FAST mode mine is buf itself. */

@@ -192,11 +192,10 @@ pycoll_status_t ring_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycol
                                 pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "ring all_reduce", buf, count, dtype, op);
-    if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
-        return status;
+    pycoll_status_t status;
     reduction_t red;
-    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (!all_reduce_setup(ctx, "ring all_reduce", buf, count, dtype, op, accuracy, &red, &status))
+        return status;
     const block_layout_t layout = split_evenly(count, p2p->size);
     void *work = red.compensated ? comm_workspace(ctx, count * (int64_t)red.wsize, "ring all_reduce") : buf;
     if (!work)

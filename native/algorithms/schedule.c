@@ -1,4 +1,5 @@
 /* Shared schedule helpers: argument checks, scratch and request bookkeeping. */
+#include "algorithms/phases.h"
 #include "algorithms/schedule.h"
 
 #include <stdlib.h>
@@ -17,6 +18,16 @@ pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: buffer is NULL for %lld elements", what,
                                (long long)count);
     return PYCOLL_OK;
+}
+
+bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                      pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red, pycoll_status_t *status)
+{
+    *status = check_collective_args(ctx->p2p, what, buf, count, dtype, op);
+    if (*status != PYCOLL_OK || ctx->p2p->size == 1 || count == 0)
+        return false;
+    reduction_init(red, ctx->p2p, dtype, op, accuracy);
+    return true;
 }
 
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
