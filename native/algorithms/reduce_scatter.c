@@ -11,13 +11,9 @@ pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *r
                                    pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "reduce_scatter", sendbuf, count, dtype, op);
-    if (status != PYCOLL_OK)
+    pycoll_status_t status = check_send_recv_args(p2p, "reduce_scatter", sendbuf, recvbuf, count, dtype, op);
+    if (status != PYCOLL_OK || count == 0)
         return status;
-    if (count > 0 && !recvbuf)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce_scatter: recvbuf is NULL");
-    if (count == 0)
-        return PYCOLL_OK;
     reduction_t red;
     reduction_init(&red, p2p, dtype, op, accuracy);
     const block_layout_t layout = equal_blocks(count);
@@ -47,13 +43,9 @@ pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvb
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "all_gather", sendbuf, count, dtype, PYCOLL_SUM);
-    if (status != PYCOLL_OK)
+    pycoll_status_t status = check_send_recv_args(p2p, "all_gather", sendbuf, recvbuf, count, dtype, PYCOLL_SUM);
+    if (status != PYCOLL_OK || count == 0)
         return status;
-    if (count > 0 && !recvbuf)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "all_gather: recvbuf is NULL");
-    if (count == 0)
-        return PYCOLL_OK;
     const size_t dsize = pycoll_dtype_size(dtype);
     char *own = (char *)recvbuf + (int64_t)p2p->rank * count * (int64_t)dsize;
     if (own != sendbuf)

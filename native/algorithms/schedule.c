@@ -20,6 +20,15 @@ pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const
     return PYCOLL_OK;
 }
 
+pycoll_status_t check_send_recv_args(pycoll_p2p_t *p2p, const char *what, const void *sendbuf, const void *recvbuf,
+                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op)
+{
+    pycoll_status_t status = check_collective_args(p2p, what, sendbuf, count, dtype, op);
+    if (status == PYCOLL_OK && count > 0 && !recvbuf)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: recvbuf is NULL", what);
+    return status;
+}
+
 bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_t count, pycoll_dtype_t dtype,
                       pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red, pycoll_status_t *status)
 {

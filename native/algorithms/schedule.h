@@ -69,6 +69,9 @@ static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)
 /* Checks shared by every collective; on failure records a message naming the argument on p2p. */
 pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
                                       pycoll_dtype_t dtype, pycoll_op_t op);
+/* The same for a collective with a separate result buffer: recvbuf must be there when there is data. */
+pycoll_status_t check_send_recv_args(pycoll_p2p_t *p2p, const char *what, const void *sendbuf, const void *recvbuf,
+                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op);
 
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
