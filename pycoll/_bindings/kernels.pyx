@@ -7,17 +7,32 @@ from libc.stdint cimport int64_t, uintptr_t
 from pycoll._bindings.libpycoll cimport *
 
 
-cdef int _acquire(object obj, Py_buffer *view, bint writable, str name) except -1:
-    # No PyBUF_FORMAT: numpy cannot describe ml_dtypes' bfloat16 as a format string, and we only need bytes.
-    cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
-    try:
-        PyObject_GetBuffer(obj, view, flags)
-    except TypeError:
-        raise TypeError(f"{name} must support the buffer protocol, got {type(obj).__name__}") from None
-    except (BufferError, ValueError) as exc:
-        what = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
-        raise ValueError(f"{name} must be {what}: {exc}") from None
-    return 0
+cdef class _Views:
+    """The Py_buffers of one kernel call, acquired by argument name and all released on leaving the `with`
+    block, whatever raised (one place for the acquire/release pairs every binding below needs)."""
+    cdef Py_buffer views[4]
+    cdef int held
+
+    cdef Py_buffer *take(self, object obj, bint writable, str name) except NULL:
+        # No PyBUF_FORMAT: numpy cannot describe ml_dtypes' bfloat16 as a format string, and we only need bytes.
+        cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+        try:
+            PyObject_GetBuffer(obj, &self.views[self.held], flags)
+        except TypeError:
+            raise TypeError(f"{name} must support the buffer protocol, got {type(obj).__name__}") from None
+        except (BufferError, ValueError) as exc:
+            what = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
+            raise ValueError(f"{name} must be {what}: {exc}") from None
+        self.held += 1
+        return &self.views[self.held - 1]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        while self.held:
+            self.held -= 1
+            PyBuffer_Release(&self.views[self.held])
 
 
 cdef int64_t _count(Py_buffer *view, pycoll_dtype_t dtype, str name) except -1:
@@ -32,6 +47,21 @@ cdef int64_t _count(Py_buffer *view, pycoll_dtype_t dtype, str name) except -1:
 cdef int _check_same(Py_buffer *view, int64_t nbytes, str name) except -1:
     if view.len != nbytes:
         raise ValueError(f"length mismatch: {name} holds {view.len} bytes, expected {nbytes}")
+    return 0
+
+
+cdef int _check_divisor(int64_t divisor) except -1:
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    return 0
+
+
+cdef int _check_pair(Py_buffer *vs, Py_buffer *vc, int64_t count, pycoll_dtype_t dtype, str sum_name,
+                     str comp_name) except -1:
+    # A (sum, comp) pair of `count` elements of dtype's accumulator type.
+    cdef int64_t nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(dtype))
+    _check_same(vs, nbytes, sum_name)
+    _check_same(vc, nbytes, comp_name)
     return 0
 
 
@@ -53,46 +83,37 @@ cdef int _check_status(pycoll_status_t status, str what) except -1:
 
 def reduce(out, a, b, int dtype, int op):
     """out = op(a, b) element-wise; out may be a or b."""
-    cdef Py_buffer vo, va, vb
+    cdef Py_buffer *vo
+    cdef Py_buffer *va
+    cdef Py_buffer *vb
     cdef pycoll_status_t status
     cdef int64_t count
-    _acquire(out, &vo, True, "out")
-    try:
-        _acquire(a, &va, False, "a")
-        try:
-            _acquire(b, &vb, False, "b")
-            try:
-                count = _count(&vo, <pycoll_dtype_t>dtype, "out")
-                _check_same(&va, vo.len, "a")
-                _check_same(&vb, vo.len, "b")
-                _check_no_partial_overlap(&vo, &va, "out and a")
-                _check_no_partial_overlap(&vo, &vb, "out and b")
-                with nogil:
-                    status = pycoll_reduce(vo.buf, va.buf, vb.buf, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
-                _check_status(status, "reduce")
-            finally:
-                PyBuffer_Release(&vb)
-        finally:
-            PyBuffer_Release(&va)
-    finally:
-        PyBuffer_Release(&vo)
+    cdef _Views views = _Views()
+    with views:
+        vo, va, vb = views.take(out, True, "out"), views.take(a, False, "a"), views.take(b, False, "b")
+        count = _count(vo, <pycoll_dtype_t>dtype, "out")
+        _check_same(va, vo.len, "a")
+        _check_same(vb, vo.len, "b")
+        _check_no_partial_overlap(vo, va, "out and a")
+        _check_no_partial_overlap(vo, vb, "out and b")
+        with nogil:
+            status = pycoll_reduce(vo.buf, va.buf, vb.buf, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
+        _check_status(status, "reduce")
 
 
 def scale_avg(buf, int dtype, int64_t divisor):
     """buf /= divisor element-wise (integers truncate toward zero)."""
-    cdef Py_buffer v
+    cdef Py_buffer *v
     cdef pycoll_status_t status
     cdef int64_t count
-    if divisor < 1:
-        raise ValueError(f"divisor must be >= 1, got {divisor}")
-    _acquire(buf, &v, True, "buf")
-    try:
-        count = _count(&v, <pycoll_dtype_t>dtype, "buf")
+    cdef _Views views = _Views()
+    _check_divisor(divisor)
+    with views:
+        v = views.take(buf, True, "buf")
+        count = _count(v, <pycoll_dtype_t>dtype, "buf")
         with nogil:
             status = pycoll_scale_avg(v.buf, count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "scale_avg")
-    finally:
-        PyBuffer_Release(&v)
 
 
 def accumulator_dtype(int dtype):
@@ -102,87 +123,60 @@ def accumulator_dtype(int dtype):
 
 def compensated_load(sum, comp, src, int dtype):
     """sum = src in the accumulator type, comp = 0."""
-    cdef Py_buffer vs, vc, vx
+    cdef Py_buffer *vs
+    cdef Py_buffer *vc
+    cdef Py_buffer *vx
     cdef pycoll_status_t status
     cdef int64_t count
-    _acquire(src, &vx, False, "src")
-    try:
-        count = _count(&vx, <pycoll_dtype_t>dtype, "src")
-        _acquire(sum, &vs, True, "sum")
-        try:
-            _acquire(comp, &vc, True, "comp")
-            try:
-                nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(<pycoll_dtype_t>dtype))
-                _check_same(&vs, nbytes, "sum")
-                _check_same(&vc, nbytes, "comp")
-                with nogil:
-                    status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, count, <pycoll_dtype_t>dtype)
-                _check_status(status, "compensated_load")
-            finally:
-                PyBuffer_Release(&vc)
-        finally:
-            PyBuffer_Release(&vs)
-    finally:
-        PyBuffer_Release(&vx)
+    cdef _Views views = _Views()
+    with views:
+        vx = views.take(src, False, "src")
+        count = _count(vx, <pycoll_dtype_t>dtype, "src")
+        vs, vc = views.take(sum, True, "sum"), views.take(comp, True, "comp")
+        _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
+        with nogil:
+            status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, count, <pycoll_dtype_t>dtype)
+        _check_status(status, "compensated_load")
 
 
 def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
     """(dst_sum, dst_comp) += (src_sum, src_comp), pairs in the accumulator type of dtype."""
-    cdef Py_buffer vds, vdc, vss, vsc
+    cdef Py_buffer *vds
+    cdef Py_buffer *vdc
+    cdef Py_buffer *vss
+    cdef Py_buffer *vsc
     cdef pycoll_status_t status
     cdef int64_t count
-    _acquire(dst_sum, &vds, True, "dst_sum")
-    try:
-        _acquire(dst_comp, &vdc, True, "dst_comp")
-        try:
-            _acquire(src_sum, &vss, False, "src_sum")
-            try:
-                _acquire(src_comp, &vsc, False, "src_comp")
-                try:
-                    count = _count(&vds, pycoll_accumulator_dtype(<pycoll_dtype_t>dtype), "dst_sum")
-                    _check_same(&vdc, vds.len, "dst_comp")
-                    _check_same(&vss, vds.len, "src_sum")
-                    _check_same(&vsc, vds.len, "src_comp")
-                    with nogil:
-                        status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, count,
-                                                            <pycoll_dtype_t>dtype)
-                    _check_status(status, "compensated_combine")
-                finally:
-                    PyBuffer_Release(&vsc)
-            finally:
-                PyBuffer_Release(&vss)
-        finally:
-            PyBuffer_Release(&vdc)
-    finally:
-        PyBuffer_Release(&vds)
+    cdef _Views views = _Views()
+    with views:
+        vds, vdc = views.take(dst_sum, True, "dst_sum"), views.take(dst_comp, True, "dst_comp")
+        vss, vsc = views.take(src_sum, False, "src_sum"), views.take(src_comp, False, "src_comp")
+        count = _count(vds, pycoll_accumulator_dtype(<pycoll_dtype_t>dtype), "dst_sum")
+        _check_same(vdc, vds.len, "dst_comp")
+        _check_same(vss, vds.len, "src_sum")
+        _check_same(vsc, vds.len, "src_comp")
+        with nogil:
+            status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, count, <pycoll_dtype_t>dtype)
+        _check_status(status, "compensated_combine")
 
 
 def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
     """dst = dtype((sum + comp) / divisor), rounded once."""
-    cdef Py_buffer vd, vs, vc
+    cdef Py_buffer *vd
+    cdef Py_buffer *vs
+    cdef Py_buffer *vc
     cdef pycoll_status_t status
     cdef int64_t count
-    if divisor < 1:
-        raise ValueError(f"divisor must be >= 1, got {divisor}")
-    _acquire(dst, &vd, True, "dst")
-    try:
-        count = _count(&vd, <pycoll_dtype_t>dtype, "dst")
-        _acquire(sum, &vs, False, "sum")
-        try:
-            _acquire(comp, &vc, False, "comp")
-            try:
-                nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(<pycoll_dtype_t>dtype))
-                _check_same(&vs, nbytes, "sum")
-                _check_same(&vc, nbytes, "comp")
-                with nogil:
-                    status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, count, <pycoll_dtype_t>dtype, divisor)
-                _check_status(status, "compensated_store")
-            finally:
-                PyBuffer_Release(&vc)
-        finally:
-            PyBuffer_Release(&vs)
-    finally:
-        PyBuffer_Release(&vd)
+    cdef _Views views = _Views()
+    _check_divisor(divisor)
+    with views:
+        vd = views.take(dst, True, "dst")
+        count = _count(vd, <pycoll_dtype_t>dtype, "dst")
+        vs, vc = views.take(sum, False, "sum"), views.take(comp, False, "comp")
+        _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
+        with nogil:
+            status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, count, <pycoll_dtype_t>dtype, divisor)
+        _check_status(status, "compensated_store")
 
 
 def simd_name():
