@@ -35,6 +35,7 @@ ACCURACIES = tuple(_ACCURACY_IDS)
 
 # (bits of precision, bit width) of each float format.
 _FORMATS = {"float16": (11, 16), "bfloat16": (8, 16), "float32": (24, 32), "float64": (53, 64)}
+PRECISION_BITS = {name: precision for name, (precision, _) in _FORMATS.items()}
 _UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 _INT = {16: np.int16, 32: np.int32, 64: np.int64}
 

@@ -17,9 +17,11 @@ if not _kernels.compensation_selftest():
     raise ImportError("pycoll's compensated kernels lost TwoSum's error term: libpycoll was compiled without "
                       "IEEE semantics (-ffast-math, FMA contraction or reassociation); rebuild it without them")
 
-_PAIR_IDS = {np.dtype(np.float32): DTYPES["float32"], np.dtype(np.float64): DTYPES["float64"]}
-_ACCUMULATORS = {"float16": np.dtype(np.float32), "bfloat16": np.dtype(np.float32),
-                 "float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # the dtypes compensated summation applies to
+_NAMES = {i: name for name, i in DTYPES.items()}
+# Each float dtype's accumulator (from C: pycoll_accumulator_dtype), and the ids of those accumulators.
+_ACCUMULATORS = {name: np.dtype(_NAMES[_kernels.accumulator_dtype(DTYPES[name])]) for name in _FLOAT_DTYPES}
+_PAIR_IDS = {dtype: DTYPES[dtype.name] for dtype in set(_ACCUMULATORS.values())}
 
 
 def _array(x, name, writable=False):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pycoll.accuracy import PRECISION_BITS
 from pycoll.bench.sweep import numpy_dtype
 
-FRACTION_BITS = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
+FRACTION_BITS = {name: bits - 1 for name, bits in PRECISION_BITS.items()}  # the stored bits, without the hidden one
 EXPONENT_SPREAD = {"float16": 8, "bfloat16": 8, "float32": 8, "float64": 6}
 
 

@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from pycoll.accuracy import format_table
+from pycoll.algorithms import ACCURACY_ALIASES
 from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
 from pycoll.bench.progress import Progress, follow
 
@@ -121,7 +122,7 @@ def _config(args) -> dict:
         value = getattr(args, name)
         if value is not None and value < (1 if name == "iters" else 0):
             raise ValueError(f"--{name} must be at least {1 if name == 'iters' else 0}, got {value}")
-    accuracies = [{"kahan": "compensated"}.get(a.strip(), a.strip()) for a in args.accuracy.split(",")]
+    accuracies = [ACCURACY_ALIASES.get(a.strip(), a.strip()) for a in args.accuracy.split(",")]
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     if not algorithms or ("all" in algorithms and len(algorithms) > 1):
         raise ValueError(f"--algorithm: give names or 'all', got {args.algorithm!r}")
