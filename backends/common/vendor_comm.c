@@ -264,6 +264,7 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     c->state.failed_rank = -1;
     c->timeout_ns = seconds_to_ns(timeout_s);
     c->device = -1;
+    c->guarded_memory = getenv("PYCOLL_TEST_GUARDED_MEMORY") != NULL;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
     int r = v->comm_init(&c->comm, size, id, rank);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "algorithms/reduction.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)
@@ -185,16 +186,20 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
 {
     if (check_send_recv(c) != PYCOLL_OK)
         return NULL;
-    /* The communicator and the algorithms copy and keep their workspace with the host's memcpy and malloc, and
-     * combine with the host kernels (p2p->kernels stays NULL): device memory needs a device kernel table and
-     * those copies made through it first. */
+    /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h): NULL, the host
+     * table, for memory the host reaches; device memory needs its device's table. */
+    const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
-        vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on host-accessible "
-                      "memory for now (%s): this buffer is device memory, and no device kernel table is built",
-                      c->v->name, c->v->name, c->v->host_memory ? "the runtime says where a buffer lives"
-                                                                : "the vendor cannot say where a buffer lives");
-        return NULL;
+        kernels = c->guarded_memory ? &pycoll_guarded_memory_kernels : NULL;
+        if (!kernels) {
+            vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on "
+                          "host-accessible memory for now (%s): this buffer is device memory, and no device kernel "
+                          "table is built", c->v->name, c->v->name, c->v->host_memory
+                          ? "the runtime says where a buffer lives" : "the vendor cannot say where a buffer lives");
+            return NULL;
+        }
     }
+    c->state.kernels = kernels;
     c->state.ops = &vendor_p2p_ops;
     c->stream = stream;
     return &c->state;

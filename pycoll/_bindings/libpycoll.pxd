@@ -180,3 +180,4 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
                                             int32_t send_peer, void *recvbuf, int64_t recv_count,
                                             int32_t recv_peer, pycoll_dtype_t dtype, void *stream)
+    int64_t pycoll_guarded_memory_count(const char *entry)
