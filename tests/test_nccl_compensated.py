@@ -183,7 +183,7 @@ BIG = 40_000  # float32 x 40 000 = 160 KB: past reduce's 64 KiB tree limit, so i
 
 
 def _guarded_counts():
-    from pycoll._bindings.vendor import guarded_memory_count
+    from pycoll._bindings.sim import guarded_memory_count
     return {entry: guarded_memory_count(entry) for entry in GUARDED}
 
 

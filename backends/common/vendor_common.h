@@ -29,13 +29,9 @@ struct pycoll_vendor_comm {
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
     /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's
-     * counting, guarding host table instead of a device one (the fake libraries' device memory is host memory). */
+     * counting, guarding host table (native/transport/guarded_memory.c) instead of a device one (the fake libraries' device memory is host memory). */
     int guarded_memory;
 };
-
-/* guarded_memory.c: the host kernels behind counters and guarded allocations, for tests. */
-struct pycoll_memory_kernels;
-extern const struct pycoll_memory_kernels pycoll_guarded_memory_kernels;
 
 /* The vendor's name of a call, for messages: the symbol that serves it. */
 const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);

@@ -190,7 +190,7 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
      * table, for memory the host reaches; device memory needs its device's table. */
     const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
-        kernels = c->guarded_memory ? &pycoll_guarded_memory_kernels : NULL;
+        kernels = c->guarded_memory ? pycoll_guarded_memory_kernels() : NULL;
         if (!kernels) {
             vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on "
                           "host-accessible memory for now (%s): this buffer is device memory, and no device kernel "

@@ -68,7 +68,10 @@ cdef extern from "pycoll/pycoll.h" nogil:
         int (*check_interrupt)(void *ctx) noexcept nogil
         void *interrupt_ctx
         int64_t spin_ns
+        const void *kernels
     int64_t pycoll_now_ns()
+    const void *pycoll_guarded_memory_kernels()
+    int64_t pycoll_guarded_memory_count(const char *entry)
     const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
     const char *pycoll_coll_name(pycoll_coll_t coll)
     const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
@@ -180,4 +183,3 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
                                             int32_t send_peer, void *recvbuf, int64_t recv_count,
                                             int32_t recv_peer, pycoll_dtype_t dtype, void *stream)
-    int64_t pycoll_guarded_memory_count(const char *entry)

@@ -31,11 +31,6 @@ cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
 
-def guarded_memory_count(str entry):
-    """Test hook: this process's calls to one entry of the guarded test memory table (vendor.h), -1 if unknown."""
-    return pycoll_guarded_memory_count(entry.encode())
-
-
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor

@@ -184,12 +184,6 @@ PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, c
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
                                                    void *stream);
 
-/* Test hook: the calls this process made so far to one entry of the guarded test memory table
- * (backends/common/guarded_memory.c, used for device memory by vendor communicators created with
- * PYCOLL_TEST_GUARDED_MEMORY set): "copy", "alloc", "free", "compensated_load", ..., "live" (blocks not yet
- * freed), "corrupt" (guard violations). -1 for an unknown name. */
-PYCOLL_API int64_t pycoll_guarded_memory_count(const char *entry);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,9 @@
 /* A test double for a device memory table (algorithms/reduction.h): the host kernels, each call counted, and
  * guarded allocations. The vendor transport uses it for "device" memory when PYCOLL_TEST_GUARDED_MEMORY is set
- * at communicator creation (vendor_comm.c) -- against the fake libnccl, whose device memory is host memory --
- * so a test without a GPU can show that every data copy and every data scratch buffer of the C schedules goes
- * through the transport's table, as a real device table needs:
+ * at communicator creation (backends/common/vendor_comm.c) -- against the fake libnccl, whose device memory is
+ * host memory -- and the simulator on request (pycoll.simulate(..., guarded_memory=True)), so a test without
+ * a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
+ * transport's table, as a real device table needs:
  * - a block from alloc is poisoned (all bits set: NaN in every float dtype), so a schedule that read scratch it
  *   had not written through the table would change the result's bits;
  * - each block carries a header and canaries on both sides; free checks them and that the block is one of its
@@ -18,7 +19,6 @@
 #include <threads.h>
 
 #include "algorithms/reduction.h"
-#include "vendor_common.h"
 
 enum {
     G_REDUCE_INTO, G_REDUCE, G_SCALE_AVG, G_LOAD, G_COMBINE, G_STORE, G_COPY, G_ALLOC, G_FREE, G_LIVE, G_CORRUPT,
@@ -208,8 +208,13 @@ static void g_free(void *p)
     free(b);
 }
 
-const pycoll_memory_kernels_t pycoll_guarded_memory_kernels = {
+static const pycoll_memory_kernels_t guarded_kernels = {
     "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free};
+
+const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void)
+{
+    return &guarded_kernels;
+}
 
 int64_t pycoll_guarded_memory_count(const char *entry)
 {
