@@ -165,14 +165,28 @@ def _device_memory(rank, world):
 
 
 @pytest.mark.timeout(60)
-def test_on_device_memory_compensated_mode_says_why_not(env):
-    """No device kernel table is built: where the runtime says a buffer is device memory, the mode refuses."""
-    results = run_ranks(_device_memory, 2, dict(env, FAKE_CUDA_MEMORY_TYPE="2"))
+def test_on_device_memory_without_nvrtc_compensated_mode_says_what_to_install(env, tmp_path):
+    """Device memory runs pycoll's CUDA kernels (backends/cuda/cuda_kernels.c): where NVRTC cannot be loaded, the
+    refusal names it and what to install; where NVRTC loads but the driver does not, it names the driver."""
+    missing = str(tmp_path / "libnvrtc-missing.so")
+    results = run_ranks(_device_memory, 2, dict(env, FAKE_CUDA_MEMORY_TYPE="2", PYCOLL_NVRTC_LIBRARY=missing))
     for rank in range(2):
         status, value = results[rank]
         assert status == "ok", value
         name, message = value
-        assert name == "BackendUnavailable" and "host-accessible memory" in message and "device memory" in message
+        assert name == "BackendUnavailable", message
+        assert "device memory" in message and "NVRTC (libnvrtc) is not loaded" in message
+        assert "pip install nvidia-cuda-nvrtc-cu12" in message and missing in message
+
+
+def test_cuda_library_without_its_symbols_is_refused_naming_them(env):
+    """A library that loads but lacks the symbols (here the fake libnccl as NVRTC) is refused, naming the first
+    one missing; the failed load leaves nothing half-loaded."""
+    from pycoll._bindings.vendor import cuda_kernels_load
+    fake = env["PYCOLL_NCCL_LIBRARY"]
+    assert "lacks nvrtcCreateProgram" in cuda_kernels_load(0, fake)
+    assert "lacks cuInit" in cuda_kernels_load(1, fake)
+    assert "not 0 or 1" in cuda_kernels_load(2, fake)
 
 
 # ---- every data copy and data scratch buffer through the transport's memory table ----

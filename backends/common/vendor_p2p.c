@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algorithms/reduction.h"
 #include "vendor_common.h"
@@ -190,12 +191,19 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
      * table, for memory the host reaches; device memory needs its device's table. */
     const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
-        kernels = c->guarded_memory ? pycoll_guarded_memory_kernels() : NULL;
+        char why[160] = "";
+        /* NCCL's device memory is CUDA memory: pycoll's CUDA kernels, on the collective's stream. No other
+         * vendor of the family has send/recv (check_send_recv above) nor a kernel table for its memory yet. */
+        if (c->guarded_memory)
+            kernels = pycoll_guarded_memory_kernels();
+        else if (strcmp(c->v->name, "nccl") == 0)
+            kernels = cuda_kernels_bind(stream, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
         if (!kernels) {
-            vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on "
-                          "host-accessible memory for now (%s): this buffer is device memory, and no device kernel "
-                          "table is built", c->v->name, c->v->name, c->v->host_memory
-                          ? "the runtime says where a buffer lives" : "the vendor cannot say where a buffer lives");
+            vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: this buffer is device memory (%s), where pycoll's own "
+                          "algorithms need its device kernel table, and %s", c->v->name, c->v->host_memory
+                          ? "the runtime says so" : "the vendor cannot say where a buffer lives", why);
             return NULL;
         }
     }

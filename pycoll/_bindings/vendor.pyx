@@ -31,6 +31,29 @@ cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
 
+def cuda_kernels_load(int32_t library, str path):
+    """None when library `library` of pycoll's CUDA kernels (0: NVRTC, 1: the CUDA driver) loads from path (or
+    one already did), else why not."""
+    cdef char error[ERROR_LEN]
+    cdef bytes p = path.encode()
+    cdef const char *cp = p
+    cdef pycoll_status_t st
+    error[0] = 0
+    with nogil:
+        st = pycoll_cuda_kernels_load(library, cp, error, ERROR_LEN)
+    return None if st == PYCOLL_OK else _text(error)
+
+
+def cuda_kernel_source(int dtype):
+    """The CUDA C source of pycoll's device kernels for a dtype id (None for a dtype with none)."""
+    cdef int64_t n = pycoll_cuda_kernel_source(<pycoll_dtype_t>dtype, NULL, 0)
+    if n < 0:
+        return None
+    cdef bytearray out = bytearray(n + 1)
+    pycoll_cuda_kernel_source(<pycoll_dtype_t>dtype, <char *>out, n + 1)
+    return out[:n].decode()
+
+
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor

@@ -184,6 +184,15 @@ PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, c
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
                                                    void *stream);
 
+/* pycoll's CUDA kernels (backends/cuda/cuda_kernels.c), what the vendor transport runs its schedules with on
+ * CUDA device memory: compiled at run time by NVRTC (library 0: libnvrtc) and launched through the CUDA driver
+ * (library 1: libcuda), both loaded from `path` (PYCOLL_ERR_UNSUPPORTED and why in error when that fails). */
+PYCOLL_API pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error,
+                                                    size_t error_len);
+/* The CUDA C source of the kernels for dtype, written to out (truncated to len); its length, or -1 for a dtype
+ * with none. */
+PYCOLL_API int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
