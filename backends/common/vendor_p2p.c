@@ -197,7 +197,7 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
         if (c->guarded_memory)
             kernels = pycoll_guarded_memory_kernels();
         else if (strcmp(c->v->name, "nccl") == 0)
-            kernels = cuda_kernels_bind(stream, why, sizeof why);
+            kernels = cuda_kernels_bind(&c->state, stream, why, sizeof why);
         else
             snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
         if (!kernels) {
@@ -211,4 +211,11 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
     c->state.ops = &vendor_p2p_ops;
     c->stream = stream;
     return &c->state;
+}
+
+pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
+{
+    if (c->state.status != PYCOLL_OK)
+        return c->state.status;
+    return vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
 }

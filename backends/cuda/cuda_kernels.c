@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "algorithms/reduction.h"
 #include "common/error_format.h"
@@ -184,7 +185,7 @@ static struct {
     int (*memcpy_async)(uint64_t dst, uint64_t src, size_t nbytes, void *stream);
     int (*mem_alloc)(uint64_t *ptr, size_t nbytes);
     int (*mem_free)(uint64_t ptr);
-    int (*stream_synchronize)(void *stream);
+    int (*stream_query)(void *stream);
 } cu;
 
 static const pycoll_vendor_symbol_t nvrtc_symbols[] = {
@@ -210,7 +211,7 @@ static const pycoll_vendor_symbol_t driver_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "cuMemcpyAsync", VENDOR_SLOT(cu.memcpy_async)},
     {PYCOLL_VENDOR_CALL_NONE, "cuMemAlloc_v2", VENDOR_SLOT(cu.mem_alloc)},
     {PYCOLL_VENDOR_CALL_NONE, "cuMemFree_v2", VENDOR_SLOT(cu.mem_free)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuStreamSynchronize", VENDOR_SLOT(cu.stream_synchronize)},
+    {PYCOLL_VENDOR_CALL_NONE, "cuStreamQuery", VENDOR_SLOT(cu.stream_query)},
 };
 
 static pycoll_vendor_library_t libraries[2] = {
@@ -230,9 +231,11 @@ pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char
 
 /* ---- the table ---- */
 
-/* The collective's stream: the table's entries have no context argument (the host's are kernels.h's), so the
- * vendor transport sets it for its thread before the schedules run (cuda_kernels_bind). */
+/* The collective's stream and transport (for its deadline): the table's entries have no context argument (the
+ * host's are kernels.h's), so the vendor transport sets them for its thread before the schedules run
+ * (cuda_kernels_bind). */
 static _Thread_local void *bound_stream;
+static _Thread_local const pycoll_p2p_t *bound_p2p;
 
 enum { NUM_KERNELS = 6 };
 static const char *const kernel_names[NUM_KERNELS] = {
@@ -385,14 +388,19 @@ static void *k_alloc(int64_t nbytes)
     return cu.mem_alloc(&p, (size_t)(nbytes > 0 ? nbytes : 1)) == 0 ? (void *)(uintptr_t)p : NULL;
 }
 
-/* Work queued on the stream may still use the block: wait for it first (cuMemFree does not order with a
- * stream). Bounded: the vendor transport has already waited for every group within the collective's deadline. */
+/* Work queued on the stream may still use the block: wait for the stream first (cuMemFree does not order with
+ * it), polling until the collective's deadline; past it the block is leaked rather than freed under a kernel
+ * (the collective has failed by then, and the communicator is broken). */
 static void k_free(void *p)
 {
     if (!p)
         return;
-    cu.stream_synchronize(bound_stream);
-    cu.mem_free((uint64_t)(uintptr_t)p);
+    const int64_t deadline = bound_p2p ? bound_p2p->deadline_ns : pycoll_now_ns();
+    int r;
+    while ((r = cu.stream_query(bound_stream)) == 600 /* CUDA_ERROR_NOT_READY */ && pycoll_now_ns() < deadline)
+        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+    if (r != 600)
+        cu.mem_free((uint64_t)(uintptr_t)p);
 }
 
 static const pycoll_memory_kernels_t cuda_kernels = {
@@ -403,7 +411,7 @@ static void init_driver(void)
     cu.init(0); /* a failure shows in the first call that needs the driver (no current context) */
 }
 
-const pycoll_memory_kernels_t *cuda_kernels_bind(void *stream, char *why, size_t why_len)
+const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, char *why, size_t why_len)
 {
     for (int i = 0; i < 2; i++) {
         if (!libraries[i].handle) {
@@ -414,5 +422,6 @@ const pycoll_memory_kernels_t *cuda_kernels_bind(void *stream, char *why, size_t
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_driver);
     bound_stream = stream;
+    bound_p2p = p2p;
     return &cuda_kernels;
 }

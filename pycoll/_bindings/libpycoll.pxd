@@ -182,6 +182,7 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error, size_t error_len)
     int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
     pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf)
+    pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *comm, void *stream)
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
                                             int32_t send_peer, void *recvbuf, int64_t recv_count,
                                             int32_t recv_peer, pycoll_dtype_t dtype, void *stream)

@@ -253,4 +253,9 @@ cdef class VendorComm:
                                         <pycoll_op_t>op, root, PYCOLL_ACCURACY_COMPENSATED)
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_comm_error(n)))
+        cdef pycoll_vendor_comm_t *c = self._open()
+        with nogil:
+            st = pycoll_vendor_comm_sync(c, <void *>stream)  # the last kernels follow the last vendor group
+        if st != PYCOLL_OK:
+            raise_status(st, _text(pycoll_vendor_comm_error(c)))
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
