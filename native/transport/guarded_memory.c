@@ -12,6 +12,7 @@
  *   otherwise);
  * - "live" counts blocks not yet freed: 0 once the communicator is destroyed.
  * pycoll_guarded_memory_count reads the counters. Not for production: it is the host path, slower. */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -89,66 +90,65 @@ static int64_t acc_bytes(int64_t count, pycoll_dtype_t dtype)
     return bytes_of(count, pycoll_accumulator_dtype(dtype));
 }
 
+/* Counts a call to entry and checks its n (pointer, bytes) ranges. */
+static void guard(int entry, int n, ...)
+{
+    counts[entry]++;
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        const void *p = va_arg(ap, const void *);
+        check_range(p, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+}
+
 static pycoll_status_t g_reduce_into(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op)
 {
-    counts[G_REDUCE_INTO]++;
-    check_range(dst, bytes_of(count, dtype));
-    check_range(src, bytes_of(count, dtype));
+    guard(G_REDUCE_INTO, 2, dst, bytes_of(count, dtype), src, bytes_of(count, dtype));
     return pycoll_reduce_into(dst, src, count, dtype, op);
 }
 
 static pycoll_status_t g_reduce(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
                                 pycoll_op_t op)
 {
-    counts[G_REDUCE]++;
-    check_range(out, bytes_of(count, dtype));
-    check_range(a, bytes_of(count, dtype));
-    check_range(b, bytes_of(count, dtype));
+    int64_t n = bytes_of(count, dtype);
+    guard(G_REDUCE, 3, out, n, a, n, b, n);
     return pycoll_reduce(out, a, b, count, dtype, op);
 }
 
 static pycoll_status_t g_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor)
 {
-    counts[G_SCALE_AVG]++;
-    check_range(buf, bytes_of(count, dtype));
+    guard(G_SCALE_AVG, 1, buf, bytes_of(count, dtype));
     return pycoll_scale_avg(buf, count, dtype, divisor);
 }
 
 static pycoll_status_t g_load(void *sum, void *comp, const void *src, int64_t count, pycoll_dtype_t dtype)
 {
-    counts[G_LOAD]++;
-    check_range(sum, acc_bytes(count, dtype));
-    check_range(comp, acc_bytes(count, dtype));
-    check_range(src, bytes_of(count, dtype));
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_LOAD, 3, sum, a, comp, a, src, bytes_of(count, dtype));
     return pycoll_compensated_load(sum, comp, src, count, dtype);
 }
 
 static pycoll_status_t g_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
                                  int64_t count, pycoll_dtype_t dtype)
 {
-    counts[G_COMBINE]++;
-    check_range(dst_sum, acc_bytes(count, dtype));
-    check_range(dst_comp, acc_bytes(count, dtype));
-    check_range(src_sum, acc_bytes(count, dtype));
-    check_range(src_comp, acc_bytes(count, dtype));
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_COMBINE, 4, dst_sum, a, dst_comp, a, src_sum, a, src_comp, a);
     return pycoll_compensated_combine(dst_sum, dst_comp, src_sum, src_comp, count, dtype);
 }
 
 static pycoll_status_t g_store(void *dst, const void *sum, const void *comp, int64_t count, pycoll_dtype_t dtype,
                                int64_t divisor)
 {
-    counts[G_STORE]++;
-    check_range(dst, bytes_of(count, dtype));
-    check_range(sum, acc_bytes(count, dtype));
-    check_range(comp, acc_bytes(count, dtype));
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_STORE, 3, dst, bytes_of(count, dtype), sum, a, comp, a);
     return pycoll_compensated_store(dst, sum, comp, count, dtype, divisor);
 }
 
 static pycoll_status_t g_copy(void *dst, const void *src, int64_t nbytes)
 {
-    counts[G_COPY]++;
-    check_range(dst, nbytes);
-    check_range(src, nbytes);
+    guard(G_COPY, 2, dst, nbytes, src, nbytes);
     memmove(dst, src, (size_t)nbytes);
     return PYCOLL_OK;
 }

@@ -31,17 +31,25 @@ cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
 
-def cuda_kernels_load(int32_t library, str path):
-    """None when library `library` of pycoll's CUDA kernels (0: NVRTC, 1: the CUDA driver) loads from path (or
-    one already did), else why not."""
+cdef _load(pycoll_vendor_t *vendor, int32_t library, str path):
+    """None when library `library` of vendor (NULL: pycoll's CUDA kernels) loads from path, else why not."""
     cdef char error[ERROR_LEN]
     cdef bytes p = path.encode()
     cdef const char *cp = p
     cdef pycoll_status_t st
     error[0] = 0
     with nogil:
-        st = pycoll_cuda_kernels_load(library, cp, error, ERROR_LEN)
+        if vendor == NULL:
+            st = pycoll_cuda_kernels_load(library, cp, error, ERROR_LEN)
+        else:
+            st = pycoll_vendor_load(vendor, library, cp, error, ERROR_LEN)
     return None if st == PYCOLL_OK else _text(error)
+
+
+def cuda_kernels_load(int32_t library, str path):
+    """None when library `library` of pycoll's CUDA kernels (0: NVRTC, 1: the CUDA driver) loads from path (or
+    one already did), else why not."""
+    return _load(NULL, library, path)
 
 
 def cuda_kernel_source(int dtype):
@@ -75,14 +83,7 @@ cdef class Vendor:
     def load(self, int32_t library, str path):
         """None when library `library` (0: the collectives, 1: the runtime) loads from path (or one already
         did), else why not."""
-        cdef char error[ERROR_LEN]
-        cdef bytes p = path.encode()
-        cdef const char *cp = p
-        cdef pycoll_status_t st
-        error[0] = 0
-        with nogil:
-            st = pycoll_vendor_load(self.vendor, library, cp, error, ERROR_LEN)
-        return None if st == PYCOLL_OK else _text(error)
+        return _load(self.vendor, library, path)
 
     def library_version(self):
         """The loaded library's version code (NCCL_VERSION_CODE, 0 when none is loaded or known)."""
