@@ -53,7 +53,8 @@ static const char kernel_template[] =
     "#define LOAD(x) bf16_to_f32(x)\n#define STORE(x) f32_to_bf16(x)\n#define MIN_TAKES_A(a, b) ((a) < (b))\n"
     "#define MAX_TAKES_A(a, b) ((a) > (b))\n"
     "#else\n"
-    "#define LOAD(x) (x)\n#define STORE(x) (x)\n#define MIN_TAKES_A(a, b) ((a) < (b))\n#define MAX_TAKES_A(a, b) ((a) > (b))\n"
+    "#define LOAD(x) (x)\n#define STORE(x) (x)\n#define MIN_TAKES_A(a, b) ((a) < (b))\n"
+    "#define MAX_TAKES_A(a, b) ((a) > (b))\n"
     "#endif\n"
     "#define FOR_EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
     "i += (i64)gridDim.x * blockDim.x)\n"
@@ -150,7 +151,8 @@ int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
         return -1;
     /* The types go in as macros: the template's typedefs come first, so they may name u16 and i64. */
     int n = snprintf(out, len,
-                     "/* pycoll's kernels for %s (backends/cuda/cuda_kernels.c) */\n#define KIND %d\n#define IS_F64 %d\n"
+                     "/* pycoll's kernels for %s (backends/cuda/cuda_kernels.c) */\n"
+                     "#define KIND %d\n#define IS_F64 %d\n"
                      "%.*s#define T %s\n#define A %s\n#define U %s\n#define W %s\n%s",
                      pycoll_dtype_name(dtype), ty.kind, dtype == PYCOLL_FLOAT64,
                      (int)(strstr(kernel_template, "__device__") - kernel_template), kernel_template, ty.t, ty.a,
@@ -251,25 +253,35 @@ typedef struct dtype_module {
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 static dtype_module_t modules[PYCOLL_NUM_DTYPES];
 
-/* Compile dtype's source for the current context's device and load it; 0, else a CUDA/NVRTC result. */
-static int load_module(pycoll_dtype_t dtype, dtype_module_t *out)
+/* This thread's last failure, for the table's last_error: what failed and the library's word on it. */
+static _Thread_local char cuda_error[PYCOLL_ERROR_LEN];
+
+static int failed(int r, const char *fmt, const char *detail)
 {
-    void *ctx = NULL;
+    snprintf(cuda_error, sizeof cuda_error, fmt, r, detail ? detail : "");
+    return r ? r : -1;
+}
+
+static const char *k_last_error(void)
+{
+    return cuda_error;
+}
+
+/* Compile dtype's source for the device of ctx (current) and load it; 0, else a CUDA/NVRTC result (cuda_error
+ * says what failed). */
+static int load_module(void *ctx, pycoll_dtype_t dtype, dtype_module_t *out)
+{
     int device = 0, major = 0, minor = 0;
-    int r = cu.ctx_get_current(&ctx);
-    if (r == 0 && !ctx)
-        return -1; /* no current context: the caller's framework makes one current before a collective */
-    if (r == 0)
-        r = cu.ctx_get_device(&device);
+    int r = cu.ctx_get_device(&device);
     if (r == 0)
         r = cu.device_attribute(&major, 75, device); /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
     if (r == 0)
         r = cu.device_attribute(&minor, 76, device); /* ..._MINOR */
     if (r != 0)
-        return r;
+        return failed(r, "the CUDA driver could not say the current device's architecture (CUresult %d)%s", NULL);
     char source[16384], arch[64];
     if (pycoll_cuda_kernel_source(dtype, source, sizeof source) < 0)
-        return -1;
+        return failed((int)dtype, "no CUDA kernels for dtype id %d%s", NULL);
     snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", major, minor);
     /* --fmad=false: see kernel_template (TwoSum's error term). */
     const char *opts[] = {arch, "--fmad=false", "--std=c++14"};
@@ -277,6 +289,19 @@ static int load_module(pycoll_dtype_t dtype, dtype_module_t *out)
     r = nvrtc.create(&prog, source, "pycoll_kernels.cu", 0, NULL, NULL);
     if (r == 0)
         r = nvrtc.compile(prog, 3, opts);
+    if (r != 0) {
+        char log[PYCOLL_ERROR_LEN / 2] = "";
+        size_t log_size = 0;
+        if (prog && nvrtc.log_size(prog, &log_size) == 0 && log_size > 0 && log_size <= sizeof log)
+            nvrtc.log(prog, log);
+        else if (log_size > sizeof log) /* the start of a long log says what failed first */
+            snprintf(log, sizeof log, "(a log of %zu bytes; rerun a single dtype to read it)", log_size);
+        if (prog)
+            nvrtc.destroy(&prog);
+        char detail[PYCOLL_ERROR_LEN];
+        snprintf(detail, sizeof detail, "%s for %s: %s", nvrtc.error_string(r), arch, log);
+        return failed(r, "NVRTC could not compile pycoll's kernels (nvrtcResult %d): %s", detail);
+    }
     size_t size = 0;
     char *ptx = NULL;
     if (r == 0)
@@ -294,9 +319,10 @@ static int load_module(pycoll_dtype_t dtype, dtype_module_t *out)
     for (int k = 0; r == 0 && kernel_names[k]; k++)
         if (k < 2 || dtype >= PYCOLL_FLOAT16) /* integers have no compensated kernels (KIND 0) */
             r = cu.module_get_function(&m.fn[k], m.module, kernel_names[k]);
-    if (r == 0)
-        *out = m;
-    return r;
+    if (r != 0)
+        return failed(r, "loading the compiled kernels failed (result %d)%s", NULL);
+    *out = m;
+    return 0;
 }
 
 /* The function `kernel` of dtype's module for the current context, compiled on first use. */
@@ -305,17 +331,23 @@ static void *kernel_for(pycoll_dtype_t dtype, int kernel)
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
         return NULL;
     void *ctx = NULL, *fn = NULL;
-    if (cu.ctx_get_current(&ctx) != 0 || !ctx)
+    if (cu.ctx_get_current(&ctx) != 0 || !ctx) { /* the caller's framework makes its device's context current */
+        failed(0, "no CUDA context is current on this thread (cuCtxGetCurrent: %d)%s",
+               " -- set the array's device first");
         return NULL;
+    }
     pthread_mutex_lock(&module_lock);
     dtype_module_t *m = &modules[dtype];
     if (m->ctx != ctx || !m->module) {
         dtype_module_t fresh;
-        if (load_module(dtype, &fresh) == 0)
+        if (load_module(ctx, dtype, &fresh) == 0)
             *m = fresh; /* a module of an older context is left to that context's teardown */
     }
-    if (m->ctx == ctx)
+    if (m->ctx == ctx && m->module) {
         fn = m->fn[kernel];
+        if (!fn)
+            failed((int)dtype, "no compensated kernels for dtype id %d (float dtypes only)%s", NULL);
+    }
     pthread_mutex_unlock(&module_lock);
     return fn;
 }
@@ -331,7 +363,7 @@ static pycoll_status_t launch(pycoll_dtype_t dtype, int kernel, int64_t n, void 
     int64_t blocks = (n + 255) / 256;
     int r = cu.launch(fn, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, bound_stream, params,
                       NULL);
-    return r == 0 ? PYCOLL_OK : PYCOLL_ERR_SYSTEM;
+    return r == 0 ? PYCOLL_OK : (failed(r, "cuLaunchKernel failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
 }
 
 static pycoll_status_t k_reduce(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
@@ -378,14 +410,15 @@ static pycoll_status_t k_store(void *dst, const void *sum, const void *comp, int
  * ranges (all_gather's own block, when the caller passes overlapping buffers) are undefined for cuMemcpyAsync. */
 static pycoll_status_t k_copy(void *dst, const void *src, int64_t nbytes)
 {
-    return cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, (size_t)nbytes, bound_stream) == 0
-               ? PYCOLL_OK : PYCOLL_ERR_SYSTEM;
+    int r = cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, (size_t)nbytes, bound_stream);
+    return r == 0 ? PYCOLL_OK : (failed(r, "cuMemcpyAsync failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
 }
 
 static void *k_alloc(int64_t nbytes)
 {
     uint64_t p = 0;
-    return cu.mem_alloc(&p, (size_t)(nbytes > 0 ? nbytes : 1)) == 0 ? (void *)(uintptr_t)p : NULL;
+    int r = cu.mem_alloc(&p, (size_t)(nbytes > 0 ? nbytes : 1));
+    return r == 0 ? (void *)(uintptr_t)p : (failed(r, "cuMemAlloc failed (CUresult %d)%s", NULL), NULL);
 }
 
 /* Work queued on the stream may still use the block: wait for the stream first (cuMemFree does not order with
@@ -404,7 +437,7 @@ static void k_free(void *p)
 }
 
 static const pycoll_memory_kernels_t cuda_kernels = {
-    "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free};
+    "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free, k_last_error};
 
 static void init_driver(void)
 {

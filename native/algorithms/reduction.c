@@ -1,6 +1,7 @@
 /* Partials in FAST or COMPENSATED form (reduction.h), on top of the kernels in kernels.h. */
 #include "algorithms/reduction.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,11 +20,21 @@ static void *host_alloc(int64_t nbytes)
 
 static const pycoll_memory_kernels_t host_kernels = {
     "host", pycoll_reduce_into, pycoll_reduce, pycoll_scale_avg, pycoll_compensated_load,
-    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free};
+    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free, NULL};
 
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p)
 {
     return p2p->kernels ? p2p->kernels : &host_kernels;
+}
+
+const char *memory_error(const pycoll_memory_kernels_t *k)
+{
+    static _Thread_local char detail[PYCOLL_ERROR_LEN];
+    const char *e = k->last_error ? k->last_error() : NULL;
+    if (!e || !e[0])
+        return "";
+    snprintf(detail, sizeof detail, "; %s", e);
+    return detail;
 }
 
 pycoll_status_t memory_copy(pycoll_p2p_t *p2p, void *dst, const void *src, int64_t nbytes, const char *what)
@@ -34,8 +45,8 @@ pycoll_status_t memory_copy(pycoll_p2p_t *p2p, void *dst, const void *src, int64
     pycoll_status_t status = k->copy(dst, src, nbytes);
     if (status == PYCOLL_OK)
         return status;
-    return pycoll_p2p_fail(p2p, status, -1, "%s: copy of %lld bytes failed on %s memory (status %d)", what,
-                           (long long)nbytes, k->memory, (int)status);
+    return pycoll_p2p_fail(p2p, status, -1, "%s: copy of %lld bytes failed on %s memory (status %d)%s", what,
+                           (long long)nbytes, k->memory, (int)status, memory_error(k));
 }
 
 static bool is_float(pycoll_dtype_t dtype)
@@ -63,9 +74,9 @@ static pycoll_status_t kernel_status(const reduction_t *red, pycoll_status_t sta
 {
     if (status == PYCOLL_OK)
         return status;
-    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s on %s memory (status %d)", kernel,
+    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s on %s memory (status %d)%s", kernel,
                            pycoll_dtype_name(red->dtype), pycoll_op_name(red->op), red->kernels->memory,
-                           (int)status);
+                           (int)status, memory_error(red->kernels));
 }
 
 /* The comp half of a packed partial of n elements. */

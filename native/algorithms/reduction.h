@@ -38,10 +38,16 @@ typedef struct pycoll_memory_kernels {
      * zero-fill entry: no schedule reads scratch it has not written (compensated_load writes the comp half). */
     void *(*alloc)(int64_t nbytes);
     void (*free)(void *p);
+    /* Optional (NULL: the status says it all): the detail of this thread's last failure ("NVRTC could not
+     * compile ...: <log>"), appended to the error a failed entry records. */
+    const char *(*last_error)(void);
 } pycoll_memory_kernels_t;
 
 /* p2p->kernels, or the host table where the transport set none. */
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p);
+
+/* The table's detail on its last failure, as "; <detail>", or "" (for error messages). */
+const char *memory_error(const pycoll_memory_kernels_t *k);
 
 /* dst = src, nbytes of data through the table (nothing for 0 bytes); a failure is recorded on p2p naming `what`
  * and the memory kind. */

@@ -53,8 +53,8 @@ void *data_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
     const pycoll_memory_kernels_t *k = memory_kernels(p2p);
     void *p = k->alloc(nbytes);
     if (!p)
-        pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "%s: out of %s memory for %lld bytes of scratch", what,
-                        k->memory, (long long)nbytes);
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "%s: out of %s memory for %lld bytes of scratch%s", what,
+                        k->memory, (long long)nbytes, memory_error(k));
     return p;
 }
 
