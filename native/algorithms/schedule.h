@@ -84,8 +84,8 @@ void data_free(pycoll_p2p_t *p2p, void *p);
 
 /* The communicator's workspace (ctx->workspace) grown to at least nbytes, in data memory (data_alloc); kept
  * between collectives, freed with the communicator, never by the caller. A fresh multi-MiB malloc is mmap'ed and
- * page-faulted on every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2 ranks: ~4x
- * the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
+ * page-faulted on every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2
+ * ranks: ~4x the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
  * (status on p2p) when out of memory. */
 void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what);
 /* Frees the workspace through the table that allocated it (the communicator's destroy). */
