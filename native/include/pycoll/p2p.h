@@ -113,8 +113,9 @@ struct pycoll_p2p {
     /* How long a wait polls before it sleeps, set by the communicator from its options (a transport that
      * cannot poll ignores it). */
     int64_t spin_ns;
-    /* The elementwise kernels for the memory this transport's buffers live in (native/algorithms/reduction.h);
-     * NULL: host memory, kernels.h's SIMD kernels. */
+    /* The memory table for the memory this transport's buffers live in (native/algorithms/reduction.h): the
+     * elementwise kernels, copies and data scratch every schedule uses; NULL: host memory (kernels.h's SIMD
+     * kernels, memmove, malloc). May change between collectives (the communicator's workspace follows it). */
     const struct pycoll_memory_kernels *kernels;
 };
 
