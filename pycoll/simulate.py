@@ -67,13 +67,15 @@ def _prepare(coll, x, size, is_root):
 
 
 def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
-             algorithms_out=None):
+             algorithms_out=None, guarded_memory=False):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
     the exception's rank_errors lists each rank's own error (or None). segment_bytes is every rank's
     communicator option (None: PYCOLL_RING_SEGMENT_BYTES, else the default). A list passed as algorithms_out
-    receives the algorithm each rank's communicator ran (its last_algorithm)."""
+    receives the algorithm each rank's communicator ran (its last_algorithm). guarded_memory (a test hook): the
+    ranks' transports hand the schedules the guarded test memory table (pycoll/p2p.h) instead of the host's, as a
+    device transport would its device's; pycoll._bindings.sim.guarded_memory_count reads its counters."""
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
     size = len(inputs)
@@ -108,7 +110,7 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
         segment_bytes = segment_bytes_from_env()
     elif not segment_bytes > 0:
         raise ValueError(f"segment_bytes must be > 0, got {segment_bytes!r}")
-    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes))
+    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes), bool(guarded_memory))
     if algorithms_out is not None:
         algorithms_out[:] = [name for *_, name in rank_errors]
     if status:

@@ -165,11 +165,131 @@ def _device_memory(rank, world):
 
 
 @pytest.mark.timeout(60)
-def test_on_device_memory_compensated_mode_says_why_not(env):
-    """No device kernel table is built: where the runtime says a buffer is device memory, the mode refuses."""
-    results = run_ranks(_device_memory, 2, dict(env, FAKE_CUDA_MEMORY_TYPE="2"))
+def test_on_device_memory_without_nvrtc_compensated_mode_says_what_to_install(env, tmp_path):
+    """Device memory runs pycoll's CUDA kernels (backends/cuda/cuda_kernels.c): where NVRTC cannot be loaded, the
+    refusal names it and what to install; where NVRTC loads but the driver does not, it names the driver."""
+    missing = str(tmp_path / "libnvrtc-missing.so")
+    results = run_ranks(_device_memory, 2, dict(env, FAKE_CUDA_MEMORY_TYPE="2", PYCOLL_NVRTC_LIBRARY=missing))
     for rank in range(2):
         status, value = results[rank]
         assert status == "ok", value
         name, message = value
-        assert name == "BackendUnavailable" and "host-accessible memory" in message and "device memory" in message
+        assert name == "BackendUnavailable", message
+        assert "device memory" in message and "NVRTC (libnvrtc) is not loaded" in message
+        assert "pip install nvidia-cuda-nvrtc-cu12" in message and missing in message
+
+
+def test_cuda_library_without_its_symbols_is_refused_naming_them(env):
+    """A library that loads but lacks the symbols (here the fake libnccl as NVRTC) is refused, naming the first
+    one missing; the failed load leaves nothing half-loaded."""
+    from pycoll._bindings.vendor import cuda_kernels_load
+    fake = env["PYCOLL_NCCL_LIBRARY"]
+    assert "lacks nvrtcCreateProgram" in cuda_kernels_load(0, fake)
+    assert "lacks cuInit" in cuda_kernels_load(1, fake)
+    assert "not 0 or 1" in cuda_kernels_load(2, fake)
+
+
+# ---- every data copy and data scratch buffer through the transport's memory table ----
+
+GUARDED = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
+           "compensated_store", "reduce_into", "reduce", "scale_avg")
+BIG = 40_000  # float32 x 40 000 = 160 KB: past reduce's 64 KiB tree limit, so its scatter-gather runs
+
+
+def _guarded_counts():
+    from pycoll._bindings.sim import guarded_memory_count
+    return {entry: guarded_memory_count(entry) for entry in GUARDED}
+
+
+def _delta(before, after):
+    return {entry: after[entry] - before[entry] for entry in GUARDED}
+
+
+def _every_compensated_collective(rank, world):
+    """Each compensated collective the NCCL engine runs through the C schedules, with the table's calls it made."""
+    engine = _engine(rank, world)
+    out, calls = {}, {}
+
+    def run(key, fn):
+        before = _guarded_counts()
+        out[key] = fn()
+        calls[key] = _delta(before, _guarded_counts())
+
+    for dtype in FLOATS:
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=7)
+
+        def in_place():
+            x = inputs[rank].copy()
+            engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "compensated")
+            return x
+
+        def out_of_place_avg():
+            y = np.empty_like(inputs[rank])
+            engine.all_reduce(buffer(inputs[rank]), buffer(y), AVG, "auto", "compensated")
+            return y
+
+        def reduce_scatter():
+            full = np.concatenate([inputs[rank], inputs[rank][::-1]] * (world // 2))
+            part = np.empty(COUNT, inputs[rank].dtype)
+            engine.reduce_scatter(buffer(full), buffer(part), SUM, "auto", "compensated")
+            return part
+
+        def reduce_tree():
+            z = inputs[rank].copy()
+            engine.reduce(buffer(z), buffer(z), SUM, 1, "compensated")
+            return z
+
+        run(("all_reduce", dtype), in_place)
+        run(("all_reduce_avg", dtype), out_of_place_avg)
+        run(("reduce_scatter", dtype), reduce_scatter)
+        run(("reduce", dtype), reduce_tree)
+    big = make_inputs("mixed", world, BIG, "float32", seed=8)
+
+    def reduce_large():
+        z = np.empty_like(big[rank])
+        engine.reduce(buffer(big[rank]), buffer(z), AVG, 0, "compensated")
+        return z if rank == 0 else z[:0]  # off the root recvbuf is not written
+
+    run("reduce_large", reduce_large)
+    engine.close()
+    return out, calls, _guarded_counts()
+
+
+@pytest.mark.timeout(120)
+def test_device_memory_runs_every_data_copy_and_scratch_through_the_memory_table(env, tmp_path):
+    """With the guarded test table standing in for a device one (FAKE_CUDA_MEMORY_TYPE=2: every buffer is
+    "device" memory): every scratch buffer is the table's (poisoned on allocation, canaries checked on free, all
+    freed at close), every copy and kernel is the table's, and the bits equal the host path's and the simulated
+    C ring's."""
+    from pycoll.simulate import simulate
+    world = 4
+    guarded = _ok(run_ranks(_every_compensated_collective, world,
+                            dict(env, FAKE_CUDA_MEMORY_TYPE="2", PYCOLL_TEST_GUARDED_MEMORY="1"), timeout=110), world)
+    (tmp_path / "host_store").mkdir()  # a second job: its own rendezvous store
+    host = _ok(run_ranks(_every_compensated_collective, world, dict(env, STORE_DIR=str(tmp_path / "host_store")),
+                         timeout=110), world)
+    for rank in range(world):
+        out, calls, final = guarded[rank]
+        host_out, host_calls, host_final = host[rank]
+        for key, value in out.items():
+            assert value.tobytes() == host_out[key].tobytes(), (rank, key)  # bitwise the host path's
+            assert host_calls[key] == dict.fromkeys(GUARDED, 0), key  # host memory: the host table
+            c = calls[key]
+            assert c["corrupt"] == 0, (rank, key, c)
+            # The ring's receive slots (and on first use the communicator's workspace) come from the table.
+            assert c["alloc"] >= 1, (rank, key, c)
+            assert c["compensated_load"] >= 1, (rank, key, c)  # (a leaf of reduce's tree only loads and sends)
+        for key in [k for k in out if k[0] in ("all_reduce", "all_reduce_avg", "reduce_scatter")]:
+            assert calls[key]["compensated_combine"] >= 1 and calls[key]["compensated_store"] >= 1, (rank, key)
+        for dtype in FLOATS:
+            # Out of place: the communicator's copy of sendbuf into recvbuf is the table's.
+            assert calls[("all_reduce_avg", dtype)]["copy"] >= 1, (rank, dtype)
+            assert calls[("all_reduce", dtype)]["copy"] == 0, (rank, dtype)  # in place: nothing to copy
+        assert final["live"] == 0 and final["alloc"] == final["free"] > 0, (rank, final)  # all freed at close
+        assert final["corrupt"] == 0, (rank, final)
+    for dtype in FLOATS:
+        inputs = make_inputs("mixed", world, COUNT, dtype, seed=7)
+        c_ring = simulate("all_reduce", inputs, algorithm="ring", accuracy="compensated")
+        for rank in range(world):
+            got = guarded[rank][0][("all_reduce", dtype)]
+            np.testing.assert_array_equal(got.view(np.uint8), c_ring[rank].view(np.uint8), err_msg=dtype)

@@ -88,7 +88,12 @@ pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *v, int32_t library, const ch
                                  (int)library, (int)v->num_libraries - 1);
     if (st != PYCOLL_OK)
         return st;
-    pycoll_vendor_library_t *lib = &v->libraries[library];
+    return vendor_library_open(&v->libraries[library], path, error, error_len);
+}
+
+pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *path, char *error, size_t error_len)
+{
+    pycoll_status_t st = PYCOLL_OK;
     pthread_mutex_lock(&load_lock);
     if (!lib->handle) {
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -264,6 +269,7 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     c->state.failed_rank = -1;
     c->timeout_ns = seconds_to_ns(timeout_s);
     c->device = -1;
+    c->guarded_memory = getenv("PYCOLL_TEST_GUARDED_MEMORY") != NULL;
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
     int r = v->comm_init(&c->comm, size, id, rank);

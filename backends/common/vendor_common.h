@@ -28,7 +28,20 @@ struct pycoll_vendor_comm {
     void *scratch;     /* one device word for a barrier the vendor lacks */
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
+    /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's
+     * counting, guarding host table (native/transport/guarded_memory.c) instead of a device one (the fake libraries' device memory is host memory). */
+    int guarded_memory;
 };
+
+/* dlopen path into lib and resolve every symbol into its slot (nothing when lib is already loaded); one lock for
+ * every library pycoll loads at run time. */
+pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *path, char *error, size_t error_len);
+
+/* backends/cuda/cuda_kernels.c: the CUDA memory table with its kernels on `stream` for this thread, waiting no
+ * longer than p2p's deadline, or NULL (why says what is not loaded). */
+struct pycoll_memory_kernels;
+const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, char *why,
+                                                      size_t why_len);
 
 /* The vendor's name of a call, for messages: the symbol that serves it. */
 const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);

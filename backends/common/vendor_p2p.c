@@ -5,7 +5,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "algorithms/reduction.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)
@@ -185,17 +187,35 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
 {
     if (check_send_recv(c) != PYCOLL_OK)
         return NULL;
-    /* The communicator and the algorithms copy and keep their workspace with the host's memcpy and malloc, and
-     * combine with the host kernels (p2p->kernels stays NULL): device memory needs a device kernel table and
-     * those copies made through it first. */
+    /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h): NULL, the host
+     * table, for memory the host reaches; device memory needs its device's table. */
+    const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
-        vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: pycoll's own algorithms run over %s only on host-accessible "
-                      "memory for now (%s): this buffer is device memory, and no device kernel table is built",
-                      c->v->name, c->v->name, c->v->host_memory ? "the runtime says where a buffer lives"
-                                                                : "the vendor cannot say where a buffer lives");
-        return NULL;
+        char why[160] = "";
+        /* NCCL's device memory is CUDA memory: pycoll's CUDA kernels, on the collective's stream. No other
+         * vendor of the family has send/recv (check_send_recv above) nor a kernel table for its memory yet. */
+        if (c->guarded_memory)
+            kernels = pycoll_guarded_memory_kernels();
+        else if (strcmp(c->v->name, "nccl") == 0)
+            kernels = cuda_kernels_bind(&c->state, stream, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
+        if (!kernels) {
+            vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: this buffer is device memory (%s), where pycoll's own "
+                          "algorithms need its device kernel table, and %s", c->v->name, c->v->host_memory
+                          ? "the runtime says so" : "the vendor cannot say where a buffer lives", why);
+            return NULL;
+        }
     }
+    c->state.kernels = kernels;
     c->state.ops = &vendor_p2p_ops;
     c->stream = stream;
     return &c->state;
+}
+
+pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
+{
+    if (c->state.status != PYCOLL_OK)
+        return c->state.status;
+    return vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
 }

@@ -11,6 +11,9 @@ typedef struct coll_ctx {
     int64_t segment_bytes;   /* ring / pipelined broadcast segment, largest halving_doubling unit; > 0 */
     void *workspace;         /* see comm_workspace (schedule.h) */
     int64_t workspace_bytes;
+    /* The memory table that allocated workspace: the transport's table may change between collectives (the
+     * vendor transport picks one per buffer), and a block is freed by the table that made it. */
+    const struct pycoll_memory_kernels *workspace_kernels;
 } coll_ctx_t;
 
 #endif

@@ -5,7 +5,6 @@
 #include "algorithms/phases.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
                                            block_layout_t layout, void *out)
@@ -47,8 +46,8 @@ pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *r
         if (q == 0) {
             const void *source;
             status = reduction_source(red, acc, contribution, mine, &source);
-            if (status == PYCOLL_OK && source != acc && mine > 0)
-                memcpy(acc, source, (size_t)block_bytes);
+            if (status == PYCOLL_OK && source != acc)
+                status = memory_copy(p2p, acc, source, block_bytes, "mesh reduce-scatter");
         } else {
             status = reduction_combine_plain(red, acc, contribution, tmp, mine);
         }

@@ -4,7 +4,6 @@
 #include "algorithms/phases.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* Below this the tree's log2 N latency wins over the ring's N-1 steps (see cost_model.c's alpha/beta). */
 enum { REDUCE_TREE_MAX_BYTES = 64 * 1024 };
@@ -15,14 +14,14 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, vr = ring_index(p2p->rank - root, size);
     const int64_t part_bytes = count * (int64_t)red->wsize;
-    char *work = scratch_alloc(p2p, 2 * part_bytes, "reduce");
+    char *work = data_alloc(p2p, 2 * part_bytes, "reduce");
     if (!work)
         return PYCOLL_ERR_NOMEM;
     char *received = work + part_bytes;
     const void *source;
     pycoll_status_t status = reduction_source(red, work, sendbuf, count, &source);
-    if (status == PYCOLL_OK && source != work && count > 0)
-        memcpy(work, source, (size_t)part_bytes);
+    if (status == PYCOLL_OK && source != work)
+        status = memory_copy(p2p, work, source, part_bytes, "reduce");
     /* Children vr + 1, vr + 2, vr + 4, ... below vr's lowest set bit, combined in that order. */
     int32_t m = 1, step = 0;
     for (; status == PYCOLL_OK && m < size && !(vr & m); m *= 2, step++) {
@@ -38,7 +37,7 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
                           phase_tag(TAG_REDUCE_TREE, step));
     if (status == PYCOLL_OK && vr == 0)
         status = reduction_store(red, recvbuf, work, count);
-    free(work);
+    data_free(p2p, work);
     return status;
 }
 
@@ -49,10 +48,10 @@ static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t 
     const int32_t size = p2p->size, rank = p2p->rank;
     const block_layout_t layout = split_evenly(count, size);
     const int64_t own_bytes = block_count(layout, rank) * (int64_t)red->dsize;
-    char *work = scratch_alloc(p2p, count * (int64_t)red->wsize + own_bytes, "reduce");
+    char *work = data_alloc(p2p, count * (int64_t)red->wsize + own_bytes, "reduce");
     pycoll_request_t *reqs = work ? calloc((size_t)size, sizeof *reqs) : NULL;
     if (!reqs) {
-        free(work);
+        data_free(p2p, work);
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "reduce: out of memory");
     }
     char *result = (char *)recvbuf;
@@ -69,7 +68,7 @@ static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t 
     if (status == PYCOLL_OK && rank == root)
         status = wait_requests(p2p, reqs, size);
     free(reqs);
-    free(work);
+    data_free(p2p, work);
     return status;
 }
 

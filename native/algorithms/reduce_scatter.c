@@ -3,7 +3,6 @@
 #include "algorithms/phases.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* `algorithm` is what the decision (decision.c) returned for reduce_scatter: one of that table's. */
 pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
@@ -48,8 +47,7 @@ pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvb
         return status;
     const size_t dsize = pycoll_dtype_size(dtype);
     char *own = (char *)recvbuf + (int64_t)p2p->rank * count * (int64_t)dsize;
-    if (own != sendbuf)
-        memmove(own, sendbuf, (size_t)count * dsize);
+    status = memory_copy(p2p, own, sendbuf, count * (int64_t)dsize, "all_gather"); /* the ranges may overlap */
     const block_layout_t layout = equal_blocks(count);
-    return ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
+    return status != PYCOLL_OK ? status : ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
 }

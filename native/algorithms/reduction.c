@@ -1,17 +1,53 @@
 /* Partials in FAST or COMPENSATED form (reduction.h), on top of the kernels in kernels.h. */
 #include "algorithms/reduction.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* memmove, not memcpy: the table's copy allows overlap. glibc's memcpy and memmove are one routine for
+ * non-overlapping ranges, so the host path costs what it did. */
 static pycoll_status_t host_copy(void *dst, const void *src, int64_t nbytes)
 {
-    memcpy(dst, src, (size_t)nbytes);
+    memmove(dst, src, (size_t)nbytes);
     return PYCOLL_OK;
+}
+
+static void *host_alloc(int64_t nbytes)
+{
+    return malloc(nbytes > 0 ? (size_t)nbytes : 1);
 }
 
 static const pycoll_memory_kernels_t host_kernels = {
     "host", pycoll_reduce_into, pycoll_reduce, pycoll_scale_avg, pycoll_compensated_load,
-    pycoll_compensated_combine, pycoll_compensated_store, host_copy};
+    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free, NULL};
+
+const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p)
+{
+    return p2p->kernels ? p2p->kernels : &host_kernels;
+}
+
+const char *memory_error(const pycoll_memory_kernels_t *k)
+{
+    static _Thread_local char detail[PYCOLL_ERROR_LEN];
+    const char *e = k->last_error ? k->last_error() : NULL;
+    if (!e || !e[0])
+        return "";
+    snprintf(detail, sizeof detail, "; %s", e);
+    return detail;
+}
+
+pycoll_status_t memory_copy(pycoll_p2p_t *p2p, void *dst, const void *src, int64_t nbytes, const char *what)
+{
+    if (nbytes <= 0 || dst == src)
+        return PYCOLL_OK;
+    const pycoll_memory_kernels_t *k = memory_kernels(p2p);
+    pycoll_status_t status = k->copy(dst, src, nbytes);
+    if (status == PYCOLL_OK)
+        return status;
+    return pycoll_p2p_fail(p2p, status, -1, "%s: copy of %lld bytes failed on %s memory (status %d)%s", what,
+                           (long long)nbytes, k->memory, (int)status, memory_error(k));
+}
 
 static bool is_float(pycoll_dtype_t dtype)
 {
@@ -23,7 +59,7 @@ void reduction_init(reduction_t *red, pycoll_p2p_t *p2p, pycoll_dtype_t dtype, p
                     pycoll_accuracy_t accuracy)
 {
     red->p2p = p2p;
-    red->kernels = p2p->kernels ? p2p->kernels : &host_kernels;
+    red->kernels = memory_kernels(p2p);
     red->dtype = dtype;
     red->op = op;
     red->compensated = accuracy == PYCOLL_ACCURACY_COMPENSATED && is_float(dtype) &&
@@ -38,9 +74,9 @@ static pycoll_status_t kernel_status(const reduction_t *red, pycoll_status_t sta
 {
     if (status == PYCOLL_OK)
         return status;
-    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s on %s memory (status %d)", kernel,
+    return pycoll_p2p_fail(red->p2p, status, -1, "%s failed for %s %s on %s memory (status %d)%s", kernel,
                            pycoll_dtype_name(red->dtype), pycoll_op_name(red->op), red->kernels->memory,
-                           (int)status);
+                           (int)status, memory_error(red->kernels));
 }
 
 /* The comp half of a packed partial of n elements. */
@@ -108,9 +144,7 @@ pycoll_status_t reduction_store(const reduction_t *red, void *plain, const void 
                              red->kernels->compensated_store(plain, part, comp_of(red, part, n), n, red->dtype,
                                                              red->divisor),
                              "compensated_store");
-    pycoll_status_t status = PYCOLL_OK;
-    if (plain != part && n > 0)
-        status = kernel_status(red, red->kernels->copy(plain, part, n * (int64_t)red->dsize), "copy");
+    pycoll_status_t status = memory_copy(red->p2p, plain, part, n * (int64_t)red->dsize, "reduction store");
     if (status == PYCOLL_OK && red->divisor > 1)
         return kernel_status(red, red->kernels->scale_avg(plain, n, red->dtype, red->divisor), "scale_avg");
     return status;

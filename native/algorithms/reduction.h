@@ -12,9 +12,13 @@
 
 #include <stdbool.h>
 
-/* The elementwise kernels for the memory a transport's buffers live in, with kernels.h's signatures. Host
- * memory (p2p->kernels NULL): kernels.h's SIMD kernels; a device transport points p2p->kernels at its
- * device's table. */
+/* Everything the schedules do to collective DATA, for the memory a transport's buffers live in, with
+ * kernels.h's signatures: the elementwise kernels, the copies, and the data scratch (the communicator's
+ * workspace, the algorithms' receive slots and partials). The schedules never touch data with memcpy or keep it
+ * in malloc'ed memory themselves, so a device transport that points p2p->kernels at its device's table runs
+ * them unchanged on device memory. Bookkeeping (request arrays, offsets) stays in host malloc: only the host
+ * reads it. Host memory (p2p->kernels NULL): kernels.h's SIMD kernels, memmove, malloc and free, called
+ * directly through this table (no wrapper: the host path pays one indirect call, as before). */
 typedef struct pycoll_memory_kernels {
     const char *memory; /* "host", "cuda": named in errors */
     pycoll_status_t (*reduce_into)(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype,
@@ -28,8 +32,26 @@ typedef struct pycoll_memory_kernels {
                                            int64_t count, pycoll_dtype_t dtype);
     pycoll_status_t (*compensated_store)(void *dst, const void *sum, const void *comp, int64_t count,
                                          pycoll_dtype_t dtype, int64_t divisor);
+    /* nbytes > 0; the two ranges may overlap (all_gather moves a rank's own block inside the result). */
     pycoll_status_t (*copy)(void *dst, const void *src, int64_t nbytes);
+    /* nbytes >= 0 (0 still returns a unique block); NULL when out of memory. free(NULL) does nothing. No
+     * zero-fill entry: no schedule reads scratch it has not written (compensated_load writes the comp half). */
+    void *(*alloc)(int64_t nbytes);
+    void (*free)(void *p);
+    /* Optional (NULL: the status says it all): the detail of this thread's last failure ("NVRTC could not
+     * compile ...: <log>"), appended to the error a failed entry records. */
+    const char *(*last_error)(void);
 } pycoll_memory_kernels_t;
+
+/* p2p->kernels, or the host table where the transport set none. */
+const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p);
+
+/* The table's detail on its last failure, as "; <detail>", or "" (for error messages). */
+const char *memory_error(const pycoll_memory_kernels_t *k);
+
+/* dst = src, nbytes of data through the table (nothing for 0 bytes); a failure is recorded on p2p naming `what`
+ * and the memory kind. */
+pycoll_status_t memory_copy(pycoll_p2p_t *p2p, void *dst, const void *src, int64_t nbytes, const char *what);
 
 typedef struct reduction {
     pycoll_p2p_t *p2p;   /* where kernel errors are recorded */

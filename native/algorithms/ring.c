@@ -83,7 +83,7 @@ pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *r
     pycoll_request_t *sends = request_array(p2p, u.units, "ring reduce-scatter");
     /* RING_IN_FLIGHT receive slots, then (compensated) room to load one received segment of plain values. */
     const int64_t slot_bytes = u.seg * (int64_t)red->wsize;
-    char *slots = scratch_alloc(p2p, (RING_IN_FLIGHT + red->compensated) * slot_bytes, "ring reduce-scatter");
+    char *slots = data_alloc(p2p, (RING_IN_FLIGHT + red->compensated) * slot_bytes, "ring reduce-scatter");
     char *loaded = slots + RING_IN_FLIGHT * slot_bytes;
     pycoll_request_t recvs[RING_IN_FLIGHT];
     int64_t recv_unit[RING_IN_FLIGHT];
@@ -142,7 +142,7 @@ pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *r
     if (status == PYCOLL_OK)
         status = wait_requests(p2p, sends, u.units);
     free(sends);
-    free(slots);
+    data_free(p2p, slots);
     return status;
 }
 

@@ -48,15 +48,40 @@ void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
     return p;
 }
 
+void *data_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
+{
+    const pycoll_memory_kernels_t *k = memory_kernels(p2p);
+    void *p = k->alloc(nbytes);
+    if (!p)
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "%s: out of %s memory for %lld bytes of scratch%s", what,
+                        k->memory, (long long)nbytes, memory_error(k));
+    return p;
+}
+
+void data_free(pycoll_p2p_t *p2p, void *p)
+{
+    memory_kernels(p2p)->free(p);
+}
+
+void comm_workspace_release(coll_ctx_t *ctx)
+{
+    if (ctx->workspace)
+        ctx->workspace_kernels->free(ctx->workspace);
+    ctx->workspace = NULL;
+    ctx->workspace_bytes = 0;
+    ctx->workspace_kernels = NULL;
+}
+
 void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what)
 {
-    if (ctx->workspace_bytes < nbytes || !ctx->workspace) { /* even 0 bytes gets a real (1-byte) block */
-        free(ctx->workspace);
-        ctx->workspace_bytes = 0;
-        ctx->workspace = scratch_alloc(ctx->p2p, nbytes, what);
+    /* even 0 bytes gets a real (1-byte) block */
+    if (ctx->workspace_bytes < nbytes || !ctx->workspace || ctx->workspace_kernels != memory_kernels(ctx->p2p)) {
+        comm_workspace_release(ctx);
+        ctx->workspace = data_alloc(ctx->p2p, nbytes, what);
         if (!ctx->workspace)
             return NULL;
         ctx->workspace_bytes = nbytes;
+        ctx->workspace_kernels = memory_kernels(ctx->p2p);
     }
     return ctx->workspace;
 }

@@ -73,15 +73,23 @@ pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const
 pycoll_status_t check_send_recv_args(pycoll_p2p_t *p2p, const char *what, const void *sendbuf, const void *recvbuf,
                                      int64_t count, pycoll_dtype_t dtype, pycoll_op_t op);
 
-/* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). */
+/* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). Host
+ * bookkeeping only (request arrays, offsets); data goes in data_alloc's memory. */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 
-/* The communicator's workspace (ctx->workspace) grown to at least nbytes; kept between collectives, freed with
- * the communicator, never by the caller. A fresh multi-MiB malloc is mmap'ed and page-faulted on
- * every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2 ranks: ~4x
- * the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
+/* Scratch for collective data, from the transport's memory table (reduction.h), so it lives where the
+ * buffers do; PYCOLL_ERR_NOMEM recorded on p2p when it fails. Freed with data_free on the same transport. */
+void *data_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
+void data_free(pycoll_p2p_t *p2p, void *p);
+
+/* The communicator's workspace (ctx->workspace) grown to at least nbytes, in data memory (data_alloc); kept
+ * between collectives, freed with the communicator, never by the caller. A fresh multi-MiB malloc is mmap'ed and
+ * page-faulted on every call, which cost more than the compensated arithmetic itself (16 MiB float32 ring over 2
+ * ranks: ~4x the fast time, ~2x with reuse). One user at a time: only the top level of a collective takes it. NULL
  * (status on p2p) when out of memory. */
 void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what);
+/* Frees the workspace through the table that allocated it (the communicator's destroy). */
+void comm_workspace_release(coll_ctx_t *ctx);
 
 /* Post one request; a zero-length one is left complete without touching the transport (both sides compute
  * the same lengths, so they skip the same messages). */

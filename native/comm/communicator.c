@@ -4,9 +4,10 @@
  * peers in unknown states, so continuing would risk silently wrong data). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "algorithms/collectives.h"
+#include "algorithms/reduction.h"
+#include "algorithms/schedule.h"
 #include "pycoll/comm.h"
 
 struct pycoll_comm {
@@ -108,8 +109,8 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
 {
     if (!comm)
         return;
+    comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
     comm->p2p->ops->destroy(comm->p2p);
-    free(comm->ctx.workspace);
     free(comm);
 }
 
@@ -200,9 +201,9 @@ pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf,
                  pycoll_algorithm_name((pycoll_algorithm_t)comm->p2p->desc.algorithm));
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    if (sendbuf != recvbuf && count > 0)
-        memcpy(recvbuf, sendbuf, (size_t)count * pycoll_dtype_size(dtype));
-    return finish(comm, fn(&comm->ctx, recvbuf, count, dtype, op, accuracy));
+    /* Through the transport's memory table: the buffers may be device memory. */
+    st = memory_copy(comm->p2p, recvbuf, sendbuf, count * (int64_t)pycoll_dtype_size(dtype), "all_reduce");
+    return finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, recvbuf, count, dtype, op, accuracy));
 }
 
 pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,

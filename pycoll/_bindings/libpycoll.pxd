@@ -68,7 +68,10 @@ cdef extern from "pycoll/pycoll.h" nogil:
         int (*check_interrupt)(void *ctx) noexcept nogil
         void *interrupt_ctx
         int64_t spin_ns
+        const void *kernels
     int64_t pycoll_now_ns()
+    const void *pycoll_guarded_memory_kernels()
+    int64_t pycoll_guarded_memory_count(const char *entry)
     const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
     const char *pycoll_coll_name(pycoll_coll_t coll)
     const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
@@ -176,7 +179,10 @@ cdef extern from "pycoll/vendor.h" nogil:
                                          int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
                                          void *stream)
     pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, void *stream)
+    pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error, size_t error_len)
+    int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
     pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf)
+    pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *comm, void *stream)
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
                                             int32_t send_peer, void *recvbuf, int64_t recv_count,
                                             int32_t recv_peer, pycoll_dtype_t dtype, void *stream)

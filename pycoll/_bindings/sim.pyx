@@ -39,6 +39,7 @@ cdef struct rank_call:
 cdef struct sim_job:
     rank_call *calls
     pycoll_comm_options_t options
+    bint guarded_memory  # a test hook: the guarded host memory table (p2p.h) stands in for a device one
 
 cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept nogil:
     cdef pycoll_dtype_t dtype = <pycoll_dtype_t>c.dtype
@@ -63,6 +64,8 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     cdef pycoll_comm_t *comm = NULL
     cdef pycoll_status_t st = PYCOLL_OK
     c.error[0] = 0
+    if job.guarded_memory:
+        p2p.kernels = pycoll_guarded_memory_kernels()
     if c.coll == CRASH_CALL:
         st = PYCOLL_ERR_SYSTEM
     elif c.coll != SKIP_CALL:
@@ -81,10 +84,10 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     return st
 
 
-def run(list calls, double timeout_s, int64_t segment_bytes=0):
+def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memory=False):
     """Run one collective per rank; calls[r] = (coll, sendbuf address, recvbuf address, count, dtype id,
     op id, algorithm id, accuracy id, root). Every rank's communicator gets timeout_s and segment_bytes
-    (0: the default). Returns (status, message, per-rank (status, failed_rank, message, algorithm name))."""
+    (0: the default); guarded_memory: every transport's memory table is the guarded test one. Returns (status, message, per-rank (status, failed_rank, message, algorithm name))."""
     cdef int32_t size = len(calls)
     cdef sim_job job
     cdef char err[512]
@@ -92,6 +95,7 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0):
     pycoll_comm_options_init(&job.options)
     job.options.timeout_s = timeout_s
     job.options.segment_bytes = segment_bytes
+    job.guarded_memory = guarded_memory
     job.calls = <rank_call *>calloc(max(size, 1), sizeof(rank_call))
     if job.calls == NULL:
         raise MemoryError()
@@ -172,3 +176,8 @@ def all_reduce_cost_terms(int algorithm, int32_t size, int64_t nbytes, model=Non
     fill_cost_model(&m, model)
     pycoll_all_reduce_cost_terms(&m, <pycoll_algorithm_t>algorithm, size, nbytes, &latency_s, &bandwidth_s)
     return latency_s, bandwidth_s
+
+
+def guarded_memory_count(str entry):
+    """Test hook: this process's calls to one entry of the guarded test memory table (p2p.h); -1 if unknown."""
+    return pycoll_guarded_memory_count(entry.encode())

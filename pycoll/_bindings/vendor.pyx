@@ -31,6 +31,37 @@ cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
 
+cdef _load(pycoll_vendor_t *vendor, int32_t library, str path):
+    """None when library `library` of vendor (NULL: pycoll's CUDA kernels) loads from path, else why not."""
+    cdef char error[ERROR_LEN]
+    cdef bytes p = path.encode()
+    cdef const char *cp = p
+    cdef pycoll_status_t st
+    error[0] = 0
+    with nogil:
+        if vendor == NULL:
+            st = pycoll_cuda_kernels_load(library, cp, error, ERROR_LEN)
+        else:
+            st = pycoll_vendor_load(vendor, library, cp, error, ERROR_LEN)
+    return None if st == PYCOLL_OK else _text(error)
+
+
+def cuda_kernels_load(int32_t library, str path):
+    """None when library `library` of pycoll's CUDA kernels (0: NVRTC, 1: the CUDA driver) loads from path (or
+    one already did), else why not."""
+    return _load(NULL, library, path)
+
+
+def cuda_kernel_source(int dtype):
+    """The CUDA C source of pycoll's device kernels for a dtype id (None for a dtype with none)."""
+    cdef int64_t n = pycoll_cuda_kernel_source(<pycoll_dtype_t>dtype, NULL, 0)
+    if n < 0:
+        return None
+    cdef bytearray out = bytearray(n + 1)
+    pycoll_cuda_kernel_source(<pycoll_dtype_t>dtype, <char *>out, n + 1)
+    return out[:n].decode()
+
+
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor
@@ -52,14 +83,7 @@ cdef class Vendor:
     def load(self, int32_t library, str path):
         """None when library `library` (0: the collectives, 1: the runtime) loads from path (or one already
         did), else why not."""
-        cdef char error[ERROR_LEN]
-        cdef bytes p = path.encode()
-        cdef const char *cp = p
-        cdef pycoll_status_t st
-        error[0] = 0
-        with nogil:
-            st = pycoll_vendor_load(self.vendor, library, cp, error, ERROR_LEN)
-        return None if st == PYCOLL_OK else _text(error)
+        return _load(self.vendor, library, path)
 
     def library_version(self):
         """The loaded library's version code (NCCL_VERSION_CODE, 0 when none is loaded or known)."""
@@ -230,4 +254,9 @@ cdef class VendorComm:
                                         <pycoll_op_t>op, root, PYCOLL_ACCURACY_COMPENSATED)
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_comm_error(n)))
+        cdef pycoll_vendor_comm_t *c = self._open()
+        with nogil:
+            st = pycoll_vendor_comm_sync(c, <void *>stream)  # the last kernels follow the last vendor group
+        if st != PYCOLL_OK:
+            raise_status(st, _text(pycoll_vendor_comm_error(c)))
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()

@@ -45,6 +45,16 @@ def cudart_candidates():
                               _wheel_dirs("cuda_runtime", "lib") + _wheel_dirs("cu13", "lib"))
 
 
+def nvrtc_candidates():
+    return library_candidates("PYCOLL_NVRTC_LIBRARY", ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"],
+                              _wheel_dirs("cuda_nvrtc", "lib") + _wheel_dirs("cu13", "lib"))
+
+
+def cuda_driver_candidates():
+    """The driver comes with the GPU's kernel driver, never in a wheel."""
+    return library_candidates("PYCOLL_CUDA_DRIVER_LIBRARY", ["libcuda.so.1", "libcuda.so"])
+
+
 class NcclBackend(VendorBackend):
     name = "nccl"
     memory = "cuda"
@@ -53,6 +63,13 @@ class NcclBackend(VendorBackend):
                           "[{why}]"),
         (cudart_candidates, "the CUDA runtime (libcudart) was not found -- pip install nvidia-cuda-runtime-cu12 "
                             "(or set PYCOLL_CUDART_LIBRARY) [{why}]"),
+    )
+    # Compensated mode on GPU memory: pycoll's kernels, compiled with NVRTC, launched through the driver.
+    device_kernel_libraries = (
+        (nvrtc_candidates, "NVRTC (libnvrtc), which compiles pycoll's CUDA kernels, was not found -- pip install "
+                           "nvidia-cuda-nvrtc-cu12 (or set PYCOLL_NVRTC_LIBRARY) [{why}]"),
+        (cuda_driver_candidates, "the CUDA driver (libcuda.so.1), which launches pycoll's CUDA kernels, was not "
+                                 "found -- install the NVIDIA driver (or set PYCOLL_CUDA_DRIVER_LIBRARY) [{why}]"),
     )
     algorithm_env = "NCCL_ALGO"
     algorithm_settings = NCCL_ALGORITHMS

@@ -34,6 +34,16 @@ def load_first(loader, candidates):
     return "; ".join(reasons)
 
 
+def load_libraries(libraries, loader):
+    """Load each (candidates, hint) library in order with loader(index, path); None, or the first failure's hint
+    with every candidate's reason in it."""
+    for library, (candidates, hint) in enumerate(libraries):
+        why = load_first(lambda path: loader(library, path), candidates())
+        if why:
+            return hint.format(why=why)
+    return None
+
+
 def library_candidates(env, names, dirs=()):
     """Where a library is looked for, first found wins: the path in $env when set; else each of `names` in each
     of `dirs` that exists; else the names themselves, for the system loader."""
@@ -165,6 +175,17 @@ class VendorEngine(Engine):
         ids = _ids()
         return buf.dtype in ids.FLOAT_DTYPES and op in (ids.SUM, ids.AVG)
 
+    def _compensated(self, kind, *args):
+        """pycoll's C schedules over the vendor's send/recv. On device memory they run the backend's device
+        kernels: loaded first, and where they cannot be, the refusal says what is missing and what to install."""
+        missing = self.backend.load_device_kernels()
+        try:
+            return self._comm("auto").compensated(kind, *args)
+        except BackendUnavailable as exc:
+            if missing:
+                raise BackendUnavailable(f"{exc}: {missing}") from None
+            raise
+
     def _vendor_op(self, op):
         """The op the vendor runs, and whether pycoll divides afterwards (a vendor without average sums)."""
         ids = _ids()
@@ -177,7 +198,7 @@ class VendorEngine(Engine):
         self._check_device(recv)
         stream = current_stream(recv.owner)
         if self._compensates(recv, op, accuracy):
-            return self._comm("auto").compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
+            return self._compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
         vop, divide = self._vendor_op(op)
         getattr(self._comm(algorithm), kind)(send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream)
         if divide:
@@ -205,8 +226,8 @@ class VendorEngine(Engine):
         # Off the root, the vendors ignore recvbuf; send's address stands in when the caller has none.
         target = recv if recv is not None else send
         if self._compensates(send, op, accuracy):
-            return self._comm("auto").compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
-                                                  current_stream(send.owner))
+            return self._compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
+                                     current_stream(send.owner))
         vop, divide = self._vendor_op(op)
         self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
                                   current_stream(send.owner))
@@ -234,6 +255,7 @@ class VendorBackend(Backend):
     choice); `native_avg` (False: avg is a sum, then a division on the device)."""
 
     libraries: tuple = ()
+    device_kernel_libraries: tuple = ()  # the same, for the device memory table compensated mode runs with
     algorithm_env = ""
     algorithm_settings: dict = {"auto": None}
     native_avg = True
@@ -241,12 +263,15 @@ class VendorBackend(Backend):
     def load(self):
         """None when the vendor's libraries are loaded, else why not and what to install or set."""
         from pycoll._bindings import vendor as _vendor
-        vendor = _vendor.Vendor(self.name)
-        for library, (candidates, hint) in enumerate(self.libraries):
-            why = load_first(lambda path: vendor.load(library, path), candidates())
-            if why:
-                return hint.format(why=why)
-        return None
+        return load_libraries(self.libraries, _vendor.Vendor(self.name).load)
+
+    def load_device_kernels(self):
+        """None when the libraries of the device kernels (device_kernel_libraries) are loaded, else why not and
+        what to install or set. Tried once per backend: a failed dlopen does not start working later."""
+        if not hasattr(self, "_device_kernels_missing"):
+            from pycoll._bindings import vendor as _vendor
+            self._device_kernels_missing = load_libraries(self.device_kernel_libraries, _vendor.cuda_kernels_load)
+        return self._device_kernels_missing
 
     def probe(self):
         try:

@@ -113,8 +113,9 @@ struct pycoll_p2p {
     /* How long a wait polls before it sleeps, set by the communicator from its options (a transport that
      * cannot poll ignores it). */
     int64_t spin_ns;
-    /* The elementwise kernels for the memory this transport's buffers live in (native/algorithms/reduction.h);
-     * NULL: host memory, kernels.h's SIMD kernels. */
+    /* The memory table for the memory this transport's buffers live in (native/algorithms/reduction.h): the
+     * elementwise kernels, copies and data scratch every schedule uses; NULL: host memory (kernels.h's SIMD
+     * kernels, memmove, malloc). May change between collectives (the communicator's workspace follows it). */
     const struct pycoll_memory_kernels *kernels;
 };
 
@@ -143,6 +144,12 @@ PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, 
                                                const pycoll_coll_desc_t *theirs_prev, const char *context);
 /* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
 PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
+/* Test hooks: a memory table (p2p->kernels) that is the host's behind counters and guarded allocations
+ * (native/transport/guarded_memory.c), standing in for a device table where there is no device, and the calls
+ * this process made so far to one of its entries: "copy", "alloc", "free", "compensated_load", ..., "live"
+ * (blocks not yet freed), "corrupt" (guard violations); -1 for an unknown name. */
+PYCOLL_API const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void);
+PYCOLL_API int64_t pycoll_guarded_memory_count(const char *entry);
 /* Names of the ids above ("?" for an unknown id): the one list every binding takes them from. */
 PYCOLL_API const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm);
 PYCOLL_API const char *pycoll_coll_name(pycoll_coll_t coll);

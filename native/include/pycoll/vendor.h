@@ -179,10 +179,22 @@ PYCOLL_API pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, voi
  * with the collective's buffer: NULL (pycoll_vendor_comm_error says why) where the vendor has no send/recv or
  * buf is memory the host cannot reach. */
 PYCOLL_API pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf);
+/* After a collective of pycoll's own over the transport: wait (until the communicator's timeout, then abort) for
+ * what it queued on `stream` -- on device memory its last kernels run after the last vendor group. */
+PYCOLL_API pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *comm, void *stream);
 PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf,
                                                    int64_t send_count, int32_t send_peer, void *recvbuf,
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
                                                    void *stream);
+
+/* pycoll's CUDA kernels (backends/cuda/cuda_kernels.c), what the vendor transport runs its schedules with on
+ * CUDA device memory: compiled at run time by NVRTC (library 0: libnvrtc) and launched through the CUDA driver
+ * (library 1: libcuda), both loaded from `path` (PYCOLL_ERR_UNSUPPORTED and why in error when that fails). */
+PYCOLL_API pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error,
+                                                    size_t error_len);
+/* The CUDA C source of the kernels for dtype, written to out (truncated to len); its length, or -1 for a dtype
+ * with none. */
+PYCOLL_API int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len);
 
 #ifdef __cplusplus
 }

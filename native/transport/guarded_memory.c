@@ -1,0 +1,225 @@
+/* A test double for a device memory table (algorithms/reduction.h): the host kernels, each call counted, and
+ * guarded allocations. The vendor transport uses it for "device" memory when PYCOLL_TEST_GUARDED_MEMORY is set
+ * at communicator creation (backends/common/vendor_comm.c) -- against the fake libnccl, whose device memory is
+ * host memory -- and the simulator on request (pycoll.simulate(..., guarded_memory=True)), so a test without
+ * a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
+ * transport's table, as a real device table needs:
+ * - a block from alloc is poisoned (all bits set: NaN in every float dtype), so a schedule that read scratch it
+ *   had not written through the table would change the result's bits;
+ * - each block carries a header and canaries on both sides; free checks them and that the block is one of its
+ *   own (a malloc'ed block freed here, or an overrun, counts as "corrupt");
+ * - every range a kernel or copy is given that starts inside a live block must end inside it ("corrupt"
+ *   otherwise);
+ * - "live" counts blocks not yet freed: 0 once the communicator is destroyed.
+ * pycoll_guarded_memory_count reads the counters. Not for production: it is the host path, slower. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "algorithms/reduction.h"
+
+enum {
+    G_REDUCE_INTO, G_REDUCE, G_SCALE_AVG, G_LOAD, G_COMBINE, G_STORE, G_COPY, G_ALLOC, G_FREE, G_LIVE, G_CORRUPT,
+    G_NUM
+};
+static const char *const entry_names[G_NUM] = {"reduce_into", "reduce", "scale_avg", "compensated_load",
+                                               "compensated_combine", "compensated_store", "copy", "alloc",
+                                               "free", "live", "corrupt"};
+static _Atomic int64_t counts[G_NUM];
+
+enum { CANARY_BYTES = 64, CANARY = 0xC5, POISON = 0xFF, FREED = 0xDD };
+static const uint64_t MAGIC = 0x70636f6c6c677264ull; /* "pcollgrd" */
+
+typedef struct block {
+    uint64_t magic;
+    int64_t nbytes;
+    struct block *prev, *next; /* the live blocks, to bound-check ranges */
+    unsigned char front[CANARY_BYTES];
+} block_t; /* the data follows, then CANARY_BYTES of back canary */
+
+static mtx_t lock;
+static once_flag lock_once = ONCE_FLAG_INIT;
+static block_t *live;
+
+static void init_lock(void)
+{
+    mtx_init(&lock, mtx_plain);
+}
+
+static unsigned char *data_of(block_t *b)
+{
+    return (unsigned char *)(b + 1);
+}
+
+static int canaries_intact(block_t *b)
+{
+    const unsigned char *back = data_of(b) + b->nbytes;
+    for (int i = 0; i < CANARY_BYTES; i++)
+        if (b->front[i] != CANARY || back[i] != CANARY)
+            return 0;
+    return 1;
+}
+
+/* A range that starts inside a live block must end inside it. */
+static void check_range(const void *p, int64_t nbytes)
+{
+    const unsigned char *q = p;
+    call_once(&lock_once, init_lock);
+    mtx_lock(&lock);
+    for (block_t *b = live; b; b = b->next) {
+        unsigned char *d = data_of(b);
+        if (q >= d && q <= d + b->nbytes) {
+            if (nbytes < 0 || q + nbytes > d + b->nbytes)
+                counts[G_CORRUPT]++;
+            break;
+        }
+    }
+    mtx_unlock(&lock);
+}
+
+static int64_t bytes_of(int64_t count, pycoll_dtype_t dtype)
+{
+    return count * (int64_t)pycoll_dtype_size(dtype);
+}
+
+static int64_t acc_bytes(int64_t count, pycoll_dtype_t dtype)
+{
+    return bytes_of(count, pycoll_accumulator_dtype(dtype));
+}
+
+/* Counts a call to entry and checks its n (pointer, bytes) ranges. */
+static void guard(int entry, int n, ...)
+{
+    counts[entry]++;
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        const void *p = va_arg(ap, const void *);
+        check_range(p, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+}
+
+static pycoll_status_t g_reduce_into(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op)
+{
+    guard(G_REDUCE_INTO, 2, dst, bytes_of(count, dtype), src, bytes_of(count, dtype));
+    return pycoll_reduce_into(dst, src, count, dtype, op);
+}
+
+static pycoll_status_t g_reduce(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
+                                pycoll_op_t op)
+{
+    int64_t n = bytes_of(count, dtype);
+    guard(G_REDUCE, 3, out, n, a, n, b, n);
+    return pycoll_reduce(out, a, b, count, dtype, op);
+}
+
+static pycoll_status_t g_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor)
+{
+    guard(G_SCALE_AVG, 1, buf, bytes_of(count, dtype));
+    return pycoll_scale_avg(buf, count, dtype, divisor);
+}
+
+static pycoll_status_t g_load(void *sum, void *comp, const void *src, int64_t count, pycoll_dtype_t dtype)
+{
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_LOAD, 3, sum, a, comp, a, src, bytes_of(count, dtype));
+    return pycoll_compensated_load(sum, comp, src, count, dtype);
+}
+
+static pycoll_status_t g_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
+                                 int64_t count, pycoll_dtype_t dtype)
+{
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_COMBINE, 4, dst_sum, a, dst_comp, a, src_sum, a, src_comp, a);
+    return pycoll_compensated_combine(dst_sum, dst_comp, src_sum, src_comp, count, dtype);
+}
+
+static pycoll_status_t g_store(void *dst, const void *sum, const void *comp, int64_t count, pycoll_dtype_t dtype,
+                               int64_t divisor)
+{
+    int64_t a = acc_bytes(count, dtype);
+    guard(G_STORE, 3, dst, bytes_of(count, dtype), sum, a, comp, a);
+    return pycoll_compensated_store(dst, sum, comp, count, dtype, divisor);
+}
+
+static pycoll_status_t g_copy(void *dst, const void *src, int64_t nbytes)
+{
+    guard(G_COPY, 2, dst, nbytes, src, nbytes);
+    memmove(dst, src, (size_t)nbytes);
+    return PYCOLL_OK;
+}
+
+static void *g_alloc(int64_t nbytes)
+{
+    if (nbytes < 0)
+        return NULL;
+    block_t *b = malloc(sizeof *b + (size_t)nbytes + CANARY_BYTES);
+    if (!b)
+        return NULL;
+    b->magic = MAGIC;
+    b->nbytes = nbytes;
+    memset(b->front, CANARY, CANARY_BYTES);
+    memset(data_of(b), POISON, (size_t)nbytes);
+    memset(data_of(b) + nbytes, CANARY, CANARY_BYTES);
+    call_once(&lock_once, init_lock);
+    mtx_lock(&lock);
+    b->prev = NULL;
+    b->next = live;
+    if (live)
+        live->prev = b;
+    live = b;
+    mtx_unlock(&lock);
+    counts[G_ALLOC]++;
+    counts[G_LIVE]++;
+    return data_of(b);
+}
+
+static void g_free(void *p)
+{
+    if (!p)
+        return;
+    counts[G_FREE]++;
+    block_t *b = (block_t *)p - 1;
+    call_once(&lock_once, init_lock);
+    mtx_lock(&lock);
+    block_t *found = live;
+    while (found && found != b)
+        found = found->next;
+    if (found) {
+        if (b->prev)
+            b->prev->next = b->next;
+        else
+            live = b->next;
+        if (b->next)
+            b->next->prev = b->prev;
+    }
+    mtx_unlock(&lock);
+    if (!found || b->magic != MAGIC || !canaries_intact(b)) {
+        counts[G_CORRUPT]++; /* not one of ours, or overrun: leak it rather than free what we do not own */
+        return;
+    }
+    counts[G_LIVE]--;
+    b->magic = 0;
+    memset(data_of(b), FREED, (size_t)b->nbytes);
+    free(b);
+}
+
+static const pycoll_memory_kernels_t guarded_kernels = {
+    "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free, NULL};
+
+const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void)
+{
+    return &guarded_kernels;
+}
+
+int64_t pycoll_guarded_memory_count(const char *entry)
+{
+    for (int i = 0; i < G_NUM; i++)
+        if (strcmp(entry, entry_names[i]) == 0)
+            return counts[i];
+    return -1;
+}

@@ -1,0 +1,94 @@
+"""The C schedules touch collective data only through the transport's memory table (native/algorithms/
+reduction.h): every copy, every kernel and every data scratch buffer. Checked on the simulated transport with the
+guarded test table (native/transport/guarded_memory.c: the host kernels behind counters, allocations poisoned with
+all-ones bits and fenced by canaries) standing in for a device one, for every collective, algorithm and accuracy:
+the bits equal the host table's, every block the table handed out is returned intact, no kernel or copy runs past
+a block, and the table was used. (tests/test_nccl_compensated.py does the same over the vendor transport.)"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pycoll._bindings.sim import guarded_memory_count
+from pycoll.accuracy import make_inputs
+from pycoll.simulate import simulate
+
+ENTRIES = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
+           "compensated_store", "reduce_into", "reduce", "scale_avg")
+
+
+def _counts():
+    return {entry: guarded_memory_count(entry) for entry in ENTRIES}
+
+
+def _run(coll, inputs, **kwargs):
+    before = _counts()
+    guarded = simulate(coll, inputs, guarded_memory=True, **kwargs)
+    after = _counts()
+    host = simulate(coll, inputs, **kwargs)
+    assert _counts() == after, "the host table went through the guarded one"
+    for rank, (g, h) in enumerate(zip(guarded, host)):
+        if h is None:
+            assert g is None
+            continue
+        assert np.asarray(g).tobytes() == np.asarray(h).tobytes(), (coll, kwargs, rank)
+    calls = {entry: after[entry] - before[entry] for entry in ENTRIES}
+    assert calls["corrupt"] == 0, calls
+    assert calls["live"] == 0 and calls["alloc"] == calls["free"], calls  # every block back, when each comm closes
+    return calls
+
+
+ALL_REDUCE = ("ring", "halving_doubling", "mesh", "recursive_doubling")
+REDUCE_SCATTER = ("ring", "halving_doubling", "mesh")
+
+
+@pytest.mark.parametrize("world", [3, 4])
+@pytest.mark.parametrize("accuracy", ["fast", "compensated"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_all_reduce_and_reduce_scatter_every_algorithm(world, accuracy, dtype):
+    inputs = make_inputs("mixed", world, 1001, dtype, seed=11)
+    for algorithm in ALL_REDUCE:
+        for op in ("sum", "avg", "max"):
+            calls = _run("all_reduce", inputs, op=op, algorithm=algorithm, accuracy=accuracy)
+            if algorithm == "mesh" and accuracy == "fast":
+                assert calls["copy"] >= world, calls  # each rank's first contribution into its accumulator
+            kernels = sum(calls[k] for k in ENTRIES if k not in ("copy", "alloc", "free", "live", "corrupt"))
+            assert kernels > 0, (algorithm, op, calls)
+            if accuracy == "compensated" and op != "max":
+                assert calls["compensated_store"] > 0 and calls["alloc"] > 0, (algorithm, op, calls)
+    full = [np.concatenate([x] * world) for x in inputs]
+    for algorithm in REDUCE_SCATTER:
+        calls = _run("reduce_scatter", full, op="sum", algorithm=algorithm, accuracy=accuracy)
+        assert calls["alloc"] > 0, (algorithm, calls)  # the partials live in table memory
+
+
+@pytest.mark.parametrize("accuracy", ["fast", "compensated"])
+@pytest.mark.parametrize("count", [1001, 40_000])  # reduce: the binomial tree, then (past 64 KiB) scatter-gather
+def test_reduce_all_gather_broadcast(accuracy, count):
+    inputs = make_inputs("mixed", 4, count, "float32", seed=12)
+    for root in (0, 3):
+        calls = _run("reduce", inputs, op="sum", root=root, accuracy=accuracy, algorithm="auto")
+        assert calls["alloc"] > 0, calls
+    calls = _run("all_gather", inputs, algorithm="auto")
+    assert calls["copy"] >= 4, calls  # each rank's own block into the result
+    _run("broadcast", inputs, root=2, algorithm="auto")
+
+
+def test_empty_and_single_rank():
+    _run("all_reduce", make_inputs("mixed", 1, 7, "float32", seed=1), accuracy="compensated")
+    _run("all_reduce", [np.zeros(0, np.float32)] * 3, accuracy="compensated")
+
+
+def test_no_schedule_copies_data_behind_the_tables_back():
+    """The counters above see only calls that reach the table; a plain memcpy would not show. So: no memcpy or
+    memmove in the communicator or the algorithms outside reduction.c's host table, and malloc only there
+    (host_alloc) and in schedule.c's scratch_alloc, which holds bookkeeping (data scratch is data_alloc's)."""
+    root = Path(__file__).resolve().parent.parent / "native"
+    for path in sorted((root / "algorithms").glob("*.c")) + sorted((root / "comm").glob("*.c")):
+        text = path.read_text()
+        copies = re.findall(r"\bmem(?:cpy|move)\s*\(", text)
+        assert len(copies) == (1 if path.name == "reduction.c" else 0), path.name  # host_copy's memmove
+        allocs = re.findall(r"\b(?:malloc|realloc)\s*\(", text)
+        assert len(allocs) == (1 if path.name in ("reduction.c", "schedule.c") else 0), path.name
