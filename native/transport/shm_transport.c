@@ -69,21 +69,15 @@ typedef struct ring {
 typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 
 typedef struct shm_peer {
+    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
     ring_t in, out;     /* in: peer -> this rank (this rank's segment); out: this rank -> peer (its segment) */
     void *in_map, *out_map;
     int pidfd;          /* -1: liveness unknown (another pid namespace, or pidfd_open unavailable) */
     peer_state_t state;
-    pycoll_request_t *send_head, *send_tail;
     pycoll_frame_header_t send_hdr;
     int64_t send_hdr_done;
-    pycoll_request_t *recv_head, *recv_tail;
     pycoll_frame_header_t recv_hdr;
     int hdr_parked;     /* recv_hdr is a data header waiting for (or being copied into) its receive */
-    pycoll_request_t probe;
-    int probe_queued;
-    uint64_t probed_seq;
-    uint64_t waits_for_seq; /* from the peer's last STATE frame, as over TCP */
-    int32_t waits_for;
 } shm_peer_t;
 
 typedef struct shm_transport {
@@ -173,7 +167,7 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
     peer->recv_hdr = h;
     peer->hdr_parked = 0;
     peer->state = PEER_DEPARTED;
-    return pycoll_frame_on_goodbye(&t->base, r, &h, t->finalizing, peer->recv_head || peer->send_head);
+    return pycoll_frame_on_goodbye(&t->base, r, &h, t->finalizing, peer->q.recv_head || peer->q.send_head);
 }
 
 /* A header was read: decide what it is. *consumed for frames that carry nothing for a receive. */
@@ -189,8 +183,8 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
         pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing);
         if (st != PYCOLL_OK)
             return st;
-        peer->waits_for_seq = h->desc.seq;
-        peer->waits_for = h->failed_rank;
+        peer->q.waits_for_seq = h->desc.seq;
+        peer->q.waits_for = h->failed_rank;
         if (h->desc.seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
             queue_probe(t, r);
         return PYCOLL_OK;
@@ -217,7 +211,7 @@ static pycoll_status_t progress_recv(shm_transport_t *t, int r)
             peer->hdr_parked = !consumed;
             continue;
         }
-        pycoll_request_t *req = peer->recv_head;
+        pycoll_request_t *req = peer->q.recv_head;
         if (!req)
             return check_closed(t, r, 0); /* parked: wait for the matching receive to be posted */
         if (req->progress == 0) {
@@ -232,7 +226,7 @@ static pycoll_status_t progress_recv(shm_transport_t *t, int r)
         }
         if (req->progress < req->nbytes)
             return n > 0 ? PYCOLL_OK : check_closed(t, r, 0);
-        pycoll_dequeue_complete(&peer->recv_head, &peer->recv_tail);
+        pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
         peer->hdr_parked = 0;
     }
     return t->base.status;
@@ -244,12 +238,12 @@ static pycoll_status_t progress_recv(shm_transport_t *t, int r)
 static void progress_send(shm_transport_t *t, int r)
 {
     shm_peer_t *peer = &t->peers[r];
-    while (peer->send_head && peer->state == PEER_OPEN) {
-        pycoll_request_t *req = peer->send_head;
+    while (peer->q.send_head && peer->state == PEER_OPEN) {
+        pycoll_request_t *req = peer->q.send_head;
         if (peer->send_hdr_done == 0 && req->progress == 0) {
-            pycoll_frame_fill(&t->base, &peer->send_hdr, req == &peer->probe ? FRAME_STATE : FRAME_DATA, req->tag,
+            pycoll_frame_fill(&t->base, &peer->send_hdr, req == &peer->q.probe ? FRAME_STATE : FRAME_DATA, req->tag,
                               req->nbytes);
-            if (req == &peer->probe)
+            if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
         if (peer->send_hdr_done < HEADER_BYTES) {
@@ -264,10 +258,10 @@ static void progress_send(shm_transport_t *t, int r)
             if (req->progress < req->nbytes)
                 return; /* the ring is full */
         }
-        pycoll_dequeue_complete(&peer->send_head, &peer->send_tail);
+        pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
         peer->send_hdr_done = 0;
-        if (req == &peer->probe)
-            peer->probe_queued = 0;
+        if (req == &peer->q.probe)
+            peer->q.probe_queued = 0;
     }
 }
 
@@ -290,38 +284,24 @@ static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     if (peer->state == PEER_DEPARTED)
         return departed_needed(t, req->peer, ", but rank %d still needs it");
     if (req->is_send) {
-        pycoll_enqueue(&peer->send_head, &peer->send_tail, req);
+        pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
         progress_send(t, req->peer);
         return PYCOLL_OK;
     }
-    pycoll_enqueue(&peer->recv_head, &peer->recv_tail, req);
+    pycoll_enqueue(&peer->q.recv_head, &peer->q.recv_tail, req);
     return progress_recv(t, req->peer);
 }
 
 /* ---- waiting ---- */
 
+/* Tell peer r (once per collective) which collective this rank is in and whom it waits for. */
 static void queue_probe(shm_transport_t *t, int r)
 {
-    shm_peer_t *peer = &t->peers[r];
-    if (peer->state != PEER_OPEN || peer->probe_queued || peer->probed_seq == t->base.desc.seq)
-        return;
-    peer->probed_seq = t->base.desc.seq;
-    peer->probe_queued = 1;
-    peer->probe = (pycoll_request_t){.peer = r, .is_send = 1};
-    pycoll_enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
-    progress_send(t, r);
+    if (t->peers[r].state == PEER_OPEN && pycoll_queue_probe(&t->base, &t->peers[r].q, r))
+        progress_send(t, r);
 }
 
-static void probe_peers(shm_transport_t *t, pycoll_request_t *const *reqs, int n)
-{
-    t->waiting_for = pycoll_first_pending_peer(reqs, n);
-    for (int i = 0; i < n; i++)
-        if (!reqs[i]->complete && !reqs[i]->is_send)
-            queue_probe(t, reqs[i]->peer);
-    for (int r = 0; r < t->base.size; r++)
-        if (t->peers[r].waits_for_seq == t->base.desc.seq && t->peers[r].waits_for == t->base.rank)
-            queue_probe(t, r);
-}
+static void tell(void *t, int r) { queue_probe(t, r); }
 
 /* A peer whose process has exited (a zombie included: its pidfd is readable) without closing its rings.
  * What it wrote before dying is read first: an ABORT or GOODBYE it left says more than its death. */
@@ -351,7 +331,7 @@ static int progress_all(shm_transport_t *t)
             continue;
         uint64_t in_tail = atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed);
         uint64_t out_head = atomic_load_explicit(&peer->out.ctrl->head, memory_order_relaxed);
-        if (peer->send_head)
+        if (peer->q.send_head)
             progress_send(t, r);
         progress_recv(t, r);
         moved |= in_tail != atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed) ||
@@ -376,7 +356,7 @@ static void check_parked_headers(shm_transport_t *t)
     t->checked_seq = t->base.desc.seq;
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         shm_peer_t *peer = &t->peers[r];
-        if (peer->state == PEER_OPEN && peer->hdr_parked && !(peer->recv_head && peer->recv_head->progress))
+        if (peer->state == PEER_OPEN && peer->hdr_parked && !(peer->q.recv_head && peer->q.recv_head->progress))
             pycoll_frame_check_data(&t->base, r, &peer->recv_hdr);
     }
 }
@@ -396,11 +376,12 @@ static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int64_t now = pycoll_now_ns();
         if (!probed && now - started >= PYCOLL_PROBE_AFTER_NS) {
             probed = 1;
-            probe_peers(t, reqs, n);
+            t->waiting_for = pycoll_first_pending_peer(reqs, n);
+            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
         }
         if (now >= p2p->deadline_ns) {
             const int32_t waited = pycoll_first_pending_peer(reqs, n);
-            pycoll_frame_timeout(p2p, waited, t->peers[waited].waits_for_seq, t->peers[waited].waits_for);
+            pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
             break;
         }
         if (now >= next_check) {
@@ -454,14 +435,6 @@ static void close_rings(shm_transport_t *t, uint32_t how)
     }
 }
 
-static void drop_queues(shm_transport_t *t)
-{
-    for (int r = 0; r < t->base.size; r++) {
-        t->peers[r].send_head = t->peers[r].send_tail = NULL;
-        t->peers[r].recv_head = t->peers[r].recv_tail = NULL;
-        t->peers[r].probe_queued = 0;
-    }
-}
 
 static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
 {
@@ -473,7 +446,7 @@ static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
         t->aborted = 1;
         close_rings(t, RING_ABORT);
     }
-    drop_queues(t);
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
 }
 
 static int any_peer_open(const shm_transport_t *t)
@@ -492,7 +465,8 @@ static pycoll_status_t shm_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
     t->finalizing = 1;
     t->said_goodbye = 1;
     close_rings(t, RING_GOODBYE);
-    drop_queues(t); /* only probes can be left; a peer that reads this far needs none */
+    /* only probes can be left; a peer that reads this far needs none */
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
     for (int r = 0; r < p2p->size && p2p->status == PYCOLL_OK; r++) {
         shm_peer_t *peer = &t->peers[r];
         if (r == p2p->rank || peer->state == PEER_DEAD)

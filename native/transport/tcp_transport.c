@@ -41,26 +41,18 @@ typedef pycoll_frame_header_t frame_header_t;
 typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 
 typedef struct tcp_peer {
+    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
     int fd;
     peer_state_t state;
     /* sending */
-    pycoll_request_t *send_head, *send_tail;
     frame_header_t send_hdr;
     int64_t send_hdr_done; /* bytes of send_hdr already written for send_head */
     /* receiving */
-    pycoll_request_t *recv_head, *recv_tail;
     frame_header_t recv_hdr;
     int64_t recv_hdr_done; /* == sizeof(frame_header_t) once a header is parked, waiting for its recv */
     char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
     int64_t in_start, in_end;
     int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
-    pycoll_request_t probe; /* a STATE frame queued behind the sends (never cut into a data frame) */
-    int probe_queued;
-    uint64_t probed_seq;   /* the collective this peer was last told about */
-    /* From the peer's last STATE frame: in collective waits_for_seq it was blocked waiting for rank
-     * waits_for, so a rank that times out waiting for this peer can name the rank at the end of the chain. */
-    uint64_t waits_for_seq;
-    int32_t waits_for;
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -146,7 +138,7 @@ static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
     peer->state = PEER_DEPARTED;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
     return pycoll_frame_on_goodbye(&t->base, r, &peer->recv_hdr, t->finalizing,
-                                   peer->recv_head || peer->send_head);
+                                   peer->q.recv_head || peer->q.send_head);
 }
 
 static void queue_probe(tcp_transport_t *t, int r);
@@ -161,8 +153,8 @@ static pycoll_status_t on_state(tcp_transport_t *t, int r)
     pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing);
     if (st != PYCOLL_OK)
         return st;
-    peer->waits_for_seq = theirs->seq;
-    peer->waits_for = peer->recv_hdr.failed_rank;
+    peer->q.waits_for_seq = theirs->seq;
+    peer->q.waits_for = peer->recv_hdr.failed_rank;
     if (theirs->seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
         queue_probe(t, r);
     return PYCOLL_OK;
@@ -195,7 +187,7 @@ static pycoll_status_t on_header(tcp_transport_t *t, int r, int *consumed)
 /* Match a parked header against the posted receive at the head of the queue. */
 static pycoll_status_t match_header(tcp_transport_t *t, int r)
 {
-    return pycoll_frame_match(&t->base, r, &t->peers[r].recv_hdr, t->peers[r].recv_head);
+    return pycoll_frame_match(&t->base, r, &t->peers[r].recv_hdr, t->peers[r].q.recv_head);
 }
 
 /* recv from peer r; returns the bytes read, 0 when the socket has nothing now (or an error was recorded).
@@ -261,7 +253,7 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
                 continue;
             }
         }
-        pycoll_request_t *req = peer->recv_head;
+        pycoll_request_t *req = peer->q.recv_head;
         if (!req)
             return PYCOLL_OK; /* parked: wait for the matching receive to be posted */
         if (req->progress == 0) {
@@ -285,7 +277,7 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
                 req->progress += n;
         }
         if (req->progress == req->nbytes) {
-            pycoll_dequeue_complete(&peer->recv_head, &peer->recv_tail);
+            pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
             peer->recv_hdr_done = 0;
         }
     }
@@ -298,23 +290,23 @@ static void fill_header(tcp_transport_t *t, frame_header_t *h, int kind, uint32_
 
 static void dequeue_sent(tcp_peer_t *peer, pycoll_request_t *req)
 {
-    pycoll_dequeue_complete(&peer->send_head, &peer->send_tail);
+    pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
     peer->send_hdr_done = 0;
-    if (req == &peer->probe)
-        peer->probe_queued = 0;
+    if (req == &peer->q.probe)
+        peer->q.probe_queued = 0;
 }
 
 /* Write to peer r while the socket takes data. Header and payload go out in one sendmsg. */
 static pycoll_status_t progress_send(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
-    while (peer->send_head) {
+    while (peer->q.send_head) {
         if (peer->state == PEER_DEAD)
             return PYCOLL_OK; /* already reported */
-        pycoll_request_t *req = peer->send_head;
+        pycoll_request_t *req = peer->q.send_head;
         if (peer->send_hdr_done == 0 && req->progress == 0) {
-            fill_header(t, &peer->send_hdr, req == &peer->probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
-            if (req == &peer->probe)
+            fill_header(t, &peer->send_hdr, req == &peer->q.probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
+            if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
         struct iovec iov[2];
@@ -366,9 +358,9 @@ static pycoll_status_t tcp_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     if (peer->state == PEER_DEPARTED)
         return departed_peer_needed(t, req->peer, ", but rank %d still needs it");
     if (req->is_send)
-        pycoll_enqueue(&peer->send_head, &peer->send_tail, req);
+        pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
     else
-        pycoll_enqueue(&peer->recv_head, &peer->recv_tail, req);
+        pycoll_enqueue(&peer->q.recv_head, &peer->q.recv_tail, req);
     /* Start right away: small messages usually go out (or are found waiting) without a trip through epoll. */
     return req->is_send ? progress_send(t, req->peer) : progress_recv(t, req->peer);
 }
@@ -385,7 +377,7 @@ static void check_parked_headers(tcp_transport_t *t)
     t->checked_seq = t->base.desc.seq;
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         tcp_peer_t *peer = &t->peers[r];
-        if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->recv_head && peer->recv_head->progress))
+        if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->q.recv_head && peer->q.recv_head->progress))
             check_data_header(t, r);
     }
 }
@@ -393,27 +385,16 @@ static void check_parked_headers(tcp_transport_t *t)
 /* Tell peer r (once per collective) which collective this rank is in and whom it waits for. */
 static void queue_probe(tcp_transport_t *t, int r)
 {
-    tcp_peer_t *peer = &t->peers[r];
-    if (peer->state != PEER_OPEN || peer->probe_queued || peer->probed_seq == t->base.desc.seq)
-        return;
-    peer->probed_seq = t->base.desc.seq;
-    peer->probe_queued = 1;
-    peer->probe = (pycoll_request_t){.peer = r, .is_send = 1};
-    pycoll_enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
-    progress_send(t, r);
+    if (t->peers[r].state == PEER_OPEN && pycoll_queue_probe(&t->base, &t->peers[r].q, r))
+        progress_send(t, r);
 }
 
-/* A wait blocked for PROBE_AFTER_NS: tell the peers it waits for, and those that said they wait for this rank
- * in this collective (they can then name whom this rank waits for when they time out). */
+static void tell(void *t, int r) { queue_probe(t, r); }
+
 static void probe_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
 {
     t->waiting_for = pycoll_first_pending_peer(reqs, n);
-    for (int i = 0; i < n; i++)
-        if (!reqs[i]->complete && !reqs[i]->is_send)
-            queue_probe(t, reqs[i]->peer);
-    for (int r = 0; r < t->base.size; r++)
-        if (t->peers[r].waits_for_seq == t->base.desc.seq && t->peers[r].waits_for == t->base.rank)
-            queue_probe(t, r);
+    pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
 }
 
 /* The timeout error: the peer this wait was for, or, when that peer said it waits for another rank in this
@@ -421,7 +402,7 @@ static void probe_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n
 static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
 {
     const int32_t waited = pycoll_first_pending_peer(reqs, n);
-    pycoll_frame_timeout(&t->base, waited, t->peers[waited].waits_for_seq, t->peers[waited].waits_for);
+    pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
 }
 
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
@@ -516,7 +497,7 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
         tcp_peer_t *peer = &t->peers[r];
         if (r == t->base.rank || peer->fd < 0 || peer->state == PEER_DEAD)
             continue;
-        pycoll_request_t *req = peer->send_head;
+        pycoll_request_t *req = peer->q.send_head;
         if (req && (peer->send_hdr_done > 0 || req->progress > 0)) {
             if (write_all(peer->fd, (char *)&peer->send_hdr + peer->send_hdr_done,
                           (int64_t)sizeof(frame_header_t) - peer->send_hdr_done, deadline) != 0 ||
@@ -533,11 +514,7 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
 
 static void drop_queues(tcp_transport_t *t)
 {
-    for (int r = 0; r < t->base.size; r++) {
-        t->peers[r].send_head = t->peers[r].send_tail = NULL;
-        t->peers[r].recv_head = t->peers[r].recv_tail = NULL;
-        t->peers[r].probe_queued = 0;
-    }
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
 }
 
 static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
