@@ -39,7 +39,7 @@ def machine() -> str:
 
 def sweep_rows(world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "-b", args.b, "-e", args.e, "-f", str(args.f),
-           "-d", "float32", "-o", "sum", "--algorithm", "all", "--compare", "gloo,mpi", "--json", str(json_path)]
+           "-d", "float32", "-o", "sum", "--algorithm", "all", "--compare", "gloo,mpi-tcp", "--json", str(json_path)]
     print("$", " ".join(cmd[2:]), flush=True)
     # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
@@ -61,7 +61,7 @@ def world_table(rows, world):
     columns = [f"pycoll {a}" for a in ALGORITHMS] + ["gloo", "Open MPI"]
 
     def column(r):
-        return {"gloo": "gloo", "mpi": "Open MPI"}.get(r["backend"], f"pycoll {r['algorithm']}")
+        return {"gloo": "gloo", "mpi-tcp": "Open MPI"}.get(r["backend"], f"pycoll {r['algorithm']}")
 
     by_size = {}
     for r in rows:

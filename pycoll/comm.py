@@ -38,7 +38,7 @@ def _close_at_exit():
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
-    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0):
+    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None):
         self._engine = engine
         self._rank = rank
         self._size = size
@@ -48,11 +48,19 @@ class Communicator:
         self.last_algorithm = None
         self._failed = False
         self._default_algorithm = default_algorithm()
+        if hosts is None:
+            from pycoll.rendezvous.hosts import Hosts
+            hosts = Hosts.from_identities([""] * size, rank)
+        self._hosts = hosts
         _open_communicators.add(self)
 
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
     size = property(lambda self: self._size, doc="The number of ranks.")
     backend = property(lambda self: self._backend.name, doc="The backend's name.")
+    hosts = property(lambda self: self._hosts.count, doc="The number of hosts the ranks are on (rendezvous: ranks "
+                     "share a host when they share boot id, IPC and network namespace).")
+    local_rank = property(lambda self: self._hosts.local_rank, doc="This rank's index among its host's ranks.")
+    local_size = property(lambda self: self._hosts.local_size, doc="The number of ranks on this rank's host.")
 
     def __repr__(self):
         state = "closed" if self._engine is None else "open"
@@ -229,10 +237,11 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
     The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
     """
+    from pycoll.rendezvous import hosts as host_detection
     from pycoll.rendezvous.store import rendezvous
 
     if backend is None:
-        backend = os.environ.get("PYCOLL_BACKEND") or "tcp"
+        backend = os.environ.get("PYCOLL_BACKEND") or "cpu"
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a string, got {type(backend).__name__}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
@@ -244,13 +253,15 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     own_store, store = rendezvous(env, store, timeout=timeout, secret=secret)  # keys scoped to this init
     job_id = job_id or launch_env.job_id() or f"{env.master_addr}:{env.master_port}"
     try:
+        hosts = host_detection.exchange(store, env.rank, env.world_size, float(timeout))
         engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
                                options={"master_addr": env.master_addr, "ifname": ifname, "secret": secret,
-                                        "job_id": job_id, "local_rank": env.local_rank})
+                                        "job_id": job_id, "local_rank": env.local_rank,
+                                        "hosts": hosts})
     except BaseException:
         if own_store is not None:
             own_store.close()
         raise
     return Communicator(engine, rank=env.rank, size=env.world_size, backend=plugin, store=own_store,
-                        timeout=timeout)
+                        timeout=timeout, hosts=hosts)
 

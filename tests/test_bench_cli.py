@@ -163,6 +163,19 @@ def test_table_json_and_csv_of_a_small_sweep(tmp_path):
     assert out_csv.read_text().splitlines()[0].startswith("bytes,count,dtype,op,algorithm")
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.xfail(strict=False, reason="a rendezvous race, not the bench: a rank that re-inits while rank 0's "
+                   "previous store is closing can get HandshakeError('closed it before admitting us') instead of "
+                   "retrying (seen once in 2 full-suite runs under load)")
+def test_several_backends_run_one_after_the_other_on_every_rank(tmp_path):
+    """Every rank inits each backend in turn (a rank without rows must not leave after the first)."""
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "8", "-e", "64", *FAST, "--backend", "shm,tcp", "--json", str(out_json),
+                   timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted({r["backend"] for r in json.loads(out_json.read_text())}) == ["shm", "tcp"]
+
+
 @pytest.mark.timeout(120)
 def test_sweep_covers_every_dtype_op_algorithm_and_accuracy(tmp_path):
     out = tmp_path / "rows.json"

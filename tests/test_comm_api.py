@@ -16,7 +16,8 @@ def comm():
 
 
 def test_attributes_and_repr(comm):
-    assert (comm.rank, comm.size, comm.backend) == (0, 1, "tcp")
+    assert (comm.rank, comm.size, comm.backend) == (0, 1, "cpu")  # the default backend for host memory
+    assert (comm.hosts, comm.local_rank, comm.local_size) == (1, 0, 1)
     assert "rank=0 size=1" in repr(comm)
 
 

@@ -10,6 +10,13 @@ import pytest
 from multiproc import Ranks
 
 
+@pytest.fixture(autouse=True)
+def tcp_backend(monkeypatch):
+    """These tests are about the TCP transport: backend="cpu", the default, would pick shared memory here.
+    (test_comm_shm.py runs several of them over shared memory with its own fixture.)"""
+    monkeypatch.setenv("PYCOLL_BACKEND", "tcp")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_collectives_are_exact_across_processes(n):

@@ -55,6 +55,9 @@ def test_job_across_hosts(hosts):
                wrap=lambda r: ["ip", "netns", "exec", hosts[r]]) as ranks:
         reports = ranks.reports()
     assert all(rep.get("ok") for rep in reports.values()), reports
+    # The default backend ("cpu") finds the ranks on separate hosts and runs over TCP.
+    for rep in reports.values():
+        assert (rep["backend"], rep["transport"], rep["hosts"], rep["local_size"]) == ("cpu", "tcp", len(hosts), 1)
 
 
 @pytest.mark.parametrize("hosts", [3], indirect=True)
@@ -66,3 +69,7 @@ def test_interface_chosen_by_name_and_two_ranks_per_host(hosts):
                wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
         reports = ranks.reports()
     assert all(rep.get("ok") for rep in reports.values()), reports
+    # Ranks 0 and 3 share host 0: its local ranks 0 and 1; the job still runs over TCP (one transport per job).
+    assert [(reports[r]["local_rank"], reports[r]["local_size"]) for r in range(4)] == [(0, 2), (0, 1), (0, 1),
+                                                                                          (1, 2)], reports
+    assert all(rep["hosts"] == 3 and rep["transport"] == "tcp" for rep in reports.values()), reports

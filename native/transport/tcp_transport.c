@@ -28,51 +28,31 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "common/frame.h"
+#include "common/request_queue.h"
 #include "pycoll/transports.h"
 
-#define FRAME_MAGIC 0x50434c31u /* "PCL1" */
-#define ABORT_DRAIN_NS 200000000LL /* how long an aborting rank tries to get its reason out */
 #define INBUF_BYTES (64 * 1024) /* per-peer read-ahead: larger payloads bypass it */
-/* A wait blocked this long tells the peers it waits for what it is in. Long enough that no collective that
- * merely takes time pays for it more than once per peer; short enough to turn a disagreement into an error
- * at once rather than at the deadline. */
-#define PROBE_AFTER_NS 50000000LL
+#define PROBE_AFTER_NS PYCOLL_PROBE_AFTER_NS
+#define ABORT_DRAIN_NS PYCOLL_ABORT_DRAIN_NS
 
-enum frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4 };
-
-typedef struct frame_header {
-    uint32_t magic;
-    uint32_t tag;    /* DATA: the message tag; ABORT: the pycoll_status_t */
-    int64_t nbytes;  /* payload bytes (ABORT: the message text) */
-    int32_t kind;
-    int32_t failed_rank; /* ABORT: the rank the error is about */
-    pycoll_coll_desc_t desc;
-    pycoll_coll_desc_t prev; /* the sender's previous collective: names the culprit of a history mismatch */
-} frame_header_t;
+typedef pycoll_frame_header_t frame_header_t;
 
 typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 
 typedef struct tcp_peer {
+    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
     int fd;
     peer_state_t state;
     /* sending */
-    pycoll_request_t *send_head, *send_tail;
     frame_header_t send_hdr;
     int64_t send_hdr_done; /* bytes of send_hdr already written for send_head */
     /* receiving */
-    pycoll_request_t *recv_head, *recv_tail;
     frame_header_t recv_hdr;
     int64_t recv_hdr_done; /* == sizeof(frame_header_t) once a header is parked, waiting for its recv */
     char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
     int64_t in_start, in_end;
     int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
-    pycoll_request_t probe; /* a STATE frame queued behind the sends (never cut into a data frame) */
-    int probe_queued;
-    uint64_t probed_seq;   /* the collective this peer was last told about */
-    /* From the peer's last STATE frame: in collective waits_for_seq it was blocked waiting for rank
-     * waits_for, so a rank that times out waiting for this peer can name the rank at the end of the chain. */
-    uint64_t waits_for_seq;
-    int32_t waits_for;
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -110,24 +90,12 @@ static pycoll_status_t peer_lost(tcp_transport_t *t, int r, const char *why)
 
 static pycoll_status_t describe_mismatch(tcp_transport_t *t, int r, const char *context)
 {
-    const frame_header_t *h = &t->peers[r].recv_hdr;
-    return pycoll_p2p_mismatch(&t->base, r, &h->desc, &h->prev, context);
+    return pycoll_frame_mismatch(&t->base, r, &t->peers[r].recv_hdr, context);
 }
 
-static int same_desc(const pycoll_coll_desc_t *a, const pycoll_coll_desc_t *b)
-{
-    return memcmp(a, b, sizeof *a) == 0;
-}
-
-/* A data header that is here while this rank is in collective `desc`: one stamped with this collective must
- * be this collective; one stamped with an earlier collective was never received there. A later one (the peer
- * is ahead) waits. */
 static pycoll_status_t check_data_header(tcp_transport_t *t, int r)
 {
-    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc;
-    if ((theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc)) || theirs->seq < t->base.desc.seq)
-        return describe_mismatch(t, r, "");
-    return PYCOLL_OK;
+    return pycoll_frame_check_data(&t->base, r, &t->peers[r].recv_hdr);
 }
 
 /* Read the text of an ABORT frame (bounded, with a short deadline) and adopt the peer's error. */
@@ -153,32 +121,15 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
             break;
         }
     }
-    uint32_t status = peer->recv_hdr.tag;
-    /* A peer that was interrupted (or sent nonsense) has, for this rank, simply gone away. */
-    if (status == PYCOLL_OK || status >= PYCOLL_ERR_INTERRUPTED)
-        status = PYCOLL_ERR_PEER_FAILURE;
     peer->state = PEER_DEAD;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
-    /* At close, every collective of this rank completed; only a disagreement about them is its business (a
-     * peer failing because this rank left is not). */
-    if (t->finalizing && status != PYCOLL_ERR_MISMATCH)
-        return PYCOLL_OK;
-    /* A peer that aborted because of a peer failure names the failed rank; otherwise the aborting rank. */
-    int32_t failed = peer->recv_hdr.failed_rank >= 0 ? peer->recv_hdr.failed_rank : r;
-    return pycoll_p2p_fail(&t->base, (pycoll_status_t)status, failed, "%s (reported by rank %d)",
-                           got ? text : "peer aborted", r);
+    return pycoll_frame_adopt_abort(&t->base, r, &peer->recv_hdr, text, t->finalizing);
 }
 
-/* This rank needs a peer that has closed. If its last collective was this one, called differently, that is
- * the real story (it completed a collective this rank is still in: they disagree on its root, say). */
 static pycoll_status_t departed_peer_needed(tcp_transport_t *t, int r, const char *fmt_rank)
 {
-    const pycoll_coll_desc_t *theirs = &t->peers[r].recv_hdr.desc; /* its GOODBYE's: nothing is read after it */
-    if (theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc))
-        return describe_mismatch(t, r, "");
-    char what[96];
-    snprintf(what, sizeof what, fmt_rank, (int)t->base.rank);
-    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d closed its communicator %s", r, what);
+    /* its GOODBYE's header: nothing is read after it */
+    return pycoll_frame_departed_needed(&t->base, r, &t->peers[r].recv_hdr, fmt_rank);
 }
 
 static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
@@ -186,13 +137,8 @@ static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
     tcp_peer_t *peer = &t->peers[r];
     peer->state = PEER_DEPARTED;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
-    /* At close both sides have called everything they will: their last descriptors must be the same, history
-     * included. Before that, a peer that leaves is only an error if this rank still needs it. */
-    if (t->finalizing)
-        return same_desc(&peer->recv_hdr.desc, &t->base.desc) ? PYCOLL_OK : describe_mismatch(t, r, " at close");
-    if (peer->recv_head || peer->send_head)
-        return departed_peer_needed(t, r, "while rank %d still expected data from it");
-    return PYCOLL_OK;
+    return pycoll_frame_on_goodbye(&t->base, r, &peer->recv_hdr, t->finalizing,
+                                   peer->q.recv_head || peer->q.send_head);
 }
 
 static void queue_probe(tcp_transport_t *t, int r);
@@ -204,11 +150,11 @@ static pycoll_status_t on_state(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
     const pycoll_coll_desc_t *theirs = &peer->recv_hdr.desc;
-    if ((theirs->seq == t->base.desc.seq && !same_desc(theirs, &t->base.desc)) ||
-        (t->finalizing && theirs->seq > t->base.desc.seq))
-        return describe_mismatch(t, r, t->finalizing ? " at close" : "");
-    peer->waits_for_seq = theirs->seq;
-    peer->waits_for = peer->recv_hdr.failed_rank;
+    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing);
+    if (st != PYCOLL_OK)
+        return st;
+    peer->q.waits_for_seq = theirs->seq;
+    peer->q.waits_for = peer->recv_hdr.failed_rank;
     if (theirs->seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
         queue_probe(t, r);
     return PYCOLL_OK;
@@ -221,7 +167,7 @@ static pycoll_status_t on_header(tcp_transport_t *t, int r, int *consumed)
     tcp_peer_t *peer = &t->peers[r];
     const frame_header_t *h = &peer->recv_hdr;
     *consumed = 0;
-    if (h->magic != FRAME_MAGIC)
+    if (h->magic != PYCOLL_FRAME_MAGIC)
         return peer_lost(t, r, "sent a corrupt frame");
     if (h->kind == FRAME_ABORT)
         return adopt_abort(t, r);
@@ -233,30 +179,15 @@ static pycoll_status_t on_header(tcp_transport_t *t, int r, int *consumed)
     }
     if (h->kind != FRAME_DATA || h->nbytes < 0)
         return peer_lost(t, r, "sent a corrupt frame");
-    if (t->finalizing && same_desc(&h->desc, &t->base.desc))
-        return pycoll_p2p_fail(&t->base, PYCOLL_ERR_MISMATCH, r, "rank %d sent a message that rank %d never "
-                               "received (ranks ran different algorithms?)", r, (int)t->base.rank);
     if (t->finalizing)
-        return describe_mismatch(t, r, " at close");
+        return pycoll_frame_data_at_close(&t->base, r, h);
     return check_data_header(t, r);
 }
 
 /* Match a parked header against the posted receive at the head of the queue. */
 static pycoll_status_t match_header(tcp_transport_t *t, int r)
 {
-    tcp_peer_t *peer = &t->peers[r];
-    const frame_header_t *h = &peer->recv_hdr;
-    pycoll_request_t *req = peer->recv_head;
-    if (!same_desc(&h->desc, &t->base.desc))
-        return describe_mismatch(t, r, "");
-    if (h->tag != req->tag || h->nbytes != req->nbytes)
-        return pycoll_p2p_fail(&t->base, PYCOLL_ERR_MISMATCH, r,
-                               "message mismatch in %s: rank %d expected tag %u with %lld bytes from rank %d, "
-                               "got tag %u with %lld bytes (ranks run different algorithms?)",
-                               pycoll_algorithm_name((pycoll_algorithm_t)t->base.desc.algorithm),
-                               (int)t->base.rank, req->tag, (long long)req->nbytes, r, h->tag,
-                               (long long)h->nbytes);
-    return PYCOLL_OK;
+    return pycoll_frame_match(&t->base, r, &t->peers[r].recv_hdr, t->peers[r].q.recv_head);
 }
 
 /* recv from peer r; returns the bytes read, 0 when the socket has nothing now (or an error was recorded).
@@ -322,7 +253,7 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
                 continue;
             }
         }
-        pycoll_request_t *req = peer->recv_head;
+        pycoll_request_t *req = peer->q.recv_head;
         if (!req)
             return PYCOLL_OK; /* parked: wait for the matching receive to be posted */
         if (req->progress == 0) {
@@ -346,10 +277,7 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
                 req->progress += n;
         }
         if (req->progress == req->nbytes) {
-            req->complete = 1;
-            peer->recv_head = req->next;
-            if (!peer->recv_head)
-                peer->recv_tail = NULL;
+            pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
             peer->recv_hdr_done = 0;
         }
     }
@@ -357,50 +285,28 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
 
 static void fill_header(tcp_transport_t *t, frame_header_t *h, int kind, uint32_t tag, int64_t nbytes)
 {
-    memset(h, 0, sizeof *h);
-    h->magic = FRAME_MAGIC;
-    h->kind = kind;
-    h->tag = tag;
-    h->nbytes = nbytes;
-    h->failed_rank = -1;
-    h->desc = t->base.desc;
-    h->prev = t->base.prev_desc;
+    pycoll_frame_fill(&t->base, h, kind, tag, nbytes);
 }
 
 static void dequeue_sent(tcp_peer_t *peer, pycoll_request_t *req)
 {
-    req->complete = 1;
-    peer->send_head = req->next;
-    if (!peer->send_head)
-        peer->send_tail = NULL;
+    pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
     peer->send_hdr_done = 0;
-    if (req == &peer->probe)
-        peer->probe_queued = 0;
-}
-
-static void enqueue(pycoll_request_t **head, pycoll_request_t **tail, pycoll_request_t *req)
-{
-    req->complete = 0;
-    req->progress = 0;
-    req->next = NULL;
-    if (*tail)
-        (*tail)->next = req;
-    else
-        *head = req;
-    *tail = req;
+    if (req == &peer->q.probe)
+        peer->q.probe_queued = 0;
 }
 
 /* Write to peer r while the socket takes data. Header and payload go out in one sendmsg. */
 static pycoll_status_t progress_send(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
-    while (peer->send_head) {
+    while (peer->q.send_head) {
         if (peer->state == PEER_DEAD)
             return PYCOLL_OK; /* already reported */
-        pycoll_request_t *req = peer->send_head;
+        pycoll_request_t *req = peer->q.send_head;
         if (peer->send_hdr_done == 0 && req->progress == 0) {
-            fill_header(t, &peer->send_hdr, req == &peer->probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
-            if (req == &peer->probe)
+            fill_header(t, &peer->send_hdr, req == &peer->q.probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
+            if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
         struct iovec iov[2];
@@ -452,27 +358,11 @@ static pycoll_status_t tcp_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     if (peer->state == PEER_DEPARTED)
         return departed_peer_needed(t, req->peer, ", but rank %d still needs it");
     if (req->is_send)
-        enqueue(&peer->send_head, &peer->send_tail, req);
+        pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
     else
-        enqueue(&peer->recv_head, &peer->recv_tail, req);
+        pycoll_enqueue(&peer->q.recv_head, &peer->q.recv_tail, req);
     /* Start right away: small messages usually go out (or are found waiting) without a trip through epoll. */
     return req->is_send ? progress_send(t, req->peer) : progress_recv(t, req->peer);
-}
-
-static int all_complete(pycoll_request_t *const *reqs, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!reqs[i]->complete)
-            return 0;
-    return 1;
-}
-
-static int first_pending_peer(pycoll_request_t *const *reqs, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!reqs[i]->complete)
-            return reqs[i]->peer;
-    return -1;
 }
 
 static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
@@ -487,7 +377,7 @@ static void check_parked_headers(tcp_transport_t *t)
     t->checked_seq = t->base.desc.seq;
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         tcp_peer_t *peer = &t->peers[r];
-        if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->recv_head && peer->recv_head->progress))
+        if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->q.recv_head && peer->q.recv_head->progress))
             check_data_header(t, r);
     }
 }
@@ -495,44 +385,24 @@ static void check_parked_headers(tcp_transport_t *t)
 /* Tell peer r (once per collective) which collective this rank is in and whom it waits for. */
 static void queue_probe(tcp_transport_t *t, int r)
 {
-    tcp_peer_t *peer = &t->peers[r];
-    if (peer->state != PEER_OPEN || peer->probe_queued || peer->probed_seq == t->base.desc.seq)
-        return;
-    peer->probed_seq = t->base.desc.seq;
-    peer->probe_queued = 1;
-    peer->probe = (pycoll_request_t){.peer = r, .is_send = 1};
-    enqueue(&peer->send_head, &peer->send_tail, &peer->probe);
-    progress_send(t, r);
+    if (t->peers[r].state == PEER_OPEN && pycoll_queue_probe(&t->base, &t->peers[r].q, r))
+        progress_send(t, r);
 }
 
-/* A wait blocked for PROBE_AFTER_NS: tell the peers it waits for, and those that said they wait for this rank
- * in this collective (they can then name whom this rank waits for when they time out). */
+static void tell(void *t, int r) { queue_probe(t, r); }
+
 static void probe_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
 {
-    t->waiting_for = first_pending_peer(reqs, n);
-    for (int i = 0; i < n; i++)
-        if (!reqs[i]->complete && !reqs[i]->is_send)
-            queue_probe(t, reqs[i]->peer);
-    for (int r = 0; r < t->base.size; r++)
-        if (t->peers[r].waits_for_seq == t->base.desc.seq && t->peers[r].waits_for == t->base.rank)
-            queue_probe(t, r);
+    t->waiting_for = pycoll_first_pending_peer(reqs, n);
+    pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
 }
 
 /* The timeout error: the peer this wait was for, or, when that peer said it waits for another rank in this
  * collective, that one (a stopped rank makes a chain of waiting ranks; the first link is rarely the culprit). */
 static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
 {
-    char what[160];
-    pycoll_describe_coll(&t->base.desc, what, sizeof what);
-    const int32_t waited = first_pending_peer(reqs, n), me = t->base.rank;
-    const tcp_peer_t *peer = &t->peers[waited];
-    if (peer->waits_for_seq == t->base.desc.seq && peer->waits_for >= 0 && peer->waits_for != me)
-        pycoll_p2p_fail(&t->base, PYCOLL_ERR_TIMEOUT, peer->waits_for, "rank %d timed out in %s waiting for rank "
-                        "%d, which waits for rank %d (is rank %d stopped or overloaded?)", (int)me, what,
-                        (int)waited, (int)peer->waits_for, (int)peer->waits_for);
-    else
-        pycoll_p2p_fail(&t->base, PYCOLL_ERR_TIMEOUT, waited, "rank %d timed out in %s waiting for rank %d (is it "
-                        "stopped or overloaded?)", (int)me, what, (int)waited);
+    const int32_t waited = pycoll_first_pending_peer(reqs, n);
+    pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
 }
 
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
@@ -544,7 +414,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
      * message takes to arrive); it is only worth it while the ranks are not short of cores. */
     const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
     int probed = 0;
-    while (p2p->status == PYCOLL_OK && !all_complete(reqs, n)) {
+    while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         int64_t now = pycoll_now_ns();
         if (!probed && now - started >= PROBE_AFTER_NS) {
             probed = 1;
@@ -627,7 +497,7 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
         tcp_peer_t *peer = &t->peers[r];
         if (r == t->base.rank || peer->fd < 0 || peer->state == PEER_DEAD)
             continue;
-        pycoll_request_t *req = peer->send_head;
+        pycoll_request_t *req = peer->q.send_head;
         if (req && (peer->send_hdr_done > 0 || req->progress > 0)) {
             if (write_all(peer->fd, (char *)&peer->send_hdr + peer->send_hdr_done,
                           (int64_t)sizeof(frame_header_t) - peer->send_hdr_done, deadline) != 0 ||
@@ -644,11 +514,7 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
 
 static void drop_queues(tcp_transport_t *t)
 {
-    for (int r = 0; r < t->base.size; r++) {
-        t->peers[r].send_head = t->peers[r].send_tail = NULL;
-        t->peers[r].recv_head = t->peers[r].recv_tail = NULL;
-        t->peers[r].probe_queued = 0;
-    }
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
 }
 
 static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
@@ -723,7 +589,7 @@ static pycoll_status_t tcp_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
             continue;
         if (peer->state == PEER_DEPARTED) {
             /* Its GOODBYE came during this rank's last collective (nothing is read after it). */
-            if (!same_desc(&peer->recv_hdr.desc, &p2p->desc))
+            if (!pycoll_same_desc(&peer->recv_hdr.desc, &p2p->desc))
                 describe_mismatch(t, r, " at close");
         } else if (header_complete(peer)) {
             int consumed;

@@ -50,6 +50,11 @@ cdef int _reraise_pending() except -1:
     return -1 if PyErr_Occurred() else 0
 
 
+def shm_segment_bytes(int size, int64_t ring_bytes):
+    """The bytes of one rank's shared-memory segment (its incoming rings) for a job of `size` local ranks."""
+    return pycoll_shm_segment_bytes(size, ring_bytes)
+
+
 cdef class NativeComm:
     """One pycoll_comm_t. Collectives take raw addresses and element counts."""
     cdef pycoll_comm_t *comm
@@ -61,8 +66,6 @@ cdef class NativeComm:
         the file descriptors. Its options: timeout (seconds per collective), spin_us (how long a wait polls
         before it sleeps), segment_bytes (ring segment; 0: the default)."""
         cdef char err[512]
-        cdef pycoll_comm_options_t options
-        cdef pycoll_status_t st
         cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
         cdef pycoll_p2p_t *p2p
         if cfds == NULL:
@@ -74,19 +77,32 @@ cdef class NativeComm:
             p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
         finally:
             free(cfds)
-        if p2p == NULL:
-            raise PycollError(err.decode(errors="replace"))
-        p2p.check_interrupt = _signal_raised
-        cdef NativeComm native = NativeComm.__new__(NativeComm)
-        pycoll_comm_options_init(&options)
-        options.timeout_s = timeout
-        options.spin_ns = <int64_t>(spin_us * 1000)
-        options.segment_bytes = segment_bytes
-        st = pycoll_comm_create(&native.comm, p2p, &options, err, sizeof(err))
-        if st != PYCOLL_OK:
-            p2p.ops.destroy(p2p)
-            raise error_for_status(st, err.decode(errors="replace"))
-        return native
+        return _over(p2p, err, timeout, spin_us, segment_bytes)
+
+    @staticmethod
+    def over_shm(int rank, int size, fds, pids, int64_t ring_bytes, double timeout, double spin_us=0.0,
+                 int64_t segment_bytes=0):
+        """A communicator over shared memory: fds[r] is rank r's segment of shm_segment_bytes(size,
+        ring_bytes) bytes (the caller keeps the descriptors), pids[r] its process id or 0 if unknown. The
+        other options as over_tcp."""
+        cdef char err[512]
+        cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
+        cdef int32_t *cpids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
+        cdef pycoll_p2p_t *p2p
+        if cfds == NULL or cpids == NULL:
+            free(cfds)
+            free(cpids)
+            raise MemoryError()
+        try:
+            for r in range(size):
+                cfds[r] = int(fds[r])
+                cpids[r] = int(pids[r])
+            err[0] = 0
+            p2p = pycoll_shm_transport_create(rank, size, cfds, cpids, ring_bytes, err, sizeof(err))
+        finally:
+            free(cfds)
+            free(cpids)
+        return _over(p2p, err, timeout, spin_us, segment_bytes)
 
     def __dealloc__(self):
         if self.comm != NULL:
@@ -201,3 +217,22 @@ cdef class NativeComm:
         _reraise_pending()  # Ctrl-C while lingering
         if error is not None:
             raise error
+
+
+cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):
+    """A NativeComm over a transport just created (NULL: err says why), with the communicator's options."""
+    cdef pycoll_comm_options_t options
+    cdef pycoll_status_t st
+    if p2p == NULL:
+        raise PycollError(err.decode(errors="replace"))
+    p2p.check_interrupt = _signal_raised
+    cdef NativeComm native = NativeComm.__new__(NativeComm)
+    pycoll_comm_options_init(&options)
+    options.timeout_s = timeout
+    options.spin_ns = <int64_t>(spin_us * 1000)
+    options.segment_bytes = segment_bytes
+    st = pycoll_comm_create(&native.comm, p2p, &options, err, 512)
+    if st != PYCOLL_OK:
+        p2p.ops.destroy(p2p)
+        raise error_for_status(st, err.decode(errors="replace"))
+    return native

@@ -138,6 +138,10 @@ cdef extern from "pycoll/pycoll.h" nogil:
     # transports.h
     pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                               size_t error_len)
+    int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
+    pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
+                                              const int32_t *pids, int64_t ring_bytes, char *error,
+                                              size_t error_len)
     ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
     pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                    char *error, size_t error_len)

@@ -1,4 +1,5 @@
-"""The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py (Open MPI over TCP).
+"""The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py: `mpi` is Open MPI with its default
+transports (shared memory between the ranks of a host), `mpi-tcp` Open MPI over TCP only.
 
 Each peer is wrapped in a small adapter with the Communicator methods the sweep uses, so the very same
 worker.run_cases times it: barrier, one timed call, per-rank median, medians gathered with the peer itself,
@@ -67,11 +68,10 @@ class _GlooComm:
 class _MpiComm:
     """mpi4py's COMM_WORLD on numpy arrays."""
 
-    backend = "mpi"
-
-    def __init__(self):
+    def __init__(self, name):
         from mpi4py import MPI
 
+        self.backend = name  # "mpi" or "mpi-tcp": the label of its rows
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
@@ -127,7 +127,8 @@ class GlooPeer(Peer):
 
 
 class MpiPeer(Peer):
-    name = "mpi"
+    """Open MPI under mpirun: `mca` are the settings that choose its transports."""
+
     dtypes = ("int8", "uint8", "int32", "int64", "float32", "float64")  # no float16/bfloat16 in MPI-3
 
     def unavailable(self):
@@ -137,12 +138,13 @@ class MpiPeer(Peer):
             return "mpi4py is not installed (pip install mpi4py, after Open MPI's libopenmpi-dev)"
         return None
 
+    def __init__(self, name, mca):
+        self.name, self.mca = name, mca
+
     def launch(self, n, config_path, result_path, timeout):
-        # TCP only (btl tcp,self: no shared memory), like pycoll's and gloo's loopback sockets; ob1 so that
-        # the btl setting is what moves the bytes; no binding, since ranks may outnumber the cores.
-        cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
-               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
-               sys.executable, "-m", "pycoll.bench.peers", "mpi", config_path, result_path]
+        # No binding, since ranks may outnumber the cores.
+        cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", *self.mca,
+               sys.executable, "-m", "pycoll.bench.peers", self.name, config_path, result_path]
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    PYTHONUNBUFFERED="1")
         proc = subprocess.run(cmd, env=env, timeout=timeout)
@@ -150,7 +152,10 @@ class MpiPeer(Peer):
             raise launch.RankFailed(f"mpirun exited with code {proc.returncode}")
 
 
-PEERS = {p.name: p for p in (GlooPeer(), MpiPeer())}
+# mpi-tcp: TCP only (btl tcp,self: no shared memory), like pycoll's and gloo's loopback sockets; ob1 so that the
+# btl setting is what moves the bytes. mpi: whatever Open MPI picks by default (shared memory on one host).
+MPI_TCP_ONLY = ("--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo")
+PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", MPI_TCP_ONLY))}
 
 
 def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
@@ -169,7 +174,7 @@ def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
 def _rank_main(name, config_path, result_path):
     with open(config_path) as f:
         config = json.load(f)
-    comm = _GlooComm() if name == "gloo" else _MpiComm()
+    comm = _GlooComm() if name == "gloo" else _MpiComm(name)
     try:
         rows = run_cases(comm, config, for_rank(config.get("progress_file")) if comm.rank == 0 else None)
     finally:

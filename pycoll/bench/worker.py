@@ -139,9 +139,11 @@ def run(config, progress=None):
     for backend in config["backends"]:
         with pycoll.init(backend=backend) as comm:
             got = run_cases(comm, config, progress if comm.rank == 0 else None)
+        # Every rank runs every backend (the others wait for it in the next init); only rank 0 has rows.
         if got is None:
-            return None
-        rows.extend(got)
+            rows = None
+        else:
+            rows.extend(got)
     return rows
 
 

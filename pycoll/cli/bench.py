@@ -85,8 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     out.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     out.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
-    out.add_argument("--compare", default=None, metavar="gloo,mpi",
-                     help="also run these peers (torch.distributed gloo, mpi4py under mpirun) on the same sizes "
+    out.add_argument("--compare", default=None, metavar="gloo,mpi,mpi-tcp",
+                     help="also run these peers (torch.distributed gloo; mpi4py under mpirun with Open MPI's "
+                          "default transports, or mpi-tcp: TCP only) on the same sizes "
                           "and print peer/pycoll time ratios (needs -n); a peer not installed is skipped")
 
     acc = p.add_argument_group("accuracy report (all-reduce error in ulps against the correctly rounded sum)")

@@ -7,6 +7,8 @@ objects are Backend subclasses (or instances).
 
 The built-in backends live beside this file, each registered when imported:
 tcp          host memory over sockets: pycoll's own algorithms in libpycoll (native/)
+shm          host memory, one host: the same algorithms over shared-memory rings
+cpu          the default for host memory: shm when every rank is on one host, else tcp
 nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (nccl.py and hccl.py declare
              them; vendor.py is their one engine, over libpycoll's vendor family)
 """
@@ -123,8 +125,10 @@ def _load_entry_points() -> None:
 
 def _builtin() -> None:
     # Importing a built-in backend module registers it.
+    import pycoll.plugins.cpu  # noqa: F401
     import pycoll.plugins.hccl  # noqa: F401
     import pycoll.plugins.nccl  # noqa: F401
+    import pycoll.plugins.shm  # noqa: F401
     import pycoll.plugins.tcp  # noqa: F401
 
 

@@ -20,6 +20,8 @@ try:
     comm = pycoll.init(timeout=timeout)
     rank, size = comm.rank, comm.size
     report["rank"] = rank
+    report.update(backend=comm.backend, transport=getattr(comm._engine, "transport", comm.backend),
+                  hosts=comm.hosts, local_rank=comm.local_rank, local_size=comm.local_size)
     if scenario == "collectives":
         for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "auto"):
             for count in (0, 1, size - 1, 1009, 100003):
@@ -42,6 +44,48 @@ try:
         comm.barrier()
         report["options"] = comm._engine.native.options
         report["ok"] = True
+    elif scenario == "matrix":
+        # Every collective, algorithm and accuracy, in and out of place: exact on integer data, and a digest
+        # of float results that must be bitwise identical on every rank. TEST_BIG_COUNT adds a large message.
+        import hashlib
+
+        digest = hashlib.sha256()
+        counts = (0, 1, size + 1, 4099) + ((int(os.environ["TEST_BIG_COUNT"]),) if "TEST_BIG_COUNT" in os.environ
+                                          else ())
+        root = size - 1
+        for accuracy in ("fast", "compensated"):
+            for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "auto"):
+                for count in counts:
+                    base = np.arange(count, dtype=np.int64) % 101
+                    want = sum(base + r for r in range(size))
+                    x = base + rank
+                    out = np.empty_like(x)
+                    comm.all_reduce(x, out=out, algorithm=algorithm, accuracy=accuracy)
+                    assert np.array_equal(out, want) and np.array_equal(x, base + rank), (algorithm, count)
+                    comm.all_reduce(x, algorithm=algorithm, accuracy=accuracy)
+                    assert np.array_equal(x, want), (algorithm, accuracy, count)
+                    f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np.float32)
+                    comm.all_reduce(f, algorithm=algorithm, accuracy=accuracy)
+                    digest.update(f.tobytes())
+                    rs_in = np.arange(count * size, dtype=np.int64) % 7 + rank
+                    rs = np.empty(count, dtype=np.int64)
+                    comm.reduce_scatter(rs_in, rs, algorithm=algorithm, accuracy=accuracy)
+                    full = np.arange(count * size, dtype=np.int64) % 7 * size + size * (size - 1) // 2
+                    assert np.array_equal(rs, full[rank * count:(rank + 1) * count]), (algorithm, count)
+                    red = base * (rank + 1)
+                    red_out = np.empty_like(red)
+                    comm.reduce(red, root=root, out=red_out, accuracy=accuracy)
+                    assert rank != root or np.array_equal(red_out, base * (size * (size + 1) // 2)), count
+            count = counts[-1]
+            gathered = np.empty(count * size, dtype=np.int32)
+            comm.all_gather(np.full(count, rank, dtype=np.int32), gathered)
+            assert np.array_equal(gathered, np.repeat(np.arange(size, dtype=np.int32), count))
+            b = np.arange(count, dtype=np.float64) if rank == root else np.zeros(count)
+            comm.broadcast(b, root=root)
+            assert np.array_equal(b, np.arange(count, dtype=np.float64))
+            comm.barrier()
+        report["digest"] = digest.hexdigest()
+        report["ok"] = True
     elif scenario == "loop":
         # Collectives until something fails (a peer is killed or stopped by the test).
         x = np.ones(1 << 16, dtype=np.float32)
@@ -56,6 +100,7 @@ try:
         comm.all_reduce(x)
         assert np.all(x == size)
         report["algorithm"] = comm.last_algorithm
+        report["options"] = comm._engine.native.options
         report["ok"] = True
     elif scenario == "closer":
         # The victim closes its communicator (and stays alive); the others' next collective must fail fast.

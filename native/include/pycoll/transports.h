@@ -15,6 +15,17 @@ extern "C" {
 PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                                      size_t error_len);
 
+/* Shared memory between the ranks of one host. segment_fds[r] is rank r's segment (its incoming rings), every
+ * one pycoll_shm_segment_bytes(size, ring_bytes) bytes, zero-filled, opened by the caller (which keeps the
+ * descriptors: they may be closed once this returns). pids[r] is rank r's process id in this pid namespace, or
+ * 0 where unknown (then a peer that dies is noticed only through the ranks that can see it, or at the
+ * deadline); NULL for none. ring_bytes: each ring's size, a power of two >= 4096; 0 for the default (4 MiB).
+ * A wait spins for p2p->spin_ns before it sleeps, as over TCP. */
+PYCOLL_API int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes);
+PYCOLL_API pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
+                                                     const int32_t *pids, int64_t ring_bytes, char *error,
+                                                     size_t error_len);
+
 /* In-process simulation: `size` ranks as threads of one process, exchanging through memory. Used by tests and
  * by the accuracy report to drive the real communicator at world sizes beyond the machine's cores.
  * Runs fn(p2p_of_rank_r, arg, r) on one thread per rank and returns the first non-OK status. fn may hand the

@@ -1,0 +1,114 @@
+/* Checks on received frame headers shared by the TCP and shared-memory transports (frame.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/frame.h"
+
+void pycoll_frame_fill(const pycoll_p2p_t *p2p, pycoll_frame_header_t *h, int kind, uint32_t tag, int64_t nbytes)
+{
+    memset(h, 0, sizeof *h);
+    h->magic = PYCOLL_FRAME_MAGIC;
+    h->kind = kind;
+    h->tag = tag;
+    h->nbytes = nbytes;
+    h->failed_rank = -1;
+    h->desc = p2p->desc;
+    h->prev = p2p->prev_desc;
+}
+
+pycoll_status_t pycoll_frame_mismatch(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                      const char *context)
+{
+    return pycoll_p2p_mismatch(p2p, r, &h->desc, &h->prev, context);
+}
+
+pycoll_status_t pycoll_frame_check_data(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h)
+{
+    const pycoll_coll_desc_t *theirs = &h->desc;
+    if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) || theirs->seq < p2p->desc.seq)
+        return pycoll_frame_mismatch(p2p, r, h, "");
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_frame_data_at_close(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h)
+{
+    if (pycoll_same_desc(&h->desc, &p2p->desc))
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r, "rank %d sent a message that rank %d never "
+                               "received (ranks ran different algorithms?)", (int)r, (int)p2p->rank);
+    return pycoll_frame_mismatch(p2p, r, h, " at close");
+}
+
+pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                   const pycoll_request_t *req)
+{
+    if (!pycoll_same_desc(&h->desc, &p2p->desc))
+        return pycoll_frame_mismatch(p2p, r, h, "");
+    if (h->tag != req->tag || h->nbytes != req->nbytes)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r,
+                               "message mismatch in %s: rank %d expected tag %u with %lld bytes from rank %d, "
+                               "got tag %u with %lld bytes (ranks run different algorithms?)",
+                               pycoll_algorithm_name((pycoll_algorithm_t)p2p->desc.algorithm), (int)p2p->rank,
+                               req->tag, (long long)req->nbytes, (int)r, h->tag, (long long)h->nbytes);
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                         int finalizing)
+{
+    const pycoll_coll_desc_t *theirs = &h->desc;
+    if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) ||
+        (finalizing && theirs->seq > p2p->desc.seq))
+        return pycoll_frame_mismatch(p2p, r, h, finalizing ? " at close" : "");
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_frame_departed_needed(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                             const char *fmt_rank)
+{
+    if (h->desc.seq == p2p->desc.seq && !pycoll_same_desc(&h->desc, &p2p->desc))
+        return pycoll_frame_mismatch(p2p, r, h, "");
+    char what[96];
+    snprintf(what, sizeof what, fmt_rank, (int)p2p->rank);
+    return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d closed its communicator %s", (int)r, what);
+}
+
+pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                        int finalizing, int still_needed)
+{
+    if (finalizing)
+        return pycoll_same_desc(&h->desc, &p2p->desc) ? PYCOLL_OK : pycoll_frame_mismatch(p2p, r, h, " at close");
+    if (still_needed)
+        return pycoll_frame_departed_needed(p2p, r, h, "while rank %d still expected data from it");
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
+                                         const char *text, int finalizing)
+{
+    uint32_t status = h->tag;
+    /* A peer that was interrupted (or sent nonsense) has, for this rank, simply gone away. */
+    if (status == PYCOLL_OK || status >= PYCOLL_ERR_INTERRUPTED)
+        status = PYCOLL_ERR_PEER_FAILURE;
+    /* At close, every collective of this rank completed; only a disagreement about them is its business (a
+     * peer failing because this rank left is not). */
+    if (finalizing && status != PYCOLL_ERR_MISMATCH)
+        return PYCOLL_OK;
+    /* A peer that aborted because of a peer failure names the failed rank; otherwise the aborting rank. */
+    int32_t failed = h->failed_rank >= 0 ? h->failed_rank : r;
+    return pycoll_p2p_fail(p2p, (pycoll_status_t)status, failed, "%s (reported by rank %d)",
+                           text && text[0] ? text : "peer aborted", (int)r);
+}
+
+void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_seq, int32_t waits_for)
+{
+    char what[160];
+    pycoll_describe_coll(&p2p->desc, what, sizeof what);
+    const int32_t me = p2p->rank;
+    if (waits_for_seq == p2p->desc.seq && waits_for >= 0 && waits_for != me)
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_TIMEOUT, waits_for, "rank %d timed out in %s waiting for rank %d, which "
+                        "waits for rank %d (is rank %d stopped or overloaded?)", (int)me, what, (int)waited,
+                        (int)waits_for, (int)waits_for);
+    else
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_TIMEOUT, waited, "rank %d timed out in %s waiting for rank %d (is it "
+                        "stopped or overloaded?)", (int)me, what, (int)waited);
+}

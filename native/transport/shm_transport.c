@@ -1,0 +1,606 @@
+/* Shared-memory transport: pycoll_p2p_t between the ranks of one host over POSIX shared memory.
+ *
+ * Each rank owns one segment holding its incoming rings, one per sender: a single-producer/single-consumer
+ * byte ring (a power of two bytes) whose head (bytes written, by the sender) and tail (bytes consumed, by the
+ * receiver) are C11 atomics on cache lines of their own. A message is the same frame as over TCP (common/frame.h:
+ * the collective's descriptor, the previous one, tag, length) followed by its payload, streamed through the ring
+ * in whatever pieces the free space allows -- so a message larger than the ring works, and mismatches, history
+ * fingerprints, STATE probes and the checked close behave exactly as over TCP.
+ *
+ * Out of band, in each ring's control page, the sender can mark the ring closed: GOODBYE (with its last
+ * descriptor) or ABORT (status, failed rank, text). Out of band because an ABORT must get through even when the
+ * ring is full of data the receiver will never read; GOODBYE is read only once the ring is drained, so it
+ * still follows every message sent before it, as over TCP.
+ *
+ * Waits spin on the rings' head words (plain loads: no system call while data flows), yield the core after a
+ * while, and sleep in short naps once p2p->spin_ns has passed, always bounded by p2p->deadline_ns. A process
+ * that dies leaves its rings silent, so while blocked every ~100 ms each peer's pidfd is polled: a dead peer is
+ * PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval.
+ *
+ * Segments arrive as file descriptors opened (and already unlinked) by pycoll's rendezvous layer
+ * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/frame.h"
+#include "common/request_queue.h"
+#include "pycoll/transports.h"
+
+#define DEFAULT_RING_BYTES (4LL << 20)
+#define MIN_RING_BYTES 4096LL
+#define CTRL_BYTES 4096LL /* one page, so each ring's mapping starts page-aligned */
+#define HEADER_BYTES ((int64_t)sizeof(pycoll_frame_header_t))
+#define LIVENESS_EVERY_NS 100000000LL /* how often a blocked wait checks that its peers still live */
+#define NAP_NS 50000LL               /* one sleep once spinning is over: short next to a collective's cost */
+#define YIELD_AFTER_POLLS 64         /* idle polls before the spin phase gives the core away between polls */
+
+enum ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2 };
+
+/* The control page of one ring. head and tail on cache lines of their own (two lines apart, so the adjacent-line
+ * prefetcher does not pair them): the producer writes only head, the consumer only tail. */
+typedef struct ring_ctrl {
+    alignas(128) _Atomic uint64_t head;
+    alignas(128) _Atomic uint64_t tail;
+    alignas(128) _Atomic uint32_t closed; /* enum ring_closed, written last (release) by the producer */
+    int32_t status;                       /* ABORT: the pycoll_status_t */
+    int32_t failed_rank;                  /* ABORT: the rank the error is about */
+    pycoll_coll_desc_t desc, prev;        /* the producer's collective (GOODBYE: its last) */
+    char text[PYCOLL_ERROR_LEN];          /* ABORT: the reason */
+} ring_ctrl_t;
+
+_Static_assert(sizeof(ring_ctrl_t) <= CTRL_BYTES, "ring control must fit its page");
+
+typedef struct ring {
+    ring_ctrl_t *ctrl;
+    unsigned char *data;
+    uint64_t mask; /* ring bytes - 1 */
+} ring_t;
+
+typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
+
+typedef struct shm_peer {
+    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
+    ring_t in, out;     /* in: peer -> this rank (this rank's segment); out: this rank -> peer (its segment) */
+    void *in_map, *out_map;
+    int pidfd;          /* -1: liveness unknown (another pid namespace, or pidfd_open unavailable) */
+    peer_state_t state;
+    pycoll_frame_header_t send_hdr;
+    int64_t send_hdr_done;
+    pycoll_frame_header_t recv_hdr;
+    int hdr_parked;     /* recv_hdr is a data header waiting for (or being copied into) its receive */
+} shm_peer_t;
+
+typedef struct shm_transport {
+    pycoll_p2p_t base;
+    shm_peer_t *peers;
+    int64_t ring_bytes;
+    uint64_t checked_seq;
+    int finalizing;
+    int32_t waiting_for;
+    int said_goodbye;
+    int aborted;
+} shm_transport_t;
+
+static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
+
+/* ---- the ring: copy in and out with wrap-around; only the owner of an index ever stores it ---- */
+
+static int64_t ring_put(ring_t *ring, int64_t ring_bytes, const void *src, int64_t len)
+{
+    uint64_t head = atomic_load_explicit(&ring->ctrl->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->ctrl->tail, memory_order_acquire);
+    int64_t space = ring_bytes - (int64_t)(head - tail), n = len < space ? len : space;
+    if (n <= 0)
+        return 0;
+    uint64_t at = head & ring->mask;
+    int64_t first = (int64_t)(ring->mask + 1 - at) < n ? (int64_t)(ring->mask + 1 - at) : n;
+    memcpy(ring->data + at, src, (size_t)first);
+    memcpy(ring->data, (const char *)src + first, (size_t)(n - first));
+    atomic_store_explicit(&ring->ctrl->head, head + (uint64_t)n, memory_order_release);
+    return n;
+}
+
+static int64_t ring_available(const ring_t *ring)
+{
+    uint64_t head = atomic_load_explicit(&ring->ctrl->head, memory_order_acquire);
+    return (int64_t)(head - atomic_load_explicit(&ring->ctrl->tail, memory_order_relaxed));
+}
+
+/* Copy len bytes (the caller checked they are available) out of the ring and release them. */
+static void ring_take(ring_t *ring, void *dst, int64_t len)
+{
+    uint64_t tail = atomic_load_explicit(&ring->ctrl->tail, memory_order_relaxed);
+    uint64_t at = tail & ring->mask;
+    int64_t first = (int64_t)(ring->mask + 1 - at) < len ? (int64_t)(ring->mask + 1 - at) : len;
+    memcpy(dst, ring->data + at, (size_t)first);
+    memcpy((char *)dst + first, ring->data, (size_t)(len - first));
+    atomic_store_explicit(&ring->ctrl->tail, tail + (uint64_t)len, memory_order_release);
+}
+
+/* ---- receiving ---- */
+
+static pycoll_status_t peer_lost(shm_transport_t *t, int r, const char *why)
+{
+    t->peers[r].state = PEER_DEAD;
+    if (t->finalizing)
+        return PYCOLL_OK; /* every collective is done: a peer that left early has harmed nothing */
+    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d %s (rank %d noticed)", r, why,
+                           (int)t->base.rank);
+}
+
+static void queue_probe(shm_transport_t *t, int r);
+
+/* Nothing more can be read from r now. An ABORT counts at once; a GOODBYE only once every message before it
+ * was read (`drained`: no header parked and the ring empty after the flag was seen -- the producer stores the
+ * flag after its last head), so a message never received is still found, as over TCP. */
+static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
+{
+    shm_peer_t *peer = &t->peers[r];
+    ring_ctrl_t *c = peer->in.ctrl;
+    uint32_t closed = atomic_load_explicit(&c->closed, memory_order_acquire);
+    if (closed == RING_OPEN)
+        return PYCOLL_OK;
+    pycoll_frame_header_t h = {.magic = PYCOLL_FRAME_MAGIC, .failed_rank = -1, .desc = c->desc, .prev = c->prev};
+    if (closed == RING_ABORT) {
+        char text[PYCOLL_ERROR_LEN];
+        memcpy(text, c->text, sizeof text);
+        text[sizeof text - 1] = 0;
+        h.kind = FRAME_ABORT;
+        h.tag = (uint32_t)c->status;
+        h.failed_rank = c->failed_rank;
+        peer->state = PEER_DEAD;
+        return pycoll_frame_adopt_abort(&t->base, r, &h, text, t->finalizing);
+    }
+    if (!drained || peer->hdr_parked || ring_available(&peer->in) != 0)
+        return PYCOLL_OK;
+    h.kind = FRAME_GOODBYE;
+    peer->recv_hdr = h;
+    peer->hdr_parked = 0;
+    peer->state = PEER_DEPARTED;
+    return pycoll_frame_on_goodbye(&t->base, r, &h, t->finalizing, peer->q.recv_head || peer->q.send_head);
+}
+
+/* A header was read: decide what it is. *consumed for frames that carry nothing for a receive. */
+static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
+{
+    shm_peer_t *peer = &t->peers[r];
+    const pycoll_frame_header_t *h = &peer->recv_hdr;
+    *consumed = 0;
+    if (h->magic != PYCOLL_FRAME_MAGIC || h->nbytes < 0 || (h->kind != FRAME_DATA && h->kind != FRAME_STATE))
+        return peer_lost(t, r, "wrote a corrupt frame into shared memory");
+    if (h->kind == FRAME_STATE) {
+        *consumed = 1;
+        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing);
+        if (st != PYCOLL_OK)
+            return st;
+        peer->q.waits_for_seq = h->desc.seq;
+        peer->q.waits_for = h->failed_rank;
+        if (h->desc.seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
+            queue_probe(t, r);
+        return PYCOLL_OK;
+    }
+    if (t->finalizing)
+        return pycoll_frame_data_at_close(&t->base, r, h);
+    return pycoll_frame_check_data(&t->base, r, h);
+}
+
+/* Consume input from peer r while there is input and somewhere to put it. Returns non-OK on error. */
+static pycoll_status_t progress_recv(shm_transport_t *t, int r)
+{
+    shm_peer_t *peer = &t->peers[r];
+    while (peer->state == PEER_OPEN && t->base.status == PYCOLL_OK) {
+        int64_t avail = ring_available(&peer->in);
+        if (!peer->hdr_parked) {
+            if (avail < HEADER_BYTES)
+                return check_closed(t, r, 1);
+            ring_take(&peer->in, &peer->recv_hdr, HEADER_BYTES);
+            int consumed;
+            pycoll_status_t st = on_header(t, r, &consumed);
+            if (st != PYCOLL_OK)
+                return st;
+            peer->hdr_parked = !consumed;
+            continue;
+        }
+        pycoll_request_t *req = peer->q.recv_head;
+        if (!req)
+            return check_closed(t, r, 0); /* parked: wait for the matching receive to be posted */
+        if (req->progress == 0) {
+            pycoll_status_t st = pycoll_frame_match(&t->base, r, &peer->recv_hdr, req);
+            if (st != PYCOLL_OK)
+                return st;
+        }
+        int64_t left = req->nbytes - req->progress, n = avail < left ? avail : left;
+        if (n > 0) {
+            ring_take(&peer->in, (char *)req->buf + req->progress, n);
+            req->progress += n;
+        }
+        if (req->progress < req->nbytes)
+            return n > 0 ? PYCOLL_OK : check_closed(t, r, 0);
+        pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
+        peer->hdr_parked = 0;
+    }
+    return t->base.status;
+}
+
+/* ---- sending ---- */
+
+/* Write to peer r while its ring has room. */
+static void progress_send(shm_transport_t *t, int r)
+{
+    shm_peer_t *peer = &t->peers[r];
+    while (peer->q.send_head && peer->state == PEER_OPEN) {
+        pycoll_request_t *req = peer->q.send_head;
+        if (peer->send_hdr_done == 0 && req->progress == 0) {
+            pycoll_frame_fill(&t->base, &peer->send_hdr, req == &peer->q.probe ? FRAME_STATE : FRAME_DATA, req->tag,
+                              req->nbytes);
+            if (req == &peer->q.probe)
+                peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
+        }
+        if (peer->send_hdr_done < HEADER_BYTES) {
+            peer->send_hdr_done += ring_put(&peer->out, t->ring_bytes, (char *)&peer->send_hdr + peer->send_hdr_done,
+                                            HEADER_BYTES - peer->send_hdr_done);
+            if (peer->send_hdr_done < HEADER_BYTES)
+                return;
+        }
+        if (req->progress < req->nbytes) {
+            req->progress += ring_put(&peer->out, t->ring_bytes, (char *)req->buf + req->progress,
+                                      req->nbytes - req->progress);
+            if (req->progress < req->nbytes)
+                return; /* the ring is full */
+        }
+        pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
+        peer->send_hdr_done = 0;
+        if (req == &peer->q.probe)
+            peer->q.probe_queued = 0;
+    }
+}
+
+static pycoll_status_t departed_needed(shm_transport_t *t, int r, const char *fmt_rank)
+{
+    return pycoll_frame_departed_needed(&t->base, r, &t->peers[r].recv_hdr, fmt_rank);
+}
+
+static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
+{
+    shm_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK)
+        return p2p->status;
+    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank || req->nbytes < 0)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "invalid %s to rank %d of %lld bytes",
+                               req->is_send ? "send" : "receive", (int)req->peer, (long long)req->nbytes);
+    shm_peer_t *peer = &t->peers[req->peer];
+    if (peer->state == PEER_DEAD)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, req->peer, "rank %d is gone", (int)req->peer);
+    if (peer->state == PEER_DEPARTED)
+        return departed_needed(t, req->peer, ", but rank %d still needs it");
+    if (req->is_send) {
+        pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
+        progress_send(t, req->peer);
+        return PYCOLL_OK;
+    }
+    pycoll_enqueue(&peer->q.recv_head, &peer->q.recv_tail, req);
+    return progress_recv(t, req->peer);
+}
+
+/* ---- waiting ---- */
+
+/* Tell peer r (once per collective) which collective this rank is in and whom it waits for. */
+static void queue_probe(shm_transport_t *t, int r)
+{
+    if (t->peers[r].state == PEER_OPEN && pycoll_queue_probe(&t->base, &t->peers[r].q, r))
+        progress_send(t, r);
+}
+
+static void tell(void *t, int r) { queue_probe(t, r); }
+
+/* A peer whose process has exited (a zombie included: its pidfd is readable) without closing its rings.
+ * What it wrote before dying is read first: an ABORT or GOODBYE it left says more than its death. */
+static void check_liveness(shm_transport_t *t)
+{
+    for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (peer->pidfd < 0 || peer->state != PEER_OPEN)
+            continue;
+        struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) <= 0)
+            continue;
+        progress_recv(t, r);
+        if (peer->state == PEER_OPEN && t->base.status == PYCOLL_OK)
+            peer_lost(t, r, "died (process exited or was killed?)");
+    }
+}
+
+/* One pass over every peer: returns whether anything moved. Every peer, not only those with requests, so that
+ * an ABORT, a GOODBYE or a STATE from anyone is seen while this rank waits. */
+static int progress_all(shm_transport_t *t)
+{
+    int moved = 0;
+    for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (r == t->base.rank || peer->state != PEER_OPEN)
+            continue;
+        uint64_t in_tail = atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed);
+        uint64_t out_head = atomic_load_explicit(&peer->out.ctrl->head, memory_order_relaxed);
+        if (peer->q.send_head)
+            progress_send(t, r);
+        progress_recv(t, r);
+        moved |= in_tail != atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed) ||
+                 out_head != atomic_load_explicit(&peer->out.ctrl->head, memory_order_relaxed);
+    }
+    return moved;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
+    nanosleep(&ts, NULL);
+}
+
+static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
+
+/* Headers parked while this rank was in an earlier collective are checked once it reaches the next one. */
+static void check_parked_headers(shm_transport_t *t)
+{
+    if (t->checked_seq == t->base.desc.seq)
+        return;
+    t->checked_seq = t->base.desc.seq;
+    for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (peer->state == PEER_OPEN && peer->hdr_parked && !(peer->q.recv_head && peer->q.recv_head->progress))
+            pycoll_frame_check_data(&t->base, r, &peer->recv_hdr);
+    }
+}
+
+static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    shm_transport_t *t = impl(p2p);
+    check_parked_headers(t);
+    const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
+    int64_t next_check = started + LIVENESS_EVERY_NS;
+    int probed = 0, idle = 0;
+    while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
+        if (progress_all(t)) {
+            idle = 0;
+            continue;
+        }
+        int64_t now = pycoll_now_ns();
+        if (!probed && now - started >= PYCOLL_PROBE_AFTER_NS) {
+            probed = 1;
+            t->waiting_for = pycoll_first_pending_peer(reqs, n);
+            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
+        }
+        if (now >= p2p->deadline_ns) {
+            const int32_t waited = pycoll_first_pending_peer(reqs, n);
+            pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
+            break;
+        }
+        if (now >= next_check) {
+            next_check = now + LIVENESS_EVERY_NS;
+            check_liveness(t);
+            if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx)) {
+                pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
+                                (int)p2p->rank);
+                break;
+            }
+        }
+        /* Spin first (a message usually arrives sooner than a sleep ends), giving the core away between polls
+         * after a while (often to the very peer being waited for); then nap, never past the deadline. */
+        if (now < spin_until) {
+            if (++idle > YIELD_AFTER_POLLS)
+                sched_yield();
+        } else {
+            int64_t left = p2p->deadline_ns - now;
+            nap(left < NAP_NS ? left : NAP_NS);
+        }
+    }
+    t->waiting_for = -1;
+    if (p2p->status != PYCOLL_OK) {
+        shm_abort(p2p, p2p->status, p2p->error);
+        return p2p->status;
+    }
+    return PYCOLL_OK;
+}
+
+/* ---- closing ---- */
+
+/* Mark every ring this rank writes closed, once: as over TCP, where nothing is read after a GOODBYE, an ABORT
+ * after it (a mismatch found at close) does not replace it -- peers see the GOODBYE and judge for themselves. */
+static void close_rings(shm_transport_t *t, uint32_t how)
+{
+    for (int r = 0; r < t->base.size; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (r == t->base.rank || !peer->out.ctrl)
+            continue;
+        ring_ctrl_t *c = peer->out.ctrl;
+        if (atomic_load_explicit(&c->closed, memory_order_relaxed) != RING_OPEN)
+            continue;
+        c->desc = t->base.desc;
+        c->prev = t->base.prev_desc;
+        if (how == RING_ABORT) {
+            c->status = (int32_t)t->base.status;
+            c->failed_rank = t->base.failed_rank;
+            snprintf(c->text, sizeof c->text, "%s", t->base.error);
+        }
+        atomic_store_explicit(&c->closed, how, memory_order_release);
+    }
+}
+
+
+static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
+{
+    shm_transport_t *t = impl(p2p);
+    if (p2p->status == PYCOLL_OK)
+        pycoll_p2p_fail(p2p, why, -1, "%s", message ? message : "aborted");
+    /* Tell every peer once, so ranks not talking to the failed one fail fast with the real reason. */
+    if (!t->aborted) {
+        t->aborted = 1;
+        close_rings(t, RING_ABORT);
+    }
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
+}
+
+static int any_peer_open(const shm_transport_t *t)
+{
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank && t->peers[r].state == PEER_OPEN)
+            return 1;
+    return 0;
+}
+
+static pycoll_status_t shm_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
+{
+    shm_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK || t->aborted || t->said_goodbye)
+        return PYCOLL_OK;
+    t->finalizing = 1;
+    t->said_goodbye = 1;
+    close_rings(t, RING_GOODBYE);
+    /* only probes can be left; a peer that reads this far needs none */
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
+    for (int r = 0; r < p2p->size && p2p->status == PYCOLL_OK; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (r == p2p->rank || peer->state == PEER_DEAD)
+            continue;
+        if (peer->state == PEER_DEPARTED) {
+            /* Its GOODBYE came during this rank's last collective. */
+            if (!pycoll_same_desc(&peer->recv_hdr.desc, &p2p->desc))
+                pycoll_frame_mismatch(p2p, r, &peer->recv_hdr, " at close");
+        } else if (peer->hdr_parked) {
+            pycoll_frame_data_at_close(p2p, r, &peer->recv_hdr);
+        }
+    }
+    int64_t next_check = pycoll_now_ns() + LIVENESS_EVERY_NS;
+    while (p2p->status == PYCOLL_OK && any_peer_open(t)) {
+        if (progress_all(t))
+            continue;
+        int64_t now = pycoll_now_ns();
+        if (now >= deadline_ns)
+            break; /* peers still busy: they check this rank's GOODBYE when they close */
+        if (now >= next_check) {
+            next_check = now + LIVENESS_EVERY_NS;
+            check_liveness(t);
+            if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx))
+                break;
+        }
+        nap(deadline_ns - now < NAP_NS ? deadline_ns - now : NAP_NS);
+    }
+    if (p2p->status != PYCOLL_ERR_MISMATCH)
+        return PYCOLL_OK;
+    shm_abort(p2p, p2p->status, p2p->error);
+    return PYCOLL_ERR_MISMATCH;
+}
+
+static void shm_destroy(pycoll_p2p_t *p2p)
+{
+    shm_transport_t *t = impl(p2p);
+    /* A clean close: peers that are done with this rank stay calm when it goes. */
+    if (p2p->status == PYCOLL_OK && !t->said_goodbye)
+        close_rings(t, RING_GOODBYE);
+    for (int r = 0; r < t->base.size; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (peer->in_map)
+            munmap(peer->in_map, (size_t)(CTRL_BYTES + t->ring_bytes));
+        if (peer->out_map)
+            munmap(peer->out_map, (size_t)(CTRL_BYTES + t->ring_bytes));
+        if (peer->pidfd >= 0)
+            close(peer->pidfd);
+    }
+    free(t->peers);
+    free(t);
+}
+
+static const pycoll_p2p_ops_t shm_ops = {
+    .version = PYCOLL_P2P_VERSION,
+    .name = "shm",
+    .post = shm_post,
+    .wait = shm_wait,
+    .abort = shm_abort,
+    .destroy = shm_destroy,
+    .finalize = shm_finalize,
+};
+
+/* ---- set-up ---- */
+
+static int64_t ring_bytes_or_default(int64_t ring_bytes)
+{
+    return ring_bytes > 0 ? ring_bytes : DEFAULT_RING_BYTES;
+}
+
+int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
+{
+    return (int64_t)size * (CTRL_BYTES + ring_bytes_or_default(ring_bytes));
+}
+
+/* Map the ring that `sender` writes in the segment of its receiver (fd). */
+static void *map_ring(int fd, int32_t sender, int64_t ring_bytes, ring_t *ring)
+{
+    size_t len = (size_t)(CTRL_BYTES + ring_bytes);
+    /* MAP_POPULATE: the pages are faulted in here, at set-up, not during the first collectives. */
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)sender * (off_t)len);
+    if (p == MAP_FAILED)
+        return NULL;
+    ring->ctrl = p;
+    ring->data = (unsigned char *)p + CTRL_BYTES;
+    ring->mask = (uint64_t)ring_bytes - 1;
+    return p;
+}
+
+pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds, const int32_t *pids,
+                                          int64_t ring_bytes, char *error, size_t error_len)
+{
+    ring_bytes = ring_bytes_or_default(ring_bytes);
+    if (size < 1 || rank < 0 || rank >= size) {
+        snprintf(error, error_len, "invalid rank %d for world size %d", (int)rank, (int)size);
+        return NULL;
+    }
+    if (ring_bytes < MIN_RING_BYTES || (ring_bytes & (ring_bytes - 1)) != 0) {
+        snprintf(error, error_len, "shared-memory ring size must be a power of two of at least %lld bytes, got "
+                 "%lld", (long long)MIN_RING_BYTES, (long long)ring_bytes);
+        return NULL;
+    }
+    shm_transport_t *t = calloc(1, sizeof *t);
+    shm_peer_t *peers = calloc((size_t)size, sizeof *peers);
+    if (!t || !peers) {
+        snprintf(error, error_len, "cannot create the shared-memory transport: out of memory");
+        free(t);
+        free(peers);
+        return NULL;
+    }
+    t->base.ops = &shm_ops;
+    t->base.rank = rank;
+    t->base.size = size;
+    t->base.failed_rank = -1;
+    t->peers = peers;
+    t->ring_bytes = ring_bytes;
+    t->waiting_for = -1;
+    for (int r = 0; r < size; r++)
+        peers[r].pidfd = -1;
+    for (int r = 0; r < size; r++) {
+        if (r == rank)
+            continue;
+        shm_peer_t *peer = &peers[r];
+        peer->in_map = map_ring(segment_fds[rank], r, ring_bytes, &peer->in);
+        peer->out_map = map_ring(segment_fds[r], rank, ring_bytes, &peer->out);
+        if (!peer->in_map || !peer->out_map) {
+            snprintf(error, error_len, "cannot map the shared-memory rings with rank %d: %s", r, strerror(errno));
+            t->said_goodbye = 1; /* never set up: nothing to tell the peers */
+            shm_destroy(&t->base);
+            return NULL;
+        }
+#ifdef SYS_pidfd_open
+        if (pids && pids[r] > 0)
+            peer->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pids[r], 0);
+#endif
+    }
+    return &t->base;
+}

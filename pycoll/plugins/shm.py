@@ -1,0 +1,100 @@
+"""The shared-memory backend: host memory, every rank on one host, pycoll's algorithms over rings in shared
+memory (native/transport/shm_transport.c)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from pycoll import plugins
+from pycoll._bindings.comm import NativeComm, shm_segment_bytes
+from pycoll.algorithms import segment_bytes_from_env
+from pycoll.plugins.tcp import NativeEngine, TcpBackend, _share_cost_model, _spin_us
+from pycoll.rendezvous.store import gather
+
+SHM_DIR = "/dev/shm"
+SEGMENT_PREFIX = "pycoll-"
+
+
+def ring_bytes_from_env():
+    """PYCOLL_SHM_RING_BYTES (a power of two >= 4096), else 0: the transport's default (4 MiB)."""
+    text = os.environ.get("PYCOLL_SHM_RING_BYTES")
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"PYCOLL_SHM_RING_BYTES must be a number of bytes, got {text!r}") from None
+    if value < 4096 or value & (value - 1):
+        raise ValueError(f"PYCOLL_SHM_RING_BYTES must be a power of two of at least 4096, got {value}")
+    return value
+
+
+def _pid_namespace():
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def create_native(rank, world_size, store, timeout):
+    """A NativeComm over shared memory. Each rank creates the segment of its incoming rings, publishes its
+    name, opens every peer's, and unlinks its own once every rank has opened them all (a barrier through the
+    store): from then on nothing is left in /dev/shm whatever happens to the processes."""
+    ring_bytes = ring_bytes_from_env()
+    name = f"{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    path = os.path.join(SHM_DIR, name)
+    fds = [None] * world_size
+    fds[rank] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.ftruncate(fds[rank], shm_segment_bytes(world_size, ring_bytes))
+            mine = f"{name} {os.getpid()} {_pid_namespace()}".encode()
+            peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
+                                                        timeout)]
+            for r, (peer_name, _, _) in enumerate(peers):
+                if r != rank:
+                    fds[r] = os.open(os.path.join(SHM_DIR, peer_name), os.O_RDWR | os.O_CLOEXEC)
+            gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
+        finally:
+            os.unlink(path)
+        # A peer's pid means something only in this pid namespace.
+        pids = [int(pid) if int(pidns) == _pid_namespace() else 0 for _, pid, pidns in peers]
+        return NativeComm.over_shm(rank, world_size, fds, pids, ring_bytes, timeout, _spin_us(world_size),
+                                   segment_bytes_from_env())
+    finally:
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+
+
+def other_hosts_message(backend, hosts):
+    away = [r for r, h in enumerate(hosts.host_of) if h != hosts.host_of[0]]
+    return (f"backend {backend!r} needs every rank on one host, but ranks {', '.join(map(str, away))} are on "
+            f"another host than rank 0 ({hosts.count} hosts: different boot id, IPC or network namespace); "
+            f"use backend='cpu' or 'tcp'")
+
+
+class ShmBackend(TcpBackend):
+    """Declares what TcpBackend does (the same engine and algorithms); only the transport differs."""
+
+    name = "shm"
+
+    def probe(self):
+        if not os.path.isdir(SHM_DIR):
+            return f"{SHM_DIR} is missing (POSIX shared memory is not mounted)"
+        return None
+
+    def create(self, *, rank, world_size, store, timeout, options):
+        hosts = options["hosts"]
+        if hosts.count > 1:
+            raise ValueError(other_hosts_message(self.name, hosts))
+        if world_size == 1:
+            native = NativeComm.over_tcp(0, 1, [None], timeout, 0.0, segment_bytes_from_env())
+        else:
+            native = create_native(rank, world_size, store, timeout)
+        _share_cost_model(native, rank, world_size)
+        return NativeEngine(native, timeout)
+
+
+plugins.register(ShmBackend())
