@@ -164,9 +164,6 @@ def test_table_json_and_csv_of_a_small_sweep(tmp_path):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=False, reason="a rendezvous race, not the bench: a rank that re-inits while rank 0's "
-                   "previous store is closing can get HandshakeError('closed it before admitting us') instead of "
-                   "retrying (seen once in 2 full-suite runs under load)")
 def test_several_backends_run_one_after_the_other_on_every_rank(tmp_path):
     """Every rank inits each backend in turn (a rank without rows must not leave after the first)."""
     out_json = tmp_path / "rows.json"

@@ -179,7 +179,10 @@ def client_handshake(sock, hello, secret, deadline, check=None):
     try:
         ack = recv_exact(sock, len(ACK), deadline)
     except HandshakeError:
-        raise HandshakeError("the server rejected the connection (closed it before admitting us)") from None
+        # Both sides agreed on the secret by now (a wrong one fails above, on this side), so a server that closes
+        # here was full or shutting down -- a previous rendezvous's store closing as this rank re-inits: the
+        # caller may retry, as for a server that closed before replying.
+        raise Refused("the server closed the connection before admitting us (full, or shutting down)") from None
     if ack != ACK:
         raise HandshakeError(f"expected ACK from the server, got {ack!r}")
     return peer
