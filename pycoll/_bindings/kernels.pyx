@@ -7,32 +7,32 @@ from libc.stdint cimport int64_t, uintptr_t
 from pycoll._bindings.libpycoll cimport *
 
 
-cdef class _Views:
-    """The Py_buffers of one kernel call, acquired by argument name and all released on leaving the `with`
-    block, whatever raised (one place for the acquire/release pairs every binding below needs)."""
-    cdef Py_buffer views[4]
-    cdef int held
+cdef struct _Views:
+    # The Py_buffers of one kernel call, on the caller's stack: taken by argument name with _take and all
+    # released by one _release in a finally (one place for the acquire/release pairs every binding needs, at
+    # no allocation -- a kernel call on a small array costs a few hundred nanoseconds in all).
+    Py_buffer views[4]
+    int held
 
-    cdef Py_buffer *take(self, object obj, bint writable, str name) except NULL:
-        # No PyBUF_FORMAT: numpy cannot describe ml_dtypes' bfloat16 as a format string, and we only need bytes.
-        cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
-        try:
-            PyObject_GetBuffer(obj, &self.views[self.held], flags)
-        except TypeError:
-            raise TypeError(f"{name} must support the buffer protocol, got {type(obj).__name__}") from None
-        except (BufferError, ValueError) as exc:
-            what = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
-            raise ValueError(f"{name} must be {what}: {exc}") from None
-        self.held += 1
-        return &self.views[self.held - 1]
 
-    def __enter__(self):
-        return self
+cdef Py_buffer *_take(_Views *v, object obj, bint writable, str name) except NULL:
+    # No PyBUF_FORMAT: numpy cannot describe ml_dtypes' bfloat16 as a format string, and we only need bytes.
+    cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+    try:
+        PyObject_GetBuffer(obj, &v.views[v.held], flags)
+    except TypeError:
+        raise TypeError(f"{name} must support the buffer protocol, got {type(obj).__name__}") from None
+    except (BufferError, ValueError) as exc:
+        what = "a writable C-contiguous buffer" if writable else "a C-contiguous buffer"
+        raise ValueError(f"{name} must be {what}: {exc}") from None
+    v.held += 1
+    return &v.views[v.held - 1]
 
-    def __exit__(self, *exc):
-        while self.held:
-            self.held -= 1
-            PyBuffer_Release(&self.views[self.held])
+
+cdef void _release(_Views *v) noexcept:
+    while v.held:
+        v.held -= 1
+        PyBuffer_Release(&v.views[v.held])
 
 
 cdef int64_t _count(Py_buffer *view, pycoll_dtype_t dtype, str name) except -1:
@@ -88,9 +88,10 @@ def reduce(out, a, b, int dtype, int op):
     cdef Py_buffer *vb
     cdef pycoll_status_t status
     cdef int64_t count
-    cdef _Views views = _Views()
-    with views:
-        vo, va, vb = views.take(out, True, "out"), views.take(a, False, "a"), views.take(b, False, "b")
+    cdef _Views views
+    views.held = 0
+    try:
+        vo, va, vb = _take(&views, out, True, "out"), _take(&views, a, False, "a"), _take(&views, b, False, "b")
         count = _count(vo, <pycoll_dtype_t>dtype, "out")
         _check_same(va, vo.len, "a")
         _check_same(vb, vo.len, "b")
@@ -99,6 +100,8 @@ def reduce(out, a, b, int dtype, int op):
         with nogil:
             status = pycoll_reduce(vo.buf, va.buf, vb.buf, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
         _check_status(status, "reduce")
+    finally:
+        _release(&views)
 
 
 def scale_avg(buf, int dtype, int64_t divisor):
@@ -106,14 +109,17 @@ def scale_avg(buf, int dtype, int64_t divisor):
     cdef Py_buffer *v
     cdef pycoll_status_t status
     cdef int64_t count
-    cdef _Views views = _Views()
+    cdef _Views views
+    views.held = 0
     _check_divisor(divisor)
-    with views:
-        v = views.take(buf, True, "buf")
+    try:
+        v = _take(&views, buf, True, "buf")
         count = _count(v, <pycoll_dtype_t>dtype, "buf")
         with nogil:
             status = pycoll_scale_avg(v.buf, count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "scale_avg")
+    finally:
+        _release(&views)
 
 
 def accumulator_dtype(int dtype):
@@ -128,15 +134,18 @@ def compensated_load(sum, comp, src, int dtype):
     cdef Py_buffer *vx
     cdef pycoll_status_t status
     cdef int64_t count
-    cdef _Views views = _Views()
-    with views:
-        vx = views.take(src, False, "src")
+    cdef _Views views
+    views.held = 0
+    try:
+        vx = _take(&views, src, False, "src")
         count = _count(vx, <pycoll_dtype_t>dtype, "src")
-        vs, vc = views.take(sum, True, "sum"), views.take(comp, True, "comp")
+        vs, vc = _take(&views, sum, True, "sum"), _take(&views, comp, True, "comp")
         _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
         with nogil:
             status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, count, <pycoll_dtype_t>dtype)
         _check_status(status, "compensated_load")
+    finally:
+        _release(&views)
 
 
 def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
@@ -147,10 +156,11 @@ def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
     cdef Py_buffer *vsc
     cdef pycoll_status_t status
     cdef int64_t count
-    cdef _Views views = _Views()
-    with views:
-        vds, vdc = views.take(dst_sum, True, "dst_sum"), views.take(dst_comp, True, "dst_comp")
-        vss, vsc = views.take(src_sum, False, "src_sum"), views.take(src_comp, False, "src_comp")
+    cdef _Views views
+    views.held = 0
+    try:
+        vds, vdc = _take(&views, dst_sum, True, "dst_sum"), _take(&views, dst_comp, True, "dst_comp")
+        vss, vsc = _take(&views, src_sum, False, "src_sum"), _take(&views, src_comp, False, "src_comp")
         count = _count(vds, pycoll_accumulator_dtype(<pycoll_dtype_t>dtype), "dst_sum")
         _check_same(vdc, vds.len, "dst_comp")
         _check_same(vss, vds.len, "src_sum")
@@ -158,6 +168,8 @@ def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
         with nogil:
             status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, count, <pycoll_dtype_t>dtype)
         _check_status(status, "compensated_combine")
+    finally:
+        _release(&views)
 
 
 def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
@@ -167,16 +179,19 @@ def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
     cdef Py_buffer *vc
     cdef pycoll_status_t status
     cdef int64_t count
-    cdef _Views views = _Views()
+    cdef _Views views
+    views.held = 0
     _check_divisor(divisor)
-    with views:
-        vd = views.take(dst, True, "dst")
+    try:
+        vd = _take(&views, dst, True, "dst")
         count = _count(vd, <pycoll_dtype_t>dtype, "dst")
-        vs, vc = views.take(sum, False, "sum"), views.take(comp, False, "comp")
+        vs, vc = _take(&views, sum, False, "sum"), _take(&views, comp, False, "comp")
         _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
         with nogil:
             status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "compensated_store")
+    finally:
+        _release(&views)
 
 
 def simd_name():
