@@ -164,8 +164,10 @@ def test_subcommands_are_registered():
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed (apt-get install openmpi-bin)")
 def test_detect_under_mpirun(tmp_path):
     script = tmp_path / "detect.py"
-    script.write_text("import dataclasses, json\nfrom pycoll.rendezvous.launch_env import detect, job_id\n"
-                      "print(json.dumps(dict(dataclasses.asdict(detect()), job=job_id())))\n")
+    # One write per line: both ranks share mpirun's pipe, and print() may write the newline separately.
+    script.write_text("import dataclasses, json, sys\nfrom pycoll.rendezvous.launch_env import detect, job_id\n"
+                      "sys.stdout.write(json.dumps(dict(dataclasses.asdict(detect()), job=job_id())) + '\\n')\n"
+                      "sys.stdout.flush()\n")
     result = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable,
                              str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=40)
     assert result.returncode == 0, result.stderr

@@ -49,10 +49,12 @@ def test_a_vendor_struct_of_another_version_is_refused():
                                     f"libpycoll reads version {vendor.VENDOR_VERSION} only")
 
 
-def test_unloaded_vendor_says_what_to_load():
-    """In a fresh process, where nothing has loaded HCCL."""
+def test_unloaded_vendor_says_what_to_load(tmp_path):
+    """In a fresh process, where nothing has loaded HCCL (run outside the source folder, whose pycoll/ has no
+    compiled modules and would shadow the installed package)."""
     code = ("from pycoll._bindings import vendor\n"
             "try:\n    vendor.Vendor('hccl').unique_id()\n"
             "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout
     assert out.strip() == "PycollError hccl: HCCL or AscendCL is not loaded (pycoll_vendor_load)"
