@@ -72,6 +72,26 @@ pycoll_status_t pycoll_frame_departed_needed(pycoll_p2p_t *p2p, int32_t r, const
     return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d closed its communicator %s", (int)r, what);
 }
 
+pycoll_status_t pycoll_frame_check_request(pycoll_p2p_t *p2p, const pycoll_request_t *req)
+{
+    if (p2p->status != PYCOLL_OK)
+        return p2p->status;
+    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank || req->nbytes < 0)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "invalid %s to rank %d of %lld bytes",
+                               req->is_send ? "send" : "receive", (int)req->peer, (long long)req->nbytes);
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_frame_check_peer(pycoll_p2p_t *p2p, int32_t r, peer_state_t state,
+                                        const pycoll_frame_header_t *last)
+{
+    if (state == PEER_DEAD)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d is gone", (int)r);
+    if (state == PEER_DEPARTED)
+        return pycoll_frame_departed_needed(p2p, r, last, ", but rank %d still needs it");
+    return PYCOLL_OK;
+}
+
 pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                         int finalizing, int still_needed)
 {

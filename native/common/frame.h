@@ -18,6 +18,9 @@
 
 enum pycoll_frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4 };
 
+/* Where a message transport stands with a peer: talking, said GOODBYE, or gone (closed, died, aborted). */
+typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
+
 typedef struct pycoll_frame_header {
     uint32_t magic;
     uint32_t tag;    /* DATA: the message tag; ABORT: the pycoll_status_t */
@@ -59,6 +62,11 @@ pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pyco
  * differently, that is the real story. fmt_rank has one %d, this rank. */
 pycoll_status_t pycoll_frame_departed_needed(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                              const char *fmt_rank);
+/* The checks of a request being posted: a healthy transport, a valid peer and length ... */
+pycoll_status_t pycoll_frame_check_request(pycoll_p2p_t *p2p, const pycoll_request_t *req);
+/* ... and a peer still there (last: the header last read from it, its GOODBYE once departed). */
+pycoll_status_t pycoll_frame_check_peer(pycoll_p2p_t *p2p, int32_t r, peer_state_t state,
+                                        const pycoll_frame_header_t *last);
 /* Adopt the error of rank r's ABORT (h, its NUL-terminated text). At close only a disagreement counts. */
 pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                          const char *text, int finalizing);

@@ -66,7 +66,6 @@ typedef struct ring {
     uint64_t mask; /* ring bytes - 1 */
 } ring_t;
 
-typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 
 typedef struct shm_peer {
     pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
@@ -265,24 +264,16 @@ static void progress_send(shm_transport_t *t, int r)
     }
 }
 
-static pycoll_status_t departed_needed(shm_transport_t *t, int r, const char *fmt_rank)
-{
-    return pycoll_frame_departed_needed(&t->base, r, &t->peers[r].recv_hdr, fmt_rank);
-}
-
 static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
 {
     shm_transport_t *t = impl(p2p);
-    if (p2p->status != PYCOLL_OK)
-        return p2p->status;
-    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank || req->nbytes < 0)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "invalid %s to rank %d of %lld bytes",
-                               req->is_send ? "send" : "receive", (int)req->peer, (long long)req->nbytes);
+    pycoll_status_t status = pycoll_frame_check_request(p2p, req);
+    if (status != PYCOLL_OK)
+        return status;
     shm_peer_t *peer = &t->peers[req->peer];
-    if (peer->state == PEER_DEAD)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, req->peer, "rank %d is gone", (int)req->peer);
-    if (peer->state == PEER_DEPARTED)
-        return departed_needed(t, req->peer, ", but rank %d still needs it");
+    status = pycoll_frame_check_peer(p2p, req->peer, peer->state, &peer->recv_hdr);
+    if (status != PYCOLL_OK)
+        return status;
     if (req->is_send) {
         pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
         progress_send(t, req->peer);

@@ -38,7 +38,6 @@
 
 typedef pycoll_frame_header_t frame_header_t;
 
-typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
 
 typedef struct tcp_peer {
     pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
@@ -124,12 +123,6 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
     peer->state = PEER_DEAD;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
     return pycoll_frame_adopt_abort(&t->base, r, &peer->recv_hdr, text, t->finalizing);
-}
-
-static pycoll_status_t departed_peer_needed(tcp_transport_t *t, int r, const char *fmt_rank)
-{
-    /* its GOODBYE's header: nothing is read after it */
-    return pycoll_frame_departed_needed(&t->base, r, &t->peers[r].recv_hdr, fmt_rank);
 }
 
 static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
@@ -347,16 +340,13 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
 static pycoll_status_t tcp_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
 {
     tcp_transport_t *t = impl(p2p);
-    if (p2p->status != PYCOLL_OK)
-        return p2p->status;
-    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank || req->nbytes < 0)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "invalid %s to rank %d of %lld bytes",
-                               req->is_send ? "send" : "receive", (int)req->peer, (long long)req->nbytes);
+    pycoll_status_t status = pycoll_frame_check_request(p2p, req);
+    if (status != PYCOLL_OK)
+        return status;
     tcp_peer_t *peer = &t->peers[req->peer];
-    if (peer->state == PEER_DEAD)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, req->peer, "rank %d is gone", (int)req->peer);
-    if (peer->state == PEER_DEPARTED)
-        return departed_peer_needed(t, req->peer, ", but rank %d still needs it");
+    status = pycoll_frame_check_peer(p2p, req->peer, peer->state, &peer->recv_hdr);
+    if (status != PYCOLL_OK)
+        return status;
     if (req->is_send)
         pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
     else

@@ -9,7 +9,7 @@ import secrets
 from pycoll import plugins
 from pycoll._bindings.comm import NativeComm, shm_segment_bytes
 from pycoll.algorithms import segment_bytes_from_env
-from pycoll.plugins.tcp import NativeEngine, TcpBackend, _share_cost_model, _spin_us
+from pycoll.plugins.tcp import NativeEngine, TcpBackend, _share_cost_model, spin_us
 from pycoll.rendezvous.store import gather
 
 SHM_DIR = "/dev/shm"
@@ -60,7 +60,8 @@ def create_native(rank, world_size, store, timeout):
             os.unlink(path)
         # A peer's pid means something only in this pid namespace.
         pids = [int(pid) if int(pidns) == _pid_namespace() else 0 for _, pid, pidns in peers]
-        return NativeComm.over_shm(rank, world_size, fds, pids, ring_bytes, timeout, _spin_us(world_size),
+        # Every rank is on this host (ShmBackend.create checks), so all of them share its cores.
+        return NativeComm.over_shm(rank, world_size, fds, pids, ring_bytes, timeout, spin_us(world_size),
                                    segment_bytes_from_env())
     finally:
         for fd in fds:

@@ -70,12 +70,20 @@ class TcpBackend(plugins.Backend):
             socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
                                  secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
             fds = [s.detach() if s is not None else None for s in socks]
-        native = NativeComm.over_tcp(rank, world_size, fds, timeout, _spin_us(world_size), segment_bytes_from_env())
+        native = NativeComm.over_tcp(rank, world_size, fds, timeout, spin_us(local_size(options, world_size)),
+                                     segment_bytes_from_env())
         _share_cost_model(native, rank, world_size)
         return NativeEngine(native, timeout)
 
 
-def _spin_us(world_size):
+def local_size(options, world_size):
+    """How many ranks share this rank's host, as found at rendezvous (options["hosts"]); world_size when the
+    caller gave no host map."""
+    hosts = options.get("hosts")
+    return hosts.local_size if hosts is not None else world_size
+
+
+def spin_us(local_ranks):
     """PYCOLL_SPIN_US, else how long a wait polls (yielding the core between polls) before it sleeps: 2 ms when
     this host's ranks each have a core, 200 us when they share cores. A rank that sleeps at once waits for the
     scheduler to wake it (2 ranks, 4-byte all-reduce: 105 us polling 50 us, 13-16 us polling 1-10 ms); a long
@@ -88,7 +96,6 @@ def _spin_us(world_size):
             return max(0.0, float(override))
         except ValueError:
             raise ValueError(f"PYCOLL_SPIN_US must be a number of microseconds, got {override!r}") from None
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
     return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 200.0
 
 
