@@ -10,11 +10,14 @@ import os
 import sys
 import weakref
 
+import numpy as np
+
 from pycoll import plugins
 from pycoll.rendezvous import launch_env
-from pycoll.algorithms import accuracy_name, algorithm_name, default_algorithm
+from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, accuracy_name, algorithm_name,
+                               default_algorithm)
 from pycoll.buffers import as_buffer
-from pycoll.dtypes import integer_argument, op_id
+from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
@@ -52,7 +55,30 @@ class Communicator:
             from pycoll.rendezvous.hosts import Hosts
             hosts = Hosts.from_identities([""] * size, rank)
         self._hosts = hosts
+        self._fast = engine.fast_path(self._accepted_arguments())
         _open_communicators.add(self)
+
+    def _accepted_arguments(self):
+        """Every op, algorithm and accuracy name and every NumPy dtype this communicator accepts, with its id,
+        found by asking the checks below: what the engine's fast path takes is exactly what they allow."""
+        def accepted(check, names, ids):
+            table = {}
+            for name in names:
+                try:
+                    table[name] = ids[check(name)]
+                except (TypeError, ValueError):
+                    pass
+            return table
+        dtypes = {}
+        for name in self._backend.dtypes:
+            try:
+                dtypes[np.dtype(name).name] = DTYPE_IDS[name]
+            except TypeError:  # a dtype NumPy does not know without ml_dtypes (bfloat16): the general path's
+                pass
+        return {"ops": accepted(self._op, OP_NAMES, range(len(OP_NAMES))),
+                "algorithms": accepted(self._algorithm, ["auto", *ALGORITHMS], ALGORITHMS),
+                "accuracies": accepted(self._accuracy, [*ACCURACIES, *ACCURACY_ALIASES], ACCURACIES),
+                "dtypes": dtypes}
 
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
     size = property(lambda self: self._size, doc="The number of ranks.")
@@ -140,6 +166,14 @@ class Communicator:
             raise ValueError(f"root must be in [0, {self._size}), got {root}")
         return root
 
+    def _ran(self, algorithm):
+        """After the fast path: True when it ran the collective (`algorithm` is what ran), False when it left
+        the call to the general path (`algorithm` is None)."""
+        if algorithm is None:
+            return False
+        self.last_algorithm = algorithm
+        return True
+
     def _run(self, collective, *args):
         try:
             return collective(*args)
@@ -154,6 +188,9 @@ class Communicator:
         op="avg" is the sum divided by the number of ranks; on integer dtypes the sum wraps on overflow as "sum"
         does and the division truncates toward zero (C division, as NCCL's avg): -3 and 0 on 2 ranks give -1.
         """
+        fast = self._fast
+        if fast is not None and self._ran(self._run(fast.all_reduce, x, op, out, algorithm, accuracy)):
+            return x if out is None else out
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
         recv = self._result_buffer(send, out)
@@ -163,6 +200,9 @@ class Communicator:
 
     def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
         """x holds size * len(out) elements; rank r gets the reduction of block r in out."""
+        fast = self._fast
+        if fast is not None and self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
+            return out
         engine = self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="x")
         self.last_algorithm = self._run(engine.reduce_scatter, send, recv, self._op(op),
@@ -171,6 +211,9 @@ class Communicator:
 
     def all_gather(self, x, out):
         """out holds size * len(x) elements; block r comes from rank r."""
+        fast = self._fast
+        if fast is not None and self._ran(self._run(fast.all_gather, x, out)):
+            return out
         engine = self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="out")
         self.last_algorithm = self._run(engine.all_gather, send, recv)
@@ -178,6 +221,9 @@ class Communicator:
 
     def broadcast(self, x, root=0):
         """Copy root's x to every rank, in place."""
+        fast = self._fast
+        if fast is not None and self._ran(self._run(fast.broadcast, x, root)):
+            return x
         engine = self._engine_or_raise()
         buf = self._buffer(x, "x", writable=True)
         self.last_algorithm = self._run(engine.broadcast, buf, self._root(root))
@@ -185,6 +231,9 @@ class Communicator:
 
     def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
         """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
+        fast = self._fast
+        if fast is not None and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
+            return x
         engine = self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
@@ -200,7 +249,7 @@ class Communicator:
         """Release the connections. Idempotent. Waits briefly (at most 5 s) for the other ranks to close too,
         and raises MismatchError if they called different collectives without it being noticed before (ranks
         that disagreed on a root, for one); the communicator is closed either way."""
-        engine, self._engine = self._engine, None
+        engine, self._engine, self._fast = self._engine, None, None
         _open_communicators.discard(self)
         try:
             if engine is not None:

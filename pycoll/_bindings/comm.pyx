@@ -236,3 +236,6 @@ cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_
         p2p.ops.destroy(p2p)
         raise error_for_status(st, err.decode(errors="replace"))
     return native
+
+
+include "fast_path.pxi"

@@ -35,6 +35,13 @@ class Engine:
     """One communicator's state inside a backend. Buffers arrive as pycoll.buffers.Buffer, already checked
     for dtype, length and memory kind by the Communicator. Each method returns the algorithm it ran."""
 
+    def fast_path(self, accepted):
+        """Optional: an object whose all_reduce(x, op, out, algorithm, accuracy) and broadcast(x, root) run the
+        common case without Buffers (see pycoll/_bindings/fast_path.pxi) and return None for any other; None
+        when the engine has none. `accepted` maps each argument the communicator accepts to its id: "ops",
+        "algorithms", "accuracies", "dtypes" (numpy dtype name -> id)."""
+        return None
+
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         raise NotImplementedError
 

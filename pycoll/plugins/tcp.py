@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from pycoll import plugins
-from pycoll._bindings.comm import NativeComm
+from pycoll._bindings.comm import FastPath, NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
 
@@ -22,6 +22,10 @@ class NativeEngine(plugins.Engine):
     def __init__(self, native: NativeComm, timeout: float):
         self.native = native
         self.close_linger = min(timeout, CLOSE_LINGER_S)
+
+    def fast_path(self, accepted):
+        return FastPath(self.native, accepted["ops"], accepted["algorithms"], accepted["accuracies"],
+                        accepted["dtypes"], tuple(ALGORITHMS))
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         self.native.all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],

@@ -1,0 +1,185 @@
+# The common case of a small collective in one C-level call (included by comm.pyx, beside NativeComm).
+#
+# A small all_reduce is a few microseconds of transfer, so the Python around it matters: the general path
+# (pycoll.comm.Communicator) turns each argument into a Buffer and checks each name in Python, about 2 us a
+# call. FastPath takes the case nearly every call is -- C-contiguous NumPy arrays of a dtype the backend
+# takes, with argument names the communicator has already accepted once -- and does the lookups on C data.
+# Anything else (another array type, an unknown name, a read-only or strided array, mismatched out=) it
+# declines by returning None, and the general path runs, checks and explains: the two paths never disagree
+# about what is valid, because the tables here are built by asking the general path's own checks.
+
+from cpython.buffer cimport PyBUF_STRIDES, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
+
+import numpy as _np
+
+cdef object _NDARRAY = _np.ndarray
+
+
+cdef struct host_array:
+    uintptr_t ptr
+    int64_t count
+    int dtype      # pycoll dtype id
+    bint writable
+
+
+cdef class FastPath:
+    """Collectives on C-contiguous NumPy arrays with pre-accepted names, taking the arguments as the
+    Communicator's methods do; each returns the algorithm that ran, or None when the call is not such a case
+    (nothing was done; the general path takes it)."""
+    cdef NativeComm native
+    cdef int size
+    cdef dict ops, algorithms, accuracies  # accepted argument -> id, from the communicator's own checks
+    cdef int dtype_of_format[256]          # single-character buffer format -> pycoll dtype id, or -1
+    cdef tuple algorithm_names             # by id, so the result needs no decoding
+
+    def __cinit__(self, NativeComm native, dict ops, dict algorithms, dict accuracies, dtypes,
+                  tuple algorithm_names):
+        """dtypes: {numpy dtype name: pycoll id} of the dtypes the backend takes (those NumPy knows)."""
+        self.native = native
+        self.size = pycoll_comm_size(native._enter())
+        native.busy = False
+        self.ops, self.algorithms, self.accuracies = ops, algorithms, accuracies
+        self.algorithm_names = algorithm_names
+        for i in range(256):
+            self.dtype_of_format[i] = -1
+        for name, ident in dtypes.items():
+            # The format NumPy itself exports for the dtype ("f", "l", "e", ...): asked, not assumed.
+            try:
+                fmt = memoryview(_np.zeros(1, _np.dtype(name))).format.encode()
+            except (TypeError, ValueError):  # a dtype the buffer protocol cannot describe: general path
+                continue
+            if len(fmt) == 1:
+                self.dtype_of_format[fmt[0]] = ident
+
+    cdef bint _view(self, object x, host_array *out) except -1:
+        """x's memory when x is a C-contiguous ndarray of an accepted dtype; False otherwise."""
+        cdef Py_buffer view
+        if type(x) is not _NDARRAY:
+            return False
+        PyObject_GetBuffer(x, &view, PyBUF_STRIDES | 0x0004)  # 0x0004: PyBUF_FORMAT
+        try:
+            if view.format == NULL or view.format[0] == 0 or view.format[1] != 0 or view.itemsize <= 0:
+                return False
+            if not PyBuffer_IsContiguous(&view, b'C'):
+                return False
+            out.dtype = self.dtype_of_format[<unsigned char>view.format[0]]
+            out.ptr = <uintptr_t>view.buf
+            out.count = view.len // view.itemsize
+            out.writable = not view.readonly
+            return out.dtype >= 0
+        finally:
+            PyBuffer_Release(&view)  # x stays alive for the call: the caller holds it
+
+    cdef object _name(self):
+        return self.algorithm_names[<int>pycoll_comm_last_algorithm(self.native.comm)]
+
+    cdef bint _names(self, op, algorithm, accuracy, int *ids) except -1:
+        """ids[0..2] = the op, algorithm and accuracy ids, when all three are accepted names."""
+        o = self.ops.get(op) if type(op) is str else None
+        a = self.algorithms.get(algorithm) if type(algorithm) is str else None
+        m = self.accuracies.get(accuracy) if type(accuracy) is str else None
+        if o is None or a is None or m is None:
+            return False
+        ids[0], ids[1], ids[2] = o, a, m
+        return True
+
+    cdef bint _root(self, root, int *out) except -1:
+        # bool is an int subclass but no rank: type() is exact, so True goes to the general path's TypeError.
+        if type(root) is not int or not 0 <= root < self.size:
+            return False
+        out[0] = root
+        return True
+
+    cdef bint _blocks(self, x, out, bint x_whole, host_array *send, host_array *recv) except -1:
+        """x and out of one dtype, out writable, the `whole` one holding size blocks the other's length."""
+        if not self._view(x, send) or not self._view(out, recv) or not recv.writable or recv.dtype != send.dtype:
+            return False
+        if x_whole:
+            return send.count == <int64_t>self.size * recv.count
+        return recv.count == <int64_t>self.size * send.count
+
+    def all_reduce(self, x, op, out, algorithm, accuracy):
+        cdef host_array send, recv
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int ids[3]
+        if not self._names(op, algorithm, accuracy, ids) or not self._view(x, &send):
+            return None
+        if out is None:
+            recv = send
+            if not recv.writable:
+                return None
+        elif not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
+                or recv.count != send.count:
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_all_reduce(c, <const void *>send.ptr, <void *>recv.ptr, send.count,
+                                        <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0],
+                                        <pycoll_algorithm_t>ids[1], <pycoll_accuracy_t>ids[2])
+        self.native._leave(st)
+        return self._name()
+
+    def broadcast(self, x, root):
+        cdef host_array buf
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int r
+        if not self._root(root, &r) or not self._view(x, &buf) or not buf.writable:
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_broadcast(c, <void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, r)
+        self.native._leave(st)
+        return self._name()
+
+    def reduce_scatter(self, x, out, op, algorithm, accuracy):
+        cdef host_array send, recv
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int ids[3]
+        if not self._names(op, algorithm, accuracy, ids) or not self._blocks(x, out, True, &send, &recv):
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_reduce_scatter(c, <const void *>send.ptr, <void *>recv.ptr, recv.count,
+                                            <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0],
+                                            <pycoll_algorithm_t>ids[1], <pycoll_accuracy_t>ids[2])
+        self.native._leave(st)
+        return self._name()
+
+    def all_gather(self, x, out):
+        cdef host_array send, recv
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        if not self._blocks(x, out, False, &send, &recv):
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_all_gather(c, <const void *>send.ptr, <void *>recv.ptr, send.count,
+                                        <pycoll_dtype_t>send.dtype)
+        self.native._leave(st)
+        return self._name()
+
+    def reduce(self, x, root, op, out, accuracy):
+        """Only where x is the result (out None): on the root x must be writable, elsewhere it is only read."""
+        cdef host_array send
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int ids[3]
+        cdef int r
+        cdef uintptr_t recv
+        if out is not None or not self._names(op, "auto", accuracy, ids) or not self._root(root, &r) \
+                or not self._view(x, &send):
+            return None
+        is_root = r == pycoll_comm_rank(self.native.comm)
+        if is_root and not send.writable:
+            return None
+        recv = send.ptr if is_root else 0
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_reduce(c, <const void *>send.ptr, <void *>recv, send.count,
+                                    <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0], r,
+                                    <pycoll_accuracy_t>ids[2])
+        self.native._leave(st)
+        return self._name()

@@ -1,0 +1,112 @@
+"""The fast path (pycoll/_bindings/fast_path.pxi): the common call -- C-contiguous NumPy arrays, accepted names --
+runs without building Buffers, and every other call falls through to the general path, which checks and
+explains it. Checked by making the general path's buffer lookup fail loudly: a call that must take the fast
+path still works, one that must not reaches the general path."""
+
+import numpy as np
+import pytest
+
+import pycoll
+import pycoll.comm
+
+
+class GeneralPathTaken(Exception):
+    pass
+
+
+@pytest.fixture
+def comm():
+    with pycoll.init(rank=0, world_size=1, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+def no_general_path(monkeypatch):
+    def refuse(x, *, name="x", writable=False):
+        raise GeneralPathTaken(name)
+    monkeypatch.setattr(pycoll.comm, "as_buffer", refuse)
+
+
+X = np.arange(8, dtype=np.float32)
+Y = np.zeros(8, dtype=np.float32)
+
+# (name, call(comm)): calls that must take the fast path.
+COMMON = [
+    ("all_reduce", lambda comm: comm.all_reduce(X)),
+    ("all_reduce out", lambda comm: comm.all_reduce(X, "max", out=Y, algorithm="ring", accuracy="kahan")),
+    ("reduce_scatter", lambda comm: comm.reduce_scatter(X, Y, op="min")),
+    ("all_gather", lambda comm: comm.all_gather(X, Y)),
+    ("broadcast", lambda comm: comm.broadcast(X, root=0)),
+    ("reduce", lambda comm: comm.reduce(X, 0, "prod", accuracy="compensated")),
+    ("int64 2-d", lambda comm: comm.all_reduce(np.ones((2, 3), dtype=np.int64))),
+    ("uint8", lambda comm: comm.all_reduce(np.ones(3, dtype=np.uint8), "max")),
+    ("float16", lambda comm: comm.all_reduce(np.ones(3, dtype=np.float16))),
+]
+
+
+@pytest.mark.parametrize("name, call", COMMON, ids=[name for name, _ in COMMON])
+def test_common_calls_take_the_fast_path(comm, no_general_path, name, call):
+    call(comm)
+    assert comm.last_algorithm == "ring", name
+
+
+# Calls the fast path must leave to the general path (which accepts some and refuses others).
+UNCOMMON = [
+    ("strided", lambda comm: comm.all_reduce(X[::2])),
+    ("read-only in place", lambda comm: comm.all_reduce(np.broadcast_to(X, (8,)))),
+    ("byte-swapped", lambda comm: comm.all_reduce(X.astype(">f4"))),
+    ("bytearray view", lambda comm: comm.all_reduce(memoryview(bytearray(8)).cast("f"))),
+    ("op id", lambda comm: comm.all_reduce(X, op=0)),
+    ("unknown op", lambda comm: comm.all_reduce(X, op="mean")),
+    ("unknown algorithm", lambda comm: comm.all_reduce(X, algorithm="tree")),
+    ("out of another dtype", lambda comm: comm.all_reduce(X, out=np.zeros(8, np.float64))),
+    ("out of another length", lambda comm: comm.all_reduce(X, out=np.zeros(7, np.float32))),
+    ("read-only out", lambda comm: comm.all_reduce(X, out=np.broadcast_to(np.float32(0), (8,)))),
+    ("blocks of the wrong length", lambda comm: comm.all_gather(X, np.zeros(9, np.float32))),
+    ("reduce with out", lambda comm: comm.reduce(X, 0, out=np.zeros(8, np.float32))),
+    ("bool root", lambda comm: comm.broadcast(X, root=False)),
+    ("root out of range", lambda comm: comm.broadcast(X, root=1)),
+    ("numpy integer root", lambda comm: comm.broadcast(X, root=np.int64(0))),
+    ("complex", lambda comm: comm.all_reduce(np.ones(2, np.complex64))),
+    ("bool", lambda comm: comm.all_reduce(np.ones(3, dtype=bool), "max")),
+]
+
+
+@pytest.mark.parametrize("name, call", UNCOMMON, ids=[name for name, _ in UNCOMMON])
+def test_every_other_call_reaches_the_general_path(comm, no_general_path, name, call):
+    with pytest.raises(GeneralPathTaken):
+        call(comm)
+
+
+@pytest.mark.parametrize("name, call", UNCOMMON, ids=[name for name, _ in UNCOMMON])
+def test_the_general_path_still_judges_what_the_fast_path_declines(comm, name, call):
+    """Unpatched: each declined call either works or raises the general path's typed error, never anything
+    from the fast path itself."""
+    try:
+        call(comm)
+    except (TypeError, ValueError) as exc:
+        assert "x" in str(exc) or "out" in str(exc) or "op" in str(exc) or "algorithm" in str(exc) \
+            or "root" in str(exc), (name, exc)
+
+
+def test_an_algorithm_pinned_by_the_environment_holds_on_the_fast_path(monkeypatch, no_general_path):
+    monkeypatch.setenv("PYCOLL_ALGORITHM", "mesh")
+    with pycoll.init(rank=0, world_size=1, timeout=10) as comm:
+        comm.all_reduce(np.ones(4, np.float32))
+        assert comm.last_algorithm == "mesh"
+
+
+def test_a_closed_communicator_says_so(comm):
+    comm.close()
+    with pytest.raises(pycoll.CommunicatorClosed):
+        comm.all_reduce(np.ones(4, np.float32))
+
+
+def test_a_backend_without_a_fast_path_runs_the_general_path(comm, monkeypatch):
+    monkeypatch.setattr(comm, "_fast", None)
+    seen = []
+    real = pycoll.comm.as_buffer
+    monkeypatch.setattr(pycoll.comm, "as_buffer", lambda x, **kw: seen.append(kw["name"]) or real(x, **kw))
+    x = np.ones(4, np.float32)
+    assert comm.all_reduce(x) is x
+    assert seen == ["x"]
