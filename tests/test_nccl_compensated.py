@@ -163,9 +163,10 @@ def _delta(before, after):
     return {entry: after[entry] - before[entry] for entry in GUARDED}
 
 
-@engine_per_rank
-def _every_compensated_collective(engine, rank, world):
-    """Each compensated collective the NCCL engine runs through the C schedules, with the table's calls it made."""
+def _every_compensated_collective(rank, world):
+    """Each compensated collective the NCCL engine runs through the C schedules, with the table's calls it made,
+    and the table's counts once the engine is closed."""
+    engine = make_engine("nccl", rank, world, 30.0)
     out, calls = {}, {}
 
     def run(key, fn):
@@ -209,6 +210,7 @@ def _every_compensated_collective(engine, rank, world):
         return z if rank == 0 else z[:0]  # off the root recvbuf is not written
 
     run("reduce_large", reduce_large)
+    engine.close()
     return out, calls, _guarded_counts()
 
 
