@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 /* A fake libhccl.so + libascendcl for pycoll's binding tests: the same C symbols and values as hccl.h /
- * hccl_types.h, backed by fake_collectives.c. Calls are logged to FAKE_COLL_LOG; FAKE_COLL_FAIL injects
- * HcclResult codes ("HcclAllReduce=5", "async=21", ...). */
+ * hccl_types.h, backed by fake_vendor.c and fake_collectives.c. Calls are logged to FAKE_COLL_LOG;
+ * FAKE_COLL_FAIL injects HcclResult codes ("HcclAllReduce=5", "async=21", ...). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* A fake libnccl.so.2 + libcudart for pycoll's binding tests: the same C symbols and values as NCCL's nccl.h
- * (typed here as plain ints), backed by fake_collectives.c. Every call is logged to FAKE_COLL_LOG so tests can
- * check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
+ * (typed here as plain ints), backed by fake_vendor.c and fake_collectives.c. Every call is logged to FAKE_COLL_LOG
+ * so tests can check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
