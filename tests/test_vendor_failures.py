@@ -36,7 +36,7 @@ def env(fakes, vendor, tmp_path):
     ("nccl", "compensated", 1.5, r"ncclSend/ncclRecv did not complete within 1\.500 s.*aborted",
      "ncclCommAbort rank=0"),
     ("hccl", "fast", 1.0, r"HcclAllReduce did not complete within 1\.000 s", "HcclCommDestroy rank=0"),
-])
+], ids=["nccl", "nccl-compensated", "hccl"])
 def test_dead_peer_times_out_and_tears_the_communicator_down(env, vendor, accuracy, deadline, timed_out_text,
                                                              teardown):
     timed_out, closed = run_dead_peer(vendor, env, deadline, accuracy=accuracy)
@@ -44,8 +44,8 @@ def test_dead_peer_times_out_and_tears_the_communicator_down(env, vendor, accura
     assert teardown in open(env["FAKE_COLL_LOG"]).read()
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("vendor, accuracy, fail, error, texts", [
+# vendor, accuracy, FAKE_COLL_FAIL, the exception raised, what its message names
+INJECTED_FAILURES = [
     ("nccl", "fast", "async=6", "PeerFailure", ["ncclRemoteError, code 6", INJECTED]),
     ("nccl", "fast", "ncclAllReduce=4", "ValueError", ["ncclInvalidArgument", INJECTED]),
     ("nccl", "fast", "ncclAllReduce=1", "PycollError", ["ncclUnhandledCudaError", INJECTED]),
@@ -58,7 +58,12 @@ def test_dead_peer_times_out_and_tears_the_communicator_down(env, vendor, accura
     ("hccl", "fast", "HcclAllReduce=1", "ValueError", ["HcclResult 1"]),
     ("hccl", "fast", "HcclAllReduce=9", "Timeout", ["HcclResult 9"]),
     ("hccl", "fast", "HcclAllReduce=5", "PycollError", ["HcclResult 5"]),
-])
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("vendor, accuracy, fail, error, texts", INJECTED_FAILURES,
+                         ids=[f"{vendor}-{fail}" for vendor, _, fail, _, _ in INJECTED_FAILURES])
 def test_vendor_results_map_to_pycoll_errors(env, vendor, accuracy, fail, error, texts):
     # float64: the compensated cases run pycoll's schedules (over send/recv), not the vendor's all-reduce
     name, message = run_injected(vendor, env, fail, dtype="float64" if accuracy == "compensated" else "float32",
@@ -71,7 +76,7 @@ def test_vendor_results_map_to_pycoll_errors(env, vendor, accuracy, fail, error,
 @pytest.mark.parametrize("vendor, texts", [
     ("nccl", ["libnccl.so.2 not found -- pip install nvidia-nccl-cu12", "PYCOLL_NCCL_LIBRARY"]),
     ("hccl", ["libhccl.so not found", "PYCOLL_HCCL_LIBRARY"]),
-])
+], ids=["nccl", "hccl"])
 def test_probe_names_what_to_install(tmp_path, vendor, texts):
     out = probe_without_library(vendor, tmp_path)
     for text in texts:
