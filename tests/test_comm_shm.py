@@ -9,6 +9,12 @@ import pytest
 
 import test_comm_tcp as over_tcp
 from multiproc import Ranks
+# These scenarios of test_comm_tcp.py take no arguments: collected here as they are, they run over shared memory
+# (shm_backend below applies to every test of this module).
+from test_comm_tcp import (test_close_waits_for_a_slow_rank_at_most_the_linger,  # noqa: F401
+                           test_ctrl_c_interrupts_a_blocked_collective_promptly,
+                           test_peer_that_closes_its_communicator_is_named_quickly,
+                           test_stopped_peer_makes_the_others_time_out_at_the_deadline)
 
 SHM_DIR = "/dev/shm"
 
@@ -78,23 +84,3 @@ def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, t
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(algorithm, no_segment_left):
     over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s(algorithm)
-
-
-@pytest.mark.timeout(60)
-def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
-    over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()
-
-
-@pytest.mark.timeout(60)
-def test_peer_that_closes_its_communicator_is_named_quickly():
-    over_tcp.test_peer_that_closes_its_communicator_is_named_quickly()
-
-
-@pytest.mark.timeout(60)
-def test_close_waits_for_a_slow_rank_at_most_the_linger():
-    over_tcp.test_close_waits_for_a_slow_rank_at_most_the_linger()
-
-
-@pytest.mark.timeout(60)
-def test_ctrl_c_interrupts_a_blocked_collective_promptly():
-    over_tcp.test_ctrl_c_interrupts_a_blocked_collective_promptly()

@@ -60,8 +60,9 @@ pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *r
     return status;
 }
 
-pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout)
+pycoll_status_t mesh_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout)
 {
+    pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
     char *data = buf;
     pycoll_request_t *reqs = calloc(2 * (size_t)size, sizeof *reqs);
@@ -84,16 +85,18 @@ pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsiz
     return status;
 }
 
+/* The mesh reduce-scatter keeps its own scratch: it needs no buffer of partials. */
+static pycoll_status_t mesh_reduce_scatter_phase(coll_ctx_t *ctx, const reduction_t *red, const void *input,
+                                                 void *work, block_layout_t layout, void *out)
+{
+    (void)work;
+    return mesh_reduce_scatter_blocks(ctx, red, input, layout, out);
+}
+
 pycoll_status_t mesh_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                 pycoll_accuracy_t accuracy)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status;
-    reduction_t red;
-    if (!all_reduce_setup(ctx, "mesh all_reduce", buf, count, dtype, op, accuracy, &red, &status))
-        return status;
-    const block_layout_t layout = split_evenly(count, p2p->size);
-    char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;
-    status = mesh_reduce_scatter_blocks(ctx, &red, buf, layout, own);
-    return status != PYCOLL_OK ? status : mesh_all_gather_blocks(p2p, buf, red.dsize, layout);
+    static const two_phase_all_reduce_t mesh = {"mesh all_reduce", false, mesh_reduce_scatter_phase,
+                                                mesh_all_gather_blocks};
+    return two_phase_all_reduce_run(ctx, &mesh, buf, count, dtype, op, accuracy);
 }

@@ -22,7 +22,23 @@ pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize,
 
 pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,
                                            block_layout_t layout, void *out);
-pycoll_status_t mesh_all_gather_blocks(pycoll_p2p_t *p2p, void *buf, size_t dsize, block_layout_t layout);
+pycoll_status_t mesh_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
+
+/* An all-reduce made of a reduce-scatter phase and an all-gather phase (ring, mesh), over an even split. */
+typedef struct two_phase_all_reduce {
+    const char *what;  /* "ring all_reduce": names the collective in messages */
+    /* Compensated partials go to the communicator's workspace (ring); else work is buf itself and the phase
+     * keeps its own scratch (mesh). */
+    bool partials_in_workspace;
+    pycoll_status_t (*reduce_scatter)(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
+                                      block_layout_t layout, void *out);
+    pycoll_status_t (*all_gather)(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
+} two_phase_all_reduce_t;
+
+/* all_reduce_setup, then reduce-scatter into this rank's block of buf, then all-gather it. */
+pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, void *buf,
+                                         int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                         pycoll_accuracy_t accuracy);
 
 /* Rabenseifner's reduce-scatter for reduce_scatter: block b (size * count elements in all) ends on rank b. */
 pycoll_status_t halving_doubling_reduce_scatter(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *out,

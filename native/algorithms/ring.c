@@ -191,16 +191,7 @@ pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize,
 pycoll_status_t ring_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                 pycoll_accuracy_t accuracy)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status;
-    reduction_t red;
-    if (!all_reduce_setup(ctx, "ring all_reduce", buf, count, dtype, op, accuracy, &red, &status))
-        return status;
-    const block_layout_t layout = split_evenly(count, p2p->size);
-    void *work = red.compensated ? comm_workspace(ctx, count * (int64_t)red.wsize, "ring all_reduce") : buf;
-    if (!work)
-        return PYCOLL_ERR_NOMEM;
-    char *own = (char *)buf + block_offset(layout, p2p->rank) * (int64_t)red.dsize;
-    status = ring_reduce_scatter_blocks(ctx, &red, buf, work, layout, own);
-    return status != PYCOLL_OK ? status : ring_all_gather_blocks(ctx, buf, red.dsize, layout);
+    static const two_phase_all_reduce_t ring = {"ring all_reduce", true, ring_reduce_scatter_blocks,
+                                                ring_all_gather_blocks};
+    return two_phase_all_reduce_run(ctx, &ring, buf, count, dtype, op, accuracy);
 }

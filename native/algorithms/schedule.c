@@ -39,6 +39,25 @@ bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_
     return true;
 }
 
+pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, void *buf,
+                                         int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                         pycoll_accuracy_t accuracy)
+{
+    pycoll_status_t status;
+    reduction_t red;
+    if (!all_reduce_setup(ctx, alg->what, buf, count, dtype, op, accuracy, &red, &status))
+        return status;
+    const block_layout_t layout = split_evenly(count, ctx->p2p->size);
+    void *work = buf;
+    if (alg->partials_in_workspace && red.compensated)
+        work = comm_workspace(ctx, count * (int64_t)red.wsize, alg->what);
+    if (!work)
+        return PYCOLL_ERR_NOMEM;
+    char *own = (char *)buf + block_offset(layout, ctx->p2p->rank) * (int64_t)red.dsize;
+    status = alg->reduce_scatter(ctx, &red, buf, work, layout, own);
+    return status != PYCOLL_OK ? status : alg->all_gather(ctx, buf, red.dsize, layout);
+}
+
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what)
 {
     void *p = malloc(nbytes > 0 ? (size_t)nbytes : 1);

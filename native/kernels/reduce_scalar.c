@@ -7,36 +7,22 @@
 
 #include <math.h>
 
+/* One element-wise loop for every dtype x op below: o[i] = EXPR, where EXPR reads x[i] and y[i]. */
+#define ELEMENTWISE_KERNEL(name, T, EXPR)                                                                     \
+    static void name(void *out, const void *a, const void *b, int64_t n)                                      \
+    {                                                                                                         \
+        const T *x = a, *y = b;                                                                               \
+        T *o = out;                                                                                           \
+        for (int64_t i = 0; i < n; i++)                                                                       \
+            o[i] = EXPR;                                                                                      \
+    }
+
 /* Integers: computed in the unsigned type so overflow wraps (as numpy does) instead of being C UB. */
 #define DEFINE_INT_KERNELS(tname, T, U)                                                                       \
-    static void tname##_sum(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = (T)(U)((U)x[i] + (U)y[i]);                                                                 \
-    }                                                                                                         \
-    static void tname##_prod(void *out, const void *a, const void *b, int64_t n)                              \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = (T)(U)((U)x[i] * (U)y[i]);                                                                 \
-    }                                                                                                         \
-    static void tname##_min(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = x[i] < y[i] ? x[i] : y[i];                                                                 \
-    }                                                                                                         \
-    static void tname##_max(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = x[i] > y[i] ? x[i] : y[i];                                                                 \
-    }
+    ELEMENTWISE_KERNEL(tname##_sum, T, (T)(U)((U)x[i] + (U)y[i]))                                             \
+    ELEMENTWISE_KERNEL(tname##_prod, T, (T)(U)((U)x[i] * (U)y[i]))                                            \
+    ELEMENTWISE_KERNEL(tname##_min, T, x[i] < y[i] ? x[i] : y[i])                                             \
+    ELEMENTWISE_KERNEL(tname##_max, T, x[i] > y[i] ? x[i] : y[i])
 
 /* uint8 * uint8 promotes to int, so the multiply must go through unsigned int to stay defined. */
 DEFINE_INT_KERNELS(i8, int8_t, unsigned)
@@ -47,74 +33,32 @@ DEFINE_INT_KERNELS(i64, unaligned_i64, uint64_t)
 /* float32/float64/bfloat16 min/max follow np.minimum/np.maximum: a NaN in a wins, then a NaN in b (the
  * comparison fails), and equal operands (+0/-0) give b. */
 #define DEFINE_FLOAT_KERNELS(tname, T)                                                                        \
-    static void tname##_sum(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = x[i] + y[i];                                                                               \
-    }                                                                                                         \
-    static void tname##_prod(void *out, const void *a, const void *b, int64_t n)                              \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = x[i] * y[i];                                                                               \
-    }                                                                                                         \
-    static void tname##_min(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = (isnan(x[i]) || x[i] < y[i]) ? x[i] : y[i];                                                \
-    }                                                                                                         \
-    static void tname##_max(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const T *x = a, *y = b;                                                                               \
-        T *o = out;                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = (isnan(x[i]) || x[i] > y[i]) ? x[i] : y[i];                                                \
-    }
+    ELEMENTWISE_KERNEL(tname##_sum, T, x[i] + y[i])                                                           \
+    ELEMENTWISE_KERNEL(tname##_prod, T, x[i] * y[i])                                                          \
+    ELEMENTWISE_KERNEL(tname##_min, T, (isnan(x[i]) || x[i] < y[i]) ? x[i] : y[i])                            \
+    ELEMENTWISE_KERNEL(tname##_max, T, (isnan(x[i]) || x[i] > y[i]) ? x[i] : y[i])
 
 DEFINE_FLOAT_KERNELS(f32, unaligned_f32)
 DEFINE_FLOAT_KERNELS(f64, unaligned_f64)
 
 /* float16/bfloat16: combined in float32 and rounded once. float32 has more than 2p+2 bits for both, so
  * rounding a float32 sum or product again to 16 bits equals rounding the exact result (no double-rounding
- * error), which is also what numpy and ml_dtypes compute. min/max select an input unchanged. */
-#define DEFINE_HALF_KERNELS(tname, to_f32, from_f32, MIN_TAKES_A, MAX_TAKES_A)                                \
-    static void tname##_sum(void *out, const void *a, const void *b, int64_t n)                               \
+ * error), which is also what numpy and ml_dtypes compute. min/max select an input unchanged: TAKES_A(a, b)
+ * on the widened values says whether a is kept, and a NaN in a always is (both inputs are read first, so
+ * the compiler may vectorize the loop: it would not add a load of b that the C code might skip). */
+#define HALF_SELECT(name, to_f32, TAKES_A)                                                                    \
+    static inline uint16_t name(uint16_t a, uint16_t b)                                                       \
     {                                                                                                         \
-        const unaligned_u16 *x = a, *y = b;                                                                        \
-        unaligned_u16 *o = out;                                                                                    \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = from_f32(to_f32(x[i]) + to_f32(y[i]));                                                     \
-    }                                                                                                         \
-    static void tname##_prod(void *out, const void *a, const void *b, int64_t n)                              \
-    {                                                                                                         \
-        const unaligned_u16 *x = a, *y = b;                                                                        \
-        unaligned_u16 *o = out;                                                                                    \
-        for (int64_t i = 0; i < n; i++)                                                                       \
-            o[i] = from_f32(to_f32(x[i]) * to_f32(y[i]));                                                     \
-    }                                                                                                         \
-    static void tname##_min(void *out, const void *a, const void *b, int64_t n)                               \
-    {                                                                                                         \
-        const unaligned_u16 *x = a, *y = b;                                                                        \
-        unaligned_u16 *o = out;                                                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                                     \
-            float fa = to_f32(x[i]), fb = to_f32(y[i]);                                                       \
-            o[i] = (isnan(fa) || MIN_TAKES_A(fa, fb)) ? x[i] : y[i];                                          \
-        }                                                                                                     \
-    }                                                                                                         \
-    static void tname##_max(void *out, const void *a, const void *b, int64_t n)                              \
-    {                                                                                                         \
-        const unaligned_u16 *x = a, *y = b;                                                                        \
-        unaligned_u16 *o = out;                                                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                                     \
-            float fa = to_f32(x[i]), fb = to_f32(y[i]);                                                       \
-            o[i] = (isnan(fa) || MAX_TAKES_A(fa, fb)) ? x[i] : y[i];                                          \
-        }                                                                                                     \
+        float fa = to_f32(a), fb = to_f32(b);                                                                 \
+        return (isnan(fa) || TAKES_A(fa, fb)) ? a : b;                                                        \
     }
+#define DEFINE_HALF_KERNELS(tname, to_f32, from_f32, MIN_TAKES_A, MAX_TAKES_A)                                \
+    HALF_SELECT(tname##_min_of, to_f32, MIN_TAKES_A)                                                          \
+    HALF_SELECT(tname##_max_of, to_f32, MAX_TAKES_A)                                                          \
+    ELEMENTWISE_KERNEL(tname##_sum, unaligned_u16, from_f32(to_f32(x[i]) + to_f32(y[i])))                     \
+    ELEMENTWISE_KERNEL(tname##_prod, unaligned_u16, from_f32(to_f32(x[i]) * to_f32(y[i])))                    \
+    ELEMENTWISE_KERNEL(tname##_min, unaligned_u16, tname##_min_of(x[i], y[i]))                                \
+    ELEMENTWISE_KERNEL(tname##_max, unaligned_u16, tname##_max_of(x[i], y[i]))
 
 /* numpy's float16 min/max keep a on ties (a <= b); ml_dtypes' bfloat16 ones keep b, like float32. */
 #define LESS_EQUAL(a, b) ((a) <= (b))

@@ -114,22 +114,35 @@ static pycoll_status_t check_match_locked(sim_rank_t *me, int32_t src, const pyc
     return PYCOLL_OK;
 }
 
+/* The per-source queues of messages and of receives: FIFO lists kept as a head and a tail, linked by next. */
+#define QUEUE_PUSH(head, tail, entry)                                                                         \
+    do {                                                                                                      \
+        if (tail)                                                                                             \
+            (tail)->next = (entry);                                                                           \
+        else                                                                                                  \
+            (head) = (entry);                                                                                 \
+        (tail) = (entry);                                                                                     \
+    } while (0)
+#define QUEUE_POP(head, tail, entry)                                                                          \
+    do {                                                                                                      \
+        (entry) = (head);                                                                                     \
+        (head) = (entry)->next;                                                                               \
+        if (!(head))                                                                                          \
+            (tail) = NULL;                                                                                    \
+        (entry)->next = NULL;                                                                                 \
+    } while (0)
+
 static sim_message_t *pop_message(sim_rank_t *rank, int32_t src)
 {
-    sim_message_t *m = rank->msg_head[src];
-    rank->msg_head[src] = m->next;
-    if (!m->next)
-        rank->msg_tail[src] = NULL;
+    sim_message_t *m;
+    QUEUE_POP(rank->msg_head[src], rank->msg_tail[src], m);
     return m;
 }
 
 static pycoll_request_t *pop_recv(sim_rank_t *rank, int32_t src)
 {
-    pycoll_request_t *r = rank->recv_head[src];
-    rank->recv_head[src] = r->next;
-    if (!r->next)
-        rank->recv_tail[src] = NULL;
-    r->next = NULL;
+    pycoll_request_t *r;
+    QUEUE_POP(rank->recv_head[src], rank->recv_tail[src], r);
     return r;
 }
 
@@ -196,11 +209,7 @@ static pycoll_status_t sim_post_send(sim_rank_t *me, pycoll_request_t *req)
             free(m);
             return peer_failed_locked(me);
         }
-        if (dst->msg_tail[src])
-            dst->msg_tail[src]->next = m;
-        else
-            dst->msg_head[src] = m;
-        dst->msg_tail[src] = m;
+        QUEUE_PUSH(dst->msg_head[src], dst->msg_tail[src], m);
         if (dst->recv_head[src])
             dst->needs_match = true;
         pthread_cond_broadcast(&dst->wakeup);
@@ -215,11 +224,7 @@ static pycoll_status_t sim_post_recv(sim_rank_t *me, pycoll_request_t *req)
     const int32_t src = req->peer;
     if (me->msg_head[src] && !me->recv_head[src])
         return deliver_locked(me, src, pop_message(me, src), req);
-    if (me->recv_tail[src])
-        me->recv_tail[src]->next = req;
-    else
-        me->recv_head[src] = req;
-    me->recv_tail[src] = req;
+    QUEUE_PUSH(me->recv_head[src], me->recv_tail[src], req);
     return PYCOLL_OK;
 }
 

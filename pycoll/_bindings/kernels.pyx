@@ -13,6 +13,7 @@ cdef struct _Views:
     # no allocation -- a kernel call on a small array costs a few hundred nanoseconds in all).
     Py_buffer views[4]
     int held
+    int64_t count  # the call's element count, from the buffer _take_counted took
 
 
 cdef Py_buffer *_take(_Views *v, object obj, bint writable, str name) except NULL:
@@ -44,6 +45,13 @@ cdef int64_t _count(Py_buffer *view, pycoll_dtype_t dtype, str name) except -1:
     return view.len // size
 
 
+cdef Py_buffer *_take_counted(_Views *v, object obj, bint writable, str name, pycoll_dtype_t dtype) except NULL:
+    # _take the buffer that sets the call's element count (a whole number of dtype's elements) into v.count.
+    cdef Py_buffer *view = _take(v, obj, writable, name)
+    v.count = _count(view, dtype, name)
+    return view
+
+
 cdef int _check_same(Py_buffer *view, int64_t nbytes, str name) except -1:
     if view.len != nbytes:
         raise ValueError(f"length mismatch: {name} holds {view.len} bytes, expected {nbytes}")
@@ -56,12 +64,14 @@ cdef int _check_divisor(int64_t divisor) except -1:
     return 0
 
 
-cdef int _check_pair(Py_buffer *vs, Py_buffer *vc, int64_t count, pycoll_dtype_t dtype, str sum_name,
-                     str comp_name) except -1:
-    # A (sum, comp) pair of `count` elements of dtype's accumulator type.
-    cdef int64_t nbytes = count * pycoll_dtype_size(pycoll_accumulator_dtype(dtype))
-    _check_same(vs, nbytes, sum_name)
-    _check_same(vc, nbytes, comp_name)
+cdef int _take_pair(_Views *v, object sum, object comp, bint writable, pycoll_dtype_t dtype, Py_buffer **vs,
+                    Py_buffer **vc) except -1:
+    # A (sum, comp) pair of v.count elements of dtype's accumulator type, taken into *vs and *vc.
+    cdef int64_t nbytes = v.count * pycoll_dtype_size(pycoll_accumulator_dtype(dtype))
+    vs[0] = _take(v, sum, writable, "sum")
+    vc[0] = _take(v, comp, writable, "comp")
+    _check_same(vs[0], nbytes, "sum")
+    _check_same(vc[0], nbytes, "comp")
     return 0
 
 
@@ -87,18 +97,17 @@ def reduce(out, a, b, int dtype, int op):
     cdef Py_buffer *va
     cdef Py_buffer *vb
     cdef pycoll_status_t status
-    cdef int64_t count
     cdef _Views views
     views.held = 0
     try:
-        vo, va, vb = _take(&views, out, True, "out"), _take(&views, a, False, "a"), _take(&views, b, False, "b")
-        count = _count(vo, <pycoll_dtype_t>dtype, "out")
+        vo = _take_counted(&views, out, True, "out", <pycoll_dtype_t>dtype)
+        va, vb = _take(&views, a, False, "a"), _take(&views, b, False, "b")
         _check_same(va, vo.len, "a")
         _check_same(vb, vo.len, "b")
         _check_no_partial_overlap(vo, va, "out and a")
         _check_no_partial_overlap(vo, vb, "out and b")
         with nogil:
-            status = pycoll_reduce(vo.buf, va.buf, vb.buf, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
+            status = pycoll_reduce(vo.buf, va.buf, vb.buf, views.count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
         _check_status(status, "reduce")
     finally:
         _release(&views)
@@ -108,15 +117,13 @@ def scale_avg(buf, int dtype, int64_t divisor):
     """buf /= divisor element-wise (integers truncate toward zero)."""
     cdef Py_buffer *v
     cdef pycoll_status_t status
-    cdef int64_t count
     cdef _Views views
     views.held = 0
     _check_divisor(divisor)
     try:
-        v = _take(&views, buf, True, "buf")
-        count = _count(v, <pycoll_dtype_t>dtype, "buf")
+        v = _take_counted(&views, buf, True, "buf", <pycoll_dtype_t>dtype)
         with nogil:
-            status = pycoll_scale_avg(v.buf, count, <pycoll_dtype_t>dtype, divisor)
+            status = pycoll_scale_avg(v.buf, views.count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "scale_avg")
     finally:
         _release(&views)
@@ -133,16 +140,13 @@ def compensated_load(sum, comp, src, int dtype):
     cdef Py_buffer *vc
     cdef Py_buffer *vx
     cdef pycoll_status_t status
-    cdef int64_t count
     cdef _Views views
     views.held = 0
     try:
-        vx = _take(&views, src, False, "src")
-        count = _count(vx, <pycoll_dtype_t>dtype, "src")
-        vs, vc = _take(&views, sum, True, "sum"), _take(&views, comp, True, "comp")
-        _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
+        vx = _take_counted(&views, src, False, "src", <pycoll_dtype_t>dtype)
+        _take_pair(&views, sum, comp, True, <pycoll_dtype_t>dtype, &vs, &vc)
         with nogil:
-            status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, count, <pycoll_dtype_t>dtype)
+            status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, views.count, <pycoll_dtype_t>dtype)
         _check_status(status, "compensated_load")
     finally:
         _release(&views)
@@ -155,18 +159,18 @@ def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
     cdef Py_buffer *vss
     cdef Py_buffer *vsc
     cdef pycoll_status_t status
-    cdef int64_t count
     cdef _Views views
     views.held = 0
     try:
-        vds, vdc = _take(&views, dst_sum, True, "dst_sum"), _take(&views, dst_comp, True, "dst_comp")
+        vds = _take_counted(&views, dst_sum, True, "dst_sum", pycoll_accumulator_dtype(<pycoll_dtype_t>dtype))
+        vdc = _take(&views, dst_comp, True, "dst_comp")
         vss, vsc = _take(&views, src_sum, False, "src_sum"), _take(&views, src_comp, False, "src_comp")
-        count = _count(vds, pycoll_accumulator_dtype(<pycoll_dtype_t>dtype), "dst_sum")
         _check_same(vdc, vds.len, "dst_comp")
         _check_same(vss, vds.len, "src_sum")
         _check_same(vsc, vds.len, "src_comp")
         with nogil:
-            status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, count, <pycoll_dtype_t>dtype)
+            status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, views.count,
+                                                <pycoll_dtype_t>dtype)
         _check_status(status, "compensated_combine")
     finally:
         _release(&views)
@@ -178,17 +182,14 @@ def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
     cdef Py_buffer *vs
     cdef Py_buffer *vc
     cdef pycoll_status_t status
-    cdef int64_t count
     cdef _Views views
     views.held = 0
     _check_divisor(divisor)
     try:
-        vd = _take(&views, dst, True, "dst")
-        count = _count(vd, <pycoll_dtype_t>dtype, "dst")
-        vs, vc = _take(&views, sum, False, "sum"), _take(&views, comp, False, "comp")
-        _check_pair(vs, vc, count, <pycoll_dtype_t>dtype, "sum", "comp")
+        vd = _take_counted(&views, dst, True, "dst", <pycoll_dtype_t>dtype)
+        _take_pair(&views, sum, comp, False, <pycoll_dtype_t>dtype, &vs, &vc)
         with nogil:
-            status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, count, <pycoll_dtype_t>dtype, divisor)
+            status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, views.count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "compensated_store")
     finally:
         _release(&views)

@@ -27,6 +27,12 @@ def raise_status(int status, str message):
     raise error_for_status(status, message)
 
 
+# pycoll_vendor_all_reduce and pycoll_vendor_reduce_scatter (whose count is per rank): one signature, one wrapper.
+ctypedef pycoll_status_t (*_reduction_call)(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                            void *stream) noexcept nogil
+
+
 cdef str _text(const char *s):
     return s.decode("utf-8", "replace")
 
@@ -156,22 +162,20 @@ cdef class VendorComm:
         """The device the communicator runs on (-1 where the vendor does not say)."""
         return pycoll_vendor_comm_device(self._open())
 
-    def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
+    cdef _reduction(self, _reduction_call call, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op,
+                    uintptr_t stream):
         cdef pycoll_vendor_comm_t *c = self._open()
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_vendor_all_reduce(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                          <pycoll_op_t>op, <void *>stream)
+            st = call(c, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, <pycoll_op_t>op, <void *>stream)
         self._check(st)
+
+    def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, uintptr_t stream):
+        self._reduction(pycoll_vendor_all_reduce, send, recv, count, dtype, op, stream)
 
     def reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
                        uintptr_t stream):
-        cdef pycoll_vendor_comm_t *c = self._open()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_vendor_reduce_scatter(c, <void *>send, <void *>recv, recv_count, <pycoll_dtype_t>dtype,
-                                              <pycoll_op_t>op, <void *>stream)
-        self._check(st)
+        self._reduction(pycoll_vendor_reduce_scatter, send, recv, recv_count, dtype, op, stream)
 
     def all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype, uintptr_t stream):
         cdef pycoll_vendor_comm_t *c = self._open()

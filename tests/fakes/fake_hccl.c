@@ -1,24 +1,19 @@
 #define _POSIX_C_SOURCE 200809L
 /* A fake libhccl.so + libascendcl for pycoll's binding tests: the same C symbols and values as hccl.h /
- * hccl_types.h, backed by fake_collectives.c. Calls are logged to FAKE_COLL_LOG; FAKE_COLL_FAIL injects
- * HcclResult codes ("HcclAllReduce=5", "async=21", ...). */
+ * hccl_types.h, backed by fake_vendor.c and fake_collectives.c. Calls are logged to FAKE_COLL_LOG;
+ * FAKE_COLL_FAIL injects HcclResult codes ("HcclAllReduce=5", "async=21", ...). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fake_collectives.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "fake_vendor.h"
 
 enum { SUCCESS = 0, E_PARA = 1 };
 
 typedef struct { char internal[4108]; } root_info_t;
-typedef struct {
-    fake_comm_t *fake;
-    int rank, nranks;
-} comm_t;
+typedef fake_vendor_comm_t comm_t;
 
 EXPORT const char *HcclGetErrorString(int code)
 {
@@ -48,10 +43,7 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
         return injected;
     if (rank >= nranks || memcmp(info->internal + sizeof info->internal - 4, "END", 4) != 0)
         return E_PARA;
-    comm_t *c = calloc(1, sizeof *c);
-    c->rank = (int)rank;
-    c->nranks = (int)nranks;
-    c->fake = fake_comm_start(info->internal, (int)rank, (int)nranks);
+    comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks);
     while (!fake_comm_ready(c->fake)) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -60,75 +52,58 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
     return SUCCESS;
 }
 
+/* Stops at once: HCCL has no abort, pycoll destroys a communicator that missed its deadline. */
 EXPORT int HcclCommDestroy(comm_t *c)
 {
-    fake_log("HcclCommDestroy rank=%d", c->rank);
-    fake_comm_abort(c->fake);
-    free(c);
+    fake_vendor_comm_end(c, "HcclCommDestroy", 1);
     return SUCCESS;
 }
 
 EXPORT int HcclGetCommAsyncError(comm_t *c, int *error)
 {
-    int injected = fake_injected("async");
-    *error = injected && fake_comm_async_error(c->fake) ? injected : SUCCESS;
+    *error = fake_vendor_async_error(c);
     return SUCCESS;
 }
 
-/* HcclDataType -> fake dtype; -1 for types the fake does not reduce (int16, uint16). */
-static int fake_dtype(int hd)
-{
-    static const int map[] = {FAKE_I8, -1, FAKE_I32, FAKE_F16, FAKE_F32, FAKE_I64, FAKE_U64, FAKE_U8, -1, FAKE_U32,
-                              FAKE_F64, FAKE_BF16};
-    return (unsigned)hd < sizeof map / sizeof map[0] ? map[hd] : -1;
-}
-
-static int enqueue(const char *name, int kind, void *send, void *recv, uint64_t count, int dtype, int op, int root,
-                   comm_t *c, void *stream)
-{
-    fake_log("%s rank=%d count=%llu dtype=%d op=%d root=%d stream=%#lx", name, c->rank, (unsigned long long)count,
-             dtype, op, root, (unsigned long)(uintptr_t)stream);
-    int injected = fake_injected(name);
-    if (injected)
-        return injected;
-    int fd = fake_dtype(dtype);
-    if (fd < 0 || op < 0 || op > 3 || root < -1 || root >= c->nranks)
-        return E_PARA;
-    static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN};
-    fake_comm_enqueue(c->fake, kind, send, recv, count, fd, ops[op], root, stream, fake_injected("async"));
-    return SUCCESS;
-}
+/* HcclDataType -> fake dtype (-1: int16, uint16, which the fake does not reduce); HcclReduceOp -> fake op. */
+static const int dtypes[] = {FAKE_I8, -1, FAKE_I32, FAKE_F16, FAKE_F32, FAKE_I64, FAKE_U64, FAKE_U8, -1, FAKE_U32,
+                             FAKE_F64, FAKE_BF16};
+static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN};
+static const fake_vendor_t hccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops, sizeof ops / sizeof ops[0],
+                                   E_PARA};
 
 EXPORT int HcclAllReduce(void *send, void *recv, uint64_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return enqueue("HcclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
+    return fake_vendor_collective(&hccl, "HcclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
 }
 
 EXPORT int HcclReduceScatter(void *send, void *recv, uint64_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return enqueue("HcclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c, stream);
+    return fake_vendor_collective(&hccl, "HcclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c,
+                                  stream);
 }
 
 EXPORT int HcclAllGather(void *send, void *recv, uint64_t count, int dtype, comm_t *c, void *stream)
 {
-    return enqueue("HcclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
+    return fake_vendor_collective(&hccl, "HcclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
 }
 
 EXPORT int HcclBroadcast(void *buf, uint64_t count, int dtype, uint32_t root, comm_t *c, void *stream)
 {
-    return enqueue("HcclBroadcast", FAKE_BROADCAST, buf, buf, count, dtype, 0, (int)root, c, stream);
+    return fake_vendor_collective(&hccl, "HcclBroadcast", FAKE_BROADCAST, buf, buf, count, dtype, 0, (int)root, c,
+                                  stream);
 }
 
 EXPORT int HcclReduce(void *send, void *recv, uint64_t count, int dtype, int op, uint32_t root, comm_t *c,
                       void *stream)
 {
-    return enqueue("HcclReduce", FAKE_REDUCE, send, recv, count, dtype, op, (int)root, c, stream);
+    return fake_vendor_collective(&hccl, "HcclReduce", FAKE_REDUCE, send, recv, count, dtype, op, (int)root, c, stream);
 }
 
 EXPORT int HcclBarrier(comm_t *c, void *stream)
 {
     static int32_t word;
-    return enqueue("HcclBarrier", FAKE_ALL_REDUCE, &word, &word, 1, 2, 0, -1, c, stream);
+    return fake_vendor_collective(&hccl, "HcclBarrier", FAKE_ALL_REDUCE, &word, &word, 1, 2, 0, -1, c, stream);
 }
 
 /* ---- the AscendCL piece pycoll uses ---- */

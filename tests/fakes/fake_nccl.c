@@ -1,14 +1,12 @@
 /* A fake libnccl.so.2 + libcudart for pycoll's binding tests: the same C symbols and values as NCCL's nccl.h
- * (typed here as plain ints), backed by fake_collectives.c. Every call is logged to FAKE_COLL_LOG so tests can
- * check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
+ * (typed here as plain ints), backed by fake_vendor.c and fake_collectives.c. Every call is logged to FAKE_COLL_LOG
+ * so tests can check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_collectives.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "fake_vendor.h"
 
 enum { SUCCESS = 0, INVALID_ARGUMENT = 4, IN_PROGRESS = 7 };
 
@@ -18,11 +16,7 @@ typedef struct {
     unsigned int magic, version;
     int blocking;
 } config_head_t;
-
-typedef struct {
-    fake_comm_t *fake;
-    int rank, nranks;
-} comm_t;
+typedef fake_vendor_comm_t comm_t;
 
 static const char *const result_strings[] = {"no error", "unhandled cuda error", "unhandled system error",
                                               "internal error", "invalid argument", "invalid usage",
@@ -66,39 +60,25 @@ EXPORT int ncclCommInitRankConfig(comm_t **out, int nranks, unique_id_t id, int 
         return injected;
     if (config->magic != 0xcafebeef || config->version < 21400 || rank < 0 || rank >= nranks)
         return INVALID_ARGUMENT;
-    comm_t *c = calloc(1, sizeof *c);
-    c->rank = rank;
-    c->nranks = nranks;
-    c->fake = fake_comm_start(id.internal, rank, nranks);
-    *out = c;
+    *out = fake_vendor_comm_new(id.internal, rank, nranks);
     return config->blocking == 0 ? IN_PROGRESS : SUCCESS;
 }
 
 EXPORT int ncclCommGetAsyncError(comm_t *c, int *state)
 {
-    int injected = fake_injected("async");
-    if (!fake_comm_ready(c->fake))
-        *state = IN_PROGRESS;
-    else if (injected && fake_comm_async_error(c->fake))
-        *state = injected;
-    else
-        *state = SUCCESS;
+    *state = fake_comm_ready(c->fake) ? fake_vendor_async_error(c) : IN_PROGRESS;
     return SUCCESS;
 }
 
 EXPORT int ncclCommAbort(comm_t *c)
 {
-    fake_log("ncclCommAbort rank=%d", c->rank);
-    fake_comm_abort(c->fake);
-    free(c);
+    fake_vendor_comm_end(c, "ncclCommAbort", 1);
     return SUCCESS;
 }
 
 EXPORT int ncclCommDestroy(comm_t *c)
 {
-    fake_log("ncclCommDestroy rank=%d", c->rank);
-    fake_comm_destroy(c->fake);
-    free(c);
+    fake_vendor_comm_end(c, "ncclCommDestroy", 0);
     return SUCCESS;
 }
 
@@ -116,47 +96,34 @@ static const int dtypes[] = {FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAK
 /* ncclRedOp_t -> fake op (NCCL: sum prod max min avg). */
 static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN, FAKE_AVG};
 
-static int enqueue(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int op,
-                   int root, comm_t *c, void *stream)
-{
-    fake_log("%s rank=%d count=%zu dtype=%d op=%d root=%d stream=%#lx send=%#lx recv=%#lx", name, c->rank, count,
-             dtype, op, root, (unsigned long)(uintptr_t)stream, (unsigned long)(uintptr_t)send,
-             (unsigned long)(uintptr_t)recv);
-    int injected = fake_injected(name);
-    if (injected)
-        return injected;
-    if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || (unsigned)op >= sizeof ops / sizeof ops[0] ||
-        root < -1 || root >= c->nranks)
-        return INVALID_ARGUMENT;
-    fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], ops[op], root, stream,
-                      fake_injected("async"));
-    return SUCCESS;
-}
+static const fake_vendor_t nccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops, sizeof ops / sizeof ops[0],
+                                   INVALID_ARGUMENT};
 
 EXPORT int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return enqueue("ncclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
+    return fake_vendor_collective(&nccl, "ncclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
 }
 
 EXPORT int ncclReduceScatter(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return enqueue("ncclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c, stream);
+    return fake_vendor_collective(&nccl, "ncclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c,
+                                  stream);
 }
 
 EXPORT int ncclAllGather(const void *send, void *recv, size_t count, int dtype, comm_t *c, void *stream)
 {
-    return enqueue("ncclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
+    return fake_vendor_collective(&nccl, "ncclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
 }
 
 EXPORT int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root, comm_t *c, void *stream)
 {
-    return enqueue("ncclBroadcast", FAKE_BROADCAST, send, recv, count, dtype, 0, root, c, stream);
+    return fake_vendor_collective(&nccl, "ncclBroadcast", FAKE_BROADCAST, send, recv, count, dtype, 0, root, c, stream);
 }
 
 EXPORT int ncclReduce(const void *send, void *recv, size_t count, int dtype, int op, int root, comm_t *c,
                       void *stream)
 {
-    return enqueue("ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
+    return fake_vendor_collective(&nccl, "ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
 }
 
 static int p2p(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int peer,

@@ -31,10 +31,26 @@ def build_fake(name: str, out_dir: Path) -> str:
     if cc is None:
         return None
     out = out_dir / f"libfake_{name}.so"
+    sources = [FAKES / f"fake_{name}.c", FAKES / "fake_vendor.c", FAKES / "fake_collectives.c"]
     subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
-                    str(FAKES / f"fake_{name}.c"), str(FAKES / "fake_collectives.c"), "-lpthread", "-lm"],
-                   check=True)
+                    *map(str, sources), "-lpthread", "-lm"], check=True)
     return str(out)
+
+
+def fake_library_env(name: str, out_dir: Path) -> dict:
+    """Build fake_<name>.c into out_dir; the variables that point the vendor's libraries at it (skips the test
+    where there is no C compiler)."""
+    lib = build_fake(name, out_dir)
+    if lib is None:
+        pytest.skip(f"no C compiler to build the fake {name.upper()}")
+    return dict(dict.fromkeys(LIBRARY_VARIABLES[name], lib), FAKE_COLL_DIR=str(out_dir))
+
+
+def job_env(fake_env: dict, tmp_path: Path) -> dict:
+    """fake_env plus what one job of ranks shares: a fresh store directory and call log."""
+    store = tmp_path / "store"
+    store.mkdir()
+    return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
 
 
 def vendor_fixtures(name: str):
@@ -44,17 +60,11 @@ def vendor_fixtures(name: str):
 
     @pytest.fixture(scope="module")
     def fake_env(tmp_path_factory):
-        tmp = tmp_path_factory.mktemp(name)
-        lib = build_fake(name, tmp)
-        if lib is None:
-            pytest.skip(f"no C compiler to build the fake {name.upper()}")
-        return dict(dict.fromkeys(LIBRARY_VARIABLES[name], lib), FAKE_COLL_DIR=str(tmp))
+        return fake_library_env(name, tmp_path_factory.mktemp(name))
 
     @pytest.fixture
     def env(fake_env, tmp_path):
-        store = tmp_path / "store"
-        store.mkdir()
-        return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
+        return job_env(fake_env, tmp_path)
 
     return fake_env, env
 
@@ -69,6 +79,23 @@ def make_engine(name: str, rank, world, timeout, options=None):
     assert backend.probe() is None
     return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,
                           options=options or {})
+
+
+def with_engine(name: str, timeout):
+    """Decorator: fn(engine, rank, world) becomes a rank's function for run_ranks, fn(rank, world), with this
+    rank's engine of backend `name` made before fn runs and closed after it returns."""
+
+    def decorate(fn):
+        @functools.wraps(fn)  # the same qualified name: spawned ranks find the function by it
+        def rank_main(rank, world):
+            engine = make_engine(name, rank, world, timeout)
+            out = fn(engine, rank, world)
+            engine.close()
+            return out
+
+        return rank_main
+
+    return decorate
 
 
 def all_reduce_error(engine, x, op, accuracy):
@@ -201,3 +228,12 @@ def run_ranks(fn, world, env, timeout=60):
             if p.is_alive():
                 p.kill()
     return results
+
+
+def run_ranks_ok(fn, world, env, timeout=60):
+    """run_ranks, after checking that every rank succeeded; the ranks' results in rank order."""
+    results = run_ranks(fn, world, env, timeout)
+    for rank in range(world):
+        status, value = results[rank]
+        assert status == "ok", value
+    return [results[rank][1] for rank in range(world)]

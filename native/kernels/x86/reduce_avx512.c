@@ -1,15 +1,19 @@
 /* AVX-512 (F, BW, VL) kernels, 512-bit vectors (compiled with -mavx512f -mavx512bw -mavx512vl -mf16c -mno-fma,
- * see CMakeLists.txt; called only after dispatch.c saw those features). Applied over the AVX2 table, so what
- * is not widened here keeps its AVX2 kernel. Same results, bit for bit, as the scalar baseline. */
-#include "kernels/kernel_table.h"
-#include "kernels/x86/vector_loop.h"
-
+ * see CMakeLists.txt; called only after dispatch.c saw those features): this file is the AVX-512 vector
+ * layer, the kernels are simd_kernels.h's. Applied over the AVX2 table, so what is not widened here keeps
+ * its AVX2 kernel. */
 #include <immintrin.h>
 
-static inline __m512i load_si(const void *p) { return _mm512_loadu_si512(p); }
-static inline void store_si(void *p, __m512i v) { _mm512_storeu_si512(p, v); }
+#define SIMD_TABLE pycoll_avx512_kernels
+#define SIMD_NAME "avx512"
+#define VECTOR_BYTES 64
+#define SIMD(op) _mm512_##op
+#define SIMD_SI(op) _mm512_##op##512
+#define HALF_SI(op) _mm256_##op##256
+#define SIMD_TYPE(suffix) __m512##suffix
+#define HALF_TYPE __m256i
 
-/* np.minimum/np.maximum: vminps/vmaxps return b on ties and on any NaN; a NaN in a must win instead. */
+/* Masked moves put a back where it is NaN. */
 static inline __m512 min_ps(__m512 a, __m512 b)
 {
     return _mm512_mask_mov_ps(_mm512_min_ps(a, b), _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
@@ -26,120 +30,20 @@ static inline __m512d max_pd(__m512d a, __m512d b)
 {
     return _mm512_mask_mov_pd(_mm512_max_pd(a, b), _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), a);
 }
+#define min_epi64 _mm512_min_epi64
+#define max_epi64 _mm512_max_epi64
 
-#define STEP(name, T, LOAD, STORE, OP)                                                                        \
-    static inline void name(T *o, const T *x, const T *y) { STORE(o, OP(LOAD(x), LOAD(y))); }
-
-#define KERNEL(name, T, LANES, LOAD, STORE, OP)                                                               \
-    STEP(name##_step, T, LOAD, STORE, OP)                                                                     \
-    PYCOLL_BINARY_VECTOR_KERNEL(name, T, LANES, name##_step)
-
-KERNEL(f32_sum, float, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps)
-KERNEL(f32_prod, float, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps)
-KERNEL(f32_min, float, 16, _mm512_loadu_ps, _mm512_storeu_ps, min_ps)
-KERNEL(f32_max, float, 16, _mm512_loadu_ps, _mm512_storeu_ps, max_ps)
-KERNEL(f64_sum, double, 8, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd)
-KERNEL(f64_prod, double, 8, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_mul_pd)
-KERNEL(f64_min, double, 8, _mm512_loadu_pd, _mm512_storeu_pd, min_pd)
-KERNEL(f64_max, double, 8, _mm512_loadu_pd, _mm512_storeu_pd, max_pd)
-KERNEL(i8_sum, int8_t, 64, load_si, store_si, _mm512_add_epi8)
-KERNEL(i8_min, int8_t, 64, load_si, store_si, _mm512_min_epi8)
-KERNEL(i8_max, int8_t, 64, load_si, store_si, _mm512_max_epi8)
-KERNEL(u8_sum, uint8_t, 64, load_si, store_si, _mm512_add_epi8)
-KERNEL(u8_min, uint8_t, 64, load_si, store_si, _mm512_min_epu8)
-KERNEL(u8_max, uint8_t, 64, load_si, store_si, _mm512_max_epu8)
-KERNEL(i32_sum, int32_t, 16, load_si, store_si, _mm512_add_epi32)
-KERNEL(i32_prod, int32_t, 16, load_si, store_si, _mm512_mullo_epi32)
-KERNEL(i32_min, int32_t, 16, load_si, store_si, _mm512_min_epi32)
-KERNEL(i32_max, int32_t, 16, load_si, store_si, _mm512_max_epi32)
-KERNEL(i64_sum, int64_t, 8, load_si, store_si, _mm512_add_epi64)
-KERNEL(i64_min, int64_t, 8, load_si, store_si, _mm512_min_epi64)
-KERNEL(i64_max, int64_t, 8, load_si, store_si, _mm512_max_epi64)
-
-/* 16-bit floats, 16 per step: widened to float32 exactly, combined, rounded once to nearest-even. */
-static inline __m256i load_h(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline void store_h(void *p, __m256i v) { _mm256_storeu_si256((__m256i *)p, v); }
 static inline __m512 f16_widen(__m256i h) { return _mm512_cvtph_ps(h); }
 static inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 static inline __m256i f16_narrow(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
-/* bfloat16 rounding by integer arithmetic (as pycoll_f32_to_bf16): add 0x7fff plus the kept lsb; NaNs are
- * narrowed by truncation with the quiet bit set, since rounding could carry them into infinity. */
-static inline __m256i bf16_narrow(__m512 v)
+static inline __m512i where_nan_epi32(__m512 v, __m512i nan, __m512i other)
 {
-    __m512i x = _mm512_castps_si512(v);
-    __m512i high = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __m512i quiet_nan = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
-    __m512i r = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet_nan);
-    return _mm512_cvtepi32_epi16(r);
+    return _mm512_mask_mov_epi32(other, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
 }
+static inline __m256i narrow_epi32(__m512i r) { return _mm512_cvtepi32_epi16(r); }
 
-#define HALF_ARITH_KERNEL(name, widen, narrow, OP)                                                            \
-    static inline void name##_step(uint16_t *o, const uint16_t *x, const uint16_t *y)                         \
-    {                                                                                                         \
-        store_h(o, narrow(OP(widen(load_h(x)), widen(load_h(y)))));                                           \
-    }                                                                                                         \
-    PYCOLL_BINARY_VECTOR_KERNEL(name, uint16_t, 16, name##_step)
+#define HALF_SELECT(hx, hy, a, b, PREDICATE)                                                                  \
+    _mm256_mask_blend_epi16(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a, b, PREDICATE), hy, hx)
 
-/* min/max pick the original 16 bits of a (a NaN, or a wins the comparison) or of b: bit-exact, NaNs kept. */
-#define HALF_SELECT_KERNEL(name, widen, PREDICATE)                                                            \
-    static inline void name##_step(uint16_t *o, const uint16_t *x, const uint16_t *y)                         \
-    {                                                                                                         \
-        __m256i hx = load_h(x), hy = load_h(y);                                                               \
-        __m512 a = widen(hx), b = widen(hy);                                                                  \
-        __mmask16 take_a = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a, b, PREDICATE);      \
-        store_h(o, _mm256_mask_blend_epi16(take_a, hy, hx));                                                  \
-    }                                                                                                         \
-    PYCOLL_BINARY_VECTOR_KERNEL(name, uint16_t, 16, name##_step)
-
-HALF_ARITH_KERNEL(f16_sum, f16_widen, f16_narrow, _mm512_add_ps)
-HALF_ARITH_KERNEL(f16_prod, f16_widen, f16_narrow, _mm512_mul_ps)
-HALF_SELECT_KERNEL(f16_min, f16_widen, _CMP_LE_OQ) /* numpy's float16 keeps a on ties */
-HALF_SELECT_KERNEL(f16_max, f16_widen, _CMP_GE_OQ)
-HALF_ARITH_KERNEL(bf16_sum, bf16_widen, bf16_narrow, _mm512_add_ps)
-HALF_ARITH_KERNEL(bf16_prod, bf16_widen, bf16_narrow, _mm512_mul_ps)
-HALF_SELECT_KERNEL(bf16_min, bf16_widen, _CMP_LT_OQ) /* ml_dtypes' bfloat16 keeps b on ties */
-HALF_SELECT_KERNEL(bf16_max, bf16_widen, _CMP_GT_OQ)
-
-/* Compensated combine, the same operations in the same order as the scalar one (reduce_scalar.c). */
-#define COMBINE_KERNEL(name, T, LANES, V, LOAD, STORE, ADD, SUB)                                              \
-    static inline void name##_step(T *ds, T *dc, const T *ss, const T *sc)                                    \
-    {                                                                                                         \
-        V a = LOAD(ds), b = LOAD(ss);                                                                         \
-        V s = ADD(a, b), bb = SUB(s, a);                                                                      \
-        V e = ADD(SUB(a, SUB(s, bb)), SUB(b, bb));                                                            \
-        V c = ADD(ADD(LOAD(dc), LOAD(sc)), e);                                                                \
-        V s2 = ADD(s, c), bb2 = SUB(s2, s);                                                                   \
-        STORE(ds, s2);                                                                                        \
-        STORE(dc, ADD(SUB(s, SUB(s2, bb2)), SUB(c, bb2)));                                                    \
-    }                                                                                                         \
-    PYCOLL_COMBINE_VECTOR_KERNEL(name, T, LANES, name##_step)
-
-COMBINE_KERNEL(f32_combine, float, 16, __m512, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_sub_ps)
-COMBINE_KERNEL(f64_combine, double, 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd, _mm512_sub_pd)
-
-#define SET(table, dtype, op, kernel) (table)->binary[dtype][op] = kernel
-#define SET_SUM(table, dtype, kernel) (SET(table, dtype, PYCOLL_SUM, kernel), SET(table, dtype, PYCOLL_AVG, kernel))
-
-void pycoll_avx512_kernels(pycoll_kernel_table_t *t)
-{
-    t->name = "avx512";
-    SET_SUM(t, PYCOLL_FLOAT32, f32_sum), SET(t, PYCOLL_FLOAT32, PYCOLL_PROD, f32_prod);
-    SET(t, PYCOLL_FLOAT32, PYCOLL_MIN, f32_min), SET(t, PYCOLL_FLOAT32, PYCOLL_MAX, f32_max);
-    SET_SUM(t, PYCOLL_FLOAT64, f64_sum), SET(t, PYCOLL_FLOAT64, PYCOLL_PROD, f64_prod);
-    SET(t, PYCOLL_FLOAT64, PYCOLL_MIN, f64_min), SET(t, PYCOLL_FLOAT64, PYCOLL_MAX, f64_max);
-    SET_SUM(t, PYCOLL_FLOAT16, f16_sum), SET(t, PYCOLL_FLOAT16, PYCOLL_PROD, f16_prod);
-    SET(t, PYCOLL_FLOAT16, PYCOLL_MIN, f16_min), SET(t, PYCOLL_FLOAT16, PYCOLL_MAX, f16_max);
-    SET_SUM(t, PYCOLL_BFLOAT16, bf16_sum), SET(t, PYCOLL_BFLOAT16, PYCOLL_PROD, bf16_prod);
-    SET(t, PYCOLL_BFLOAT16, PYCOLL_MIN, bf16_min), SET(t, PYCOLL_BFLOAT16, PYCOLL_MAX, bf16_max);
-    /* 8-bit and 64-bit multiplies (the latter needs AVX-512DQ) keep their narrower kernels. */
-    SET_SUM(t, PYCOLL_INT8, i8_sum), SET(t, PYCOLL_INT8, PYCOLL_MIN, i8_min), SET(t, PYCOLL_INT8, PYCOLL_MAX, i8_max);
-    SET_SUM(t, PYCOLL_UINT8, u8_sum), SET(t, PYCOLL_UINT8, PYCOLL_MIN, u8_min), SET(t, PYCOLL_UINT8, PYCOLL_MAX, u8_max);
-    SET_SUM(t, PYCOLL_INT32, i32_sum), SET(t, PYCOLL_INT32, PYCOLL_PROD, i32_prod);
-    SET(t, PYCOLL_INT32, PYCOLL_MIN, i32_min), SET(t, PYCOLL_INT32, PYCOLL_MAX, i32_max);
-    SET_SUM(t, PYCOLL_INT64, i64_sum), SET(t, PYCOLL_INT64, PYCOLL_MIN, i64_min), SET(t, PYCOLL_INT64, PYCOLL_MAX, i64_max);
-    t->combine_f32 = f32_combine;
-    t->combine_f64 = f64_combine;
-}
+#include "kernels/x86/simd_kernels.h"

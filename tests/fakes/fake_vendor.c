@@ -1,0 +1,49 @@
+/* See fake_vendor.h. */
+#include "fake_vendor.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks)
+{
+    fake_vendor_comm_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->fake = fake_comm_start(id, rank, nranks);
+    return c;
+}
+
+void fake_vendor_comm_end(fake_vendor_comm_t *c, const char *call, int abort)
+{
+    fake_log("%s rank=%d", call, c->rank);
+    if (abort)
+        fake_comm_abort(c->fake);
+    else
+        fake_comm_destroy(c->fake);
+    free(c);
+}
+
+int fake_vendor_async_error(const fake_vendor_comm_t *c)
+{
+    int injected = fake_injected("async");
+    return injected && fake_comm_async_error(c->fake) ? injected : 0;
+}
+
+int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, const void *send, void *recv,
+                           size_t count, int dtype, int op, int root, fake_vendor_comm_t *c, void *stream)
+{
+    fake_log("%s rank=%d count=%zu dtype=%d op=%d root=%d stream=%#lx send=%#lx recv=%#lx", name, c->rank, count,
+             dtype, op, root, (unsigned long)(uintptr_t)stream, (unsigned long)(uintptr_t)send,
+             (unsigned long)(uintptr_t)recv);
+    int injected = fake_injected(name);
+    if (injected)
+        return injected;
+    if ((unsigned)dtype >= (unsigned)v->num_dtypes || v->dtypes[dtype] < 0 || (unsigned)op >= (unsigned)v->num_ops ||
+        root < -1 || root >= c->nranks)
+        return v->invalid_argument;
+    fake_comm_enqueue(c->fake, kind, send, recv, count, v->dtypes[dtype], v->ops[op], root, stream,
+                      fake_injected("async"));
+    return 0;
+}

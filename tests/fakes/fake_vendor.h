@@ -1,0 +1,40 @@
+/* What the fake vendor libraries (fake_nccl.c, fake_hccl.c) do alike, over the engine (fake_collectives.h): a
+ * vendor communicator, its creation and teardown, its asynchronous error, and the path of every collective
+ * call (logged, failed on request, checked, enqueued). Each fake keeps only its vendor's names and codes. */
+#ifndef FAKE_VENDOR_H
+#define FAKE_VENDOR_H
+
+#include <stddef.h>
+
+#include "fake_collectives.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The vendor's communicator handle (ncclComm_t, HcclComm). */
+typedef struct fake_vendor_comm {
+    fake_comm_t *fake;
+    int rank, nranks;
+} fake_vendor_comm_t;
+
+/* How a vendor numbers dtypes and ops: its code -> the engine's (-1: the vendor has the code, the fake does not
+ * reduce it), and the result for a bad argument. */
+typedef struct fake_vendor {
+    const int *dtypes;
+    int num_dtypes;
+    const int *ops;
+    int num_ops;
+    int invalid_argument;
+} fake_vendor_t;
+
+/* A communicator joining the rendezvous on id in the background. */
+fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks);
+/* Logs "<call> rank=R", then aborts (stops at once) or destroys (finishes queued work) and frees c. */
+void fake_vendor_comm_end(fake_vendor_comm_t *c, const char *call, int abort);
+/* The code FAKE_COLL_FAIL injects as "async" once a collective has failed with it; 0 before, or when none. */
+int fake_vendor_async_error(const fake_vendor_comm_t *c);
+/* Collective `name` in the vendor's codes: logged, FAKE_COLL_FAIL's code for it if any, the vendor's
+ * invalid_argument for an unknown dtype or op or a bad root, else enqueued and 0. */
+int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, const void *send, void *recv,
+                           size_t count, int dtype, int op, int root, fake_vendor_comm_t *c, void *stream);
+
+#endif
