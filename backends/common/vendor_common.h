@@ -11,6 +11,19 @@
 /* The address of a vendor struct entry as a symbol's slot. */
 #define VENDOR_SLOT(entry) ((void (**)(void))&(entry))
 
+/* The symbols both vendors name alike -- their prefix ("nccl", "Hccl") and the same name -- and whose
+ * signatures fill the same entries of the vendor struct V, so that one list serves both symbol tables.
+ * broadcast_slot: where the vendor's Broadcast goes (NCCL's takes a send and a receive buffer, so its goes
+ * to an adapter). */
+#define VENDOR_SHARED_SYMBOLS(prefix, V, broadcast_slot)                                                   \
+    {PYCOLL_VENDOR_CALL_NONE, prefix "CommDestroy", VENDOR_SLOT(V.destroy)},                                 \
+        {PYCOLL_VENDOR_CALL_NONE, prefix "GetErrorString", VENDOR_SLOT(V.error_string)},                     \
+        {PYCOLL_VENDOR_CALL_ALL_REDUCE, prefix "AllReduce", VENDOR_SLOT(V.all_reduce)},                      \
+        {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, prefix "ReduceScatter", VENDOR_SLOT(V.reduce_scatter)},          \
+        {PYCOLL_VENDOR_CALL_ALL_GATHER, prefix "AllGather", VENDOR_SLOT(V.all_gather)},                      \
+        {PYCOLL_VENDOR_CALL_BROADCAST, prefix "Broadcast", VENDOR_SLOT(broadcast_slot)},                     \
+        {PYCOLL_VENDOR_CALL_REDUCE, prefix "Reduce", VENDOR_SLOT(V.reduce)}
+
 extern pycoll_vendor_t pycoll_nccl_vendor;
 extern pycoll_vendor_t pycoll_hccl_vendor;
 

@@ -55,17 +55,11 @@ static const char *const result_names[] = {
 
 #define V pycoll_hccl_vendor
 static const pycoll_vendor_symbol_t hccl_symbols[] = {
+    VENDOR_SHARED_SYMBOLS("Hccl", V, V.broadcast),
     {PYCOLL_VENDOR_CALL_UNIQUE_ID, "HcclGetRootInfo", VENDOR_SLOT(V.unique_id)},
     {PYCOLL_VENDOR_CALL_INIT, "HcclCommInitRootInfo", VENDOR_SLOT(comm_init_root_info)},
-    {PYCOLL_VENDOR_CALL_NONE, "HcclCommDestroy", VENDOR_SLOT(V.destroy)},
     {PYCOLL_VENDOR_CALL_NONE, "HcclCommDestroy", VENDOR_SLOT(V.abort)}, /* HCCL has no abort */
     {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "HcclGetCommAsyncError", VENDOR_SLOT(V.async_error)},
-    {PYCOLL_VENDOR_CALL_NONE, "HcclGetErrorString", VENDOR_SLOT(V.error_string)},
-    {PYCOLL_VENDOR_CALL_ALL_REDUCE, "HcclAllReduce", VENDOR_SLOT(V.all_reduce)},
-    {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, "HcclReduceScatter", VENDOR_SLOT(V.reduce_scatter)},
-    {PYCOLL_VENDOR_CALL_ALL_GATHER, "HcclAllGather", VENDOR_SLOT(V.all_gather)},
-    {PYCOLL_VENDOR_CALL_BROADCAST, "HcclBroadcast", VENDOR_SLOT(V.broadcast)},
-    {PYCOLL_VENDOR_CALL_REDUCE, "HcclReduce", VENDOR_SLOT(V.reduce)},
     {PYCOLL_VENDOR_CALL_BARRIER, "HcclBarrier", VENDOR_SLOT(V.barrier)},
 };
 static const pycoll_vendor_symbol_t acl_symbols[] = {

@@ -94,20 +94,14 @@ static const char *const result_names[] = {
 
 #define V pycoll_nccl_vendor
 static const pycoll_vendor_symbol_t nccl_symbols[] = {
+    VENDOR_SHARED_SYMBOLS("nccl", V, nccl_broadcast),
     {PYCOLL_VENDOR_CALL_NONE, "ncclGetVersion", VENDOR_SLOT(V.library_version)},
-    {PYCOLL_VENDOR_CALL_NONE, "ncclGetErrorString", VENDOR_SLOT(V.error_string)},
     {PYCOLL_VENDOR_CALL_NONE, "ncclGetLastError", VENDOR_SLOT(V.last_error)},
     {PYCOLL_VENDOR_CALL_UNIQUE_ID, "ncclGetUniqueId", VENDOR_SLOT(V.unique_id)},
     {PYCOLL_VENDOR_CALL_INIT, "ncclCommInitRankConfig", VENDOR_SLOT(comm_init_rank_config)},
     {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "ncclCommGetAsyncError", VENDOR_SLOT(V.async_error)},
     {PYCOLL_VENDOR_CALL_NONE, "ncclCommAbort", VENDOR_SLOT(V.abort)},
-    {PYCOLL_VENDOR_CALL_NONE, "ncclCommDestroy", VENDOR_SLOT(V.destroy)},
     {PYCOLL_VENDOR_CALL_DEVICE, "ncclCommCuDevice", VENDOR_SLOT(V.device)},
-    {PYCOLL_VENDOR_CALL_ALL_REDUCE, "ncclAllReduce", VENDOR_SLOT(V.all_reduce)},
-    {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, "ncclReduceScatter", VENDOR_SLOT(V.reduce_scatter)},
-    {PYCOLL_VENDOR_CALL_ALL_GATHER, "ncclAllGather", VENDOR_SLOT(V.all_gather)},
-    {PYCOLL_VENDOR_CALL_BROADCAST, "ncclBroadcast", VENDOR_SLOT(nccl_broadcast)},
-    {PYCOLL_VENDOR_CALL_REDUCE, "ncclReduce", VENDOR_SLOT(V.reduce)},
     {PYCOLL_VENDOR_CALL_SEND, "ncclSend", VENDOR_SLOT(V.send)},
     {PYCOLL_VENDOR_CALL_RECV, "ncclRecv", VENDOR_SLOT(V.recv)},
     {PYCOLL_VENDOR_CALL_GROUP_START, "ncclGroupStart", VENDOR_SLOT(V.group_start)},
