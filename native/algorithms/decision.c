@@ -14,6 +14,7 @@ static const pycoll_algorithm_info_t all_reduce_algos[] = {
     ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
     ALGO(PYCOLL_ALGO_MESH, "mesh"),
     ALGO(PYCOLL_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"),
+    ALGO(PYCOLL_ALGO_HIERARCHICAL, "hierarchical"),
 };
 /* The first halves of the all-reduce schedules that have one (recursive doubling exchanges whole buffers). */
 static const pycoll_algorithm_info_t reduce_scatter_algos[] = {

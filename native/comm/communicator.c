@@ -17,6 +17,7 @@ struct pycoll_comm {
     uint64_t seq;
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm;
+    int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
     int finalized;
     char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
 };
@@ -111,6 +112,7 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
         return;
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
     comm->p2p->ops->destroy(comm->p2p);
+    free(comm->host_of);
     free(comm);
 }
 
@@ -122,6 +124,32 @@ void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
 }
 
 void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model) { comm->model = *model; }
+
+pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
+{
+    const int32_t size = comm->p2p->size;
+    comm->error[0] = 0;
+    int32_t *copy = NULL;
+    if (host_of) {
+        for (int32_t r = 0; r < size; r++)
+            if (host_of[r] < 0 || host_of[r] >= size) {
+                snprintf(comm->error, sizeof comm->error, "hosts: rank %d's host is %d, expected 0..%d", (int)r,
+                         (int)host_of[r], (int)size - 1);
+                return PYCOLL_ERR_INVALID;
+            }
+        copy = malloc((size_t)size * sizeof *copy);
+        if (!copy) {
+            snprintf(comm->error, sizeof comm->error, "hosts: out of memory");
+            return PYCOLL_ERR_NOMEM;
+        }
+        for (int32_t r = 0; r < size; r++)
+            copy[r] = host_of[r];
+    }
+    free(comm->host_of);
+    comm->host_of = copy;
+    comm->ctx.host_of = copy;
+    return PYCOLL_OK;
+}
 pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { return comm->last_algorithm; }
 
 const char *pycoll_comm_error(const pycoll_comm_t *comm)

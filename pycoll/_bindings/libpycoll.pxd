@@ -15,7 +15,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_NUM_COLLS
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
-        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_NUM_ALGOS
+        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
         PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
 
@@ -117,6 +117,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     int32_t pycoll_comm_size(const pycoll_comm_t *comm)
     void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
     void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
+    pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
     const char *pycoll_comm_error(const pycoll_comm_t *comm)
     int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm)
     pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm)
