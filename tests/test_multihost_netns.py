@@ -73,3 +73,29 @@ def test_interface_chosen_by_name_and_two_ranks_per_host(hosts):
     assert [(reports[r]["local_rank"], reports[r]["local_size"]) for r in range(4)] == [(0, 2), (0, 1), (0, 1),
                                                                                           (1, 2)], reports
     assert all(rep["hosts"] == 3 and rep["transport"] == "tcp" for rep in reports.values()), reports
+
+
+def _hierarchical_job(hosts, placement, env=None):
+    with Ranks(len(placement), "comm_worker.py", "hierarchical", master_addr=f"{SUBNET}.1", env=env,
+               wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
+        reports = ranks.reports()
+    assert all(rep.get("ok") for rep in reports.values()), reports
+    assert len({rep["digest"] for rep in reports.values()}) == 1, "float results differ between ranks"
+    assert all(rep["hosts"] == len(set(placement)) for rep in reports.values()), reports
+    return reports
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_hierarchical_two_hosts_of_two_ranks(hosts):
+    """Ranks 0, 2 on host 0 and 1, 3 on host 1 (not consecutive): each host's pair reduces, then both pairs'
+    counterparts all-reduce across the network at once. Rank values 2^24, 1, -2^24, 1 in fast float32 sum to 2
+    only when each host sums first (2^24 - 2^24, then 1 + 1): the host map found at rendezvous reached the
+    schedule (a ring over the four ranks gives 0 on a quarter of the elements)."""
+    reports = _hierarchical_job(hosts, [0, 1, 0, 1], env={"TEST_ORDER_SUM": "2"})
+    assert [reports[r]["local_size"] for r in range(4)] == [2, 2, 2, 2], reports
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_hierarchical_uneven_hosts_of_two_and_one(hosts):
+    reports = _hierarchical_job(hosts, [0, 0, 1])
+    assert [reports[r]["local_size"] for r in range(3)] == [2, 2, 1], reports
