@@ -1,51 +1,21 @@
-"""Several hosts on one machine: network namespaces joined by veth pairs to a bridge (its own namespace), so
-a job really crosses a network with separate addresses. Needs root and iproute2; only the namespaces'
-own addresses are used."""
-
-import os
-import shutil
-import subprocess
+"""Jobs across several hosts on one machine (network namespaces, tests/netns_hosts.py). Needs root and
+iproute2; only the namespaces' own addresses are used."""
 
 import pytest
 
 from multiproc import Ranks
+from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
-
-SUBNET = "10.77.0"
-
-
-def _ip(*args, ns=None):
-    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
 @pytest.fixture
 def hosts(request):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (ip netns) to make test hosts")
-    n = request.param
-    tag = f"pc{os.getpid() % 100000}"
-    switch, names = f"{tag}-sw", [f"{tag}-h{i}" for i in range(n)]
     try:
-        _ip("netns", "add", switch)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot create network namespaces here: {exc.stderr.strip()}")
-    try:
-        _ip("link", "add", "br0", "type", "bridge", ns=switch)
-        _ip("link", "set", "br0", "up", ns=switch)
-        for i, name in enumerate(names):
-            _ip("netns", "add", name)
-            # One veth pair per host: eth0 inside the host, its peer on the switch's bridge.
-            _ip("link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", switch, ns=name)
-            _ip("link", "set", f"p{i}", "master", "br0", "up", ns=switch)
-            _ip("addr", "add", f"{SUBNET}.{i + 1}/24", "dev", "eth0", ns=name)
-            _ip("link", "set", "eth0", "up", ns=name)
-            _ip("link", "set", "lo", "up", ns=name)
-        yield names
-    finally:
-        for name in [*names, switch]:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        with namespace_hosts(request.param) as names:
+            yield names
+    except HostsUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("hosts", [2, 4], indirect=True)
