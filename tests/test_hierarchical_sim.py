@@ -8,8 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pycoll.algorithms import ALGORITHMS
 from pycoll.errors import PycollError
 from pycoll.simulate import simulate
+from pycoll._bindings import sim as _sim
 
 from test_algorithms_sim import assert_identical, expected, ill_conditioned, integer_inputs
 
@@ -127,7 +129,6 @@ def test_a_host_map_of_the_wrong_length_is_refused():
 
 @pytest.mark.timeout(30)
 def test_an_out_of_range_host_id_is_refused_by_the_communicator():
-    from pycoll._bindings import sim as _sim
     from pycoll._bindings.abi import COLLECTIVES
     from pycoll.algorithms import ACCURACIES, ALGORITHMS
     from pycoll.dtypes import dtype_id, op_id
@@ -145,3 +146,43 @@ def test_a_disagreeing_algorithm_is_a_mismatch_not_a_wrong_sum():
     with pytest.raises(PycollError, match="hierarchical"):
         simulate("all_reduce", [np.ones(64, np.float32)] * 4, algorithm=["hierarchical", "ring", "ring", "ring"],
                  hosts=[0, 0, 1, 1], timeout=10)
+
+
+NAMES = {ident: name for name, ident in ALGORITHMS.items()}
+SIZES_BYTES = [4, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
+
+
+def test_auto_on_one_host_never_picks_hierarchical_and_chooses_as_before():
+    for size in range(2, 9):
+        for nbytes in SIZES_BYTES:
+            flat = _sim.choose_all_reduce(size, nbytes)
+            assert _sim.choose_all_reduce_hosts(size, 1, size, nbytes) == flat
+            assert NAMES[flat] != "hierarchical"
+            # One rank per host: hierarchical would be the ring over the hosts.
+            assert NAMES[_sim.choose_all_reduce_hosts(size, size, 1, nbytes)] != "hierarchical"
+
+
+def test_auto_across_hosts_picks_hierarchical_for_large_buffers_when_the_network_is_slower():
+    picks = {n: NAMES[_sim.choose_all_reduce_hosts(4, 2, 2, n)] for n in SIZES_BYTES}
+    assert picks[4] != "hierarchical"  # latency-bound: fewer steps win
+    assert picks[16 << 20] == picks[256 << 20] == "hierarchical"
+    # The prediction follows the inter-host link: 10x slower network, 10x the time for large buffers.
+    hier = ALGORITHMS["hierarchical"]
+    fast_net = _sim.predict_all_reduce_hosts_s(hier, 4, 2, 2, 256 << 20, inter=(30e-6, 1 / 1.25e9))
+    slow_net = _sim.predict_all_reduce_hosts_s(hier, 4, 2, 2, 256 << 20, inter=(30e-6, 1 / 1.25e8))
+    assert 5 < slow_net / fast_net < 10
+    # A network as fast as the host: nothing to save, the flat ring sends the least.
+    same = _sim.default_cost_model()
+    assert NAMES[_sim.choose_all_reduce_hosts(4, 2, 2, 256 << 20, same, inter=(same[0], same[1]))] == "ring"
+
+
+@pytest.mark.timeout(30)
+def test_auto_runs_hierarchical_when_the_host_map_says_so():
+    inputs = integer_inputs(4, 1 << 18, np.int32, "sum")
+    want = NAMES[_sim.choose_all_reduce_hosts(4, 2, 2, 4 << 18)]
+    assert want == "hierarchical"
+    for hosts, expect in (([0, 0, 1, 1], want), (None, NAMES[_sim.choose_all_reduce(4, 4 << 18)])):
+        ran = []
+        for out in simulate("all_reduce", inputs, algorithm="auto", hosts=hosts, algorithms_out=ran):
+            np.testing.assert_array_equal(out, expected(inputs, np.int32, "sum"))
+        assert ran == [expect] * 4

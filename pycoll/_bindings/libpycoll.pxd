@@ -83,12 +83,18 @@ cdef extern from "pycoll/pycoll.h" nogil:
         double gamma_s_per_byte
         double latency_scale[PYCOLL_NUM_ALGOS]
         double bandwidth_scale[PYCOLL_NUM_ALGOS]
+        double inter_alpha_s
+        double inter_beta_s_per_byte
     void pycoll_default_cost_model(pycoll_cost_model_t *model)
     void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm, int32_t size,
                                       int64_t nbytes, double *latency_s, double *bandwidth_s)
     double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                        int32_t size, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+    double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                             int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes)
+    pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
+                                                      int32_t max_local, int64_t nbytes)
     ctypedef struct pycoll_algorithm_info_t:
         int32_t id
         const char *name

@@ -179,6 +179,27 @@ def choose_all_reduce(int32_t size, int64_t nbytes, model=None):
     return int(pycoll_choose_all_reduce(&m, size, nbytes))
 
 
+def choose_all_reduce_hosts(int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes, model=None,
+                            inter=None):
+    """The algorithm id the cost model picks for a job over `hosts` hosts, the largest with max_local ranks;
+    inter: (inter_alpha_s, inter_beta_s_per_byte), None for the defaults."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    if inter is not None:
+        m.inter_alpha_s, m.inter_beta_s_per_byte = inter
+    return int(pycoll_choose_all_reduce_hosts(&m, size, hosts, max_local, nbytes))
+
+
+def predict_all_reduce_hosts_s(int algorithm, int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes,
+                               model=None, inter=None):
+    """The predicted seconds of one all-reduce over `hosts` hosts (see choose_all_reduce_hosts)."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    if inter is not None:
+        m.inter_alpha_s, m.inter_beta_s_per_byte = inter
+    return pycoll_predict_all_reduce_hosts_s(&m, <pycoll_algorithm_t>algorithm, size, hosts, max_local, nbytes)
+
+
 def predict_all_reduce_s(int algorithm, int32_t size, int64_t nbytes, model=None):
     """The cost model's (None: the defaults) predicted time of one all-reduce, in seconds."""
     cdef pycoll_cost_model_t m
