@@ -3,7 +3,7 @@ each, the link between them rate-limited with tc tbf, hierarchical against the f
 interleaved, several jobs; the slowest rank's time per call, medians. Every result is checked exactly
 (integer-valued data). Needs root and iproute2 (tests/netns_hosts.py).
 
-    python bench/hierarchical_netns.py [--rate 1gbit] [--burst 256kb] [--latency 50ms] [--mib 16] [--jobs 3]
+    python bench/hierarchical_netns.py [--rate 400mbit] [--burst 1mb] [--latency 400ms] [--mib 16] [--jobs 3]
                                        [--repeats 5] [--out bench/results/hierarchical.md]
 
 Run from the repository root; each rank is `ip netns exec HOST python bench/hierarchical_netns.py --worker`.
@@ -88,9 +88,9 @@ def run_job(names, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--rate", default="1gbit")
-    p.add_argument("--burst", default="256kb")
-    p.add_argument("--latency", default="50ms")
+    p.add_argument("--rate", default="400mbit")
+    p.add_argument("--burst", default="1mb")
+    p.add_argument("--latency", default="400ms")
     p.add_argument("--mib", type=int, default=16)
     p.add_argument("--jobs", type=int, default=3)
     p.add_argument("--repeats", type=int, default=5)
