@@ -13,7 +13,7 @@ from pycoll.errors import PycollError
 from pycoll.simulate import simulate
 from pycoll._bindings import sim as _sim
 
-from test_algorithms_sim import assert_identical, expected, ill_conditioned, integer_inputs
+from test_algorithms_sim import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
 
 # Even hosts, uneven ones (3+1, 2+1, 1+2, 3+2+1), interleaved ranks, one host, and one rank per host.
 HOST_SHAPES = [
@@ -58,12 +58,7 @@ def test_every_dtype_and_op_exact(hosts, dtype):
             inputs = integer_inputs(size, 203, dtype, op, seed=size)
             outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", accuracy=accuracy, hosts=hosts,
                             segment_bytes=96)
-            want = expected(inputs, dtype, op)
-            for out in outs:
-                assert out.dtype == np.dtype(dtype)
-                np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64),
-                                              err_msg=f"{op} {accuracy}")
-            assert_identical(outs)
+            assert_exact(outs, inputs, dtype, op, f"{op} {accuracy}")
 
 
 @pytest.mark.timeout(60)
