@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pycoll.algorithms import ALGORITHMS
-from pycoll.errors import PycollError
+from pycoll.errors import PeerFailure, PycollError, Timeout
 from pycoll.simulate import simulate
 from pycoll._bindings import sim as _sim
 
@@ -181,3 +181,38 @@ def test_auto_runs_hierarchical_when_the_host_map_says_so():
         for out in simulate("all_reduce", inputs, algorithm="auto", hosts=hosts, algorithms_out=ran):
             np.testing.assert_array_equal(out, expected(inputs, np.int32, "sum"))
         assert ran == [expect] * 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], [0, 0, 0, 1], [0, 1, 1]], ids=["2+2", "3+1", "1+2"])
+@pytest.mark.parametrize("accuracy", ["fast", "compensated"])
+def test_data_goes_only_through_the_memory_table(hosts, accuracy):
+    """Through the group views too: the guarded test table gives the host table's bits, gets every block back
+    intact, and was used (the pieces' partials live in its memory)."""
+    from test_memory_table import _run as run_guarded
+
+    from pycoll.accuracy import make_inputs
+
+    inputs = make_inputs("mixed", len(hosts), 1001, "float16", seed=13)
+    for op in ("sum", "avg"):
+        calls = run_guarded("all_reduce", inputs, op=op, algorithm="hierarchical", accuracy=accuracy, hosts=hosts,
+                            segment_bytes=512)
+        if accuracy == "compensated":
+            assert calls["compensated_store"] > 0 and calls["alloc"] > 0, calls
+
+
+@pytest.mark.timeout(30)
+def test_a_crashed_rank_on_another_host_is_named_by_every_rank():
+    """A failure seen by a group view's parent stops the schedule on the view; every rank names the dead one."""
+    with pytest.raises(PycollError) as info:
+        simulate(["all_reduce", "all_reduce", "all_reduce", "crash"], [np.ones(1000, np.float32)] * 4,
+                 algorithm="hierarchical", hosts=[0, 0, 1, 1], timeout=20)
+    peers = [e for r, e in enumerate(info.value.rank_errors) if r != 3]
+    assert all(isinstance(e, PeerFailure) and "rank 3" in str(e) for e in peers), peers
+
+
+@pytest.mark.timeout(30)
+def test_a_missing_rank_times_out_at_the_deadline():
+    with pytest.raises(Timeout):
+        simulate(["all_reduce", "all_reduce", None, "all_reduce"], [np.ones(1000, np.float32)] * 4,
+                 algorithm="hierarchical", hosts=[0, 1, 0, 1], timeout=1.0)
