@@ -1,8 +1,9 @@
 /* Hierarchical all-reduce for jobs that span hosts: a ring reduce-scatter among the ranks of each host, then
  * every rank all-reduces the part it now holds with the ranks holding the same part on the other hosts -- all
  * local ranks at once, each over its own inter-host link share, not one leader per host -- then a ring
- * all-gather within each host. Each byte crosses the slow inter-host link 2 (H-1)/H times divided among the
- * host's L ranks, against 2 (N-1)/N of the whole buffer per rank for the flat ring.
+ * all-gather within each host. Per direction, a host's link then carries 2 (H-1)/H of the buffer (its L ranks
+ * each send that share of their 1/L part), against 2 (N-1)/N for a flat ring, whose edge leaving the host carries
+ * every step; and the steps that wait on the network drop from 2 (N-1) to 2 (H-1).
  *
  * The phases are the existing schedules (ring.c) run over group views (comm/group_view.h) of the parent's
  * ranks, so no schedule is written twice.
