@@ -19,7 +19,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 # From tests/, so the sanitized install is imported rather than the source folder.
 cd "$root/tests"
-# The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype), and the
+# The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype; the
+# hierarchical one over simulated hosts, through its group views), and the
 # TCP and shared-memory transports with real processes (faults, mismatches, the checked close).
-"$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_comm_tcp.py \
+"$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py test_comm_tcp.py \
   test_comm_shm.py "$@"

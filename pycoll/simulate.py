@@ -45,6 +45,16 @@ def _error(status, message, rank_errors):
     return exc
 
 
+def _host_ids(hosts, size):
+    """hosts (one label per rank) as the communicator's host map: each label numbered by its first rank."""
+    if hosts is None:
+        return None
+    labels = list(hosts)
+    if len(labels) != size:
+        raise ValueError(f"hosts: {len(labels)} entries for {size} ranks")
+    return [labels.index(label) for label in labels]
+
+
 def _prepare(coll, x, size, is_root):
     """(sendbuf, recvbuf, desc count, result) for one rank; the arrays are this call's own copies."""
     if coll == "barrier":
@@ -67,7 +77,7 @@ def _prepare(coll, x, size, is_root):
 
 
 def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
-             algorithms_out=None, guarded_memory=False):
+             algorithms_out=None, guarded_memory=False, hosts=None):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
@@ -75,7 +85,9 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
     communicator option (None: PYCOLL_RING_SEGMENT_BYTES, else the default). A list passed as algorithms_out
     receives the algorithm each rank's communicator ran (its last_algorithm). guarded_memory (a test hook): the
     ranks' transports hand the schedules the guarded test memory table (pycoll/p2p.h) instead of the host's, as a
-    device transport would its device's; pycoll._bindings.sim.guarded_memory_count reads its counters."""
+    device transport would its device's; pycoll._bindings.sim.guarded_memory_count reads its counters. hosts: which
+    simulated host each rank is on (hosts[r] for rank r, any labels; None: one host), as a communicator learns
+    it at rendezvous: it shapes the hierarchical all-reduce."""
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
     size = len(inputs)
@@ -110,7 +122,8 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
         segment_bytes = segment_bytes_from_env()
     elif not segment_bytes > 0:
         raise ValueError(f"segment_bytes must be > 0, got {segment_bytes!r}")
-    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes), bool(guarded_memory))
+    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes), bool(guarded_memory),
+                                            _host_ids(hosts, size))
     if algorithms_out is not None:
         algorithms_out[:] = [name for *_, name in rank_errors]
     if status:

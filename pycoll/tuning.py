@@ -29,9 +29,10 @@ LARGE_BYTES = MEASURE_BYTES
 SMALL_ITERS, LARGE_ITERS = 50, 7
 # A measured factor is kept above this: noise can make a fit zero or negative, and 0 would mean "textbook".
 MIN_SCALE = 0.01
-# The algorithms auto chooses among (the all-reduce table, decision.c), in id order (the cost model's arrays are
-# indexed by id).
-CHOICES = sorted(COLL_ALGORITHMS["all_reduce"], key=ALGORITHMS.get)
+# The algorithms auto chooses among on one host (the all-reduce table, decision.c), in id order (the cost model's
+# arrays are indexed by id). Not hierarchical: on one host it is the ring, and its inter-host terms cannot be
+# measured from one host.
+CHOICES = [name for name in sorted(COLL_ALGORITHMS["all_reduce"], key=ALGORITHMS.get) if name != "hierarchical"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,15 @@ def expected(inputs, dtype, op):
     return (total / n if op == "avg" else total).astype(dtype)
 
 
+def assert_exact(outs, inputs, dtype, op, message):
+    """Every rank's result is the exact reduction of integer-valued inputs, in the dtype, bitwise alike."""
+    want = expected(inputs, dtype, op)
+    for out in outs:
+        assert out.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64), err_msg=message)
+    assert_identical(outs)
+
+
 def assert_identical(outs):
     first = outs[0].view(np.uint8)
     for r, out in enumerate(outs):
@@ -86,12 +95,7 @@ def test_all_reduce_every_dtype_and_op(algorithm, size, dtype):
         for count in (size - 1, 1009):
             inputs = integer_inputs(size, count, dtype, op, seed=size * 7 + count)
             outs = simulate("all_reduce", inputs, op=op, algorithm=algorithm)
-            want = expected(inputs, dtype, op)
-            for out in outs:
-                assert out.dtype == np.dtype(dtype)
-                np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64),
-                                              err_msg=f"{op} count={count}")
-            assert_identical(outs)
+            assert_exact(outs, inputs, dtype, op, f"{op} count={count}")
 
 
 @pytest.mark.timeout(60)

@@ -18,7 +18,8 @@ def test_ids_come_from_c_in_id_order():
 
 
 def test_each_collective_lists_the_algorithms_it_has():
-    assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling")
+    assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling",
+                                             "hierarchical")
     assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh")
     for coll in ("all_gather", "broadcast", "reduce", "barrier"):
         assert COLL_ALGORITHMS[coll] == ("ring",)

@@ -1,51 +1,21 @@
-"""Several hosts on one machine: network namespaces joined by veth pairs to a bridge (its own namespace), so
-a job really crosses a network with separate addresses. Needs root and iproute2; only the namespaces'
-own addresses are used."""
-
-import os
-import shutil
-import subprocess
+"""Jobs across several hosts on one machine (network namespaces, tests/netns_hosts.py). Needs root and
+iproute2; only the namespaces' own addresses are used."""
 
 import pytest
 
 from multiproc import Ranks
+from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
-
-SUBNET = "10.77.0"
-
-
-def _ip(*args, ns=None):
-    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
 @pytest.fixture
 def hosts(request):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (ip netns) to make test hosts")
-    n = request.param
-    tag = f"pc{os.getpid() % 100000}"
-    switch, names = f"{tag}-sw", [f"{tag}-h{i}" for i in range(n)]
     try:
-        _ip("netns", "add", switch)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot create network namespaces here: {exc.stderr.strip()}")
-    try:
-        _ip("link", "add", "br0", "type", "bridge", ns=switch)
-        _ip("link", "set", "br0", "up", ns=switch)
-        for i, name in enumerate(names):
-            _ip("netns", "add", name)
-            # One veth pair per host: eth0 inside the host, its peer on the switch's bridge.
-            _ip("link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", switch, ns=name)
-            _ip("link", "set", f"p{i}", "master", "br0", "up", ns=switch)
-            _ip("addr", "add", f"{SUBNET}.{i + 1}/24", "dev", "eth0", ns=name)
-            _ip("link", "set", "eth0", "up", ns=name)
-            _ip("link", "set", "lo", "up", ns=name)
-        yield names
-    finally:
-        for name in [*names, switch]:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        with namespace_hosts(request.param) as names:
+            yield names
+    except HostsUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("hosts", [2, 4], indirect=True)
@@ -73,3 +43,29 @@ def test_interface_chosen_by_name_and_two_ranks_per_host(hosts):
     assert [(reports[r]["local_rank"], reports[r]["local_size"]) for r in range(4)] == [(0, 2), (0, 1), (0, 1),
                                                                                           (1, 2)], reports
     assert all(rep["hosts"] == 3 and rep["transport"] == "tcp" for rep in reports.values()), reports
+
+
+def _hierarchical_job(hosts, placement, env=None):
+    with Ranks(len(placement), "comm_worker.py", "hierarchical", master_addr=f"{SUBNET}.1", env=env,
+               wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
+        reports = ranks.reports()
+    assert all(rep.get("ok") for rep in reports.values()), reports
+    assert len({rep["digest"] for rep in reports.values()}) == 1, "float results differ between ranks"
+    assert all(rep["hosts"] == len(set(placement)) for rep in reports.values()), reports
+    return reports
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_hierarchical_two_hosts_of_two_ranks(hosts):
+    """Ranks 0, 2 on host 0 and 1, 3 on host 1 (not consecutive): each host's pair reduces, then both pairs'
+    counterparts all-reduce across the network at once. Rank values 2^24, 1, -2^24, 1 in fast float32 sum to 2
+    only when each host sums first (2^24 - 2^24, then 1 + 1): the host map found at rendezvous reached the
+    schedule (a ring over the four ranks gives 0 on a quarter of the elements)."""
+    reports = _hierarchical_job(hosts, [0, 1, 0, 1], env={"TEST_ORDER_SUM": "2"})
+    assert [reports[r]["local_size"] for r in range(4)] == [2, 2, 2, 2], reports
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_hierarchical_uneven_hosts_of_two_and_one(hosts):
+    reports = _hierarchical_job(hosts, [0, 0, 1])
+    assert [reports[r]["local_size"] for r in range(3)] == [2, 2, 1], reports

@@ -23,6 +23,11 @@ pycoll_status_t mesh_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycol
 pycoll_status_t recursive_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
                                               pycoll_op_t op, pycoll_accuracy_t accuracy);
 
+/* Reduce-scatter within each host, all-reduce across hosts, all-gather within each host (hierarchical.c);
+ * the host map is ctx->host_of. */
+pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                        pycoll_op_t op, pycoll_accuracy_t accuracy);
+
 /* The all-reduce for an algorithm id of the all-reduce table (decision.c), or NULL. */
 all_reduce_fn all_reduce_algorithm(pycoll_algorithm_t algorithm);
 

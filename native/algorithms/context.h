@@ -14,6 +14,8 @@ typedef struct coll_ctx {
     /* The memory table that allocated workspace: the transport's table may change between collectives (the
      * vendor transport picks one per buffer), and a block is freed by the table that made it. */
     const struct pycoll_memory_kernels *workspace_kernels;
+    /* host_of[r]: the host of rank r (pycoll_comm_set_hosts), or NULL: every rank on one host. */
+    const int32_t *host_of;
 } coll_ctx_t;
 
 #endif

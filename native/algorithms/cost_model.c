@@ -39,6 +39,11 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
         model->latency_scale[a] = latency[a];
         model->bandwidth_scale[a] = bandwidth[a];
     }
+    /* Between hosts: 10 Gbit/s Ethernet, ~30 us per message through both kernels' network stacks. Not
+     * measured by `pycoll tune` (it runs on one host); what matters for the choice is that the network is
+     * slower than the host, which holds for any network of the kind. */
+    model->inter_alpha_s = 30e-6;
+    model->inter_beta_s_per_byte = 1.0 / 1.25e9;
 }
 
 static int32_t pow2_floor(int32_t n)
@@ -99,4 +104,37 @@ double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algo
         return INFINITY;
     return scale_or_one(model->latency_scale[algorithm]) * latency_s +
            scale_or_one(model->bandwidth_scale[algorithm]) * bandwidth_s;
+}
+
+double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                         int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes)
+{
+    if (hosts <= 1)
+        return pycoll_predict_all_reduce_s(model, algorithm, size, nbytes);
+    if ((unsigned)algorithm >= PYCOLL_NUM_ALGOS)
+        return INFINITY;
+    /* The network's constants (never faster than the host's). */
+    pycoll_cost_model_t net = *model;
+    net.alpha_s = fmax(model->alpha_s, model->inter_alpha_s);
+    net.beta_s_per_byte = fmax(model->beta_s_per_byte, model->inter_beta_s_per_byte);
+    const double ring_latency = scale_or_one(model->latency_scale[PYCOLL_ALGO_RING]);
+    const double ring_bandwidth = scale_or_one(model->bandwidth_scale[PYCOLL_ALGO_RING]);
+    double latency_s, bandwidth_s;
+    if (algorithm != PYCOLL_ALGO_HIERARCHICAL) {
+        /* A flat schedule waits on the network at every step. The ring crosses it on one edge per host; the
+         * others exchange across hosts from every local rank at once, which share their host's link. */
+        pycoll_all_reduce_cost_terms(&net, algorithm, size, nbytes, &latency_s, &bandwidth_s);
+        if (algorithm != PYCOLL_ALGO_RING)
+            bandwidth_s *= max_local;
+        return scale_or_one(model->latency_scale[algorithm]) * latency_s +
+               scale_or_one(model->bandwidth_scale[algorithm]) * bandwidth_s;
+    }
+    if (max_local <= 1)
+        return INFINITY; /* one rank per host: the ring over the hosts */
+    /* A ring reduce-scatter and all-gather within the largest host, then a ring over the hosts in which its
+     * max_local ranks each move n / max_local bytes at once over their host's link: n bytes' worth of ring. */
+    double host_latency, host_bandwidth;
+    pycoll_all_reduce_cost_terms(model, PYCOLL_ALGO_RING, max_local, nbytes, &host_latency, &host_bandwidth);
+    pycoll_all_reduce_cost_terms(&net, PYCOLL_ALGO_RING, hosts, nbytes, &latency_s, &bandwidth_s);
+    return ring_latency * (host_latency + latency_s) + ring_bandwidth * (host_bandwidth + bandwidth_s);
 }

@@ -14,6 +14,7 @@ static const pycoll_algorithm_info_t all_reduce_algos[] = {
     ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
     ALGO(PYCOLL_ALGO_MESH, "mesh"),
     ALGO(PYCOLL_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"),
+    ALGO(PYCOLL_ALGO_HIERARCHICAL, "hierarchical"),
 };
 /* The first halves of the all-reduce schedules that have one (recursive doubling exchanges whole buffers). */
 static const pycoll_algorithm_info_t reduce_scatter_algos[] = {
@@ -57,13 +58,15 @@ static int has_algorithm(pycoll_coll_t coll, pycoll_algorithm_t algorithm)
     return 0;
 }
 
-pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
+                                                  int32_t max_local, int64_t nbytes)
 {
     const pycoll_algorithm_info_t *algos = all_reduce_algos;
     pycoll_algorithm_t best = (pycoll_algorithm_t)algos[0].id;
-    double best_s = pycoll_predict_all_reduce_s(model, best, size, nbytes);
+    double best_s = pycoll_predict_all_reduce_hosts_s(model, best, size, hosts, max_local, nbytes);
     for (int32_t i = 1; i < tables[PYCOLL_COLL_ALL_REDUCE].count; i++) {
-        double s = pycoll_predict_all_reduce_s(model, (pycoll_algorithm_t)algos[i].id, size, nbytes);
+        double s = pycoll_predict_all_reduce_hosts_s(model, (pycoll_algorithm_t)algos[i].id, size, hosts, max_local,
+                                                     nbytes);
         if (s < best_s) {
             best = (pycoll_algorithm_t)algos[i].id;
             best_s = s;
@@ -72,13 +75,25 @@ pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, in
     return best;
 }
 
-pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
-                                           pycoll_algorithm_t requested, int32_t size, int64_t nbytes)
+pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+{
+    return pycoll_choose_all_reduce_hosts(model, size, 1, size, nbytes);
+}
+
+pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                                 pycoll_algorithm_t requested, int32_t size, int32_t hosts,
+                                                 int32_t max_local, int64_t nbytes)
 {
     if ((unsigned)coll >= PYCOLL_NUM_COLLS)
         return PYCOLL_ALGO_RING;
     pycoll_algorithm_t algorithm = requested;
     if (algorithm == PYCOLL_ALGO_AUTO && (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER))
-        algorithm = pycoll_choose_all_reduce(model, size, nbytes);
+        algorithm = pycoll_choose_all_reduce_hosts(model, size, hosts, max_local, nbytes);
     return has_algorithm(coll, algorithm) ? algorithm : (pycoll_algorithm_t)tables[coll].algos[0].id;
+}
+
+pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                           pycoll_algorithm_t requested, int32_t size, int64_t nbytes)
+{
+    return pycoll_decide_algorithm_hosts(model, coll, requested, size, 1, size, nbytes);
 }

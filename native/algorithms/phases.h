@@ -18,6 +18,10 @@ bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_
 
 pycoll_status_t ring_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
                                            block_layout_t layout, void *out);
+/* Elements per ring segment: each block is cut into segments of this many elements from its start, and in
+ * COMPENSATED mode each segment of the rank's own block is one unit of `work`'s partials when the
+ * reduce-scatter returns (hierarchical.c carries them on from there). */
+int64_t ring_segment_elements(int64_t segment_bytes, size_t elem_bytes);
 pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
 
 pycoll_status_t mesh_reduce_scatter_blocks(coll_ctx_t *ctx, const reduction_t *red, const void *input,

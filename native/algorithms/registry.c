@@ -12,6 +12,8 @@ all_reduce_fn all_reduce_algorithm(pycoll_algorithm_t algorithm)
         return mesh_all_reduce;
     case PYCOLL_ALGO_RECURSIVE_DOUBLING:
         return recursive_doubling_all_reduce;
+    case PYCOLL_ALGO_HIERARCHICAL:
+        return hierarchical_all_reduce;
     default:
         return NULL;
     }

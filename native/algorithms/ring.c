@@ -23,12 +23,16 @@ typedef struct ring_units {
     int64_t units;         /* (N - 1) steps x segs */
 } ring_units_t;
 
+int64_t ring_segment_elements(int64_t segment_bytes, size_t elem_bytes)
+{
+    int64_t seg = segment_bytes / (int64_t)elem_bytes;
+    return seg < 1 ? 1 : seg;
+}
+
 static ring_units_t ring_units(block_layout_t layout, int32_t size, size_t elem_bytes, int64_t segment_bytes)
 {
     ring_units_t u = {.layout = layout};
-    u.seg = segment_bytes / (int64_t)elem_bytes;
-    if (u.seg < 1)
-        u.seg = 1;
+    u.seg = ring_segment_elements(segment_bytes, elem_bytes);
     int64_t longest = layout.base + (layout.extra > 0 ? 1 : 0);
     u.segs = (longest + u.seg - 1) / u.seg;
     u.units = (int64_t)(size - 1) * u.segs;

@@ -17,6 +17,8 @@ struct pycoll_comm {
     uint64_t seq;
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm;
+    int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
+    int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
     int finalized;
     char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
 };
@@ -82,6 +84,8 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         return create_error(error, error_len, PYCOLL_ERR_NOMEM, "comm_create: out of memory");
     comm->p2p = p2p;
     comm->ctx.p2p = p2p;
+    comm->hosts = 1;
+    comm->max_local = p2p->size;
     pycoll_default_cost_model(&comm->model);
     pycoll_comm_options_t defaults;
     pycoll_comm_options_init(&defaults);
@@ -111,6 +115,7 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
         return;
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
     comm->p2p->ops->destroy(comm->p2p);
+    free(comm->host_of);
     free(comm);
 }
 
@@ -122,6 +127,50 @@ void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
 }
 
 void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model) { comm->model = *model; }
+
+/* How many hosts a (validated) map names, and the most ranks any of them has; 1 and size without a map. */
+static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
+{
+    *hosts = 1;
+    *max_local = size;
+    int32_t *ranks_on = host_of ? calloc((size_t)size, sizeof *ranks_on) : NULL;
+    if (!ranks_on)
+        return; /* no map, or no memory for the count: decide as for one host (a choice, never an error) */
+    *hosts = *max_local = 0;
+    for (int32_t r = 0; r < size; r++) {
+        int32_t n = ++ranks_on[host_of[r]];
+        *hosts += n == 1;
+        *max_local = n > *max_local ? n : *max_local;
+    }
+    free(ranks_on);
+}
+
+pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
+{
+    const int32_t size = comm->p2p->size;
+    comm->error[0] = 0;
+    int32_t *copy = NULL;
+    if (host_of) {
+        for (int32_t r = 0; r < size; r++)
+            if (host_of[r] < 0 || host_of[r] >= size) {
+                snprintf(comm->error, sizeof comm->error, "hosts: rank %d's host is %d, expected 0..%d", (int)r,
+                         (int)host_of[r], (int)size - 1);
+                return PYCOLL_ERR_INVALID;
+            }
+        copy = malloc((size_t)size * sizeof *copy);
+        if (!copy) {
+            snprintf(comm->error, sizeof comm->error, "hosts: out of memory");
+            return PYCOLL_ERR_NOMEM;
+        }
+        for (int32_t r = 0; r < size; r++)
+            copy[r] = host_of[r];
+    }
+    free(comm->host_of);
+    comm->host_of = copy;
+    comm->ctx.host_of = copy;
+    host_shape(copy, size, &comm->hosts, &comm->max_local);
+    return PYCOLL_OK;
+}
 pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { return comm->last_algorithm; }
 
 const char *pycoll_comm_error(const pycoll_comm_t *comm)
@@ -164,8 +213,8 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
         return invalid(comm, "%s: unknown id %lld", "accuracy", accuracy);
     if (root != -1 && (root < 0 || root >= p2p->size))
         return invalid(comm, "%s out of range: %lld", "root", root);
-    algorithm = pycoll_decide_algorithm(&comm->model, coll, algorithm, p2p->size,
-                                        count * (int64_t)pycoll_dtype_size(dtype));
+    algorithm = pycoll_decide_algorithm_hosts(&comm->model, coll, algorithm, p2p->size, comm->hosts, comm->max_local,
+                                              count * (int64_t)pycoll_dtype_size(dtype));
     comm->last_algorithm = algorithm;
     pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = count,
                                .root = root, .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = (uint8_t)op,

@@ -24,7 +24,7 @@ const char *pycoll_op_name(pycoll_op_t op)
 const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
 {
     static const char *const names[PYCOLL_NUM_ALGOS] = {"auto", "ring", "halving_doubling", "mesh",
-                                                        "recursive_doubling"};
+                                                        "recursive_doubling", "hierarchical"};
     return (unsigned)algorithm < PYCOLL_NUM_ALGOS ? names[algorithm] : "?";
 }
 

@@ -147,6 +147,23 @@ cdef class NativeComm:
         pycoll_comm_set_cost_model(self._enter(), &model)
         self.busy = False
 
+    def set_hosts(self, host_of):
+        """host_of[r]: rank r's host number (pycoll.rendezvous.hosts.Hosts.host_of), every rank alike; it shapes
+        the hierarchical all-reduce."""
+        cdef int32_t size = pycoll_comm_size(self._enter())
+        self.busy = False
+        if len(host_of) != size:
+            raise ValueError(f"hosts: {len(host_of)} entries for {size} ranks")
+        cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
+        if ids == NULL:
+            raise MemoryError()
+        try:
+            for r in range(size):
+                ids[r] = host_of[r]
+            self._leave(pycoll_comm_set_hosts(self._enter(), ids))
+        finally:
+            free(ids)
+
     def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,
                    int accuracy):
         cdef pycoll_comm_t *c = self._enter()

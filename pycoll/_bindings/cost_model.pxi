@@ -1,6 +1,7 @@
 # The cost model as Python hands it over: None (the defaults) or a flat sequence of floats in the layout of
 # pycoll.tuning.CostModel.as_array(): alpha, beta, gamma, then latency_scale and bandwidth_scale, each indexed
-# by algorithm id. Included by the modules that pass a model to C (_comm, _sim).
+# by algorithm id. The inter-host terms are not in it: they keep pycoll_default_cost_model's values (`pycoll tune`
+# measures one host). Included by the modules that pass a model to C (_comm, _sim).
 
 COST_MODEL_LEN = 3 + 2 * PYCOLL_NUM_ALGOS
 

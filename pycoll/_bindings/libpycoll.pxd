@@ -15,7 +15,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_NUM_COLLS
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
-        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_NUM_ALGOS
+        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
         PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
 
@@ -83,12 +83,18 @@ cdef extern from "pycoll/pycoll.h" nogil:
         double gamma_s_per_byte
         double latency_scale[PYCOLL_NUM_ALGOS]
         double bandwidth_scale[PYCOLL_NUM_ALGOS]
+        double inter_alpha_s
+        double inter_beta_s_per_byte
     void pycoll_default_cost_model(pycoll_cost_model_t *model)
     void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm, int32_t size,
                                       int64_t nbytes, double *latency_s, double *bandwidth_s)
     double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                        int32_t size, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+    double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                             int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes)
+    pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
+                                                      int32_t max_local, int64_t nbytes)
     ctypedef struct pycoll_algorithm_info_t:
         int32_t id
         const char *name
@@ -117,6 +123,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     int32_t pycoll_comm_size(const pycoll_comm_t *comm)
     void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
     void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
+    pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
     const char *pycoll_comm_error(const pycoll_comm_t *comm)
     int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm)
     pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm)

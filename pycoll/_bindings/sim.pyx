@@ -40,6 +40,7 @@ cdef struct sim_job:
     rank_call *calls
     pycoll_comm_options_t options
     bint guarded_memory  # a test hook: the guarded host memory table (p2p.h) stands in for a device one
+    int32_t *host_of     # which simulated host each rank is on (pycoll_comm_set_hosts), NULL: one host
 
 cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept nogil:
     cdef pycoll_dtype_t dtype = <pycoll_dtype_t>c.dtype
@@ -71,7 +72,10 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     elif c.coll != SKIP_CALL:
         st = pycoll_comm_create(&comm, p2p, &job.options, c.error, sizeof(c.error))
         if st == PYCOLL_OK:
-            st = call_collective(comm, c)
+            if job.host_of != NULL:
+                st = pycoll_comm_set_hosts(comm, job.host_of)
+            if st == PYCOLL_OK:
+                st = call_collective(comm, c)
             c.last_algorithm = pycoll_comm_last_algorithm(comm)
             if st != PYCOLL_OK:
                 strncpy(c.error, pycoll_comm_error(comm), sizeof(c.error) - 1)
@@ -84,10 +88,12 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     return st
 
 
-def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memory=False):
+def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memory=False, hosts=None):
     """Run one collective per rank; calls[r] = (coll, sendbuf address, recvbuf address, count, dtype id,
     op id, algorithm id, accuracy id, root). Every rank's communicator gets timeout_s and segment_bytes
-    (0: the default); guarded_memory: every transport's memory table is the guarded test one. Returns (status, message, per-rank (status, failed_rank, message, algorithm name))."""
+    (0: the default); guarded_memory: every transport's memory table is the guarded test one; hosts (None: one
+    host) is every rank's host map, hosts[r] the host of rank r. Returns (status, message, per-rank (status,
+    failed_rank, message, algorithm name))."""
     cdef int32_t size = len(calls)
     cdef sim_job job
     cdef char err[512]
@@ -96,10 +102,20 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memo
     job.options.timeout_s = timeout_s
     job.options.segment_bytes = segment_bytes
     job.guarded_memory = guarded_memory
+    job.host_of = NULL
+    if hosts is not None and len(hosts) != size:
+        raise ValueError(f"hosts: {len(hosts)} entries for {size} ranks")
     job.calls = <rank_call *>calloc(max(size, 1), sizeof(rank_call))
     if job.calls == NULL:
         raise MemoryError()
+    if hosts is not None:
+        job.host_of = <int32_t *>calloc(max(size, 1), sizeof(int32_t))
+        if job.host_of == NULL:
+            free(job.calls)
+            raise MemoryError()
     try:
+        for r in range(size if hosts is not None else 0):
+            job.host_of[r] = hosts[r]
         for r, (coll, send, recv, count, dtype, op, algorithm, accuracy, root) in enumerate(calls):
             job.calls[r].coll = coll
             job.calls[r].sendbuf = <void *><uintptr_t>send
@@ -120,6 +136,7 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memo
         return int(st), err.decode(errors="replace"), ranks
     finally:
         free(job.calls)
+        free(job.host_of)
 
 
 def comm_create_status(unsigned int p2p_version):
@@ -160,6 +177,27 @@ def choose_all_reduce(int32_t size, int64_t nbytes, model=None):
     cdef pycoll_cost_model_t m
     fill_cost_model(&m, model)
     return int(pycoll_choose_all_reduce(&m, size, nbytes))
+
+
+def choose_all_reduce_hosts(int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes, model=None,
+                            inter=None):
+    """The algorithm id the cost model picks for a job over `hosts` hosts, the largest with max_local ranks;
+    inter: (inter_alpha_s, inter_beta_s_per_byte), None for the defaults."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    if inter is not None:
+        m.inter_alpha_s, m.inter_beta_s_per_byte = inter
+    return int(pycoll_choose_all_reduce_hosts(&m, size, hosts, max_local, nbytes))
+
+
+def predict_all_reduce_hosts_s(int algorithm, int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes,
+                               model=None, inter=None):
+    """The predicted seconds of one all-reduce over `hosts` hosts (see choose_all_reduce_hosts)."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    if inter is not None:
+        m.inter_alpha_s, m.inter_beta_s_per_byte = inter
+    return pycoll_predict_all_reduce_hosts_s(&m, <pycoll_algorithm_t>algorithm, size, hosts, max_local, nbytes)
 
 
 def predict_all_reduce_s(int algorithm, int32_t size, int64_t nbytes, model=None):

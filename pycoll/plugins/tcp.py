@@ -76,6 +76,8 @@ class TcpBackend(plugins.Backend):
             fds = [s.detach() if s is not None else None for s in socks]
         native = NativeComm.over_tcp(rank, world_size, fds, timeout, spin_us(local_size(options, world_size)),
                                      segment_bytes_from_env())
+        if options.get("hosts") is not None:
+            native.set_hosts(options["hosts"].host_of)
         _share_cost_model(native, rank, world_size)
         return NativeEngine(native, timeout)
 

@@ -23,7 +23,7 @@ try:
     report.update(backend=comm.backend, transport=getattr(comm._engine, "transport", comm.backend),
                   hosts=comm.hosts, local_rank=comm.local_rank, local_size=comm.local_size)
     if scenario == "collectives":
-        for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "auto"):
+        for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical", "auto"):
             for count in (0, 1, size - 1, 1009, 100003):
                 x = (np.arange(count, dtype=np.int64) % 97 + rank).astype(np.int32)
                 want = sum((np.arange(count, dtype=np.int64) % 97 + r) for r in range(size)).astype(np.int32)
@@ -54,7 +54,7 @@ try:
                                           else ())
         root = size - 1
         for accuracy in ("fast", "compensated"):
-            for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "auto"):
+            for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical", "auto"):
                 for count in counts:
                     base = np.arange(count, dtype=np.int64) % 101
                     want = sum(base + r for r in range(size))
@@ -84,6 +84,39 @@ try:
             comm.broadcast(b, root=root)
             assert np.array_equal(b, np.arange(count, dtype=np.float64))
             comm.barrier()
+        report["digest"] = digest.hexdigest()
+        report["ok"] = True
+    elif scenario == "hierarchical":
+        # The hierarchical all-reduce (and auto) across the job's hosts: exact on integer data, compensated
+        # float32 within one ulp of the exact sum (a float64 sum of a few float32 normals is exact), and a
+        # digest of every float result that must be bitwise identical on every rank.
+        import hashlib
+
+        digest = hashlib.sha256()
+        ran = set()
+        for accuracy in ("fast", "compensated"):
+            for algorithm in ("hierarchical", "auto"):
+                for count in (0, 1, size + 1, 4099, 100003):
+                    base = np.arange(count, dtype=np.int64) % 101
+                    x = (base + rank).astype(np.int32)
+                    comm.all_reduce(x, algorithm=algorithm, accuracy=accuracy)
+                    assert np.array_equal(x, sum(base + r for r in range(size))), (algorithm, accuracy, count)
+                    ran.add(comm.last_algorithm)
+                    inputs = [np.random.default_rng(1000 * r + count).standard_normal(count).astype(np.float32)
+                              for r in range(size)]
+                    f = inputs[rank].copy()
+                    comm.all_reduce(f, op="sum", algorithm=algorithm, accuracy=accuracy)
+                    digest.update(f.tobytes())
+                    if accuracy == "compensated":
+                        exact = np.sum([v.astype(np.float64) for v in inputs], axis=0)
+                        ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+                        assert (np.abs(f - exact) <= ulp).all(), (algorithm, count)
+        if "TEST_ORDER_SUM" in os.environ:
+            # Fast float32 shows the order of the sums (tests/test_multihost_netns.py says what to expect).
+            order = np.full(4096, (2.0 ** 24, 1.0, -2.0 ** 24, 1.0)[rank], dtype=np.float32)
+            comm.all_reduce(order, algorithm="hierarchical")
+            assert (order == float(os.environ["TEST_ORDER_SUM"])).all(), np.unique(order)
+        report["ran"] = sorted(ran)
         report["digest"] = digest.hexdigest()
         report["ok"] = True
     elif scenario == "loop":

@@ -23,6 +23,10 @@ typedef struct pycoll_cost_model {
      * that sets only the three constants keeps its meaning. */
     double latency_scale[PYCOLL_NUM_ALGOS];   /* multiplies the alpha terms */
     double bandwidth_scale[PYCOLL_NUM_ALGOS]; /* multiplies the beta and gamma terms */
+    /* The link between hosts, for jobs that span several: latency per message and time per byte (each host's
+     * ranks share their host's link). 0: as alpha_s / beta_s_per_byte (a network as fast as the host). */
+    double inter_alpha_s;
+    double inter_beta_s_per_byte;
 } pycoll_cost_model_t;
 
 PYCOLL_API void pycoll_default_cost_model(pycoll_cost_model_t *model);
@@ -35,6 +39,15 @@ PYCOLL_API double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, 
 /* The all-reduce with the least predicted time, among the all-reduce table's algorithms. */
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size,
                                                        int64_t nbytes);
+
+/* The same over `hosts` hosts whose largest has max_local ranks (hosts <= 1: one host, as above). Every flat
+ * algorithm's messages then cross the inter-host link; hierarchical (native/algorithms/hierarchical.c) crosses
+ * it once per byte per host and runs two ring phases within each host, taking the ring's scale factors (its
+ * phases are rings). Hierarchical is INFINITY on one host or with one rank per host, where it is the ring. */
+PYCOLL_API double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
+                                                    int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes);
+PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size,
+                                                             int32_t hosts, int32_t max_local, int64_t nbytes);
 
 /* One algorithm of one collective, UCC-style: its id (pycoll_algorithm_t) and name. */
 typedef struct pycoll_algorithm_info {
@@ -53,6 +66,11 @@ PYCOLL_API const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t c
  * model, so the decision needs no communication. Never returns AUTO. */
 PYCOLL_API pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                                       pycoll_algorithm_t requested, int32_t size, int64_t nbytes);
+/* The same for a job over `hosts` hosts whose largest has max_local ranks (what the communicator calls once it
+ * has a host map, pycoll_comm_set_hosts). */
+PYCOLL_API pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *model, pycoll_coll_t coll,
+                                                            pycoll_algorithm_t requested, int32_t size,
+                                                            int32_t hosts, int32_t max_local, int64_t nbytes);
 
 #ifdef __cplusplus
 }

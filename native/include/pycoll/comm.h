@@ -53,6 +53,11 @@ PYCOLL_API int32_t pycoll_comm_rank(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_size(const pycoll_comm_t *comm);
 PYCOLL_API void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s);
 PYCOLL_API void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model);
+/* Which host each rank is on, for the hierarchical all-reduce: host_of[r] for r in 0..size-1, each in
+ * 0..size-1 (ranks with the same value share a host); copied. Every rank must pass the same map (it shapes the
+ * messages). NULL: no map, every rank on one host (hierarchical then runs the ring's two phases). Between
+ * collectives only. PYCOLL_ERR_INVALID (pycoll_comm_error says which rank's entry) for a value out of range. */
+PYCOLL_API pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of);
 /* After a failed call: the message, and the rank it is about (or -1). */
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);

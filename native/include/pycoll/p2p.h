@@ -35,6 +35,7 @@ typedef enum pycoll_algorithm {
     PYCOLL_ALGO_HALVING_DOUBLING = 2,
     PYCOLL_ALGO_MESH = 3,
     PYCOLL_ALGO_RECURSIVE_DOUBLING = 4,
+    PYCOLL_ALGO_HIERARCHICAL = 5,
     PYCOLL_NUM_ALGOS
 } pycoll_algorithm_t;
 

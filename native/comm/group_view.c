@@ -1,0 +1,96 @@
+/* A subset of a transport's ranks as a transport of its own (group_view.h). Requests are translated to the
+ * parent's ranks on post and then belong to the parent: waiting, progress, mismatch and dead-peer detection,
+ * deadlines and aborts are all the parent's, so a view behaves exactly like its parent towards its members.
+ * Errors the parent reports keep the parent's rank numbers, the ones users know. */
+#include "comm/group_view.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static group_view_t *view_of(pycoll_p2p_t *p2p) { return (group_view_t *)p2p; }
+
+/* The parent's first error, copied onto the view so the schedule running over it stops with it. */
+static pycoll_status_t take_parent_error(group_view_t *view, pycoll_status_t status)
+{
+    pycoll_p2p_t *parent = view->parent;
+    if (parent->status != PYCOLL_OK && view->p2p.status == PYCOLL_OK) {
+        view->p2p.status = parent->status;
+        view->p2p.failed_rank = parent->failed_rank;
+        snprintf(view->p2p.error, sizeof view->p2p.error, "%s", parent->error);
+    }
+    return status != PYCOLL_OK && parent->status != PYCOLL_OK ? parent->status : status;
+}
+
+static pycoll_status_t view_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
+{
+    group_view_t *view = view_of(p2p);
+    if (req->peer < 0 || req->peer >= p2p->size)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "group of %d ranks: peer %d out of range", (int)p2p->size,
+                               (int)req->peer);
+    /* The request now belongs to the parent until it completes: it reads the parent's rank from here on. */
+    req->peer = view->members[req->peer];
+    return take_parent_error(view, view->parent->ops->post(view->parent, req));
+}
+
+static pycoll_status_t view_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    group_view_t *view = view_of(p2p);
+    return take_parent_error(view, view->parent->ops->wait(view->parent, reqs, n));
+}
+
+static void view_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
+{
+    group_view_t *view = view_of(p2p);
+    view->parent->ops->abort(view->parent, why, message);
+}
+
+/* The view owns nothing: the parent's connections stay with the parent. */
+static void view_destroy(pycoll_p2p_t *p2p) { (void)p2p; }
+
+static const pycoll_p2p_ops_t group_view_ops = {
+    .version = PYCOLL_P2P_VERSION,
+    .name = "group_view",
+    .post = view_post,
+    .wait = view_wait,
+    .abort = view_abort,
+    .destroy = view_destroy,
+    .finalize = NULL,
+};
+
+pycoll_status_t group_view_init(group_view_t *view, pycoll_p2p_t *parent, const int32_t *members, int32_t size)
+{
+    memset(view, 0, sizeof *view);
+    view->parent = parent;
+    view->members = members;
+    int32_t me = -1;
+    for (int32_t i = 0; i < size; i++)
+        if (members[i] == parent->rank)
+            me = i;
+    if (me < 0)
+        return pycoll_p2p_fail(parent, PYCOLL_ERR_INVALID, -1, "group view: rank %d is not among its %d members",
+                               (int)parent->rank, (int)size);
+    pycoll_p2p_t *p2p = &view->p2p;
+    p2p->ops = &group_view_ops;
+    p2p->rank = me;
+    p2p->size = size;
+    p2p->deadline_ns = parent->deadline_ns;
+    p2p->desc = parent->desc;
+    p2p->prev_desc = parent->prev_desc;
+    p2p->failed_rank = -1;
+    p2p->check_interrupt = parent->check_interrupt;
+    p2p->interrupt_ctx = parent->interrupt_ctx;
+    p2p->spin_ns = parent->spin_ns;
+    p2p->kernels = parent->kernels;
+    return take_parent_error(view, parent->status);
+}
+
+pycoll_status_t group_view_finish(group_view_t *view, pycoll_status_t status)
+{
+    pycoll_p2p_t *p2p = &view->p2p, *parent = view->parent;
+    if (p2p->status == PYCOLL_OK || parent->status != PYCOLL_OK)
+        return status != PYCOLL_OK && parent->status != PYCOLL_OK ? parent->status : status;
+    /* Recorded by the view itself: its rank numbers are the view's. */
+    int32_t failed = p2p->failed_rank;
+    return pycoll_p2p_fail(parent, p2p->status, failed >= 0 && failed < p2p->size ? view->members[failed] : -1,
+                           "%s", p2p->error);
+}
