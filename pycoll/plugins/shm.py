@@ -8,7 +8,7 @@ import secrets
 
 from pycoll import plugins
 from pycoll._bindings.comm import NativeComm, shm_segment_bytes
-from pycoll.algorithms import segment_bytes_from_env
+from pycoll.algorithms import ALGORITHMS, segment_bytes_from_env
 from pycoll.plugins.tcp import NativeEngine, TcpBackend, _share_cost_model, spin_us
 from pycoll.rendezvous.store import gather
 
@@ -77,9 +77,11 @@ def other_hosts_message(backend, hosts):
 
 
 class ShmBackend(TcpBackend):
-    """Declares what TcpBackend does (the same engine and algorithms); only the transport differs."""
+    """TcpBackend's engine and algorithms over the shared-memory transport, plus that transport's native
+    collectives (algorithm "shm": native/transport/shm_collectives.c)."""
 
     name = "shm"
+    algorithms = tuple(ALGORITHMS)
 
     def probe(self):
         if not os.path.isdir(SHM_DIR):

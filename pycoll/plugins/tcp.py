@@ -57,7 +57,8 @@ class NativeEngine(plugins.Engine):
 class TcpBackend(plugins.Backend):
     name = "tcp"
     memory = "host"
-    algorithms = tuple(ALGORITHMS)
+    # "shm" is the shared-memory transport's own (native) algorithm: it never runs over sockets.
+    algorithms = tuple(name for name in ALGORITHMS if name != "shm")
     accuracies = tuple(ACCURACIES)
 
     def create(self, *, rank, world_size, store, timeout, options):
