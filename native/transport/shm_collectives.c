@@ -49,7 +49,7 @@
 #define SHM_COLL_AREA_BYTES (CTRL_BYTES + 2 * SLOT_BYTES)
 /* Up to here an all-reduce is one round in which every rank reduces everything: reading N small inputs costs
  * less than the large path's second synchronisation. */
-#define SMALL_BYTES (16LL << 10)
+#define SMALL_BYTES (8LL << 10)
 /* Ranges are cut at cache lines, so no two ranks write one line. */
 #define RANGE_ALIGN_BYTES 64
 /* Elements reduced at a time: the partial of a piece stays in the core's cache while every source is added. */
