@@ -82,6 +82,12 @@ void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algor
         *latency_s = steps * a + fold_latency;
         *bandwidth_s = steps * (n * b + n * g) + fold_bandwidth;
         return;
+    case PYCOLL_ALGO_SHM:
+        /* The shared-memory transport's own (shm_collectives.c): two flag synchronisations (no messages), each
+         * rank copies the others' ranges in and out once and reduces its own range over all N inputs. */
+        *latency_s = 2.0 * a;
+        *bandwidth_s = 2.0 * (N - 1) / N * n * b + n * g;
+        return;
     default:
         *latency_s = *bandwidth_s = INFINITY;
     }

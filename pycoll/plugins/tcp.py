@@ -6,7 +6,7 @@ import os
 
 from pycoll import plugins
 from pycoll._bindings.comm import NativeComm
-from pycoll.algorithms import ACCURACIES, ALGORITHMS, segment_bytes_from_env
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
 
 DTYPE_FLOAT64 = dtype_id("float64")
@@ -57,8 +57,7 @@ class NativeEngine(plugins.Engine):
 class TcpBackend(plugins.Backend):
     name = "tcp"
     memory = "host"
-    # "shm" is the shared-memory transport's own (native) algorithm: it never runs over sockets.
-    algorithms = tuple(name for name in ALGORITHMS if name != "shm")
+    algorithms = tuple(name for name in ALGORITHMS if name not in NATIVE_ONLY)
     accuracies = tuple(ACCURACIES)
 
     def create(self, *, rank, world_size, store, timeout, options):
