@@ -34,7 +34,9 @@ def _run(n, scenario, env=None, timeout=30, backend="shm"):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_all_reduce_broadcast_and_barrier_are_exact_and_identical_on_every_rank(n, no_segment_left):
-    reports = _run(n, "matrix", env={"TEST_OPS": "sum,max,avg"}, timeout=120)
+    # One dtype of each size (1, 2, 4, 8 bytes); every dtype and op in the stress run below.
+    reports = _run(n, "matrix", env={"TEST_OPS": "sum,max,avg", "TEST_DTYPES": "int8,bfloat16,float32,float64"},
+                   timeout=120)
     for rep in reports.values():
         assert rep.get("ok"), rep
     assert len({rep["digest"] for rep in reports.values()}) == 1, reports
@@ -44,7 +46,7 @@ def test_all_reduce_broadcast_and_barrier_are_exact_and_identical_on_every_rank(
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_every_op_of_every_dtype(n):
-    reports = _run(n, "matrix", env={"TEST_OPS": "sum,prod,min,max,avg"}, timeout=500)
+    reports = _run(n, "matrix", env={"TEST_OPS": "sum,prod,min,max,avg", "TEST_ROUNDS": "3"}, timeout=500)
     assert all(rep.get("ok") for rep in reports.values()), reports
 
 

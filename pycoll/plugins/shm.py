@@ -50,12 +50,16 @@ def create_native(rank, world_size, store, timeout):
         try:
             os.ftruncate(fds[rank], shm_segment_bytes(world_size, ring_bytes))
             mine = f"{name} {os.getpid()} {_pid_namespace()}".encode()
-            peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
-                                                        timeout)]
+            if world_size == 1:  # a job of one rank has no store
+                peers = [mine.decode().split()]
+            else:
+                peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
+                                                            timeout)]
             for r, (peer_name, _, _) in enumerate(peers):
                 if r != rank:
                     fds[r] = os.open(os.path.join(SHM_DIR, peer_name), os.O_RDWR | os.O_CLOEXEC)
-            gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
+            if world_size > 1:
+                gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
         finally:
             os.unlink(path)
         # A peer's pid means something only in this pid namespace.
@@ -92,10 +96,9 @@ class ShmBackend(TcpBackend):
         hosts = options["hosts"]
         if hosts.count > 1:
             raise ValueError(other_hosts_message(self.name, hosts))
-        if world_size == 1:
-            native = NativeComm.over_tcp(0, 1, [None], timeout, 0.0, segment_bytes_from_env())
-        else:
-            native = create_native(rank, world_size, store, timeout)
+        # One rank too: its collectives are the shared-memory transport's (algorithm "shm" runs everywhere
+        # this backend does).
+        native = create_native(rank, world_size, store, timeout)
         _share_cost_model(native, rank, world_size)
         return NativeEngine(native, timeout)
 
