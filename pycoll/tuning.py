@@ -32,6 +32,8 @@ MIN_SCALE = 0.01
 # The algorithms auto chooses among (the all-reduce table, decision.c), in id order (the cost model's arrays are
 # indexed by id).
 CHOICES = sorted(COLL_ALGORITHMS["all_reduce"], key=ALGORITHMS.get)
+# Entries per factor table: one per algorithm id, reserved ids included (ids are not contiguous).
+_ID_SLOTS = (COST_MODEL_LEN - 3) // 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +54,13 @@ class CostModel:
     @classmethod
     def from_array(cls, values):
         values = [float(v) for v in values]
-        return cls(*values[:3], latency_scale=_from_id(values[3:3 + len(ALGORITHMS)]),
-                   bandwidth_scale=_from_id(values[3 + len(ALGORITHMS):]))
+        return cls(*values[:3], latency_scale=_from_id(values[3:3 + _ID_SLOTS]),
+                   bandwidth_scale=_from_id(values[3 + _ID_SLOTS:]))
 
 
 def _by_id(scale):
     """A factor table as a list indexed by algorithm id (0 for auto and for a missing name)."""
-    values = [0.0] * len(ALGORITHMS)
+    values = [0.0] * _ID_SLOTS
     for name, factor in scale.items():
         values[ALGORITHMS[name]] = factor
     return values

@@ -89,6 +89,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
     double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                        int32_t size, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
+    pycoll_algorithm_t pycoll_choose_all_reduce_among(const pycoll_cost_model_t *model, int32_t size,
+                                                      int64_t nbytes, pycoll_algorithm_t native)
     ctypedef struct pycoll_algorithm_info_t:
         int32_t id
         const char *name

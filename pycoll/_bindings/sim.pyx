@@ -162,6 +162,13 @@ def choose_all_reduce(int32_t size, int64_t nbytes, model=None):
     return int(pycoll_choose_all_reduce(&m, size, nbytes))
 
 
+def choose_all_reduce_among(int32_t size, int64_t nbytes, int native, model=None):
+    """The same with a transport's native algorithm id (e.g. "shm"'s; 0 for none) among the candidates."""
+    cdef pycoll_cost_model_t m
+    fill_cost_model(&m, model)
+    return int(pycoll_choose_all_reduce_among(&m, size, nbytes, <pycoll_algorithm_t>native))
+
+
 def predict_all_reduce_s(int algorithm, int32_t size, int64_t nbytes, model=None):
     """The cost model's (None: the defaults) predicted time of one all-reduce, in seconds."""
     cdef pycoll_cost_model_t m
