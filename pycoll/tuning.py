@@ -88,10 +88,14 @@ def _scales(data, key):
     return {name: float(value) for name, value in table.items() if name in CHOICES}
 
 
-def load():
-    """The stored model, or None when there is none (or it is unreadable: auto then uses the defaults)."""
+def load(backend=None):
+    """The stored model, or None when there is none (or it is unreadable: auto then uses the defaults). A model
+    measured over another backend than `backend` is None too: its times are another transport's (files
+    without a backend, written before it was recorded, serve every backend)."""
     try:
         data = json.loads(tune_file().read_text())
+        if backend is not None and data.get("backend", backend) != backend:
+            return None
         model = CostModel(data["alpha_s"], data["beta_s_per_byte"], data["gamma_s_per_byte"],
                           _scales(data, "latency_scale"), _scales(data, "bandwidth_scale"))
         values = model.as_array()
@@ -102,11 +106,13 @@ def load():
     return model
 
 
-def save(model: CostModel, *, world_size: int) -> Path:
+def save(model: CostModel, *, world_size: int, backend=None) -> Path:
     path = tune_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = dict(dataclasses.asdict(model), measured_with_ranks=world_size,
                   measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if backend is not None:
+        record["backend"] = backend
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
@@ -171,13 +177,19 @@ def fit_scales(constants, size, times):
     return CostModel(*constants, latency_scale=latency_scale, bandwidth_scale=bandwidth_scale)
 
 
+def comm_algorithms(comm):
+    """The algorithms comm's backend runs (a native one, such as "shm", only where its transport has it)."""
+    return comm._backend.algorithms
+
+
 def measure(comm) -> CostModel:
     """Measure alpha, beta and gamma, then each algorithm's time at SMALL_BYTES and LARGE_BYTES, with every rank
     of comm taking part; every rank returns the same model (fitted from the slowest rank's value of each
     measurement, since the slowest rank sets the pace of a collective)."""
     measured = list(_measure_constants(comm))
+    choices = [name for name in CHOICES if name in comm_algorithms(comm)]
     if comm.size > 1:
-        for name in CHOICES:
+        for name in choices:
             measured += [_time_algorithm(comm, name, SMALL_BYTES, SMALL_ITERS),
                          _time_algorithm(comm, name, LARGE_BYTES, LARGE_ITERS)]
     slowest = np.array(measured, dtype=np.float64)
@@ -188,7 +200,7 @@ def measure(comm) -> CostModel:
         defaults = CostModel.from_array(_sim.default_cost_model())
         return dataclasses.replace(defaults, alpha_s=constants[0], beta_s_per_byte=constants[1],
                                    gamma_s_per_byte=constants[2])
-    times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(CHOICES)}
+    times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(choices)}
     return fit_scales(constants, comm.size, times)
 
 
@@ -236,7 +248,8 @@ def main():
     with pycoll.init() as comm:
         model = measure(comm)
         if comm.rank == 0:
-            path = save(model, world_size=comm.size)
+            # The transport's backend ("shm" or "tcp" under "cpu"): the one whose creation loads it.
+            path = save(model, world_size=comm.size, backend=getattr(comm._engine, "transport", comm.backend))
             print("\n".join(report(model, comm.size)))
             print(f"saved to {path}")
 

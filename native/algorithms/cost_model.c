@@ -28,12 +28,17 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.25,
         [PYCOLL_ALGO_MESH] = 1.0,
         [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 0.75,
+        /* Only a transport with native shared-memory collectives offers it (never TCP). With these constants
+         * it wins at every size, as measured (bench/results/shm.md); pycoll's shm backend loads its own fitted
+         * model (pycoll/plugins/shm.py). */
+        [PYCOLL_ALGO_SHM] = 0.05,
     };
     static const double bandwidth[PYCOLL_NUM_ALGOS] = {
         [PYCOLL_ALGO_RING] = 1.8,
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.8,
         [PYCOLL_ALGO_MESH] = 10.0,
         [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 3.5,
+        [PYCOLL_ALGO_SHM] = 0.5,
     };
     for (int a = 0; a < PYCOLL_NUM_ALGOS; a++) {
         model->latency_scale[a] = latency[a];

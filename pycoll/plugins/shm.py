@@ -73,6 +73,23 @@ def create_native(rank, world_size, store, timeout):
                 os.close(fd)
 
 
+def default_cost_model():
+    """auto's model over shared memory where `pycoll tune` stored none: the library's defaults are loopback
+    TCP's. Fitted by bench/fit_shm_cost_model.py from `pycoll bench --backend shm --algorithm all` at 2 and 4
+    ranks on the 2-core development host (bench/results/shm.md says when and how)."""
+    from pycoll.tuning import CostModel
+
+    return CostModel(**SHM_COST_MODEL)
+
+
+SHM_COST_MODEL = dict(
+    alpha_s=1e-06, beta_s_per_byte=2e-10, gamma_s_per_byte=1e-10,
+    latency_scale={'ring': 8.8991, 'halving_doubling': 10.7778, 'mesh': 9.7747, 'recursive_doubling': 22.1557,
+                   'shm': 2.7114},
+    bandwidth_scale={'ring': 1.2534, 'halving_doubling': 1.2918, 'mesh': 1.7985, 'recursive_doubling': 1.815,
+                     'shm': 0.5116})
+
+
 def other_hosts_message(backend, hosts):
     away = [r for r, h in enumerate(hosts.host_of) if h != hosts.host_of[0]]
     return (f"backend {backend!r} needs every rank on one host, but ranks {', '.join(map(str, away))} are on "
@@ -99,7 +116,7 @@ class ShmBackend(TcpBackend):
         # One rank too: its collectives are the shared-memory transport's (algorithm "shm" runs everywhere
         # this backend does).
         native = create_native(rank, world_size, store, timeout)
-        _share_cost_model(native, rank, world_size)
+        _share_cost_model(native, rank, world_size, self.name, default_cost_model())
         return NativeEngine(native, timeout)
 
 

@@ -72,7 +72,7 @@ class TcpBackend(plugins.Backend):
             fds = [s.detach() if s is not None else None for s in socks]
         native = NativeComm.over_tcp(rank, world_size, fds, timeout, spin_us(local_size(options, world_size)),
                                      segment_bytes_from_env())
-        _share_cost_model(native, rank, world_size)
+        _share_cost_model(native, rank, world_size, self.name)
         return NativeEngine(native, timeout)
 
 
@@ -99,15 +99,16 @@ def spin_us(local_ranks):
     return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 200.0
 
 
-def _share_cost_model(native, rank, world_size):
-    """Every rank takes rank 0's measured model (if any), so that "auto" picks the same algorithm everywhere
-    even when hosts differ. A NaN first value means "keep the defaults"."""
+def _share_cost_model(native, rank, world_size, backend, defaults=None):
+    """Every rank takes rank 0's measured model for this backend (if any; else `defaults`, a CostModel, if
+    given), so that "auto" picks the same algorithm everywhere even when hosts differ. A NaN first value means
+    "keep the library's defaults"."""
     import numpy as np
 
     from pycoll._bindings.comm import COST_MODEL_LEN
     from pycoll.tuning import load
 
-    model = load() if rank == 0 else None
+    model = (load(backend) or defaults) if rank == 0 else None
     values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
     if world_size > 1:
         native.broadcast(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)
