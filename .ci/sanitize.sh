@@ -22,4 +22,4 @@ cd "$root/tests"
 # The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype), and the
 # TCP and shared-memory transports with real processes (faults, mismatches, the checked close).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_comm_tcp.py \
-  test_comm_shm.py "$@"
+  test_comm_shm.py test_shm_collectives.py "$@"

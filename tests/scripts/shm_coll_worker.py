@@ -17,7 +17,7 @@ from pycoll.dtypes import DTYPES
 # The shared area's boundaries in bytes (native/transport/shm_collectives.c): the one-round path's limit and
 # one slot (the largest round). Counts are placed on both sides of each, per dtype.
 SMALL_BYTES = 8 << 10
-SLOT_BYTES = 1 << 20
+SLOT_BYTES = 4 << 20
 
 scenario = sys.argv[1]
 report = {"scenario": scenario}
