@@ -2,8 +2,8 @@
  * all_reduce, broadcast and barrier through one collective area per rank, instead of pycoll's algorithms over
  * the rings, which pay a frame, a copy into the ring and a copy out of it per message and a message per step.
  *
- * Layout. Rank r's area follows the rings in its segment (SHM_COLL_AREA_BYTES, fixed whatever the world size):
- * a control page with one flag block per parity, then two slots of SLOT_BYTES. Only rank r writes its area's
+ * Layout. Rank r's area follows the rings in its segment (shm_coll_area_bytes: whatever the world size, 8 MiB +
+ * 4 KiB with the default rings): a control page with one flag block per parity, then two slots. Only rank r writes its area's
  * flags; others write nothing in it.
  *
  * Rounds. Every collective is one or more rounds, numbered alike on every rank by a per-transport counter
@@ -19,7 +19,7 @@
  *
  * All-reduce, small (<= SMALL_BYTES): every rank copies its input into its slot, and after step 3 every rank
  * reduces all slots, in rank order, into its result -- one synchronisation, identical arithmetic everywhere.
- * Large: rounds of up to SLOT_BYTES, each a reduce-scatter in place in shared memory then a copy-out: the
+ * Large: rounds of up to a slot, each a reduce-scatter in place in shared memory then a copy-out: the
  * round's elements are split into one range per rank (64-byte aligned); rank j copies in only the ranges the
  * others reduce, reduces its own range over every rank's (its own input read where it is) in rank order into
  * the free range of its own slot, publishes reduced = k, and copies the other ranges out of their owners'
@@ -42,13 +42,13 @@
 #include "transport/shm_transport.h"
 
 #define CTRL_BYTES 4096LL
-/* One slot: the largest round. Large enough that a round's two synchronisations are small next to its copies
+/* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
+ * do, gets small slots too, and so reaches the many-round paths with small messages). Large enough that a round's two synchronisations are small next to its copies
  * even when ranks share cores (each synchronisation then waits for every rank to be scheduled: with 4 ranks on
  * 2 busy cores, 4 MiB rounds took 64 MiB in 84 ms where 1 MiB rounds took 99 ms), small enough that a round's
  * data is still in the shared cache when the others read it. */
-#define SLOT_BYTES (4LL << 20)
-#define SHM_COLL_AREA_BYTES (CTRL_BYTES + 2 * SLOT_BYTES)
-/* Up to here an all-reduce is one round in which every rank reduces everything: reading N small inputs costs
+#define MAX_SLOT_BYTES (4LL << 20)
+/* Up to here (or one slot) an all-reduce is one round in which every rank reduces everything: reading N small inputs costs
  * less than the large path's second synchronisation. */
 #define SMALL_BYTES (8LL << 10)
 /* Ranges are cut at cache lines, so no two ranks write one line. */
@@ -72,13 +72,19 @@ _Static_assert(sizeof(coll_ctrl_t) <= CTRL_BYTES, "collective flags must fit the
 
 struct shm_collectives {
     shm_transport_t *t;
+    int64_t slot_bytes;      /* a multiple of RANGE_ALIGN_BYTES */
     uint64_t round;          /* the last round started; the same on every rank */
     void **maps;             /* rank r's area */
     const void **sources;    /* per rank: scratch for the sources of a reduction, in rank order */
     void *part, *tmp;        /* one piece's compensated partial and its loaded source (local memory) */
 };
 
-int64_t shm_coll_area_bytes(void) { return SHM_COLL_AREA_BYTES; }
+static int64_t slot_bytes_for(int64_t ring_bytes)
+{
+    return ring_bytes < MAX_SLOT_BYTES ? ring_bytes : MAX_SLOT_BYTES;
+}
+
+int64_t shm_coll_area_bytes(int64_t ring_bytes) { return CTRL_BYTES + 2 * slot_bytes_for(ring_bytes); }
 
 static coll_flags_t *flags_of(const shm_collectives_t *c, int32_t r, uint64_t round)
 {
@@ -87,7 +93,7 @@ static coll_flags_t *flags_of(const shm_collectives_t *c, int32_t r, uint64_t ro
 
 static unsigned char *slot_of(const shm_collectives_t *c, int32_t r, uint64_t round)
 {
-    return (unsigned char *)c->maps[r] + CTRL_BYTES + (round & 1) * SLOT_BYTES;
+    return (unsigned char *)c->maps[r] + CTRL_BYTES + (int64_t)(round & 1) * c->slot_bytes;
 }
 
 static pycoll_p2p_t *p2p_of(const shm_collectives_t *c) { return (pycoll_p2p_t *)c->t; }
@@ -257,9 +263,9 @@ static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, vo
     reduction_init(&red, p2p, dtype, op, accuracy);
     if (p2p->size == 1)
         return memory_copy(p2p, recvbuf, sendbuf, count * (int64_t)red.dsize, "all_reduce");
-    if (count * (int64_t)red.dsize <= SMALL_BYTES)
+    if (count * (int64_t)red.dsize <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
         return all_reduce_small(c, &red, sendbuf, recvbuf, count);
-    const int64_t per_round = SLOT_BYTES / (int64_t)red.dsize;
+    const int64_t per_round = c->slot_bytes / (int64_t)red.dsize;
     for (int64_t at = 0; at < count; at += per_round) {
         const size_t off = (size_t)at * red.dsize;
         pycoll_status_t st = all_reduce_round(c, &red, (const unsigned char *)sendbuf + off,
@@ -280,7 +286,7 @@ static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count
     const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
     int64_t at = 0;
     do { /* at least one round, so that an empty broadcast is still checked against the others */
-        const int64_t len = nbytes - at < SLOT_BYTES ? nbytes - at : SLOT_BYTES;
+        const int64_t len = nbytes - at < c->slot_bytes ? nbytes - at : c->slot_bytes;
         const uint64_t round = ++c->round;
         if (p2p->rank == root && len > 0)
             memcpy(slot_of(c, root, round), (char *)buf + at, (size_t)len);
@@ -316,7 +322,7 @@ void shm_collectives_detach(shm_collectives_t *c, int32_t size)
         return;
     for (int32_t r = 0; r < size && c->maps; r++)
         if (c->maps[r])
-            munmap(c->maps[r], (size_t)SHM_COLL_AREA_BYTES);
+            munmap(c->maps[r], (size_t)shm_coll_area_bytes(c->slot_bytes));
     free(c->maps);
     free(c->sources);
     free(c->part);
@@ -325,11 +331,12 @@ void shm_collectives_detach(shm_collectives_t *c, int32_t size)
 }
 
 shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
-                                          char *error, size_t error_len)
+                                          int64_t ring_bytes, char *error, size_t error_len)
 {
     shm_collectives_t *c = calloc(1, sizeof *c);
     if (c) {
         c->t = t;
+        c->slot_bytes = slot_bytes_for(ring_bytes);
         c->maps = calloc((size_t)size, sizeof *c->maps);
         c->sources = calloc((size_t)size, sizeof *c->sources);
         c->part = malloc(PIECE_ELEMS * MAX_PARTIAL_BYTES);
@@ -341,7 +348,7 @@ shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, cons
         return NULL;
     }
     for (int32_t r = 0; r < size; r++) {
-        void *p = mmap(NULL, (size_t)SHM_COLL_AREA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+        void *p = mmap(NULL, (size_t)shm_coll_area_bytes(ring_bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                        segment_fds[r], (off_t)offset);
         if (p == MAP_FAILED) {
             snprintf(error, error_len, "cannot map rank %d's shared-memory collective area: %s", (int)r,

@@ -580,7 +580,7 @@ static int64_t rings_bytes(int32_t size, int64_t ring_bytes)
 
 int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
 {
-    return rings_bytes(size, ring_bytes) + shm_coll_area_bytes();
+    return rings_bytes(size, ring_bytes) + shm_coll_area_bytes(ring_bytes_or_default(ring_bytes));
 }
 
 /* Map the ring that `sender` writes in the segment of its receiver (fd). */
@@ -644,7 +644,8 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
             peer->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pids[r], 0);
 #endif
     }
-    t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), error, error_len);
+    t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), ring_bytes, error,
+                                    error_len);
     if (!t->coll) {
         t->said_goodbye = 1;
         shm_destroy(&t->base);

@@ -30,12 +30,13 @@ void shm_tell_peers(shm_transport_t *t);
 shm_collectives_t *shm_collectives_of(shm_transport_t *t);
 
 /* The native collectives (shm_collectives.c). The collective area of each rank follows its rings in its
- * segment, at `offset`; it is shm_coll_area_bytes() long. */
+ * segment, at `offset`; it is shm_coll_area_bytes(ring_bytes) long (its slots are as large as a ring, at most
+ * 4 MiB). */
 extern const pycoll_native_collectives_t shm_native_collectives;
-int64_t shm_coll_area_bytes(void);
+int64_t shm_coll_area_bytes(int64_t ring_bytes);
 /* Map every rank's collective area; NULL (error set) on failure. */
 shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
-                                          char *error, size_t error_len);
+                                          int64_t ring_bytes, char *error, size_t error_len);
 void shm_collectives_detach(shm_collectives_t *c, int32_t size);
 
 #endif

@@ -14,10 +14,10 @@ import pycoll
 from pycoll.bench.sweep import numpy_dtype
 from pycoll.dtypes import DTYPES
 
-# The shared area's boundaries in bytes (native/transport/shm_collectives.c): the one-round path's limit and
-# one slot (the largest round). Counts are placed on both sides of each, per dtype.
-SMALL_BYTES = 8 << 10
-SLOT_BYTES = 4 << 20
+# The shared area's boundaries in bytes (native/transport/shm_collectives.c): one slot (the largest round: as
+# large as a ring, at most 4 MiB) and the one-round path's limit. Counts are placed on both sides of each.
+SLOT_BYTES = min(int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20), 4 << 20)
+SMALL_BYTES = min(8 << 10, SLOT_BYTES)
 
 scenario = sys.argv[1]
 report = {"scenario": scenario}
