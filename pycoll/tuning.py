@@ -94,7 +94,7 @@ def load(backend=None):
     without a backend, written before it was recorded, serve every backend)."""
     try:
         data = json.loads(tune_file().read_text())
-        if backend is not None and data.get("backend", backend) != backend:
+        if backend is not None and data.get("measured_over", backend) != backend:
             return None
         model = CostModel(data["alpha_s"], data["beta_s_per_byte"], data["gamma_s_per_byte"],
                           _scales(data, "latency_scale"), _scales(data, "bandwidth_scale"))
@@ -112,7 +112,7 @@ def save(model: CostModel, *, world_size: int, backend=None) -> Path:
     record = dict(dataclasses.asdict(model), measured_with_ranks=world_size,
                   measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     if backend is not None:
-        record["backend"] = backend
+        record["measured_over"] = backend
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
