@@ -18,7 +18,9 @@
  * PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval.
  *
  * Segments arrive as file descriptors opened (and already unlinked) by pycoll's rendezvous layer
- * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. */
+ * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. Each segment ends
+ * with its rank's collective area, where shm_collectives.c runs this transport's native collectives (ops->
+ * native); they wait through shm_wait_until, the same loop as a message wait. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
