@@ -82,12 +82,13 @@ def default_cost_model():
     return CostModel(**SHM_COST_MODEL)
 
 
+# bench/fit_shm_cost_model.py's output for bench/results/shm_cost_model.md's runs.
 SHM_COST_MODEL = dict(
     alpha_s=1e-06, beta_s_per_byte=2e-10, gamma_s_per_byte=1e-10,
-    latency_scale={'ring': 8.8991, 'halving_doubling': 10.7778, 'mesh': 9.7747, 'recursive_doubling': 22.1557,
-                   'shm': 2.7114},
-    bandwidth_scale={'ring': 1.2534, 'halving_doubling': 1.2918, 'mesh': 1.7985, 'recursive_doubling': 1.815,
-                     'shm': 0.5116})
+    latency_scale={'ring': 2.797, 'halving_doubling': 10.5383, 'mesh': 2.6418, 'recursive_doubling': 4.1361,
+                   'shm': 2.4986},
+    bandwidth_scale={'ring': 1.0995, 'halving_doubling': 1.9305, 'mesh': 1.1656, 'recursive_doubling': 1.2106,
+                     'shm': 0.6009})
 
 
 def other_hosts_message(backend, hosts):
