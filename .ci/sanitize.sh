@@ -23,4 +23,4 @@ cd "$root/tests"
 # hierarchical one over simulated hosts, through its group views), and the
 # TCP and shared-memory transports with real processes (faults, mismatches, the checked close).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py test_comm_tcp.py \
-  test_comm_shm.py "$@"
+  test_comm_shm.py test_shm_collectives.py "$@"

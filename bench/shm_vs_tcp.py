@@ -53,8 +53,9 @@ def table(runs, world):
             if r["world"] == world:
                 cells.setdefault((r["bytes"], r["backend"]), []).append(r)
     lines = [f"### {world} ranks: time (us, median of {len(runs)} runs of the slowest rank's median) / busbw (GB/s)",
-             "", "| size | " + " | ".join(label for _, label in COLUMNS) + " | tcp / shm | Open MPI (shm) / pycoll shm |",
-             "|---:|" + "---:|" * (len(COLUMNS) + 2)]
+             "", "| size | " + " | ".join(label for _, label in COLUMNS)
+             + " | tcp / shm | Open MPI (shm) / pycoll shm | shm: auto ran |",
+             "|---:|" + "---:|" * (len(COLUMNS) + 2) + "---|"]
     for nbytes in sorted({b for b, _ in cells}):
         med = {k: statistics.median(r["time_us"] for r in cells[(nbytes, k)]) for k, _ in COLUMNS
                if (nbytes, k) in cells}
@@ -64,7 +65,8 @@ def table(runs, world):
             row.append(f"{t:.1f} / {nbytes / t / 1e3 * 2 * (world - 1) / world:.3f}" if t else "-")
         shm = med.get("shm")
         row += [f"{med['tcp'] / shm:.2f}" if shm and "tcp" in med else "-",
-                f"{med['mpi'] / shm:.2f}" if shm and "mpi" in med else "-"]
+                f"{med['mpi'] / shm:.2f}" if shm and "mpi" in med else "-",
+                ", ".join(sorted({r.get("picked") or "-" for r in cells.get((nbytes, "shm"), [])}))]
         lines.append("| " + " | ".join(row) + " |")
     wrong = sum(r["wrong"] for rows in runs for r in rows if r["world"] == world)
     return "\n".join(lines + ["", f"#wrong over every row of every run: {wrong}."])

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from pycoll.algorithms import ACCURACIES as _ACCURACY_IDS, COLL_ALGORITHMS
+from pycoll.algorithms import ACCURACIES as _ACCURACY_IDS, COLL_ALGORITHMS, NATIVE_ONLY
 from pycoll.dtypes import DTYPES
 from pycoll.simulate import simulate
 
@@ -30,7 +30,8 @@ __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "
 
 FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
-ALGORITHMS = COLL_ALGORITHMS["all_reduce"]
+# Simulated ranks run over the in-process transport, which has no native collectives.
+ALGORITHMS = tuple(name for name in COLL_ALGORITHMS["all_reduce"] if name not in NATIVE_ONLY)
 ACCURACIES = tuple(_ACCURACY_IDS)
 
 # (bits of precision, bit width) of each float format.

@@ -5,10 +5,13 @@ import os
 
 from pycoll._bindings.abi import ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES
 
-__all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "algorithm_name",
+__all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "NATIVE_ONLY", "algorithm_name",
            "default_algorithm", "accuracy_name", "segment_bytes_from_env"]
 
 ACCURACY_ALIASES = {"kahan": "compensated"}
+# Algorithms a transport runs itself (p2p.h's native collectives), so only backends over that transport have
+# them: "shm", the shared-memory transport's collectives.
+NATIVE_ONLY = ("shm",)
 
 
 def algorithm_name(algorithm, default="auto") -> str:

@@ -33,6 +33,8 @@ MIN_SCALE = 0.01
 # arrays are indexed by id). Not hierarchical: on one host it is the ring, and its inter-host terms cannot be
 # measured from one host.
 CHOICES = [name for name in sorted(COLL_ALGORITHMS["all_reduce"], key=ALGORITHMS.get) if name != "hierarchical"]
+# Entries per factor table: one per algorithm id.
+_ID_SLOTS = (COST_MODEL_LEN - 3) // 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +55,13 @@ class CostModel:
     @classmethod
     def from_array(cls, values):
         values = [float(v) for v in values]
-        return cls(*values[:3], latency_scale=_from_id(values[3:3 + len(ALGORITHMS)]),
-                   bandwidth_scale=_from_id(values[3 + len(ALGORITHMS):]))
+        return cls(*values[:3], latency_scale=_from_id(values[3:3 + _ID_SLOTS]),
+                   bandwidth_scale=_from_id(values[3 + _ID_SLOTS:]))
 
 
 def _by_id(scale):
     """A factor table as a list indexed by algorithm id (0 for auto and for a missing name)."""
-    values = [0.0] * len(ALGORITHMS)
+    values = [0.0] * _ID_SLOTS
     for name, factor in scale.items():
         values[ALGORITHMS[name]] = factor
     return values
@@ -87,10 +89,14 @@ def _scales(data, key):
     return {name: float(value) for name, value in table.items() if name in CHOICES}
 
 
-def load():
-    """The stored model, or None when there is none (or it is unreadable: auto then uses the defaults)."""
+def load(backend=None):
+    """The stored model, or None when there is none (or it is unreadable: auto then uses the defaults). A model
+    measured over another backend than `backend` is None too: its times are another transport's (files
+    without a backend, written before it was recorded, serve every backend)."""
     try:
         data = json.loads(tune_file().read_text())
+        if backend is not None and data.get("measured_over", backend) != backend:
+            return None
         model = CostModel(data["alpha_s"], data["beta_s_per_byte"], data["gamma_s_per_byte"],
                           _scales(data, "latency_scale"), _scales(data, "bandwidth_scale"))
         values = model.as_array()
@@ -101,11 +107,13 @@ def load():
     return model
 
 
-def save(model: CostModel, *, world_size: int) -> Path:
+def save(model: CostModel, *, world_size: int, backend=None) -> Path:
     path = tune_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = dict(dataclasses.asdict(model), measured_with_ranks=world_size,
                   measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if backend is not None:
+        record["measured_over"] = backend
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
@@ -170,13 +178,19 @@ def fit_scales(constants, size, times):
     return CostModel(*constants, latency_scale=latency_scale, bandwidth_scale=bandwidth_scale)
 
 
+def comm_algorithms(comm):
+    """The algorithms comm's backend runs (a native one, such as "shm", only where its transport has it)."""
+    return comm._backend.algorithms
+
+
 def measure(comm) -> CostModel:
     """Measure alpha, beta and gamma, then each algorithm's time at SMALL_BYTES and LARGE_BYTES, with every rank
     of comm taking part; every rank returns the same model (fitted from the slowest rank's value of each
     measurement, since the slowest rank sets the pace of a collective)."""
     measured = list(_measure_constants(comm))
+    choices = [name for name in CHOICES if name in comm_algorithms(comm)]
     if comm.size > 1:
-        for name in CHOICES:
+        for name in choices:
             measured += [_time_algorithm(comm, name, SMALL_BYTES, SMALL_ITERS),
                          _time_algorithm(comm, name, LARGE_BYTES, LARGE_ITERS)]
     slowest = np.array(measured, dtype=np.float64)
@@ -187,7 +201,7 @@ def measure(comm) -> CostModel:
         defaults = CostModel.from_array(_sim.default_cost_model())
         return dataclasses.replace(defaults, alpha_s=constants[0], beta_s_per_byte=constants[1],
                                    gamma_s_per_byte=constants[2])
-    times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(CHOICES)}
+    times = {name: (slowest[3 + 2 * i], slowest[4 + 2 * i]) for i, name in enumerate(choices)}
     return fit_scales(constants, comm.size, times)
 
 
@@ -235,7 +249,8 @@ def main():
     with pycoll.init() as comm:
         model = measure(comm)
         if comm.rank == 0:
-            path = save(model, world_size=comm.size)
+            # The transport's backend ("shm" or "tcp" under "cpu"): the one whose creation loads it.
+            path = save(model, world_size=comm.size, backend=getattr(comm._engine, "transport", comm.backend))
             print("\n".join(report(model, comm.size)))
             print(f"saved to {path}")
 

@@ -396,13 +396,14 @@ def test_cost_model_factors_scale_each_part_and_zero_means_textbook():
     latency, bandwidth = _sim.all_reduce_cost_terms(hd, 4, 1 << 20, textbook)
     assert latency > 0 and bandwidth > 0
     assert _sim.predict_all_reduce_s(hd, 4, 1 << 20, textbook) == pytest.approx(latency + bandwidth)
+    slots = (len(defaults) - 3) // 2  # one factor per algorithm id, reserved ids included
     scaled = list(textbook)
-    scaled[3 + hd], scaled[3 + len(ALGORITHM_IDS) + hd] = 2.0, 3.0
+    scaled[3 + hd], scaled[3 + slots + hd] = 2.0, 3.0
     assert _sim.predict_all_reduce_s(hd, 4, 1 << 20, scaled) == pytest.approx(2 * latency + 3 * bandwidth)
     # A huge bandwidth factor takes halving-doubling out of the running for large buffers.
     assert _sim.choose_all_reduce(4, 1 << 20) == hd
     scaled = list(defaults)
-    scaled[3 + len(ALGORITHM_IDS) + hd] = 1e3
+    scaled[3 + slots + hd] = 1e3
     assert _sim.choose_all_reduce(4, 1 << 20, scaled) != hd
     with pytest.raises(ValueError, match="cost model"):
         _sim.choose_all_reduce(4, 1 << 20, [1.0, 2.0, 3.0])

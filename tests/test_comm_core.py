@@ -9,9 +9,11 @@ from pycoll.dtypes import DTYPES, OPS
 
 
 def test_ids_come_from_c_in_id_order():
-    for table in (abi.DTYPES, abi.OPS, abi.ALGORITHMS, abi.ACCURACIES, abi.COLLECTIVES):
+    for table in (abi.DTYPES, abi.OPS, abi.ACCURACIES, abi.COLLECTIVES):
         assert list(table.values()) == list(range(len(table)))
-        assert "?" not in table
+    for table in (abi.DTYPES, abi.OPS, abi.ALGORITHMS, abi.ACCURACIES, abi.COLLECTIVES):
+        assert list(table.values()) == sorted(set(table.values()))
+        assert "?" not in table  # an id the C library reserves without a name is not bound
     assert DTYPES is abi.DTYPES and OPS is abi.OPS and ALGORITHMS is abi.ALGORITHMS
     assert plugins.ALL_DTYPES == tuple(abi.DTYPES) and plugins.ALL_OPS == tuple(abi.OPS)
     assert ALGORITHMS["auto"] == abi.ALGO_AUTO == 0
@@ -19,10 +21,12 @@ def test_ids_come_from_c_in_id_order():
 
 def test_each_collective_lists_the_algorithms_it_has():
     assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling",
-                                             "hierarchical")
+                                             "hierarchical", "shm")
     assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh")
-    for coll in ("all_gather", "broadcast", "reduce", "barrier"):
+    for coll in ("all_gather", "reduce"):
         assert COLL_ALGORITHMS[coll] == ("ring",)
+    for coll in ("broadcast", "barrier"):  # the shared-memory transport runs its own
+        assert COLL_ALGORITHMS[coll] == ("ring", "shm")
     assert set(COLL_ALGORITHMS) == set(abi.COLLECTIVES)
     for algorithms in COLL_ALGORITHMS.values():
         assert "auto" not in algorithms and set(algorithms) <= set(ALGORITHMS)
@@ -53,3 +57,27 @@ def test_the_refusal_reads_clearly_in_python():
     exc = error_for_status(status, message)
     assert isinstance(exc, ValueError)
     assert "p2p ABI version 1" in str(exc) and "rebuild the transport" in str(exc)
+
+
+def test_auto_considers_a_native_algorithm_only_where_the_transport_has_it():
+    # The shared-memory transport's "shm" is cheapest by the default model at every size, but a transport
+    # without native collectives (TCP, the simulator) never gets it.
+    shm = ALGORITHMS["shm"]
+    for size in (2, 4):
+        for nbytes in (4, 1 << 16, 1 << 26):
+            assert _sim.choose_all_reduce(size, nbytes) != shm
+            assert _sim.choose_all_reduce_among(size, nbytes, shm) == shm
+
+
+def test_explicit_native_algorithm_over_a_transport_without_it_is_refused_naming_the_transport():
+    import numpy as np
+
+    from pycoll.dtypes import dtype_id
+
+    x = [np.ones(4, dtype=np.float32) for _ in range(2)]
+    calls = [(abi.COLLECTIVES["all_reduce"], a.ctypes.data, a.ctypes.data, 4, dtype_id("float32"), OPS["sum"],
+              ALGORITHMS["shm"], 0, -1) for a in x]
+    status, _, ranks = _sim.run(calls, 10.0)
+    assert status == abi.STATUS_INVALID, (status, ranks)
+    for rank_status, _, message, _ in ranks:
+        assert rank_status == abi.STATUS_INVALID and "transport is sim" in message, message

@@ -298,7 +298,9 @@ static int load_module(void *ctx, pycoll_dtype_t dtype, dtype_module_t *out)
             snprintf(log, sizeof log, "(a log of %zu bytes; rerun a single dtype to read it)", log_size);
         if (prog)
             nvrtc.destroy(&prog);
-        char detail[PYCOLL_ERROR_LEN];
+        /* Room for the prefix failed() adds, so the whole message fits one error string; the log's start says
+         * what failed first. */
+        char detail[PYCOLL_ERROR_LEN - 96];
         snprintf(detail, sizeof detail, "%s for %s: %s", nvrtc.error_string(r), arch, log);
         return failed(r, "NVRTC could not compile pycoll's kernels (nvrtcResult %d): %s", detail);
     }

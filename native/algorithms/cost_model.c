@@ -28,12 +28,17 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.25,
         [PYCOLL_ALGO_MESH] = 1.0,
         [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 0.75,
+        /* Only a transport with native shared-memory collectives offers it (never TCP). With these constants
+         * it wins at every size, as measured (bench/results/shm.md); pycoll's shm backend loads its own fitted
+         * model (pycoll/plugins/shm.py). */
+        [PYCOLL_ALGO_SHM] = 0.05,
     };
     static const double bandwidth[PYCOLL_NUM_ALGOS] = {
         [PYCOLL_ALGO_RING] = 1.8,
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.8,
         [PYCOLL_ALGO_MESH] = 10.0,
         [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 3.5,
+        [PYCOLL_ALGO_SHM] = 0.5,
     };
     for (int a = 0; a < PYCOLL_NUM_ALGOS; a++) {
         model->latency_scale[a] = latency[a];
@@ -86,6 +91,12 @@ void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algor
     case PYCOLL_ALGO_RECURSIVE_DOUBLING:
         *latency_s = steps * a + fold_latency;
         *bandwidth_s = steps * (n * b + n * g) + fold_bandwidth;
+        return;
+    case PYCOLL_ALGO_SHM:
+        /* The shared-memory transport's own (shm_collectives.c): two flag synchronisations (no messages), each
+         * rank copies the others' ranges in and out once and reduces its own range over all N inputs. */
+        *latency_s = 2.0 * a;
+        *bandwidth_s = 2.0 * (N - 1) / N * n * b + n * g;
         return;
     default:
         *latency_s = *bandwidth_s = INFINITY;

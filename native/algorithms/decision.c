@@ -15,6 +15,7 @@ static const pycoll_algorithm_info_t all_reduce_algos[] = {
     ALGO(PYCOLL_ALGO_MESH, "mesh"),
     ALGO(PYCOLL_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"),
     ALGO(PYCOLL_ALGO_HIERARCHICAL, "hierarchical"),
+    ALGO(PYCOLL_ALGO_SHM, "shm"),
 };
 /* The first halves of the all-reduce schedules that have one (recursive doubling exchanges whole buffers). */
 static const pycoll_algorithm_info_t reduce_scatter_algos[] = {
@@ -27,6 +28,11 @@ static const pycoll_algorithm_info_t reduce_scatter_algos[] = {
 static const pycoll_algorithm_info_t ring_only[] = {
     ALGO(PYCOLL_ALGO_RING, "ring"),
 };
+/* The fixed schedules, or the shared-memory transport's own where it runs them. */
+static const pycoll_algorithm_info_t ring_or_shm[] = {
+    ALGO(PYCOLL_ALGO_RING, "ring"),
+    ALGO(PYCOLL_ALGO_SHM, "shm"),
+};
 
 #define TABLE(t) {t, (int32_t)(sizeof t / sizeof t[0])}
 
@@ -37,9 +43,9 @@ static const struct {
     [PYCOLL_COLL_ALL_REDUCE] = TABLE(all_reduce_algos),
     [PYCOLL_COLL_REDUCE_SCATTER] = TABLE(reduce_scatter_algos),
     [PYCOLL_COLL_ALL_GATHER] = TABLE(ring_only),
-    [PYCOLL_COLL_BROADCAST] = TABLE(ring_only),
+    [PYCOLL_COLL_BROADCAST] = TABLE(ring_or_shm),
     [PYCOLL_COLL_REDUCE] = TABLE(ring_only),
-    [PYCOLL_COLL_BARRIER] = TABLE(ring_only),
+    [PYCOLL_COLL_BARRIER] = TABLE(ring_or_shm),
 };
 
 const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
@@ -58,17 +64,33 @@ static int has_algorithm(pycoll_coll_t coll, pycoll_algorithm_t algorithm)
     return 0;
 }
 
+/* The algorithm a transport's native table (p2p.h) runs `coll` as, or AUTO where it has no entry for it. */
+static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *native, pycoll_coll_t coll)
+{
+    if (!native)
+        return PYCOLL_ALGO_AUTO;
+    const int has = (coll == PYCOLL_COLL_ALL_REDUCE && native->all_reduce) ||
+                    (coll == PYCOLL_COLL_BROADCAST && native->broadcast) ||
+                    (coll == PYCOLL_COLL_BARRIER && native->barrier);
+    return has ? (pycoll_algorithm_t)native->algorithm : PYCOLL_ALGO_AUTO;
+}
+
+/* A native algorithm runs only where a transport supplies it: never a candidate otherwise. */
+static int is_native_only(pycoll_algorithm_t algorithm) { return algorithm == PYCOLL_ALGO_SHM; }
+
 pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
-                                                  int32_t max_local, int64_t nbytes)
+                                                  int32_t max_local, int64_t nbytes, pycoll_algorithm_t native)
 {
     const pycoll_algorithm_info_t *algos = all_reduce_algos;
     pycoll_algorithm_t best = (pycoll_algorithm_t)algos[0].id;
     double best_s = pycoll_predict_all_reduce_hosts_s(model, best, size, hosts, max_local, nbytes);
     for (int32_t i = 1; i < tables[PYCOLL_COLL_ALL_REDUCE].count; i++) {
-        double s = pycoll_predict_all_reduce_hosts_s(model, (pycoll_algorithm_t)algos[i].id, size, hosts, max_local,
-                                                     nbytes);
+        const pycoll_algorithm_t id = (pycoll_algorithm_t)algos[i].id;
+        if (is_native_only(id) && id != native)
+            continue;
+        double s = pycoll_predict_all_reduce_hosts_s(model, id, size, hosts, max_local, nbytes);
         if (s < best_s) {
-            best = (pycoll_algorithm_t)algos[i].id;
+            best = id;
             best_s = s;
         }
     }
@@ -77,23 +99,31 @@ pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *mod
 
 pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes)
 {
-    return pycoll_choose_all_reduce_hosts(model, size, 1, size, nbytes);
+    return pycoll_choose_all_reduce_hosts(model, size, 1, size, nbytes, PYCOLL_ALGO_AUTO);
 }
 
 pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                                  pycoll_algorithm_t requested, int32_t size, int32_t hosts,
-                                                 int32_t max_local, int64_t nbytes)
+                                                 int32_t max_local, int64_t nbytes,
+                                                 const pycoll_native_collectives_t *native)
 {
     if ((unsigned)coll >= PYCOLL_NUM_COLLS)
         return PYCOLL_ALGO_RING;
+    const pycoll_algorithm_t own = native_algorithm(native, coll);
     pycoll_algorithm_t algorithm = requested;
-    if (algorithm == PYCOLL_ALGO_AUTO && (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER))
-        algorithm = pycoll_choose_all_reduce_hosts(model, size, hosts, max_local, nbytes);
+    if (algorithm == PYCOLL_ALGO_AUTO) {
+        if (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER)
+            algorithm = pycoll_choose_all_reduce_hosts(model, size, hosts, max_local, nbytes, own);
+        else if (own != PYCOLL_ALGO_AUTO)
+            algorithm = own; /* the fixed schedules' one alternative: the transport's own */
+    }
+    if (is_native_only(algorithm) && algorithm != own)
+        algorithm = PYCOLL_ALGO_AUTO; /* this collective has no native entry here: its fallback */
     return has_algorithm(coll, algorithm) ? algorithm : (pycoll_algorithm_t)tables[coll].algos[0].id;
 }
 
 pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                            pycoll_algorithm_t requested, int32_t size, int64_t nbytes)
 {
-    return pycoll_decide_algorithm_hosts(model, coll, requested, size, 1, size, nbytes);
+    return pycoll_decide_algorithm_hosts(model, coll, requested, size, 1, size, nbytes, NULL);
 }

@@ -133,7 +133,7 @@ static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int
 {
     *hosts = 1;
     *max_local = size;
-    int32_t *ranks_on = host_of ? calloc((size_t)size, sizeof *ranks_on) : NULL;
+    int32_t *ranks_on = host_of && size > 0 ? calloc((size_t)size, sizeof *ranks_on) : NULL;
     if (!ranks_on)
         return; /* no map, or no memory for the count: decide as for one host (a choice, never an error) */
     *hosts = *max_local = 0;
@@ -213,8 +213,16 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
         return invalid(comm, "%s: unknown id %lld", "accuracy", accuracy);
     if (root != -1 && (root < 0 || root >= p2p->size))
         return invalid(comm, "%s out of range: %lld", "root", root);
+    const pycoll_native_collectives_t *native = p2p->ops->native;
+    if (algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
+        /* Never a silent fallback: the caller asked for what this transport cannot run. */
+        snprintf(comm->error, sizeof comm->error,
+                 "algorithm shm runs only over the shared-memory transport (backend 'shm'); this communicator's "
+                 "transport is %s", p2p->ops->name ? p2p->ops->name : "unnamed");
+        return PYCOLL_ERR_INVALID;
+    }
     algorithm = pycoll_decide_algorithm_hosts(&comm->model, coll, algorithm, p2p->size, comm->hosts, comm->max_local,
-                                              count * (int64_t)pycoll_dtype_size(dtype));
+                                              count * (int64_t)pycoll_dtype_size(dtype), native);
     comm->last_algorithm = algorithm;
     pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = count,
                                .root = root, .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = (uint8_t)op,
@@ -223,6 +231,13 @@ static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t co
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
     return PYCOLL_OK;
+}
+
+/* Whether the collective begin() stamped resolved to the transport's native table (p2p.h). */
+static int runs_native(const pycoll_comm_t *comm)
+{
+    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
+    return native && comm->p2p->desc.algorithm == (uint8_t)native->algorithm;
 }
 
 /* After an algorithm returns: an error breaks the communicator and is announced to the peers. */
@@ -244,6 +259,9 @@ pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf,
     pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_REDUCE, count, dtype, op, algorithm, accuracy, -1);
     if (st != PYCOLL_OK)
         return st;
+    if (runs_native(comm))
+        return finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, sendbuf, recvbuf, count, dtype, op,
+                                                               accuracy));
     all_reduce_fn fn = all_reduce_algorithm((pycoll_algorithm_t)comm->p2p->desc.algorithm);
     if (!fn) {
         snprintf(comm->error, sizeof comm->error, "algorithm %s has no all-reduce",
@@ -285,6 +303,8 @@ pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t co
                                PYCOLL_ACCURACY_FAST, root);
     if (st != PYCOLL_OK)
         return st;
+    if (runs_native(comm))
+        return finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, buf, count, dtype, root));
     return finish(comm, broadcast_run(&comm->ctx, buf, count, dtype, root));
 }
 
@@ -305,5 +325,7 @@ pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
                                PYCOLL_ACCURACY_FAST, -1);
     if (st != PYCOLL_OK)
         return st;
+    if (runs_native(comm))
+        return finish(comm, comm->p2p->ops->native->barrier(comm->p2p));
     return finish(comm, barrier_run(&comm->ctx));
 }

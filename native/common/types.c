@@ -23,8 +23,9 @@ const char *pycoll_op_name(pycoll_op_t op)
 
 const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
 {
+    /* Id 5 is reserved (p2p.h): its NULL reads as an unknown id. */
     static const char *const names[PYCOLL_NUM_ALGOS] = {"auto", "ring", "halving_doubling", "mesh",
-                                                        "recursive_doubling", "hierarchical"};
+                                                        "recursive_doubling", "hierarchical", "shm"};
     return (unsigned)algorithm < PYCOLL_NUM_ALGOS ? names[algorithm] : "?";
 }
 

@@ -18,7 +18,9 @@
  * PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval.
  *
  * Segments arrive as file descriptors opened (and already unlinked) by pycoll's rendezvous layer
- * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. */
+ * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. Each segment ends
+ * with its rank's collective area, where shm_collectives.c runs this transport's native collectives (ops->
+ * native); they wait through shm_wait_until, the same loop as a message wait. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -34,7 +36,7 @@
 
 #include "common/frame.h"
 #include "common/request_queue.h"
-#include "pycoll/transports.h"
+#include "transport/shm_transport.h"
 
 #define DEFAULT_RING_BYTES (4LL << 20)
 #define MIN_RING_BYTES 4096LL
@@ -79,18 +81,21 @@ typedef struct shm_peer {
     int hdr_parked;     /* recv_hdr is a data header waiting for (or being copied into) its receive */
 } shm_peer_t;
 
-typedef struct shm_transport {
-    pycoll_p2p_t base;
+struct shm_transport {
+    pycoll_p2p_t base; /* first: shm_collectives.c reaches the p2p through a cast */
     shm_peer_t *peers;
+    shm_collectives_t *coll; /* the native collectives' areas (shm_collectives.c) */
     int64_t ring_bytes;
     uint64_t checked_seq;
     int finalizing;
     int32_t waiting_for;
     int said_goodbye;
     int aborted;
-} shm_transport_t;
+};
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
+
+shm_collectives_t *shm_collectives_of(shm_transport_t *t) { return t->coll; }
 
 /* ---- the ring: copy in and out with wrap-around; only the owner of an index ever stores it ---- */
 
@@ -352,14 +357,14 @@ static void check_parked_headers(shm_transport_t *t)
     }
 }
 
-static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
 {
-    shm_transport_t *t = impl(p2p);
+    pycoll_p2p_t *p2p = &t->base;
     check_parked_headers(t);
     const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
     int64_t next_check = started + LIVENESS_EVERY_NS;
     int probed = 0, idle = 0;
-    while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
+    while (p2p->status == PYCOLL_OK && !cond->ready(cond->arg)) {
         if (progress_all(t)) {
             idle = 0;
             continue;
@@ -367,12 +372,13 @@ static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         int64_t now = pycoll_now_ns();
         if (!probed && now - started >= PYCOLL_PROBE_AFTER_NS) {
             probed = 1;
-            t->waiting_for = pycoll_first_pending_peer(reqs, n);
-            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
+            t->waiting_for = cond->pending_peer(cond->arg);
+            cond->probe(cond->arg);
         }
         if (now >= p2p->deadline_ns) {
-            const int32_t waited = pycoll_first_pending_peer(reqs, n);
-            pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
+            const int32_t waited = cond->pending_peer(cond->arg);
+            pycoll_frame_timeout(p2p, waited, waited >= 0 ? t->peers[waited].q.waits_for_seq : 0,
+                                 waited >= 0 ? t->peers[waited].q.waits_for : -1);
             break;
         }
         if (now >= next_check) {
@@ -400,6 +406,45 @@ static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         return p2p->status;
     }
     return PYCOLL_OK;
+}
+
+/* A message wait: the requests, and the peers to probe -- those it waits for and those waiting for it. */
+typedef struct request_wait {
+    shm_transport_t *t;
+    pycoll_request_t *const *reqs;
+    int n;
+} request_wait_t;
+
+static int requests_complete(void *arg)
+{
+    const request_wait_t *w = arg;
+    return pycoll_all_complete(w->reqs, w->n);
+}
+
+static int32_t request_pending_peer(void *arg)
+{
+    const request_wait_t *w = arg;
+    return pycoll_first_pending_peer(w->reqs, w->n);
+}
+
+static void probe_request_peers(void *arg)
+{
+    const request_wait_t *w = arg;
+    pycoll_probe_peers(&w->t->base, w->reqs, w->n, w->t->peers, sizeof *w->t->peers, tell, w->t);
+}
+
+void shm_tell_peers(shm_transport_t *t)
+{
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank)
+            queue_probe(t, r);
+}
+
+static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    request_wait_t w = {impl(p2p), reqs, n};
+    shm_wait_cond_t cond = {requests_complete, request_pending_peer, probe_request_peers, &w};
+    return shm_wait_until(impl(p2p), &cond);
 }
 
 /* ---- closing ---- */
@@ -497,6 +542,7 @@ static void shm_destroy(pycoll_p2p_t *p2p)
     /* A clean close: peers that are done with this rank stay calm when it goes. */
     if (p2p->status == PYCOLL_OK && !t->said_goodbye)
         close_rings(t, RING_GOODBYE);
+    shm_collectives_detach(t->coll, t->base.size);
     for (int r = 0; r < t->base.size; r++) {
         shm_peer_t *peer = &t->peers[r];
         if (peer->in_map)
@@ -518,6 +564,7 @@ static const pycoll_p2p_ops_t shm_ops = {
     .abort = shm_abort,
     .destroy = shm_destroy,
     .finalize = shm_finalize,
+    .native = &shm_native_collectives,
 };
 
 /* ---- set-up ---- */
@@ -527,9 +574,15 @@ static int64_t ring_bytes_or_default(int64_t ring_bytes)
     return ring_bytes > 0 ? ring_bytes : DEFAULT_RING_BYTES;
 }
 
-int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
+/* The rings of every sender, then this rank's collective area (shm_collectives.c). */
+static int64_t rings_bytes(int32_t size, int64_t ring_bytes)
 {
     return (int64_t)size * (CTRL_BYTES + ring_bytes_or_default(ring_bytes));
+}
+
+int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
+{
+    return rings_bytes(size, ring_bytes) + shm_coll_area_bytes(ring_bytes_or_default(ring_bytes));
 }
 
 /* Map the ring that `sender` writes in the segment of its receiver (fd). */
@@ -592,6 +645,13 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
         if (pids && pids[r] > 0)
             peer->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pids[r], 0);
 #endif
+    }
+    t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), ring_bytes, error,
+                                    error_len);
+    if (!t->coll) {
+        t->said_goodbye = 1;
+        shm_destroy(&t->base);
+        return NULL;
     }
     return &t->base;
 }

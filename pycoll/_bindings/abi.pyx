@@ -9,7 +9,8 @@ from pycoll._bindings.libpycoll cimport *
 
 
 cdef dict _names(const char *(*name_of)(int) noexcept nogil, int count):
-    return {name_of(i).decode(): i for i in range(count)}
+    # "?" is an id the C library reserves but does not define (yet): not a name anyone can ask for.
+    return {name_of(i).decode(): i for i in range(count) if name_of(i).decode() != "?"}
 
 
 cdef const char *_dtype(int i) noexcept nogil:

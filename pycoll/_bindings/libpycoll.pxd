@@ -15,7 +15,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_NUM_COLLS
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
-        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_NUM_ALGOS
+        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_ALGO_SHM,
+        PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
         PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
 
@@ -94,7 +95,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                              int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes)
     pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
-                                                      int32_t max_local, int64_t nbytes)
+                                                      int32_t max_local, int64_t nbytes, pycoll_algorithm_t native)
     ctypedef struct pycoll_algorithm_info_t:
         int32_t id
         const char *name

@@ -180,14 +180,21 @@ def choose_all_reduce(int32_t size, int64_t nbytes, model=None):
 
 
 def choose_all_reduce_hosts(int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes, model=None,
-                            inter=None):
+                            inter=None, int native=0):
     """The algorithm id the cost model picks for a job over `hosts` hosts, the largest with max_local ranks;
-    inter: (inter_alpha_s, inter_beta_s_per_byte), None for the defaults."""
+    inter: (inter_alpha_s, inter_beta_s_per_byte), None for the defaults; native: a transport's native
+    algorithm id among the candidates (0: none)."""
     cdef pycoll_cost_model_t m
     fill_cost_model(&m, model)
     if inter is not None:
         m.inter_alpha_s, m.inter_beta_s_per_byte = inter
-    return int(pycoll_choose_all_reduce_hosts(&m, size, hosts, max_local, nbytes))
+    return int(pycoll_choose_all_reduce_hosts(&m, size, hosts, max_local, nbytes, <pycoll_algorithm_t>native))
+
+
+def choose_all_reduce_among(int32_t size, int64_t nbytes, int native, model=None):
+    """choose_all_reduce on one host with a transport's native algorithm id (e.g. "shm"'s; 0 for none) among
+    the candidates."""
+    return choose_all_reduce_hosts(size, 1, size, nbytes, model, None, native)
 
 
 def predict_all_reduce_hosts_s(int algorithm, int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes,

@@ -6,6 +6,7 @@ spans hosts runs entirely over TCP.)"""
 from __future__ import annotations
 
 from pycoll import plugins
+from pycoll.algorithms import ALGORITHMS
 from pycoll.plugins.shm import ShmBackend
 from pycoll.plugins.tcp import TcpBackend
 
@@ -14,6 +15,9 @@ class CpuBackend(TcpBackend):
     """Declares what TcpBackend does; create() picks the transport."""
 
     name = "cpu"
+    # "shm" too: it runs where the job is on one host (the shared-memory transport's own collectives); across
+    # hosts the communicator refuses it naming the transport (native/comm/communicator.c).
+    algorithms = tuple(ALGORITHMS)
 
     def __init__(self):
         self._shm, self._tcp = ShmBackend(), TcpBackend()

@@ -8,7 +8,7 @@ import secrets
 
 from pycoll import plugins
 from pycoll._bindings.comm import NativeComm, shm_segment_bytes
-from pycoll.algorithms import segment_bytes_from_env
+from pycoll.algorithms import ALGORITHMS, segment_bytes_from_env
 from pycoll.plugins.tcp import NativeEngine, TcpBackend, _share_cost_model, spin_us
 from pycoll.rendezvous.store import gather
 
@@ -50,12 +50,16 @@ def create_native(rank, world_size, store, timeout):
         try:
             os.ftruncate(fds[rank], shm_segment_bytes(world_size, ring_bytes))
             mine = f"{name} {os.getpid()} {_pid_namespace()}".encode()
-            peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
-                                                        timeout)]
+            if world_size == 1:  # a job of one rank has no store
+                peers = [mine.decode().split()]
+            else:
+                peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
+                                                            timeout)]
             for r, (peer_name, _, _) in enumerate(peers):
                 if r != rank:
                     fds[r] = os.open(os.path.join(SHM_DIR, peer_name), os.O_RDWR | os.O_CLOEXEC)
-            gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
+            if world_size > 1:
+                gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
         finally:
             os.unlink(path)
         # A peer's pid means something only in this pid namespace.
@@ -69,6 +73,24 @@ def create_native(rank, world_size, store, timeout):
                 os.close(fd)
 
 
+def default_cost_model():
+    """auto's model over shared memory where `pycoll tune` stored none: the library's defaults are loopback
+    TCP's. Fitted by bench/fit_shm_cost_model.py from `pycoll bench --backend shm --algorithm all` at 2 and 4
+    ranks on the 2-core development host (bench/results/shm.md says when and how)."""
+    from pycoll.tuning import CostModel
+
+    return CostModel(**SHM_COST_MODEL)
+
+
+# bench/fit_shm_cost_model.py's output for bench/results/shm_cost_model.md's runs.
+SHM_COST_MODEL = dict(
+    alpha_s=1e-06, beta_s_per_byte=2e-10, gamma_s_per_byte=1e-10,
+    latency_scale={'ring': 2.797, 'halving_doubling': 10.5383, 'mesh': 2.6418, 'recursive_doubling': 4.1361,
+                   'shm': 2.4986},
+    bandwidth_scale={'ring': 1.0995, 'halving_doubling': 1.9305, 'mesh': 1.1656, 'recursive_doubling': 1.2106,
+                     'shm': 0.6009})
+
+
 def other_hosts_message(backend, hosts):
     away = [r for r, h in enumerate(hosts.host_of) if h != hosts.host_of[0]]
     return (f"backend {backend!r} needs every rank on one host, but ranks {', '.join(map(str, away))} are on "
@@ -77,9 +99,11 @@ def other_hosts_message(backend, hosts):
 
 
 class ShmBackend(TcpBackend):
-    """Declares what TcpBackend does (the same engine and algorithms); only the transport differs."""
+    """TcpBackend's engine and algorithms over the shared-memory transport, plus that transport's native
+    collectives (algorithm "shm": native/transport/shm_collectives.c)."""
 
     name = "shm"
+    algorithms = tuple(ALGORITHMS)
 
     def probe(self):
         if not os.path.isdir(SHM_DIR):
@@ -90,11 +114,10 @@ class ShmBackend(TcpBackend):
         hosts = options["hosts"]
         if hosts.count > 1:
             raise ValueError(other_hosts_message(self.name, hosts))
-        if world_size == 1:
-            native = NativeComm.over_tcp(0, 1, [None], timeout, 0.0, segment_bytes_from_env())
-        else:
-            native = create_native(rank, world_size, store, timeout)
-        _share_cost_model(native, rank, world_size)
+        # One rank too: its collectives are the shared-memory transport's (algorithm "shm" runs everywhere
+        # this backend does).
+        native = create_native(rank, world_size, store, timeout)
+        _share_cost_model(native, rank, world_size, self.name, default_cost_model())
         return NativeEngine(native, timeout)
 
 

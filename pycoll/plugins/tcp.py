@@ -6,7 +6,7 @@ import os
 
 from pycoll import plugins
 from pycoll._bindings.comm import FastPath, NativeComm
-from pycoll.algorithms import ACCURACIES, ALGORITHMS, segment_bytes_from_env
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
 
 DTYPE_FLOAT64 = dtype_id("float64")
@@ -61,7 +61,7 @@ class NativeEngine(plugins.Engine):
 class TcpBackend(plugins.Backend):
     name = "tcp"
     memory = "host"
-    algorithms = tuple(ALGORITHMS)
+    algorithms = tuple(name for name in ALGORITHMS if name not in NATIVE_ONLY)
     accuracies = tuple(ACCURACIES)
 
     def create(self, *, rank, world_size, store, timeout, options):
@@ -78,7 +78,7 @@ class TcpBackend(plugins.Backend):
                                      segment_bytes_from_env())
         if options.get("hosts") is not None:
             native.set_hosts(options["hosts"].host_of)
-        _share_cost_model(native, rank, world_size)
+        _share_cost_model(native, rank, world_size, self.name)
         return NativeEngine(native, timeout)
 
 
@@ -105,15 +105,16 @@ def spin_us(local_ranks):
     return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 200.0
 
 
-def _share_cost_model(native, rank, world_size):
-    """Every rank takes rank 0's measured model (if any), so that "auto" picks the same algorithm everywhere
-    even when hosts differ. A NaN first value means "keep the defaults"."""
+def _share_cost_model(native, rank, world_size, backend, defaults=None):
+    """Every rank takes rank 0's measured model for this backend (if any; else `defaults`, a CostModel, if
+    given), so that "auto" picks the same algorithm everywhere even when hosts differ. A NaN first value means
+    "keep the library's defaults"."""
     import numpy as np
 
     from pycoll._bindings.comm import COST_MODEL_LEN
     from pycoll.tuning import load
 
-    model = load() if rank == 0 else None
+    model = (load(backend) or defaults) if rank == 0 else None
     values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
     if world_size > 1:
         native.broadcast(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)

@@ -121,7 +121,7 @@ try:
         report["ok"] = True
     elif scenario == "loop":
         # Collectives until something fails (a peer is killed or stopped by the test).
-        x = np.ones(1 << 16, dtype=np.float32)
+        x = np.ones(int(os.environ.get("TEST_COUNT", 1 << 16)), dtype=np.float32)
         print(json.dumps({"rank": rank, "ready": True}), flush=True)
         while True:
             comm.all_reduce(x, algorithm=os.environ.get("TEST_ALGORITHM", "ring"))

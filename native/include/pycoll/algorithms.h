@@ -36,18 +36,20 @@ PYCOLL_API void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, p
                                              int32_t size, int64_t nbytes, double *latency_s, double *bandwidth_s);
 PYCOLL_API double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                               int32_t size, int64_t nbytes);
-/* The all-reduce with the least predicted time, among the all-reduce table's algorithms. */
+/* The all-reduce with the least predicted time, among the all-reduce table's algorithms that run over any
+ * transport (never a native one such as PYCOLL_ALGO_SHM). */
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size,
                                                        int64_t nbytes);
-
-/* The same over `hosts` hosts whose largest has max_local ranks (hosts <= 1: one host, as above). Every flat
- * algorithm's messages then cross the inter-host link; hierarchical (native/algorithms/hierarchical.c) crosses
- * it once per byte per host and runs two ring phases within each host, taking the ring's scale factors (its
- * phases are rings). Hierarchical is INFINITY on one host or with one rank per host, where it is the ring. */
+/* The same over `hosts` hosts whose largest has max_local ranks (hosts <= 1: one host, as above), with
+ * `native` (a transport's native algorithm, e.g. PYCOLL_ALGO_SHM; AUTO for none) among the candidates. Every
+ * flat algorithm's messages then cross the inter-host link; hierarchical (native/algorithms/hierarchical.c)
+ * crosses it once per byte per host and runs two ring phases within each host, taking the ring's scale factors
+ * (its phases are rings). Hierarchical is INFINITY on one host or with one rank per host, where it is the ring. */
 PYCOLL_API double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                                     int32_t size, int32_t hosts, int32_t max_local, int64_t nbytes);
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size,
-                                                             int32_t hosts, int32_t max_local, int64_t nbytes);
+                                                             int32_t hosts, int32_t max_local, int64_t nbytes,
+                                                             pycoll_algorithm_t native);
 
 /* One algorithm of one collective, UCC-style: its id (pycoll_algorithm_t) and name. */
 typedef struct pycoll_algorithm_info {
@@ -66,11 +68,16 @@ PYCOLL_API const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t c
  * model, so the decision needs no communication. Never returns AUTO. */
 PYCOLL_API pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                                       pycoll_algorithm_t requested, int32_t size, int64_t nbytes);
-/* The same for a job over `hosts` hosts whose largest has max_local ranks (what the communicator calls once it
- * has a host map, pycoll_comm_set_hosts). */
+/* What the communicator asks: the same for a job over `hosts` hosts whose largest has max_local ranks (its host
+ * map, pycoll_comm_set_hosts), over a transport that runs the collectives of `native` itself (its ops->native;
+ * NULL: none). The native algorithm is a candidate for the collectives it has an entry for -- auto's choice by
+ * the cost model for all_reduce, always for broadcast and barrier -- and where it has none (or no table at
+ * all) a request for it becomes the collective's fallback. The communicator refuses an explicit request for a
+ * native algorithm over a transport without that table before it asks here. */
 PYCOLL_API pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                                             pycoll_algorithm_t requested, int32_t size,
-                                                            int32_t hosts, int32_t max_local, int64_t nbytes);
+                                                            int32_t hosts, int32_t max_local, int64_t nbytes,
+                                                            const pycoll_native_collectives_t *native);
 
 #ifdef __cplusplus
 }

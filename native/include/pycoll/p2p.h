@@ -13,8 +13,9 @@ extern "C" {
 /* A transport sets ops->version to the PYCOLL_P2P_VERSION it was built against; pycoll_comm_create refuses
  * any other (the struct layouts below differ between versions).
  * 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize.
- * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns. */
-#define PYCOLL_P2P_VERSION 3
+ * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns.
+ * 4: ops end with an optional table of native collectives (`native`). */
+#define PYCOLL_P2P_VERSION 4
 #define PYCOLL_ERROR_LEN 512
 
 /* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
@@ -36,6 +37,9 @@ typedef enum pycoll_algorithm {
     PYCOLL_ALGO_MESH = 3,
     PYCOLL_ALGO_RECURSIVE_DOUBLING = 4,
     PYCOLL_ALGO_HIERARCHICAL = 5,
+    /* The shared-memory transport's native collectives (native/transport/shm_collectives.c): run only over a
+     * transport whose ops->native table has the collective. */
+    PYCOLL_ALGO_SHM = 6,
     PYCOLL_NUM_ALGOS
 } pycoll_algorithm_t;
 
@@ -77,6 +81,24 @@ typedef struct pycoll_request {
 
 typedef struct pycoll_p2p pycoll_p2p_t;
 
+/* Collectives a transport runs itself instead of pycoll's algorithms over its post/wait (as an Open MPI coll
+ * component fills only the collectives it does well). The communicator calls an entry when the decision
+ * resolves to the table's algorithm; a NULL entry means "none": that collective runs pycoll's algorithms.
+ * Called after the communicator checked the arguments, stamped p2p->desc (whose algorithm is `algorithm`) and
+ * set p2p->deadline_ns; on error p2p->error says why, as for wait. Every rank must end with bitwise identical
+ * results. */
+#define PYCOLL_NATIVE_COLLECTIVES_VERSION 1
+typedef struct pycoll_native_collectives {
+    uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
+    int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM), named in descriptors */
+    /* sendbuf == recvbuf is in place. PYCOLL_AVG sums, then divides once by p2p->size; COMPENSATED as in
+     * kernels.h (float sum/avg), other dtypes and ops as FAST. */
+    pycoll_status_t (*all_reduce)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                  pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+    pycoll_status_t (*broadcast)(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root);
+    pycoll_status_t (*barrier)(pycoll_p2p_t *p2p);
+} pycoll_native_collectives_t;
+
 typedef struct pycoll_p2p_ops {
     uint32_t version; /* PYCOLL_P2P_VERSION */
     const char *name;
@@ -94,6 +116,8 @@ typedef struct pycoll_p2p_ops {
      * PYCOLL_ERR_MISMATCH (p2p->error naming both sides) when a peer's history differs or a peer's message was
      * never received; peers that are gone or slower than the deadline are not an error here. */
     pycoll_status_t (*finalize)(pycoll_p2p_t *p2p, int64_t deadline_ns);
+    /* Optional (NULL: none), added in version 4: the collectives this transport runs natively. */
+    const pycoll_native_collectives_t *native;
 } pycoll_p2p_ops_t;
 
 struct pycoll_p2p {

@@ -20,7 +20,9 @@ PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size,
  * descriptors: they may be closed once this returns). pids[r] is rank r's process id in this pid namespace, or
  * 0 where unknown (then a peer that dies is noticed only through the ranks that can see it, or at the
  * deadline); NULL for none. ring_bytes: each ring's size, a power of two >= 4096; 0 for the default (4 MiB).
- * A wait spins for p2p->spin_ns before it sleeps, as over TCP. */
+ * A wait spins for p2p->spin_ns before it sleeps, as over TCP. A segment is its rank's rings and then its
+ * collective area (a control page and two slots as large as a ring, at most 4 MiB each: 8 MiB + 4 KiB
+ * by default), for the native collectives (ops->native, algorithm "shm"). */
 PYCOLL_API int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes);
 PYCOLL_API pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
                                                      const int32_t *pids, int64_t ring_bytes, char *error,

@@ -1,0 +1,364 @@
+/* The shared-memory transport's native collectives (p2p.h's pycoll_native_collectives_t, algorithm "shm"):
+ * all_reduce, broadcast and barrier through one collective area per rank, instead of pycoll's algorithms over
+ * the rings, which pay a frame, a copy into the ring and a copy out of it per message and a message per step.
+ *
+ * Layout. Rank r's area follows the rings in its segment (shm_coll_area_bytes: whatever the world size, 8 MiB +
+ * 4 KiB with the default rings): a control page with one flag block per parity, then two slots. Only rank r
+ * writes its area's flags; others write nothing in it.
+ *
+ * Rounds. Every collective is one or more rounds, numbered alike on every rank by a per-transport counter
+ * (round k uses parity k & 1 of every area). A round is:
+ *   1. write into my slot what the others need (nothing for a barrier);
+ *   2. publish: my descriptor (p2p->desc and the one before), then posted = k with release;
+ *   3. wait until every rank posted k (acquire); a rank whose descriptor differs called another collective:
+ *      MismatchError naming both sides, as over the rings;
+ *   4. act on the slots, and for a large all-reduce, a second flag (reduced = k) and wait.
+ * Slot reuse needs no "done reading" counter: I write slot[k & 1] again in round k + 2, after step 3 of round
+ * k + 1 saw every rank post k + 1, which each did only after it finished reading round k. Two slots alternate,
+ * so a fast rank runs one round ahead (its copy-in overlaps the others' copy-out).
+ *
+ * All-reduce, small (<= SMALL_BYTES): every rank copies its input into its slot, and after step 3 every rank
+ * reduces all slots, in rank order, into its result -- one synchronisation, identical arithmetic everywhere.
+ * Large: rounds of up to a slot, each a reduce-scatter in place in shared memory then a copy-out: the
+ * round's elements are split into one range per rank (64-byte aligned); rank j copies in only the ranges the
+ * others reduce, reduces its own range over every rank's (its own input read where it is) in rank order into
+ * the free range of its own slot, publishes reduced = k, and copies the other ranges out of their owners'
+ * slots. Every element is reduced once, by one rank, in rank order, then copied: bitwise identical results.
+ * Per rank and byte that is about two copies and one reduction read, against the rings' four copies.
+ *
+ * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
+ * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
+ * message collective, or a dead peer's pidfd ends the wait as it ends a message wait. */
+#include <errno.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "algorithms/reduction.h"
+#include "common/frame.h"
+#include "transport/shm_transport.h"
+
+#define CTRL_BYTES 4096LL
+/* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
+ * do, gets small slots too, and so reaches the many-round paths with small messages). Large enough that a
+ * round's two synchronisations are small next to its copies even when ranks share cores (each synchronisation
+ * then waits for every rank to be scheduled: with 4 ranks on 2 busy cores, 4 MiB rounds took 64 MiB in 84 ms
+ * where 1 MiB rounds took 99 ms), small enough that a round's data is still in the shared cache when the others
+ * read it. */
+#define MAX_SLOT_BYTES (4LL << 20)
+/* Up to here (or one slot) an all-reduce is one round in which every rank reduces everything: reading N small
+ * inputs costs less than the large path's second synchronisation, up to about here (2 ranks, 16 KiB: 4.8 us in
+ * one round, 4.4 us in two phases; 32 KiB: 7.8 us against 7.2 us). */
+#define SMALL_BYTES (8LL << 10)
+/* Ranges are cut at cache lines, so no two ranks write one line. */
+#define RANGE_ALIGN_BYTES 64
+/* Elements reduced at a time: the partial of a piece stays in the core's cache while every source is added. */
+#define PIECE_ELEMS 4096
+#define MAX_PARTIAL_BYTES 16 /* a compensated partial element: (sum, comp) of float64 */
+
+/* Written only by the area's owner; each word on a cache line of its own (two lines apart, as the rings'). */
+typedef struct coll_flags {
+    alignas(128) _Atomic uint64_t posted; /* the last round whose slot and descriptors are published */
+    pycoll_coll_desc_t desc, prev;        /* the owner's collective in that round, and the one before */
+    alignas(128) _Atomic uint64_t reduced; /* large all-reduce: the last round whose own range is reduced */
+} coll_flags_t;
+
+typedef struct coll_ctrl {
+    coll_flags_t parity[2];
+} coll_ctrl_t;
+
+_Static_assert(sizeof(coll_ctrl_t) <= CTRL_BYTES, "collective flags must fit their page");
+
+struct shm_collectives {
+    shm_transport_t *t;
+    int64_t slot_bytes;      /* a multiple of RANGE_ALIGN_BYTES */
+    uint64_t round;          /* the last round started; the same on every rank */
+    void **maps;             /* rank r's area */
+    const void **sources;    /* per rank: scratch for the sources of a reduction, in rank order */
+    void *part, *tmp;        /* one piece's compensated partial and its loaded source (local memory) */
+};
+
+static int64_t slot_bytes_for(int64_t ring_bytes)
+{
+    return ring_bytes < MAX_SLOT_BYTES ? ring_bytes : MAX_SLOT_BYTES;
+}
+
+int64_t shm_coll_area_bytes(int64_t ring_bytes) { return CTRL_BYTES + 2 * slot_bytes_for(ring_bytes); }
+
+static coll_flags_t *flags_of(const shm_collectives_t *c, int32_t r, uint64_t round)
+{
+    return &((coll_ctrl_t *)c->maps[r])->parity[round & 1];
+}
+
+static unsigned char *slot_of(const shm_collectives_t *c, int32_t r, uint64_t round)
+{
+    return (unsigned char *)c->maps[r] + CTRL_BYTES + (int64_t)(round & 1) * c->slot_bytes;
+}
+
+static pycoll_p2p_t *p2p_of(const shm_collectives_t *c) { return (pycoll_p2p_t *)c->t; }
+
+/* ---- publishing and waiting ---- */
+
+static void publish_posted(shm_collectives_t *c, uint64_t round)
+{
+    const pycoll_p2p_t *p2p = p2p_of(c);
+    coll_flags_t *f = flags_of(c, p2p->rank, round);
+    f->desc = p2p->desc;
+    f->prev = p2p->prev_desc;
+    atomic_store_explicit(&f->posted, round, memory_order_release);
+}
+
+typedef struct round_wait {
+    shm_collectives_t *c;
+    uint64_t round;
+    int reduced;  /* wait for the reduced flag, not posted */
+    int32_t next; /* ranks below it have arrived */
+} round_wait_t;
+
+/* Every rank has reached the round (a mismatch also ends the wait: p2p->status says so). */
+static int round_ready(void *arg)
+{
+    round_wait_t *w = arg;
+    pycoll_p2p_t *p2p = p2p_of(w->c);
+    for (; w->next < p2p->size; w->next++) {
+        const coll_flags_t *f = flags_of(w->c, w->next, w->round);
+        if (w->reduced) {
+            if (atomic_load_explicit(&f->reduced, memory_order_acquire) < w->round)
+                return 0;
+            continue;
+        }
+        if (atomic_load_explicit(&f->posted, memory_order_acquire) < w->round)
+            return 0;
+        if (w->next != p2p->rank && !pycoll_same_desc(&f->desc, &p2p->desc)) {
+            const pycoll_coll_desc_t theirs = f->desc, theirs_prev = f->prev;
+            pycoll_p2p_mismatch(p2p, w->next, &theirs, &theirs_prev, " (shared-memory collective)");
+            return 1;
+        }
+    }
+    return 1;
+}
+
+static int32_t round_pending_peer(void *arg)
+{
+    const round_wait_t *w = arg;
+    return w->next < p2p_of(w->c)->size ? w->next : -1;
+}
+
+static void round_probe(void *arg)
+{
+    const round_wait_t *w = arg;
+    shm_tell_peers(w->c->t);
+}
+
+static pycoll_status_t wait_round(shm_collectives_t *c, uint64_t round, int reduced)
+{
+    round_wait_t w = {c, round, reduced, 0};
+    if (round_ready(&w) && p2p_of(c)->status == PYCOLL_OK)
+        return PYCOLL_OK; /* the common case once ranks run in step: no wait set-up at all */
+    shm_wait_cond_t cond = {round_ready, round_pending_peer, round_probe, &w};
+    return shm_wait_until(c->t, &cond);
+}
+
+/* Steps 1-3 of a round: the caller has written its slot. */
+static pycoll_status_t post_and_wait(shm_collectives_t *c, uint64_t round)
+{
+    publish_posted(c, round);
+    return wait_round(c, round, 0);
+}
+
+/* ---- reduction ---- */
+
+/* out[0..count) = src[0] op src[1] op ... op src[n-1], in rank order, a piece at a time. */
+static pycoll_status_t reduce_sources(shm_collectives_t *c, const reduction_t *red, unsigned char *out,
+                                      int32_t n, int64_t count)
+{
+    for (int64_t at = 0; at < count; at += PIECE_ELEMS) {
+        const int64_t len = count - at < PIECE_ELEMS ? count - at : PIECE_ELEMS;
+        const size_t off = (size_t)at * red->dsize;
+        void *part = red->compensated ? c->part : out + off;
+        pycoll_status_t st = reduction_add_plains(red, part, (const char *)c->sources[0] + off,
+                                                  (const char *)c->sources[1] + off, c->tmp, len);
+        for (int32_t r = 2; r < n && st == PYCOLL_OK; r++)
+            st = reduction_combine_plain(red, part, (const char *)c->sources[r] + off, c->tmp, len);
+        if (st == PYCOLL_OK)
+            st = reduction_store(red, out + off, part, len);
+        if (st != PYCOLL_OK)
+            return st;
+    }
+    return PYCOLL_OK;
+}
+
+/* ---- all-reduce ---- */
+
+static pycoll_status_t all_reduce_small(shm_collectives_t *c, const reduction_t *red, const void *sendbuf,
+                                        void *recvbuf, int64_t count)
+{
+    const pycoll_p2p_t *p2p = p2p_of(c);
+    const uint64_t round = ++c->round;
+    if (count > 0) /* an empty array's pointer may be NULL */
+        memcpy(slot_of(c, p2p->rank, round), sendbuf, (size_t)count * red->dsize);
+    pycoll_status_t st = post_and_wait(c, round);
+    if (st != PYCOLL_OK || count == 0)
+        return st;
+    for (int32_t r = 0; r < p2p->size; r++)
+        c->sources[r] = slot_of(c, r, round);
+    return reduce_sources(c, red, recvbuf, p2p->size, count);
+}
+
+/* Rank j's range of a round of `count` elements: [*lo, *hi). */
+static void range_of(int32_t j, int32_t size, int64_t count, size_t dsize, int64_t *lo, int64_t *hi)
+{
+    const int64_t align = RANGE_ALIGN_BYTES / (int64_t)dsize;
+    int64_t per = (count + size - 1) / size;
+    per = (per + align - 1) / align * align;
+    *lo = (int64_t)j * per < count ? (int64_t)j * per : count;
+    *hi = *lo + per < count ? *lo + per : count;
+}
+
+static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t *red, const unsigned char *send,
+                                        unsigned char *recv, int64_t count)
+{
+    const pycoll_p2p_t *p2p = p2p_of(c);
+    const int32_t me = p2p->rank, size = p2p->size;
+    const size_t ds = red->dsize;
+    const uint64_t round = ++c->round;
+    unsigned char *mine = slot_of(c, me, round);
+    int64_t lo, hi;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, ds, &lo, &hi);
+        if (j != me && hi > lo)
+            memcpy(mine + lo * ds, send + lo * ds, (size_t)(hi - lo) * ds);
+    }
+    pycoll_status_t st = post_and_wait(c, round);
+    if (st != PYCOLL_OK)
+        return st;
+    range_of(me, size, count, ds, &lo, &hi);
+    for (int32_t r = 0; r < size; r++)
+        c->sources[r] = (r == me ? send : slot_of(c, r, round)) + lo * ds;
+    if (hi > lo) {
+        /* Into my slot's range, which no copy-in wrote: the others copy it out from there. */
+        st = reduce_sources(c, red, mine + lo * ds, size, hi - lo);
+        if (st != PYCOLL_OK)
+            return st;
+        memcpy(recv + lo * ds, mine + lo * ds, (size_t)(hi - lo) * ds);
+    }
+    atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
+    st = wait_round(c, round, 1);
+    if (st != PYCOLL_OK)
+        return st;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, ds, &lo, &hi);
+        if (j != me && hi > lo)
+            memcpy(recv + lo * ds, slot_of(c, j, round) + lo * ds, (size_t)(hi - lo) * ds);
+    }
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                      pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (p2p->size == 1)
+        return memory_copy(p2p, recvbuf, sendbuf, count * (int64_t)red.dsize, "all_reduce");
+    if (count * (int64_t)red.dsize <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
+        return all_reduce_small(c, &red, sendbuf, recvbuf, count);
+    const int64_t per_round = c->slot_bytes / (int64_t)red.dsize;
+    for (int64_t at = 0; at < count; at += per_round) {
+        const size_t off = (size_t)at * red.dsize;
+        pycoll_status_t st = all_reduce_round(c, &red, (const unsigned char *)sendbuf + off,
+                                              (unsigned char *)recvbuf + off,
+                                              count - at < per_round ? count - at : per_round);
+        if (st != PYCOLL_OK)
+            return st;
+    }
+    return PYCOLL_OK;
+}
+
+/* ---- broadcast and barrier ---- */
+
+static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                     int32_t root)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
+    int64_t at = 0;
+    do { /* at least one round, so that an empty broadcast is still checked against the others */
+        const int64_t len = nbytes - at < c->slot_bytes ? nbytes - at : c->slot_bytes;
+        const uint64_t round = ++c->round;
+        if (p2p->rank == root && len > 0)
+            memcpy(slot_of(c, root, round), (char *)buf + at, (size_t)len);
+        pycoll_status_t st = post_and_wait(c, round);
+        if (st != PYCOLL_OK)
+            return st;
+        if (p2p->rank != root && len > 0)
+            memcpy((char *)buf + at, slot_of(c, root, round), (size_t)len);
+        at += len;
+    } while (at < nbytes);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t shm_barrier(pycoll_p2p_t *p2p)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    return post_and_wait(c, ++c->round);
+}
+
+const pycoll_native_collectives_t shm_native_collectives = {
+    .version = PYCOLL_NATIVE_COLLECTIVES_VERSION,
+    .algorithm = PYCOLL_ALGO_SHM,
+    .all_reduce = shm_all_reduce,
+    .broadcast = shm_broadcast,
+    .barrier = shm_barrier,
+};
+
+/* ---- set-up ---- */
+
+void shm_collectives_detach(shm_collectives_t *c, int32_t size)
+{
+    if (!c)
+        return;
+    for (int32_t r = 0; r < size && c->maps; r++)
+        if (c->maps[r])
+            munmap(c->maps[r], (size_t)shm_coll_area_bytes(c->slot_bytes));
+    free(c->maps);
+    free(c->sources);
+    free(c->part);
+    free(c->tmp);
+    free(c);
+}
+
+shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
+                                          int64_t ring_bytes, char *error, size_t error_len)
+{
+    shm_collectives_t *c = calloc(1, sizeof *c);
+    if (c) {
+        c->t = t;
+        c->slot_bytes = slot_bytes_for(ring_bytes);
+        c->maps = calloc((size_t)size, sizeof *c->maps);
+        c->sources = calloc((size_t)size, sizeof *c->sources);
+        c->part = malloc(PIECE_ELEMS * MAX_PARTIAL_BYTES);
+        c->tmp = malloc(PIECE_ELEMS * MAX_PARTIAL_BYTES);
+    }
+    if (!c || !c->maps || !c->sources || !c->part || !c->tmp) {
+        snprintf(error, error_len, "cannot set up the shared-memory collectives: out of memory");
+        shm_collectives_detach(c, 0);
+        return NULL;
+    }
+    for (int32_t r = 0; r < size; r++) {
+        void *p = mmap(NULL, (size_t)shm_coll_area_bytes(ring_bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                       segment_fds[r], (off_t)offset);
+        if (p == MAP_FAILED) {
+            snprintf(error, error_len, "cannot map rank %d's shared-memory collective area: %s", (int)r,
+                     strerror(errno));
+            shm_collectives_detach(c, size);
+            return NULL;
+        }
+        c->maps[r] = p;
+    }
+    return c;
+}

@@ -1,0 +1,42 @@
+/* What the shared-memory transport's two halves share (internal): the p2p part over rings
+ * (shm_transport.c) and the native collectives over a per-rank collective area (shm_collectives.c). Both wait
+ * through one loop, shm_wait_until, so a native collective sees ABORTs, STATE probes, dead peers, interrupts and
+ * its deadline exactly as a message wait does. */
+#ifndef PYCOLL_TRANSPORT_SHM_TRANSPORT_H
+#define PYCOLL_TRANSPORT_SHM_TRANSPORT_H
+
+#include "pycoll/transports.h"
+
+typedef struct shm_transport shm_transport_t;
+typedef struct shm_collectives shm_collectives_t;
+
+/* What a wait waits for: ready(arg) is polled (no system call) until it says yes; pending_peer(arg) is a rank
+ * still waited for (named on a timeout); probe(arg), once the wait has blocked PYCOLL_PROBE_AFTER_NS, tells
+ * the peers concerned which collective this rank is in (shm_tell_peers). */
+typedef struct shm_wait_cond {
+    int (*ready)(void *arg);
+    int32_t (*pending_peer)(void *arg);
+    void (*probe)(void *arg);
+    void *arg;
+} shm_wait_cond_t;
+
+/* Poll until cond is ready, the deadline passes, a peer fails or this rank is interrupted, spinning, then
+ * yielding, then napping (p2p->spin_ns), and moving every ring meanwhile. On error it aborts (tells every
+ * peer) and returns p2p->status. */
+pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond);
+/* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
+void shm_tell_peers(shm_transport_t *t);
+/* The transport's collective state (NULL before it is attached). */
+shm_collectives_t *shm_collectives_of(shm_transport_t *t);
+
+/* The native collectives (shm_collectives.c). The collective area of each rank follows its rings in its
+ * segment, at `offset`; it is shm_coll_area_bytes(ring_bytes) long (its slots are as large as a ring, at most
+ * 4 MiB). */
+extern const pycoll_native_collectives_t shm_native_collectives;
+int64_t shm_coll_area_bytes(int64_t ring_bytes);
+/* Map every rank's collective area; NULL (error set) on failure. */
+shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
+                                          int64_t ring_bytes, char *error, size_t error_len);
+void shm_collectives_detach(shm_collectives_t *c, int32_t size);
+
+#endif

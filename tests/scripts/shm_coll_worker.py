@@ -1,0 +1,140 @@
+"""One rank of the shared-memory collective tests (test_shm_collectives.py): `python shm_coll_worker.py
+SCENARIO`. Prints one JSON line {"rank", "ok", "digest", ...} and exits 0; an assertion or a pycoll error is
+reported in the line (the test reads it)."""
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import pycoll
+from pycoll.bench.sweep import numpy_dtype
+from pycoll.dtypes import DTYPES
+
+# The shared area's boundaries in bytes (native/transport/shm_collectives.c): one slot (the largest round: as
+# large as a ring, at most 4 MiB) and the one-round path's limit. Counts are placed on both sides of each.
+SLOT_BYTES = min(int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20), 4 << 20)
+SMALL_BYTES = min(8 << 10, SLOT_BYTES)
+
+scenario = sys.argv[1]
+report = {"scenario": scenario}
+t0 = time.monotonic()
+comm = None
+
+
+def boundary_counts(itemsize, size):
+    counts = {0, 1, size - 1, size + 1, 17}
+    # TEST_ROUNDS=3 adds a message of three rounds (the first slot reused within one call).
+    for edge in (SMALL_BYTES, SLOT_BYTES, 2 * SLOT_BYTES)[:int(os.environ.get("TEST_ROUNDS", "2"))]:
+        counts |= {edge // itemsize - 1, edge // itemsize, edge // itemsize + 1}
+    return sorted(c for c in counts if c >= 0)
+
+
+def reference(values, op, size, is_float):
+    """values: the per-rank inputs as int64; the exact result of op over them (avg: truncated on integers)."""
+    if op in ("sum", "avg"):
+        total = sum(values)
+        if op == "sum":
+            return total
+        return total / size if is_float else total // size
+    if op == "prod":
+        out = np.ones_like(values[0])
+        for v in values:
+            out = out * v
+        return out
+    return np.minimum.reduce(values) if op == "min" else np.maximum.reduce(values)
+
+
+def inputs(count, rank, op):
+    """Small non-negative integers, exact in every dtype whatever the op and world size (<= 4 ranks)."""
+    base = np.arange(count, dtype=np.int64)
+    if op == "prod":
+        return (base + rank) % 2 + 1
+    return (base * 7 + rank * 3) % 5
+
+
+try:
+    comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "30")))
+    rank, size = comm.rank, comm.size
+    report["rank"] = rank
+    if scenario == "matrix":
+        # Every dtype, op and accuracy of the native all-reduce, in and out of place, at counts around every
+        # boundary of the shared area: exact against the reference; float results (normal data) hashed so the
+        # test can check they are bitwise identical on every rank.
+        digest = hashlib.sha256()
+        ops = os.environ.get("TEST_OPS", "sum,prod,min,max,avg").split(",")
+        for dtype in os.environ.get("TEST_DTYPES", ",".join(DTYPES)).split(","):
+            np_dtype = numpy_dtype(dtype)
+            for count in boundary_counts(np_dtype.itemsize, size):
+                for op in ops:
+                    if op == "avg" and "float" in dtype and size == 3:
+                        continue  # a third is not exact in binary; the sum path is the same
+                    want = reference([inputs(count, r, op) for r in range(size)], op, size,
+                                     "float" in dtype).astype(np_dtype)
+                    for accuracy in ("fast", "compensated"):
+                        x = inputs(count, rank, op).astype(np_dtype)
+                        out = np.empty_like(x)
+                        comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy=accuracy)
+                        assert comm.last_algorithm == "shm", comm.last_algorithm
+                        assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
+                            (dtype, count, op, accuracy, "out of place")
+                        assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
+                        comm.all_reduce(x, op=op, algorithm="shm", accuracy=accuracy)
+                        assert np.array_equal(x.astype(np.float64), want.astype(np.float64)), \
+                            (dtype, count, op, accuracy, "in place")
+                if "float" in dtype:
+                    for accuracy in ("fast", "compensated"):
+                        f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
+                        comm.all_reduce(f, algorithm="shm", accuracy=accuracy)
+                        digest.update(f.tobytes())
+        for count in boundary_counts(8, size):
+            root = count % size
+            b = np.arange(count, dtype=np.float64) if rank == root else np.zeros(count)
+            comm.broadcast(b, root=root)
+            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert np.array_equal(b, np.arange(count, dtype=np.float64)), ("broadcast", count, root)
+        comm.barrier()
+        assert comm.last_algorithm == "shm", comm.last_algorithm
+        report["digest"] = digest.hexdigest()
+        report["ok"] = True
+    elif scenario == "mismatch":
+        # Rank 1 calls something else than the others (TEST_MISMATCH), all over the native collectives.
+        kind = os.environ["TEST_MISMATCH"]
+        count = int(os.environ.get("TEST_COUNT", "1000"))
+        x = np.ones(count, dtype=np.float32)
+        if rank == 1 and kind == "count":
+            x = np.ones(count + 1, dtype=np.float32)
+        if rank == 1 and kind == "dtype":
+            x = np.ones(count, dtype=np.float64)
+        op = "max" if rank == 1 and kind == "op" else "sum"
+        algorithm = "ring" if rank == 1 and kind == "algorithm" else "shm"
+        if rank == 1 and kind == "collective":
+            comm.broadcast(x, root=0)
+        elif kind == "root":
+            comm.broadcast(x, root=min(rank, 1))
+        else:
+            comm.all_reduce(x, op=op, algorithm=algorithm)
+        comm.barrier()
+        report["ok"] = True
+    elif scenario == "explicit_over_tcp":
+        try:
+            comm.all_reduce(np.ones(4, dtype=np.float32), algorithm="shm")
+        except ValueError as exc:
+            report.update(error=type(exc).__name__, message=str(exc))
+        comm.barrier()  # the refusal left the communicator usable
+        report["ok"] = True
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+except (pycoll.PycollError, AssertionError) as exc:
+    report.update(error=type(exc).__name__, message=str(exc), failed_rank=getattr(exc, "rank", None))
+report["elapsed"] = time.monotonic() - t0
+sys.stdout.write(json.dumps(report) + "\n")
+sys.stdout.flush()
+if comm is not None:
+    try:
+        comm.close()
+    except pycoll.PycollError:
+        pass

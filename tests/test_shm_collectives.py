@@ -1,0 +1,70 @@
+"""The shared-memory transport's native collectives (algorithm "shm": native/transport/shm_collectives.c) with
+real processes: exact on integer data for every dtype, op and accuracy at sizes around every boundary of the
+shared area, bitwise identical on every rank, disagreements as MismatchError, faults as over the rings, and
+the refusal of algorithm="shm" where there is no shared memory."""
+
+import pytest
+
+import test_comm_tcp as over_tcp
+from multiproc import Ranks
+from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
+
+
+def _run(n, scenario, env=None, timeout=30, backend="shm"):
+    with Ranks(n, "shm_coll_worker.py", scenario, env=dict(env or {}, PYCOLL_BACKEND=backend),
+               timeout=timeout) as ranks:
+        return ranks.reports()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_all_reduce_broadcast_and_barrier_are_exact_and_identical_on_every_rank(n, no_segment_left):
+    """64 KiB rings make 64 KiB slots: messages of one, two and three rounds stay small."""
+    env = {"PYCOLL_SHM_RING_BYTES": "65536", "TEST_ROUNDS": "3"}
+    reports = _run(n, "matrix", env=env, timeout=120)
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+    assert len({rep["digest"] for rep in reports.values()}) == 1, reports
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_every_op_of_every_dtype_with_the_default_slots(n):
+    reports = _run(n, "matrix", env={"TEST_OPS": "sum,prod,min,max,avg", "TEST_ROUNDS": "3"}, timeout=500)
+    assert all(rep.get("ok") for rep in reports.values()), reports
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["count", "dtype", "op", "algorithm", "collective", "root"])
+@pytest.mark.parametrize("count", [1000, 300_000])  # the one-round path and the two-phase rounds
+def test_disagreement_is_a_mismatch_on_every_rank(kind, count):
+    reports = _run(3, "mismatch", env={"TEST_MISMATCH": kind, "TEST_COUNT": str(count)}, timeout=20)
+    for r, rep in reports.items():
+        assert rep.get("error") == "MismatchError", (r, rep)
+        assert rep["elapsed"] < 15, rep  # found at once, not at the 20 s deadline
+    assert any("rank 1" in rep["message"] for rep in reports.values()), reports
+
+
+@pytest.mark.timeout(60)
+def test_explicit_shm_over_tcp_is_refused_naming_the_backend():
+    reports = _run(2, "explicit_over_tcp", backend="tcp")
+    for rep in reports.values():
+        assert rep.get("ok") and rep.get("error") == "ValueError", rep
+        assert "'tcp'" in rep["message"] and "'shm'" in rep["message"], rep
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count", ["16", "1000000"])  # the one-round path and the two-phase rounds
+def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(count, monkeypatch,
+                                                                                no_segment_left):
+    monkeypatch.setenv("PYCOLL_BACKEND", "shm")
+    monkeypatch.setenv("TEST_COUNT", count)
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+
+
+@pytest.mark.timeout(60)
+def test_stopped_peer_makes_the_others_time_out_at_the_deadline(monkeypatch):
+    monkeypatch.setenv("PYCOLL_BACKEND", "shm")
+    monkeypatch.setenv("TEST_ALGORITHM", "shm")
+    over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()
