@@ -20,6 +20,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # From tests/, so the sanitized install is imported rather than the source folder.
 cd "$root/tests"
 # The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype), and the
-# TCP and shared-memory transports with real processes (faults, mismatches, the checked close).
+# TCP and shared-memory transports with real processes (faults, mismatches, the checked close), and the
+# progress thread of non-blocking collectives (native/comm/progress.c) with real processes.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_comm_tcp.py \
-  test_comm_shm.py "$@"
+  test_comm_shm.py test_async.py test_work.py test_buckets.py "$@"
