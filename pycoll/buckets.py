@@ -83,11 +83,13 @@ class GradientBuckets:
             self._buffers.append(buf)
         self._buckets = self._pack(bucket_bytes)
         self._slot = {}  # array index -> (bucket, byte offset)
+        self._slot_bytes = [None] * len(self._buffers)  # array index -> its bytes in its bucket
         for bucket in self._buckets:
             bucket.flat = np.empty(bucket.nbytes // bucket.dtype.itemsize, bucket.dtype)
-            offset = 0
+            raw, offset = bucket.flat.view(np.uint8), 0
             for i in bucket.members:
                 self._slot[i] = (bucket, offset)
+                self._slot_bytes[i] = raw[offset:offset + self._buffers[i].nbytes]
                 offset += self._buffers[i].nbytes
         self._array_bytes = [_bytes_of(buf) for buf in self._buffers]
         self._viewed = set()  # arrays that live in their bucket (view(i)): never copied
@@ -130,7 +132,7 @@ class GradientBuckets:
         bucket, offset = self._slot[i]
         buf = self._buffers[i]
         if i not in self._viewed:
-            bucket.flat.view(np.uint8)[offset:offset + buf.nbytes] = self._array_bytes[i]
+            np.copyto(self._slot_bytes[i], self._array_bytes[i])
             self._viewed.add(i)
         first = offset // bucket.dtype.itemsize
         return bucket.flat[first:first + buf.count].reshape(np.shape(self._arrays[i]))
@@ -148,10 +150,9 @@ class GradientBuckets:
         if self._ready[i]:
             raise ValueError(f"array {i} was already marked ready in this step")
         self._ready[i] = True
-        bucket, offset = self._slot[i]
         if i not in self._viewed:
-            bucket.flat.view(np.uint8)[offset:offset + self._buffers[i].nbytes] = self._array_bytes[i]
-        self._missing[bucket.number] -= 1
+            np.copyto(self._slot_bytes[i], self._array_bytes[i])
+        self._missing[self._slot[i][0].number] -= 1
         self._start_ready_buckets()
 
     def _start_ready_buckets(self):
@@ -173,7 +174,6 @@ class GradientBuckets:
             for b in self._buckets:
                 b.work = None
             self._reset()
-        for i, buf in enumerate(self._buffers):
+        for i, (array_bytes, slot_bytes) in enumerate(zip(self._array_bytes, self._slot_bytes)):
             if i not in self._viewed:
-                bucket, offset = self._slot[i]
-                self._array_bytes[i][...] = bucket.flat.view(np.uint8)[offset:offset + buf.nbytes]
+                np.copyto(array_bytes, slot_bytes)

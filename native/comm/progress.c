@@ -5,6 +5,7 @@
  * asynchronous signals so that they reach the caller's threads. Started by the first non-blocking call, joined
  * by finalize or destroy. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@ struct pycoll_work {
     comm_call_t call;
     struct pycoll_work *next;
     atomic_int refs; /* the caller's handle and the queue's */
+    int64_t spin_ns; /* the communicator's spin option: how long a wait polls before it sleeps */
+    atomic_int spun; /* only the first blocking wait polls (a long collective is waited on in slices) */
     /* Its own lock and condition, not the communicator's: a work outlives the communicator. */
     pthread_mutex_t lock;
     pthread_cond_t done;
@@ -199,10 +202,12 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
         return PYCOLL_ERR_SYSTEM;
     }
     work->call = *call;
+    work->spin_ns = comm->options.spin_ns;
     work->algorithm = PYCOLL_ALGO_AUTO;
     work->failed_rank = -1;
     atomic_init(&work->refs, 2);
     atomic_init(&work->complete, 0);
+    atomic_init(&work->spun, 0);
     if (!comm->progress.started && (st = start_thread(comm)) != PYCOLL_OK) {
         work_unref(work);
         work_unref(work);
@@ -275,6 +280,16 @@ int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
     if (!(timeout_s > 0))
         return 0;
     const int64_t deadline = pycoll_now_ns() + (int64_t)(timeout_s * 1e9);
+    /* Poll first, as the transports do: a short collective completes sooner than a sleeping waiter is woken
+     * (tens of microseconds on a busy machine); yielding lets the progress thread run on a shared core. */
+    if (!atomic_exchange(&work->spun, 1)) {
+        const int64_t spin_until = pycoll_now_ns() + work->spin_ns;
+        while (pycoll_now_ns() < (spin_until < deadline ? spin_until : deadline)) {
+            if (atomic_load_explicit(&work->complete, memory_order_acquire))
+                return 1;
+            sched_yield();
+        }
+    }
     pthread_mutex_lock(&work->lock);
     while (!atomic_load_explicit(&work->complete, memory_order_acquire) && pycoll_now_ns() < deadline)
         wait_until(&work->done, &work->lock, deadline);
