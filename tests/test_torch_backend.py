@@ -28,7 +28,7 @@ def _single_process_params():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.stress)])  # torchrun starts slowly
 def test_ddp_over_pycoll_under_torchrun_matches_one_process_on_the_whole_batch(n):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}", "--master-addr=127.0.0.1",
