@@ -2,6 +2,9 @@
 async and blocking calls mixed, errors and deadlines surfacing through Work, Work.wait(timeout), close with
 work still queued. Both message transports: the progress thread (native/comm/progress.c) is above them."""
 
+import os
+import signal
+
 import pytest
 
 from multiproc import Ranks
@@ -81,3 +84,14 @@ def test_close_with_queued_work_fails_it_with_communicator_closed_and_returns(ba
         assert rep["after"] == "CommunicatorClosed", rep
         outcomes += rep["outcomes"]
     assert "CommunicatorClosed" in outcomes, reports
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_the_waiting_thread_and_the_collective_still_completes(backend, tmp_path):
+    with Ranks(2, "async_worker.py", "interrupt_wait", env={"TEST_FLAG": str(tmp_path / "flag")}) as ranks:
+        ranks.wait_ready([0, 1])
+        os.kill(ranks.procs[0].pid, signal.SIGINT)
+        reports = ranks.reports()
+    assert all(rep.get("ok") for rep in reports.values()), reports
+    # Rank 1 joins only after rank 0's wait was interrupted: nothing else could have ended that wait.
+    assert reports[0]["first"] == "KeyboardInterrupt" and not reports[0]["completed_before"], reports[0]

@@ -107,6 +107,30 @@ try:
         assert np.array_equal(x, np.full(10, size * (size + 1) / 2)), x
         comm.barrier()  # the communicator still works
         report["ok"] = True
+    elif scenario == "interrupt_wait":
+        # Ctrl-C reaches the thread that waits, not the progress thread: the wait raises KeyboardInterrupt and
+        # the collective keeps running (rank 1 joins only afterwards), to complete on a second wait.
+        flag = os.environ["TEST_FLAG"]
+        x = np.full(5, rank + 1, dtype=np.int64)
+        if rank == 0:
+            w = comm.all_reduce(x, async_op=True)
+            try:
+                sys.stdout.write(json.dumps({"ready": True}) + "\n")
+                sys.stdout.flush()
+                w.wait(timeout=timeout)
+                report["first"] = "returned"
+            except KeyboardInterrupt:
+                report["first"] = "KeyboardInterrupt"
+            report["completed_before"] = w.is_completed()
+            open(flag, "w").close()
+            w.wait()
+        else:
+            sys.stdout.write(json.dumps({"ready": True}) + "\n")
+            sys.stdout.flush()
+            wait_for_file(flag)
+            comm.all_reduce(x, async_op=True).wait()
+        assert np.array_equal(x, np.full(5, size * (size + 1) // 2)), x
+        report["ok"] = True
     elif scenario in ("kill", "stop"):
         victim = int(os.environ.get("TEST_VICTIM", "1"))
         comm.barrier()
