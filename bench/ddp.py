@@ -11,7 +11,6 @@ time (forward, backward with DDP's bucketed all-reduces, optimizer step), and py
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,15 +45,9 @@ def rank_main(backend, steps):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(backend, world, steps):
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", __file__, "--rank-of", backend, "--steps", str(steps)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", __file__,
+           "--rank-of", backend, "--steps", str(steps)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     if done.returncode != 0:
