@@ -1,5 +1,6 @@
 """import pycoll.torch: PyTorch's own DistributedDataParallel over init_process_group("pycoll") under torchrun,
-with several buckets per step and no_sync() accumulation, gives the weights of one process on the whole batch."""
+with several buckets per step and no_sync() accumulation, gives the weights of one process on the whole batch;
+dist.new_group makes a working subgroup."""
 
 import json
 import os
@@ -29,7 +30,7 @@ def _single_process_params():
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.stress)])  # torchrun starts slowly
-def test_ddp_over_pycoll_under_torchrun_matches_one_process_on_the_whole_batch(n):
+def test_ddp_over_pycoll_under_torchrun_matches_one_process_and_subgroups_work(n):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", str(SCRIPTS / "ddp_worker.py")]
@@ -40,6 +41,7 @@ def test_ddp_over_pycoll_under_torchrun_matches_one_process_on_the_whole_batch(n
     want = _single_process_params()
     for rep in reports:
         assert rep["backend"] == "pycoll"
+        assert rep["pair_sum"] == (3.0 if rep["rank"] < 2 else rep["rank"] + 1.0)  # dist.new_group([0, 1])
         assert rep["params"] == reports[0]["params"]  # every rank bitwise the same
         for got, ref in zip(rep["params"], want):
             torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-10, atol=1e-12)

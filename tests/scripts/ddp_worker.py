@@ -23,6 +23,10 @@ for step in range(STEPS):
     rows = slice(rank * share, (rank + 1) * share)
     train_step(ddp, opt, x[rows], y[rows], accumulate=step % 3 == 1)
 backend = dist.get_backend()
+pair = dist.new_group([0, 1])  # a second pycoll communicator, meeting through torch's prefixed store
+t = torch.tensor([rank + 1.0])
+if rank < 2:
+    dist.all_reduce(t, group=pair)
 dist.destroy_process_group()
-sys.stdout.write(json.dumps({"rank": rank, "backend": backend,
+sys.stdout.write(json.dumps({"rank": rank, "backend": backend, "pair_sum": t.item(),
                              "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}) + "\n")
