@@ -8,11 +8,13 @@
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
                            PeerFailure, PycollError, Timeout)
 from pycoll.comm import Communicator, backends, init
+from pycoll.work import Work, wait_all
+from pycoll.buckets import GradientBuckets
 
 __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "backends", "Communicator", "PycollError", "Timeout", "PeerFailure", "MismatchError",
+__all__ = ["init", "backends", "Communicator", "Work", "wait_all", "GradientBuckets", "PycollError", "Timeout", "PeerFailure", "MismatchError",
            "BackendUnavailable", "CommunicatorClosed", "AuthenticationError",
            "SUM", "PROD", "MIN", "MAX", "AVG"]

@@ -6,6 +6,7 @@ The Communicator checks every argument once, for every backend, then hands Buffe
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import sys
 import weakref
@@ -19,6 +20,7 @@ from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, accurac
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
+from pycoll.work import Work
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
 OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
@@ -55,6 +57,9 @@ class Communicator:
             from pycoll.rendezvous.hosts import Hosts
             hosts = Hosts.from_identities([""] * size, rank)
         self._hosts = hosts
+        # Works not yet seen complete, in call order (they complete in that order): they hold the arrays of
+        # their collectives, which must outlive them even when the caller drops the Work.
+        self._pending = collections.deque()
         self._fast = engine.fast_path(self._accepted_arguments())
         _open_communicators.add(self)
 
@@ -176,84 +181,132 @@ class Communicator:
 
     def _run(self, collective, *args):
         try:
-            return collective(*args)
+            result = collective(*args)
         except BaseException:  # a failure, or Ctrl-C mid-collective: either way the peers are not coming back
             self._failed = True
             raise
+        if self._pending:  # a blocking call runs after every earlier one: they have all completed
+            self._pending.clear()
+        return result
+
+    @staticmethod
+    def _async(async_op):
+        if async_op is not True and async_op is not False:
+            raise TypeError(f"async_op must be True or False, got {async_op!r}")
+        return async_op
+
+    def _mark_failed(self, exc):
+        self._failed = True
+
+    def _start(self, collective, args, result, keep):
+        """async_op=True: queue the collective (its arguments already checked) and return its Work."""
+        pending = self._pending
+        while pending and pending[0]._handle.done():
+            pending.popleft()
+        engine = self._engine_or_raise()
+        try:
+            handle = engine.start(collective, *args)
+        except BaseException:
+            self._failed = True
+            raise
+        work = Work(handle, result, keep, on_error=self._mark_failed)
+        pending.append(work)
+        return work
 
     # -- collectives ----------------------------------------------------------------------------------------
-    def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
-        """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result.
+    def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast", async_op=False):
+        """Reduce x across ranks; every rank gets the result. In place when out is None. Returns the result;
+        with async_op=True a pycoll.Work whose wait() returns it.
 
         op="avg" is the sum divided by the number of ranks; on integer dtypes the sum wraps on overflow as "sum"
         does and the division truncates toward zero (C division, as NCCL's avg): -3 and 0 on 2 ranks give -1.
         """
         fast = self._fast
-        if fast is not None and self._ran(self._run(fast.all_reduce, x, op, out, algorithm, accuracy)):
+        if fast is not None and async_op is False and \
+                self._ran(self._run(fast.all_reduce, x, op, out, algorithm, accuracy)):
             return x if out is None else out
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
         recv = self._result_buffer(send, out)
-        self.last_algorithm = self._run(engine.all_reduce, send, recv, self._op(op), self._algorithm(algorithm),
-                                        self._accuracy(accuracy))
-        return x if out is None else out
+        args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
+        result = x if out is None else out
+        if self._async(async_op):
+            return self._start("all_reduce", args, result, (x, out))
+        self.last_algorithm = self._run(engine.all_reduce, *args)
+        return result
 
-    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
+    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast", async_op=False):
         """x holds size * len(out) elements; rank r gets the reduction of block r in out."""
         fast = self._fast
-        if fast is not None and self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
+        if fast is not None and async_op is False and \
+                self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
             return out
         engine = self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="x")
-        self.last_algorithm = self._run(engine.reduce_scatter, send, recv, self._op(op),
-                                        self._algorithm(algorithm), self._accuracy(accuracy))
+        args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
+        if self._async(async_op):
+            return self._start("reduce_scatter", args, out, (x, out))
+        self.last_algorithm = self._run(engine.reduce_scatter, *args)
         return out
 
-    def all_gather(self, x, out):
+    def all_gather(self, x, out, *, async_op=False):
         """out holds size * len(x) elements; block r comes from rank r."""
         fast = self._fast
-        if fast is not None and self._ran(self._run(fast.all_gather, x, out)):
+        if fast is not None and async_op is False and self._ran(self._run(fast.all_gather, x, out)):
             return out
         engine = self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="out")
+        if self._async(async_op):
+            return self._start("all_gather", (send, recv), out, (x, out))
         self.last_algorithm = self._run(engine.all_gather, send, recv)
         return out
 
-    def broadcast(self, x, root=0):
+    def broadcast(self, x, root=0, *, async_op=False):
         """Copy root's x to every rank, in place."""
         fast = self._fast
-        if fast is not None and self._ran(self._run(fast.broadcast, x, root)):
+        if fast is not None and async_op is False and self._ran(self._run(fast.broadcast, x, root)):
             return x
         engine = self._engine_or_raise()
         buf = self._buffer(x, "x", writable=True)
-        self.last_algorithm = self._run(engine.broadcast, buf, self._root(root))
+        root = self._root(root)
+        if self._async(async_op):
+            return self._start("broadcast", (buf, root), x, (x,))
+        self.last_algorithm = self._run(engine.broadcast, buf, root)
         return x
 
-    def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
+    def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast", async_op=False):
         """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
         fast = self._fast
-        if fast is not None and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
+        if fast is not None and async_op is False and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
             return x
         engine = self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
         recv = self._result_buffer(send, out) if self._rank == root else None
-        self.last_algorithm = self._run(engine.reduce, send, recv, self._op(op), root, self._accuracy(accuracy))
-        return x if out is None else out
+        args = (send, recv, self._op(op), root, self._accuracy(accuracy))
+        result = x if out is None else out
+        if self._async(async_op):
+            return self._start("reduce", args, result, (x, out))
+        self.last_algorithm = self._run(engine.reduce, *args)
+        return result
 
-    def barrier(self):
-        """Return once every rank has entered the barrier."""
+    def barrier(self, *, async_op=False):
+        """Return once every rank has entered the barrier (with async_op=True: a Work that completes then)."""
+        if self._async(async_op):
+            return self._start("barrier", (), None, None)
         self._run(self._engine_or_raise().barrier)
 
     def close(self):
         """Release the connections. Idempotent. Waits briefly (at most 5 s) for the other ranks to close too,
         and raises MismatchError if they called different collectives without it being noticed before (ranks
-        that disagreed on a root, for one); the communicator is closed either way."""
+        that disagreed on a root, for one); the communicator is closed either way. Works still queued fail with
+        CommunicatorClosed; the one running gets the same brief wait to finish, then fails with it too."""
         engine, self._engine, self._fast = self._engine, None, None
         _open_communicators.discard(self)
         try:
             if engine is not None:
-                engine.close()
+                engine.close()  # fails queued Works with CommunicatorClosed (native/comm/progress.c)
+            self._pending.clear()
         except BaseException:
             self._failed = True
             raise

@@ -1,27 +1,15 @@
 /* The communicator: numbers collectives, describes each one on the wire, sets its deadline, asks the decision
  * (native/algorithms/decision.c) which algorithm runs, hands the algorithm its context (options and scratch,
  * native/algorithms/context.h), and stays broken after the first error (a half-finished collective leaves
- * peers in unknown states, so continuing would risk silently wrong data). */
+ * peers in unknown states, so continuing would risk silently wrong data). Non-blocking collectives run the same
+ * comm_run_call on the progress thread (progress.c); each blocking entry point here first waits its turn. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "algorithms/collectives.h"
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
-#include "pycoll/comm.h"
-
-struct pycoll_comm {
-    pycoll_p2p_t *p2p;
-    coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
-    pycoll_comm_options_t options;
-    uint64_t seq;
-    pycoll_cost_model_t model;
-    pycoll_algorithm_t last_algorithm;
-    int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
-    int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
-    int finalized;
-    char error[PYCOLL_ERROR_LEN + 64]; /* room for a prefix before the transport's message */
-};
+#include "comm/comm_internal.h"
 
 void pycoll_comm_options_init(pycoll_comm_options_t *options)
 {
@@ -32,6 +20,7 @@ void pycoll_comm_options_init(pycoll_comm_options_t *options)
 
 pycoll_status_t pycoll_comm_set_options(pycoll_comm_t *comm, const pycoll_comm_options_t *options)
 {
+    progress_wait_turn(comm, 0); /* queued collectives run with the options they were called under */
     if (options->version != PYCOLL_COMM_OPTIONS_VERSION) {
         snprintf(comm->error, sizeof comm->error, "options: version %u, this library speaks %u",
                  (unsigned)options->version, (unsigned)PYCOLL_COMM_OPTIONS_VERSION);
@@ -90,6 +79,8 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
     pycoll_comm_options_t defaults;
     pycoll_comm_options_init(&defaults);
     pycoll_status_t status = pycoll_comm_set_options(comm, options ? options : &defaults);
+    if (status == PYCOLL_OK)
+        status = progress_init(comm);
     if (status != PYCOLL_OK) {
         create_error(error, error_len, status, comm->error);
         free(comm);
@@ -103,6 +94,7 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
 {
     pycoll_p2p_t *p2p = comm->p2p;
     comm->error[0] = 0;
+    progress_stop(comm, linger_s); /* the goodbye names the last collective that ran */
     if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
         return PYCOLL_OK;
     comm->finalized = 1;
@@ -113,6 +105,8 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
 {
     if (!comm)
         return;
+    progress_stop(comm, 0);
+    progress_release(comm);
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
     comm->p2p->ops->destroy(comm->p2p);
     free(comm->host_of);
@@ -123,10 +117,15 @@ int32_t pycoll_comm_rank(const pycoll_comm_t *comm) { return comm->p2p->rank; }
 int32_t pycoll_comm_size(const pycoll_comm_t *comm) { return comm->p2p->size; }
 void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
 {
+    progress_wait_turn(comm, 0);
     comm->options.timeout_s = timeout_s > 0 ? timeout_s : PYCOLL_DEFAULT_TIMEOUT_S;
 }
 
-void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model) { comm->model = *model; }
+void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
+{
+    progress_wait_turn(comm, 0);
+    comm->model = *model;
+}
 
 /* How many hosts a (validated) map names, and the most ranks any of them has; 1 and size without a map. */
 static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
@@ -147,6 +146,7 @@ static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int
 
 pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
 {
+    progress_wait_turn(comm, 0); /* queued collectives run with the map they were called under */
     const int32_t size = comm->p2p->size;
     comm->error[0] = 0;
     int32_t *copy = NULL;
@@ -171,6 +171,7 @@ pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_o
     host_shape(copy, size, &comm->hosts, &comm->max_local);
     return PYCOLL_OK;
 }
+
 pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { return comm->last_algorithm; }
 
 const char *pycoll_comm_error(const pycoll_comm_t *comm)
@@ -180,64 +181,68 @@ const char *pycoll_comm_error(const pycoll_comm_t *comm)
 
 int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm) { return comm->p2p->failed_rank; }
 
-static pycoll_status_t invalid(pycoll_comm_t *comm, const char *fmt, const char *what, long long value)
+static pycoll_status_t invalid(char *error, size_t error_len, const char *fmt, const char *what, long long value)
 {
-    snprintf(comm->error, sizeof comm->error, fmt, what, value);
+    snprintf(error, error_len, fmt, what, value);
     return PYCOLL_ERR_INVALID;
 }
 
-/* Check arguments and stamp the collective on p2p. Argument errors do not break the communicator: they are
- * caught before anything is sent, identically on every rank that made them. */
-static pycoll_status_t begin(pycoll_comm_t *comm, pycoll_coll_t coll, int64_t count, pycoll_dtype_t dtype,
-                             pycoll_op_t op, pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy, int32_t root)
+/* Argument errors do not break the communicator: they are caught before anything is sent, identically on
+ * every rank that made them. */
+pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+{
+    const int has_root = call->coll == PYCOLL_COLL_BROADCAST || call->coll == PYCOLL_COLL_REDUCE;
+    if (call->count < 0)
+        return invalid(error, error_len, "%s must be >= 0, got %lld", "count", call->count);
+    if ((unsigned)call->dtype >= PYCOLL_NUM_DTYPES)
+        return invalid(error, error_len, "%s: unknown id %lld", "dtype", call->dtype);
+    if ((unsigned)call->op >= PYCOLL_NUM_OPS)
+        return invalid(error, error_len, "%s: unknown id %lld", "op", call->op);
+    if ((unsigned)call->algorithm >= PYCOLL_NUM_ALGOS)
+        return invalid(error, error_len, "%s: unknown id %lld", "algorithm", call->algorithm);
+    if ((unsigned)call->accuracy >= PYCOLL_NUM_ACCURACIES)
+        return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
+    if (has_root && (call->root < 0 || call->root >= comm->p2p->size))
+        return invalid(error, error_len, "%s out of range: %lld", "root", call->root);
+    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
+    if (call->algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
+        /* Never a silent fallback: the caller asked for what this transport cannot run. */
+        snprintf(error, error_len,
+                 "algorithm shm runs only over the shared-memory transport (backend 'shm'); this communicator's "
+                 "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
+        return PYCOLL_ERR_INVALID;
+    }
+    return PYCOLL_OK;
+}
+
+/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
+static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
-    comm->error[0] = 0;
+    error[0] = 0;
     if (p2p->status != PYCOLL_OK) {
-        snprintf(comm->error, sizeof comm->error, "communicator is unusable after an earlier error: %s", p2p->error);
+        snprintf(error, error_len, "communicator is unusable after an earlier error: %s", p2p->error);
         return PYCOLL_ERR_CLOSED;
     }
     if (comm->finalized) {
-        snprintf(comm->error, sizeof comm->error, "communicator is finalized (closed)");
+        snprintf(error, error_len, "communicator is finalized (closed)");
         return PYCOLL_ERR_CLOSED;
     }
-    if (count < 0)
-        return invalid(comm, "%s must be >= 0, got %lld", "count", count);
-    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
-        return invalid(comm, "%s: unknown id %lld", "dtype", dtype);
-    if ((unsigned)op >= PYCOLL_NUM_OPS)
-        return invalid(comm, "%s: unknown id %lld", "op", op);
-    if ((unsigned)algorithm >= PYCOLL_NUM_ALGOS)
-        return invalid(comm, "%s: unknown id %lld", "algorithm", algorithm);
-    if ((unsigned)accuracy >= PYCOLL_NUM_ACCURACIES)
-        return invalid(comm, "%s: unknown id %lld", "accuracy", accuracy);
-    if (root != -1 && (root < 0 || root >= p2p->size))
-        return invalid(comm, "%s out of range: %lld", "root", root);
-    const pycoll_native_collectives_t *native = p2p->ops->native;
-    if (algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
-        /* Never a silent fallback: the caller asked for what this transport cannot run. */
-        snprintf(comm->error, sizeof comm->error,
-                 "algorithm shm runs only over the shared-memory transport (backend 'shm'); this communicator's "
-                 "transport is %s", p2p->ops->name ? p2p->ops->name : "unnamed");
-        return PYCOLL_ERR_INVALID;
-    }
-    algorithm = pycoll_decide_algorithm_hosts(&comm->model, coll, algorithm, p2p->size, comm->hosts, comm->max_local,
-                                              count * (int64_t)pycoll_dtype_size(dtype), native);
-    comm->last_algorithm = algorithm;
-    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = count,
-                               .root = root, .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = (uint8_t)op,
-                               .algorithm = (uint8_t)algorithm, .accuracy = (uint8_t)accuracy};
+    pycoll_status_t st = comm_check_call(comm, call, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    const pycoll_algorithm_t algorithm =
+        pycoll_decide_algorithm_hosts(&comm->model, call->coll, call->algorithm, p2p->size, comm->hosts,
+                                      comm->max_local, call->count * (int64_t)pycoll_dtype_size(call->dtype),
+                                      p2p->ops->native);
+    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = call->count,
+                               .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
+                               .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
+                               .accuracy = (uint8_t)call->accuracy};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
     return PYCOLL_OK;
-}
-
-/* Whether the collective begin() stamped resolved to the transport's native table (p2p.h). */
-static int runs_native(const pycoll_comm_t *comm)
-{
-    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
-    return native && comm->p2p->desc.algorithm == (uint8_t)native->algorithm;
 }
 
 /* After an algorithm returns: an error breaks the communicator and is announced to the peers. */
@@ -252,80 +257,176 @@ static pycoll_status_t finish(pycoll_comm_t *comm, pycoll_status_t st)
     return PYCOLL_OK;
 }
 
+/* Whether the collective begin() stamped resolved to the transport's native table (p2p.h). */
+static int runs_native(const pycoll_comm_t *comm)
+{
+    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
+    return native && comm->p2p->desc.algorithm == (uint8_t)native->algorithm;
+}
+
+static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+{
+    if (runs_native(comm))
+        return finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf, call->count,
+                                                               call->dtype, call->op, call->accuracy));
+    const pycoll_algorithm_t algorithm = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
+    all_reduce_fn fn = all_reduce_algorithm(algorithm);
+    if (!fn) {
+        snprintf(error, error_len, "algorithm %s has no all-reduce", pycoll_algorithm_name(algorithm));
+        return PYCOLL_ERR_UNSUPPORTED;
+    }
+    /* Through the transport's memory table: the buffers may be device memory. */
+    pycoll_status_t st = memory_copy(comm->p2p, call->recvbuf, call->sendbuf,
+                                     call->count * (int64_t)pycoll_dtype_size(call->dtype), "all_reduce");
+    return finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
+                                                  call->accuracy));
+}
+
+pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                              pycoll_algorithm_t *ran)
+{
+    pycoll_status_t st = begin(comm, call, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
+    coll_ctx_t *ctx = &comm->ctx;
+    switch (call->coll) {
+    case PYCOLL_COLL_ALL_REDUCE:
+        return run_all_reduce(comm, call, error, error_len);
+    case PYCOLL_COLL_REDUCE_SCATTER:
+        return finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+                                               call->op, *ran, call->accuracy));
+    case PYCOLL_COLL_ALL_GATHER:
+        return finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+    case PYCOLL_COLL_BROADCAST:
+        if (runs_native(comm))
+            return finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count, call->dtype,
+                                                                  call->root));
+        return finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
+    case PYCOLL_COLL_REDUCE:
+        return finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
+                                       call->root, call->accuracy));
+    case PYCOLL_COLL_BARRIER:
+        return finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
+    default:
+        snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
+        return PYCOLL_ERR_INVALID;
+    }
+}
+
+/* A blocking collective: its turn after every queued one, then run on the caller's thread. */
+static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
+{
+    comm->error[0] = 0;
+    pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
+    if (st == PYCOLL_OK)
+        st = progress_wait_turn(comm, 1);
+    if (st == PYCOLL_ERR_INTERRUPTED) {
+        snprintf(comm->error, sizeof comm->error,
+                 "interrupted while waiting for earlier non-blocking collectives to finish");
+        return st;
+    }
+    if (st != PYCOLL_OK)
+        return st;
+    pycoll_algorithm_t ran = comm->last_algorithm;
+    st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
+    comm->last_algorithm = ran;
+    return st;
+}
+
+/* The calls as data: one place per collective says which argument goes where, for blocking and queued runs. */
+#define ALL_REDUCE_CALL(send, recv, n, dt, o, algo, acc)                                                          \
+    ((comm_call_t){.coll = PYCOLL_COLL_ALL_REDUCE, .sendbuf = (send), .recvbuf = (recv), .count = (n),          \
+                   .dtype = (dt), .op = (o), .algorithm = (algo), .accuracy = (acc), .root = -1})
+#define REDUCE_SCATTER_CALL(send, recv, n, dt, o, algo, acc)                                                      \
+    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE_SCATTER, .sendbuf = (send), .recvbuf = (recv), .count = (n),      \
+                   .dtype = (dt), .op = (o), .algorithm = (algo), .accuracy = (acc), .root = -1})
+#define ALL_GATHER_CALL(send, recv, n, dt)                                                                        \
+    ((comm_call_t){.coll = PYCOLL_COLL_ALL_GATHER, .sendbuf = (send), .recvbuf = (recv), .count = (n),          \
+                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
+                   .accuracy = PYCOLL_ACCURACY_FAST, .root = -1})
+#define BROADCAST_CALL(buf, n, dt, r)                                                                             \
+    ((comm_call_t){.coll = PYCOLL_COLL_BROADCAST, .sendbuf = (buf), .recvbuf = (buf), .count = (n),             \
+                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
+                   .accuracy = PYCOLL_ACCURACY_FAST, .root = (r)})
+#define REDUCE_CALL(send, recv, n, dt, o, r, acc)                                                                 \
+    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE, .sendbuf = (send), .recvbuf = (recv), .count = (n),              \
+                   .dtype = (dt), .op = (o), .algorithm = PYCOLL_ALGO_AUTO, .accuracy = (acc), .root = (r)})
+#define BARRIER_CALL()                                                                                            \
+    ((comm_call_t){.coll = PYCOLL_COLL_BARRIER, .count = 0, .dtype = PYCOLL_UINT8, .op = PYCOLL_SUM,             \
+                   .algorithm = PYCOLL_ALGO_AUTO, .accuracy = PYCOLL_ACCURACY_FAST, .root = -1})
+
 pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                        pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
                                        pycoll_accuracy_t accuracy)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_REDUCE, count, dtype, op, algorithm, accuracy, -1);
-    if (st != PYCOLL_OK)
-        return st;
-    if (runs_native(comm))
-        return finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, sendbuf, recvbuf, count, dtype, op,
-                                                               accuracy));
-    all_reduce_fn fn = all_reduce_algorithm((pycoll_algorithm_t)comm->p2p->desc.algorithm);
-    if (!fn) {
-        snprintf(comm->error, sizeof comm->error, "algorithm %s has no all-reduce",
-                 pycoll_algorithm_name((pycoll_algorithm_t)comm->p2p->desc.algorithm));
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
-    /* Through the transport's memory table: the buffers may be device memory. */
-    st = memory_copy(comm->p2p, recvbuf, sendbuf, count * (int64_t)pycoll_dtype_size(dtype), "all_reduce");
-    return finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, recvbuf, count, dtype, op, accuracy));
+    return run_blocking(comm, &ALL_REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy));
 }
 
 pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                            int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
                                            pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_REDUCE_SCATTER, recv_count, dtype, op, algorithm, accuracy, -1);
-    if (st != PYCOLL_OK)
-        return st;
-    return finish(comm, reduce_scatter_run(&comm->ctx, sendbuf, recvbuf, recv_count, dtype, op,
-                                           (pycoll_algorithm_t)comm->p2p->desc.algorithm, accuracy));
+    return run_blocking(comm, &REDUCE_SCATTER_CALL(sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy));
 }
 
 pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
                                        pycoll_dtype_t dtype)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_ALL_GATHER, send_count, dtype, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
-                               PYCOLL_ACCURACY_FAST, -1);
-    if (st != PYCOLL_OK)
-        return st;
-    return finish(comm, all_gather_run(&comm->ctx, sendbuf, recvbuf, send_count, dtype));
+    return run_blocking(comm, &ALL_GATHER_CALL(sendbuf, recvbuf, send_count, dtype));
 }
 
 pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
                                       int32_t root)
 {
-    if (root < 0)
-        return invalid(comm, "%s out of range: %lld", "root", root);
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_BROADCAST, count, dtype, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
-                               PYCOLL_ACCURACY_FAST, root);
-    if (st != PYCOLL_OK)
-        return st;
-    if (runs_native(comm))
-        return finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, buf, count, dtype, root));
-    return finish(comm, broadcast_run(&comm->ctx, buf, count, dtype, root));
+    return run_blocking(comm, &BROADCAST_CALL(buf, count, dtype, root));
 }
 
 pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                    pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
 {
-    if (root < 0)
-        return invalid(comm, "%s out of range: %lld", "root", root);
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_REDUCE, count, dtype, op, PYCOLL_ALGO_AUTO, accuracy, root);
-    if (st != PYCOLL_OK)
-        return st;
-    return finish(comm, reduce_run(&comm->ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy));
+    return run_blocking(comm, &REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, root, accuracy));
 }
 
-pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
+pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm) { return run_blocking(comm, &BARRIER_CALL()); }
+
+pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                             pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
+                                             pycoll_work_t **work)
 {
-    pycoll_status_t st = begin(comm, PYCOLL_COLL_BARRIER, 0, PYCOLL_UINT8, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
-                               PYCOLL_ACCURACY_FAST, -1);
-    if (st != PYCOLL_OK)
-        return st;
-    if (runs_native(comm))
-        return finish(comm, comm->p2p->ops->native->barrier(comm->p2p));
-    return finish(comm, barrier_run(&comm->ctx));
+    return progress_start(comm, &ALL_REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy), work);
+}
+
+pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                 pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
+                                                 pycoll_work_t **work)
+{
+    return progress_start(
+        comm, &REDUCE_SCATTER_CALL(sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy), work);
+}
+
+pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             int64_t send_count, pycoll_dtype_t dtype, pycoll_work_t **work)
+{
+    return progress_start(comm, &ALL_GATHER_CALL(sendbuf, recvbuf, send_count, dtype), work);
+}
+
+pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                            int32_t root, pycoll_work_t **work)
+{
+    return progress_start(comm, &BROADCAST_CALL(buf, count, dtype, root), work);
+}
+
+pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                         pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                         pycoll_accuracy_t accuracy, pycoll_work_t **work)
+{
+    return progress_start(comm, &REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, root, accuracy), work);
+}
+
+pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
+{
+    return progress_start(comm, &BARRIER_CALL(), work);
 }

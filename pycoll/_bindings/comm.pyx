@@ -213,10 +213,70 @@ cdef class NativeComm:
             st = pycoll_comm_barrier(c)
         self._leave(st)
 
+    # Non-blocking: each queues the collective on the progress thread and returns a NativeWork (work.pxi).
+    def start_all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,
+                         int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_all_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                              <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
+                                              <pycoll_accuracy_t>accuracy, &w)
+        return _started(self, st, w)
+
+    def start_reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
+                             int algorithm, int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_reduce_scatter(c, <const void *>send, <void *>recv, recv_count,
+                                                  <pycoll_dtype_t>dtype, <pycoll_op_t>op,
+                                                  <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy, &w)
+        return _started(self, st, w)
+
+    def start_all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_all_gather(c, <const void *>send, <void *>recv, send_count,
+                                              <pycoll_dtype_t>dtype, &w)
+        return _started(self, st, w)
+
+    def start_broadcast(self, uintptr_t buf, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root, &w)
+        return _started(self, st, w)
+
+    def start_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root,
+                     int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
+                                          <pycoll_op_t>op, root, <pycoll_accuracy_t>accuracy, &w)
+        return _started(self, st, w)
+
+    def start_barrier(self):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_barrier(c, &w)
+        return _started(self, st, w)
+
     def close(self, double linger=0.0):
         """Idempotent. A clean close tells the peers, so they do not mistake it for a crash, and waits up to
         ``linger`` seconds for theirs: ranks that disagreed about a collective without noticing (a rooted
-        collective with different roots) raise MismatchError here at the latest. Closed either way."""
+        collective with different roots) raise MismatchError here at the latest. Closed either way.
+        Non-blocking collectives still queued fail with CommunicatorClosed; the one in flight gets ``linger``
+        seconds to finish, then is interrupted (native/comm/progress.c)."""
         if self.busy:
             raise RuntimeError("cannot close a communicator while a collective runs on it")
         if self.comm == NULL:
@@ -256,3 +316,4 @@ cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_
 
 
 include "fast_path.pxi"
+include "work.pxi"

@@ -56,7 +56,10 @@ cdef class FastPath:
         cdef Py_buffer view
         if type(x) is not _NDARRAY:
             return False
-        PyObject_GetBuffer(x, &view, PyBUF_STRIDES | 0x0004)  # 0x0004: PyBUF_FORMAT
+        try:
+            PyObject_GetBuffer(x, &view, PyBUF_STRIDES | 0x0004)  # 0x0004: PyBUF_FORMAT
+        except (ValueError, BufferError):  # a dtype the buffer protocol cannot describe (ml_dtypes' bfloat16)
+            return False
         try:
             if view.format == NULL or view.format[0] == 0 or view.format[1] != 0 or view.itemsize <= 0:
                 return False

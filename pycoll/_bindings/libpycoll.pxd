@@ -142,6 +142,31 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                        pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
                                        pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
+    ctypedef struct pycoll_work_t:
+        pass
+    pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                 pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
+                                                 pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                     int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                     pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
+                                                     pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 int64_t send_count, pycoll_dtype_t dtype, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                                int32_t root, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                             pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                             pycoll_accuracy_t accuracy, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
+    int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
+    int pycoll_work_test(pycoll_work_t *work)
+    pycoll_status_t pycoll_work_status(pycoll_work_t *work)
+    const char *pycoll_work_error(pycoll_work_t *work)
+    int32_t pycoll_work_failed_rank(pycoll_work_t *work)
+    pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
+    void pycoll_work_free(pycoll_work_t *work)
 
     # transports.h
     pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,

@@ -60,6 +60,19 @@ class Engine:
     def barrier(self):
         raise NotImplementedError
 
+    def start(self, collective, *args):
+        """Start `collective` ("all_reduce", ..., "barrier"; the arguments of the method of that name) in the
+        background, after every collective called before it, and return its handle for pycoll.Work:
+        wait(timeout) -> bool, done(), error() (the exception it failed with, or None), algorithm. The default
+        runs it now and returns a completed handle, so every engine takes async_op=True; engines with a
+        progress thread (NativeEngine) override it."""
+        from pycoll.work import CompletedHandle
+
+        try:
+            return CompletedHandle(algorithm=getattr(self, collective)(*args))
+        except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait, as a background failure would be
+            return CompletedHandle(error=exc)
+
     def close(self):
         """Idempotent."""
 

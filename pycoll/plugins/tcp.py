@@ -54,6 +54,31 @@ class NativeEngine(plugins.Engine):
         self.native.barrier()
         return self.native.last_algorithm
 
+    def start(self, collective, *args):
+        """Queued on the communicator's progress thread (native/comm/progress.c): a NativeWork."""
+        return getattr(self, "_start_" + collective)(*args)
+
+    def _start_all_reduce(self, send, recv, op, algorithm, accuracy):
+        return self.native.start_all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
+                                            ACCURACIES[accuracy])
+
+    def _start_reduce_scatter(self, send, recv, op, algorithm, accuracy):
+        return self.native.start_reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op,
+                                                ALGORITHMS[algorithm], ACCURACIES[accuracy])
+
+    def _start_all_gather(self, send, recv):
+        return self.native.start_all_gather(send.ptr, recv.ptr, send.count, send.dtype)
+
+    def _start_broadcast(self, buf, root):
+        return self.native.start_broadcast(buf.ptr, buf.count, buf.dtype, root)
+
+    def _start_reduce(self, send, recv, op, root, accuracy):
+        return self.native.start_reduce(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, op,
+                                        root, ACCURACIES[accuracy])
+
+    def _start_barrier(self):
+        return self.native.start_barrier()
+
     def close(self):
         self.native.close(self.close_linger)
 

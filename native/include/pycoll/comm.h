@@ -80,6 +80,55 @@ PYCOLL_API pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *s
                                               pycoll_accuracy_t accuracy);
 PYCOLL_API pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm);
 
+/* Non-blocking collectives. Each pycoll_comm_start_X takes X's arguments, checks them at once (a bad one:
+ * PYCOLL_ERR_INVALID, *work NULL, pycoll_comm_error says which; after finalize: PYCOLL_ERR_CLOSED) and queues
+ * the collective on the communicator's progress thread (started by the first such call, joined by finalize or
+ * destroy), which runs queued collectives one at a time, in call order, without calling back into the caller.
+ * Every blocking pycoll_comm_X first waits for the queue to run empty, so on every rank the collectives run in
+ * the order they were called, blocking or not: descriptors, history fingerprints and deadlines are stamped
+ * when each one starts, so mismatch detection and deadlines work as for blocking calls.
+ * An error fails its work and every later one with the same status and message (the real cause; the
+ * communicator is broken by the first). pycoll_comm_finalize and destroy fail queued works with
+ * PYCOLL_ERR_CLOSED, give the one in flight the finalize's linger_s (destroy: none) to finish, then interrupt
+ * it (it fails with PYCOLL_ERR_CLOSED; the peers see this rank abort).
+ * Buffers must stay valid until the work completes. The communicator's functions are called from one thread at
+ * a time; the pycoll_work_* functions from any thread, also after the communicator is destroyed. */
+typedef struct pycoll_work pycoll_work_t;
+
+PYCOLL_API pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                        int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                        pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
+                                                        pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf,
+                                                            void *recvbuf, int64_t recv_count,
+                                                            pycoll_dtype_t dtype, pycoll_op_t op,
+                                                            pycoll_algorithm_t algorithm,
+                                                            pycoll_accuracy_t accuracy, pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                        int64_t send_count, pycoll_dtype_t dtype,
+                                                        pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count,
+                                                       pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                    int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                    int32_t root, pycoll_accuracy_t accuracy,
+                                                    pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work);
+
+/* Wait up to timeout_s seconds (<= 0: do not wait) for work to complete: 1 when it has, 0 when not yet (the
+ * work is unaffected: wait again). pycoll_work_test is pycoll_work_wait(work, 0). */
+PYCOLL_API int pycoll_work_wait(pycoll_work_t *work, double timeout_s);
+PYCOLL_API int pycoll_work_test(pycoll_work_t *work);
+/* Once complete: PYCOLL_OK or the error, its message ("" on success), the rank it is about (or -1), and the
+ * algorithm that ran (AUTO resolved; PYCOLL_ALGO_AUTO if it never ran). Before: PYCOLL_ERR_INVALID, "". */
+PYCOLL_API pycoll_status_t pycoll_work_status(pycoll_work_t *work);
+PYCOLL_API const char *pycoll_work_error(pycoll_work_t *work);
+PYCOLL_API int32_t pycoll_work_failed_rank(pycoll_work_t *work);
+PYCOLL_API pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work);
+/* The caller's handle is gone; a work still queued or running completes all the same (its buffers must stay
+ * valid until then) and is freed afterwards. */
+PYCOLL_API void pycoll_work_free(pycoll_work_t *work);
+
 #ifdef __cplusplus
 }
 #endif

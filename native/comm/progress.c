@@ -1,0 +1,327 @@
+/* The communicator's progress thread: runs non-blocking collectives (pycoll_comm_start_*) one at a time, in
+ * call order, with comm_run_call -- the very code a blocking call runs -- so descriptors, deadlines and the
+ * first-error rule are the same. It never calls back into the caller: the transport's interrupt check, which
+ * may be Python's signal check, is replaced on this thread by the close's `cancel` flag, and the thread blocks
+ * asynchronous signals so that they reach the caller's threads. Started by the first non-blocking call, joined
+ * by finalize or destroy. */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+
+#define CHECK_EVERY_NS 100000000LL /* how often a waiting caller runs its interrupt check */
+#define PROGRESS_SPIN_NS 100000LL  /* the most the progress thread's transport waits poll before sleeping */
+
+struct pycoll_work {
+    comm_call_t call;
+    struct pycoll_work *next;
+    atomic_int refs; /* the caller's handle and the queue's */
+    int64_t spin_ns; /* the communicator's spin option: how long a wait polls before it sleeps */
+    atomic_int spun; /* only the first blocking wait polls (a long collective is waited on in slices) */
+    /* Its own lock and condition, not the communicator's: a work outlives the communicator. */
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    atomic_int complete; /* the fields below are final once this is set (release / acquire) */
+    pycoll_status_t status;
+    int32_t failed_rank;
+    pycoll_algorithm_t algorithm;
+    char error[COMM_ERROR_LEN];
+};
+
+/* The communicator whose progress thread this is (NULL on every other thread). */
+static _Thread_local const pycoll_comm_t *progress_thread_of;
+
+/* Condition variables here wait on CLOCK_MONOTONIC, pycoll_now_ns's clock (a wall-clock jump must not stretch
+ * a wait). */
+static int init_monotonic_cond(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return -1;
+    int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = deadline_ns / 1000000000LL, .tv_nsec = deadline_ns % 1000000000LL};
+    pthread_cond_timedwait(cond, lock, &ts);
+}
+
+/* The transport's interrupt check, as installed by progress_init. */
+static int interrupt_check(void *ctx)
+{
+    pycoll_comm_t *comm = ctx;
+    comm_progress_t *p = &comm->progress;
+    if (progress_thread_of == comm)
+        return atomic_load(&p->cancel);
+    return p->caller_interrupt ? p->caller_interrupt(p->caller_interrupt_ctx) : 0;
+}
+
+pycoll_status_t progress_init(pycoll_comm_t *comm)
+{
+    comm_progress_t *p = &comm->progress;
+    if (pthread_mutex_init(&p->lock, NULL) != 0)
+        return PYCOLL_ERR_SYSTEM;
+    if (init_monotonic_cond(&p->changed) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        snprintf(comm->error, sizeof comm->error, "comm_create: cannot create a condition variable");
+        return PYCOLL_ERR_SYSTEM;
+    }
+    atomic_init(&p->cancel, 0);
+    p->caller_interrupt = comm->p2p->check_interrupt;
+    p->caller_interrupt_ctx = comm->p2p->interrupt_ctx;
+    comm->p2p->check_interrupt = interrupt_check;
+    comm->p2p->interrupt_ctx = comm;
+    return PYCOLL_OK;
+}
+
+void progress_release(pycoll_comm_t *comm)
+{
+    pthread_cond_destroy(&comm->progress.changed);
+    pthread_mutex_destroy(&comm->progress.lock);
+}
+
+static void work_unref(pycoll_work_t *work)
+{
+    if (atomic_fetch_sub(&work->refs, 1) == 1) {
+        pthread_cond_destroy(&work->done);
+        pthread_mutex_destroy(&work->lock);
+        free(work);
+    }
+}
+
+/* Publish the outcome and drop the queue's reference. `message` NULL: the work's own error buffer holds it. */
+static void work_complete(pycoll_work_t *work, pycoll_status_t status, const char *message, int32_t failed_rank)
+{
+    pthread_mutex_lock(&work->lock);
+    work->status = status;
+    work->failed_rank = status == PYCOLL_OK ? -1 : failed_rank;
+    if (status == PYCOLL_OK)
+        work->error[0] = 0;
+    else if (message)
+        snprintf(work->error, sizeof work->error, "%s", message);
+    atomic_store_explicit(&work->complete, 1, memory_order_release);
+    pthread_cond_broadcast(&work->done);
+    pthread_mutex_unlock(&work->lock);
+    work_unref(work);
+}
+
+/* On the progress thread, with the transport to itself. */
+static void run_work(pycoll_comm_t *comm, pycoll_work_t *work)
+{
+    pycoll_p2p_t *p2p = comm->p2p;
+    if (p2p->status != PYCOLL_OK) {
+        /* Broken by an earlier collective: fail with that cause, not a generic "closed". */
+        work_complete(work, p2p->status, p2p->error, p2p->failed_rank);
+        return;
+    }
+    /* Poll briefly at most: the caller queued this collective to compute meanwhile, and a progress thread that
+     * polls for long takes a core from that computation (DDP, 2 ranks on 2 cores, polling 2 ms: 1.2x gloo's
+     * step time, 0.9x at PROGRESS_SPIN_NS), while a short poll still catches a small collective's replies. */
+    const int64_t spin_ns = p2p->spin_ns;
+    p2p->spin_ns = spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS;
+    pycoll_status_t st = comm_run_call(comm, &work->call, work->error, sizeof work->error, &work->algorithm);
+    p2p->spin_ns = spin_ns;
+    if (st == PYCOLL_ERR_INTERRUPTED && atomic_load(&comm->progress.cancel)) {
+        work_complete(work, PYCOLL_ERR_CLOSED,
+                      "the communicator was closed while this collective ran (it did not finish within the "
+                      "close's linger)", -1);
+        return;
+    }
+    work_complete(work, st, work->error[0] ? NULL : p2p->error, p2p->failed_rank);
+}
+
+static void *progress_main(void *arg)
+{
+    pycoll_comm_t *comm = arg;
+    comm_progress_t *p = &comm->progress;
+    progress_thread_of = comm;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        /* Idle until work is queued or the communicator stops (both signal `changed`): no deadline to keep. */
+        while (!p->head && !p->stopping)
+            pthread_cond_wait(&p->changed, &p->lock);
+        if (!p->head)
+            break;
+        pycoll_work_t *work = p->head;
+        p->head = work->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->running = work;
+        pthread_mutex_unlock(&p->lock);
+        run_work(comm, work);
+        pthread_mutex_lock(&p->lock);
+        p->running = NULL;
+        pthread_cond_broadcast(&p->changed);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static pycoll_status_t start_thread(pycoll_comm_t *comm)
+{
+    /* Signals sent to the process go to the caller's threads, where the handlers (Ctrl-C) can act. */
+    sigset_t blocked, previous;
+    sigfillset(&blocked);
+    sigdelset(&blocked, SIGSEGV);
+    sigdelset(&blocked, SIGBUS);
+    sigdelset(&blocked, SIGFPE);
+    sigdelset(&blocked, SIGILL);
+    pthread_sigmask(SIG_SETMASK, &blocked, &previous);
+    int rc = pthread_create(&comm->progress.thread, NULL, progress_main, comm);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        snprintf(comm->error, sizeof comm->error, "cannot start the progress thread: %s", strerror(rc));
+        return PYCOLL_ERR_SYSTEM;
+    }
+    comm->progress.started = 1;
+    return PYCOLL_OK;
+}
+
+pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pycoll_work_t **out)
+{
+    *out = NULL;
+    comm->error[0] = 0;
+    if (comm->finalized) {
+        snprintf(comm->error, sizeof comm->error, "communicator is finalized (closed)");
+        return PYCOLL_ERR_CLOSED;
+    }
+    pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
+    if (st != PYCOLL_OK)
+        return st;
+    pycoll_work_t *work = calloc(1, sizeof *work);
+    if (!work) {
+        snprintf(comm->error, sizeof comm->error, "out of memory queueing a collective");
+        return PYCOLL_ERR_NOMEM;
+    }
+    if (pthread_mutex_init(&work->lock, NULL) != 0 || init_monotonic_cond(&work->done) != 0) {
+        free(work);
+        snprintf(comm->error, sizeof comm->error, "cannot create a work's lock");
+        return PYCOLL_ERR_SYSTEM;
+    }
+    work->call = *call;
+    work->spin_ns = comm->options.spin_ns;
+    work->algorithm = PYCOLL_ALGO_AUTO;
+    work->failed_rank = -1;
+    atomic_init(&work->refs, 2);
+    atomic_init(&work->complete, 0);
+    atomic_init(&work->spun, 0);
+    if (!comm->progress.started && (st = start_thread(comm)) != PYCOLL_OK) {
+        work_unref(work);
+        work_unref(work);
+        return st;
+    }
+    comm_progress_t *p = &comm->progress;
+    pthread_mutex_lock(&p->lock);
+    if (p->tail)
+        p->tail->next = work;
+    else
+        p->head = work;
+    p->tail = work;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    *out = work;
+    return PYCOLL_OK;
+}
+
+pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible)
+{
+    comm_progress_t *p = &comm->progress;
+    if (!p->started)
+        return PYCOLL_OK;
+    pthread_mutex_lock(&p->lock);
+    while (p->head || p->running) {
+        wait_until(&p->changed, &p->lock, pycoll_now_ns() + CHECK_EVERY_NS);
+        if (interruptible && (p->head || p->running) && p->caller_interrupt) {
+            /* Not under the lock: the check may take the GIL, which a thread queueing work may hold. */
+            pthread_mutex_unlock(&p->lock);
+            const int stop = p->caller_interrupt(p->caller_interrupt_ctx);
+            if (stop)
+                return PYCOLL_ERR_INTERRUPTED;
+            pthread_mutex_lock(&p->lock);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return PYCOLL_OK;
+}
+
+void progress_stop(pycoll_comm_t *comm, double linger_s)
+{
+    comm_progress_t *p = &comm->progress;
+    if (!p->started)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    pycoll_work_t *queued = p->head;
+    p->head = p->tail = NULL;
+    const int64_t linger_until = pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9);
+    while (p->running && pycoll_now_ns() < linger_until)
+        wait_until(&p->changed, &p->lock, linger_until);
+    if (p->running)
+        atomic_store(&p->cancel, 1); /* seen at the transport's next interrupt check (about every 100 ms) */
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    while (queued) {
+        pycoll_work_t *next = queued->next;
+        work_complete(queued, PYCOLL_ERR_CLOSED, "the communicator was closed before this collective ran", -1);
+        queued = next;
+    }
+    /* Bounded: the collective in flight stops at its interrupt check, at the latest at its deadline. */
+    pthread_join(p->thread, NULL);
+    p->started = 0;
+}
+
+int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
+{
+    if (atomic_load_explicit(&work->complete, memory_order_acquire))
+        return 1;
+    if (!(timeout_s > 0))
+        return 0;
+    const int64_t deadline = pycoll_now_ns() + (int64_t)(timeout_s * 1e9);
+    /* Poll first, as the transports do: a short collective completes sooner than a sleeping waiter is woken
+     * (tens of microseconds on a busy machine); yielding lets the progress thread run on a shared core. */
+    if (!atomic_exchange(&work->spun, 1)) {
+        const int64_t spin_until = pycoll_now_ns() + work->spin_ns;
+        while (pycoll_now_ns() < (spin_until < deadline ? spin_until : deadline)) {
+            if (atomic_load_explicit(&work->complete, memory_order_acquire))
+                return 1;
+            sched_yield();
+        }
+    }
+    pthread_mutex_lock(&work->lock);
+    while (!atomic_load_explicit(&work->complete, memory_order_acquire) && pycoll_now_ns() < deadline)
+        wait_until(&work->done, &work->lock, deadline);
+    pthread_mutex_unlock(&work->lock);
+    return atomic_load_explicit(&work->complete, memory_order_acquire);
+}
+
+int pycoll_work_test(pycoll_work_t *work) { return pycoll_work_wait(work, 0); }
+
+pycoll_status_t pycoll_work_status(pycoll_work_t *work)
+{
+    return pycoll_work_test(work) ? work->status : PYCOLL_ERR_INVALID;
+}
+
+const char *pycoll_work_error(pycoll_work_t *work) { return pycoll_work_test(work) ? work->error : ""; }
+
+int32_t pycoll_work_failed_rank(pycoll_work_t *work) { return pycoll_work_test(work) ? work->failed_rank : -1; }
+
+pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
+{
+    return pycoll_work_test(work) ? work->algorithm : PYCOLL_ALGO_AUTO;
+}
+
+void pycoll_work_free(pycoll_work_t *work)
+{
+    if (work)
+        work_unref(work);
+}

@@ -1,0 +1,179 @@
+"""pycoll.GradientBuckets: many small arrays all-reduced as a few large flat buckets, each started as soon as
+its arrays are ready, as DDP does with gradients in backward.
+
+One all-reduce per array pays the per-call latency once per array; a bucket pays it once for all of its arrays.
+Arrays are packed in reverse registration order (the order gradients become ready in backward), one dtype per
+bucket, at most `bucket_bytes` per bucket (an array larger than that gets a bucket of its own). Buckets start in
+one fixed order, the same on every rank: bucket k's all-reduce starts once its arrays are all ready and buckets
+0..k-1 have started, so ranks whose arrays become ready in different orders still call the same collectives in
+the same order (DDP's rule too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+
+import numpy as np
+
+from pycoll.buffers import as_buffer
+from pycoll.dtypes import DTYPES
+from pycoll.work import wait_all
+
+DTYPE_NAMES = tuple(DTYPES)  # index = pycoll dtype id
+DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's default: large enough that per-call latency is a small share
+
+
+def _numpy_dtype(dtype_id, name):
+    try:
+        return np.dtype(DTYPE_NAMES[dtype_id])
+    except TypeError:
+        pass
+    try:
+        import ml_dtypes  # bfloat16 for NumPy
+    except ImportError:
+        raise TypeError(f"{name}: a {DTYPE_NAMES[dtype_id]} bucket needs ml_dtypes (pip install ml_dtypes)") from None
+    return np.dtype(getattr(ml_dtypes, DTYPE_NAMES[dtype_id]))
+
+
+def _bytes_of(buf):
+    """A uint8 NumPy view of a host Buffer's memory (the caller keeps the array alive)."""
+    if buf.nbytes == 0:
+        return np.empty(0, np.uint8)
+    return np.ctypeslib.as_array(ctypes.cast(buf.ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(buf.nbytes,))
+
+
+class _Bucket:
+    def __init__(self, number, dtype):
+        self.number = number  # buckets start in this order
+        self.dtype = dtype
+        self.members = []  # array indices, in packing order
+        self.nbytes = 0
+        self.flat = None   # the packed array, allocated once every member is known
+        self.work = None
+
+
+class GradientBuckets:
+    """Flat buckets over `arrays` (host memory: NumPy, or PyTorch / JAX CPU arrays that are writable) on `comm`.
+
+    Each step: write the arrays in place (or write into view(i), which needs no copy at all), call ready(i) as
+    each one is final, then wait(): every bucket is all-reduced with `op` (default "avg": gradient averaging)
+    and the results are back in the arrays. The arrays are registered once: keep them (do not rebind them).
+    """
+
+    def __init__(self, comm, arrays, *, bucket_bytes=DEFAULT_BUCKET_BYTES, op="avg", accuracy="fast"):
+        if isinstance(bucket_bytes, bool):
+            raise TypeError("bucket_bytes must be an integer number of bytes, got bool")
+        try:
+            bucket_bytes = operator.index(bucket_bytes)
+        except TypeError:
+            raise TypeError(f"bucket_bytes must be an integer number of bytes, got "
+                            f"{type(bucket_bytes).__name__}") from None
+        if bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        comm._op(op)
+        comm._accuracy(accuracy)
+        self._comm, self._op, self._accuracy = comm, op, accuracy
+        self._arrays = list(arrays)
+        self._buffers = []
+        for i, a in enumerate(self._arrays):
+            buf = as_buffer(a, name=f"arrays[{i}]", writable=True)
+            if buf.memory != "host":
+                raise TypeError(f"arrays[{i}] is in {buf.memory} memory; GradientBuckets takes host memory for now")
+            self._buffers.append(buf)
+        self._buckets = self._pack(bucket_bytes)
+        self._slot = {}  # array index -> (bucket, byte offset)
+        self._slot_bytes = [None] * len(self._buffers)  # array index -> its bytes in its bucket
+        for bucket in self._buckets:
+            bucket.flat = np.empty(bucket.nbytes // bucket.dtype.itemsize, bucket.dtype)
+            raw, offset = bucket.flat.view(np.uint8), 0
+            for i in bucket.members:
+                self._slot[i] = (bucket, offset)
+                self._slot_bytes[i] = raw[offset:offset + self._buffers[i].nbytes]
+                offset += self._buffers[i].nbytes
+        self._array_bytes = [_bytes_of(buf) for buf in self._buffers]
+        self._viewed = set()  # arrays that live in their bucket (view(i)): never copied
+        self._reset()
+
+    def _pack(self, bucket_bytes):
+        """Reverse registration order, one open bucket per dtype; a bucket is closed when the next array would
+        take it past bucket_bytes. Buckets are numbered in the order they were opened."""
+        buckets, open_by_dtype = [], {}
+        for i in reversed(range(len(self._buffers))):
+            buf = self._buffers[i]
+            bucket = open_by_dtype.get(buf.dtype)
+            if bucket is None or (bucket.members and bucket.nbytes + buf.nbytes > bucket_bytes):
+                bucket = _Bucket(len(buckets), _numpy_dtype(buf.dtype, f"arrays[{i}]"))
+                open_by_dtype[buf.dtype] = bucket
+                buckets.append(bucket)
+            bucket.members.append(i)
+            bucket.nbytes += buf.nbytes
+        return buckets
+
+    def _reset(self):
+        self._ready = [False] * len(self._arrays)
+        self._missing = [len(b.members) for b in self._buckets]
+        self._next = 0  # the first bucket not started yet
+
+    @property
+    def bucket_count(self):
+        return len(self._buckets)
+
+    def bucket_of(self, i):
+        """The bucket number array i is packed into (buckets start in this order)."""
+        return self._slot[self._index(i)][0].number
+
+    def view(self, i):
+        """Move array i into its bucket: returns its place there, a NumPy array of its shape and dtype holding
+        its current values. From then on write array i's values into the view, not into arrays[i]: ready(i)
+        and wait() copy nothing for it, and after wait() the view holds the reduced values (DDP's
+        gradient_as_bucket_view). arrays[i] is no longer read or written."""
+        i = self._index(i)
+        bucket, offset = self._slot[i]
+        buf = self._buffers[i]
+        if i not in self._viewed:
+            np.copyto(self._slot_bytes[i], self._array_bytes[i])
+            self._viewed.add(i)
+        first = offset // bucket.dtype.itemsize
+        return bucket.flat[first:first + buf.count].reshape(np.shape(self._arrays[i]))
+
+    def _index(self, i):
+        i = operator.index(i)
+        if not 0 <= i < len(self._arrays):
+            raise IndexError(f"array index {i} out of range for {len(self._arrays)} arrays")
+        return i
+
+    def ready(self, i):
+        """Array i holds its final values for this step: copy it into its bucket and start every bucket that
+        is now complete, in bucket order."""
+        i = self._index(i)
+        if self._ready[i]:
+            raise ValueError(f"array {i} was already marked ready in this step")
+        self._ready[i] = True
+        if i not in self._viewed:
+            np.copyto(self._slot_bytes[i], self._array_bytes[i])
+        self._missing[self._slot[i][0].number] -= 1
+        self._start_ready_buckets()
+
+    def _start_ready_buckets(self):
+        while self._next < len(self._buckets) and self._missing[self._next] == 0:
+            bucket = self._buckets[self._next]
+            bucket.work = self._comm.all_reduce(bucket.flat, self._op, accuracy=self._accuracy, async_op=True)
+            self._next += 1
+
+    def wait(self):
+        """Finish the step: arrays not marked ready are taken as they are, every bucket is all-reduced, and the
+        results are copied back into the arrays (not into those that are view(i)). Raises the first bucket's
+        error, as a blocking all_reduce would."""
+        for i, done in enumerate(self._ready):
+            if not done:
+                self.ready(i)
+        try:
+            wait_all([b.work for b in self._buckets])
+        finally:
+            for b in self._buckets:
+                b.work = None
+            self._reset()
+        for i, (array_bytes, slot_bytes) in enumerate(zip(self._array_bytes, self._slot_bytes)):
+            if i not in self._viewed:
+                np.copyto(array_bytes, slot_bytes)

@@ -1,0 +1,22 @@
+"""`import pycoll.torch` registers "pycoll" as a torch.distributed backend for CPU tensors, so PyTorch's own
+`init_process_group("pycoll")`, `DistributedDataParallel` and `new_group` run over pycoll:
+
+    import torch.distributed as dist
+    import pycoll.torch  # noqa: F401 -- registers the backend
+    dist.init_process_group("pycoll")                  # under torchrun, or with MASTER_ADDR/PORT, RANK, ...
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+Each process group is a pycoll communicator (backend "cpu": shared memory on one host, else TCP) that meets
+through torch's own store. Collectives run as pycoll non-blocking collectives; their torch futures are
+completed by one Python thread per group, in call order (process_group.py). torch is an optional extra: the
+rest of pycoll never imports it.
+"""
+
+import torch.distributed as dist
+
+from pycoll.torch.process_group import BACKEND_NAME, PycollProcessGroup, create_process_group
+
+if BACKEND_NAME not in dist.Backend.backend_list:
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=["cpu"])
+
+__all__ = ["PycollProcessGroup", "BACKEND_NAME"]

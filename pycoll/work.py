@@ -1,0 +1,150 @@
+"""pycoll.Work, the handle a collective called with async_op=True returns, and pycoll.wait_all.
+
+The collective itself runs on the communicator's progress thread in C (native/comm/progress.c); a Work wraps
+the engine's handle (NativeWork for the host backends; CompletedHandle for engines that run the collective at
+call time) and adds what Python needs: the result, references to the arrays until the collective completes,
+and done-callbacks.
+
+When callbacks run: the progress thread never runs Python, so a callback runs in the Python thread that first
+sees the Work complete -- in wait(), is_completed(), exception() or wait_all() -- or at once, in
+add_done_callback() itself, when the Work has already completed. Each runs once, in the order added; one that
+raises is logged (logger "pycoll") and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from pycoll.errors import Timeout
+
+log = logging.getLogger("pycoll")
+
+
+class CompletedHandle:
+    """The handle of a collective that already ran (or failed) when it was called: what engines without a
+    progress thread (the vendor backends) return for async_op=True."""
+
+    def __init__(self, algorithm=None, error=None):
+        self.algorithm = algorithm
+        self._error = error
+
+    def wait(self, timeout):
+        return True
+
+    def done(self):
+        return True
+
+    def error(self):
+        return self._error
+
+
+def _timeout_seconds(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class Work:
+    """A collective started with async_op=True. It runs in the background, in call order with every other
+    collective on its communicator; its arrays must not be touched until it completes."""
+
+    def __init__(self, handle, result, keep, on_error=None):
+        """handle: the engine's (wait(timeout) -> bool, done(), error(), algorithm); result: what wait()
+        returns; keep: the arrays to keep alive until completion; on_error(exc): told once of a failure."""
+        self._handle = handle
+        self._result = result
+        self._keep = keep
+        self._on_error = on_error
+        self._callbacks = []
+        self._lock = threading.Lock()
+        self._finished = False
+        self._error = None
+
+    def __repr__(self):
+        state = "completed" if self._finished else "pending"
+        return f"<pycoll.Work {state}>"
+
+    def _observe(self):
+        """Once the handle is done: record the outcome, release the arrays, run the callbacks (once)."""
+        with self._lock:
+            if self._finished or not self._handle.done():
+                return self._finished
+            self._error = self._handle.error()
+            self._finished = True
+            self._keep = None
+            callbacks, self._callbacks = self._callbacks, []
+        if self._error is not None and self._on_error is not None:
+            self._on_error(self._error)
+        for fn in callbacks:
+            self._call(fn)
+        return True
+
+    def _call(self, fn):
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001 -- a callback's failure must not break the others or the waiter
+            log.exception("pycoll: a Work done-callback raised")
+
+    @property
+    def algorithm(self):
+        """The algorithm that ran (what "auto" chose), once completed; None before."""
+        return self._handle.algorithm
+
+    def wait(self, timeout=None):
+        """Wait for the collective and return its result (as the blocking call returns it), or raise its error
+        (as the blocking call raises it). With `timeout` (seconds), raise pycoll.Timeout if it has not
+        completed by then: the collective keeps running and the Work can be waited on again."""
+        seconds = _timeout_seconds(timeout)
+        if not self._finished and not self._handle.wait(seconds):
+            raise Timeout(f"Work.wait: the collective did not complete within {seconds} s; it is still running "
+                          f"(wait again, or close the communicator to cancel it)")
+        self._observe()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def is_completed(self):
+        """True once the collective has completed, successfully or not."""
+        return self._observe()
+
+    def exception(self):
+        """The exception the collective failed with, None if it succeeded or has not completed yet."""
+        self._observe()
+        return self._error
+
+    def add_done_callback(self, fn):
+        """Call fn(work) once the Work completes (see the module docstring for which thread runs it); at once
+        when it already has."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        with self._lock:
+            if not self._finished:
+                self._callbacks.append(fn)
+                return
+        self._call(fn)
+
+
+def wait_all(works, timeout=None):
+    """Wait for every Work and return their results in order; the first error (in the order given) is raised
+    after all have completed, so no collective is left running behind it. `timeout` bounds the whole wait."""
+    works = list(works)
+    for w in works:
+        if not isinstance(w, Work):
+            raise TypeError(f"works must hold pycoll.Work objects, got {type(w).__name__}")
+    seconds = _timeout_seconds(timeout)
+    end = None if seconds is None else time.monotonic() + seconds
+    for w in works:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not w._finished and not w._handle.wait(left):
+            raise Timeout(f"wait_all: not every collective completed within {seconds} s; they are still running")
+        w._observe()
+    for w in works:
+        if w._error is not None:
+            raise w._error
+    return [w._result for w in works]

@@ -1,0 +1,74 @@
+"""pycoll.GradientBuckets: packing (reverse order, one dtype per bucket, the size bound), argument checks, and
+across real processes the same results as per-array all-reduces, with ready() called in a different order on
+every rank."""
+
+import numpy as np
+import pytest
+
+import pycoll
+from multiproc import Ranks, free_port
+
+
+@pytest.fixture(scope="module")
+def single():
+    comm = pycoll.init(rank=0, world_size=1, master_port=free_port())
+    yield comm
+    comm.close()
+
+
+def test_arrays_are_packed_in_reverse_order_one_dtype_per_bucket_within_the_size(single):
+    arrays = [np.zeros(10, np.float32), np.zeros(10, np.int64), np.zeros(10, np.float32),
+              np.zeros(30, np.float32), np.zeros(10, np.float32)]
+    b = pycoll.GradientBuckets(single, arrays, bucket_bytes=80)
+    # Reverse order: array 4 opens float32 bucket 0, 3 would take it to 160 bytes so opens bucket 1 (alone: it
+    # is larger than the bound), 2 opens bucket 2, 1 opens the int64 bucket 3, 0 joins bucket 2.
+    assert [b.bucket_of(i) for i in range(5)] == [2, 3, 2, 1, 0]
+    assert b.bucket_count == 4
+
+
+def test_a_bucket_starts_only_when_its_arrays_and_every_earlier_bucket_are_ready(single):
+    arrays = [np.full(4, i, np.float64) for i in range(4)]
+    b = pycoll.GradientBuckets(single, arrays, bucket_bytes=32)  # one array per bucket, bucket k = array 3 - k
+    b.ready(0)  # the last bucket: must wait for the three before it
+    assert b._next == 0
+    b.ready(3)
+    assert b._next == 1
+    b.ready(1), b.ready(2)
+    assert b._next == 4
+    b.wait()
+    assert all(np.array_equal(a, np.full(4, i, np.float64)) for i, a in enumerate(arrays))
+
+
+def test_bad_arguments_are_named(single):
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        pycoll.GradientBuckets(single, [np.zeros(3)], bucket_bytes=0)
+    with pytest.raises(TypeError, match="bucket_bytes"):
+        pycoll.GradientBuckets(single, [np.zeros(3)], bucket_bytes=1.5)
+    with pytest.raises(ValueError, match="op"):
+        pycoll.GradientBuckets(single, [np.zeros(3)], op="mean")
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match=r"arrays\[1\] is read-only"):
+        pycoll.GradientBuckets(single, [np.zeros(3), ro])
+    b = pycoll.GradientBuckets(single, [np.zeros(3)])
+    b.ready(0)
+    with pytest.raises(ValueError, match="already marked ready"):
+        b.ready(0)
+    with pytest.raises(IndexError):
+        b.ready(1)
+    b.wait()
+
+
+def test_default_bucket_size_is_the_contract_s():
+    assert pycoll.buckets.DEFAULT_BUCKET_BYTES == 25 << 20
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n, bucket_bytes", [(2, 4096), (3, 300), (4, 25 << 20)])
+def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_bytes, monkeypatch):
+    monkeypatch.setenv("PYCOLL_BACKEND", "shm")
+    with Ranks(n, "buckets_worker.py", env={"TEST_BUCKET_BYTES": str(bucket_bytes)}) as ranks:
+        reports = ranks.reports()
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+    assert len({rep["buckets"] for rep in reports.values()}) == 1
