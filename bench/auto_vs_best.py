@@ -1,0 +1,102 @@
+"""How close auto comes to the best algorithm, measured in one run: for each backend and world size, every
+algorithm the backend has (auto among them) at every size, float32 sum; then, per size, auto's time against the
+fastest algorithm's. Issue #12's target: within 1.15x at every size from 4 B to 64 MiB at 2 and 4 ranks.
+
+    python bench/auto_vs_best.py [--backends shm,tcp] [--worlds 2,4] [--runs 3] [-b 4] [-e 64M] [-f 4]
+                                 [--out bench/results/auto_choice.md]
+
+Each run is one `pycoll bench --algorithm all` job per (backend, world); a cell is the median over runs of the
+slowest rank's median time. Auto and the algorithm it picked are separate measurements of the same schedule, so
+a ratio a little above 1 can be noise: the table says which algorithm auto ran, so such a row can be read.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
+
+TARGET = 1.15
+
+
+def run_once(backend, world, args, json_path):
+    cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "--backend", backend, "--algorithm", "all",
+           "-b", args.b, "-e", args.e, "-f", str(args.f), "-d", "float32", "-o", "sum", "--json", str(json_path)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
+    if proc.returncode != 0:
+        print(proc.stdout)
+        raise SystemExit(f"pycoll bench exited with {proc.returncode}")
+    return json.loads(Path(json_path).read_text()), "python -m pycoll " + " ".join(cmd[3:-2])
+
+
+def table(backend, world, runs):
+    """Markdown rows for one (backend, world), and the worst auto/best ratio."""
+    times, picked = {}, {}
+    for rows in runs:
+        for r in rows:
+            times.setdefault((r["bytes"], r["algorithm"]), []).append(r["time_us"])
+            if r["algorithm"] == "auto":
+                picked.setdefault(r["bytes"], set()).add(r.get("picked") or "?")
+    lines = [f"### backend {backend}, {world} ranks (us, median of {len(runs)} runs)", "",
+             "| size | best | best (us) | auto ran | auto (us) | auto / best |", "|---:|---|---:|---|---:|---:|"]
+    worst = 0.0
+    for nbytes in sorted({b for b, _ in times}):
+        med = {a: statistics.median(t) for (b, a), t in times.items() if b == nbytes}
+        auto = med.pop("auto")
+        best = min(med, key=med.get)
+        ratio = auto / med[best]
+        worst = max(worst, ratio)
+        mark = "" if ratio <= TARGET else " **over**"
+        lines.append(f"| {_fmt_size(nbytes)} | {best} | {med[best]:.1f} | {'/'.join(sorted(picked[nbytes]))} | "
+                     f"{auto:.1f} | {ratio:.2f}{mark} |")
+    return lines, worst
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backends", default="shm,tcp")
+    p.add_argument("--worlds", default="2,4")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("-b", default="4")
+    p.add_argument("-e", default="64M")
+    p.add_argument("-f", type=int, default=4)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "auto_choice.md"))
+    args = p.parse_args()
+    load_before = os.getloadavg()
+    started = time.time()
+    sections, summary, commands = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in args.backends.split(","):
+            for world in map(int, args.worlds.split(",")):
+                runs = []
+                for i in range(args.runs):
+                    rows, cmd = run_once(backend, world, args, Path(tmp) / f"{backend}{world}-{i}.json")
+                    runs.append(rows)
+                commands.append(cmd)
+                lines, worst = table(backend, world, runs)
+                sections += lines + [""]
+                summary.append(f"- {backend}, {world} ranks: worst auto / best {worst:.2f} "
+                               f"({'within' if worst <= TARGET else 'over'} {TARGET}x)")
+                print(summary[-1], flush=True)
+    load_after = os.getloadavg()
+    text = "\n".join([
+        "# auto against the best algorithm, one host", "",
+        f"Produced by `python bench/auto_vs_best.py --backends {args.backends} --worlds {args.worlds} "
+        f"--runs {args.runs} -b {args.b} -e {args.e} -f {args.f}` in {time.time() - started:.0f} s; each job:", "",
+        *[f"    {c}" for c in commands], "",
+        machine(), f"- Load average (1/5/15 min): {load_before[0]:.1f} / {load_before[1]:.1f} / "
+        f"{load_before[2]:.1f} before, {load_after[0]:.1f} after.", "",
+        *summary, "", *sections])
+    Path(args.out).write_text(text + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
