@@ -13,8 +13,9 @@ extern "C" {
 /* A transport sets ops->version to the PYCOLL_P2P_VERSION it was built against; pycoll_comm_create refuses
  * any other (the struct layouts below differ between versions).
  * 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize.
- * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns. */
-#define PYCOLL_P2P_VERSION 3
+ * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns.
+ * 4: ops carry an optional progress (a wait's one non-blocking pass), for transports composed of others. */
+#define PYCOLL_P2P_VERSION 4
 #define PYCOLL_ERROR_LEN 512
 
 /* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
@@ -94,6 +95,15 @@ typedef struct pycoll_p2p_ops {
      * PYCOLL_ERR_MISMATCH (p2p->error naming both sides) when a peer's history differs or a peer's message was
      * never received; peers that are gone or slower than the deadline are not an error here. */
     pycoll_status_t (*finalize)(pycoll_p2p_t *p2p, int64_t deadline_ns);
+    /* Optional, since version 4 (NULL: the transport can only be driven by its own wait). One pass of wait
+     * that never blocks, so that a transport made of several (native/transport/routed_transport.c) can wait
+     * on all of them at once: move whatever can move with every peer (ABORT, GOODBYE and STATE frames
+     * included), check that peers still live; with started_ns the time the caller's wait began, tell the
+     * peers of the pending requests among reqs[0..n) which collective this rank waits in once
+     * PYCOLL_PROBE_AFTER_NS (common/frame.h) has passed, and fail with PYCOLL_ERR_TIMEOUT naming them once
+     * p2p->deadline_ns has. Returns 1 if anything moved, else 0. An error is left in p2p->status, not
+     * aborted: the caller aborts. Sleeping, yielding and the interrupt check are the caller's. */
+    int (*progress)(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns);
 } pycoll_p2p_ops_t;
 
 struct pycoll_p2p {
