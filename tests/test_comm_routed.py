@@ -4,10 +4,6 @@ each host and TCP between them in one job (native/transport/routed_transport.c) 
 path does except the network namespaces of test_multihost_netns.py. The fault and mismatch scenarios are
 test_comm_tcp.py's: across the two transports they must behave exactly as over one."""
 
-import os
-import signal
-import time
-
 import pytest
 
 import test_comm_tcp as over_tcp
@@ -63,7 +59,7 @@ def test_hierarchical_runs_its_host_phases_over_shared_memory(no_segment_left):
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_named_by_local_and_remote_ranks_within_2s(algorithm, no_segment_left):
     """Rank 2 is killed: rank 3 shares its host (shared memory, pidfd), ranks 0 and 1 reach it over TCP."""
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s(algorithm)
+    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
 
 
 @pytest.mark.timeout(60)
@@ -83,13 +79,4 @@ def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, t
 @pytest.mark.timeout(60)
 def test_ctrl_c_interrupts_a_collective_blocked_on_both_transports():
     """Rank 0 waits for rank 1 (shared memory) and rank 2 (TCP), which join much later."""
-    with Ranks(3, "comm_worker.py", "interrupt", timeout=60) as ranks:
-        ranks.wait_ready([0])
-        time.sleep(0.3)
-        sent = time.monotonic()
-        os.kill(ranks.procs[0].pid, signal.SIGINT)
-        report = ranks.reports([0], deadline_s=20)[0]
-        took = time.monotonic() - sent
-    assert report.get("error") == "KeyboardInterrupt", report
-    assert report["transport"] == "shm+tcp", report
-    assert took < 2.0, took  # not the 60 s deadline
+    assert over_tcp.interrupt_a_blocked_rank(3)["transport"] == "shm+tcp"

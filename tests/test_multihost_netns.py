@@ -1,12 +1,9 @@
 """Jobs across several hosts on one machine (network namespaces, tests/netns_hosts.py). Needs root and
 iproute2; only the namespaces' own addresses are used."""
 
-import os
-import signal
-import time
-
 import pytest
 
+import test_comm_tcp as over_tcp
 from multiproc import Ranks
 from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts
 from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
@@ -68,19 +65,8 @@ def test_killed_rank_is_named_on_its_host_and_across_the_network(hosts, victim, 
     """Ranks 0, 1 on host 0 and 2, 3 on host 1: each survivor, local to the victim or not, raises PeerFailure
     naming it within 2 s."""
     placement = [0, 0, 1, 1]
-    with Ranks(4, "comm_worker.py", "loop", master_addr=f"{SUBNET}.1", timeout=60,
-               wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
-        ranks.wait_ready(range(4))
-        time.sleep(0.5)
-        killed_at = time.monotonic()
-        os.kill(ranks.procs[victim].pid, signal.SIGKILL)
-        survivors = [r for r in range(4) if r != victim]
-        reports = ranks.reports(survivors, deadline_s=20)
-        detected = time.monotonic() - killed_at
-    for r, rep in reports.items():
-        assert (rep.get("error"), rep["failed_rank"]) == ("PeerFailure", victim), (r, rep)
-        assert f"rank {victim}" in rep["message"], rep
-    assert detected < 2.0 + 1.5, f"survivors took {detected:.2f} s to exit"  # 2 s budget + process exit
+    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(
+        victim, 4, master_addr=f"{SUBNET}.1", wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]])
 
 
 def _hierarchical_job(hosts, placement, env=None):

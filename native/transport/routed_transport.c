@@ -174,12 +174,17 @@ static pycoll_status_t routed_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
     return PYCOLL_OK;
 }
 
+static void destroy_children(int32_t n_children, pycoll_p2p_t *const *children)
+{
+    for (int32_t c = 0; c < n_children; c++)
+        if (children[c])
+            children[c]->ops->destroy(children[c]);
+}
+
 static void routed_destroy(pycoll_p2p_t *p2p)
 {
     routed_transport_t *t = impl(p2p);
-    for (int32_t c = 0; c < t->n_children; c++)
-        if (t->children[c])
-            t->children[c]->ops->destroy(t->children[c]);
+    destroy_children(t->n_children, t->children);
     free(t->children);
     free(t->route);
     free(t);
@@ -195,13 +200,6 @@ static const pycoll_p2p_ops_t routed_ops = {
     .finalize = routed_finalize,
     .progress = NULL, /* a composite of composites is not needed */
 };
-
-static void destroy_children(int32_t n_children, pycoll_p2p_t *const *children)
-{
-    for (int32_t c = 0; c < n_children; c++)
-        if (children[c])
-            children[c]->ops->destroy(children[c]);
-}
 
 /* Why these children cannot make one transport, or NULL. */
 static const char *check_children(int32_t n_children, pycoll_p2p_t *const *children, const int32_t *route,
