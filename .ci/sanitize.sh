@@ -21,6 +21,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd "$root/tests"
 # The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype; the
 # hierarchical one over simulated hosts, through its group views), and the
-# TCP and shared-memory transports with real processes (faults, mismatches, the checked close).
+# TCP and shared-memory transports with real processes (faults, mismatches, the checked close), alone and
+# together (per-pair transports on faked hosts).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py test_comm_tcp.py \
-  test_comm_shm.py "$@"
+  test_comm_shm.py test_comm_routed.py "$@"
