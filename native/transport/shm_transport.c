@@ -89,6 +89,7 @@ typedef struct shm_transport {
     int said_goodbye;
     int aborted;
     int64_t next_liveness_ns; /* shm_progress: when it next checks that peers live */
+    int64_t probed_wait;      /* shm_progress: the start of the last wait whose peers were probed */
 } shm_transport_t;
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -420,7 +421,10 @@ static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
     int64_t now = pycoll_now_ns();
     if (now - started_ns >= PYCOLL_PROBE_AFTER_NS) {
         t->waiting_for = waited;
-        pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
+        if (t->probed_wait != started_ns) {
+            t->probed_wait = started_ns; /* once per wait, as shm_wait */
+            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
+        }
     }
     if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
         pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);

@@ -62,6 +62,7 @@ typedef struct tcp_transport {
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
+    int64_t probed_wait;  /* tcp_progress: the start of the last wait whose peers were probed */
 } tcp_transport_t;
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
@@ -484,8 +485,13 @@ static int tcp_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
     if (waited < 0)
         return 0;
     int64_t now = pycoll_now_ns();
-    if (now - started_ns >= PROBE_AFTER_NS)
-        probe_peers(t, reqs, n);
+    if (now - started_ns >= PROBE_AFTER_NS) {
+        t->waiting_for = waited;
+        if (t->probed_wait != started_ns) {
+            t->probed_wait = started_ns; /* once per wait, as tcp_wait */
+            probe_peers(t, reqs, n);
+        }
+    }
     if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
         fail_timeout(t, reqs, n);
     return 0;
