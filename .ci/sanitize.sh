@@ -24,4 +24,4 @@ cd "$root/tests"
 # TCP and shared-memory transports with real processes (faults, mismatches, the checked close), alone and
 # together (per-pair transports on faked hosts).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py test_comm_tcp.py \
-  test_comm_shm.py test_comm_routed.py "$@"
+  test_comm_shm.py test_comm_routed.py test_routed_transport.py "$@"
