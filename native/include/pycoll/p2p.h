@@ -98,11 +98,13 @@ typedef struct pycoll_p2p_ops {
     /* Optional, since version 4 (NULL: the transport can only be driven by its own wait). One pass of wait
      * that never blocks, so that a transport made of several (native/transport/routed_transport.c) can wait
      * on all of them at once: move whatever can move with every peer (ABORT, GOODBYE and STATE frames
-     * included), check that peers still live; with started_ns the time the caller's wait began, tell the
-     * peers of the pending requests among reqs[0..n) which collective this rank waits in once
-     * PYCOLL_PROBE_AFTER_NS (common/frame.h) has passed, and fail with PYCOLL_ERR_TIMEOUT naming them once
-     * p2p->deadline_ns has. Returns 1 if anything moved, else 0. An error is left in p2p->status, not
-     * aborted: the caller aborts. Sleeping, yielding and the interrupt check are the caller's. */
+     * included) and check that peers still live. reqs[0..n) is the caller's whole wait, also requests that
+     * other transports carry (their peers are absent here), and started_ns when it began: once
+     * PYCOLL_PROBE_AFTER_NS (common/frame.h) has passed, tell the peers waited for which collective this rank
+     * is in and whom it waits for; once p2p->deadline_ns has, fail with PYCOLL_ERR_TIMEOUT if the first
+     * pending request is this transport's. Returns 1 if anything moved, else 0. An error is left in
+     * p2p->status, not aborted: the caller aborts. Sleeping, yielding and the interrupt check are the
+     * caller's. */
     int (*progress)(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns);
 } pycoll_p2p_ops_t;
 
