@@ -20,8 +20,10 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # From tests/, so the sanitized install is imported rather than the source folder.
 cd "$root/tests"
 # The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype; the
-# hierarchical one over simulated hosts, through its group views), the TCP and shared-memory transports and the
-# shared-memory collectives with real processes (faults, mismatches, the checked close), and the progress thread
-# of non-blocking collectives (native/comm/progress.c) with real processes.
+# hierarchical one over simulated hosts, through its group views), the TCP and shared-memory transports, alone
+# and together (per-pair transports on faked hosts), and the shared-memory collectives with real processes
+# (faults, mismatches, the checked close), and the progress thread of non-blocking collectives
+# (native/comm/progress.c) with real processes.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
-  test_comm_tcp.py test_comm_shm.py test_shm_collectives.py test_async.py test_work.py test_buckets.py "$@"
+  test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
+  test_async.py test_work.py test_buckets.py "$@"

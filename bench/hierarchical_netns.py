@@ -114,6 +114,7 @@ def main():
     auto_ran = sorted({rep["auto_ran"] for job in jobs for rep in job})
     rows = [f"| {name} | {med[name] * 1e3:.1f} | {' / '.join(f'{t * 1e3:.1f}' for t in per_job[name])} | "
             f"{med[name] / med['ring']:.2f} |" for name in ALGORITHMS]
+    transport = jobs[0][0]["transport"]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     doc = ["# Hierarchical all-reduce across two rate-limited hosts", "",
            f"Produced by `python bench/hierarchical_netns.py --rate {args.rate} --burst {args.burst} "
@@ -123,8 +124,8 @@ def main():
            f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.", "",
            f"Setup: two network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py); on each "
            f"host `tc qdisc add dev eth0 root {' '.join(tbf)}` (netem is not in this kernel). Ranks 0, 1 on host 0, "
-           f"ranks 2, 3 on host 1 (backend cpu: {jobs[0][0]['transport']} for the whole job, so the two ranks of a "
-           f"host talk over loopback TCP). {args.mib} MiB float32 sum, out of place, integer-valued data checked "
+           f"ranks 2, 3 on host 1 (backend cpu, transport {transport}: the two ranks of a host talk over "
+           f"{'shared memory' if 'shm' in transport else 'loopback TCP'}). {args.mib} MiB float32 sum, out of place, integer-valued data checked "
            f"exactly on every rank.", "",
            f"Method: {args.jobs} jobs; in each, {args.repeats} rounds of ring, hierarchical, auto interleaved, each call "
            "after a barrier; a call's time is the slowest rank's. Per job the median of its rounds, then the median "

@@ -86,16 +86,15 @@ def test_close_waits_for_a_slow_rank_at_most_the_linger():
     assert reports[0]["close_s"] < 0.5, reports[0]  # the others' goodbyes were waiting
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["ring", "mesh"])
-def test_killed_peer_is_reported_by_every_rank_within_2s(algorithm):
-    victim = 2
-    with Ranks(4, "comm_worker.py", "loop", env={"TEST_ALGORITHM": algorithm}, timeout=60) as ranks:
-        ranks.wait_ready(range(4))
+def check_killed_peer_is_reported_by_every_rank_within_2s(victim, world, **ranks_options):
+    """Ranks run collectives in a loop; `victim` is killed with SIGKILL: every survivor raises PeerFailure
+    naming it within 2 s. ranks_options: Ranks' (env, wrap, master_addr)."""
+    with Ranks(world, "comm_worker.py", "loop", timeout=60, **ranks_options) as ranks:
+        ranks.wait_ready(range(world))
         time.sleep(0.5)
         killed_at = time.monotonic()
         os.kill(ranks.procs[victim].pid, signal.SIGKILL)
-        survivors = [r for r in range(4) if r != victim]
+        survivors = [r for r in range(world) if r != victim]
         reports = ranks.reports(survivors, deadline_s=20)
         detected = time.monotonic() - killed_at
     for r, rep in reports.items():
@@ -104,6 +103,12 @@ def test_killed_peer_is_reported_by_every_rank_within_2s(algorithm):
         assert f"rank {victim}" in rep["message"], rep
         assert rep["after"].startswith("CommunicatorClosed"), rep
     assert detected < 2.0 + 1.5, f"survivors took {detected:.2f} s to exit"  # 2 s budget + process exit
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "mesh"])
+def test_killed_peer_is_reported_by_every_rank_within_2s(algorithm):
+    check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
 
 
 @pytest.mark.timeout(60)
@@ -155,9 +160,10 @@ def test_peer_that_closes_its_communicator_is_named_quickly():
         assert rep["elapsed"] < 2.0 + 1.0, rep  # includes start-up
 
 
-@pytest.mark.timeout(60)
-def test_ctrl_c_interrupts_a_blocked_collective_promptly():
-    with Ranks(2, "comm_worker.py", "interrupt", timeout=60) as ranks:
+def interrupt_a_blocked_rank(world):
+    """Rank 0 blocks in a collective the others join much later; SIGINT reaches it there. Returns its report
+    after checking it raised KeyboardInterrupt promptly."""
+    with Ranks(world, "comm_worker.py", "interrupt", timeout=60) as ranks:
         ranks.wait_ready([0])
         time.sleep(0.3)
         sent = time.monotonic()
@@ -166,3 +172,9 @@ def test_ctrl_c_interrupts_a_blocked_collective_promptly():
         took = time.monotonic() - sent
     assert report.get("error") == "KeyboardInterrupt", report
     assert took < 2.0, took  # not the 60 s deadline
+    return report
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_blocked_collective_promptly():
+    interrupt_a_blocked_rank(2)

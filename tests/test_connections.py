@@ -31,8 +31,9 @@ def server():
     store.close()
 
 
-def _mesh_in_threads(port, world, *, job_ids=None, secrets=None, timeout=10.0, prefix="m"):
-    """Runs connect_mesh on one thread per rank; returns (per-rank socket lists, per-rank exceptions)."""
+def _mesh_in_threads(port, world, *, job_ids=None, secrets=None, timeout=10.0, prefix="m", reaches=None):
+    """Runs connect_mesh on one thread per rank (reaches[rank]: its reach); returns (per-rank socket lists,
+    per-rank exceptions)."""
     results, errors = [None] * world, [None] * world
 
     def rank_body(rank):
@@ -40,7 +41,8 @@ def _mesh_in_threads(port, world, *, job_ids=None, secrets=None, timeout=10.0, p
             with TCPStore(HOST, port, is_server=False, timeout=timeout) as store:
                 results[rank] = connect_mesh(
                     store, rank, world, job_id=(job_ids or ["job"] * world)[rank],
-                    secret=(secrets or [b"key"] * world)[rank], timeout=timeout, bind_addr=HOST, prefix=prefix)
+                    secret=(secrets or [b"key"] * world)[rank], timeout=timeout, bind_addr=HOST, prefix=prefix,
+                    reach=reaches[rank] if reaches else None)
         except Exception as exc:  # noqa: BLE001 -- inspected by the test
             errors[rank] = exc
 
@@ -91,6 +93,24 @@ def test_mesh_of_threads_and_socket_options(server):
             for peer, sock in enumerate(socks):
                 if sock is not None:
                     assert sock.recv(2) == bytes([peer, rank])
+    finally:
+        _close(results)
+
+
+def test_mesh_between_hosts_connects_only_ranks_of_different_hosts(server):
+    """The cpu backend's TCP part: ranks 0, 1 on one host and 2, 3 on another connect across only."""
+    host_of = [0, 0, 1, 1]
+    reaches = [[p for p in range(4) if host_of[p] != host_of[r]] for r in range(4)]
+    results, errors = _mesh_in_threads(server.port, 4, reaches=reaches)
+    assert errors == [None] * 4
+    try:
+        for rank, socks in enumerate(results):
+            assert [p for p, sock in enumerate(socks) if sock is not None] == reaches[rank]
+            for peer in reaches[rank]:
+                socks[peer].sendall(bytes([rank, peer]))
+        for rank, socks in enumerate(results):
+            for peer in reaches[rank]:
+                assert socks[peer].recv(2) == bytes([peer, rank])
     finally:
         _close(results)
 

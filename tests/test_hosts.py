@@ -23,10 +23,11 @@ def test_hosts_are_numbered_by_lowest_rank_and_local_ranks_follow_rank_order():
     assert [(h.local_rank, h.local_size) for h in hosts] == [(0, 2), (0, 2), (1, 2), (0, 1), (1, 2)]
 
 
-def test_cpu_picks_shared_memory_on_one_host_and_tcp_across_hosts():
+def test_cpu_picks_shared_memory_within_a_host_and_tcp_between_hosts():
     cpu = CpuBackend()
     assert cpu.transport(Hosts.from_identities(["h"] * 4, 0)) == "shm"
-    assert cpu.transport(Hosts.from_identities(["h", "h", "g"], 0)) == "tcp"
+    assert cpu.transport(Hosts.from_identities(["h", "h", "g"], 0)) == "shm+tcp"
+    assert cpu.transport(Hosts.from_identities(["h", "g", "f"], 0)) == "tcp"  # no two ranks share a host
 
 
 def test_shm_across_hosts_is_a_clear_error_naming_the_ranks_elsewhere():

@@ -3,8 +3,10 @@ iproute2; only the namespaces' own addresses are used."""
 
 import pytest
 
+import test_comm_tcp as over_tcp
 from multiproc import Ranks
 from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts
+from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
 
@@ -39,10 +41,32 @@ def test_interface_chosen_by_name_and_two_ranks_per_host(hosts):
                wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
         reports = ranks.reports()
     assert all(rep.get("ok") for rep in reports.values()), reports
-    # Ranks 0 and 3 share host 0: its local ranks 0 and 1; the job still runs over TCP (one transport per job).
+    # Ranks 0 and 3 share host 0: its local ranks 0 and 1, joined by shared memory, TCP to the other hosts.
     assert [(reports[r]["local_rank"], reports[r]["local_size"]) for r in range(4)] == [(0, 2), (0, 1), (0, 1),
                                                                                           (1, 2)], reports
-    assert all(rep["hosts"] == 3 and rep["transport"] == "tcp" for rep in reports.values()), reports
+    assert all(rep["hosts"] == 3 and rep["transport"] == "shm+tcp" for rep in reports.values()), reports
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_two_hosts_of_two_ranks_run_shared_memory_within_and_tcp_between(hosts, no_segment_left):
+    """The default backend's per-pair transports: every collective and algorithm exact."""
+    placement = [0, 0, 1, 1]
+    with Ranks(4, "comm_worker.py", "collectives", master_addr=f"{SUBNET}.1",
+               wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]]) as ranks:
+        reports = ranks.reports()
+    assert all(rep.get("ok") for rep in reports.values()), reports
+    for rep in reports.values():
+        assert (rep["backend"], rep["transport"], rep["hosts"], rep["local_size"]) == ("cpu", "shm+tcp", 2, 2)
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+@pytest.mark.parametrize("victim", [1, 2])
+def test_killed_rank_is_named_on_its_host_and_across_the_network(hosts, victim, no_segment_left):
+    """Ranks 0, 1 on host 0 and 2, 3 on host 1: each survivor, local to the victim or not, raises PeerFailure
+    naming it within 2 s."""
+    placement = [0, 0, 1, 1]
+    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(
+        victim, 4, master_addr=f"{SUBNET}.1", wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]])
 
 
 def _hierarchical_job(hosts, placement, env=None):
@@ -52,6 +76,7 @@ def _hierarchical_job(hosts, placement, env=None):
     assert all(rep.get("ok") for rep in reports.values()), reports
     assert len({rep["digest"] for rep in reports.values()}) == 1, "float results differ between ranks"
     assert all(rep["hosts"] == len(set(placement)) for rep in reports.values()), reports
+    assert all(rep["transport"] == "shm+tcp" for rep in reports.values()), reports  # host phases: shared memory
     return reports
 
 

@@ -87,6 +87,9 @@ pycoll_status_t pycoll_frame_check_peer(pycoll_p2p_t *p2p, int32_t r, peer_state
 {
     if (state == PEER_DEAD)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d is gone", (int)r);
+    if (state == PEER_ABSENT)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, r, "rank %d is not reachable over the %s transport of "
+                               "rank %d", (int)r, p2p->ops->name, (int)p2p->rank);
     if (state == PEER_DEPARTED)
         return pycoll_frame_departed_needed(p2p, r, last, ", but rank %d still needs it");
     return PYCOLL_OK;

@@ -18,8 +18,10 @@
 
 enum pycoll_frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4 };
 
-/* Where a message transport stands with a peer: talking, said GOODBYE, or gone (closed, died, aborted). */
-typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD } peer_state_t;
+/* Where a message transport stands with a peer: talking, said GOODBYE, or gone (closed, died, aborted); or
+ * absent: a rank of the job that another transport reaches (routed_transport.c), never posted to, probed,
+ * told or waited for here. */
+typedef enum peer_state { PEER_OPEN, PEER_DEPARTED, PEER_DEAD, PEER_ABSENT } peer_state_t;
 
 typedef struct pycoll_frame_header {
     uint32_t magic;

@@ -91,6 +91,11 @@ struct shm_transport {
     int32_t waiting_for;
     int said_goodbye;
     int aborted;
+    /* This transport's ops: shm_ops, without the native collectives when some peers are absent (they run
+     * over every rank of the job, and a job spread over hosts reaches the absent ones another way). */
+    pycoll_p2p_ops_t ops;
+    int64_t next_liveness_ns; /* shm_progress: when it next checks that peers live */
+    int64_t probed_wait;      /* shm_progress: the start of the last wait whose peers were probed */
 };
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -447,6 +452,37 @@ static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     return shm_wait_until(impl(p2p), &cond);
 }
 
+/* ops->progress (p2p.h): one pass of shm_wait that never sleeps. reqs may include requests to peers another
+ * transport reaches (absent here): they count for whom this rank waits, and their owner reports their timeout. */
+static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns)
+{
+    shm_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK)
+        return 0;
+    check_parked_headers(t);
+    if (progress_all(t))
+        return 1;
+    const int32_t waited = pycoll_first_pending_peer(reqs, n);
+    t->waiting_for = -1;
+    if (waited < 0 || p2p->status != PYCOLL_OK)
+        return 0;
+    int64_t now = pycoll_now_ns();
+    if (now - started_ns >= PYCOLL_PROBE_AFTER_NS) {
+        t->waiting_for = waited;
+        if (t->probed_wait != started_ns) {
+            t->probed_wait = started_ns; /* once per wait, as shm_wait */
+            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
+        }
+    }
+    if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
+        pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
+    if (now >= t->next_liveness_ns) {
+        t->next_liveness_ns = now + LIVENESS_EVERY_NS;
+        check_liveness(t);
+    }
+    return 0;
+}
+
 /* ---- closing ---- */
 
 /* Mark every ring this rank writes closed, once: as over TCP, where nothing is read after a GOODBYE, an ABORT
@@ -565,6 +601,7 @@ static const pycoll_p2p_ops_t shm_ops = {
     .destroy = shm_destroy,
     .finalize = shm_finalize,
     .native = &shm_native_collectives,
+    .progress = shm_progress,
 };
 
 /* ---- set-up ---- */
@@ -620,7 +657,8 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
         free(peers);
         return NULL;
     }
-    t->base.ops = &shm_ops;
+    t->ops = shm_ops;
+    t->base.ops = &t->ops;
     t->base.rank = rank;
     t->base.size = size;
     t->base.failed_rank = -1;
@@ -633,6 +671,11 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
         if (r == rank)
             continue;
         shm_peer_t *peer = &peers[r];
+        if (segment_fds[r] < 0) {
+            peer->state = PEER_ABSENT; /* on another host: another transport reaches it */
+            t->ops.native = NULL;
+            continue;
+        }
         peer->in_map = map_ring(segment_fds[rank], r, ring_bytes, &peer->in);
         peer->out_map = map_ring(segment_fds[r], rank, ring_bytes, &peer->out);
         if (!peer->in_map || !peer->out_map) {
@@ -646,6 +689,8 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
             peer->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pids[r], 0);
 #endif
     }
+    if (t->ops.native == NULL)
+        return &t->base; /* some peers absent: no native collectives (see ops) */
     t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), ring_bytes, error,
                                     error_len);
     if (!t->coll) {

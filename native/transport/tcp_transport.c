@@ -62,6 +62,7 @@ typedef struct tcp_transport {
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
+    int64_t probed_wait;  /* tcp_progress: the start of the last wait whose peers were probed */
 } tcp_transport_t;
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
@@ -395,6 +396,20 @@ static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int 
     pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
 }
 
+/* Act on what epoll reported: input (or a hang-up) to read, room to write. */
+static void on_events(tcp_transport_t *t, const struct epoll_event *events, int k)
+{
+    for (int i = 0; i < k && t->base.status == PYCOLL_OK; i++) {
+        int r = (int)events[i].data.u32;
+        if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+            t->peers[r].readable = 1;
+            progress_recv(t, r);
+        }
+        if (t->base.status == PYCOLL_OK && (events[i].events & EPOLLOUT))
+            progress_send(t, r);
+    }
+}
+
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     tcp_transport_t *t = impl(p2p);
@@ -437,15 +452,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
                             (int)p2p->rank);
             break;
         }
-        for (int i = 0; i < k && p2p->status == PYCOLL_OK; i++) {
-            int r = (int)events[i].data.u32;
-            if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-                t->peers[r].readable = 1;
-                progress_recv(t, r);
-            }
-            if (p2p->status == PYCOLL_OK && (events[i].events & EPOLLOUT))
-                progress_send(t, r);
-        }
+        on_events(t, events, k);
     }
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
@@ -453,6 +460,41 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         return p2p->status;
     }
     return PYCOLL_OK;
+}
+
+/* ops->progress (p2p.h): one pass of tcp_wait that never sleeps. reqs may include requests to peers another
+ * transport reaches (absent here): they count for whom this rank waits, and their owner reports their timeout. */
+static int tcp_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns)
+{
+    tcp_transport_t *t = impl(p2p);
+    struct epoll_event events[64];
+    if (p2p->status != PYCOLL_OK || t->epfd < 0)
+        return 0;
+    check_parked_headers(t);
+    int k = epoll_wait(t->epfd, events, 64, 0);
+    if (k < 0 && errno != EINTR) {
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
+        return 0;
+    }
+    if (k > 0) {
+        on_events(t, events, k);
+        return 1;
+    }
+    const int32_t waited = pycoll_first_pending_peer(reqs, n);
+    t->waiting_for = -1;
+    if (waited < 0)
+        return 0;
+    int64_t now = pycoll_now_ns();
+    if (now - started_ns >= PROBE_AFTER_NS) {
+        t->waiting_for = waited;
+        if (t->probed_wait != started_ns) {
+            t->probed_wait = started_ns; /* once per wait, as tcp_wait */
+            probe_peers(t, reqs, n);
+        }
+    }
+    if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
+        fail_timeout(t, reqs, n);
+    return 0;
 }
 
 /* Blocking write with a deadline, for the abort path only. */
@@ -635,6 +677,7 @@ static const pycoll_p2p_ops_t tcp_ops = {
     .abort = tcp_abort,
     .destroy = tcp_destroy,
     .finalize = tcp_finalize,
+    .progress = tcp_progress,
 };
 
 pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
@@ -664,8 +707,11 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->waiting_for = -1;
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];
-        if (peers[r].fd < 0)
+        if (peers[r].fd < 0) {
+            if (r != rank)
+                peers[r].state = PEER_ABSENT; /* reached over another transport, or a world of one */
             continue;
+        }
         int flags = fcntl(peers[r].fd, F_GETFL, 0);
         struct epoll_event ev = {.events = PEER_EVENTS, .data.u32 = (uint32_t)r};
         peers[r].inbuf = malloc(INBUF_BYTES);

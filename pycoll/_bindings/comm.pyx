@@ -104,6 +104,16 @@ cdef class NativeComm:
             free(cpids)
         return _over(p2p, err, timeout, spin_us, segment_bytes)
 
+    @staticmethod
+    def over_routed(int rank, int size, fds, segment_fds, pids, int64_t ring_bytes, double timeout,
+                    double spin_us=0.0, int64_t segment_bytes=0):
+        """Per-pair transports (routed_transport.pxi): shared memory with the ranks whose segment_fds[r] is
+        given (this host's), TCP with the others over fds[r]; arguments as over_shm and over_tcp."""
+        cdef char err[512]
+        err[0] = 0
+        return _over(_routed_p2p(rank, size, fds, segment_fds, pids, ring_bytes, err), err, timeout, spin_us,
+                     segment_bytes)
+
     def __dealloc__(self):
         if self.comm != NULL:
             pycoll_comm_destroy(self.comm)
@@ -317,3 +327,4 @@ cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_
 
 include "fast_path.pxi"
 include "work.pxi"
+include "routed_transport.pxi"

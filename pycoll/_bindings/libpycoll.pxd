@@ -175,6 +175,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
                                               const int32_t *pids, int64_t ring_bytes, char *error,
                                               size_t error_len)
+    pycoll_p2p_t *pycoll_routed_transport_create(int32_t n_children, pycoll_p2p_t *const *children,
+                                                 const int32_t *route, char *error, size_t error_len)
     ctypedef pycoll_status_t (*pycoll_sim_rank_fn)(pycoll_p2p_t *p2p, void *arg, int32_t rank)
     pycoll_status_t pycoll_sim_run(int32_t size, double timeout_s, pycoll_sim_rank_fn fn, void *arg,
                                    char *error, size_t error_len)

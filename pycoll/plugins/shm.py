@@ -37,40 +37,62 @@ def _pid_namespace():
         return 0
 
 
-def create_native(rank, world_size, store, timeout):
-    """A NativeComm over shared memory. Each rank creates the segment of its incoming rings, publishes its
-    name, opens every peer's, and unlinks its own once every rank has opened them all (a barrier through the
-    store): from then on nothing is left in /dev/shm whatever happens to the processes."""
+def create_native(rank, world_size, store, timeout, local_ranks=None, tcp_fds=None):
+    """A NativeComm over shared memory among local_ranks (default: every rank). Each of them creates the
+    segment of its incoming rings, publishes its name (under a key of its host's), opens every local peer's,
+    and unlinks its own once every local rank has opened them all (a barrier through the store): from then on
+    nothing is left in /dev/shm whatever happens to the processes.
+
+    With tcp_fds (sockets to the ranks of other hosts, None for this host's: pycoll.plugins.cpu), the
+    communicator runs over per-pair transports, shared memory within the host and TCP to the others; it owns
+    those sockets from this call on, also when it fails."""
+    local_ranks = list(range(world_size)) if local_ranks is None else list(local_ranks)
     ring_bytes = ring_bytes_from_env()
+    key = f"pycoll/shm/{local_ranks[0]}"  # the host's lowest rank names its keys
     name = f"{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
     path = os.path.join(SHM_DIR, name)
     fds = [None] * world_size
-    fds[rank] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    pids = [0] * world_size
     try:
+        fds[rank] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fds[rank], shm_segment_bytes(world_size, ring_bytes))
             mine = f"{name} {os.getpid()} {_pid_namespace()}".encode()
-            if world_size == 1:  # a job of one rank has no store
-                peers = [mine.decode().split()]
-            else:
-                peers = [v.decode().split() for v in gather(store, "pycoll/shm/names", rank, world_size, mine,
-                                                            timeout)]
-            for r, (peer_name, _, _) in enumerate(peers):
+            alone = len(local_ranks) == 1  # nothing to exchange (and a job of one rank has no store)
+            peers = [mine.decode().split()] if alone else [
+                v.decode().split() for v in gather(store, f"{key}/names", rank, world_size, mine, timeout,
+                                                   local_ranks)]
+            for r, (peer_name, pid, pidns) in zip(local_ranks, peers):
+                # A peer's pid means something only in this pid namespace.
+                pids[r] = int(pid) if int(pidns) == _pid_namespace() else 0
                 if r != rank:
                     fds[r] = os.open(os.path.join(SHM_DIR, peer_name), os.O_RDWR | os.O_CLOEXEC)
-            if world_size > 1:
-                gather(store, "pycoll/shm/opened", rank, world_size, b"1", timeout)
+            if not alone:
+                gather(store, f"{key}/opened", rank, world_size, b"1", timeout, local_ranks)
         finally:
             os.unlink(path)
-        # A peer's pid means something only in this pid namespace.
-        pids = [int(pid) if int(pidns) == _pid_namespace() else 0 for _, pid, pidns in peers]
-        # Every rank is on this host (ShmBackend.create checks), so all of them share its cores.
-        return NativeComm.over_shm(rank, world_size, fds, pids, ring_bytes, timeout, spin_us(world_size),
-                                   segment_bytes_from_env())
-    finally:
-        for fd in fds:
+    except BaseException:
+        for fd in tcp_fds or ():
             if fd is not None:
                 os.close(fd)
+        _close_all(fds)
+        raise
+    try:
+        # This host's ranks share its cores.
+        spin = spin_us(len(local_ranks))
+        if tcp_fds is None:
+            return NativeComm.over_shm(rank, world_size, fds, pids, ring_bytes, timeout, spin,
+                                       segment_bytes_from_env())
+        return NativeComm.over_routed(rank, world_size, tcp_fds, fds, pids, ring_bytes, timeout, spin,
+                                      segment_bytes_from_env())
+    finally:
+        _close_all(fds)
+
+
+def _close_all(fds):
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
 
 
 def default_cost_model():

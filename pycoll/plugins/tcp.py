@@ -90,21 +90,25 @@ class TcpBackend(plugins.Backend):
     accuracies = tuple(ACCURACIES)
 
     def create(self, *, rank, world_size, store, timeout, options):
-        from pycoll.rendezvous.connections import choose_bind_address, connect_mesh
-
-        fds = [None] * world_size
-        if world_size > 1:
-            bind_addr = choose_bind_address(options.get("master_addr") or "127.0.0.1",
-                                            options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME"))
-            socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""),
-                                 secret=options.get("secret"), timeout=timeout, bind_addr=bind_addr)
-            fds = [s.detach() if s is not None else None for s in socks]
+        fds = connect_sockets(rank, world_size, store, timeout, options) if world_size > 1 else [None] * world_size
         native = NativeComm.over_tcp(rank, world_size, fds, timeout, spin_us(local_size(options, world_size)),
                                      segment_bytes_from_env())
         if options.get("hosts") is not None:
             native.set_hosts(options["hosts"].host_of)
         _share_cost_model(native, rank, world_size, self.name)
         return NativeEngine(native, timeout)
+
+
+def connect_sockets(rank, world_size, store, timeout, options, reach=None):
+    """File descriptors of authenticated sockets to the ranks of ``reach`` (default: every other rank), None for
+    the others: the rendezvous' full mesh, or the part of it between hosts (pycoll.plugins.cpu)."""
+    from pycoll.rendezvous.connections import choose_bind_address, connect_mesh
+
+    bind_addr = choose_bind_address(options.get("master_addr") or "127.0.0.1",
+                                    options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME"))
+    socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""), secret=options.get("secret"),
+                         timeout=timeout, bind_addr=bind_addr, reach=reach)
+    return [s.detach() if s is not None else None for s in socks]
 
 
 def local_size(options, world_size):

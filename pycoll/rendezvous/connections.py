@@ -64,8 +64,9 @@ def _interface_address(ifname):
     return socket.inet_ntoa(reply[20:24])  # struct ifreq: 16-byte name, then sockaddr_in (address at +4)
 
 
-def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr, prefix=None):
-    """A list of world_size connected blocking sockets, one per peer (None at ``rank``).
+def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr, prefix=None, reach=None):
+    """A list of world_size connected blocking sockets, one per peer of ``reach`` (default: every other rank;
+    each rank's ``reach`` must name the ranks whose ``reach`` names it), None for the others.
 
     Addresses are published under ``prefix`` (default "pycoll/mesh/<job_id>"); a store that serves several
     meshes of one job needs a distinct prefix for each.
@@ -78,10 +79,11 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         raise TypeError(f"job_id must be a str, got {type(job_id).__name__}")
     if secret is not None and not isinstance(secret, bytes):
         raise TypeError(f"secret must be bytes or None, got {type(secret).__name__}")
+    reach = frozenset(range(world_size) if reach is None else reach) - {rank}
     prefix = f"pycoll/mesh/{job_id}" if prefix is None else prefix
     deadline = time.monotonic() + timeout
     hello = handshake.new_hello(handshake.KIND_PEER, rank, world_size, job_id, secret)
-    acceptor = _Acceptor(_listen(bind_addr, backlog=world_size + 16), hello, secret)
+    acceptor = _Acceptor(_listen(bind_addr, backlog=world_size + 16), hello, secret, reach)
     peers = acceptor.peers
     watch = _Watch(store, peers, acceptor)
     completed = False
@@ -89,7 +91,7 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         host, port = acceptor.address
         store.set(f"{prefix}/{rank}", _format_address(host, port).encode())
         acceptor.start()
-        for lower in range(rank):
+        for lower in sorted(r for r in reach if r < rank):
             sock = _connect_to(store, f"{prefix}/{lower}", lower, hello, secret, deadline, watch)
             if sock is not None:
                 peers[lower] = sock
@@ -104,9 +106,9 @@ def connect_mesh(store, rank, world_size, *, job_id, secret, timeout, bind_addr,
         acceptor.stop()  # first: no connection is admitted after this
         if not completed:
             _close_all(peers)
-    missing = [r for r in range(world_size) if r != rank and peers[r] is None]
+    missing = [r for r in sorted(reach) if peers[r] is None]
     if missing:
-        connected = [r for r in range(world_size) if r != rank and r not in missing]
+        connected = [r for r in sorted(reach) if r not in missing]
         _close_all(peers)
         raise Timeout(missing_ranks_message(missing, connected, timeout, failed=f"did not connect to rank {rank}",
                                             present_label="connected"), rank=missing[0])
@@ -249,13 +251,14 @@ class _Acceptor(listener.HandshakeServer):
     """Accepts the higher ranks on the shared non-blocking core (pycoll.rendezvous.listener): one thread and one selector
     however many connections arrive, so silent, slow or flooding ones cannot hold up the others."""
 
-    def __init__(self, listening, hello, secret):
+    def __init__(self, listening, hello, secret, reach):
         super().__init__(listening, secret=secret, handshake_timeout=HANDSHAKE_TIMEOUT, name=f"mesh rank {hello.rank}")
         self._hello = hello
         self.rank = hello.rank
         self.address = listening.getsockname()[:2]
         self.peers = [None] * hello.world_size
-        self._expected = hello.world_size - hello.rank - 1
+        self._reach = reach  # the ranks this rank connects with; it accepts those above it
+        self._expected = sum(r > hello.rank for r in reach)
         self._reserved = set()  # ranks admitted, whose sockets are published once their ACK is sent
         self._done = threading.Event()
         self.auth_failure = None  # what a connection claiming a rank of this job failed, if one did
@@ -277,7 +280,7 @@ class _Acceptor(listener.HandshakeServer):
         return self._hello
 
     def admit_check(self, peer):
-        _check_peer(self._hello, peer, lambda r: self._hello.rank < r < self._hello.world_size)
+        _check_peer(self._hello, peer, lambda r: r > self._hello.rank and r in self._reach)
         if peer.rank in self._reserved:
             raise handshake.HandshakeError(f"rank {peer.rank} is already connected")
         self._reserved.add(peer.rank)

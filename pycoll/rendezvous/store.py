@@ -545,19 +545,21 @@ class FileStore:
         self.close()
 
 
-def gather(store, prefix, rank, world_size, value, timeout):
-    """Every rank publishes ``value`` under ``prefix``; returns all ranks' values in rank order. A rank missing
-    after ``timeout`` seconds raises Timeout naming it and those that joined."""
+def gather(store, prefix, rank, world_size, value, timeout, ranks=None):
+    """Every rank publishes ``value`` under ``prefix``; returns all ranks' values in rank order (only those of
+    ``ranks``, when given: the ranks taking part, ``rank`` among them). A rank missing after ``timeout`` seconds
+    raises Timeout naming it and those that joined."""
     timeout = _check_timeout("timeout", timeout)
+    ranks = range(world_size) if ranks is None else ranks
     store.set(f"{prefix}/{rank}", value)
     deadline = time.monotonic() + timeout
     values = []
-    for r in range(world_size):
+    for r in ranks:
         try:
             values.append(store.get(f"{prefix}/{r}", timeout=max(deadline - time.monotonic(), 0.0)))
         except Timeout:
-            joined = [q for q in range(world_size) if store.check(f"{prefix}/{q}")]
-            missing = [q for q in range(world_size) if q not in joined]
+            joined = [q for q in ranks if store.check(f"{prefix}/{q}")]
+            missing = [q for q in ranks if q not in joined]
             raise Timeout(missing_ranks_message(missing, joined, timeout),
                           rank=missing[0] if missing else None) from None
     return values

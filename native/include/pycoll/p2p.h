@@ -14,7 +14,8 @@ extern "C" {
  * any other (the struct layouts below differ between versions).
  * 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize.
  * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns.
- * 4: ops end with an optional table of native collectives (`native`). */
+ * 4: ops end with an optional table of native collectives (`native`) and an optional progress (a wait's one
+ *    non-blocking pass, for transports composed of others). */
 #define PYCOLL_P2P_VERSION 4
 #define PYCOLL_ERROR_LEN 512
 
@@ -118,6 +119,17 @@ typedef struct pycoll_p2p_ops {
     pycoll_status_t (*finalize)(pycoll_p2p_t *p2p, int64_t deadline_ns);
     /* Optional (NULL: none), added in version 4: the collectives this transport runs natively. */
     const pycoll_native_collectives_t *native;
+    /* Optional, since version 4 (NULL: the transport can only be driven by its own wait). One pass of wait
+     * that never blocks, so that a transport made of several (native/transport/routed_transport.c) can wait
+     * on all of them at once: move whatever can move with every peer (ABORT, GOODBYE and STATE frames
+     * included) and check that peers still live. reqs[0..n) is the caller's whole wait, also requests that
+     * other transports carry (their peers are absent here), and started_ns when it began: once
+     * PYCOLL_PROBE_AFTER_NS (common/frame.h) has passed, tell the peers waited for which collective this rank
+     * is in and whom it waits for; once p2p->deadline_ns has, fail with PYCOLL_ERR_TIMEOUT if the first
+     * pending request is this transport's. Returns 1 if anything moved, else 0. An error is left in
+     * p2p->status, not aborted: the caller aborts. Sleeping, yielding and the interrupt check are the
+     * caller's. */
+    int (*progress)(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns);
 } pycoll_p2p_ops_t;
 
 struct pycoll_p2p {

@@ -8,16 +8,17 @@
 extern "C" {
 #endif
 
-/* TCP: fds[i] is a connected, already authenticated stream socket to rank i (fds[rank] is ignored). The
- * transport takes ownership of the sockets and makes them non-blocking. Connection set-up, handshakes and
- * authentication happen before, in pycoll's rendezvous layer. A wait polls for p2p->spin_ns before it sleeps
- * (the communicator's spin option). */
+/* TCP: fds[i] is a connected, already authenticated stream socket to rank i (fds[rank] is ignored; -1: rank i
+ * is reached over another transport, pycoll_routed_transport_create). The transport takes ownership of the
+ * sockets and makes them non-blocking. Connection set-up, handshakes and authentication happen before, in
+ * pycoll's rendezvous layer. A wait polls for p2p->spin_ns before it sleeps (the communicator's spin option). */
 PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                                      size_t error_len);
 
-/* Shared memory between the ranks of one host. segment_fds[r] is rank r's segment (its incoming rings), every
- * one pycoll_shm_segment_bytes(size, ring_bytes) bytes, zero-filled, opened by the caller (which keeps the
- * descriptors: they may be closed once this returns). pids[r] is rank r's process id in this pid namespace, or
+/* Shared memory between the ranks of one host. segment_fds[r] is rank r's segment (its incoming rings; -1:
+ * rank r is on another host, reached over another transport), every one pycoll_shm_segment_bytes(size,
+ * ring_bytes) bytes, zero-filled, opened by the caller (which keeps the descriptors: they may be closed once
+ * this returns). pids[r] is rank r's process id in this pid namespace, or
  * 0 where unknown (then a peer that dies is noticed only through the ranks that can see it, or at the
  * deadline); NULL for none. ring_bytes: each ring's size, a power of two >= 4096; 0 for the default (4 MiB).
  * A wait spins for p2p->spin_ns before it sleeps, as over TCP. A segment is its rank's rings and then its
@@ -27,6 +28,15 @@ PYCOLL_API int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes);
 PYCOLL_API pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
                                                      const int32_t *pids, int64_t ring_bytes, char *error,
                                                      size_t error_len);
+
+/* Per-pair transports: one transport made of n_children others (taken over: destroyed with it, also when this
+ * fails), each a transport of the whole job (same rank and size) that reaches some of its peers -- the others
+ * absent, as the -1 entries above make them. route[r] is the child that carries messages with rank r. Requests
+ * go to their peer's child; a wait drives every child at once through ops->progress (which each child must
+ * have), so shared memory within a host and TCP between hosts make one job. Errors, aborts and finalize span
+ * every child. */
+PYCOLL_API pycoll_p2p_t *pycoll_routed_transport_create(int32_t n_children, pycoll_p2p_t *const *children,
+                                                        const int32_t *route, char *error, size_t error_len);
 
 /* In-process simulation: `size` ranks as threads of one process, exchanging through memory. Used by tests and
  * by the accuracy report to drive the real communicator at world sizes beyond the machine's cores.

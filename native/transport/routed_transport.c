@@ -1,0 +1,269 @@
+/* Per-pair transports: one pycoll_p2p_t made of several (typically shared memory between the ranks of this
+ * host and TCP to the other hosts), each a transport of the whole job that reaches only some peers.
+ *
+ * A request goes to the child that reaches its peer, with the peer's rank unchanged (every child numbers the
+ * job's ranks alike). A wait drives every child through ops->progress -- one non-blocking pass each -- so data
+ * moves on all of them at once and an ABORT, a STATE probe or a dead peer on any of them is seen at once; the
+ * children's own checks (mismatches, probes naming whom this rank waits for, timeouts naming the end of a chain
+ * of waiting ranks, pidfd liveness) run unchanged inside those passes. Between passes this transport spins,
+ * yields, then naps, never past the deadline, and checks for interrupts, as the single transports do.
+ *
+ * Before a child is used, the collective's state (descriptors, deadline, spin, memory table, interrupt check)
+ * is copied into it; a child's first error becomes this transport's (rank, status and text as the child wrote
+ * them), and an error anywhere is told to every child's peers, so ranks behind either transport learn it. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/request_queue.h"
+#include "pycoll/transports.h"
+
+#define CHECK_EVERY_NS 100000000LL /* how often a blocked wait checks for interrupts */
+#define NAP_NS 50000LL             /* one sleep once spinning is over: short next to a collective's cost */
+#define YIELD_AFTER_POLLS 64       /* idle passes before the spin phase gives the core away between passes */
+/* A child reports the timeout of its own requests; this is the backstop should none do (it never should). */
+#define TIMEOUT_BACKSTOP_NS 1000000000LL
+
+typedef struct routed_transport {
+    pycoll_p2p_t base;
+    int32_t n_children;
+    pycoll_p2p_t **children;
+    int32_t *route; /* route[r]: the child that reaches rank r */
+} routed_transport_t;
+
+static routed_transport_t *impl(pycoll_p2p_t *p2p) { return (routed_transport_t *)p2p; }
+
+/* The communicator sets these on this transport before each collective; the children need them too. */
+static void share_state(routed_transport_t *t, pycoll_p2p_t *child)
+{
+    child->deadline_ns = t->base.deadline_ns;
+    child->desc = t->base.desc;
+    child->prev_desc = t->base.prev_desc;
+    child->spin_ns = t->base.spin_ns;
+    child->kernels = t->base.kernels;
+    child->check_interrupt = t->base.check_interrupt;
+    child->interrupt_ctx = t->base.interrupt_ctx;
+}
+
+/* A child's first error becomes this transport's (which keeps its own first one). */
+static pycoll_status_t take_child_error(routed_transport_t *t, const pycoll_p2p_t *child)
+{
+    if (child->status != PYCOLL_OK && t->base.status == PYCOLL_OK)
+        pycoll_p2p_fail(&t->base, child->status, child->failed_rank, "%s", child->error);
+    return t->base.status;
+}
+
+static pycoll_status_t routed_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
+{
+    routed_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK)
+        return p2p->status;
+    if (req->peer < 0 || req->peer >= p2p->size || req->peer == p2p->rank)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "rank %d: peer %d out of range for world size %d",
+                               (int)p2p->rank, (int)req->peer, (int)p2p->size);
+    pycoll_p2p_t *child = t->children[t->route[req->peer]];
+    share_state(t, child);
+    if (child->ops->post(child, req) != PYCOLL_OK)
+        return take_child_error(t, child);
+    return PYCOLL_OK;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
+    nanosleep(&ts, NULL);
+}
+
+static void routed_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
+
+/* One progress pass over every child: returns whether anything moved; stops at the first error. */
+static int progress_children(routed_transport_t *t, pycoll_request_t *const *reqs, int n, int64_t started)
+{
+    int moved = 0;
+    for (int32_t c = 0; c < t->n_children && t->base.status == PYCOLL_OK; c++) {
+        pycoll_p2p_t *child = t->children[c];
+        share_state(t, child);
+        moved |= child->ops->progress(child, reqs, n, started);
+        take_child_error(t, child);
+    }
+    return moved;
+}
+
+static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    routed_transport_t *t = impl(p2p);
+    const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
+    int64_t next_check = started + CHECK_EVERY_NS;
+    int idle = 0;
+    while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
+        if (progress_children(t, reqs, n, started)) {
+            idle = 0;
+            continue;
+        }
+        if (p2p->status != PYCOLL_OK)
+            break;
+        int64_t now = pycoll_now_ns();
+        if (now >= p2p->deadline_ns + TIMEOUT_BACKSTOP_NS) {
+            pycoll_p2p_fail(p2p, PYCOLL_ERR_TIMEOUT, pycoll_first_pending_peer(reqs, n),
+                            "rank %d timed out waiting for rank %d", (int)p2p->rank,
+                            (int)pycoll_first_pending_peer(reqs, n));
+            break;
+        }
+        if (now >= next_check) {
+            next_check = now + CHECK_EVERY_NS;
+            if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx)) {
+                pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
+                                (int)p2p->rank);
+                break;
+            }
+        }
+        /* Spin first, giving the core away between passes after a while (often to the very peer waited for);
+         * then nap, never past the deadline (the children see it on the next pass). */
+        if (now < spin_until) {
+            if (++idle > YIELD_AFTER_POLLS)
+                sched_yield();
+        } else if (now < p2p->deadline_ns) {
+            int64_t left = p2p->deadline_ns - now;
+            nap(left < NAP_NS ? left : NAP_NS);
+        }
+    }
+    if (p2p->status != PYCOLL_OK) {
+        routed_abort(p2p, p2p->status, p2p->error);
+        return p2p->status;
+    }
+    return PYCOLL_OK;
+}
+
+/* Every child's peers learn this transport's error, with the rank it is about. */
+static void routed_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
+{
+    routed_transport_t *t = impl(p2p);
+    if (p2p->status == PYCOLL_OK)
+        pycoll_p2p_fail(p2p, why, -1, "%s", message ? message : "aborted");
+    for (int32_t c = 0; c < t->n_children; c++) {
+        pycoll_p2p_t *child = t->children[c];
+        share_state(t, child);
+        if (child->status == PYCOLL_OK) {
+            child->status = p2p->status;
+            child->failed_rank = p2p->failed_rank;
+            snprintf(child->error, sizeof child->error, "%s", p2p->error);
+        }
+        child->ops->abort(child, child->status, child->error);
+    }
+}
+
+/* Each child says goodbye to its peers and checks theirs, one after the other in the same order on every
+ * rank, so no two ranks wait for each other on different children. */
+static pycoll_status_t routed_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
+{
+    routed_transport_t *t = impl(p2p);
+    if (p2p->status != PYCOLL_OK)
+        return PYCOLL_OK;
+    for (int32_t c = 0; c < t->n_children; c++) {
+        pycoll_p2p_t *child = t->children[c];
+        share_state(t, child);
+        if (child->ops->finalize && child->ops->finalize(child, deadline_ns) != PYCOLL_OK)
+            take_child_error(t, child);
+        if (p2p->status != PYCOLL_OK) {
+            routed_abort(p2p, p2p->status, p2p->error); /* peers of the other children learn it too */
+            return p2p->status;
+        }
+    }
+    return PYCOLL_OK;
+}
+
+static void destroy_children(int32_t n_children, pycoll_p2p_t *const *children)
+{
+    for (int32_t c = 0; c < n_children; c++)
+        if (children[c])
+            children[c]->ops->destroy(children[c]);
+}
+
+static void routed_destroy(pycoll_p2p_t *p2p)
+{
+    routed_transport_t *t = impl(p2p);
+    destroy_children(t->n_children, t->children);
+    free(t->children);
+    free(t->route);
+    free(t);
+}
+
+static const pycoll_p2p_ops_t routed_ops = {
+    .version = PYCOLL_P2P_VERSION,
+    .name = "routed",
+    .post = routed_post,
+    .wait = routed_wait,
+    .abort = routed_abort,
+    .destroy = routed_destroy,
+    .finalize = routed_finalize,
+    .progress = NULL, /* a composite of composites is not needed */
+};
+
+/* Why these children cannot make one transport, or NULL. */
+static const char *check_children(int32_t n_children, pycoll_p2p_t *const *children, const int32_t *route,
+                                  char *error, size_t error_len)
+{
+    for (int32_t c = 0; c < n_children; c++) {
+        const pycoll_p2p_t *child = children[c];
+        if (!child || !child->ops || child->ops->version != PYCOLL_P2P_VERSION || !child->ops->progress) {
+            snprintf(error, error_len, "routed transport: child %d is %s", (int)c,
+                     !child || !child->ops ? "missing"
+                     : child->ops->version != PYCOLL_P2P_VERSION ? "of another p2p ABI version"
+                                                                 : "without a progress operation");
+            return error;
+        }
+        if (child->rank != children[0]->rank || child->size != children[0]->size) {
+            snprintf(error, error_len, "routed transport: child %d is rank %d of %d, child 0 rank %d of %d", (int)c,
+                     (int)child->rank, (int)child->size, (int)children[0]->rank, (int)children[0]->size);
+            return error;
+        }
+    }
+    for (int32_t r = 0; r < children[0]->size; r++) {
+        if (route[r] < 0 || route[r] >= n_children) {
+            snprintf(error, error_len, "routed transport: rank %d routed to child %d of %d", (int)r, (int)route[r],
+                     (int)n_children);
+            return error;
+        }
+    }
+    return NULL;
+}
+
+pycoll_p2p_t *pycoll_routed_transport_create(int32_t n_children, pycoll_p2p_t *const *children,
+                                             const int32_t *route, char *error, size_t error_len)
+{
+    if (n_children < 1 || !children || !route) {
+        snprintf(error, error_len, "routed transport: needs at least one child and a route, got %d children",
+                 (int)n_children);
+        if (n_children > 0 && children)
+            destroy_children(n_children, children);
+        return NULL;
+    }
+    if (check_children(n_children, children, route, error, error_len)) {
+        destroy_children(n_children, children);
+        return NULL;
+    }
+    const int32_t size = children[0]->size;
+    routed_transport_t *t = calloc(1, sizeof *t);
+    pycoll_p2p_t **own = calloc((size_t)n_children, sizeof *own);
+    int32_t *own_route = calloc((size_t)size, sizeof *own_route);
+    if (!t || !own || !own_route) {
+        snprintf(error, error_len, "cannot create the routed transport: out of memory");
+        free(t);
+        free(own);
+        free(own_route);
+        destroy_children(n_children, children);
+        return NULL;
+    }
+    memcpy(own, children, (size_t)n_children * sizeof *own);
+    memcpy(own_route, route, (size_t)size * sizeof *own_route);
+    t->base.ops = &routed_ops;
+    t->base.rank = children[0]->rank;
+    t->base.size = size;
+    t->base.failed_rank = -1;
+    t->n_children = n_children;
+    t->children = own;
+    t->route = own_route;
+    return &t->base;
+}
