@@ -94,14 +94,22 @@ def socket_table(rows):
     return "\n".join(lines)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sweep_arguments(doc, out_name, runs=False):
+    """The command line the bench/ table scripts share: --worlds, (--runs,) the size sweep (-b, -e, -f as pycoll
+    bench takes them) and --out (bench/results/out_name)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--worlds", default="2,4")
+    if runs:
+        p.add_argument("--runs", type=int, default=3)
     p.add_argument("-b", default="4")
     p.add_argument("-e", default="64M")
     p.add_argument("-f", type=int, default=4)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "allreduce_loopback.md"))
-    args = p.parse_args()
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / out_name))
+    return p
+
+
+def main():
+    args = sweep_arguments(__doc__, "allreduce_loopback.md").parse_args()
     start = time.monotonic()
     worlds = [int(w) for w in args.worlds.split(",")]
     rows, commands, skipped = [], [], []

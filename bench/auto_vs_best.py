@@ -10,7 +10,6 @@ slowest rank's median time. Auto and the algorithm it picked are separate measur
 a ratio a little above 1 can be noise: the table says which algorithm auto ran, so such a row can be read.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
+from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
 
 TARGET = 1.15
 
@@ -60,14 +59,8 @@ def table(backend, world, runs):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = sweep_arguments(__doc__, "auto_choice.md", runs=True)
     p.add_argument("--backends", default="shm,tcp")
-    p.add_argument("--worlds", default="2,4")
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("-b", default="4")
-    p.add_argument("-e", default="64M")
-    p.add_argument("-f", type=int, default=4)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "auto_choice.md"))
     args = p.parse_args()
     load_before = os.getloadavg()
     started = time.time()

@@ -5,7 +5,6 @@ command repeated and the median of the runs reported; plus this machine's memcpy
     python bench/shm_vs_tcp.py [--worlds 2,4] [--runs 3] [-b 4] [-e 64M] [-f 4] [--out bench/results/shm.md]
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
+from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
 
 COLUMNS = (("shm", "pycoll shm"), ("tcp", "pycoll tcp"), ("mpi", "Open MPI (default: shm)"),
            ("mpi-tcp", "Open MPI (TCP)"))
@@ -73,14 +72,7 @@ def table(runs, world):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worlds", default="2,4")
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("-b", default="4")
-    p.add_argument("-e", default="64M")
-    p.add_argument("-f", type=int, default=4)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "shm.md"))
-    args = p.parse_args()
+    args = sweep_arguments(__doc__, "shm.md", runs=True).parse_args()
     start, load = time.monotonic(), os.getloadavg()
     worlds = [int(w) for w in args.worlds.split(",")]
     runs, commands = {w: [] for w in worlds}, []

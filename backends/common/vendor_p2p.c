@@ -180,8 +180,7 @@ static void p2p_destroy(pycoll_p2p_t *p2p)
 }
 
 /* No finalize: the vendor carries no collective history to compare at close. */
-static const pycoll_p2p_ops_t vendor_p2p_ops = {.version = PYCOLL_P2P_VERSION, .name = "vendor", .post = p2p_post,
-                                                .wait = p2p_wait, .abort = p2p_abort, .destroy = p2p_destroy};
+static const pycoll_p2p_ops_t vendor_p2p_ops = PYCOLL_P2P_OPS(p2p, "vendor", .finalize = NULL);
 
 pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, const void *buf)
 {

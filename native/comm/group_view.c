@@ -47,15 +47,7 @@ static void view_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messa
 /* The view owns nothing: the parent's connections stay with the parent. */
 static void view_destroy(pycoll_p2p_t *p2p) { (void)p2p; }
 
-static const pycoll_p2p_ops_t group_view_ops = {
-    .version = PYCOLL_P2P_VERSION,
-    .name = "group_view",
-    .post = view_post,
-    .wait = view_wait,
-    .abort = view_abort,
-    .destroy = view_destroy,
-    .finalize = NULL,
-};
+static const pycoll_p2p_ops_t group_view_ops = PYCOLL_P2P_OPS(view, "group_view", .finalize = NULL);
 
 pycoll_status_t group_view_init(group_view_t *view, pycoll_p2p_t *parent, const int32_t *members, int32_t size)
 {

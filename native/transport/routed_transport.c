@@ -11,18 +11,16 @@
  * Before a child is used, the collective's state (descriptors, deadline, spin, memory table, interrupt check)
  * is copied into it; a child's first error becomes this transport's (rank, status and text as the child wrote
  * them), and an error anywhere is told to every child's peers, so ranks behind either transport learn it. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/idle_wait.h"
 #include "common/request_queue.h"
 #include "pycoll/transports.h"
 
 #define CHECK_EVERY_NS 100000000LL /* how often a blocked wait checks for interrupts */
-#define NAP_NS 50000LL             /* one sleep once spinning is over: short next to a collective's cost */
-#define YIELD_AFTER_POLLS 64       /* idle passes before the spin phase gives the core away between passes */
 /* A child reports the timeout of its own requests; this is the backstop should none do (it never should). */
 #define TIMEOUT_BACKSTOP_NS 1000000000LL
 
@@ -70,12 +68,6 @@ static pycoll_status_t routed_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     return PYCOLL_OK;
 }
 
-static void nap(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
-    nanosleep(&ts, NULL);
-}
-
 static void routed_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
 
 /* One progress pass over every child: returns whether anything moved; stops at the first error. */
@@ -94,12 +86,12 @@ static int progress_children(routed_transport_t *t, pycoll_request_t *const *req
 static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     routed_transport_t *t = impl(p2p);
-    const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
+    const int64_t started = pycoll_now_ns();
+    idle_wait_t idle = idle_wait_start(p2p, started);
     int64_t next_check = started + CHECK_EVERY_NS;
-    int idle = 0;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         if (progress_children(t, reqs, n, started)) {
-            idle = 0;
+            idle_wait_moved(&idle);
             continue;
         }
         if (p2p->status != PYCOLL_OK)
@@ -113,21 +105,11 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
         }
         if (now >= next_check) {
             next_check = now + CHECK_EVERY_NS;
-            if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx)) {
-                pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
-                                (int)p2p->rank);
+            if (idle_wait_interrupted(p2p))
                 break;
-            }
         }
-        /* Spin first, giving the core away between passes after a while (often to the very peer waited for);
-         * then nap, never past the deadline (the children see it on the next pass). */
-        if (now < spin_until) {
-            if (++idle > YIELD_AFTER_POLLS)
-                sched_yield();
-        } else if (now < p2p->deadline_ns) {
-            int64_t left = p2p->deadline_ns - now;
-            nap(left < NAP_NS ? left : NAP_NS);
-        }
+        /* The children see the deadline on their next pass. */
+        idle_wait_pass(&idle, now, p2p->deadline_ns);
     }
     if (p2p->status != PYCOLL_OK) {
         routed_abort(p2p, p2p->status, p2p->error);
@@ -190,16 +172,8 @@ static void routed_destroy(pycoll_p2p_t *p2p)
     free(t);
 }
 
-static const pycoll_p2p_ops_t routed_ops = {
-    .version = PYCOLL_P2P_VERSION,
-    .name = "routed",
-    .post = routed_post,
-    .wait = routed_wait,
-    .abort = routed_abort,
-    .destroy = routed_destroy,
-    .finalize = routed_finalize,
-    .progress = NULL, /* a composite of composites is not needed */
-};
+/* No progress: a composite of composites is not needed. */
+static const pycoll_p2p_ops_t routed_ops = PYCOLL_P2P_OPS(routed, "routed", .finalize = routed_finalize);
 
 /* Why these children cannot make one transport, or NULL. */
 static const char *check_children(int32_t n_children, pycoll_p2p_t *const *children, const int32_t *route,

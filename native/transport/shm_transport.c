@@ -23,7 +23,6 @@
  * native); they wait through shm_wait_until, the same loop as a message wait. */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/idle_wait.h"
 #include "common/frame.h"
 #include "common/request_queue.h"
 #include "transport/shm_transport.h"
@@ -43,8 +43,6 @@
 #define CTRL_BYTES 4096LL /* one page, so each ring's mapping starts page-aligned */
 #define HEADER_BYTES ((int64_t)sizeof(pycoll_frame_header_t))
 #define LIVENESS_EVERY_NS 100000000LL /* how often a blocked wait checks that its peers still live */
-#define NAP_NS 50000LL               /* one sleep once spinning is over: short next to a collective's cost */
-#define YIELD_AFTER_POLLS 64         /* idle polls before the spin phase gives the core away between polls */
 
 enum ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2 };
 
@@ -341,12 +339,6 @@ static int progress_all(shm_transport_t *t)
     return moved;
 }
 
-static void nap(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
-    nanosleep(&ts, NULL);
-}
-
 static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
 
 /* Headers parked while this rank was in an earlier collective are checked once it reaches the next one. */
@@ -366,12 +358,13 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
 {
     pycoll_p2p_t *p2p = &t->base;
     check_parked_headers(t);
-    const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
+    const int64_t started = pycoll_now_ns();
+    idle_wait_t idle = idle_wait_start(p2p, started);
     int64_t next_check = started + LIVENESS_EVERY_NS;
-    int probed = 0, idle = 0;
+    int probed = 0;
     while (p2p->status == PYCOLL_OK && !cond->ready(cond->arg)) {
         if (progress_all(t)) {
-            idle = 0;
+            idle_wait_moved(&idle);
             continue;
         }
         int64_t now = pycoll_now_ns();
@@ -389,21 +382,10 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         if (now >= next_check) {
             next_check = now + LIVENESS_EVERY_NS;
             check_liveness(t);
-            if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx)) {
-                pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
-                                (int)p2p->rank);
+            if (idle_wait_interrupted(p2p))
                 break;
-            }
         }
-        /* Spin first (a message usually arrives sooner than a sleep ends), giving the core away between polls
-         * after a while (often to the very peer being waited for); then nap, never past the deadline. */
-        if (now < spin_until) {
-            if (++idle > YIELD_AFTER_POLLS)
-                sched_yield();
-        } else {
-            int64_t left = p2p->deadline_ns - now;
-            nap(left < NAP_NS ? left : NAP_NS);
-        }
+        idle_wait_pass(&idle, now, p2p->deadline_ns);
     }
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
@@ -564,7 +546,7 @@ static pycoll_status_t shm_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
             if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx))
                 break;
         }
-        nap(deadline_ns - now < NAP_NS ? deadline_ns - now : NAP_NS);
+        idle_nap(deadline_ns - now < IDLE_NAP_NS ? deadline_ns - now : IDLE_NAP_NS);
     }
     if (p2p->status != PYCOLL_ERR_MISMATCH)
         return PYCOLL_OK;
@@ -592,17 +574,8 @@ static void shm_destroy(pycoll_p2p_t *p2p)
     free(t);
 }
 
-static const pycoll_p2p_ops_t shm_ops = {
-    .version = PYCOLL_P2P_VERSION,
-    .name = "shm",
-    .post = shm_post,
-    .wait = shm_wait,
-    .abort = shm_abort,
-    .destroy = shm_destroy,
-    .finalize = shm_finalize,
-    .native = &shm_native_collectives,
-    .progress = shm_progress,
-};
+static const pycoll_p2p_ops_t shm_ops = PYCOLL_P2P_OPS(shm, "shm", .finalize = shm_finalize,
+                                                      .native = &shm_native_collectives, .progress = shm_progress);
 
 /* ---- set-up ---- */
 

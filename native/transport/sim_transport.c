@@ -321,14 +321,7 @@ static void sim_destroy(pycoll_p2p_t *p2p)
     (void)p2p;
 }
 
-static const pycoll_p2p_ops_t sim_ops = {
-    .version = PYCOLL_P2P_VERSION,
-    .name = "sim",
-    .post = sim_post,
-    .wait = sim_wait,
-    .abort = sim_abort,
-    .destroy = sim_destroy,
-};
+static const pycoll_p2p_ops_t sim_ops = PYCOLL_P2P_OPS(sim, "sim", .finalize = NULL);
 
 static void *rank_main(void *arg)
 {

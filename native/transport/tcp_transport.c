@@ -669,16 +669,7 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
     free(t);
 }
 
-static const pycoll_p2p_ops_t tcp_ops = {
-    .version = PYCOLL_P2P_VERSION,
-    .name = "tcp",
-    .post = tcp_post,
-    .wait = tcp_wait,
-    .abort = tcp_abort,
-    .destroy = tcp_destroy,
-    .finalize = tcp_finalize,
-    .progress = tcp_progress,
-};
+static const pycoll_p2p_ops_t tcp_ops = PYCOLL_P2P_OPS(tcp, "tcp", .finalize = tcp_finalize, .progress = tcp_progress);
 
 pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                           size_t error_len)

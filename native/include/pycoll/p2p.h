@@ -132,6 +132,13 @@ typedef struct pycoll_p2p_ops {
     int (*progress)(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns);
 } pycoll_p2p_ops_t;
 
+/* The ops of a transport whose four required functions are named prefix_post, prefix_wait, prefix_abort and
+ * prefix_destroy, followed by its optional entries as designated initializers (at least one, NULL where it has
+ * none), e.g.  static const pycoll_p2p_ops_t tcp_ops = PYCOLL_P2P_OPS(tcp, "tcp", .finalize = tcp_finalize); */
+#define PYCOLL_P2P_OPS(prefix, transport_name, ...)                                                            \
+    {.version = PYCOLL_P2P_VERSION, .name = (transport_name), .post = prefix##_post, .wait = prefix##_wait,   \
+     .abort = prefix##_abort, .destroy = prefix##_destroy, __VA_ARGS__}
+
 struct pycoll_p2p {
     const pycoll_p2p_ops_t *ops;
     int32_t rank;
