@@ -30,7 +30,9 @@ def load(paths):
     times = collections.defaultdict(dict)
     for path in paths:
         for row in json.load(open(path)):
-            if row["collective"] == "all_reduce" and row["algorithm"] != "auto" and not row["wrong"]:
+            # Not hierarchical: on one host it is the ring (and auto never picks it there).
+            if row["collective"] == "all_reduce" and row["algorithm"] not in ("auto", "hierarchical") \
+                    and not row["wrong"]:
                 times[(row["world"], row["bytes"])][row["algorithm"]] = row["time_us"] * 1e-6
     return times
 

@@ -107,10 +107,10 @@ def default_cost_model():
 # bench/fit_shm_cost_model.py's output for bench/results/shm_cost_model.md's runs.
 SHM_COST_MODEL = dict(
     alpha_s=1e-06, beta_s_per_byte=2e-10, gamma_s_per_byte=1e-10,
-    latency_scale={'ring': 2.797, 'halving_doubling': 10.5383, 'mesh': 2.6418, 'recursive_doubling': 4.1361,
-                   'shm': 2.4986},
-    bandwidth_scale={'ring': 1.0995, 'halving_doubling': 1.9305, 'mesh': 1.1656, 'recursive_doubling': 1.2106,
-                     'shm': 0.6009})
+    latency_scale={'ring': 1.1237, 'halving_doubling': 1.0964, 'mesh': 1.0034, 'recursive_doubling': 1.5135,
+                   'shm': 0.5844},
+    bandwidth_scale={'ring': 0.9172, 'halving_doubling': 0.8871, 'mesh': 1.0394, 'recursive_doubling': 0.8707,
+                     'shm': 0.5918})
 
 
 def other_hosts_message(backend, hosts):
