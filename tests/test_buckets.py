@@ -64,10 +64,14 @@ def test_default_bucket_size_is_the_contract_s():
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("n, bucket_bytes", [(2, 4096), (3, 300), (4, 25 << 20)])
-def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_bytes, monkeypatch):
+@pytest.mark.parametrize("n, bucket_bytes, kind", [(2, 4096, "numpy"), (3, 300, "numpy"), (4, 25 << 20, "numpy"),
+                                                   (2, 4096, "torch")])
+def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_bytes, kind, monkeypatch):
+    if kind == "torch":
+        pytest.importorskip("torch")
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
-    with Ranks(n, "buckets_worker.py", env={"TEST_BUCKET_BYTES": str(bucket_bytes)}) as ranks:
+    with Ranks(n, "buckets_worker.py", env={"TEST_BUCKET_BYTES": str(bucket_bytes), "TEST_ARRAY_KIND": kind}) \
+            as ranks:
         reports = ranks.reports()
     for rep in reports.values():
         assert rep.get("ok"), rep

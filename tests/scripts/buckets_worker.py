@@ -17,7 +17,14 @@ bucket_bytes = int(os.environ.get("TEST_BUCKET_BYTES", str(4096)))
 shapes = [(7,), (3, 5), (128,), (1,), (33, 2), (0,), (1000,), (4, 4, 4)] * 6
 dtypes = [np.float32, np.float64, np.int64, np.float32]
 arrays = [np.zeros(shape, dtype=dtypes[i % len(dtypes)]) for i, shape in enumerate(shapes)]
-buckets = pycoll.GradientBuckets(comm, arrays, bucket_bytes=bucket_bytes)
+registered = arrays
+if os.environ.get("TEST_ARRAY_KIND") == "torch":
+    import torch
+
+    # PyTorch CPU tensors over the same memory: the buckets take them (through DLPack), the checks below read
+    # the NumPy arrays that share it.
+    registered = [torch.from_numpy(a) for a in arrays]
+buckets = pycoll.GradientBuckets(comm, registered, bucket_bytes=bucket_bytes)
 viewed = {i: buckets.view(i) for i in range(0, len(arrays), 5)}
 report = {"rank": rank, "buckets": buckets.bucket_count}
 rng = np.random.default_rng(rank)
