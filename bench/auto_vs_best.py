@@ -60,11 +60,10 @@ def table(backend, world, runs):
         pick_ratio = pick / med[best] if pick else float("nan")
         worst, worst_pick = max(worst, ratio), max(worst_pick, pick_ratio if pick else 0.0)
         mark = "" if ratio <= TARGET else " **over**"
-        pick_mark = "" if not pick or pick_ratio <= TARGET else " **over**"
+        pick_cells = "- | -" if not pick else \
+            f"{pick:.1f} | {pick_ratio:.2f}{'' if pick_ratio <= TARGET else ' **over**'}"
         lines.append(f"| {_fmt_size(nbytes)} | {best} | {med[best]:.1f} | {'/'.join(ran)} | {auto:.1f} | "
-                     f"{ratio:.2f}{mark} | {pick:.1f} | {pick_ratio:.2f}{pick_mark} |" if pick else
-                     f"| {_fmt_size(nbytes)} | {best} | {med[best]:.1f} | {'/'.join(ran)} | {auto:.1f} | "
-                     f"{ratio:.2f}{mark} | - | - |")
+                     f"{ratio:.2f}{mark} | {pick_cells} |")
     return lines, worst, worst_pick
 
 

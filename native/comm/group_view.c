@@ -3,8 +3,8 @@
  * deadlines and aborts are all the parent's, so a view behaves exactly like its parent towards its members.
  * Errors the parent reports keep the parent's rank numbers, the ones users know. */
 #include "comm/group_view.h"
+#include "common/p2p_share.h"
 
-#include <stdio.h>
 #include <string.h>
 
 static group_view_t *view_of(pycoll_p2p_t *p2p) { return (group_view_t *)p2p; }
@@ -13,11 +13,7 @@ static group_view_t *view_of(pycoll_p2p_t *p2p) { return (group_view_t *)p2p; }
 static pycoll_status_t take_parent_error(group_view_t *view, pycoll_status_t status)
 {
     pycoll_p2p_t *parent = view->parent;
-    if (parent->status != PYCOLL_OK && view->p2p.status == PYCOLL_OK) {
-        view->p2p.status = parent->status;
-        view->p2p.failed_rank = parent->failed_rank;
-        snprintf(view->p2p.error, sizeof view->p2p.error, "%s", parent->error);
-    }
+    p2p_adopt_error(&view->p2p, parent);
     return status != PYCOLL_OK && parent->status != PYCOLL_OK ? parent->status : status;
 }
 
@@ -65,14 +61,8 @@ pycoll_status_t group_view_init(group_view_t *view, pycoll_p2p_t *parent, const 
     p2p->ops = &group_view_ops;
     p2p->rank = me;
     p2p->size = size;
-    p2p->deadline_ns = parent->deadline_ns;
-    p2p->desc = parent->desc;
-    p2p->prev_desc = parent->prev_desc;
     p2p->failed_rank = -1;
-    p2p->check_interrupt = parent->check_interrupt;
-    p2p->interrupt_ctx = parent->interrupt_ctx;
-    p2p->spin_ns = parent->spin_ns;
-    p2p->kernels = parent->kernels;
+    p2p_share_collective(p2p, parent);
     return take_parent_error(view, parent->status);
 }
 

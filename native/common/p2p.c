@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "common/error_format.h"
+#include "common/p2p_share.h"
 #include "pycoll/p2p.h"
 
 int64_t pycoll_now_ns(void)
@@ -25,6 +26,24 @@ pycoll_status_t pycoll_p2p_fail(pycoll_p2p_t *p2p, pycoll_status_t status, int32
     va_end(ap);
     p2p->failed_rank = failed_rank;
     return status;
+}
+
+void p2p_share_collective(pycoll_p2p_t *to, const pycoll_p2p_t *from)
+{
+    to->deadline_ns = from->deadline_ns;
+    to->desc = from->desc;
+    to->prev_desc = from->prev_desc;
+    to->spin_ns = from->spin_ns;
+    to->kernels = from->kernels;
+    to->check_interrupt = from->check_interrupt;
+    to->interrupt_ctx = from->interrupt_ctx;
+}
+
+pycoll_status_t p2p_adopt_error(pycoll_p2p_t *to, const pycoll_p2p_t *from)
+{
+    if (from->status != PYCOLL_OK && to->status == PYCOLL_OK)
+        pycoll_p2p_fail(to, from->status, from->failed_rank, "%s", from->error);
+    return to->status;
 }
 
 pycoll_status_t pycoll_send(pycoll_p2p_t *p2p, int32_t peer, const void *buf, int64_t nbytes, uint32_t tag)

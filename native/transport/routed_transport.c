@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common/idle_wait.h"
+#include "common/p2p_share.h"
 #include "common/request_queue.h"
 #include "pycoll/transports.h"
 
@@ -33,24 +34,13 @@ typedef struct routed_transport {
 
 static routed_transport_t *impl(pycoll_p2p_t *p2p) { return (routed_transport_t *)p2p; }
 
-/* The communicator sets these on this transport before each collective; the children need them too. */
-static void share_state(routed_transport_t *t, pycoll_p2p_t *child)
-{
-    child->deadline_ns = t->base.deadline_ns;
-    child->desc = t->base.desc;
-    child->prev_desc = t->base.prev_desc;
-    child->spin_ns = t->base.spin_ns;
-    child->kernels = t->base.kernels;
-    child->check_interrupt = t->base.check_interrupt;
-    child->interrupt_ctx = t->base.interrupt_ctx;
-}
+/* The communicator stamps each collective on this transport; the children need it too. */
+static void share_state(routed_transport_t *t, pycoll_p2p_t *child) { p2p_share_collective(child, &t->base); }
 
 /* A child's first error becomes this transport's (which keeps its own first one). */
 static pycoll_status_t take_child_error(routed_transport_t *t, const pycoll_p2p_t *child)
 {
-    if (child->status != PYCOLL_OK && t->base.status == PYCOLL_OK)
-        pycoll_p2p_fail(&t->base, child->status, child->failed_rank, "%s", child->error);
-    return t->base.status;
+    return p2p_adopt_error(&t->base, child);
 }
 
 static pycoll_status_t routed_post(pycoll_p2p_t *p2p, pycoll_request_t *req)

@@ -36,8 +36,7 @@ cdef class FastPath:
                   tuple algorithm_names):
         """dtypes: {numpy dtype name: pycoll id} of the dtypes the backend takes (those NumPy knows)."""
         self.native = native
-        self.size = pycoll_comm_size(native._enter())
-        native.busy = False
+        self.size = pycoll_comm_size(native.comm)
         self.ops, self.algorithms, self.accuracies = ops, algorithms, accuracies
         self.algorithm_names = algorithm_names
         for i in range(256):
