@@ -18,7 +18,7 @@ WORKER = str(SCRIPTS / "comm_worker.py")
 def _reports(output, n):
     rows = [json.loads(m.group(1)) for m in re.finditer(r"^(?:\[rank \d+\] )?(\{.*\})$", output, re.M)]
     rows = [r for r in rows if "scenario" in r]
-    assert sorted(r["rank"] for r in rows) == list(range(n)), output
+    assert sorted(r.get("rank", -1) for r in rows) == list(range(n)), output  # -1: init failed (see output)
     return rows
 
 
