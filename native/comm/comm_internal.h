@@ -24,17 +24,19 @@ typedef struct comm_call {
     int32_t root; /* -1 where the collective has none */
 } comm_call_t;
 
-/* The progress thread's state. The lock guards the queue, `running` and `stopping`; the transport is used by
- * one thread at a time: the progress thread while it runs a queued collective, else the caller (a blocking
- * call first waits, under the lock, until the queue is empty and nothing runs). */
+/* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the
+ * transport is used by one thread at a time: the progress thread while it runs a queued collective, else a
+ * caller (a blocking call first waits, under the lock, until the queue is empty and nothing runs, then marks
+ * `caller_running` so that nothing else starts until it is done). */
 typedef struct comm_progress {
     pthread_mutex_t lock;
     pthread_cond_t changed; /* a collective was queued or finished, or the thread is asked to stop */
     pthread_t thread;
-    int started;            /* the thread exists; read and written only by the communicator's caller */
+    int started;            /* the thread exists */
     int stopping;
     struct pycoll_work *head, *tail; /* queued, not yet started, in call order */
     struct pycoll_work *running;
+    int caller_running;     /* a blocking collective runs on a caller's thread */
     atomic_int cancel;      /* close gave up waiting: the collective in flight stops at its next interrupt check */
     /* The transport's interrupt check as the caller installed it: it runs only on the caller's threads (it may
      * be Python's signal check, which takes the GIL); the progress thread checks `cancel` instead. */
@@ -42,8 +44,23 @@ typedef struct comm_progress {
     void *caller_interrupt_ctx;
 } comm_progress_t;
 
+/* A communicator and every communicator split from it, at any depth: they share the root's transport, and one
+ * queue and progress thread, so that on every rank their collectives run one at a time in call order -- the
+ * order in which their messages meet on each pair's connection. */
+typedef struct comm_family {
+    pycoll_p2p_t *transport;
+    comm_progress_t progress;
+    int refs;   /* communicators of the family not yet destroyed (under progress.lock) */
+    int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
+} comm_family_t;
+
 struct pycoll_comm {
-    pycoll_p2p_t *p2p;
+    pycoll_p2p_t *p2p; /* the root's transport, or a split's view over it */
+    comm_family_t *family;
+    struct group_view *view; /* a split's view (p2p is its p2p), NULL for the root */
+    int32_t *parent_ranks;   /* a split's members as the communicator it was split from numbers them */
+    uint32_t group;          /* stamped on its collectives (pycoll_coll_desc_t.group): 0 for the root */
+    uint64_t splits;         /* splits made from this communicator so far: names their groups */
     coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
     pycoll_comm_options_t options;
     uint64_t seq;
@@ -53,7 +70,6 @@ struct pycoll_comm {
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
     int finalized;
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
-    comm_progress_t progress;
 };
 
 /* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),
@@ -63,16 +79,24 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran);
 
-/* progress.c */
-pycoll_status_t progress_init(pycoll_comm_t *comm);
-/* Wait until every queued collective has run, so the caller may use the transport. With `interruptible`, the
- * caller's interrupt check runs every 100 ms and ends the wait with PYCOLL_ERR_INTERRUPTED (the queued
- * collectives keep running). Bounded: each queued collective has its deadline. */
+/* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
+void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);
+
+/* progress.c. The family's state lives as long as any of its communicators. */
+pycoll_status_t progress_init(comm_family_t *family);
+/* Wait until every queued collective of the family has run (progress_wait_turn), or in addition take the
+ * transport for a blocking collective on the caller's thread until progress_end_turn (progress_take_turn:
+ * PYCOLL_ERR_INVALID, comm->error saying why, if another thread of the caller's runs one on the family).
+ * With `interruptible`, the caller's interrupt check runs every 100 ms and ends the wait with
+ * PYCOLL_ERR_INTERRUPTED (the queued collectives keep running). Bounded: each queued collective has its
+ * deadline. */
 pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible);
+pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible);
+void progress_end_turn(pycoll_comm_t *comm);
 /* Fail the queued collectives with PYCOLL_ERR_CLOSED, give the one in flight up to linger_s to finish, then
- * interrupt it, and join the thread. Idempotent. */
+ * interrupt it: the whole family's, and join the thread (comm the root), or only comm's (a split). Idempotent. */
 void progress_stop(pycoll_comm_t *comm, double linger_s);
-void progress_release(pycoll_comm_t *comm);
+void progress_release(comm_family_t *family);
 pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pycoll_work_t **work);
 
 #endif

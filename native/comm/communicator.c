@@ -10,6 +10,8 @@
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
+#include "comm/group_view.h"
+#include "common/p2p_share.h"
 
 void pycoll_comm_options_init(pycoll_comm_options_t *options)
 {
@@ -69,8 +71,15 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         return create_error(error, error_len, PYCOLL_ERR_INVALID, message);
     }
     pycoll_comm_t *comm = calloc(1, sizeof *comm);
-    if (!comm)
+    comm_family_t *family = calloc(1, sizeof *family);
+    if (!comm || !family) {
+        free(comm);
+        free(family);
         return create_error(error, error_len, PYCOLL_ERR_NOMEM, "comm_create: out of memory");
+    }
+    family->transport = p2p;
+    family->refs = 1;
+    comm->family = family;
     comm->p2p = p2p;
     comm->ctx.p2p = p2p;
     comm->hosts = 1;
@@ -78,11 +87,17 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
     pycoll_default_cost_model(&comm->model);
     pycoll_comm_options_t defaults;
     pycoll_comm_options_init(&defaults);
-    pycoll_status_t status = pycoll_comm_set_options(comm, options ? options : &defaults);
-    if (status == PYCOLL_OK)
-        status = progress_init(comm);
+    pycoll_status_t status = progress_init(family);
+    if (status != PYCOLL_OK) {
+        snprintf(comm->error, sizeof comm->error, "comm_create: cannot create the progress thread's lock");
+    } else if ((status = pycoll_comm_set_options(comm, options ? options : &defaults)) != PYCOLL_OK) {
+        progress_release(family);
+        p2p->check_interrupt = family->progress.caller_interrupt; /* the caller keeps p2p as it gave it */
+        p2p->interrupt_ctx = family->progress.caller_interrupt_ctx;
+    }
     if (status != PYCOLL_OK) {
         create_error(error, error_len, status, comm->error);
+        free(family);
         free(comm);
         return status;
     }
@@ -95,6 +110,12 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     pycoll_p2p_t *p2p = comm->p2p;
     comm->error[0] = 0;
     progress_stop(comm, linger_s); /* the goodbye names the last collective that ran */
+    if (comm->view) {
+        /* A split says no goodbye of its own: its connections are the root's, whose close checks them. */
+        comm->finalized = 1;
+        return PYCOLL_OK;
+    }
+    comm->family->closed = 1; /* closing the root closes every split of it */
     if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
         return PYCOLL_OK;
     comm->finalized = 1;
@@ -105,12 +126,23 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
 {
     if (!comm)
         return;
+    comm_family_t *family = comm->family;
     progress_stop(comm, 0);
-    progress_release(comm);
+    if (!comm->view)
+        family->closed = 1;
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
+    /* The root's transport, or a split's view (which frees only itself). */
     comm->p2p->ops->destroy(comm->p2p);
+    free(comm->parent_ranks);
     free(comm->host_of);
     free(comm);
+    pthread_mutex_lock(&family->progress.lock);
+    const int last = --family->refs == 0;
+    pthread_mutex_unlock(&family->progress.lock);
+    if (last) {
+        progress_release(family);
+        free(family);
+    }
 }
 
 int32_t pycoll_comm_rank(const pycoll_comm_t *comm) { return comm->p2p->rank; }
@@ -128,7 +160,7 @@ void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *
 }
 
 /* How many hosts a (validated) map names, and the most ranks any of them has; 1 and size without a map. */
-static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
+void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
 {
     *hosts = 1;
     *max_local = size;
@@ -168,7 +200,7 @@ pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_o
     free(comm->host_of);
     comm->host_of = copy;
     comm->ctx.host_of = copy;
-    host_shape(copy, size, &comm->hosts, &comm->max_local);
+    comm_host_shape(copy, size, &comm->hosts, &comm->max_local);
     return PYCOLL_OK;
 }
 
@@ -220,6 +252,12 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
 {
     pycoll_p2p_t *p2p = comm->p2p;
     error[0] = 0;
+    if (comm->family->closed && !comm->finalized) {
+        snprintf(error, error_len, "the communicator this one was split from is closed");
+        return PYCOLL_ERR_CLOSED;
+    }
+    if (comm->view)
+        p2p_adopt_error(p2p, comm->family->transport); /* broken by any collective of the family */
     if (p2p->status != PYCOLL_OK) {
         snprintf(error, error_len, "communicator is unusable after an earlier error: %s", p2p->error);
         return PYCOLL_ERR_CLOSED;
@@ -238,7 +276,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
     pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = call->count,
                                .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
                                .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)call->accuracy};
+                               .accuracy = (uint8_t)call->accuracy, .group = comm->group};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
@@ -282,20 +320,16 @@ static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *ca
                                                   call->accuracy));
 }
 
-pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
-                              pycoll_algorithm_t *ran)
+static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                                pycoll_algorithm_t algorithm)
 {
-    pycoll_status_t st = begin(comm, call, error, error_len);
-    if (st != PYCOLL_OK)
-        return st;
-    *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
     coll_ctx_t *ctx = &comm->ctx;
     switch (call->coll) {
     case PYCOLL_COLL_ALL_REDUCE:
         return run_all_reduce(comm, call, error, error_len);
     case PYCOLL_COLL_REDUCE_SCATTER:
         return finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
-                                               call->op, *ran, call->accuracy));
+                                               call->op, algorithm, call->accuracy));
     case PYCOLL_COLL_ALL_GATHER:
         return finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_BROADCAST:
@@ -314,13 +348,26 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     }
 }
 
+pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                              pycoll_algorithm_t *ran)
+{
+    pycoll_status_t st = begin(comm, call, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
+    if (!comm->view)
+        return dispatch(comm, call, error, error_len, *ran);
+    group_view_enter(comm->view); /* the root's transport carries this split's collective */
+    return group_view_leave(comm->view, dispatch(comm, call, error, error_len, *ran));
+}
+
 /* A blocking collective: its turn after every queued one, then run on the caller's thread. */
 static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
 {
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
     if (st == PYCOLL_OK)
-        st = progress_wait_turn(comm, 1);
+        st = progress_take_turn(comm, 1);
     if (st == PYCOLL_ERR_INTERRUPTED) {
         snprintf(comm->error, sizeof comm->error,
                  "interrupted while waiting for earlier non-blocking collectives to finish");
@@ -330,6 +377,7 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
         return st;
     pycoll_algorithm_t ran = comm->last_algorithm;
     st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
+    progress_end_turn(comm);
     comm->last_algorithm = ran;
     return st;
 }

@@ -1,5 +1,5 @@
-/* The communicator's progress thread: runs non-blocking collectives (pycoll_comm_start_*) one at a time, in
- * call order, with comm_run_call -- the very code a blocking call runs -- so descriptors, deadlines and the
+/* The progress thread of a communicator family (comm_internal.h): runs non-blocking collectives
+ * (pycoll_comm_start_*) of the root and its splits one at a time, in call order, with comm_run_call -- the very code a blocking call runs -- so descriptors, deadlines and the
  * first-error rule are the same. It never calls back into the caller: the transport's interrupt check, which
  * may be Python's signal check, is replaced on this thread by the close's `cancel` flag, and the thread blocks
  * asynchronous signals so that they reach the caller's threads. Started by the first non-blocking call, joined
@@ -13,11 +13,13 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "common/p2p_share.h"
 
 #define CHECK_EVERY_NS 100000000LL /* how often a waiting caller runs its interrupt check */
 #define PROGRESS_SPIN_NS 100000LL  /* the most the progress thread's transport waits poll before sleeping */
 
 struct pycoll_work {
+    pycoll_comm_t *comm; /* the communicator it runs on (its destroy first fails or finishes it) */
     comm_call_t call;
     struct pycoll_work *next;
     atomic_int refs; /* the caller's handle and the queue's */
@@ -33,8 +35,8 @@ struct pycoll_work {
     char error[COMM_ERROR_LEN];
 };
 
-/* The communicator whose progress thread this is (NULL on every other thread). */
-static _Thread_local const pycoll_comm_t *progress_thread_of;
+/* The family whose progress thread this is (NULL on every other thread). */
+static _Thread_local const comm_family_t *progress_thread_of;
 
 /* Condition variables here wait on CLOCK_MONOTONIC, pycoll_now_ns's clock (a wall-clock jump must not stretch
  * a wait). */
@@ -59,35 +61,35 @@ static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t dead
 /* The transport's interrupt check, as installed by progress_init. */
 static int interrupt_check(void *ctx)
 {
-    pycoll_comm_t *comm = ctx;
-    comm_progress_t *p = &comm->progress;
-    if (progress_thread_of == comm)
+    comm_family_t *family = ctx;
+    comm_progress_t *p = &family->progress;
+    if (progress_thread_of == family)
         return atomic_load(&p->cancel);
     return p->caller_interrupt ? p->caller_interrupt(p->caller_interrupt_ctx) : 0;
 }
 
-pycoll_status_t progress_init(pycoll_comm_t *comm)
+pycoll_status_t progress_init(comm_family_t *family)
 {
-    comm_progress_t *p = &comm->progress;
+    comm_progress_t *p = &family->progress;
     if (pthread_mutex_init(&p->lock, NULL) != 0)
         return PYCOLL_ERR_SYSTEM;
     if (init_monotonic_cond(&p->changed) != 0) {
         pthread_mutex_destroy(&p->lock);
-        snprintf(comm->error, sizeof comm->error, "comm_create: cannot create a condition variable");
         return PYCOLL_ERR_SYSTEM;
     }
     atomic_init(&p->cancel, 0);
-    p->caller_interrupt = comm->p2p->check_interrupt;
-    p->caller_interrupt_ctx = comm->p2p->interrupt_ctx;
-    comm->p2p->check_interrupt = interrupt_check;
-    comm->p2p->interrupt_ctx = comm;
+    pycoll_p2p_t *transport = family->transport;
+    p->caller_interrupt = transport->check_interrupt;
+    p->caller_interrupt_ctx = transport->interrupt_ctx;
+    transport->check_interrupt = interrupt_check;
+    transport->interrupt_ctx = family;
     return PYCOLL_OK;
 }
 
-void progress_release(pycoll_comm_t *comm)
+void progress_release(comm_family_t *family)
 {
-    pthread_cond_destroy(&comm->progress.changed);
-    pthread_mutex_destroy(&comm->progress.lock);
+    pthread_cond_destroy(&family->progress.changed);
+    pthread_mutex_destroy(&family->progress.lock);
 }
 
 static void work_unref(pycoll_work_t *work)
@@ -116,9 +118,11 @@ static void work_complete(pycoll_work_t *work, pycoll_status_t status, const cha
 }
 
 /* On the progress thread, with the transport to itself. */
-static void run_work(pycoll_comm_t *comm, pycoll_work_t *work)
+static void run_work(pycoll_work_t *work)
 {
+    pycoll_comm_t *comm = work->comm;
     pycoll_p2p_t *p2p = comm->p2p;
+    p2p_adopt_error(p2p, comm->family->transport); /* broken by any collective of the family */
     if (p2p->status != PYCOLL_OK) {
         /* Broken by an earlier collective: fail with that cause, not a generic "closed". */
         work_complete(work, p2p->status, p2p->error, p2p->failed_rank);
@@ -131,7 +135,7 @@ static void run_work(pycoll_comm_t *comm, pycoll_work_t *work)
     p2p->spin_ns = spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS;
     pycoll_status_t st = comm_run_call(comm, &work->call, work->error, sizeof work->error, &work->algorithm);
     p2p->spin_ns = spin_ns;
-    if (st == PYCOLL_ERR_INTERRUPTED && atomic_load(&comm->progress.cancel)) {
+    if (st == PYCOLL_ERR_INTERRUPTED && atomic_load(&comm->family->progress.cancel)) {
         work_complete(work, PYCOLL_ERR_CLOSED,
                       "the communicator was closed while this collective ran (it did not finish within the "
                       "close's linger)", -1);
@@ -142,13 +146,14 @@ static void run_work(pycoll_comm_t *comm, pycoll_work_t *work)
 
 static void *progress_main(void *arg)
 {
-    pycoll_comm_t *comm = arg;
-    comm_progress_t *p = &comm->progress;
-    progress_thread_of = comm;
+    comm_family_t *family = arg;
+    comm_progress_t *p = &family->progress;
+    progress_thread_of = family;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        /* Idle until work is queued or the communicator stops (both signal `changed`): no deadline to keep. */
-        while (!p->head && !p->stopping)
+        /* Idle until work is queued (and no caller holds the transport) or the family stops (each signals
+         * `changed`): no deadline to keep. */
+        while ((!p->head || p->caller_running) && !p->stopping)
             pthread_cond_wait(&p->changed, &p->lock);
         if (!p->head)
             break;
@@ -158,7 +163,7 @@ static void *progress_main(void *arg)
             p->tail = NULL;
         p->running = work;
         pthread_mutex_unlock(&p->lock);
-        run_work(comm, work);
+        run_work(work);
         pthread_mutex_lock(&p->lock);
         p->running = NULL;
         pthread_cond_broadcast(&p->changed);
@@ -169,6 +174,7 @@ static void *progress_main(void *arg)
 
 static pycoll_status_t start_thread(pycoll_comm_t *comm)
 {
+    comm_progress_t *p = &comm->family->progress;
     /* Signals sent to the process go to the caller's threads, where the handlers (Ctrl-C) can act. */
     sigset_t blocked, previous;
     sigfillset(&blocked);
@@ -177,13 +183,13 @@ static pycoll_status_t start_thread(pycoll_comm_t *comm)
     sigdelset(&blocked, SIGFPE);
     sigdelset(&blocked, SIGILL);
     pthread_sigmask(SIG_SETMASK, &blocked, &previous);
-    int rc = pthread_create(&comm->progress.thread, NULL, progress_main, comm);
+    int rc = pthread_create(&p->thread, NULL, progress_main, comm->family);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     if (rc != 0) {
         snprintf(comm->error, sizeof comm->error, "cannot start the progress thread: %s", strerror(rc));
         return PYCOLL_ERR_SYSTEM;
     }
-    comm->progress.started = 1;
+    p->started = 1;
     return PYCOLL_OK;
 }
 
@@ -191,8 +197,9 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
 {
     *out = NULL;
     comm->error[0] = 0;
-    if (comm->finalized) {
-        snprintf(comm->error, sizeof comm->error, "communicator is finalized (closed)");
+    if (comm->finalized || comm->family->closed) {
+        snprintf(comm->error, sizeof comm->error, comm->finalized ? "communicator is finalized (closed)"
+                 : "the communicator this one was split from is closed");
         return PYCOLL_ERR_CLOSED;
     }
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
@@ -208,6 +215,7 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
         snprintf(comm->error, sizeof comm->error, "cannot create a work's lock");
         return PYCOLL_ERR_SYSTEM;
     }
+    work->comm = comm;
     work->call = *call;
     work->spin_ns = comm->options.spin_ns;
     work->algorithm = PYCOLL_ALGO_AUTO;
@@ -215,13 +223,14 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
     atomic_init(&work->refs, 2);
     atomic_init(&work->complete, 0);
     atomic_init(&work->spun, 0);
-    if (!comm->progress.started && (st = start_thread(comm)) != PYCOLL_OK) {
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    if (!p->started && (st = start_thread(comm)) != PYCOLL_OK) {
+        pthread_mutex_unlock(&p->lock);
         work_unref(work);
         work_unref(work);
         return st;
     }
-    comm_progress_t *p = &comm->progress;
-    pthread_mutex_lock(&p->lock);
     if (p->tail)
         p->tail->next = work;
     else
@@ -233,33 +242,110 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
     return PYCOLL_OK;
 }
 
-pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible)
+/* Under p->lock: wait until no collective of the family is queued or runs. */
+static pycoll_status_t wait_idle(comm_progress_t *p, int interruptible)
 {
-    comm_progress_t *p = &comm->progress;
-    if (!p->started)
-        return PYCOLL_OK;
-    pthread_mutex_lock(&p->lock);
     while (p->head || p->running) {
         wait_until(&p->changed, &p->lock, pycoll_now_ns() + CHECK_EVERY_NS);
         if (interruptible && (p->head || p->running) && p->caller_interrupt) {
             /* Not under the lock: the check may take the GIL, which a thread queueing work may hold. */
             pthread_mutex_unlock(&p->lock);
             const int stop = p->caller_interrupt(p->caller_interrupt_ctx);
+            pthread_mutex_lock(&p->lock);
             if (stop)
                 return PYCOLL_ERR_INTERRUPTED;
-            pthread_mutex_lock(&p->lock);
         }
     }
-    pthread_mutex_unlock(&p->lock);
     return PYCOLL_OK;
+}
+
+pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible)
+{
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    pycoll_status_t st = p->started ? wait_idle(p, interruptible) : PYCOLL_OK;
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible)
+{
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    pycoll_status_t st = p->started ? wait_idle(p, interruptible) : PYCOLL_OK;
+    if (st == PYCOLL_OK && p->caller_running) {
+        /* One thread per family: two collectives at once would interleave their messages on shared
+         * connections, differently on every rank. */
+        snprintf(comm->error, sizeof comm->error,
+                 "another thread is running a collective on this communicator or one that shares its "
+                 "connections (its parent or a split of it); call a communicator family from one thread at a "
+                 "time, or use async_op=True");
+        st = PYCOLL_ERR_INVALID;
+    } else if (st == PYCOLL_OK) {
+        p->caller_running = 1;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+void progress_end_turn(pycoll_comm_t *comm)
+{
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    p->caller_running = 0;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* A split's close: fail its queued works, and give its work in flight linger_s, then interrupt it. The family's
+ * thread goes on for the others. Under p->lock. */
+static void stop_split(pycoll_comm_t *comm, comm_progress_t *p, double linger_s)
+{
+    pycoll_work_t *mine = NULL, **tail = &mine, **link = &p->head;
+    p->tail = NULL;
+    while (*link) {
+        pycoll_work_t *w = *link;
+        if (w->comm == comm) {
+            *link = w->next;
+            w->next = NULL;
+            *tail = w;
+            tail = &w->next;
+        } else {
+            p->tail = w;
+            link = &w->next;
+        }
+    }
+    const int64_t linger_until = pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9);
+    while (p->running && p->running->comm == comm && pycoll_now_ns() < linger_until)
+        wait_until(&p->changed, &p->lock, linger_until);
+    if (p->running && p->running->comm == comm) {
+        atomic_store(&p->cancel, 1);
+        while (p->running && p->running->comm == comm) /* bounded: its next interrupt check, ~100 ms */
+            wait_until(&p->changed, &p->lock, pycoll_now_ns() + CHECK_EVERY_NS);
+        atomic_store(&p->cancel, 0);
+    }
+    pthread_mutex_unlock(&p->lock);
+    while (mine) {
+        pycoll_work_t *next = mine->next;
+        work_complete(mine, PYCOLL_ERR_CLOSED, "the communicator was closed before this collective ran", -1);
+        mine = next;
+    }
+    pthread_mutex_lock(&p->lock);
 }
 
 void progress_stop(pycoll_comm_t *comm, double linger_s)
 {
-    comm_progress_t *p = &comm->progress;
-    if (!p->started)
-        return;
+    comm_progress_t *p = &comm->family->progress;
     pthread_mutex_lock(&p->lock);
+    if (!p->started) {
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    if (comm->view) {
+        stop_split(comm, p, linger_s);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
     p->stopping = 1;
     pycoll_work_t *queued = p->head;
     p->head = p->tail = NULL;
@@ -277,7 +363,9 @@ void progress_stop(pycoll_comm_t *comm, double linger_s)
     }
     /* Bounded: the collective in flight stops at its interrupt check, at the latest at its deadline. */
     pthread_join(p->thread, NULL);
+    pthread_mutex_lock(&p->lock);
     p->started = 0;
+    pthread_mutex_unlock(&p->lock);
 }
 
 int pycoll_work_wait(pycoll_work_t *work, double timeout_s)

@@ -142,6 +142,9 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                        pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
                                        pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
+    int32_t PYCOLL_SPLIT_NONE
+    pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
+    int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
     ctypedef struct pycoll_work_t:
         pass
     pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,

@@ -60,6 +60,12 @@ class Engine:
     def barrier(self):
         raise NotImplementedError
 
+    def split(self, color, key):
+        """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,
+        return None), over this engine's connections. Collective over this engine's ranks."""
+        raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
+
     def start(self, collective, *args):
         """Start `collective` ("all_reduce", ..., "barrier"; the arguments of the method of that name) in the
         background, after every collective called before it, and return its handle for pycoll.Work:

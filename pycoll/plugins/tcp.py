@@ -21,6 +21,7 @@ class NativeEngine(plugins.Engine):
 
     def __init__(self, native: NativeComm, timeout: float):
         self.native = native
+        self.timeout = timeout
         self.close_linger = min(timeout, CLOSE_LINGER_S)
 
     def fast_path(self, accepted):
@@ -78,6 +79,23 @@ class NativeEngine(plugins.Engine):
 
     def _start_barrier(self):
         return self.native.start_barrier()
+
+    def split(self, color, key):
+        child = self.native.split(color, key)
+        if child is None:
+            return None
+        engine = NativeEngine(child, self.timeout)
+        if hasattr(self, "transport"):
+            engine.transport = self.transport
+        return engine
+
+    @property
+    def rank(self):
+        return self.native.rank
+
+    @property
+    def parent_ranks(self):
+        return self.native.parent_ranks
 
     def close(self):
         self.native.close(self.close_linger)

@@ -58,6 +58,23 @@ PYCOLL_API void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cos
  * messages). NULL: no map, every rank on one host (hierarchical then runs the ring's two phases). Between
  * collectives only. PYCOLL_ERR_INVALID (pycoll_comm_error says which rank's entry) for a value out of range. */
 PYCOLL_API pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of);
+/* Subgroups. A collective over comm (every rank calls it, in the same place among comm's collectives): ranks
+ * that pass the same color >= 0 get a new communicator of their own in *child, numbered by (key, then rank in
+ * comm); PYCOLL_SPLIT_NONE gives *child NULL. The child uses comm's connections (no new sockets, segments or
+ * rendezvous) and inherits its options, cost model and host map; it and comm and every other split of their
+ * root form a family whose collectives run one at a time, in call order, on each rank, so ranks that share
+ * several of them must call those in the same order (else PYCOLL_ERR_MISMATCH naming both). An error in any
+ * breaks the whole family on that rank, and its peers' (the first error is announced as on the root). Errors
+ * name ranks as the root communicator numbers them. Finalizing or destroying the root closes every split
+ * (their collectives then fail with PYCOLL_ERR_CLOSED; each is still destroyed by its own
+ * pycoll_comm_destroy); finalizing a split checks nothing (the root's close checks the connections). */
+#define PYCOLL_SPLIT_NONE (-1)
+PYCOLL_API pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key,
+                                             pycoll_comm_t **child);
+/* The rank in the communicator comm was split from of comm's member `rank` (the root: rank itself); -1 for a
+ * rank out of range. */
+PYCOLL_API int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank);
+
 /* After a failed call: the message, and the rank it is about (or -1). */
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);
