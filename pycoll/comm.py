@@ -300,6 +300,42 @@ class Communicator:
             return self._start("barrier", (), None, None)
         self._run(self._engine_or_raise().barrier)
 
+    # -- point to point ---------------------------------------------------------------------------------------
+    def _peer(self, peer, name):
+        peer = integer_argument(peer, name)
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise ValueError(f"{name} must be another rank in [0, {self._size}), got {peer} (this rank is "
+                             f"{self._rank})")
+        return peer
+
+    @staticmethod
+    def _tag(tag):
+        tag = integer_argument(tag, "tag")
+        if not 0 <= tag < 2 ** 32:
+            raise ValueError(f"tag must be in [0, 2**32), got {tag}")
+        return tag
+
+    def send(self, x, dst, tag=0, *, async_op=False):
+        """Send x to rank dst. Messages from one rank to another arrive in the order they were sent; the
+        receive must name the same tag and length (else MismatchError naming both). Blocking: returns once x
+        may be reused. Sends and receives started with async_op=True one after another are posted together,
+        so an exchange (each rank sends to and receives from the other) cannot deadlock."""
+        buf = self._buffer(x, "x", writable=False)
+        args = (buf, self._peer(dst, "dst"), self._tag(tag))
+        if self._async(async_op):
+            return self._start("send", args, None, (x,))
+        self._run(self._engine_or_raise().send, *args)
+
+    def recv(self, x, src, tag=0, *, async_op=False):
+        """Receive into x the next message from rank src, which must have this tag and x's length in bytes.
+        Returns x (with async_op=True, a Work whose wait() returns it)."""
+        buf = self._buffer(x, "x", writable=True)
+        args = (buf, self._peer(src, "src"), self._tag(tag))
+        if self._async(async_op):
+            return self._start("recv", args, x, (x,))
+        self._run(self._engine_or_raise().recv, *args)
+        return x
+
     # -- subgroups -------------------------------------------------------------------------------------------
     def split(self, color, key=0):
         """A new communicator of the ranks that pass the same color (an int >= 0), numbered by key, then by rank

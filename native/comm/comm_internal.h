@@ -21,7 +21,8 @@ typedef struct comm_call {
     pycoll_op_t op;
     pycoll_algorithm_t algorithm;
     pycoll_accuracy_t accuracy;
-    int32_t root; /* -1 where the collective has none */
+    int32_t root; /* -1 where the collective has none; send/recv: the peer */
+    uint32_t tag; /* send/recv */
 } comm_call_t;
 
 /* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the
@@ -78,6 +79,23 @@ struct pycoll_comm {
 pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len);
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran);
+/* point_to_point.c. While sends and receives of comm are in flight (between begin and end) the transport
+ * stamps comm's point-to-point descriptor on every frame; end gives the collectives theirs back, and on error
+ * breaks comm (as comm_finish). comm_run_p2p: calls[0..n) posted at once and waited for, all on the caller's
+ * thread. The progress thread's flight keeps up to COMM_P2P_BATCH of them going. */
+#define COMM_P2P_BATCH 64
+typedef struct comm_p2p_saved {
+    pycoll_coll_desc_t desc, prev_desc;
+} comm_p2p_saved_t;
+pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, char *error, size_t error_len);
+void comm_p2p_extend_deadline(pycoll_comm_t *comm);
+pycoll_status_t comm_p2p_post(pycoll_comm_t *comm, const comm_call_t *call, pycoll_request_t *req);
+pycoll_status_t comm_p2p_end(pycoll_comm_t *comm, const comm_p2p_saved_t *saved, pycoll_status_t st);
+pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *calls, int n, char *error, size_t error_len);
+static inline int comm_call_is_p2p(const comm_call_t *call) { return call->coll == PYCOLL_COLL_SEND_RECV; }
+/* communicator.c: PYCOLL_OK when comm may run a collective now, else why not (closed, broken). */
+pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
+pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 
 /* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
 void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);
@@ -98,5 +116,9 @@ void progress_end_turn(pycoll_comm_t *comm);
 void progress_stop(pycoll_comm_t *comm, double linger_s);
 void progress_release(comm_family_t *family);
 pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pycoll_work_t **work);
+/* A blocking send or receive while the family's queue or flight is busy joins them on the progress thread
+ * instead of waiting for them (a rank that queued receives and then sends blocking would otherwise wait for
+ * itself): 1 with *status once done, 0 when nothing is busy (run it on the caller's thread). */
+int progress_join_p2p(pycoll_comm_t *comm, const comm_call_t *call, pycoll_status_t *status);
 
 #endif

@@ -236,6 +236,11 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
         return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
     if (has_root && (call->root < 0 || call->root >= comm->p2p->size))
         return invalid(error, error_len, "%s out of range: %lld", "root", call->root);
+    if (comm_call_is_p2p(call) && (call->root < 0 || call->root >= comm->p2p->size || call->root == comm->p2p->rank)) {
+        snprintf(error, error_len, "peer must be another rank of this communicator's %d, got %d (this rank is %d)",
+                 (int)comm->p2p->size, (int)call->root, (int)comm->p2p->rank);
+        return PYCOLL_ERR_INVALID;
+    }
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
     if (call->algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
         /* Never a silent fallback: the caller asked for what this transport cannot run. */
@@ -247,8 +252,7 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
     return PYCOLL_OK;
 }
 
-/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
-static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
     error[0] = 0;
@@ -266,7 +270,17 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
         snprintf(error, error_len, "communicator is finalized (closed)");
         return PYCOLL_ERR_CLOSED;
     }
-    pycoll_status_t st = comm_check_call(comm, call, error, error_len);
+    return PYCOLL_OK;
+}
+
+/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
+static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+{
+    pycoll_p2p_t *p2p = comm->p2p;
+    pycoll_status_t st = comm_usable(comm, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    st = comm_check_call(comm, call, error, error_len);
     if (st != PYCOLL_OK)
         return st;
     const pycoll_algorithm_t algorithm =
@@ -284,7 +298,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
 }
 
 /* After an algorithm returns: an error breaks the communicator and is announced to the peers. */
-static pycoll_status_t finish(pycoll_comm_t *comm, pycoll_status_t st)
+pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st)
 {
     if (st != PYCOLL_OK) {
         if (comm->p2p->status == PYCOLL_OK)
@@ -305,7 +319,7 @@ static int runs_native(const pycoll_comm_t *comm)
 static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     if (runs_native(comm))
-        return finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf, call->count,
+        return comm_finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf, call->count,
                                                                call->dtype, call->op, call->accuracy));
     const pycoll_algorithm_t algorithm = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
     all_reduce_fn fn = all_reduce_algorithm(algorithm);
@@ -316,7 +330,7 @@ static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *ca
     /* Through the transport's memory table: the buffers may be device memory. */
     pycoll_status_t st = memory_copy(comm->p2p, call->recvbuf, call->sendbuf,
                                      call->count * (int64_t)pycoll_dtype_size(call->dtype), "all_reduce");
-    return finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
+    return comm_finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
                                                   call->accuracy));
 }
 
@@ -328,20 +342,20 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
     case PYCOLL_COLL_ALL_REDUCE:
         return run_all_reduce(comm, call, error, error_len);
     case PYCOLL_COLL_REDUCE_SCATTER:
-        return finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+        return comm_finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
                                                call->op, algorithm, call->accuracy));
     case PYCOLL_COLL_ALL_GATHER:
-        return finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+        return comm_finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_BROADCAST:
         if (runs_native(comm))
-            return finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count, call->dtype,
+            return comm_finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count, call->dtype,
                                                                   call->root));
-        return finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
     case PYCOLL_COLL_REDUCE:
-        return finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
+        return comm_finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
                                        call->root, call->accuracy));
     case PYCOLL_COLL_BARRIER:
-        return finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
+        return comm_finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
     default:
         snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
         return PYCOLL_ERR_INVALID;
@@ -366,6 +380,8 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
 {
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
+    if (st == PYCOLL_OK && comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
+        return st;
     if (st == PYCOLL_OK)
         st = progress_take_turn(comm, 1);
     if (st == PYCOLL_ERR_INTERRUPTED) {
@@ -375,6 +391,11 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
     }
     if (st != PYCOLL_OK)
         return st;
+    if (comm_call_is_p2p(call)) {
+        st = comm_run_p2p(comm, call, 1, comm->error, sizeof comm->error);
+        progress_end_turn(comm);
+        return st;
+    }
     pycoll_algorithm_t ran = comm->last_algorithm;
     st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
     progress_end_turn(comm);
@@ -477,4 +498,33 @@ pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbu
 pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
 {
     return progress_start(comm, &BARRIER_CALL(), work);
+}
+
+#define SEND_RECV_CALL(send, recv, n, dt, peer, t)                                                               \
+    ((comm_call_t){.coll = PYCOLL_COLL_SEND_RECV, .sendbuf = (send), .recvbuf = (recv), .count = (n),           \
+                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
+                   .accuracy = PYCOLL_ACCURACY_FAST, .root = (peer), .tag = (t)})
+
+pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                 int32_t peer, uint32_t tag)
+{
+    return run_blocking(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag));
+}
+
+pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer,
+                                 uint32_t tag)
+{
+    return run_blocking(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag));
+}
+
+pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
+{
+    return progress_start(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag), work);
+}
+
+pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
+{
+    return progress_start(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag), work);
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "common/idle_wait.h"
 #include "common/p2p_share.h"
 
 #define CHECK_EVERY_NS 100000000LL /* how often a waiting caller runs its interrupt check */
@@ -21,6 +22,7 @@
 struct pycoll_work {
     pycoll_comm_t *comm; /* the communicator it runs on (its destroy first fails or finishes it) */
     comm_call_t call;
+    pycoll_request_t req; /* a send or receive in flight */
     struct pycoll_work *next;
     atomic_int refs; /* the caller's handle and the queue's */
     int64_t spin_ns; /* the communicator's spin option: how long a wait polls before it sleeps */
@@ -117,6 +119,130 @@ static void work_complete(pycoll_work_t *work, pycoll_status_t status, const cha
     work_unref(work);
 }
 
+/* Sends and receives in flight on the progress thread, all of one communicator (the transport stamps its
+ * point-to-point descriptor on their frames). Each completes on its own, and ones queued later join while the
+ * earlier are under way, as MPI's non-blocking point-to-point does: a rank may post receives, then the sends
+ * they wait for on other ranks, in any order. Transports without a non-blocking pass (ops->progress) run each
+ * queued run of sends and receives posted together and waited for as one. */
+typedef struct p2p_flight {
+    pycoll_comm_t *comm; /* NULL: nothing in flight */
+    comm_p2p_saved_t saved;
+    pycoll_work_t *works[COMM_P2P_BATCH];
+    pycoll_request_t *reqs[COMM_P2P_BATCH];
+    int n;
+    int64_t started_ns, next_check_ns;
+    idle_wait_t idle;
+} p2p_flight_t;
+
+static pycoll_status_t cancelled_status(pycoll_comm_t *comm, pycoll_status_t st)
+{
+    return st == PYCOLL_ERR_INTERRUPTED && atomic_load(&comm->family->progress.cancel) ? PYCOLL_ERR_CLOSED : st;
+}
+
+/* The flight ends (nothing left, or an error): every work still in it fails with the cause. */
+static void flight_end(p2p_flight_t *f, pycoll_status_t st)
+{
+    pycoll_comm_t *comm = f->comm;
+    st = comm_p2p_end(comm, &f->saved, st);
+    const char *message = cancelled_status(comm, st) == PYCOLL_ERR_CLOSED && st == PYCOLL_ERR_INTERRUPTED
+                              ? "the communicator was closed while this send or receive ran"
+                              : comm->p2p->error;
+    for (int i = 0; i < f->n; i++)
+        work_complete(f->works[i], cancelled_status(comm, st), message, comm->p2p->failed_rank);
+    f->n = 0;
+    f->comm = NULL;
+}
+
+/* Post works[0..n) (taken off the queue, all of one communicator), starting a flight if none is going. */
+static void flight_add(p2p_flight_t *f, pycoll_work_t **works, int n)
+{
+    pycoll_comm_t *comm = works[0]->comm;
+    if (!f->comm) {
+        char error[COMM_ERROR_LEN];
+        pycoll_status_t st = comm_p2p_begin(comm, &f->saved, error, sizeof error);
+        if (st != PYCOLL_OK) {
+            for (int i = 0; i < n; i++)
+                work_complete(works[i], st, error, comm->p2p->failed_rank);
+            return;
+        }
+        f->comm = comm;
+        f->started_ns = pycoll_now_ns();
+        f->next_check_ns = f->started_ns + CHECK_EVERY_NS;
+        const int64_t spin_ns = comm->family->transport->spin_ns; /* polling briefly at most, as run_work */
+        f->idle = (idle_wait_t){.spin_until = f->started_ns + (spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS)};
+    } else {
+        comm_p2p_extend_deadline(comm); /* each request gets the full timeout from its post */
+    }
+    for (int i = 0; i < n; i++) {
+        pycoll_work_t *w = works[i];
+        f->works[f->n] = w;
+        f->reqs[f->n] = &w->req;
+        f->n++;
+        pycoll_status_t st = comm_p2p_post(comm, &w->call, &w->req);
+        if (st != PYCOLL_OK) {
+            for (int j = i + 1; j < n; j++)
+                f->works[f->n++] = works[j];
+            flight_end(f, st);
+            return;
+        }
+    }
+}
+
+/* One pass: move what can move, complete what is done, or pass the time. */
+static void flight_step(p2p_flight_t *f)
+{
+    pycoll_comm_t *comm = f->comm;
+    pycoll_p2p_t *transport = comm->family->transport;
+    const int moved = transport->ops->progress(transport, f->reqs, f->n, f->started_ns);
+    if (transport->status != PYCOLL_OK) {
+        flight_end(f, transport->status);
+        return;
+    }
+    int kept = 0;
+    for (int i = 0; i < f->n; i++) {
+        if (f->reqs[i]->complete) {
+            work_complete(f->works[i], PYCOLL_OK, NULL, -1);
+        } else {
+            f->works[kept] = f->works[i];
+            f->reqs[kept] = f->reqs[i];
+            kept++;
+        }
+    }
+    f->n = kept;
+    if (kept == 0) {
+        flight_end(f, PYCOLL_OK);
+        return;
+    }
+    if (moved) {
+        idle_wait_moved(&f->idle);
+        return;
+    }
+    const int64_t now = pycoll_now_ns();
+    if (now >= f->next_check_ns) {
+        f->next_check_ns = now + CHECK_EVERY_NS;
+        if (idle_wait_interrupted(transport)) { /* the close's cancel flag, on this thread */
+            flight_end(f, PYCOLL_ERR_INTERRUPTED);
+            return;
+        }
+    }
+    idle_wait_pass(&f->idle, now, transport->deadline_ns);
+}
+
+/* The sends and receives at the head of the queue that may join the flight (at most `room`): of the flight's
+ * communicator, or any one communicator's when nothing flies. Under p->lock. */
+static int take_p2p(comm_progress_t *p, const p2p_flight_t *f, pycoll_work_t **out, int room)
+{
+    int n = 0;
+    while (p->head && n < room && comm_call_is_p2p(&p->head->call) &&
+           p->head->comm == (f->comm ? f->comm : n ? out[0]->comm : p->head->comm)) {
+        out[n++] = p->head;
+        p->head = p->head->next;
+    }
+    if (!p->head)
+        p->tail = NULL;
+    return n;
+}
+
 /* On the progress thread, with the transport to itself. */
 static void run_work(pycoll_work_t *work)
 {
@@ -148,24 +274,47 @@ static void *progress_main(void *arg)
 {
     comm_family_t *family = arg;
     comm_progress_t *p = &family->progress;
+    const int can_fly = family->transport->ops->progress != NULL;
+    p2p_flight_t flight = {0};
     progress_thread_of = family;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        /* Idle until work is queued (and no caller holds the transport) or the family stops (each signals
-         * `changed`): no deadline to keep. */
-        while ((!p->head || p->caller_running) && !p->stopping)
-            pthread_cond_wait(&p->changed, &p->lock);
-        if (!p->head)
-            break;
-        pycoll_work_t *work = p->head;
-        p->head = work->next;
-        if (!p->head)
-            p->tail = NULL;
-        p->running = work;
+        if (!flight.comm) {
+            /* Idle until work is queued (and no caller holds the transport) or the family stops (each signals
+             * `changed`): no deadline to keep. */
+            while ((!p->head || p->caller_running) && !p->stopping)
+                pthread_cond_wait(&p->changed, &p->lock);
+            if (!p->head)
+                break;
+        }
+        pycoll_work_t *taken[COMM_P2P_BATCH];
+        int n = take_p2p(p, &flight, taken, COMM_P2P_BATCH - flight.n);
+        pycoll_work_t *collective = NULL;
+        if (!flight.comm && !n) { /* a collective, alone */
+            collective = p->head;
+            p->head = collective->next;
+            if (!p->head)
+                p->tail = NULL;
+        }
+        p->running = collective ? collective : n ? taken[0] : flight.works[0];
         pthread_mutex_unlock(&p->lock);
-        run_work(work);
+        if (collective)
+            run_work(collective);
+        else if (n)
+            flight_add(&flight, taken, n);
+        if (flight.comm && can_fly) {
+            flight_step(&flight);
+        } else if (flight.comm) { /* posted together, waited for as one */
+            pycoll_p2p_t *p2p = flight.comm->p2p;
+            pycoll_status_t st = p2p->ops->wait(p2p, flight.reqs, flight.n);
+            for (int i = 0; st == PYCOLL_OK && i < flight.n; i++)
+                work_complete(flight.works[i], PYCOLL_OK, NULL, -1);
+            if (st == PYCOLL_OK)
+                flight.n = 0;
+            flight_end(&flight, st);
+        }
         pthread_mutex_lock(&p->lock);
-        p->running = NULL;
+        p->running = flight.comm ? flight.works[0] : NULL;
         pthread_cond_broadcast(&p->changed);
     }
     pthread_mutex_unlock(&p->lock);
@@ -240,6 +389,27 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
     pthread_mutex_unlock(&p->lock);
     *out = work;
     return PYCOLL_OK;
+}
+
+int progress_join_p2p(pycoll_comm_t *comm, const comm_call_t *call, pycoll_status_t *status)
+{
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    const int busy = p->started && (p->head || p->running);
+    pthread_mutex_unlock(&p->lock);
+    if (!busy)
+        return 0;
+    pycoll_work_t *work = NULL;
+    *status = progress_start(comm, call, &work);
+    if (*status != PYCOLL_OK)
+        return 1;
+    while (!pycoll_work_wait(work, CHECK_EVERY_NS / 1e9)) {
+        /* Bounded by the request's deadline; not interruptible: the caller's buffer is in flight until then. */
+    }
+    *status = work->status;
+    snprintf(comm->error, sizeof comm->error, "%s", work->error);
+    work_unref(work);
+    return 1;
 }
 
 /* Under p->lock: wait until no collective of the family is queued or runs. */

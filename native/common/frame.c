@@ -47,6 +47,12 @@ pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_fr
 {
     if (!pycoll_same_desc(&h->desc, &p2p->desc))
         return pycoll_frame_mismatch(p2p, r, h, "");
+    if ((h->tag != req->tag || h->nbytes != req->nbytes) && p2p->desc.coll == PYCOLL_COLL_SEND_RECV)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r,
+                               "message mismatch: rank %d receives tag %u with %lld bytes from rank %d, but the next "
+                               "message rank %d sent it has tag %u with %lld bytes (messages between two ranks are "
+                               "received in the order they were sent)", (int)p2p->rank, req->tag,
+                               (long long)req->nbytes, (int)r, (int)r, h->tag, (long long)h->nbytes);
     if (h->tag != req->tag || h->nbytes != req->nbytes)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r,
                                "message mismatch in %s: rank %d expected tag %u with %lld bytes from rank %d, "

@@ -32,7 +32,8 @@ const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
 const char *pycoll_coll_name(pycoll_coll_t coll)
 {
     static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                        "broadcast",  "reduce",         "barrier"};
+                                                        "broadcast",  "reduce",         "barrier",
+                                                        "send/recv"};
     return (unsigned)coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
 }
 
@@ -49,6 +50,9 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
     if (d->root >= 0)
         snprintf(root, sizeof root, ", root=%d", (int)d->root);
     switch (d->coll) {
+    case PYCOLL_COLL_SEND_RECV:
+        snprintf(out, len, "send/recv");
+        return;
     case PYCOLL_COLL_BARRIER:
         snprintf(out, len, "#%llu barrier()", (unsigned long long)d->seq);
         break;

@@ -223,6 +223,36 @@ cdef class NativeComm:
             st = pycoll_comm_barrier(c)
         self._leave(st)
 
+    def send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
+        self._leave(st)
+
+    def recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
+        self._leave(st)
+
+    def start_send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
+        return _started(self, st, w)
+
+    def start_recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
+        return _started(self, st, w)
+
     def split(self, int color, int key):
         """pycoll_comm_split: a NativeComm over this one's connections for the ranks that pass the same color
         (None where color is PYCOLL_SPLIT_NONE). Collective over this communicator."""

@@ -143,6 +143,14 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                        pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
     int32_t PYCOLL_SPLIT_NONE
+    pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                     int32_t peer, uint32_t tag)
+    pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                     int32_t peer, uint32_t tag)
+    pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                           pycoll_dtype_t dtype, int32_t peer, uint32_t tag, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                           int32_t peer, uint32_t tag, pycoll_work_t **work)
     pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
     int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
     ctypedef struct pycoll_work_t:

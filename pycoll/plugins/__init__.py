@@ -60,6 +60,14 @@ class Engine:
     def barrier(self):
         raise NotImplementedError
 
+    def send(self, buf, peer, tag):
+        raise NotImplementedError(f"send: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
+
+    def recv(self, buf, peer, tag):
+        raise NotImplementedError(f"recv: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
+
     def split(self, color, key):
         """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,
         return None), over this engine's connections. Collective over this engine's ranks."""

@@ -80,6 +80,18 @@ class NativeEngine(plugins.Engine):
     def _start_barrier(self):
         return self.native.start_barrier()
 
+    def send(self, buf, peer, tag):
+        self.native.send(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def recv(self, buf, peer, tag):
+        self.native.recv(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def _start_send(self, buf, peer, tag):
+        return self.native.start_send(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def _start_recv(self, buf, peer, tag):
+        return self.native.start_recv(buf.ptr, buf.count, buf.dtype, peer, tag)
+
     def split(self, color, key):
         child = self.native.split(color, key)
         if child is None:

@@ -132,6 +132,24 @@ PYCOLL_API pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const v
                                                     pycoll_work_t **work);
 PYCOLL_API pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work);
 
+/* Point to point: count elements of dtype to or from rank peer (not this rank) of comm. Messages from one rank
+ * to another are received in the order they were sent, whatever their tags: a receive whose tag or length
+ * differs from the next message's is PYCOLL_ERR_MISMATCH naming both. They take their turn among the
+ * communicator family's collectives like any call; non-blocking sends and receives queued one after another
+ * are posted together, so a send and a receive between two ranks, started in either order on each, cannot
+ * wait for each other. A blocking send returns once its bytes are handed to the transport (small messages at
+ * once; large ones when the receiver takes them). */
+PYCOLL_API pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                            pycoll_dtype_t dtype, int32_t peer, uint32_t tag);
+PYCOLL_API pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                            int32_t peer, uint32_t tag);
+PYCOLL_API pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                                  pycoll_dtype_t dtype, int32_t peer, uint32_t tag,
+                                                  pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count,
+                                                  pycoll_dtype_t dtype, int32_t peer, uint32_t tag,
+                                                  pycoll_work_t **work);
+
 /* Wait up to timeout_s seconds (<= 0: do not wait) for work to complete: 1 when it has, 0 when not yet (the
  * work is unaffected: wait again). pycoll_work_test is pycoll_work_wait(work, 0). */
 PYCOLL_API int pycoll_work_wait(pycoll_work_t *work, double timeout_s);

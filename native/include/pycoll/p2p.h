@@ -30,6 +30,11 @@ typedef enum pycoll_coll {
     PYCOLL_COLL_BROADCAST = 3,
     PYCOLL_COLL_REDUCE = 4,
     PYCOLL_COLL_BARRIER = 5,
+    /* Point-to-point messages (pycoll_comm_send / recv). Not numbered among the collectives: each carries a
+     * descriptor of this kind with seq 0 and its communicator's point-to-point group, so that only tag and
+     * length are matched between sender and receiver, and a message met in the middle of a collective is
+     * named as an order disagreement. */
+    PYCOLL_COLL_SEND_RECV = 6,
     PYCOLL_NUM_COLLS
 } pycoll_coll_t;
 
