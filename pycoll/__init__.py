@@ -16,6 +16,6 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "backends", "Communicator", "Work", "wait_all", "GradientBuckets", "Mesh", "PycollError", "Timeout", "PeerFailure", "MismatchError",
-           "BackendUnavailable", "CommunicatorClosed", "AuthenticationError",
-           "SUM", "PROD", "MIN", "MAX", "AVG"]
+__all__ = ["init", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "PycollError",
+           "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
+           "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]

@@ -104,7 +104,7 @@ void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32
 pycoll_status_t progress_init(comm_family_t *family);
 /* Wait until every queued collective of the family has run (progress_wait_turn), or in addition take the
  * transport for a blocking collective on the caller's thread until progress_end_turn (progress_take_turn:
- * PYCOLL_ERR_INVALID, comm->error saying why, if another thread of the caller's runs one on the family).
+ * PYCOLL_ERR_BUSY, comm->error saying why, if another thread of the caller's runs one on the family).
  * With `interruptible`, the caller's interrupt check runs every 100 ms and ends the wait with
  * PYCOLL_ERR_INTERRUPTED (the queued collectives keep running). Bounded: each queued collective has its
  * deadline. */

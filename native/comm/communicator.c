@@ -319,8 +319,9 @@ static int runs_native(const pycoll_comm_t *comm)
 static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     if (runs_native(comm))
-        return comm_finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf, call->count,
-                                                               call->dtype, call->op, call->accuracy));
+        return comm_finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf,
+                                                                    call->count, call->dtype, call->op,
+                                                                    call->accuracy));
     const pycoll_algorithm_t algorithm = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
     all_reduce_fn fn = all_reduce_algorithm(algorithm);
     if (!fn) {
@@ -348,8 +349,8 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
         return comm_finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_BROADCAST:
         if (runs_native(comm))
-            return comm_finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count, call->dtype,
-                                                                  call->root));
+            return comm_finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count,
+                                                                       call->dtype, call->root));
         return comm_finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
     case PYCOLL_COLL_REDUCE:
         return comm_finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,

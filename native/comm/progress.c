@@ -1,8 +1,9 @@
 /* The progress thread of a communicator family (comm_internal.h): runs non-blocking collectives
- * (pycoll_comm_start_*) of the root and its splits one at a time, in call order, with comm_run_call -- the very code a blocking call runs -- so descriptors, deadlines and the
- * first-error rule are the same. It never calls back into the caller: the transport's interrupt check, which
- * may be Python's signal check, is replaced on this thread by the close's `cancel` flag, and the thread blocks
- * asynchronous signals so that they reach the caller's threads. Started by the first non-blocking call, joined
+ * (pycoll_comm_start_*) of the root and its splits one at a time, in call order, with comm_run_call -- the
+ * very code a blocking call runs -- so descriptors, deadlines and the first-error rule are the same; and keeps
+ * non-blocking sends and receives in flight (p2p_flight_t below). It never calls back into the caller: the
+ * transport's interrupt check, which may be Python's signal check, is replaced on this thread by the close's
+ * `cancel` flag, and the thread blocks asynchronous signals so that they reach the caller's threads. Started by the first non-blocking call, joined
  * by finalize or destroy. */
 #include <errno.h>
 #include <sched.h>
@@ -169,7 +170,8 @@ static void flight_add(p2p_flight_t *f, pycoll_work_t **works, int n)
         f->started_ns = pycoll_now_ns();
         f->next_check_ns = f->started_ns + CHECK_EVERY_NS;
         const int64_t spin_ns = comm->family->transport->spin_ns; /* polling briefly at most, as run_work */
-        f->idle = (idle_wait_t){.spin_until = f->started_ns + (spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS)};
+        f->idle = (idle_wait_t){.spin_until =
+                                    f->started_ns + (spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS)};
     } else {
         comm_p2p_extend_deadline(comm); /* each request gets the full timeout from its post */
     }
@@ -450,7 +452,7 @@ pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible)
                  "another thread is running a collective on this communicator or one that shares its "
                  "connections (its parent or a split of it); call a communicator family from one thread at a "
                  "time, or use async_op=True");
-        st = PYCOLL_ERR_INVALID;
+        st = PYCOLL_ERR_BUSY;
     } else if (st == PYCOLL_OK) {
         p->caller_running = 1;
     }

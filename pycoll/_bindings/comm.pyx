@@ -30,6 +30,8 @@ def error_for_status(int status, str message, int failed_rank=-1):
         return ValueError(message)
     if status == PYCOLL_ERR_NOMEM:
         return MemoryError(message)
+    if status == PYCOLL_ERR_BUSY:
+        return RuntimeError(message)
     return PycollError(message)
 
 
