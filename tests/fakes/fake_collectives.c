@@ -71,6 +71,16 @@ int fake_stream_busy(void *stream)
     return busy;
 }
 
+int fake_any_stream_busy(void)
+{
+    int busy = 0;
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        busy |= streams[i].pending > 0;
+    pthread_mutex_unlock(&streams_lock);
+    return busy;
+}
+
 size_t fake_dtype_size(int dtype)
 {
     static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
@@ -347,6 +357,15 @@ static void run_job(fake_comm_t *c, const fake_job_t *j)
         run_p2p(c, j);
         return;
     }
+    if (j->kind == FAKE_BARRIER) { /* its own name (seq -1), so a collective a peer still waits in never takes it */
+        char none[1] = {0};
+        publish(c, -1, none, 0);
+        char **arrived = gather_files(c, -1);
+        for (int r = 0; arrived && r < c->nranks; r++)
+            free(arrived[r]);
+        free(arrived);
+        return;
+    }
     size_t isz = fake_dtype_size(j->dtype);
     size_t send_bytes = j->kind == FAKE_REDUCE_SCATTER ? j->count * isz * (size_t)c->nranks
                         : j->kind == FAKE_BROADCAST && c->rank != j->root ? 0
@@ -363,6 +382,7 @@ static void run_job(fake_comm_t *c, const fake_job_t *j)
         if (c->rank == j->root)
             fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op);
         break;
+    case FAKE_REDUCE_EVERY_RANK: fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op); break;
     case FAKE_REDUCE_SCATTER:
         fold(in, c->nranks, (size_t)c->rank * j->count, j->recv, j->count, j->dtype, j->op);
         break;
@@ -402,9 +422,13 @@ static void *worker(void *arg)
         fake_job_t *j = c->head;
         pthread_mutex_unlock(&c->lock);
         if (j->async_error) {
+            /* The collective hit an error (a peer died): recorded, and the kernel never finishes -- the job
+             * stays queued and its stream busy until abort, as a GPU kernel waiting on a dead peer does. */
             pthread_mutex_lock(&c->lock);
             c->async_error = j->async_error;
-            pthread_mutex_unlock(&c->lock);
+            while (!c->stop)
+                pthread_cond_wait(&c->cond, &c->lock);
+            break;
         } else {
             run_job(c, j);
         }
