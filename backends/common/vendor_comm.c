@@ -131,14 +131,29 @@ static const char *result_name(const pycoll_vendor_t *v, int r)
     return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
 }
 
-/* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
+/* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
+ * releases the peers' links, so their waits fail too). */
+static void abort_now(pycoll_vendor_comm_t *c)
+{
+    if (c->comm) {
+        c->v->abort(c->comm);
+        c->comm = NULL;
+    }
+}
+
+/* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. The communicator
+ * is aborted at once: after a failed call its device work may wait forever on a peer (an asynchronous error
+ * such as a dead peer), a non-blocking NCCL communicator's error is sticky anyway, and anything that
+ * synchronises the device (a free) would wait behind that work. */
 pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
 {
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
-    return pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s", v->name, what,
-                           v->error_string(r), result_name(v, r), v->code_label, r, last && *last ? ": " : "",
-                           last ? last : "");
+    pycoll_status_t st = pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s",
+                                         v->name, what, v->error_string(r), result_name(v, r), v->code_label, r,
+                                         last && *last ? ": " : "", last ? last : "");
+    abort_now(c);
+    return st;
 }
 
 pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int64_t id_len, char *error,
@@ -156,16 +171,6 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
                                    vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
                                    result_name(v, r), v->code_label, r);
     return PYCOLL_OK;
-}
-
-/* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
- * releases the peers' links, so their waits fail too). */
-static void abort_now(pycoll_vendor_comm_t *c)
-{
-    if (c->comm) {
-        c->v->abort(c->comm);
-        c->comm = NULL;
-    }
 }
 
 /* Abort on the deadline: it stops the device work waiting for a peer that will never come. */
@@ -194,24 +199,17 @@ static void poll_pause(int64_t started_ns)
     nanosleep(&ts, NULL);
 }
 
-/* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded. An
- * asynchronous error (a peer died) aborts the communicator at once: its kernels may be waiting for that peer
- * and would never finish, and anything that synchronises the device (a free) would wait behind them. */
+/* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded (which
+ * aborts the communicator at once: vendor_fail_result). */
 static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
 {
     int state = 0;
     int r = c->v->async_error(c->comm, &state);
-    if (r != 0) {
-        pycoll_status_t st = vendor_fail_result(c, vendor_call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
-        abort_now(c);
-        return st;
-    }
+    if (r != 0)
+        return vendor_fail_result(c, vendor_call_name(c->v, PYCOLL_VENDOR_CALL_ASYNC_ERROR), r);
     *in_progress = c->v->in_progress >= 0 && state == c->v->in_progress;
-    if (state != 0 && !*in_progress) {
-        pycoll_status_t st = vendor_fail_result(c, what, state);
-        abort_now(c);
-        return st;
-    }
+    if (state != 0 && !*in_progress)
+        return vendor_fail_result(c, what, state);
     return PYCOLL_OK;
 }
 
@@ -331,10 +329,8 @@ static void teardown(pycoll_vendor_comm_t *c)
         int r = v->finalize(c->comm);
         pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, "finalize", r)
                                                            : wait_ready(c, "finalize", deadline);
-        if (st != PYCOLL_OK) {
-            abort_now(c); /* wait_ready aborted already where the deadline passed */
-            return;
-        }
+        if (st != PYCOLL_OK)
+            return; /* aborted: by vendor_fail_result, or at the deadline */
     }
     if (c->state.status == PYCOLL_OK)
         v->destroy(c->comm);
