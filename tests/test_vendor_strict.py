@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import buffer, fake_library_env, job_env, make_engine, run_ranks_ok
+from fakes.vendor_harness import FakeDeviceArray, buffer, fake_library_env, job_env, make_engine, run_ranks_ok
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -43,9 +43,15 @@ def _log(env):
     return open(env["FAKE_COLL_LOG"]).read()
 
 
+def _on_stream(x):
+    """A Buffer whose array names a stream of its own (as a framework's tensor does), so that only the tests of
+    the NULL-stream rule depend on the stream pycoll picks when it has none."""
+    return buffer(x, owner=FakeDeviceArray(x, stream=0x6000 + os.getpid()))
+
+
 def _sum_of_ones(engine, rank, dtype="float32", algorithm="auto"):
     x = np.full(3, rank + 1, dtype)
-    ran = engine.all_reduce(buffer(x), buffer(x), 0, algorithm, "fast")
+    ran = engine.all_reduce(_on_stream(x), _on_stream(x), 0, algorithm, "fast")
     return x.tolist(), ran
 
 
@@ -79,20 +85,20 @@ def _hccl_refusals(rank, world):
     for name, (dtype, op) in cases.items():
         x = np.ones(2, dtype)
         try:
-            engine.all_reduce(buffer(x), buffer(x), op, "auto", "fast")
+            engine.all_reduce(_on_stream(x), _on_stream(x), op, "auto", "fast")
             refused[name] = None
         except TypeError as exc:
             refused[name] = str(exc)
     y = np.ones(2, np.float64)
     with pytest.raises(TypeError, match="reduce of float64"):
-        engine.reduce(buffer(y), buffer(y), 0, 0, "fast")
+        engine.reduce(_on_stream(y), _on_stream(y), 0, 0, "fast")
     b = np.full(2, rank, np.uint8)  # data movement is not a reduction: uint8 is fine
-    engine.broadcast(buffer(b), 1)
+    engine.broadcast(_on_stream(b), 1)
     # The backstop: a refusal the tables miss, straight from the vendor layer, still leaves the comm usable.
     comm = engine._comm("auto")
     x = np.ones(2, np.uint8)
     with pytest.raises(PycollError, match="HCCL_E_NOT_SUPPORT.*still usable"):
-        comm.all_reduce(buffer(x).ptr, buffer(x).ptr, 2, buffer(x).dtype, 0, 0)
+        comm.all_reduce(buffer(x).ptr, buffer(x).ptr, 2, buffer(x).dtype, 0, 0x6000 + os.getpid())
     out = _sum_of_ones(engine, rank)
     engine.close()
     return refused, b.tolist(), out
@@ -256,9 +262,9 @@ def _hccl_reduce(rank, world):
     engine = make_engine("hccl", rank, world, 10.0)
     send = np.array([1.0, 2.0], np.float32) * (rank + 1)
     recv = np.full(2, -7.0, np.float32)
-    engine.reduce(buffer(send), buffer(recv), 0, 0, "fast")
+    engine.reduce(_on_stream(send), _on_stream(recv), 0, 0, "fast")
     send2 = np.array([1.0, 2.0], np.float32) * (rank + 1)
-    engine.reduce(buffer(send2), None if rank else buffer(np.zeros(2, np.float32)), 0, 0, "fast")
+    engine.reduce(_on_stream(send2), None if rank else _on_stream(np.zeros(2, np.float32)), 0, 0, "fast")
     engine.close()
     return send.tolist(), recv.tolist(), send2.tolist()
 
