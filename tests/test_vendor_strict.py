@@ -274,3 +274,16 @@ def test_hccl_reduce_leaves_non_root_buffers_unchanged(hccl_env):
     (s0, r0, _), (s1, r1, s1b) = run_ranks_ok(_hccl_reduce, 2, hccl_env)
     assert r0 == [3.0, 6.0] and s0 == [1.0, 2.0]
     assert r1 == [-7.0, -7.0] and s1 == [2.0, 4.0] and s1b == [2.0, 4.0]
+
+
+# ---- the documented capabilities are the ones the code checks ----
+
+@pytest.mark.timeout(30)
+def test_capability_tables_in_the_docs_are_the_checked_ones():
+    from pathlib import Path
+
+    from pycoll.plugins.vendor_capabilities import DOCS, documented, generated_block
+    root = Path(__file__).resolve().parent.parent
+    for doc in DOCS:
+        assert documented((root / doc).read_text()) == generated_block(), (
+            f"{doc} is stale: run python -m pycoll.plugins.vendor_capabilities")

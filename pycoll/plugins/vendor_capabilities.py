@@ -1,7 +1,7 @@
 """What each vendor backend offers, as data: the engine checks a request against it before calling the vendor
 (a refused request raises TypeError and leaves the communicator usable), and the capability tables in
 backends/README.md and README.md are generated from the same data (`python -m pycoll.plugins.vendor_capabilities`
-rewrites them; tests/test_vendor_capabilities.py fails when they differ)."""
+rewrites them; tests/test_vendor_strict.py fails when they differ)."""
 
 from __future__ import annotations
 
@@ -88,17 +88,17 @@ def _backends():
 
 
 def generated_block() -> str:
-    return "\n\n".join(markdown(b) for b in _backends())
+    return "\n\n".join(markdown(b) for b in _backends()) + "\n"
 
 
-_MARKERS = re.compile(r"(<!-- vendor-capabilities:begin.*?-->\n).*?(\n<!-- vendor-capabilities:end -->)", re.S)
+_MARKERS = re.compile(r"(<!-- vendor-capabilities:begin.*?-->\n)(.*?)(<!-- vendor-capabilities:end -->)", re.S)
 DOCS = ("README.md", "backends/README.md")
 
 
 def documented(text: str):
     """The generated block a document holds between its markers, or None."""
     m = _MARKERS.search(text)
-    return None if m is None else text[m.end(1):m.start(2)]
+    return None if m is None else m.group(2)
 
 
 def rewrite(root: Path) -> None:
@@ -108,7 +108,7 @@ def rewrite(root: Path) -> None:
         text = path.read_text()
         if documented(text) is None:
             raise SystemExit(f"{path}: no vendor-capabilities markers")
-        path.write_text(_MARKERS.sub(lambda m: m.group(1) + block + m.group(2), text))
+        path.write_text(_MARKERS.sub(lambda m: m.group(1) + block + m.group(3), text))
 
 
 if __name__ == "__main__":
