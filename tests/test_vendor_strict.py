@@ -3,6 +3,7 @@ fake_hccl.c say which rule each mirrors, and where it comes from): each test nam
 covers. Bad requests must be refused before the call with the communicator still usable, and every teardown
 must be bounded by a deadline (the fakes log "<call> deadlocked" where the real library would hang)."""
 
+import ctypes
 import os
 import time
 
@@ -287,3 +288,104 @@ def test_capability_tables_in_the_docs_are_the_checked_ones():
     for doc in DOCS:
         assert documented((root / doc).read_text()) == generated_block(), (
             f"{doc} is stale: run python -m pycoll.plugins.vendor_capabilities")
+
+
+# ---- 8, 9. torch device tensors: NPU by its device, CUDA through DLPack first, requires_grad named ----
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class FakeTorchTensor:
+    """What torch's CUDA and torch_npu tensors show pycoll (a numpy array's memory stands in for the device's):
+    a CUDA tensor's DLPack capsule says kDLCUDA; its __cuda_array_interface__ gives bfloat16 as "<V2" and raises
+    for a tensor that requires grad; a torch_npu tensor's __dlpack_device__ raises (torch's privateuse1)."""
+
+    def __init__(self, arr, device_type, requires_grad=False):
+        self.arr, self.requires_grad = arr, requires_grad
+        self.device = type("device", (), {"type": device_type, "index": 0})()
+        self.dtype = f"torch.{arr.dtype.name}"
+
+    def __dlpack_device__(self):
+        if self.device.type == "npu":
+            raise RuntimeError("Unsupported device type privateuse1 for DLPack")  # as torch does
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, max_version=None):
+        if self.requires_grad:
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        self._shape = (ctypes.c_int64 * 1)(self.arr.size)
+        code = {"f": 2, "i": 0, "u": 1, "V": 4}[self.arr.dtype.kind]  # kDLFloat, kDLInt, kDLUInt, kDLBfloat
+        tensor = _DLTensor(self.arr.ctypes.data, _DLDevice(2, 0), 1, _DLDataType(code, self.arr.dtype.itemsize * 8, 1),
+                           self._shape, None, 0)
+        self._managed = _DLManagedTensor(tensor, None, None)  # kept alive by self; no deleter to call
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device.type == "npu":
+            raise AttributeError("an NPU tensor has no __cuda_array_interface__")
+        if self.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+        typestr = "<V2" if self.arr.dtype.name == "bfloat16" else self.arr.dtype.str
+        return {"shape": self.arr.shape, "typestr": typestr, "data": (self.arr.ctypes.data, False), "version": 2}
+
+    def is_contiguous(self):
+        return True
+
+    def data_ptr(self):
+        return self.arr.ctypes.data
+
+    def numel(self):
+        return self.arr.size
+
+    def element_size(self):
+        return self.arr.dtype.itemsize
+
+
+FakeTorchTensor.__module__ = "torch"  # how pycoll recognises a torch tensor without importing torch
+
+
+@pytest.mark.timeout(30)
+def test_torch_cuda_bfloat16_tensor_goes_through_dlpack():
+    from pycoll.buffers import as_buffer
+    from pycoll.dtypes import DTYPES
+    arr = np.arange(4).astype(ml_dtypes.bfloat16)
+    t = FakeTorchTensor(arr, "cuda")
+    buf = as_buffer(t, name="out", writable=True)
+    assert (buf.memory, buf.dtype, buf.count, buf.ptr, buf.readonly) == (
+        "cuda", DTYPES["bfloat16"], 4, arr.ctypes.data, False)
+    assert buf.owner is t  # its framework names the stream the collective goes on
+
+
+@pytest.mark.timeout(30)
+def test_torch_npu_tensor_is_recognised_by_its_device():
+    from pycoll.buffers import as_buffer
+    from pycoll.dtypes import DTYPES
+    arr = np.ones(3, np.float32)
+    buf = as_buffer(FakeTorchTensor(arr, "npu"), name="x")
+    assert (buf.memory, buf.dtype, buf.count, buf.ptr) == ("npu", DTYPES["float32"], 3, arr.ctypes.data)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_device_tensor_that_requires_grad_is_refused_by_name(device):
+    from pycoll.buffers import as_buffer
+    with pytest.raises(TypeError, match=r"x requires grad: pass x\.detach\(\)"):
+        as_buffer(FakeTorchTensor(np.ones(2, np.float32), device, requires_grad=True), name="x")
