@@ -389,3 +389,14 @@ def test_device_tensor_that_requires_grad_is_refused_by_name(device):
     from pycoll.buffers import as_buffer
     with pytest.raises(TypeError, match=r"x requires grad: pass x\.detach\(\)"):
         as_buffer(FakeTorchTensor(np.ones(2, np.float32), device, requires_grad=True), name="x")
+
+
+# ---- 12. the NCCL header's version notes say what nccl.h says ----
+
+@pytest.mark.timeout(30)
+def test_nccl_api_version_notes():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "backends" / "nccl" / "nccl_api.h").read_text()
+    assert "ncclTimeout: NCCL 2.30" in text
+    assert "minCTAs, maxCTAs and netName arrived in 2.17" in text
+    assert "ncclConfig_t as of NCCL 2.14" not in text
