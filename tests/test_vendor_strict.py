@@ -290,6 +290,26 @@ def test_capability_tables_in_the_docs_are_the_checked_ones():
             f"{doc} is stale: run python -m pycoll.plugins.vendor_capabilities")
 
 
+
+# ---- 10. a small collective does not pay a polling sleep ----
+
+def _nccl_small_collectives(rank, world):
+    engine = make_engine("nccl", rank, world, 10.0)
+    for _ in range(30):
+        _sum_of_ones(engine, rank)
+    engine.close()
+    return rank
+
+
+@pytest.mark.timeout(60)
+def test_nccl_completion_is_noticed_without_a_polling_sleep(nccl_env):
+    # Each "kernel" runs 6 ms: a backoff that has grown to 1 ms by then notices its end ~0.5 ms late on average.
+    run_ranks_ok(_nccl_small_collectives, 2, dict(nccl_env, FAKE_KERNEL_US="6000"))
+    lags = [int(line.rsplit("=", 1)[1]) for line in _log(nccl_env).splitlines()
+            if line.startswith("cudaStreamQuery noticed_after_us=")]
+    assert len(lags) >= 60
+    assert np.median(lags) < 200, sorted(lags)
+
 # ---- 8, 9. torch device tensors: NPU by its device, CUDA through DLPack first, requires_grad named ----
 
 class _DLDevice(ctypes.Structure):

@@ -38,7 +38,15 @@ struct fake_comm {
 
 #define MAX_STREAMS 64
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { void *stream; int pending; } streams[MAX_STREAMS];
+/* idle_ns: when the stream's last work completed (0: not since it was last looked at). */
+static struct { void *stream; int pending; long long idle_ns; } streams[MAX_STREAMS];
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void stream_add(void *stream, int delta)
 {
@@ -47,6 +55,7 @@ static void stream_add(void *stream, int delta)
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (streams[i].pending && streams[i].stream == stream) {
             streams[i].pending += delta;
+            streams[i].idle_ns = streams[i].pending ? 0 : now_ns();
             pthread_mutex_unlock(&streams_lock);
             return;
         }
@@ -56,6 +65,7 @@ static void stream_add(void *stream, int delta)
     if (free_slot >= 0 && delta > 0) {
         streams[free_slot].stream = stream;
         streams[free_slot].pending = delta;
+        streams[free_slot].idle_ns = 0;
     }
     pthread_mutex_unlock(&streams_lock);
 }
@@ -69,6 +79,19 @@ int fake_stream_busy(void *stream)
             busy = 1;
     pthread_mutex_unlock(&streams_lock);
     return busy;
+}
+
+long long fake_stream_idle_for_ns(void *stream)
+{
+    long long idle = 0;
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (!streams[i].pending && streams[i].stream == stream && streams[i].idle_ns) {
+            idle = now_ns() - streams[i].idle_ns;
+            streams[i].idle_ns = 0;
+        }
+    pthread_mutex_unlock(&streams_lock);
+    return idle;
 }
 
 int fake_any_stream_busy(void)
@@ -431,6 +454,9 @@ static void *worker(void *arg)
             break;
         } else {
             run_job(c, j);
+            const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
+            if (kernel_us && j->kind != FAKE_BARRIER)
+                usleep((useconds_t)atoi(kernel_us));
         }
         pthread_mutex_lock(&c->lock);
         if (c->stop) /* aborted mid-collective: the job stays queued, its stream busy, as on a dead GPU */

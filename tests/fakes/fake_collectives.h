@@ -36,6 +36,9 @@ void fake_group_start(void);
 void fake_group_end(void);
 /* 1 while `stream` has queued work. */
 int fake_stream_busy(void *stream);
+/* How long ago `stream`'s last work completed, once per completion (0: busy, or already asked): how late the
+ * caller noticed. */
+long long fake_stream_idle_for_ns(void *stream);
 /* 1 while any stream has queued work (what a device-wide synchronisation, cudaFree, waits for). */
 int fake_any_stream_busy(void);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */

@@ -265,9 +265,15 @@ EXPORT int ncclGroupEnd(void)
 
 /* ---- the CUDA runtime pieces pycoll uses ---- */
 
+/* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {
-    return fake_stream_busy(stream) ? 600 : 0;
+    if (fake_stream_busy(stream))
+        return 600;
+    long long idle = fake_stream_idle_for_ns(stream);
+    if (idle)
+        fake_log("cudaStreamQuery noticed_after_us=%lld", idle / 1000);
+    return 0;
 }
 
 EXPORT int cudaMalloc(void **ptr, size_t size)
