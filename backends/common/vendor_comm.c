@@ -326,9 +326,10 @@ static void teardown(pycoll_vendor_comm_t *c)
         return;
     if (c->state.status == PYCOLL_OK && v->finalize) {
         int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+        const char *what = vendor_call_name(v, PYCOLL_VENDOR_CALL_FINALIZE);
         int r = v->finalize(c->comm);
-        pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, "finalize", r)
-                                                           : wait_ready(c, "finalize", deadline);
+        pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, what, r)
+                                                           : wait_ready(c, what, deadline);
         if (st != PYCOLL_OK)
             return; /* aborted: by vendor_fail_result, or at the deadline */
     }

@@ -101,7 +101,7 @@ static const pycoll_vendor_symbol_t nccl_symbols[] = {
     {PYCOLL_VENDOR_CALL_INIT, "ncclCommInitRankConfig", VENDOR_SLOT(comm_init_rank_config)},
     {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "ncclCommGetAsyncError", VENDOR_SLOT(V.async_error)},
     {PYCOLL_VENDOR_CALL_NONE, "ncclCommAbort", VENDOR_SLOT(V.abort)},
-    {PYCOLL_VENDOR_CALL_NONE, "ncclCommFinalize", VENDOR_SLOT(V.finalize)},
+    {PYCOLL_VENDOR_CALL_FINALIZE, "ncclCommFinalize", VENDOR_SLOT(V.finalize)},
     {PYCOLL_VENDOR_CALL_DEVICE, "ncclCommCuDevice", VENDOR_SLOT(V.device)},
     {PYCOLL_VENDOR_CALL_SEND, "ncclSend", VENDOR_SLOT(V.send)},
     {PYCOLL_VENDOR_CALL_RECV, "ncclRecv", VENDOR_SLOT(V.recv)},

@@ -43,7 +43,8 @@ typedef enum pycoll_vendor_call {
     PYCOLL_VENDOR_CALL_GROUP_START,
     PYCOLL_VENDOR_CALL_GROUP_END,
     PYCOLL_VENDOR_CALL_STREAM_WAIT,
-    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC
+    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC,
+    PYCOLL_VENDOR_CALL_FINALIZE
 } pycoll_vendor_call_t;
 
 /* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
