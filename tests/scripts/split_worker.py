@@ -76,6 +76,12 @@ try:
             x = np.array([rank], dtype=np.int64)
             nested.all_reduce(x)
             assert x[0] == sum(c.ranks[i] for i in nested.ranks), x
+        orphan = pycoll.Communicator.split(comm.split(0), 0)  # its parent has no other reference
+        import gc
+        gc.collect()
+        y = np.ones(2, dtype=np.int64)
+        orphan.all_reduce(y)
+        assert np.all(y == size), y
         local = comm.split_by_host()
         assert local.size == comm.local_size and local.ranks == list(range(size)), local.ranks
         check_collectives(comm, "parent after splits")
