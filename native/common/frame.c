@@ -25,8 +25,9 @@ pycoll_status_t pycoll_frame_mismatch(pycoll_p2p_t *p2p, int32_t r, const pycoll
 pycoll_status_t pycoll_frame_check_data(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h)
 {
     const pycoll_coll_desc_t *theirs = &h->desc;
-    /* Another communicator of the family: a collective this rank has not reached yet (it waits), or ranks
-     * that call the family's communicators in different orders, which the STATE probes name (check_state). */
+    /* Another communicator of the family: a collective this rank has not reached yet (it waits). If this rank
+     * needs r now, r ran that one first: frame_match names the order disagreement when the frame meets the
+     * receive. */
     if (theirs->group != p2p->desc.group)
         return PYCOLL_OK;
     if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) || theirs->seq < p2p->desc.seq)
@@ -63,16 +64,15 @@ pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_fr
 }
 
 pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
-                                         int finalizing, int32_t waiting_for)
+                                         int finalizing)
 {
     const pycoll_coll_desc_t *theirs = &h->desc;
-    if (theirs->group != p2p->desc.group) {
-        /* r waits for this rank in another communicator of the family while this rank waits for r: each
-         * waits for the other to finish a collective it has not started, so neither ever will. */
-        if (!finalizing && waiting_for == r && h->failed_rank == p2p->rank)
-            return pycoll_p2p_order_mismatch(p2p, r, theirs);
+    /* Another communicator of the family: not comparable. (That r waits for this rank there while this rank
+     * waits for r here is no proof of a disagreement: the frame may be older than r's latest messages, and seq
+     * numbers of different groups do not order them. A disagreement shows in r's data instead, or at the
+     * deadline.) */
+    if (theirs->group != p2p->desc.group)
         return PYCOLL_OK;
-    }
     if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) ||
         (finalizing && theirs->seq > p2p->desc.seq))
         return pycoll_frame_mismatch(p2p, r, h, finalizing ? " at close" : "");

@@ -53,11 +53,10 @@ pycoll_status_t pycoll_frame_data_at_close(pycoll_p2p_t *p2p, int32_t r, const p
 pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                    const pycoll_request_t *req);
 /* A STATE header: at the same slot (group and sequence number) the peer must be in the same collective; at
- * close, a peer waiting in a collective this rank never called disagrees with it; a peer waiting for this rank
- * in another communicator of the family while this rank waits for it (waiting_for: the rank this rank's wait
- * is blocked on, or -1) called the two in the other order. */
+ * close, a peer waiting in a collective this rank never called disagrees with it. A STATE of another
+ * communicator of the family is not comparable (its frames say nothing about the order of the two). */
 pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
-                                         int finalizing, int32_t waiting_for);
+                                         int finalizing);
 /* Rank r said goodbye with h. At close the last descriptors must agree (history included); before it, a
  * departed peer is only an error if this rank still needs it (still_needed). */
 pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,

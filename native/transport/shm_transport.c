@@ -187,7 +187,7 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;
-        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing, t->waiting_for);
+        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing);
         if (st != PYCOLL_OK)
             return st;
         peer->q.waits_for_slot = pycoll_slot_key(&h->desc);

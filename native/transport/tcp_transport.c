@@ -144,7 +144,7 @@ static pycoll_status_t on_state(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
     const pycoll_coll_desc_t *theirs = &peer->recv_hdr.desc;
-    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing, t->waiting_for);
+    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing);
     if (st != PYCOLL_OK)
         return st;
     peer->q.waits_for_slot = pycoll_slot_key(theirs);
