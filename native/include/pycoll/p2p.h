@@ -28,6 +28,13 @@ typedef enum pycoll_coll {
     PYCOLL_COLL_BROADCAST = 3,
     PYCOLL_COLL_REDUCE = 4,
     PYCOLL_COLL_BARRIER = 5,
+    /* Issue #14. The _V ones take per-rank counts; their descriptor's count is a fingerprint of the counts
+     * (communicator.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
+    PYCOLL_COLL_ALL_TO_ALL = 6,
+    PYCOLL_COLL_GATHER = 7,
+    PYCOLL_COLL_SCATTER = 8,
+    PYCOLL_COLL_ALL_GATHER_V = 9,
+    PYCOLL_COLL_REDUCE_SCATTER_V = 10,
     PYCOLL_NUM_COLLS
 } pycoll_coll_t;
 
