@@ -138,7 +138,8 @@ def expect(exc_type, words, fn, *args, **kwargs):
 def check_bad_input(comm):
     rank, size = comm.rank, comm.size
     x, out = np.zeros(size * 2, np.int32), np.zeros(size * 2, np.int32)
-    expect(ValueError, ["x", "size * k"], comm.all_to_all, np.zeros(size * 2 + 1, np.int32), out)
+    if size > 1:  # every length is a multiple of 1
+        expect(ValueError, ["x", "size * k"], comm.all_to_all, np.zeros(size * 2 + 1, np.int32), out)
     expect(ValueError, ["out"], comm.all_to_all, x, np.zeros(size * 2 + 2, np.int32))
     expect(TypeError, ["out", "dtype"], comm.all_to_all, x, np.zeros(size * 2, np.int64))
     expect(ValueError, ["overlap"], comm.all_to_all, x, x)
