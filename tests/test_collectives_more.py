@@ -34,7 +34,7 @@ def test_new_collectives_have_ids_after_the_old_ones_and_one_schedule_each():
 # -- simulator: N = 1..8 ------------------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("n", range(1, 9))
-@pytest.mark.parametrize("k", [0, 1, 37])
+@pytest.mark.parametrize("k", [0, 1, 37, 9000])  # 9000 int64 a block: past the tree, flat
 def test_all_to_all_gather_scatter_exact_on_the_simulator(n, k):
     inputs = [data(r, n * k) for r in range(n)]
     outs = simulate("all_to_all", inputs)
