@@ -151,8 +151,9 @@ def test_bad_arguments_raise_naming_them_and_leave_the_communicator_usable(backe
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("backend", ["tcp", "shm"])
 @pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
-def test_ranks_passing_other_counts_all_raise_mismatch(backend, coll):
-    reports = _run(3, "counts_mismatch", backend, {"TEST_COLL": coll}, timeout=20)
+@pytest.mark.parametrize("zero", ["", "1"])  # "1": one rank also moves nothing, so only its next call tells
+def test_ranks_passing_other_counts_all_raise_mismatch(backend, coll, zero):
+    reports = _run(3, "counts_mismatch", backend, {"TEST_COLL": coll, "TEST_ZERO": zero}, timeout=20)
     for r, rep in reports.items():
         assert rep.get("error") == "MismatchError", (r, rep)
         assert rep["elapsed"] < 15, rep
