@@ -43,7 +43,7 @@ def _close_at_exit():
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
-    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None):
+    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None, ranks=None):
         self._engine = engine
         self._rank = rank
         self._size = size
@@ -57,6 +57,8 @@ class Communicator:
             from pycoll.rendezvous.hosts import Hosts
             hosts = Hosts.from_identities([""] * size, rank)
         self._hosts = hosts
+        self._ranks = tuple(range(size)) if ranks is None else tuple(ranks)
+        self._children = weakref.WeakSet()  # splits of this communicator: closed with it
         # Works not yet seen complete, in call order (they complete in that order): they hold the arrays of
         # their collectives, which must outlive them even when the caller drops the Work.
         self._pending = collections.deque()
@@ -92,6 +94,8 @@ class Communicator:
                      "share a host when they share boot id, IPC and network namespace).")
     local_rank = property(lambda self: self._hosts.local_rank, doc="This rank's index among its host's ranks.")
     local_size = property(lambda self: self._hosts.local_size, doc="The number of ranks on this rank's host.")
+    ranks = property(lambda self: list(self._ranks), doc="The members' ranks in the communicator this one was "
+                     "split from (range(size) for one made by init).")
 
     def __repr__(self):
         state = "closed" if self._engine is None else "open"
@@ -303,6 +307,81 @@ class Communicator:
             return self._start("barrier", (), None, None)
         self._run(self._engine_or_raise().barrier)
 
+    # -- point to point ---------------------------------------------------------------------------------------
+    def _peer(self, peer, name):
+        peer = integer_argument(peer, name)
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise ValueError(f"{name} must be another rank in [0, {self._size}), got {peer} (this rank is "
+                             f"{self._rank})")
+        return peer
+
+    @staticmethod
+    def _tag(tag):
+        tag = integer_argument(tag, "tag")
+        if not 0 <= tag < 2 ** 32:
+            raise ValueError(f"tag must be in [0, 2**32), got {tag}")
+        return tag
+
+    def send(self, x, dst, tag=0, *, async_op=False):
+        """Send x to rank dst. Messages from one rank to another arrive in the order they were sent; the
+        receive must name the same tag and length (else MismatchError naming both). Blocking: returns once x
+        may be reused. Sends and receives started with async_op=True one after another are posted together,
+        so an exchange (each rank sends to and receives from the other) cannot deadlock."""
+        buf = self._buffer(x, "x", writable=False)
+        args = (buf, self._peer(dst, "dst"), self._tag(tag))
+        if self._async(async_op):
+            return self._start("send", args, None, (x,))
+        self._run(self._engine_or_raise().send, *args)
+
+    def recv(self, x, src, tag=0, *, async_op=False):
+        """Receive into x the next message from rank src, which must have this tag and x's length in bytes.
+        Returns x (with async_op=True, a Work whose wait() returns it)."""
+        buf = self._buffer(x, "x", writable=True)
+        args = (buf, self._peer(src, "src"), self._tag(tag))
+        if self._async(async_op):
+            return self._start("recv", args, x, (x,))
+        self._run(self._engine_or_raise().recv, *args)
+        return x
+
+    # -- subgroups -------------------------------------------------------------------------------------------
+    def split(self, color, key=0):
+        """A new communicator of the ranks that pass the same color (an int >= 0), numbered by key, then by rank
+        here; None where color is None. Every rank of this communicator calls it (one small all-gather). The
+        new one runs over this one's connections -- no new sockets, segments or rendezvous -- and is a full
+        Communicator (`ranks` lists its members' ranks here). Ranks that share several communicators of one
+        family (this one and its splits) must call collectives on them in the same order; an error in one
+        breaks them all. Closing this communicator closes its splits."""
+        if color is not None:
+            color = integer_argument(color, "color")
+            if not 0 <= color < 2 ** 31:
+                raise ValueError(f"color must be None or in [0, 2**31), got {color}")
+        key = integer_argument(key, "key")
+        if not -2 ** 31 <= key < 2 ** 31:
+            raise ValueError(f"key must fit in 32 bits, got {key}")
+        engine = self._engine_or_raise()
+        child = self._run(engine.split, -1 if color is None else color, key)
+        if child is None:
+            return None
+        ranks = child.parent_ranks
+        from pycoll.rendezvous.hosts import Hosts
+        hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
+        comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
+                            hosts=hosts, ranks=ranks)
+        self._children.add(comm)
+        return comm
+
+    def split_by_host(self):
+        """The communicator of this host's ranks (a split with the host as color)."""
+        return self.split(self._hosts.host_of[self._rank], key=self._rank)
+
+    def mesh(self, **dims):
+        """This communicator's ranks on a mesh of named dimensions, the last varying fastest: mesh(pp=2, dp=2,
+        tp=2) puts ranks 0 and 1 in one tp group, 0 and 2 in one dp group, 0 and 4 in one pp group. Returns a
+        pycoll.Mesh: mesh["tp"] is this rank's communicator along tp, mesh.coords its coordinates. One split
+        per dimension, every rank alike."""
+        from pycoll.mesh import Mesh, check_shape
+        return Mesh(self, check_shape(dims, self._size))
+
     # -- issue #14: all_to_all, gather, scatter, uneven all_gather / reduce_scatter, objects ------------------
     def _counts(self, counts):
         """counts as a C-contiguous int64 array: `size` non-negative integers."""
@@ -425,6 +504,8 @@ class Communicator:
         and raises MismatchError if they called different collectives without it being noticed before (ranks
         that disagreed on a root, for one); the communicator is closed either way. Works still queued fail with
         CommunicatorClosed; the one running gets the same brief wait to finish, then fails with it too."""
+        for child in list(self._children):
+            child.close()
         engine, self._engine, self._fast = self._engine, None, None
         _open_communicators.discard(self)
         try:

@@ -21,23 +21,26 @@ typedef struct comm_call {
     pycoll_op_t op;
     pycoll_algorithm_t algorithm;
     pycoll_accuracy_t accuracy;
-    int32_t root; /* -1 where the collective has none */
+    int32_t root; /* -1 where the collective has none; send/recv: the peer */
+    uint32_t tag; /* send/recv */
     /* The _V collectives' per-rank counts (size entries; count is then their sum), else NULL. The caller's
      * array, not a copy: like the buffers it must stay valid until the collective completes. */
     const int64_t *counts;
 } comm_call_t;
 
-/* The progress thread's state. The lock guards the queue, `running` and `stopping`; the transport is used by
- * one thread at a time: the progress thread while it runs a queued collective, else the caller (a blocking
- * call first waits, under the lock, until the queue is empty and nothing runs). */
+/* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the
+ * transport is used by one thread at a time: the progress thread while it runs a queued collective, else a
+ * caller (a blocking call first waits, under the lock, until the queue is empty and nothing runs, then marks
+ * `caller_running` so that nothing else starts until it is done). */
 typedef struct comm_progress {
     pthread_mutex_t lock;
     pthread_cond_t changed; /* a collective was queued or finished, or the thread is asked to stop */
     pthread_t thread;
-    int started;            /* the thread exists; read and written only by the communicator's caller */
+    int started;            /* the thread exists */
     int stopping;
     struct pycoll_work *head, *tail; /* queued, not yet started, in call order */
     struct pycoll_work *running;
+    int caller_running;     /* a blocking collective runs on a caller's thread */
     atomic_int cancel;      /* close gave up waiting: the collective in flight stops at its next interrupt check */
     /* The transport's interrupt check as the caller installed it: it runs only on the caller's threads (it may
      * be Python's signal check, which takes the GIL); the progress thread checks `cancel` instead. */
@@ -45,8 +48,23 @@ typedef struct comm_progress {
     void *caller_interrupt_ctx;
 } comm_progress_t;
 
+/* A communicator and every communicator split from it, at any depth: they share the root's transport, and one
+ * queue and progress thread, so that on every rank their collectives run one at a time in call order -- the
+ * order in which their messages meet on each pair's connection. */
+typedef struct comm_family {
+    pycoll_p2p_t *transport;
+    comm_progress_t progress;
+    int refs;   /* communicators of the family not yet destroyed (under progress.lock) */
+    int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
+} comm_family_t;
+
 struct pycoll_comm {
-    pycoll_p2p_t *p2p;
+    pycoll_p2p_t *p2p; /* the root's transport, or a split's view over it */
+    comm_family_t *family;
+    struct group_view *view; /* a split's view (p2p is its p2p), NULL for the root */
+    int32_t *parent_ranks;   /* a split's members as the communicator it was split from numbers them */
+    uint32_t group;          /* stamped on its collectives (pycoll_coll_desc_t.group): 0 for the root */
+    uint64_t splits;         /* splits made from this communicator so far: names their groups */
     coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
     pycoll_comm_options_t options;
     uint64_t seq;
@@ -56,7 +74,6 @@ struct pycoll_comm {
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
     int finalized;
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
-    comm_progress_t progress;
 };
 
 /* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),
@@ -65,17 +82,46 @@ struct pycoll_comm {
 pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len);
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran);
+/* point_to_point.c. While sends and receives of comm are in flight (between begin and end) the transport
+ * stamps comm's point-to-point descriptor on every frame; end gives the collectives theirs back, and on error
+ * breaks comm (as comm_finish). comm_run_p2p: calls[0..n) posted at once and waited for, all on the caller's
+ * thread. The progress thread's flight keeps up to COMM_P2P_BATCH of them going. */
+#define COMM_P2P_BATCH 64
+typedef struct comm_p2p_saved {
+    pycoll_coll_desc_t desc, prev_desc;
+} comm_p2p_saved_t;
+pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, char *error, size_t error_len);
+void comm_p2p_extend_deadline(pycoll_comm_t *comm);
+pycoll_status_t comm_p2p_post(pycoll_comm_t *comm, const comm_call_t *call, pycoll_request_t *req);
+pycoll_status_t comm_p2p_end(pycoll_comm_t *comm, const comm_p2p_saved_t *saved, pycoll_status_t st);
+pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *calls, int n, char *error, size_t error_len);
+static inline int comm_call_is_p2p(const comm_call_t *call) { return call->coll == PYCOLL_COLL_SEND_RECV; }
+/* communicator.c: PYCOLL_OK when comm may run a collective now, else why not (closed, broken). */
+pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
+pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 
-/* progress.c */
-pycoll_status_t progress_init(pycoll_comm_t *comm);
-/* Wait until every queued collective has run, so the caller may use the transport. With `interruptible`, the
- * caller's interrupt check runs every 100 ms and ends the wait with PYCOLL_ERR_INTERRUPTED (the queued
- * collectives keep running). Bounded: each queued collective has its deadline. */
+/* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
+void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);
+
+/* progress.c. The family's state lives as long as any of its communicators. */
+pycoll_status_t progress_init(comm_family_t *family);
+/* Wait until every queued collective of the family has run (progress_wait_turn), or in addition take the
+ * transport for a blocking collective on the caller's thread until progress_end_turn (progress_take_turn:
+ * PYCOLL_ERR_BUSY, comm->error saying why, if another thread of the caller's runs one on the family).
+ * With `interruptible`, the caller's interrupt check runs every 100 ms and ends the wait with
+ * PYCOLL_ERR_INTERRUPTED (the queued collectives keep running). Bounded: each queued collective has its
+ * deadline. */
 pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible);
+pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible);
+void progress_end_turn(pycoll_comm_t *comm);
 /* Fail the queued collectives with PYCOLL_ERR_CLOSED, give the one in flight up to linger_s to finish, then
- * interrupt it, and join the thread. Idempotent. */
+ * interrupt it: the whole family's, and join the thread (comm the root), or only comm's (a split). Idempotent. */
 void progress_stop(pycoll_comm_t *comm, double linger_s);
-void progress_release(pycoll_comm_t *comm);
+void progress_release(comm_family_t *family);
 pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pycoll_work_t **work);
+/* A blocking send or receive while the family's queue or flight is busy joins them on the progress thread
+ * instead of waiting for them (a rank that queued receives and then sends blocking would otherwise wait for
+ * itself): 1 with *status once done, 0 when nothing is busy (run it on the caller's thread). */
+int progress_join_p2p(pycoll_comm_t *comm, const comm_call_t *call, pycoll_status_t *status);
 
 #endif

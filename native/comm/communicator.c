@@ -10,6 +10,8 @@
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
+#include "comm/group_view.h"
+#include "common/p2p_share.h"
 
 void pycoll_comm_options_init(pycoll_comm_options_t *options)
 {
@@ -69,8 +71,15 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         return create_error(error, error_len, PYCOLL_ERR_INVALID, message);
     }
     pycoll_comm_t *comm = calloc(1, sizeof *comm);
-    if (!comm)
+    comm_family_t *family = calloc(1, sizeof *family);
+    if (!comm || !family) {
+        free(comm);
+        free(family);
         return create_error(error, error_len, PYCOLL_ERR_NOMEM, "comm_create: out of memory");
+    }
+    family->transport = p2p;
+    family->refs = 1;
+    comm->family = family;
     comm->p2p = p2p;
     comm->ctx.p2p = p2p;
     comm->hosts = 1;
@@ -78,11 +87,17 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
     pycoll_default_cost_model(&comm->model);
     pycoll_comm_options_t defaults;
     pycoll_comm_options_init(&defaults);
-    pycoll_status_t status = pycoll_comm_set_options(comm, options ? options : &defaults);
-    if (status == PYCOLL_OK)
-        status = progress_init(comm);
+    pycoll_status_t status = progress_init(family);
+    if (status != PYCOLL_OK) {
+        snprintf(comm->error, sizeof comm->error, "comm_create: cannot create the progress thread's lock");
+    } else if ((status = pycoll_comm_set_options(comm, options ? options : &defaults)) != PYCOLL_OK) {
+        progress_release(family);
+        p2p->check_interrupt = family->progress.caller_interrupt; /* the caller keeps p2p as it gave it */
+        p2p->interrupt_ctx = family->progress.caller_interrupt_ctx;
+    }
     if (status != PYCOLL_OK) {
         create_error(error, error_len, status, comm->error);
+        free(family);
         free(comm);
         return status;
     }
@@ -95,6 +110,12 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     pycoll_p2p_t *p2p = comm->p2p;
     comm->error[0] = 0;
     progress_stop(comm, linger_s); /* the goodbye names the last collective that ran */
+    if (comm->view) {
+        /* A split says no goodbye of its own: its connections are the root's, whose close checks them. */
+        comm->finalized = 1;
+        return PYCOLL_OK;
+    }
+    comm->family->closed = 1; /* closing the root closes every split of it */
     if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
         return PYCOLL_OK;
     comm->finalized = 1;
@@ -105,12 +126,23 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
 {
     if (!comm)
         return;
+    comm_family_t *family = comm->family;
     progress_stop(comm, 0);
-    progress_release(comm);
+    if (!comm->view)
+        family->closed = 1;
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
+    /* The root's transport, or a split's view (which frees only itself). */
     comm->p2p->ops->destroy(comm->p2p);
+    free(comm->parent_ranks);
     free(comm->host_of);
     free(comm);
+    pthread_mutex_lock(&family->progress.lock);
+    const int last = --family->refs == 0;
+    pthread_mutex_unlock(&family->progress.lock);
+    if (last) {
+        progress_release(family);
+        free(family);
+    }
 }
 
 int32_t pycoll_comm_rank(const pycoll_comm_t *comm) { return comm->p2p->rank; }
@@ -128,7 +160,7 @@ void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *
 }
 
 /* How many hosts a (validated) map names, and the most ranks any of them has; 1 and size without a map. */
-static void host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
+void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local)
 {
     *hosts = 1;
     *max_local = size;
@@ -168,7 +200,7 @@ pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_o
     free(comm->host_of);
     comm->host_of = copy;
     comm->ctx.host_of = copy;
-    host_shape(copy, size, &comm->hosts, &comm->max_local);
+    comm_host_shape(copy, size, &comm->hosts, &comm->max_local);
     return PYCOLL_OK;
 }
 
@@ -237,6 +269,11 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
         return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
     if (has_root && (call->root < 0 || call->root >= comm->p2p->size))
         return invalid(error, error_len, "%s out of range: %lld", "root", call->root);
+    if (comm_call_is_p2p(call) && (call->root < 0 || call->root >= comm->p2p->size || call->root == comm->p2p->rank)) {
+        snprintf(error, error_len, "peer must be another rank of this communicator's %d, got %d (this rank is %d)",
+                 (int)comm->p2p->size, (int)call->root, (int)comm->p2p->rank);
+        return PYCOLL_ERR_INVALID;
+    }
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
     if (call->algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
         /* Never a silent fallback: the caller asked for what this transport cannot run. */
@@ -250,11 +287,16 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
     return PYCOLL_OK;
 }
 
-/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
-static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
     error[0] = 0;
+    if (comm->family->closed && !comm->finalized) {
+        snprintf(error, error_len, "the communicator this one was split from is closed");
+        return PYCOLL_ERR_CLOSED;
+    }
+    if (comm->view)
+        p2p_adopt_error(p2p, comm->family->transport); /* broken by any collective of the family */
     if (p2p->status != PYCOLL_OK) {
         snprintf(error, error_len, "communicator is unusable after an earlier error: %s", p2p->error);
         return PYCOLL_ERR_CLOSED;
@@ -263,7 +305,17 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
         snprintf(error, error_len, "communicator is finalized (closed)");
         return PYCOLL_ERR_CLOSED;
     }
-    pycoll_status_t st = comm_check_call(comm, call, error, error_len);
+    return PYCOLL_OK;
+}
+
+/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
+static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+{
+    pycoll_p2p_t *p2p = comm->p2p;
+    pycoll_status_t st = comm_usable(comm, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    st = comm_check_call(comm, call, error, error_len);
     if (st != PYCOLL_OK)
         return st;
     const pycoll_algorithm_t algorithm =
@@ -274,7 +326,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
                                .count = call->counts ? counts_fingerprint(call->counts, p2p->size) : call->count,
                                .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
                                .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)call->accuracy};
+                               .accuracy = (uint8_t)call->accuracy, .group = comm->group};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
@@ -282,7 +334,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
 }
 
 /* After an algorithm returns: an error breaks the communicator and is announced to the peers. */
-static pycoll_status_t finish(pycoll_comm_t *comm, pycoll_status_t st)
+pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st)
 {
     if (st != PYCOLL_OK) {
         if (comm->p2p->status == PYCOLL_OK)
@@ -303,8 +355,9 @@ static int runs_native(const pycoll_comm_t *comm)
 static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     if (runs_native(comm))
-        return finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf, call->count,
-                                                               call->dtype, call->op, call->accuracy));
+        return comm_finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf,
+                                                                    call->count, call->dtype, call->op,
+                                                                    call->accuracy));
     const pycoll_algorithm_t algorithm = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
     all_reduce_fn fn = all_reduce_algorithm(algorithm);
     if (!fn) {
@@ -314,8 +367,48 @@ static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *ca
     /* Through the transport's memory table: the buffers may be device memory. */
     pycoll_status_t st = memory_copy(comm->p2p, call->recvbuf, call->sendbuf,
                                      call->count * (int64_t)pycoll_dtype_size(call->dtype), "all_reduce");
-    return finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
+    return comm_finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
                                                   call->accuracy));
+}
+
+static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                                pycoll_algorithm_t algorithm)
+{
+    coll_ctx_t *ctx = &comm->ctx;
+    switch (call->coll) {
+    case PYCOLL_COLL_ALL_REDUCE:
+        return run_all_reduce(comm, call, error, error_len);
+    case PYCOLL_COLL_REDUCE_SCATTER:
+        return comm_finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+                                               call->op, algorithm, call->accuracy));
+    case PYCOLL_COLL_ALL_GATHER:
+        return comm_finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+    case PYCOLL_COLL_BROADCAST:
+        if (runs_native(comm))
+            return comm_finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count,
+                                                                       call->dtype, call->root));
+        return comm_finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
+    case PYCOLL_COLL_REDUCE:
+        return comm_finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
+                                       call->root, call->accuracy));
+    case PYCOLL_COLL_BARRIER:
+        return comm_finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
+    case PYCOLL_COLL_ALL_TO_ALL:
+        return comm_finish(comm, all_to_all_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+    case PYCOLL_COLL_GATHER:
+        return comm_finish(comm, gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
+    case PYCOLL_COLL_SCATTER:
+        return comm_finish(comm, scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+                                             call->root));
+    case PYCOLL_COLL_ALL_GATHER_V:
+        return comm_finish(comm, all_gather_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
+    case PYCOLL_COLL_REDUCE_SCATTER_V:
+        return comm_finish(comm, reduce_scatter_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
+                                                      call->op, call->accuracy));
+    default:
+        snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
+        return PYCOLL_ERR_INVALID;
+    }
 }
 
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
@@ -325,40 +418,10 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     if (st != PYCOLL_OK)
         return st;
     *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
-    coll_ctx_t *ctx = &comm->ctx;
-    switch (call->coll) {
-    case PYCOLL_COLL_ALL_REDUCE:
-        return run_all_reduce(comm, call, error, error_len);
-    case PYCOLL_COLL_REDUCE_SCATTER:
-        return finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
-                                               call->op, *ran, call->accuracy));
-    case PYCOLL_COLL_ALL_GATHER:
-        return finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
-    case PYCOLL_COLL_BROADCAST:
-        if (runs_native(comm))
-            return finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count, call->dtype,
-                                                                  call->root));
-        return finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
-    case PYCOLL_COLL_REDUCE:
-        return finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
-                                       call->root, call->accuracy));
-    case PYCOLL_COLL_BARRIER:
-        return finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
-    case PYCOLL_COLL_ALL_TO_ALL:
-        return finish(comm, all_to_all_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
-    case PYCOLL_COLL_GATHER:
-        return finish(comm, gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
-    case PYCOLL_COLL_SCATTER:
-        return finish(comm, scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
-    case PYCOLL_COLL_ALL_GATHER_V:
-        return finish(comm, all_gather_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
-    case PYCOLL_COLL_REDUCE_SCATTER_V:
-        return finish(comm, reduce_scatter_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
-                                                 call->op, call->accuracy));
-    default:
-        snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
-        return PYCOLL_ERR_INVALID;
-    }
+    if (!comm->view)
+        return dispatch(comm, call, error, error_len, *ran);
+    group_view_enter(comm->view); /* the root's transport carries this split's collective */
+    return group_view_leave(comm->view, dispatch(comm, call, error, error_len, *ran));
 }
 
 /* A blocking collective: its turn after every queued one, then run on the caller's thread. */
@@ -366,8 +429,10 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
 {
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
+    if (st == PYCOLL_OK && comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
+        return st;
     if (st == PYCOLL_OK)
-        st = progress_wait_turn(comm, 1);
+        st = progress_take_turn(comm, 1);
     if (st == PYCOLL_ERR_INTERRUPTED) {
         snprintf(comm->error, sizeof comm->error,
                  "interrupted while waiting for earlier non-blocking collectives to finish");
@@ -375,8 +440,14 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
     }
     if (st != PYCOLL_OK)
         return st;
+    if (comm_call_is_p2p(call)) {
+        st = comm_run_p2p(comm, call, 1, comm->error, sizeof comm->error);
+        progress_end_turn(comm);
+        return st;
+    }
     pycoll_algorithm_t ran = comm->last_algorithm;
     st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
+    progress_end_turn(comm);
     comm->last_algorithm = ran;
     return st;
 }
@@ -476,6 +547,35 @@ pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbu
 pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
 {
     return progress_start(comm, &BARRIER_CALL(), work);
+}
+
+#define SEND_RECV_CALL(send, recv, n, dt, peer, t)                                                               \
+    ((comm_call_t){.coll = PYCOLL_COLL_SEND_RECV, .sendbuf = (send), .recvbuf = (recv), .count = (n),           \
+                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
+                   .accuracy = PYCOLL_ACCURACY_FAST, .root = (peer), .tag = (t)})
+
+pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                 int32_t peer, uint32_t tag)
+{
+    return run_blocking(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag));
+}
+
+pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer,
+                                 uint32_t tag)
+{
+    return run_blocking(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag));
+}
+
+pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
+{
+    return progress_start(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag), work);
+}
+
+pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
+{
+    return progress_start(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag), work);
 }
 
 /* Issue #14's collectives: one call macro each, as above, and their blocking and non-blocking entry points. */

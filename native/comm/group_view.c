@@ -5,6 +5,7 @@
 #include "comm/group_view.h"
 #include "common/p2p_share.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static group_view_t *view_of(pycoll_p2p_t *p2p) { return (group_view_t *)p2p; }
@@ -40,8 +41,15 @@ static void view_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messa
     view->parent->ops->abort(view->parent, why, message);
 }
 
-/* The view owns nothing: the parent's connections stay with the parent. */
-static void view_destroy(pycoll_p2p_t *p2p) { (void)p2p; }
+/* The parent's connections stay with the parent; a split's view frees only itself. */
+static void view_destroy(pycoll_p2p_t *p2p)
+{
+    group_view_t *view = view_of(p2p);
+    if (view->owned) {
+        free((void *)view->members);
+        free(view);
+    }
+}
 
 static const pycoll_p2p_ops_t group_view_ops = PYCOLL_P2P_OPS(view, "group_view", .finalize = NULL);
 
@@ -75,4 +83,52 @@ pycoll_status_t group_view_finish(group_view_t *view, pycoll_status_t status)
     int32_t failed = p2p->failed_rank;
     return pycoll_p2p_fail(parent, p2p->status, failed >= 0 && failed < p2p->size ? view->members[failed] : -1,
                            "%s", p2p->error);
+}
+
+group_view_t *group_view_create(pycoll_p2p_t *parent, const int32_t *members, int32_t size, int32_t rank)
+{
+    group_view_t *view = calloc(1, sizeof *view);
+    int32_t *copy = malloc((size_t)(size > 0 ? size : 1) * sizeof *copy);
+    if (!view || !copy) {
+        free(view);
+        free(copy);
+        return NULL;
+    }
+    memcpy(copy, members, (size_t)size * sizeof *copy);
+    view->parent = parent;
+    view->members = copy;
+    view->owned = 1;
+    pycoll_p2p_t *p2p = &view->p2p;
+    p2p->ops = &group_view_ops;
+    p2p->rank = rank;
+    p2p->size = size;
+    p2p->failed_rank = -1;
+    p2p->spin_ns = parent->spin_ns;
+    p2p->kernels = parent->kernels;
+    return view;
+}
+
+void group_view_enter(group_view_t *view)
+{
+    pycoll_p2p_t *p2p = &view->p2p, *parent = view->parent;
+    view->parent_desc = parent->desc;
+    view->parent_prev_desc = parent->prev_desc;
+    view->parent_spin_ns = parent->spin_ns;
+    parent->desc = p2p->desc;
+    parent->prev_desc = p2p->prev_desc;
+    parent->deadline_ns = p2p->deadline_ns;
+    parent->spin_ns = p2p->spin_ns;
+    parent->kernels = p2p->kernels;
+    p2p_adopt_error(p2p, parent);
+}
+
+pycoll_status_t group_view_leave(group_view_t *view, pycoll_status_t status)
+{
+    pycoll_p2p_t *p2p = &view->p2p, *parent = view->parent;
+    status = group_view_finish(view, status);
+    p2p_adopt_error(p2p, parent);
+    parent->desc = view->parent_desc;
+    parent->prev_desc = view->parent_prev_desc;
+    parent->spin_ns = view->parent_spin_ns;
+    return status;
 }

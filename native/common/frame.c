@@ -25,6 +25,10 @@ pycoll_status_t pycoll_frame_mismatch(pycoll_p2p_t *p2p, int32_t r, const pycoll
 pycoll_status_t pycoll_frame_check_data(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h)
 {
     const pycoll_coll_desc_t *theirs = &h->desc;
+    /* Another communicator of the family: a collective this rank has not reached yet (it waits), or ranks
+     * that call the family's communicators in different orders, which the STATE probes name (check_state). */
+    if (theirs->group != p2p->desc.group)
+        return PYCOLL_OK;
     if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) || theirs->seq < p2p->desc.seq)
         return pycoll_frame_mismatch(p2p, r, h, "");
     return PYCOLL_OK;
@@ -43,6 +47,12 @@ pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_fr
 {
     if (!pycoll_same_desc(&h->desc, &p2p->desc))
         return pycoll_frame_mismatch(p2p, r, h, "");
+    if ((h->tag != req->tag || h->nbytes != req->nbytes) && p2p->desc.coll == PYCOLL_COLL_SEND_RECV)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r,
+                               "message mismatch: rank %d receives tag %u with %lld bytes from rank %d, but the next "
+                               "message rank %d sent it has tag %u with %lld bytes (messages between two ranks are "
+                               "received in the order they were sent)", (int)p2p->rank, req->tag,
+                               (long long)req->nbytes, (int)r, (int)r, h->tag, (long long)h->nbytes);
     if (h->tag != req->tag || h->nbytes != req->nbytes)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, r,
                                "message mismatch in %s: rank %d expected tag %u with %lld bytes from rank %d, "
@@ -53,9 +63,16 @@ pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_fr
 }
 
 pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
-                                         int finalizing)
+                                         int finalizing, int32_t waiting_for)
 {
     const pycoll_coll_desc_t *theirs = &h->desc;
+    if (theirs->group != p2p->desc.group) {
+        /* r waits for this rank in another communicator of the family while this rank waits for r: each
+         * waits for the other to finish a collective it has not started, so neither ever will. */
+        if (!finalizing && waiting_for == r && h->failed_rank == p2p->rank)
+            return pycoll_p2p_order_mismatch(p2p, r, theirs);
+        return PYCOLL_OK;
+    }
     if ((theirs->seq == p2p->desc.seq && !pycoll_same_desc(theirs, &p2p->desc)) ||
         (finalizing && theirs->seq > p2p->desc.seq))
         return pycoll_frame_mismatch(p2p, r, h, finalizing ? " at close" : "");
@@ -65,7 +82,7 @@ pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pyc
 pycoll_status_t pycoll_frame_departed_needed(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                              const char *fmt_rank)
 {
-    if (h->desc.seq == p2p->desc.seq && !pycoll_same_desc(&h->desc, &p2p->desc))
+    if (pycoll_same_slot(&h->desc, &p2p->desc) && !pycoll_same_desc(&h->desc, &p2p->desc))
         return pycoll_frame_mismatch(p2p, r, h, "");
     char what[96];
     snprintf(what, sizeof what, fmt_rank, (int)p2p->rank);
@@ -122,12 +139,12 @@ pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pyc
                            text && text[0] ? text : "peer aborted", (int)r);
 }
 
-void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_seq, int32_t waits_for)
+void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_slot, int32_t waits_for)
 {
     char what[160];
     pycoll_describe_coll(&p2p->desc, what, sizeof what);
     const int32_t me = p2p->rank;
-    if (waits_for_seq == p2p->desc.seq && waits_for >= 0 && waits_for != me)
+    if (waits_for_slot == pycoll_slot_key(&p2p->desc) && waits_for >= 0 && waits_for != me)
         pycoll_p2p_fail(p2p, PYCOLL_ERR_TIMEOUT, waits_for, "rank %d timed out in %s waiting for rank %d, which "
                         "waits for rank %d (is rank %d stopped or overloaded?)", (int)me, what, (int)waited,
                         (int)waits_for, (int)waits_for);

@@ -52,10 +52,12 @@ pycoll_status_t pycoll_frame_data_at_close(pycoll_p2p_t *p2p, int32_t r, const p
 /* A data header against the receive posted for it: same collective, tag and length. */
 pycoll_status_t pycoll_frame_match(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                    const pycoll_request_t *req);
-/* A STATE header: at the same sequence number the peer must be in the same collective; at close, a peer
- * waiting in a collective this rank never called disagrees with it. */
+/* A STATE header: at the same slot (group and sequence number) the peer must be in the same collective; at
+ * close, a peer waiting in a collective this rank never called disagrees with it; a peer waiting for this rank
+ * in another communicator of the family while this rank waits for it (waiting_for: the rank this rank's wait
+ * is blocked on, or -1) called the two in the other order. */
 pycoll_status_t pycoll_frame_check_state(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
-                                         int finalizing);
+                                         int finalizing, int32_t waiting_for);
 /* Rank r said goodbye with h. At close the last descriptors must agree (history included); before it, a
  * departed peer is only an error if this rank still needs it (still_needed). */
 pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
@@ -72,8 +74,8 @@ pycoll_status_t pycoll_frame_check_peer(pycoll_p2p_t *p2p, int32_t r, peer_state
 /* Adopt the error of rank r's ABORT (h, its NUL-terminated text). At close only a disagreement counts. */
 pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                          const char *text, int finalizing);
-/* The timeout error for a wait on rank `waited`, which said (waits_for_seq, waits_for) in its last STATE:
+/* The timeout error for a wait on rank `waited`, which said (waits_for_slot, waits_for) in its last STATE:
  * a stopped rank makes a chain of waiting ranks; name the end of the chain where known. */
-void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_seq, int32_t waits_for);
+void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_slot, int32_t waits_for);
 
 #endif

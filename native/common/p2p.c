@@ -93,10 +93,26 @@ static pycoll_status_t name_both(pycoll_p2p_t *p2p, int32_t peer, const pycoll_c
                            "called %s%s", context, (int)p2p->rank, a, (int)peer, b, why);
 }
 
+_Static_assert(sizeof(pycoll_coll_desc_t) == 40, "the descriptor is sent as is: its size is part of the wire format");
+
+pycoll_status_t pycoll_p2p_order_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs)
+{
+    char a[160], b[160];
+    pycoll_describe_coll(&p2p->desc, a, sizeof a);
+    pycoll_describe_coll(theirs, b, sizeof b);
+    return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, peer,
+                           "collective order mismatch: rank %d is in %s on communicator group %u, but rank %d is in "
+                           "%s on group %u; ranks that share several communicators (a parent and its splits) must "
+                           "call collectives on them in the same order", (int)p2p->rank, a, (unsigned)p2p->desc.group,
+                           (int)peer, b, (unsigned)theirs->group);
+}
+
 pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
                                     const pycoll_coll_desc_t *theirs_prev, const char *context)
 {
     const pycoll_coll_desc_t *mine = &p2p->desc, *mine_prev = &p2p->prev_desc;
+    if (theirs->group != mine->group)
+        return pycoll_p2p_order_mismatch(p2p, peer, theirs);
     if (theirs->seq == mine->seq) {
         if (!same_call(theirs, mine))
             return name_both(p2p, peer, mine, theirs, context, "");

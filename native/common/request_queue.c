@@ -3,9 +3,9 @@
 
 int pycoll_queue_probe(const pycoll_p2p_t *p2p, pycoll_peer_queues_t *q, int r)
 {
-    if (q->probe_queued || q->probed_seq == p2p->desc.seq)
+    if (q->probe_queued || q->probed_slot == pycoll_slot_key(&p2p->desc))
         return 0;
-    q->probed_seq = p2p->desc.seq;
+    q->probed_slot = pycoll_slot_key(&p2p->desc);
     q->probe_queued = 1;
     q->probe = (pycoll_request_t){.peer = r, .is_send = 1};
     pycoll_enqueue(&q->send_head, &q->send_tail, &q->probe);
@@ -20,7 +20,7 @@ void pycoll_probe_peers(const pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, 
             tell(t, reqs[i]->peer);
     for (int r = 0; r < p2p->size; r++) {
         const pycoll_peer_queues_t *q = pycoll_peer_queues(peers, stride, r);
-        if (q->waits_for_seq == p2p->desc.seq && q->waits_for == p2p->rank)
+        if (q->waits_for_slot == pycoll_slot_key(&p2p->desc) && q->waits_for == p2p->rank)
             tell(t, r);
     }
 }

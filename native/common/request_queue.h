@@ -54,10 +54,10 @@ typedef struct pycoll_peer_queues {
     pycoll_request_t *recv_head, *recv_tail;
     pycoll_request_t probe; /* a STATE frame queued behind the sends (never cut into a data frame) */
     int probe_queued;
-    uint64_t probed_seq;    /* the collective this peer was last told about */
-    /* From the peer's last STATE frame: in collective waits_for_seq it was blocked waiting for rank
+    uint64_t probed_slot;    /* the collective this peer was last told about */
+    /* From the peer's last STATE frame: in collective waits_for_slot it was blocked waiting for rank
      * waits_for, so a rank that times out waiting for this peer can name the rank at the end of the chain. */
-    uint64_t waits_for_seq;
+    uint64_t waits_for_slot;
     int32_t waits_for;
 } pycoll_peer_queues_t;
 

@@ -33,8 +33,8 @@ const char *pycoll_coll_name(pycoll_coll_t coll)
 {
     static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
                                                         "broadcast",  "reduce",         "barrier",
-                                                        "all_to_all", "gather",         "scatter",
-                                                        "all_gather_v", "reduce_scatter_v"};
+                                                        "send/recv",  "all_to_all",     "gather",
+                                                        "scatter",    "all_gather_v",   "reduce_scatter_v"};
     return (unsigned)coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
 }
 
@@ -51,6 +51,9 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
     if (d->root >= 0)
         snprintf(root, sizeof root, ", root=%d", (int)d->root);
     switch (d->coll) {
+    case PYCOLL_COLL_SEND_RECV:
+        snprintf(out, len, "send/recv");
+        return;
     case PYCOLL_COLL_BARRIER:
         snprintf(out, len, "#%llu barrier()", (unsigned long long)d->seq);
         break;

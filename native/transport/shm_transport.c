@@ -84,7 +84,7 @@ struct shm_transport {
     shm_peer_t *peers;
     shm_collectives_t *coll; /* the native collectives' areas (shm_collectives.c) */
     int64_t ring_bytes;
-    uint64_t checked_seq;
+    uint64_t checked_slot;
     int finalizing;
     int32_t waiting_for;
     int said_goodbye;
@@ -187,12 +187,12 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;
-        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing);
+        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing, t->waiting_for);
         if (st != PYCOLL_OK)
             return st;
-        peer->q.waits_for_seq = h->desc.seq;
+        peer->q.waits_for_slot = pycoll_slot_key(&h->desc);
         peer->q.waits_for = h->failed_rank;
-        if (h->desc.seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
+        if (pycoll_same_slot(&h->desc, &t->base.desc) && t->waiting_for >= 0 && t->waiting_for != r)
             queue_probe(t, r);
         return PYCOLL_OK;
     }
@@ -344,9 +344,9 @@ static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
 /* Headers parked while this rank was in an earlier collective are checked once it reaches the next one. */
 static void check_parked_headers(shm_transport_t *t)
 {
-    if (t->checked_seq == t->base.desc.seq)
+    if (t->checked_slot == pycoll_slot_key(&t->base.desc))
         return;
-    t->checked_seq = t->base.desc.seq;
+    t->checked_slot = pycoll_slot_key(&t->base.desc);
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         shm_peer_t *peer = &t->peers[r];
         if (peer->state == PEER_OPEN && peer->hdr_parked && !(peer->q.recv_head && peer->q.recv_head->progress))
@@ -375,7 +375,7 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         }
         if (now >= p2p->deadline_ns) {
             const int32_t waited = cond->pending_peer(cond->arg);
-            pycoll_frame_timeout(p2p, waited, waited >= 0 ? t->peers[waited].q.waits_for_seq : 0,
+            pycoll_frame_timeout(p2p, waited, waited >= 0 ? t->peers[waited].q.waits_for_slot : 0,
                                  waited >= 0 ? t->peers[waited].q.waits_for : -1);
             break;
         }
@@ -457,7 +457,7 @@ static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
         }
     }
     if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
-        pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
+        pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_slot, t->peers[waited].q.waits_for);
     if (now >= t->next_liveness_ns) {
         t->next_liveness_ns = now + LIVENESS_EVERY_NS;
         check_liveness(t);

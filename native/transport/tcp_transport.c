@@ -58,7 +58,7 @@ typedef struct tcp_transport {
     pycoll_p2p_t base;
     int epfd;
     tcp_peer_t *peers;
-    uint64_t checked_seq; /* the collective whose early-arrived headers were checked */
+    uint64_t checked_slot; /* the collective whose early-arrived headers were checked */
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
@@ -144,12 +144,12 @@ static pycoll_status_t on_state(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
     const pycoll_coll_desc_t *theirs = &peer->recv_hdr.desc;
-    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing);
+    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing, t->waiting_for);
     if (st != PYCOLL_OK)
         return st;
-    peer->q.waits_for_seq = theirs->seq;
+    peer->q.waits_for_slot = pycoll_slot_key(theirs);
     peer->q.waits_for = peer->recv_hdr.failed_rank;
-    if (theirs->seq == t->base.desc.seq && t->waiting_for >= 0 && t->waiting_for != r)
+    if (pycoll_same_slot(theirs, &t->base.desc) && t->waiting_for >= 0 && t->waiting_for != r)
         queue_probe(t, r);
     return PYCOLL_OK;
 }
@@ -363,9 +363,9 @@ static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
  * now, not at the deadline. */
 static void check_parked_headers(tcp_transport_t *t)
 {
-    if (t->checked_seq == t->base.desc.seq)
+    if (t->checked_slot == pycoll_slot_key(&t->base.desc))
         return;
-    t->checked_seq = t->base.desc.seq;
+    t->checked_slot = pycoll_slot_key(&t->base.desc);
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         tcp_peer_t *peer = &t->peers[r];
         if (peer->state == PEER_OPEN && header_complete(peer) && !(peer->q.recv_head && peer->q.recv_head->progress))
@@ -393,7 +393,7 @@ static void probe_peers(tcp_transport_t *t, pycoll_request_t *const *reqs, int n
 static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int n)
 {
     const int32_t waited = pycoll_first_pending_peer(reqs, n);
-    pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_seq, t->peers[waited].q.waits_for);
+    pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_slot, t->peers[waited].q.waits_for);
 }
 
 /* Act on what epoll reported: input (or a hang-up) to read, room to write. */

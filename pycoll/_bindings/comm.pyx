@@ -30,6 +30,8 @@ def error_for_status(int status, str message, int failed_rank=-1):
         return ValueError(message)
     if status == PYCOLL_ERR_NOMEM:
         return MemoryError(message)
+    if status == PYCOLL_ERR_BUSY:
+        return RuntimeError(message)
     return PycollError(message)
 
 
@@ -222,6 +224,64 @@ cdef class NativeComm:
         with nogil:
             st = pycoll_comm_barrier(c)
         self._leave(st)
+
+    def send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
+        self._leave(st)
+
+    def recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
+        self._leave(st)
+
+    def start_send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
+        return _started(self, st, w)
+
+    def start_recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
+        return _started(self, st, w)
+
+    def split(self, int color, int key):
+        """pycoll_comm_split: a NativeComm over this one's connections for the ranks that pass the same color
+        (None where color is PYCOLL_SPLIT_NONE). Collective over this communicator."""
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_comm_t *child = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_split(c, color, key, &child)
+        self._leave(st)
+        if child == NULL:
+            return None
+        cdef NativeComm native = NativeComm.__new__(NativeComm)
+        native.comm = child
+        return native
+
+    @property
+    def parent_ranks(self):
+        """Each member's rank in the communicator this one was split from (range(size) for a root)."""
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        return [pycoll_comm_parent_rank(self.comm, r) for r in range(pycoll_comm_size(self.comm))]
+
+    @property
+    def rank(self):
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        return pycoll_comm_rank(self.comm)
 
     # Non-blocking: each queues the collective on the progress thread and returns a NativeWork (work.pxi).
     def start_all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,

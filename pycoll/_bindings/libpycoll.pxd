@@ -9,7 +9,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_SUM, PYCOLL_PROD, PYCOLL_MIN, PYCOLL_MAX, PYCOLL_AVG, PYCOLL_NUM_OPS
     ctypedef enum pycoll_status_t:
         PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
-        PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED
+        PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED,
+        PYCOLL_ERR_BUSY
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
@@ -143,6 +144,17 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                        pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
                                        pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
+    int32_t PYCOLL_SPLIT_NONE
+    pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                     int32_t peer, uint32_t tag)
+    pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                     int32_t peer, uint32_t tag)
+    pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                           pycoll_dtype_t dtype, int32_t peer, uint32_t tag, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                           int32_t peer, uint32_t tag, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
+    int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
     ctypedef struct pycoll_work_t:
         pass
     pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,

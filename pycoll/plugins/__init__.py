@@ -60,6 +60,20 @@ class Engine:
     def barrier(self):
         raise NotImplementedError
 
+    def send(self, buf, peer, tag):
+        raise NotImplementedError(f"send: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
+
+    def recv(self, buf, peer, tag):
+        raise NotImplementedError(f"recv: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
+
+    def split(self, color, key):
+        """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,
+        return None), over this engine's connections. Collective over this engine's ranks."""
+        raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
+                                  "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
+
     # Issue #14's collectives; an engine without them refuses them (the Communicator has checked the
     # arguments). count: the elements of one all_to_all block; counts: a C-contiguous int64 NumPy array of
     # `size` entries.

@@ -21,6 +21,7 @@ class NativeEngine(plugins.Engine):
 
     def __init__(self, native: NativeComm, timeout: float):
         self.native = native
+        self.timeout = timeout
         self.close_linger = min(timeout, CLOSE_LINGER_S)
 
     def fast_path(self, accepted):
@@ -78,6 +79,35 @@ class NativeEngine(plugins.Engine):
 
     def _start_barrier(self):
         return self.native.start_barrier()
+
+    def send(self, buf, peer, tag):
+        self.native.send(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def recv(self, buf, peer, tag):
+        self.native.recv(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def _start_send(self, buf, peer, tag):
+        return self.native.start_send(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def _start_recv(self, buf, peer, tag):
+        return self.native.start_recv(buf.ptr, buf.count, buf.dtype, peer, tag)
+
+    def split(self, color, key):
+        child = self.native.split(color, key)
+        if child is None:
+            return None
+        engine = NativeEngine(child, self.timeout)
+        if hasattr(self, "transport"):
+            engine.transport = self.transport
+        return engine
+
+    @property
+    def rank(self):
+        return self.native.rank
+
+    @property
+    def parent_ranks(self):
+        return self.native.parent_ranks
 
     # Issue #14's collectives: recv (gather) / send (scatter) is None off the root; all_to_all's count is the
     # elements of one block.

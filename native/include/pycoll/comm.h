@@ -58,6 +58,23 @@ PYCOLL_API void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cos
  * messages). NULL: no map, every rank on one host (hierarchical then runs the ring's two phases). Between
  * collectives only. PYCOLL_ERR_INVALID (pycoll_comm_error says which rank's entry) for a value out of range. */
 PYCOLL_API pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of);
+/* Subgroups. A collective over comm (every rank calls it, in the same place among comm's collectives): ranks
+ * that pass the same color >= 0 get a new communicator of their own in *child, numbered by (key, then rank in
+ * comm); PYCOLL_SPLIT_NONE gives *child NULL. The child uses comm's connections (no new sockets, segments or
+ * rendezvous) and inherits its options, cost model and host map; it and comm and every other split of their
+ * root form a family whose collectives run one at a time, in call order, on each rank, so ranks that share
+ * several of them must call those in the same order (else PYCOLL_ERR_MISMATCH naming both). An error in any
+ * breaks the whole family on that rank, and its peers' (the first error is announced as on the root). Errors
+ * name ranks as the root communicator numbers them. Finalizing or destroying the root closes every split
+ * (their collectives then fail with PYCOLL_ERR_CLOSED; each is still destroyed by its own
+ * pycoll_comm_destroy); finalizing a split checks nothing (the root's close checks the connections). */
+#define PYCOLL_SPLIT_NONE (-1)
+PYCOLL_API pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key,
+                                             pycoll_comm_t **child);
+/* The rank in the communicator comm was split from of comm's member `rank` (the root: rank itself); -1 for a
+ * rank out of range. */
+PYCOLL_API int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank);
+
 /* After a failed call: the message, and the rank it is about (or -1). */
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);
@@ -114,6 +131,24 @@ PYCOLL_API pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const v
                                                     int32_t root, pycoll_accuracy_t accuracy,
                                                     pycoll_work_t **work);
 PYCOLL_API pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work);
+
+/* Point to point: count elements of dtype to or from rank peer (not this rank) of comm. Messages from one rank
+ * to another are received in the order they were sent, whatever their tags: a receive whose tag or length
+ * differs from the next message's is PYCOLL_ERR_MISMATCH naming both. They take their turn among the
+ * communicator family's collectives like any call; non-blocking sends and receives queued one after another
+ * are posted together, so a send and a receive between two ranks, started in either order on each, cannot
+ * wait for each other. A blocking send returns once its bytes are handed to the transport (small messages at
+ * once; large ones when the receiver takes them). */
+PYCOLL_API pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                            pycoll_dtype_t dtype, int32_t peer, uint32_t tag);
+PYCOLL_API pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                            int32_t peer, uint32_t tag);
+PYCOLL_API pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count,
+                                                  pycoll_dtype_t dtype, int32_t peer, uint32_t tag,
+                                                  pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count,
+                                                  pycoll_dtype_t dtype, int32_t peer, uint32_t tag,
+                                                  pycoll_work_t **work);
 
 /* Wait up to timeout_s seconds (<= 0: do not wait) for work to complete: 1 when it has, 0 when not yet (the
  * work is unaffected: wait again). pycoll_work_test is pycoll_work_wait(work, 0). */

@@ -15,8 +15,10 @@ extern "C" {
  * 2: the descriptor carries the history fingerprint; p2p carries prev_desc and an optional finalize.
  * 3: the algorithms' scratch left pycoll_p2p (the communicator owns it); p2p carries spin_ns.
  * 4: ops end with an optional table of native collectives (`native`) and an optional progress (a wait's one
- *    non-blocking pass, for transports composed of others). */
-#define PYCOLL_P2P_VERSION 4
+ *    non-blocking pass, for transports composed of others).
+ * 5: the descriptor names its group: communicators split from one another share their parent's transport, so
+ *    a transport compares collectives by (group, seq), never by seq alone (common/frame.h's helpers). */
+#define PYCOLL_P2P_VERSION 5
 #define PYCOLL_ERROR_LEN 512
 
 /* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
@@ -28,13 +30,18 @@ typedef enum pycoll_coll {
     PYCOLL_COLL_BROADCAST = 3,
     PYCOLL_COLL_REDUCE = 4,
     PYCOLL_COLL_BARRIER = 5,
+    /* Point-to-point messages (pycoll_comm_send / recv). Not numbered among the collectives: each carries a
+     * descriptor of this kind with seq 0 and its communicator's point-to-point group, so that only tag and
+     * length are matched between sender and receiver, and a message met in the middle of a collective is
+     * named as an order disagreement. */
+    PYCOLL_COLL_SEND_RECV = 6,
     /* Issue #14. The _V ones take per-rank counts; their descriptor's count is a fingerprint of the counts
      * (communicator.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
-    PYCOLL_COLL_ALL_TO_ALL = 6,
-    PYCOLL_COLL_GATHER = 7,
-    PYCOLL_COLL_SCATTER = 8,
-    PYCOLL_COLL_ALL_GATHER_V = 9,
-    PYCOLL_COLL_REDUCE_SCATTER_V = 10,
+    PYCOLL_COLL_ALL_TO_ALL = 7,
+    PYCOLL_COLL_GATHER = 8,
+    PYCOLL_COLL_SCATTER = 9,
+    PYCOLL_COLL_ALL_GATHER_V = 10,
+    PYCOLL_COLL_REDUCE_SCATTER_V = 11,
     PYCOLL_NUM_COLLS
 } pycoll_coll_t;
 
@@ -72,7 +79,24 @@ typedef struct pycoll_coll_desc {
     uint8_t algorithm; /* pycoll_algorithm_t, resolved (never AUTO) */
     uint8_t accuracy;  /* pycoll_accuracy_t */
     uint8_t reserved[3];
+    /* The communicator it runs on: 0 for one made by pycoll_comm_create, an id every member of a split agrees
+     * on otherwise (pycoll_comm_split). Messages of every communicator in a family travel over the root's
+     * connections, in each rank's call order; seq and history count per group. */
+    uint32_t group;
 } pycoll_coll_desc_t; /* 40 bytes, sent as is (little-endian hosts only) */
+
+/* Whether a and b are the same collective slot: the same group's seq-th collective (which every rank of that
+ * group must call alike). */
+static inline int pycoll_same_slot(const pycoll_coll_desc_t *a, const pycoll_coll_desc_t *b)
+{
+    return a->group == b->group && a->seq == b->seq;
+}
+
+/* One number per collective slot, for "once per collective" bookkeeping in transports. */
+static inline uint64_t pycoll_slot_key(const pycoll_coll_desc_t *d)
+{
+    return d->seq ^ ((uint64_t)d->group << 32);
+}
 
 /* One pending send or receive of a byte range. Owned by the caller until the transport completes it. */
 typedef struct pycoll_request {
@@ -193,6 +217,11 @@ PYCOLL_API void pycoll_describe_coll(const pycoll_coll_desc_t *desc, char *out, 
  * was found. Picks the collective the two disagree on: the current one, the previous one, or a stale one. */
 PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
                                                const pycoll_coll_desc_t *theirs_prev, const char *context);
+/* Rank `peer` is in `theirs`, a collective of another communicator of this family (desc.group differs), where
+ * this rank needs it in its current one: the two called the family's communicators in different orders.
+ * PYCOLL_ERR_MISMATCH naming both. */
+PYCOLL_API pycoll_status_t pycoll_p2p_order_mismatch(pycoll_p2p_t *p2p, int32_t peer,
+                                                     const pycoll_coll_desc_t *theirs);
 /* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
 PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
 /* Test hooks: a memory table (p2p->kernels) that is the host's behind counters and guarded allocations
