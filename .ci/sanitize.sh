@@ -22,8 +22,9 @@ cd "$root/tests"
 # The kernels, the algorithms over the in-process transport (threads: every schedule, every dtype; the
 # hierarchical one over simulated hosts, through its group views), the TCP and shared-memory transports, alone
 # and together (per-pair transports on faked hosts), and the shared-memory collectives with real processes
-# (faults, mismatches, the checked close), and the progress thread of non-blocking collectives
-# (native/comm/progress.c) with real processes.
+# (faults, mismatches, the checked close), the progress thread of non-blocking collectives
+# (native/comm/progress.c), subgroups and point-to-point messages with real processes, and the vendor plugins'
+# C code against the strict fake libraries.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
-  test_async.py test_work.py test_buckets.py "$@"
+  test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_vendor_strict.py "$@"

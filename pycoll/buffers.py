@@ -11,6 +11,7 @@ import numpy as np
 
 from pycoll._bindings.buffer import DLPackTensor, host_view, take_dlpack
 from pycoll.dtypes import DTYPES, dtype_id, unsupported_dtype
+from pycoll.plugins.device_arrays import device_buffer, is_torch_device_tensor
 
 # DLPack device types (DLDeviceType in dlpack.h): what kind of memory a tensor lives in.
 _DLPACK_CPU = 1            # kDLCPU
@@ -78,6 +79,8 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
     """A Buffer over x's memory, or TypeError/ValueError naming `name`."""
     if isinstance(x, np.ndarray):
         buf = _from_numpy(x, x, name)
+    elif is_torch_device_tensor(x):  # before DLPack's device query and the CUDA array interface: see there
+        buf = device_buffer(x, name)
     elif hasattr(x, "__cuda_array_interface__"):
         buf = _from_cuda_array_interface(x, name)
     else:

@@ -367,6 +367,7 @@ class Communicator:
         hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
         comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
                             hosts=hosts, ranks=ranks)
+        comm._parent = self  # its connections are the root's: the parent must outlive it (mesh = init().mesh())
         self._children.add(comm)
         return comm
 

@@ -88,6 +88,12 @@ def test_closing_a_split_keeps_the_family_and_closing_the_parent_closes_its_spli
 
 
 @pytest.mark.timeout(60)
+def test_a_split_keeps_the_communicator_it_came_from_alive(backend):
+    for rep in run(2, "orphan").values():
+        assert rep.get("ok"), rep
+
+
+@pytest.mark.timeout(60)
 def test_a_second_thread_on_a_split_while_the_parent_runs_is_refused_saying_why():
     reports = run(2, "threads")
     assert reports[0]["outcome"] == "RuntimeError", reports[0]

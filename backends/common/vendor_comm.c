@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -130,14 +131,29 @@ static const char *result_name(const pycoll_vendor_t *v, int r)
     return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
 }
 
-/* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. */
+/* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
+ * releases the peers' links, so their waits fail too). */
+static void abort_now(pycoll_vendor_comm_t *c)
+{
+    if (c->comm) {
+        c->v->abort(c->comm);
+        c->comm = NULL;
+    }
+}
+
+/* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. The communicator
+ * is aborted at once: after a failed call its device work may wait forever on a peer (an asynchronous error
+ * such as a dead peer), a non-blocking NCCL communicator's error is sticky anyway, and anything that
+ * synchronises the device (a free) would wait behind that work. */
 pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, int r)
 {
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
-    return pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s", v->name, what,
-                           v->error_string(r), result_name(v, r), v->code_label, r, last && *last ? ": " : "",
-                           last ? last : "");
+    pycoll_status_t st = pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s",
+                                         v->name, what, v->error_string(r), result_name(v, r), v->code_label, r,
+                                         last && *last ? ": " : "", last ? last : "");
+    abort_now(c);
+    return st;
 }
 
 pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int64_t id_len, char *error,
@@ -157,14 +173,10 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     return PYCOLL_OK;
 }
 
-/* Abort on the deadline: it stops the device work waiting for a peer that will never come (where the vendor
- * has no abort, its destroy releases the peers' links, so their waits fail too). */
+/* Abort on the deadline: it stops the device work waiting for a peer that will never come. */
 static pycoll_status_t abort_on_deadline(pycoll_vendor_comm_t *c, const char *what)
 {
-    if (c->comm) {
-        c->v->abort(c->comm);
-        c->comm = NULL;
-    }
+    abort_now(c);
     return pycoll_p2p_fail(&c->state, PYCOLL_ERR_TIMEOUT, -1,
                            "%s: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
                            "the communicator was %s",
@@ -172,16 +184,23 @@ static pycoll_status_t abort_on_deadline(pycoll_vendor_comm_t *c, const char *wh
                            c->v->deadline_action);
 }
 
-/* Polling interval: short at first (collectives on a device finish in microseconds), capped at 1 ms. */
-static void backoff(int64_t *sleep_ns)
+/* Between looks at a vendor that is still working: spin (yielding the core) for the first POLL_SPIN_NS, as
+ * a small collective completes within microseconds and a sleep would add its whole length to it; then short
+ * sleeps, so a long wait (a dead peer, until the deadline) does not hold a core. */
+#define POLL_SPIN_NS 2000000
+#define POLL_SLEEP_NS 20000
+static void poll_pause(int64_t started_ns)
 {
-    struct timespec ts = {0, (long)*sleep_ns};
+    if (pycoll_now_ns() - started_ns < POLL_SPIN_NS) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, POLL_SLEEP_NS};
     nanosleep(&ts, NULL);
-    if (*sleep_ns < 1000000)
-        *sleep_ns *= 2;
 }
 
-/* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded. */
+/* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded (which
+ * aborts the communicator at once: vendor_fail_result). */
 static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
 {
     int state = 0;
@@ -199,7 +218,7 @@ static pycoll_status_t wait_ready(pycoll_vendor_comm_t *c, const char *what, int
 {
     if (c->v->in_progress < 0)
         return PYCOLL_OK;
-    for (int64_t sleep_ns = 1000;; backoff(&sleep_ns)) {
+    for (int64_t started = pycoll_now_ns();; poll_pause(started)) {
         int busy = 0;
         pycoll_status_t st = poll_async(c, what, &busy);
         if (st != PYCOLL_OK || !busy)
@@ -213,7 +232,7 @@ static pycoll_status_t wait_ready(pycoll_vendor_comm_t *c, const char *what, int
 static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline_ns)
 {
     const pycoll_vendor_t *v = c->v;
-    for (int64_t sleep_ns = 1000;; backoff(&sleep_ns)) {
+    for (int64_t started = pycoll_now_ns();; poll_pause(started)) {
         int64_t left_ms = (deadline_ns - pycoll_now_ns()) / 1000000;
         int32_t slice_ms = left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? (int32_t)left_ms : STREAM_SLICE_MS;
         int code = v->stream_wait(stream, slice_ms);
@@ -234,7 +253,11 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
 
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
 {
-    if (r != 0 && r != c->v->in_progress)
+    const pycoll_vendor_t *v = c->v;
+    if (r != 0 && r != v->in_progress && v->refused && v->refused(r))
+        return vendor_reject(c, v->status_of(r), "%s: %s refused the call: %s (%s, %s %d); the communicator is "
+                             "still usable", v->name, what, v->error_string(r), result_name(v, r), v->code_label, r);
+    if (r != 0 && r != v->in_progress)
         return vendor_fail_result(c, what, r);
     pycoll_status_t st = wait_ready(c, what, deadline);
     return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
@@ -280,6 +303,11 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
         st = wait_ready(c, init, deadline);
     if (st == PYCOLL_OK && v->device && (r = v->device(c->comm, &c->device)) != 0)
         st = vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
+    if (st == PYCOLL_OK && v->stream_create && (r = v->stream_create(&c->own_stream)) != 0) {
+        c->own_stream = NULL;
+        st = pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: creating the communicator's stream failed: %s "
+                             "(code %d)", v->name, v->runtime_error ? v->runtime_error(r) : "runtime error", r);
+    }
     if (st != PYCOLL_OK) {
         *status = st;
         snprintf(error, error_len, "%s", c->state.error);
@@ -289,20 +317,51 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     return c;
 }
 
+/* A healthy communicator leaves its peers cleanly: finalize (where the vendor has it), waited for until the
+ * deadline, then destroy; a broken one, or one whose finalize failed or missed the deadline, is aborted. */
+static void teardown(pycoll_vendor_comm_t *c)
+{
+    const pycoll_vendor_t *v = c->v;
+    if (!c->comm)
+        return;
+    if (c->state.status == PYCOLL_OK && v->finalize) {
+        int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+        const char *what = vendor_call_name(v, PYCOLL_VENDOR_CALL_FINALIZE);
+        int r = v->finalize(c->comm);
+        pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, what, r)
+                                                           : wait_ready(c, what, deadline);
+        if (st != PYCOLL_OK)
+            return; /* aborted: by vendor_fail_result, or at the deadline */
+    }
+    if (c->state.status == PYCOLL_OK)
+        v->destroy(c->comm);
+    else
+        v->abort(c->comm);
+    c->comm = NULL;
+}
+
 void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
 {
     if (!c)
         return;
+    teardown(c);
+    /* Only now: a free synchronises the device, and would wait behind a kernel stuck on a dead peer. */
     if (c->scratch)
         c->v->scratch_free(c->scratch);
-    if (c->comm) {
-        /* A broken communicator may still have device work waiting on a peer; only abort is safe then. */
-        if (c->state.status == PYCOLL_OK)
-            c->v->destroy(c->comm);
-        else
-            c->v->abort(c->comm);
-    }
+    if (c->reduce_scratch)
+        c->v->scratch_free(c->reduce_scratch);
+    if (c->own_stream)
+        c->v->stream_destroy(c->own_stream);
     free(c);
+}
+
+const char *pycoll_vendor_device_name(const pycoll_vendor_t *v)
+{
+    char unused[1];
+    const char *name = NULL;
+    if (check_loaded(v, unused, sizeof unused) == PYCOLL_OK && v->device_name)
+        name = v->device_name();
+    return name ? name : "";
 }
 
 const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *c)
@@ -362,6 +421,8 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     do {                                                                                                       \
         int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
         int vd = 0, vo = 0;                                                                                    \
+        if (!stream)                                                                                           \
+            stream = (c)->own_stream; /* the caller gave none: the communicator's own, if it has one */      \
         pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                     \
         (void)vo;                                                                                              \
         if (st_ != PYCOLL_OK)                                                                                  \
@@ -400,6 +461,27 @@ pycoll_status_t pycoll_vendor_broadcast(pycoll_vendor_comm_t *c, void *buf, int6
 pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
                                      pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, void *stream)
 {
+    if (c->v->reduce_writes_every_rank && c->state.status == PYCOLL_OK && root != c->state.rank && count > 0 &&
+        (unsigned)dtype < PYCOLL_NUM_DTYPES) {
+        /* The vendor may write recvbuf off the root too: there it gets scratch, so the caller's buffers
+         * (recvbuf, or sendbuf standing in for it) stay unchanged. */
+        size_t bytes = (size_t)count * pycoll_dtype_size(dtype);
+        if (bytes > c->reduce_scratch_bytes) {
+            if (c->reduce_scratch)
+                c->v->scratch_free(c->reduce_scratch);
+            c->reduce_scratch = NULL;
+            c->reduce_scratch_bytes = 0;
+            int e = c->v->scratch_alloc(&c->reduce_scratch, bytes);
+            if (e != 0) {
+                c->reduce_scratch = NULL;
+                return vendor_reject(c, PYCOLL_ERR_NOMEM, "%s: %s of %zu bytes for reduce's non-root scratch "
+                                     "failed: %s", c->v->name, vendor_call_name(c->v, PYCOLL_VENDOR_CALL_SCRATCH_ALLOC),
+                                     bytes, c->v->runtime_error ? c->v->runtime_error(e) : "runtime error");
+            }
+            c->reduce_scratch_bytes = bytes;
+        }
+        recvbuf = c->reduce_scratch;
+    }
     VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE, count, dtype, (int)op, root,
                 c->v->reduce(sendbuf, recvbuf, (uint64_t)count, vd, vo, root, c->comm, stream));
 }
@@ -409,6 +491,8 @@ pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *c, const void *sendbu
 pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *c, void *stream)
 {
     const pycoll_vendor_t *v = c->v;
+    if (!stream)
+        stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
     if (v->barrier)
         VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BARRIER, 0, PYCOLL_INT32, -1, -1, v->barrier(c->comm, stream));
     if (c->state.status == PYCOLL_OK && !c->scratch) {

@@ -39,6 +39,9 @@ struct pycoll_vendor_comm {
     int32_t device;
     int64_t timeout_ns;
     void *scratch;     /* one device word for a barrier the vendor lacks */
+    void *own_stream;  /* the vendor's stream_create: for calls given no stream */
+    void *reduce_scratch; /* where non-roots' reduce writes, for a vendor that writes there (HCCL) */
+    size_t reduce_scratch_bytes;
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
     /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's

@@ -2,7 +2,8 @@
  * dlopen'ed. HCCL's calls block (no "in progress"); its streams are waited on in slices with
  * aclrtSynchronizeStreamWithTimeout, and at the deadline the communicator is destroyed (HCCL has no abort
  * call: destroying it releases the peers' links, so their waits fail too). HCCL has no average and no
- * grouped send/recv that pycoll uses: those entries stay empty. */
+ * grouped send/recv that pycoll uses: those entries stay empty. HCCL refuses a NULL stream, so each
+ * communicator has a stream of its own (aclrtCreateStream) for calls given none (a barrier). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "../common/vendor_common.h"
@@ -14,6 +15,22 @@ static HcclResult (*comm_init_root_info)(uint32_t nranks, const HcclRootInfo *in
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
     return comm_init_root_info((uint32_t)size, id, (uint32_t)rank, comm);
+}
+
+/* AscendCL's allocator takes a policy (ACL_MEM_MALLOC_HUGE_FIRST = 0: huge pages where there are some). */
+static int (*acl_malloc)(void **ptr, size_t size, int policy);
+static int scratch_alloc(void **ptr, size_t bytes)
+{
+    return acl_malloc(ptr, bytes, 0);
+}
+
+/* HCCL checks its arguments before it enqueues anything (a NULL stream or buffer: HCCL_E_PTR; a count or
+ * root out of range: HCCL_E_PARA; a dtype or op this device's HCCL lacks: HCCL_E_NOT_SUPPORT, hccl_types.h):
+ * such a result leaves the communicator as it was. pycoll checks the same before calling; this is the
+ * backstop for a rule pycoll's tables miss. */
+static int refused(int r)
+{
+    return r == HCCL_E_PARA || r == HCCL_E_PTR || r == HCCL_E_NOT_SUPPORT;
 }
 
 /* What a failed HCCL call means to the caller. */
@@ -64,6 +81,11 @@ static const pycoll_vendor_symbol_t hccl_symbols[] = {
 };
 static const pycoll_vendor_symbol_t acl_symbols[] = {
     {PYCOLL_VENDOR_CALL_STREAM_WAIT, "aclrtSynchronizeStreamWithTimeout", VENDOR_SLOT(V.stream_wait)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtCreateStream", VENDOR_SLOT(V.stream_create)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtDestroyStream", VENDOR_SLOT(V.stream_destroy)},
+    {PYCOLL_VENDOR_CALL_SCRATCH_ALLOC, "aclrtMalloc", VENDOR_SLOT(acl_malloc)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtFree", VENDOR_SLOT(V.scratch_free)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtGetSocName", VENDOR_SLOT(V.device_name)},
 };
 #undef V
 
@@ -89,4 +111,8 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .num_result_names = sizeof result_names / sizeof result_names[0],
     .comm_init = comm_init,
     .stream_busy = PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+    .scratch_alloc = scratch_alloc,
+    .refused = refused,
+    /* HCCL's reduce may write the receive buffer off the root too (its ring leaves partials there). */
+    .reduce_writes_every_rank = 1,
 };

@@ -10,7 +10,7 @@
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 
-/* Numbered from 0 in this order, as in nccl.h. ncclTimeout: NCCL 2.28+. */
+/* Numbered from 0 in this order, as in nccl.h. ncclTimeout: NCCL 2.30+ (older libraries never return it). */
 typedef enum {
     ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument,
     ncclInvalidUsage, ncclRemoteError, ncclInProgress, ncclTimeout
@@ -25,8 +25,10 @@ typedef enum {
 /* Note max before min: NCCL's order differs from pycoll's. */
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 /* NCCL 2.10+ */ } ncclRedOp_t;
 
-/* ncclConfig_t as of NCCL 2.14, the first version with non-blocking communicators. NCCL reads a config by its
- * version field and copies only the members that version had, so newer libraries accept this layout. */
+/* ncclConfig_t's head. NCCL 2.14 introduced the struct with `blocking`, the only member pycoll sets; cgaClusterSize,
+ * minCTAs, maxCTAs and netName arrived in 2.17. NCCL reads a config by its version field and copies only the
+ * members that version had, so with version 2.14 every NCCL from 2.14 on reads `blocking` and ignores the rest
+ * (left undefined here: NCCL's defaults). */
 #define PYCOLL_NCCL_CONFIG_VERSION 21400
 #define PYCOLL_NCCL_CONFIG_MAGIC 0xcafebeefu
 #define PYCOLL_NCCL_CONFIG_UNDEF INT_MIN

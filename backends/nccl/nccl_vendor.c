@@ -101,6 +101,7 @@ static const pycoll_vendor_symbol_t nccl_symbols[] = {
     {PYCOLL_VENDOR_CALL_INIT, "ncclCommInitRankConfig", VENDOR_SLOT(comm_init_rank_config)},
     {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "ncclCommGetAsyncError", VENDOR_SLOT(V.async_error)},
     {PYCOLL_VENDOR_CALL_NONE, "ncclCommAbort", VENDOR_SLOT(V.abort)},
+    {PYCOLL_VENDOR_CALL_FINALIZE, "ncclCommFinalize", VENDOR_SLOT(V.finalize)},
     {PYCOLL_VENDOR_CALL_DEVICE, "ncclCommCuDevice", VENDOR_SLOT(V.device)},
     {PYCOLL_VENDOR_CALL_SEND, "ncclSend", VENDOR_SLOT(V.send)},
     {PYCOLL_VENDOR_CALL_RECV, "ncclRecv", VENDOR_SLOT(V.recv)},
@@ -130,7 +131,7 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .deadline_action = "aborted",
     .code_label = "code",
     .num_libraries = 2,
-    /* ncclGetLastError (2.13) and non-blocking init (2.14) set the oldest NCCL we accept. */
+    /* ncclGetLastError (2.13), non-blocking init and ncclCommFinalize (2.14) set the oldest NCCL we accept. */
     .libraries = {{"NCCL", "NCCL 2.14 or newer is needed", nccl_symbols,
                    sizeof nccl_symbols / sizeof nccl_symbols[0], NULL},
                   {"the CUDA runtime", NULL, cudart_symbols, sizeof cudart_symbols / sizeof cudart_symbols[0],

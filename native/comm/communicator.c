@@ -275,6 +275,11 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
         return PYCOLL_ERR_INVALID;
     }
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
+    if (call->algorithm == PYCOLL_ALGO_SHM && comm->view) {
+        snprintf(error, error_len, "algorithm shm runs only on the communicator made by init: a split runs pycoll's "
+                 "algorithms over the same shared memory (use algorithm=\"auto\" or name one of them)");
+        return PYCOLL_ERR_INVALID;
+    }
     if (call->algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
         /* Never a silent fallback: the caller asked for what this transport cannot run. */
         snprintf(error, error_len,

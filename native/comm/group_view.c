@@ -94,7 +94,8 @@ group_view_t *group_view_create(pycoll_p2p_t *parent, const int32_t *members, in
         free(copy);
         return NULL;
     }
-    memcpy(copy, members, (size_t)size * sizeof *copy);
+    for (int32_t i = 0; i < size; i++)
+        copy[i] = members[i];
     view->parent = parent;
     view->members = copy;
     view->owned = 1;

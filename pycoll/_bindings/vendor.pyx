@@ -9,8 +9,16 @@ from pycoll._bindings.libpycoll cimport *
 from pycoll._bindings.comm import error_for_status
 from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
+cdef extern from "pycoll/vendor.h" nogil:
+    const char *pycoll_vendor_device_name(const pycoll_vendor_t *vendor)
+
 cdef enum:
     ERROR_LEN = 512
+
+# pycoll's algorithms by name, for its own schedules over a vendor's send/recv (VendorComm.own).
+ALGORITHM_IDS = {"auto": PYCOLL_ALGO_AUTO, "ring": PYCOLL_ALGO_RING,
+                 "halving_doubling": PYCOLL_ALGO_HALVING_DOUBLING, "mesh": PYCOLL_ALGO_MESH,
+                 "recursive_doubling": PYCOLL_ALGO_RECURSIVE_DOUBLING}
 
 # pycoll's ids the vendor engine needs, bound from the C headers.
 SUM = PYCOLL_SUM
@@ -94,6 +102,10 @@ cdef class Vendor:
     def library_version(self):
         """The loaded library's version code (NCCL_VERSION_CODE, 0 when none is loaded or known)."""
         return pycoll_vendor_library_version(self.vendor)
+
+    def device_name(self):
+        """The current device's model as the vendor's runtime names it ("Ascend910B1"); "" where unknown."""
+        return _text(pycoll_vendor_device_name(self.vendor))
 
     def unique_id(self):
         cdef char error[ERROR_LEN]
@@ -242,20 +254,29 @@ cdef class VendorComm:
         """pycoll's compensated all_reduce, reduce_scatter (count: per rank) or reduce (native/algorithms) over
         the vendor's send/recv; returns the algorithm that ran. Where there is a choice it is the ring, the
         schedule verified over the vendor transport (the compensated result does not depend on it)."""
+        return self.own(kind, send, recv, count, dtype, op, root, stream, "ring", "compensated")
+
+    def own(self, str kind, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int32_t root,
+            uintptr_t stream, str algorithm, str accuracy):
+        """pycoll's own all_reduce, reduce_scatter (count: per rank) or reduce (native/algorithms) with
+        `algorithm` and `accuracy` over the vendor's send/recv: for what the vendor cannot run itself. Returns
+        the algorithm that ran."""
         cdef int k = ("all_reduce", "reduce_scatter", "reduce").index(kind)
+        cdef pycoll_algorithm_t algo = <pycoll_algorithm_t>ALGORITHM_IDS[algorithm]
+        cdef pycoll_accuracy_t acc = PYCOLL_ACCURACY_COMPENSATED if accuracy == "compensated" else PYCOLL_ACCURACY_FAST
         self._native(stream, send)
         cdef pycoll_comm_t *n = self._native(stream, recv)
         cdef pycoll_status_t st
         with nogil:
             if k == 0:
                 st = pycoll_comm_all_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                            <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+                                            <pycoll_op_t>op, algo, acc)
             elif k == 1:
                 st = pycoll_comm_reduce_scatter(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                                <pycoll_op_t>op, PYCOLL_ALGO_RING, PYCOLL_ACCURACY_COMPENSATED)
+                                                <pycoll_op_t>op, algo, acc)
             else:
                 st = pycoll_comm_reduce(n, <void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                        <pycoll_op_t>op, root, PYCOLL_ACCURACY_COMPENSATED)
+                                        <pycoll_op_t>op, root, acc)
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_comm_error(n)))
         cdef pycoll_vendor_comm_t *c = self._open()

@@ -15,17 +15,36 @@ import math
 import os
 
 from pycoll import plugins
-from pycoll.plugins.vendor import VendorBackend, library_candidates
+from pycoll.plugins.vendor import VendorBackend, env_setting, library_candidates
+from pycoll.plugins.vendor_capabilities import REDUCTIONS, Refusal
 
-# pycoll algorithm -> HCCL_ALGO while that communicator is created (level0: inside a server, level1: between
-# servers; NA leaves level0 to HCCL). Check the names your CANN version accepts.
-HCCL_ALGORITHMS = {
-    "auto": None,
-    "ring": "level0:NA;level1:ring",
-    "halving_doubling": "level0:NA;level1:H-D_R",
-    "recursive_doubling": "level0:NA;level1:H-D_R",
-    "mesh": "level0:NA;level1:fullmesh",
-}
+# HCCL reads HCCL_ALGO once per process (and per collective on newer paths), not per communicator, and
+# HcclCommConfig has no algorithm: an HCCL_ALGO set around one communicator's creation is silently ignored. So
+# pycoll offers only HCCL's own choice, "auto", and reports that; to steer HCCL, set HCCL_ALGO for the whole
+# job before it starts.
+HCCL_ALGORITHMS = {"auto": None}
+
+# HCCL_CONNECT_TIMEOUT's documented range, in seconds: HCCL refuses a value outside it.
+HCCL_CONNECT_TIMEOUT_RANGE = (120, 7200)
+
+# What HCCL refuses (hccl_types.h's HcclDataType; src/ops' dtype checks): HCCL_E_NOT_SUPPORT, synchronously.
+HCCL_REFUSALS = (
+    Refusal(REDUCTIONS, "uint8", None, None, "HCCL reduces no uint8 (HCCL_E_NOT_SUPPORT)"),
+    Refusal(REDUCTIONS, "float64", None, None, "current Ascend parts reduce no float64 (HCCL_E_NOT_SUPPORT)"),
+    Refusal(REDUCTIONS, "bfloat16", None, "Atlas 910", "Atlas 910 (Ascend910A/Pro) has no bfloat16 (only Atlas A2 "
+            "and A3 do) (HCCL_E_NOT_SUPPORT)"),
+    Refusal(REDUCTIONS, "bfloat16", "prod", None, "HCCL has no prod on bfloat16 (HCCL_E_NOT_SUPPORT)"),
+)
+
+
+def device_generation(soc_name: str) -> str:
+    """The Ascend generation of aclrtGetSocName()'s model: "Atlas A2/A3" (Ascend910B*, Ascend910_93*), else
+    "Atlas 910" for the other Ascend910 models, else the name itself."""
+    if soc_name.startswith(("Ascend910B", "Ascend910_93")):
+        return "Atlas A2/A3"
+    if soc_name.startswith("Ascend910"):
+        return "Atlas 910"
+    return soc_name
 
 
 def _dirs():
@@ -45,14 +64,24 @@ class HcclBackend(VendorBackend):
     )
     algorithm_env = "HCCL_ALGO"
     algorithm_settings = HCCL_ALGORITHMS
+    algorithm_hint = (" (HCCL reads HCCL_ALGO once per process, not per communicator: set it for the whole job "
+                      "before it starts)")
     algorithms = tuple(HCCL_ALGORITHMS)
     native_avg = False
+    refusals = HCCL_REFUSALS
 
-    def create(self, *, rank, world_size, store, timeout, options):
-        # HCCL's init blocks; HCCL_CONNECT_TIMEOUT (whole seconds) is its only bound, so it follows ours
-        # unless the user set it.
-        os.environ.setdefault("HCCL_CONNECT_TIMEOUT", str(max(1, math.ceil(float(timeout)))))
-        return super().create(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
+    @staticmethod
+    def device_generation(soc_name):
+        return device_generation(soc_name)
+
+    def init_settings(self, timeout):
+        """HCCL's init blocks; HCCL_CONNECT_TIMEOUT (whole seconds, within its documented range) is its only
+        bound, so while a communicator is created it follows `timeout`, clamped to the range -- unless the user
+        set it. Set per creation, never left behind, so each communicator gets its own timeout."""
+        if os.environ.get("HCCL_CONNECT_TIMEOUT"):
+            return env_setting("HCCL_CONNECT_TIMEOUT", None)
+        low, high = HCCL_CONNECT_TIMEOUT_RANGE
+        return env_setting("HCCL_CONNECT_TIMEOUT", str(min(high, max(low, math.ceil(float(timeout))))))
 
 
 plugins.register(HcclBackend())

@@ -16,15 +16,20 @@ import os
 from pycoll import plugins
 from pycoll.plugins.vendor import VendorBackend, library_candidates
 
-# pycoll algorithm -> NCCL_ALGO while that communicator is created. NCCL has no halving-doubling or recursive
-# doubling; Tree (a double binary tree, also log-depth) is the nearest. "mesh" means the one-hop algorithms
-# (NVLink SHARP, CollNet); NCCL fails the collective where the machine has neither.
+# pycoll algorithm -> NCCL_ALGO while that communicator is created (NCCL reads it at creation). NCCL runs Ring for
+# every collective; its other algorithms are each for some collectives only (src/enqueue.cc: broadcast and reduce
+# run Ring only; all_gather and reduce_scatter Ring, PAT, NVLS, CollNetDirect) and none is halving-doubling,
+# recursive doubling or a mesh, and a communicator left with no algorithm a collective can run fails it with
+# ncclInvalidUsage, sticky on a non-blocking communicator. So NCCL runs "auto" (its own choice) and "ring"
+# (all_reduce, reduce_scatter); the other pycoll algorithms run as pycoll's own schedules over ncclSend/ncclRecv
+# (NCCL_OWN_ALGORITHMS), and the call reports the one that ran.
 NCCL_ALGORITHMS = {
     "auto": None,
     "ring": "Ring",
-    "halving_doubling": "Tree",
-    "recursive_doubling": "Tree",
-    "mesh": "NVLS,CollNetDirect",
+}
+NCCL_OWN_ALGORITHMS = {
+    "all_reduce": ("halving_doubling", "recursive_doubling", "mesh"),
+    "reduce_scatter": ("halving_doubling", "mesh"),  # pycoll has no recursive-doubling reduce_scatter
 }
 
 
@@ -73,8 +78,11 @@ class NcclBackend(VendorBackend):
     )
     algorithm_env = "NCCL_ALGO"
     algorithm_settings = NCCL_ALGORITHMS
-    algorithms = tuple(NCCL_ALGORITHMS)
+    own_algorithms = NCCL_OWN_ALGORITHMS
+    algorithms = ("auto", "ring", "halving_doubling", "recursive_doubling", "mesh")
     accuracies = ("fast", "compensated")
+    # NCCL reduces every pycoll dtype with every op (nccl.h: ncclBfloat16 and ncclAvg since 2.10): nothing refused.
+    refusals = ()
 
 
 plugins.register(NcclBackend())

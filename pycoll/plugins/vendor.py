@@ -88,6 +88,19 @@ def current_stream(owner) -> int:
     return 0
 
 
+def framework_stream(memory: str) -> int:
+    """The stream the framework of `memory` ("cuda", "npu") is queueing work on now, for a call with no array to
+    take it from (a barrier); 0 where no framework is loaded (the vendor layer then uses the communicator's
+    own stream where the vendor refuses none)."""
+    import sys
+    torch = sys.modules.get("torch")
+    if memory == "npu" and torch is not None and "torch_npu" in sys.modules:
+        return int(torch.npu.current_stream().npu_stream)
+    if memory == "cuda" and torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_stream().cuda_stream)
+    return 0
+
+
 def divide_in_place(buf, divisor: int) -> None:
     """buf /= divisor on the buffer's own device, through the array that owns it; integers truncate toward
     zero (as NCCL's avg does)."""
@@ -137,8 +150,8 @@ class VendorEngine(Engine):
             algorithm = self._default
         settings = self.backend.algorithm_settings
         if algorithm not in settings:
-            raise ValueError(f"algorithm must be one of {', '.join(settings)} for backend {self.name!r}, "
-                             f"got {algorithm!r}")
+            raise ValueError(f"algorithm must be one of {', '.join(self.backend.algorithms)} for backend "
+                             f"{self.name!r}, got {algorithm!r}{self.backend.algorithm_hint}")
         comm = self._comms.get(algorithm)
         if comm is None:
             # Every rank asks for algorithms in the same order, so each new communicator's key matches.
@@ -148,7 +161,7 @@ class VendorEngine(Engine):
                 self._store.set(key, unique_id)
             else:
                 unique_id = bytes(self._store.get(key, self.timeout))
-            with env_setting(self.backend.algorithm_env, settings[algorithm]):
+            with env_setting(self.backend.algorithm_env, settings[algorithm]), self.backend.init_settings(self.timeout):
                 comm = self.vendor.comm(unique_id, self.rank, self.size, self.timeout)
             self._comms[algorithm] = comm
         return comm
@@ -175,12 +188,27 @@ class VendorEngine(Engine):
         ids = _ids()
         return buf.dtype in ids.FLOAT_DTYPES and op in (ids.SUM, ids.AVG)
 
+    def _check_supported(self, kind, buf, op):
+        """The vendor's own rules for this device, checked before the call: a TypeError naming what is refused,
+        and the communicator stays usable (the vendor would refuse it itself, or fail it on the device)."""
+        why = self.backend.refusal(kind, buf.dtype, op, self._device_name())
+        if why:
+            raise TypeError(f"{self.name}: {why}; the communicator is still usable")
+
+    def _device_name(self):
+        if not hasattr(self, "_device"):
+            self._device = self.vendor.device_name()
+        return self._device
+
     def _compensated(self, kind, *args):
+        return self._own(kind, *args, "ring", "compensated")
+
+    def _own(self, kind, *args):
         """pycoll's C schedules over the vendor's send/recv. On device memory they run the backend's device
         kernels: loaded first, and where they cannot be, the refusal says what is missing and what to install."""
         missing = self.backend.load_device_kernels()
         try:
-            return self._comm("auto").compensated(kind, *args)
+            return self._comm("auto").own(kind, *args)
         except BackendUnavailable as exc:
             if missing:
                 raise BackendUnavailable(f"{exc}: {missing}") from None
@@ -199,6 +227,10 @@ class VendorEngine(Engine):
         stream = current_stream(recv.owner)
         if self._compensates(recv, op, accuracy):
             return self._compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
+        own = self.backend.own_schedule(kind, self._resolved(algorithm))
+        if own:  # an algorithm the vendor cannot run for this collective: pycoll's, over its send/recv
+            return self._own(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream, own, "fast")
+        self._check_supported(kind, recv, op)
         vop, divide = self._vendor_op(op)
         getattr(self._comm(algorithm), kind)(send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream)
         if divide:
@@ -223,11 +255,13 @@ class VendorEngine(Engine):
 
     def reduce(self, send, recv, op, root, accuracy):
         self._check_device(send)
-        # Off the root, the vendors ignore recvbuf; send's address stands in when the caller has none.
+        # Off the root NCCL ignores recvbuf; HCCL may write it, so there the vendor layer passes scratch of its
+        # own (vendor.h: reduce_writes_every_rank). send's address stands in when the caller has none.
         target = recv if recv is not None else send
         if self._compensates(send, op, accuracy):
             return self._compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
                                      current_stream(send.owner))
+        self._check_supported("reduce", send, op)
         vop, divide = self._vendor_op(op)
         self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
                                   current_stream(send.owner))
@@ -236,7 +270,9 @@ class VendorEngine(Engine):
         return self._resolved("auto")
 
     def barrier(self):
-        self._comm("auto").barrier(0)
+        # No array to take a stream from: the framework's current one, else the communicator's own (HCCL refuses
+        # a NULL stream; the vendor layer substitutes its own).
+        self._comm("auto").barrier(framework_stream(self.backend.memory))
         return self._resolved("auto")
 
     def close(self):
@@ -258,7 +294,32 @@ class VendorBackend(Backend):
     device_kernel_libraries: tuple = ()  # the same, for the device memory table compensated mode runs with
     algorithm_env = ""
     algorithm_settings: dict = {"auto": None}
+    algorithm_hint = ""  # appended to the refusal of an algorithm the backend does not offer
+    # The collectives the vendor's own algorithm communicators serve; for the others, and for own_algorithms,
+    # pycoll runs its own schedule over the vendor's send/recv.
+    vendor_algorithm_collectives: tuple = ("all_reduce", "reduce_scatter")
+    own_algorithms: dict = {}  # collective -> the pycoll algorithms run as pycoll's own schedule
     native_avg = True
+    # What the vendor refuses, checked before each call (vendor_capabilities.py's Refusal rows).
+    refusals: tuple = ()
+
+    def refusal(self, kind, dtype, op, device_name):
+        """Why the vendor refuses `kind` on dtype/op ids on this device (its model, "" if unknown), or None."""
+        from pycoll.plugins.vendor_capabilities import refusal
+        return refusal(self, kind, dtype, op, device_name)
+
+    @staticmethod
+    def device_generation(device_name):
+        """The device generation (Refusal.generation) of the vendor's device model."""
+        return device_name
+
+    def own_schedule(self, kind, algorithm):
+        """The pycoll algorithm to run as pycoll's own schedule for `kind`, or None: the vendor runs it."""
+        return algorithm if algorithm in self.own_algorithms.get(kind, ()) else None
+
+    def init_settings(self, timeout):
+        """The environment the vendor reads while a communicator is created, besides the algorithm."""
+        return contextlib.nullcontext()
 
     def load(self):
         """None when the vendor's libraries are loaded, else why not and what to install or set."""

@@ -38,7 +38,15 @@ struct fake_comm {
 
 #define MAX_STREAMS 64
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { void *stream; int pending; } streams[MAX_STREAMS];
+/* idle_ns: when the stream's last work completed (0: not since it was last looked at). */
+static struct { void *stream; int pending; long long idle_ns; } streams[MAX_STREAMS];
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void stream_add(void *stream, int delta)
 {
@@ -47,6 +55,7 @@ static void stream_add(void *stream, int delta)
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (streams[i].pending && streams[i].stream == stream) {
             streams[i].pending += delta;
+            streams[i].idle_ns = streams[i].pending ? 0 : now_ns();
             pthread_mutex_unlock(&streams_lock);
             return;
         }
@@ -56,6 +65,7 @@ static void stream_add(void *stream, int delta)
     if (free_slot >= 0 && delta > 0) {
         streams[free_slot].stream = stream;
         streams[free_slot].pending = delta;
+        streams[free_slot].idle_ns = 0;
     }
     pthread_mutex_unlock(&streams_lock);
 }
@@ -67,6 +77,29 @@ int fake_stream_busy(void *stream)
     for (int i = 0; i < MAX_STREAMS; i++)
         if (streams[i].pending && streams[i].stream == stream)
             busy = 1;
+    pthread_mutex_unlock(&streams_lock);
+    return busy;
+}
+
+long long fake_stream_idle_for_ns(void *stream)
+{
+    long long idle = 0;
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (!streams[i].pending && streams[i].stream == stream && streams[i].idle_ns) {
+            idle = now_ns() - streams[i].idle_ns;
+            streams[i].idle_ns = 0;
+        }
+    pthread_mutex_unlock(&streams_lock);
+    return idle;
+}
+
+int fake_any_stream_busy(void)
+{
+    int busy = 0;
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        busy |= streams[i].pending > 0;
     pthread_mutex_unlock(&streams_lock);
     return busy;
 }
@@ -347,6 +380,15 @@ static void run_job(fake_comm_t *c, const fake_job_t *j)
         run_p2p(c, j);
         return;
     }
+    if (j->kind == FAKE_BARRIER) { /* its own name (seq -1), so a collective a peer still waits in never takes it */
+        char none[1] = {0};
+        publish(c, -1, none, 0);
+        char **arrived = gather_files(c, -1);
+        for (int r = 0; arrived && r < c->nranks; r++)
+            free(arrived[r]);
+        free(arrived);
+        return;
+    }
     size_t isz = fake_dtype_size(j->dtype);
     size_t send_bytes = j->kind == FAKE_REDUCE_SCATTER ? j->count * isz * (size_t)c->nranks
                         : j->kind == FAKE_BROADCAST && c->rank != j->root ? 0
@@ -363,6 +405,7 @@ static void run_job(fake_comm_t *c, const fake_job_t *j)
         if (c->rank == j->root)
             fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op);
         break;
+    case FAKE_REDUCE_EVERY_RANK: fold(in, c->nranks, 0, j->recv, j->count, j->dtype, j->op); break;
     case FAKE_REDUCE_SCATTER:
         fold(in, c->nranks, (size_t)c->rank * j->count, j->recv, j->count, j->dtype, j->op);
         break;
@@ -402,11 +445,18 @@ static void *worker(void *arg)
         fake_job_t *j = c->head;
         pthread_mutex_unlock(&c->lock);
         if (j->async_error) {
+            /* The collective hit an error (a peer died): recorded, and the kernel never finishes -- the job
+             * stays queued and its stream busy until abort, as a GPU kernel waiting on a dead peer does. */
             pthread_mutex_lock(&c->lock);
             c->async_error = j->async_error;
-            pthread_mutex_unlock(&c->lock);
+            while (!c->stop)
+                pthread_cond_wait(&c->cond, &c->lock);
+            break;
         } else {
             run_job(c, j);
+            const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
+            if (kernel_us && j->kind != FAKE_BARRIER)
+                usleep((useconds_t)atoi(kernel_us));
         }
         pthread_mutex_lock(&c->lock);
         if (c->stop) /* aborted mid-collective: the job stays queued, its stream busy, as on a dead GPU */

@@ -9,8 +9,10 @@
 #include <stddef.h>
 
 /* FAKE_SEND / FAKE_RECV: point-to-point, `root` is the peer; each (sender, receiver) pair is a FIFO channel. */
+/* FAKE_REDUCE_EVERY_RANK: a reduce that writes the result into recv on every rank, not only the root (as HCCL's
+ * may). FAKE_BARRIER: every rank's arrival, no data (a finalize). */
 enum fake_kind { FAKE_ALL_REDUCE, FAKE_REDUCE_SCATTER, FAKE_ALL_GATHER, FAKE_BROADCAST, FAKE_REDUCE, FAKE_SEND,
-                 FAKE_RECV };
+                 FAKE_RECV, FAKE_REDUCE_EVERY_RANK, FAKE_BARRIER };
 enum fake_dtype { FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAKE_U64, FAKE_F16, FAKE_F32, FAKE_F64, FAKE_BF16 };
 enum fake_op { FAKE_SUM, FAKE_PROD, FAKE_MIN, FAKE_MAX, FAKE_AVG };
 
@@ -23,7 +25,8 @@ void fake_new_id(char *out, size_t len);
 fake_comm_t *fake_comm_start(const char *id, int rank, int nranks);
 /* 1 once every rank has joined, 0 before. */
 int fake_comm_ready(fake_comm_t *c);
-/* The error code injected into a collective's completion (0: none), and the count of collectives dequeued. */
+/* The error code injected into a collective's completion (0: none). A collective that hits it never completes
+ * (its kernel waits for the peer that failed): its stream stays busy until the communicator is aborted. */
 int fake_comm_async_error(fake_comm_t *c);
 void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
                        int root, void *stream, int async_error);
@@ -33,6 +36,11 @@ void fake_group_start(void);
 void fake_group_end(void);
 /* 1 while `stream` has queued work. */
 int fake_stream_busy(void *stream);
+/* How long ago `stream`'s last work completed, once per completion (0: busy, or already asked): how late the
+ * caller noticed. */
+long long fake_stream_idle_for_ns(void *stream);
+/* 1 while any stream has queued work (what a device-wide synchronisation, cudaFree, waits for). */
+int fake_any_stream_busy(void);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */
 void fake_comm_abort(fake_comm_t *c);
 void fake_comm_destroy(fake_comm_t *c);

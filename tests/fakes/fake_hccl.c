@@ -10,7 +10,40 @@
 
 #include "fake_vendor.h"
 
-enum { SUCCESS = 0, E_PARA = 1 };
+enum { SUCCESS = 0, E_PARA = 1, E_PTR = 2, E_NOT_SUPPORT = 5 };
+enum { DT_INT8, DT_INT16, DT_INT32, DT_FP16, DT_FP32, DT_INT64, DT_UINT64, DT_UINT8, DT_UINT16, DT_UINT32, DT_FP64,
+       DT_BFP16 };
+enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN };
+
+/* The rules of the real HCCL this fake enforces (hccl.h, hccl_types.h and src/ops of Ascend's HCCL), each
+ * checked before anything is enqueued, so a refusal leaves the communicator as it was:
+ * - every collective and HcclBarrier take an aclrtStream that must not be NULL: HCCL_E_PTR;
+ * - reductions (HcclAllReduce, HcclReduceScatter, HcclReduce) refuse uint8 and float64 on every current part,
+ *   bfloat16 on the Atlas 910 generation (aclrtGetSocName "Ascend910A", "Ascend910ProB", ...: only
+ *   "Ascend910B*" and "Ascend910_93*" have it), and prod on bfloat16: HCCL_E_NOT_SUPPORT. The device is
+ *   FAKE_HCCL_SOC (default "Ascend910B1");
+ * - HCCL_ALGO is read once per process, at the first communicator's creation: a later value is ignored;
+ * - HCCL_CONNECT_TIMEOUT must be within [120, 7200] seconds: HCCL_E_PARA at init otherwise;
+ * - HcclReduce may write recvBuf on every rank, not only the root (here it writes the result there). */
+static const char *soc_name(void)
+{
+    const char *soc = getenv("FAKE_HCCL_SOC");
+    return soc ? soc : "Ascend910B1";
+}
+
+static int reduction_supported(int dtype, int op)
+{
+    const char *soc = soc_name();
+    int atlas_910 = strncmp(soc, "Ascend910B", 10) != 0 && strncmp(soc, "Ascend910_93", 12) != 0;
+    if (dtype == DT_UINT8 || dtype == DT_FP64)
+        return 0;
+    if (dtype == DT_BFP16 && (atlas_910 || op == OP_PROD))
+        return 0;
+    return 1;
+}
+
+static char process_algorithm[256];
+static int algorithm_read;
 
 typedef struct { char internal[4108]; } root_info_t;
 typedef fake_vendor_comm_t comm_t;
@@ -36,11 +69,21 @@ EXPORT int HcclGetRootInfo(root_info_t *info)
 /* Blocking, as HCCL's is. */
 EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32_t rank, comm_t **out)
 {
-    const char *algo = getenv("HCCL_ALGO");
-    fake_log("HcclCommInitRootInfo rank=%u nranks=%u algo=%s", rank, nranks, algo ? algo : "");
+    if (!algorithm_read) { /* once per process */
+        const char *algo = getenv("HCCL_ALGO");
+        snprintf(process_algorithm, sizeof process_algorithm, "%s", algo ? algo : "");
+        algorithm_read = 1;
+    }
+    const char *connect = getenv("HCCL_CONNECT_TIMEOUT");
+    fake_log("HcclCommInitRootInfo rank=%u nranks=%u algo=%s connect_timeout=%s", rank, nranks, process_algorithm,
+             connect ? connect : "");
     int injected = fake_injected("HcclCommInitRootInfo");
     if (injected)
         return injected;
+    if (connect && (atoi(connect) < 120 || atoi(connect) > 7200)) {
+        fake_log("HcclCommInitRootInfo rank=%u: HCCL_CONNECT_TIMEOUT=%s is outside [120, 7200]", rank, connect);
+        return E_PARA;
+    }
     if (rank >= nranks || memcmp(info->internal + sizeof info->internal - 4, "END", 4) != 0)
         return E_PARA;
     comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks);
@@ -72,41 +115,87 @@ static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN};
 static const fake_vendor_t hccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops, sizeof ops / sizeof ops[0],
                                    E_PARA};
 
+/* The checks HCCL makes before it enqueues (see the rules above); reduction: whether dtype and op must be
+ * ones this device reduces. */
+static int collective(const char *name, int kind, int reduction, void *send, void *recv, uint64_t count, int dtype,
+                      int op, int root, comm_t *c, void *stream)
+{
+    if (!stream) {
+        fake_log("%s rank=%d: NULL stream: HCCL_E_PTR", name, c->rank);
+        return E_PTR;
+    }
+    if (reduction && (unsigned)dtype <= DT_BFP16 && !reduction_supported(dtype, op)) {
+        fake_log("%s rank=%d: dtype %d op %d not supported on %s: HCCL_E_NOT_SUPPORT", name, c->rank, dtype, op,
+                 soc_name());
+        return E_NOT_SUPPORT;
+    }
+    return fake_vendor_collective(&hccl, name, kind, send, recv, count, dtype, op, root, c, stream);
+}
+
 EXPORT int HcclAllReduce(void *send, void *recv, uint64_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&hccl, "HcclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
+    return collective("HcclAllReduce", FAKE_ALL_REDUCE, 1, send, recv, count, dtype, op, -1, c, stream);
 }
 
 EXPORT int HcclReduceScatter(void *send, void *recv, uint64_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&hccl, "HcclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c,
-                                  stream);
+    return collective("HcclReduceScatter", FAKE_REDUCE_SCATTER, 1, send, recv, count, dtype, op, -1, c, stream);
 }
 
 EXPORT int HcclAllGather(void *send, void *recv, uint64_t count, int dtype, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&hccl, "HcclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
+    return collective("HcclAllGather", FAKE_ALL_GATHER, 0, send, recv, count, dtype, 0, -1, c, stream);
 }
 
 EXPORT int HcclBroadcast(void *buf, uint64_t count, int dtype, uint32_t root, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&hccl, "HcclBroadcast", FAKE_BROADCAST, buf, buf, count, dtype, 0, (int)root, c,
-                                  stream);
+    return collective("HcclBroadcast", FAKE_BROADCAST, 0, buf, buf, count, dtype, 0, (int)root, c, stream);
 }
 
 EXPORT int HcclReduce(void *send, void *recv, uint64_t count, int dtype, int op, uint32_t root, comm_t *c,
                       void *stream)
 {
-    return fake_vendor_collective(&hccl, "HcclReduce", FAKE_REDUCE, send, recv, count, dtype, op, (int)root, c, stream);
+    return collective("HcclReduce", FAKE_REDUCE_EVERY_RANK, 1, send, recv, count, dtype, op, (int)root, c, stream);
 }
 
 EXPORT int HcclBarrier(comm_t *c, void *stream)
 {
     static int32_t word;
-    return fake_vendor_collective(&hccl, "HcclBarrier", FAKE_ALL_REDUCE, &word, &word, 1, 2, 0, -1, c, stream);
+    return collective("HcclBarrier", FAKE_ALL_REDUCE, 0, &word, &word, 1, DT_INT32, OP_SUM, -1, c, stream);
 }
 
-/* ---- the AscendCL piece pycoll uses ---- */
+/* ---- the AscendCL pieces pycoll uses ---- */
+
+EXPORT const char *aclrtGetSocName(void)
+{
+    return soc_name();
+}
+
+EXPORT int aclrtCreateStream(void **stream)
+{
+    *stream = malloc(1);
+    fake_log("aclrtCreateStream stream=%#lx", (unsigned long)(uintptr_t)*stream);
+    return *stream ? 0 : 207001;
+}
+
+EXPORT int aclrtDestroyStream(void *stream)
+{
+    free(stream);
+    return 0;
+}
+
+EXPORT int aclrtMalloc(void **ptr, size_t size, int policy)
+{
+    (void)policy;
+    *ptr = malloc(size);
+    return *ptr ? 0 : 207001;
+}
+
+EXPORT int aclrtFree(void *ptr)
+{
+    free(ptr);
+    return 0;
+}
 
 EXPORT int aclrtSynchronizeStreamWithTimeout(void *stream, int32_t timeout_ms)
 {

@@ -1,14 +1,67 @@
 /* A fake libnccl.so.2 + libcudart for pycoll's binding tests: the same C symbols and values as NCCL's nccl.h
  * (typed here as plain ints), backed by fake_vendor.c and fake_collectives.c. Every call is logged to FAKE_COLL_LOG
  * so tests can check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "fake_vendor.h"
 
-enum { SUCCESS = 0, INVALID_ARGUMENT = 4, IN_PROGRESS = 7 };
+enum { SUCCESS = 0, INVALID_ARGUMENT = 4, INVALID_USAGE = 5, IN_PROGRESS = 7 };
+
+/* The rules of the real NCCL this fake enforces (nccl.h.in and src/ of NVIDIA/nccl 2.30):
+ * - NCCL_ALGO is read when a communicator is created. Each collective runs only some algorithms (src/enqueue.cc's
+ *   algorithm table): broadcast and reduce Ring only; all_gather and reduce_scatter Ring, PAT, NVLS,
+ *   CollNetDirect; all_reduce Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree. NVLS needs NVLink SHARP
+ *   and CollNet a CollNet plugin, which this "machine" has neither of. A collective left with no algorithm it
+ *   can run fails with ncclInvalidUsage.
+ * - On a non-blocking communicator (config.blocking = 0) an error is sticky: ncclCommGetAsyncError reports it
+ *   from then on (nccl.h: "ncclCommGetAsyncError ... returns the asynchronous error").
+ * - ncclCommFinalize flushes and leaves the peers: on a non-blocking communicator it returns ncclInProgress
+ *   until every rank has finalized. ncclCommDestroy without a completed finalize finalizes first, blocking:
+ *   with a peer gone it never returns (here: FAKE_DEADLOCK_S, then "ncclCommDestroy deadlocked" is logged).
+ * - cudaFree synchronises the device: it waits for every running kernel, so behind a kernel waiting on a dead
+ *   peer it never returns (here: "cudaFree deadlocked" is logged). */
+enum { ALGO_TREE = 1, ALGO_RING = 2, ALGO_COLLNET_DIRECT = 4, ALGO_COLLNET_CHAIN = 8, ALGO_NVLS = 16,
+       ALGO_NVLS_TREE = 32, ALGO_PAT = 64, ALGO_ALL = 127 };
+static const struct { const char *name; unsigned bit; } algorithm_names[] = {
+    {"Tree", ALGO_TREE}, {"Ring", ALGO_RING}, {"CollNetDirect", ALGO_COLLNET_DIRECT},
+    {"CollNetChain", ALGO_COLLNET_CHAIN}, {"NVLS", ALGO_NVLS}, {"NVLSTree", ALGO_NVLS_TREE}, {"PAT", ALGO_PAT}};
+#define ALGO_RUNNABLE_HERE (ALGO_TREE | ALGO_RING | ALGO_PAT)
+
+/* NCCL_ALGO: a comma-separated list of algorithms, or "^" and the ones to exclude; unset: all. */
+static unsigned parse_algorithms(const char *setting)
+{
+    if (!setting || !*setting)
+        return ALGO_ALL;
+    int exclude = setting[0] == '^';
+    unsigned bits = 0;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", setting + exclude);
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        for (size_t i = 0; i < sizeof algorithm_names / sizeof algorithm_names[0]; i++)
+            if (strcasecmp(tok, algorithm_names[i].name) == 0)
+                bits |= algorithm_names[i].bit;
+    return exclude ? ALGO_ALL & ~bits : bits;
+}
+
+/* The algorithms each collective (fake_kind) can run. */
+static unsigned collective_algorithms(int kind)
+{
+    switch (kind) {
+    case FAKE_ALL_REDUCE:
+        return ALGO_RING | ALGO_TREE | ALGO_COLLNET_DIRECT | ALGO_COLLNET_CHAIN | ALGO_NVLS | ALGO_NVLS_TREE;
+    case FAKE_ALL_GATHER:
+    case FAKE_REDUCE_SCATTER:
+        return ALGO_RING | ALGO_PAT | ALGO_NVLS | ALGO_COLLNET_DIRECT;
+    default:
+        return ALGO_RING;
+    }
+}
 
 typedef struct { char internal[128]; } unique_id_t;
 typedef struct {
@@ -61,13 +114,36 @@ EXPORT int ncclCommInitRankConfig(comm_t **out, int nranks, unique_id_t id, int 
     if (config->magic != 0xcafebeef || config->version < 21400 || rank < 0 || rank >= nranks)
         return INVALID_ARGUMENT;
     *out = fake_vendor_comm_new(id.internal, rank, nranks);
+    (*out)->algorithms = parse_algorithms(algo);
+    (*out)->blocking = config->blocking;
     return config->blocking == 0 ? IN_PROGRESS : SUCCESS;
+}
+
+static int finalize_busy(void *c)
+{
+    return fake_stream_busy(&((comm_t *)c)->finalize_stream);
 }
 
 EXPORT int ncclCommGetAsyncError(comm_t *c, int *state)
 {
-    *state = fake_comm_ready(c->fake) ? fake_vendor_async_error(c) : IN_PROGRESS;
+    *state = !fake_comm_ready(c->fake) ? IN_PROGRESS
+             : c->sticky               ? c->sticky
+             : fake_vendor_async_error(c) ? fake_vendor_async_error(c)
+             : c->finalizing && finalize_busy(c) ? IN_PROGRESS
+                                                 : SUCCESS;
     return SUCCESS;
+}
+
+EXPORT int ncclCommFinalize(comm_t *c)
+{
+    fake_log("ncclCommFinalize rank=%d", c->rank);
+    if (c->sticky)
+        return c->sticky;
+    c->finalizing = 1;
+    fake_comm_enqueue(c->fake, FAKE_BARRIER, NULL, NULL, 0, FAKE_U8, 0, -1, &c->finalize_stream, 0);
+    if (c->blocking)
+        return fake_wait_or_deadlock(finalize_busy, c, "ncclCommFinalize") ? INVALID_USAGE : SUCCESS;
+    return IN_PROGRESS;
 }
 
 EXPORT int ncclCommAbort(comm_t *c)
@@ -78,6 +154,14 @@ EXPORT int ncclCommAbort(comm_t *c)
 
 EXPORT int ncclCommDestroy(comm_t *c)
 {
+    if (!c->finalizing) { /* finalizes first, blocking: waits for every peer */
+        c->finalizing = 1;
+        fake_comm_enqueue(c->fake, FAKE_BARRIER, NULL, NULL, 0, FAKE_U8, 0, -1, &c->finalize_stream, 0);
+    }
+    if (fake_wait_or_deadlock(finalize_busy, c, "ncclCommDestroy")) {
+        fake_vendor_comm_end(c, "ncclCommDestroy (after a deadlock)", 1);
+        return SUCCESS;
+    }
     fake_vendor_comm_end(c, "ncclCommDestroy", 0);
     return SUCCESS;
 }
@@ -99,31 +183,46 @@ static const int ops[] = {FAKE_SUM, FAKE_PROD, FAKE_MAX, FAKE_MIN, FAKE_AVG};
 static const fake_vendor_t nccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops, sizeof ops / sizeof ops[0],
                                    INVALID_ARGUMENT};
 
+/* The checks NCCL makes before it enqueues: a sticky error first, then an algorithm the collective can run. */
+static int collective(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int op,
+                      int root, comm_t *c, void *stream)
+{
+    if (c->sticky)
+        return c->sticky;
+    if (!(c->algorithms & collective_algorithms(kind) & ALGO_RUNNABLE_HERE)) {
+        fake_log("%s rank=%d: no algorithm NCCL_ALGO allows can run it: ncclInvalidUsage", name, c->rank);
+        if (!c->blocking)
+            c->sticky = INVALID_USAGE;
+        return INVALID_USAGE;
+    }
+    return fake_vendor_collective(&nccl, name, kind, send, recv, count, dtype, op, root, c, stream);
+}
+
 EXPORT int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&nccl, "ncclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
+    return collective("ncclAllReduce", FAKE_ALL_REDUCE, send, recv, count, dtype, op, -1, c, stream);
 }
 
 EXPORT int ncclReduceScatter(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&nccl, "ncclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c,
+    return collective("ncclReduceScatter", FAKE_REDUCE_SCATTER, send, recv, count, dtype, op, -1, c,
                                   stream);
 }
 
 EXPORT int ncclAllGather(const void *send, void *recv, size_t count, int dtype, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&nccl, "ncclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
+    return collective("ncclAllGather", FAKE_ALL_GATHER, send, recv, count, dtype, 0, -1, c, stream);
 }
 
 EXPORT int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root, comm_t *c, void *stream)
 {
-    return fake_vendor_collective(&nccl, "ncclBroadcast", FAKE_BROADCAST, send, recv, count, dtype, 0, root, c, stream);
+    return collective("ncclBroadcast", FAKE_BROADCAST, send, recv, count, dtype, 0, root, c, stream);
 }
 
 EXPORT int ncclReduce(const void *send, void *recv, size_t count, int dtype, int op, int root, comm_t *c,
                       void *stream)
 {
-    return fake_vendor_collective(&nccl, "ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
+    return collective("ncclReduce", FAKE_REDUCE, send, recv, count, dtype, op, root, c, stream);
 }
 
 static int p2p(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int peer,
@@ -134,6 +233,8 @@ static int p2p(const char *name, int kind, const void *send, void *recv, size_t 
     int injected = fake_injected(name);
     if (injected)
         return injected;
+    if (c->sticky)
+        return c->sticky;
     if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || peer < 0 || peer >= c->nranks || peer == c->rank)
         return INVALID_ARGUMENT;
     fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], 0, peer, stream, fake_injected("async"));
@@ -164,9 +265,15 @@ EXPORT int ncclGroupEnd(void)
 
 /* ---- the CUDA runtime pieces pycoll uses ---- */
 
+/* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {
-    return fake_stream_busy(stream) ? 600 : 0;
+    if (fake_stream_busy(stream))
+        return 600;
+    long long idle = fake_stream_idle_for_ns(stream);
+    if (idle)
+        fake_log("cudaStreamQuery noticed_after_us=%lld", idle / 1000);
+    return 0;
 }
 
 EXPORT int cudaMalloc(void **ptr, size_t size)
@@ -175,8 +282,15 @@ EXPORT int cudaMalloc(void **ptr, size_t size)
     return *ptr ? 0 : 2;
 }
 
+static int device_busy(void *unused)
+{
+    (void)unused;
+    return fake_any_stream_busy();
+}
+
 EXPORT int cudaFree(void *ptr)
 {
+    fake_wait_or_deadlock(device_busy, NULL, "cudaFree");
     free(ptr);
     return 0;
 }

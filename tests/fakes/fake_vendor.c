@@ -1,8 +1,10 @@
 /* See fake_vendor.h. */
+#define _POSIX_C_SOURCE 200809L
 #include "fake_vendor.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks)
 {
@@ -45,5 +47,22 @@ int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, c
         return v->invalid_argument;
     fake_comm_enqueue(c->fake, kind, send, recv, count, v->dtypes[dtype], v->ops[op], root, stream,
                       fake_injected("async"));
+    return 0;
+}
+
+int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what)
+{
+    const char *limit = getenv("FAKE_DEADLOCK_S");
+    double seconds = limit ? atof(limit) : 8.0;
+    struct timespec start, now, pause = {0, 200000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (fn(arg)) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9 > seconds) {
+            fake_log("%s deadlocked", what);
+            return 1;
+        }
+        nanosleep(&pause, NULL);
+    }
     return 0;
 }

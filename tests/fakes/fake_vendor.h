@@ -14,6 +14,11 @@
 typedef struct fake_vendor_comm {
     fake_comm_t *fake;
     int rank, nranks;
+    unsigned algorithms; /* the vendor's algorithm setting as read at init: a bit per algorithm it may run */
+    int sticky;          /* a non-blocking communicator's error, reported by every later call (0: none) */
+    int blocking;        /* NCCL's config.blocking */
+    int finalizing;      /* a finalize is queued on finalize_stream */
+    char finalize_stream; /* its address is the stream the finalize runs on */
 } fake_vendor_comm_t;
 
 /* How a vendor numbers dtypes and ops: its code -> the engine's (-1: the vendor has the code, the fake does not
@@ -28,6 +33,10 @@ typedef struct fake_vendor {
 
 /* A communicator joining the rendezvous on id in the background. */
 fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks);
+/* Until fn(arg) is 0, or FAKE_DEADLOCK_S seconds (default 8) pass: then logs "<what> deadlocked" and returns 1.
+ * Where the real library would wait forever, the fake waits this long, so a test sees the hang as a log line
+ * instead of hanging itself. */
+int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what);
 /* Logs "<call> rank=R", then aborts (stops at once) or destroys (finishes queued work) and frees c. */
 void fake_vendor_comm_end(fake_vendor_comm_t *c, const char *call, int abort);
 /* The code FAKE_COLL_FAIL injects as "async" once a collective has failed with it; 0 before, or when none. */

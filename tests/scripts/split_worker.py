@@ -15,7 +15,13 @@ scenario = sys.argv[1]
 timeout = float(os.environ.get("TEST_TIMEOUT", "30"))
 report = {"scenario": scenario}
 
-comm = pycoll.init(timeout=timeout)
+if scenario == "orphan":
+    # The communicator made by init has no reference but its split's: the split must keep it working.
+    comm = pycoll.init(timeout=timeout).split(0)
+    import gc
+    gc.collect()
+else:
+    comm = pycoll.init(timeout=timeout)
 rank, size = comm.rank, comm.size
 report["rank"] = rank
 
@@ -173,6 +179,10 @@ try:
                 outcomes.append("CommunicatorClosed")
         report["after_parent_close"] = outcomes
         report["ok"] = True
+    elif scenario == "orphan":
+        y = np.ones(2, dtype=np.int64)
+        comm.all_reduce(y)
+        report["ok"] = bool(np.all(y == size))
     elif scenario == "threads":
         # A second thread calling a split while the first runs a collective on the parent: an error that says
         # so, never interleaved messages.

@@ -43,7 +43,8 @@ typedef enum pycoll_vendor_call {
     PYCOLL_VENDOR_CALL_GROUP_START,
     PYCOLL_VENDOR_CALL_GROUP_END,
     PYCOLL_VENDOR_CALL_STREAM_WAIT,
-    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC
+    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC,
+    PYCOLL_VENDOR_CALL_FINALIZE
 } pycoll_vendor_call_t;
 
 /* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
@@ -125,6 +126,23 @@ typedef struct pycoll_vendor_v1 {
     int (*scratch_free)(void *ptr);
     /* Optional (unknown: device memory): 1 when the host can read and write the memory at ptr. */
     int (*host_memory)(const void *ptr);
+
+    /* Optional (NULL: teardown is destroy alone): leave the peers cleanly, in progress like init on a
+     * non-blocking vendor (ncclCommFinalize). Its completion is waited for until the communicator's deadline,
+     * then abort: a destroy without it can wait forever on a dead peer. */
+    int (*finalize)(void *comm);
+    /* Optional, both or neither: a stream of the communicator's own, used where the caller gives none (HCCL
+     * refuses a NULL stream with HCCL_E_PTR). */
+    int (*stream_create)(void **stream);
+    int (*stream_destroy)(void *stream);
+    /* Optional (NULL: every failed call breaks the communicator): 1 for a result that is a synchronous
+     * refusal -- the call checked its arguments and enqueued nothing -- so the communicator stays usable. */
+    int (*refused)(int result);
+    /* 1 where the vendor's reduce may write recvbuf on every rank (HCCL): non-roots get scratch, so the
+     * caller's buffers there stay unchanged. Needs scratch_alloc / scratch_free. */
+    int32_t reduce_writes_every_rank;
+    /* Optional: the device's model ("Ascend910B1"), which decides what the vendor supports; NULL if unknown. */
+    const char *(*device_name)(void);
 } pycoll_vendor_v1_t;
 
 typedef pycoll_vendor_v1_t pycoll_vendor_t;
@@ -136,6 +154,8 @@ PYCOLL_API pycoll_vendor_t *pycoll_vendor_find(const char *name);
  * struct; the first that loads stays loaded (later calls return PYCOLL_OK). */
 PYCOLL_API pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
                                               char *error, size_t error_len);
+/* The current device's model as the vendor's runtime names it ("Ascend910B1"); "" where unknown. */
+PYCOLL_API const char *pycoll_vendor_device_name(const pycoll_vendor_t *vendor);
 /* The loaded library's version code; 0 before loading or where the vendor has none. */
 PYCOLL_API int32_t pycoll_vendor_library_version(const pycoll_vendor_t *vendor);
 /* A fresh unique id of vendor->unique_id_bytes bytes (id_len must be at least that). */
@@ -148,7 +168,9 @@ PYCOLL_API pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t
                                                            int64_t id_len, int32_t rank, int32_t size,
                                                            double timeout_s, pycoll_status_t *status, char *error,
                                                            size_t error_len);
-/* Destroys a healthy communicator, aborts a broken one. */
+/* Tears the communicator down within its timeout: a healthy one is finalized (where the vendor can) and
+ * destroyed, aborted when the deadline passes; a broken one is aborted at once. Device memory is freed only
+ * after that, so a free never waits behind a kernel stuck on a dead peer. */
 PYCOLL_API void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *comm);
 /* Why the last call failed (the first error, once the communicator is broken). */
 PYCOLL_API const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm);
