@@ -239,8 +239,11 @@ class Communicator:
         self.last_algorithm = self._run(engine.all_reduce, *args)
         return result
 
-    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast", async_op=False):
-        """x holds size * len(out) elements; rank r gets the reduction of block r in out."""
+    def reduce_scatter(self, x, out, op="sum", *, counts=None, algorithm="auto", accuracy="fast", async_op=False):
+        """x holds size * len(out) elements; rank r gets the reduction of block r in out. With counts (size
+        non-negative ints, the same on every rank): x holds sum(counts), out counts[rank] (ring only)."""
+        if counts is not None:
+            return self._reduce_scatter_v(x, out, op, counts, algorithm, accuracy, async_op)
         fast = self._fast
         if fast is not None and async_op is False and \
                 self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
@@ -253,8 +256,12 @@ class Communicator:
         self.last_algorithm = self._run(engine.reduce_scatter, *args)
         return out
 
-    def all_gather(self, x, out, *, async_op=False):
-        """out holds size * len(x) elements; block r comes from rank r."""
+    def all_gather(self, x, out, *, counts=None, async_op=False):
+        """out holds size * len(x) elements; block r comes from rank r. With counts (size non-negative ints, the
+        same on every rank): x holds counts[rank] elements, out sum(counts), rank r's from counts[0] + ... +
+        counts[r-1] on."""
+        if counts is not None:
+            return self._all_gather_v(x, out, counts, async_op)
         fast = self._fast
         if fast is not None and async_op is False and self._ran(self._run(fast.all_gather, x, out)):
             return out
@@ -375,6 +382,123 @@ class Communicator:
         per dimension, every rank alike."""
         from pycoll.mesh import Mesh, check_shape
         return Mesh(self, check_shape(dims, self._size))
+
+    # -- issue #14: all_to_all, gather, scatter, uneven all_gather / reduce_scatter, objects ------------------
+    def _counts(self, counts):
+        """counts as a C-contiguous int64 array: `size` non-negative integers."""
+        if isinstance(counts, (str, bytes)):
+            raise TypeError(f"counts must be a sequence of {self._size} integers, got {type(counts).__name__}")
+        try:
+            entries = list(counts)
+        except TypeError:
+            raise TypeError(f"counts must be a sequence of {self._size} integers, "
+                            f"got {type(counts).__name__}") from None
+        if len(entries) != self._size:
+            raise ValueError(f"counts must have one entry per rank ({self._size}), got {len(entries)}")
+        entries = [integer_argument(c, f"counts[{i}]") for i, c in enumerate(entries)]
+        for i, c in enumerate(entries):
+            if c < 0:
+                raise ValueError(f"counts[{i}] must be >= 0, got {c}")
+        return np.array(entries, dtype=np.int64)
+
+    def _counted(self, buf, name, expected, what):
+        if buf.count != expected:
+            raise ValueError(f"{name} must hold {what} = {expected} elements, got {buf.count}")
+
+    def _all_gather_v(self, x, out, counts, async_op):
+        engine = self._engine_or_raise()
+        counts = self._counts(counts)
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        self._counted(send, "x", int(counts[self._rank]), f"counts[{self._rank}]")
+        self._counted(recv, "out", int(counts.sum()), "sum(counts)")
+        if self._async(async_op):
+            return self._start("all_gather_v", (send, recv, counts), out, (x, out, counts))
+        self.last_algorithm = self._run(engine.all_gather_v, send, recv, counts)
+        return out
+
+    def _reduce_scatter_v(self, x, out, op, counts, algorithm, accuracy, async_op):
+        engine = self._engine_or_raise()
+        counts = self._counts(counts)
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        self._counted(send, "x", int(counts.sum()), "sum(counts)")
+        self._counted(recv, "out", int(counts[self._rank]), f"counts[{self._rank}]")
+        # "auto" is the ring here, whatever PYCOLL_ALGORITHM says for the even collectives.
+        if algorithm != "auto" and algorithm_name(algorithm) != "ring":
+            raise ValueError(f"algorithm: reduce_scatter with counts runs the ring only, got {algorithm!r}")
+        args = (send, recv, counts, self._op(op), self._accuracy(accuracy))
+        if self._async(async_op):
+            return self._start("reduce_scatter_v", args, out, (x, out, counts))
+        self.last_algorithm = self._run(engine.reduce_scatter_v, *args)
+        return out
+
+    def all_to_all(self, x, out, *, async_op=False):
+        """x and out hold size * k elements each (separate memory): block j of x goes to rank j, and block i of
+        out comes from rank i. Returns out (with async_op=True a pycoll.Work whose wait() returns it)."""
+        engine = self._engine_or_raise()
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        if send.count % self._size:
+            raise ValueError(f"x must hold size * k elements (size {self._size}), got {send.count}")
+        self._counted(recv, "out", send.count, "len(x)")
+        if send.count and send.ptr < recv.ptr + recv.nbytes and recv.ptr < send.ptr + send.nbytes:
+            raise ValueError("out must not overlap x (all_to_all is not in place)")
+        args = (send, recv, send.count // self._size)
+        if self._async(async_op):
+            return self._start("all_to_all", args, out, (x, out))
+        self.last_algorithm = self._run(engine.all_to_all, *args)
+        return out
+
+    def gather(self, x, out, root=0, *, async_op=False):
+        """Rank r's x goes to block r of out on root, which holds size * len(x) elements; out may be None on
+        the other ranks (and is not touched there). Returns out."""
+        engine = self._engine_or_raise()
+        root = self._root(root)
+        send = self._buffer(x, "x", writable=False)
+        recv = None
+        if self._rank == root:
+            if out is None:
+                raise ValueError(f"out: the root (rank {root}) needs a buffer of size * len(x) elements")
+            recv = self._buffer(out, "out", writable=True)
+            self._same_dtype(send, recv, "x", "out")
+            self._counted(recv, "out", self._size * send.count, f"size * len(x) = {self._size} * {send.count}")
+        if self._async(async_op):
+            return self._start("gather", (send, recv, root), out, (x, out))
+        self.last_algorithm = self._run(engine.gather, send, recv, root)
+        return out
+
+    def scatter(self, x, out, root=0, *, async_op=False):
+        """Block r of root's x (size * len(out) elements) goes to rank r's out; x may be None on the other
+        ranks (and is not read there). Returns out."""
+        engine = self._engine_or_raise()
+        root = self._root(root)
+        recv = self._buffer(out, "out", writable=True)
+        send = None
+        if self._rank == root:
+            if x is None:
+                raise ValueError(f"x: the root (rank {root}) needs a buffer of size * len(out) elements")
+            send = self._buffer(x, "x", writable=False)
+            self._same_dtype(send, recv, "x", "out")
+            self._counted(send, "x", self._size * recv.count, f"size * len(out) = {self._size} * {recv.count}")
+        if self._async(async_op):
+            return self._start("scatter", (send, recv, root), out, (x, out))
+        self.last_algorithm = self._run(engine.scatter, send, recv, root)
+        return out
+
+    def broadcast_object(self, obj, root=0):
+        """Root's obj (any picklable object), returned on every rank (root gets obj itself). Pickle: only
+        between ranks that trust each other, as the job's ranks do."""
+        from pycoll.objects import broadcast_object
+        return broadcast_object(self, obj, self._root(root))
+
+    def all_gather_object(self, obj):
+        """Every rank's obj (picklable), as a list in rank order, on every rank."""
+        from pycoll.objects import all_gather_object
+        return all_gather_object(self, obj)
 
     def close(self):
         """Release the connections. Idempotent. Waits briefly (at most 5 s) for the other ranks to close too,

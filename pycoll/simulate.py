@@ -20,7 +20,7 @@ from pycoll.dtypes import dtype_id, op_id
 
 __all__ = ["simulate", "COLLECTIVES"]
 
-_ROOTED = {"broadcast", "reduce"}
+_ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 
 
 def _per_rank(value, size, name):
@@ -72,12 +72,45 @@ def _prepare(coll, x, size, is_root):
     if coll == "all_gather":
         out = np.empty(x.size * size, dtype=x.dtype)
         return x, out, x.size, out
+    if coll in ("all_to_all", "scatter"):
+        # scatter: every rank's input is size * k elements (the root's is sent; the others' give k).
+        if x.size % size:
+            raise ValueError(f"inputs: {coll} needs a multiple of {size} elements per rank, got {x.size}")
+        out = np.empty(x.size if coll == "all_to_all" else x.size // size, dtype=x.dtype)
+        send = x if coll == "all_to_all" or is_root else None
+        return send, out, x.size // size, out
+    if coll == "gather":
+        out = np.empty(x.size * size, dtype=x.dtype) if is_root else None
+        return x, out, x.size, out
     out = np.empty_like(x) if is_root else None
     return x, out, x.size, out
 
 
+def _prepare_v(coll, x, rank, counts):
+    """(sendbuf, recvbuf, result) of all_gather_v / reduce_scatter_v for one rank."""
+    x = np.array(x, copy=True, order="C").reshape(-1)
+    total = int(counts.sum())
+    out = np.empty(total if coll == "all_gather_v" else int(counts[rank]), dtype=x.dtype)
+    return x, out, out
+
+
+def _counts_per_rank(counts, size):
+    """counts (size ints, or one such list per rank to make ranks disagree) as one int64 array per rank."""
+    if counts is None:
+        raise ValueError("counts: the _v collectives need counts")
+    entries = list(counts)
+    per_rank = entries if entries and isinstance(entries[0], (list, tuple, np.ndarray)) else [entries] * size
+    if len(per_rank) != size:
+        raise ValueError(f"counts: {len(per_rank)} entries for {size} ranks")
+    arrays = [np.ascontiguousarray(c, dtype=np.int64).reshape(-1) for c in per_rank]
+    for r, a in enumerate(arrays):
+        if a.size != size:  # the C side reads size entries: never fewer
+            raise ValueError(f"counts: rank {r}'s has {a.size} entries for {size} ranks")
+    return arrays
+
+
 def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
-             algorithms_out=None, guarded_memory=False, hosts=None):
+             algorithms_out=None, guarded_memory=False, hosts=None, counts=None):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
@@ -87,7 +120,10 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
     ranks' transports hand the schedules the guarded test memory table (pycoll/p2p.h) instead of the host's, as a
     device transport would its device's; pycoll._bindings.sim.guarded_memory_count reads its counters. hosts: which
     simulated host each rank is on (hosts[r] for rank r, any labels; None: one host), as a communicator learns
-    it at rendezvous: it shapes the hierarchical all-reduce."""
+    it at rendezvous: it shapes the hierarchical all-reduce. counts: the _v collectives' per-rank element counts
+    (size ints; or one list per rank, to make ranks disagree): all_gather_v's inputs[r] holds counts[r]
+    elements, reduce_scatter_v's sum(counts). scatter: every rank's input holds size * k elements (only the
+    root's is sent)."""
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
     size = len(inputs)
@@ -102,6 +138,8 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
     algorithms = _per_rank(algorithm, size, "algorithm")
     accuracies = _per_rank(accuracy, size, "accuracy")
     calls, results, keep = [], [], []
+    rank_counts = _counts_per_rank(counts, size) if any(c in ("all_gather_v", "reduce_scatter_v")
+                                                         for c in colls) else [None] * size
     for r in range(size):
         c = colls[r]
         if c is None or c == "crash":
@@ -110,13 +148,18 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
             continue
         if c not in COLLECTIVES:
             raise ValueError(f"coll: unknown collective {c!r}; choose one of {', '.join(COLLECTIVES)}")
-        send, recv, count, result = _prepare(c, inputs[r], size, r == root)
-        dtype = dtype_id(send.dtype) if send is not None else 0
-        keep.append((send, recv))
+        if rank_counts[r] is not None and c in ("all_gather_v", "reduce_scatter_v"):
+            send, recv, result = _prepare_v(c, inputs[r], r, rank_counts[r])
+            count = 0
+        else:
+            send, recv, count, result = _prepare(c, inputs[r], size, r == root)
+        dtype = dtype_id((send if send is not None else recv).dtype) if recv is not None or send is not None else 0
+        keep.append((send, recv, rank_counts[r]))
         calls.append((COLLECTIVES[c], 0 if send is None else send.ctypes.data,
                       0 if recv is None else recv.ctypes.data, count, dtype, op_id(ops[r]),
                       _algorithm_id(algorithms[r]), ACCURACIES[accuracy_name(accuracies[r])],
-                      root if c in _ROOTED else -1))
+                      root if c in _ROOTED else -1,
+                      0 if rank_counts[r] is None else rank_counts[r].ctypes.data))
         results.append(result)
     if segment_bytes is None:
         segment_bytes = segment_bytes_from_env()

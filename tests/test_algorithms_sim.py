@@ -345,6 +345,8 @@ def test_bad_arguments_raise_typed_errors():
     with pytest.raises(TypeError):
         simulate("all_reduce", np.ones(3))
     with pytest.raises(ValueError, match="coll"):
+        simulate("all_to_none", [np.ones(3)] * 2)
+    with pytest.raises(ValueError, match="all_to_all needs a multiple of 2"):
         simulate("all_to_all", [np.ones(3)] * 2)
     with pytest.raises(ValueError, match="op"):
         simulate("all_reduce", [np.ones(3)] * 2, op="xor")

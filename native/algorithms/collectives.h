@@ -44,4 +44,22 @@ pycoll_status_t reduce_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, 
                            pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy);
 pycoll_status_t barrier_run(coll_ctx_t *ctx);
 
+/* Issue #14's collectives. sendbuf and recvbuf hold size * count elements and must not overlap; block j of
+ * sendbuf goes to rank j, block i of recvbuf comes from rank i (all_to_all.c). */
+pycoll_status_t all_to_all_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                               pycoll_dtype_t dtype);
+/* count elements per rank; the root's recvbuf (gather) / sendbuf (scatter) holds size * count, block r being
+ * rank r's; recvbuf off the root (gather) and sendbuf off the root (scatter) may be NULL (gather_scatter.c). */
+pycoll_status_t gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                           pycoll_dtype_t dtype, int32_t root);
+pycoll_status_t scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                            pycoll_dtype_t dtype, int32_t root);
+/* Uneven blocks (variable_blocks.c): block r holds counts[r] >= 0 elements, the blocks laid out in rank order.
+ * all_gather_v: sendbuf holds counts[rank], recvbuf sum(counts). reduce_scatter_v: sendbuf holds sum(counts),
+ * recvbuf counts[rank] (the reduction of block rank); accuracy as reduce_scatter's. */
+pycoll_status_t all_gather_v_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
+                                 pycoll_dtype_t dtype);
+pycoll_status_t reduce_scatter_v_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+
 #endif

@@ -46,6 +46,12 @@ static const struct {
     [PYCOLL_COLL_BROADCAST] = TABLE(ring_or_shm),
     [PYCOLL_COLL_REDUCE] = TABLE(ring_only),
     [PYCOLL_COLL_BARRIER] = TABLE(ring_or_shm),
+    /* One schedule each (pairwise exchange, flat gather/scatter, ring over uneven blocks), named "ring". */
+    [PYCOLL_COLL_ALL_TO_ALL] = TABLE(ring_only),
+    [PYCOLL_COLL_GATHER] = TABLE(ring_only),
+    [PYCOLL_COLL_SCATTER] = TABLE(ring_only),
+    [PYCOLL_COLL_ALL_GATHER_V] = TABLE(ring_only),
+    [PYCOLL_COLL_REDUCE_SCATTER_V] = TABLE(ring_only),
 };
 
 const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
@@ -107,8 +113,8 @@ pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *mode
                                                  int32_t max_local, int64_t nbytes,
                                                  const pycoll_native_collectives_t *native)
 {
-    if ((unsigned)coll >= PYCOLL_NUM_COLLS)
-        return PYCOLL_ALGO_RING;
+    if ((unsigned)coll >= PYCOLL_NUM_COLLS || tables[coll].count == 0)
+        return PYCOLL_ALGO_RING; /* an id without a table (never read past it): the fixed schedules' name */
     const pycoll_algorithm_t own = native_algorithm(native, coll);
     pycoll_algorithm_t algorithm = requested;
     if (algorithm == PYCOLL_ALGO_AUTO) {

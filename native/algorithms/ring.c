@@ -33,7 +33,7 @@ static ring_units_t ring_units(block_layout_t layout, int32_t size, size_t elem_
 {
     ring_units_t u = {.layout = layout};
     u.seg = ring_segment_elements(segment_bytes, elem_bytes);
-    int64_t longest = layout.base + (layout.extra > 0 ? 1 : 0);
+    int64_t longest = block_longest(layout, size);
     u.segs = (longest + u.seg - 1) / u.seg;
     u.units = (int64_t)(size - 1) * u.segs;
     return u;

@@ -14,26 +14,45 @@
 typedef struct block_layout {
     int64_t base;
     int64_t extra;
+    /* Optional (NULL: the arithmetic split above): block b holds counts[b] elements from offsets[b], for the
+     * uneven collectives (variable_blocks.c); the ring schedules then run over those blocks unchanged. */
+    const int64_t *counts;
+    const int64_t *offsets;
 } block_layout_t;
 
 static inline block_layout_t split_evenly(int64_t count, int32_t nblocks)
 {
-    return (block_layout_t){count / nblocks, count % nblocks};
+    return (block_layout_t){.base = count / nblocks, .extra = count % nblocks};
 }
 
 static inline block_layout_t equal_blocks(int64_t per_block)
 {
-    return (block_layout_t){per_block, 0};
+    return (block_layout_t){.base = per_block};
 }
 
 static inline int64_t block_offset(block_layout_t layout, int32_t b)
 {
+    if (layout.offsets)
+        return layout.offsets[b];
     return (int64_t)b * layout.base + (b < layout.extra ? b : layout.extra);
 }
 
 static inline int64_t block_count(block_layout_t layout, int32_t b)
 {
+    if (layout.counts)
+        return layout.counts[b];
     return layout.base + (b < layout.extra ? 1 : 0);
+}
+
+/* The most elements any of blocks 0..nblocks-1 holds. */
+static inline int64_t block_longest(block_layout_t layout, int32_t nblocks)
+{
+    if (!layout.counts)
+        return layout.base + (layout.extra > 0 ? 1 : 0);
+    int64_t longest = 0;
+    for (int32_t b = 0; b < nblocks; b++)
+        longest = layout.counts[b] > longest ? layout.counts[b] : longest;
+    return longest;
 }
 
 static inline int32_t ring_index(int64_t i, int32_t size)
@@ -59,6 +78,9 @@ typedef enum tag_phase {
     TAG_REDUCE_TREE,
     TAG_REDUCE_GATHER,
     TAG_BARRIER,
+    TAG_ALL_TO_ALL,
+    TAG_GATHER,
+    TAG_SCATTER,
 } tag_phase_t;
 
 static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)

@@ -23,6 +23,9 @@ typedef struct comm_call {
     pycoll_accuracy_t accuracy;
     int32_t root; /* -1 where the collective has none; send/recv: the peer */
     uint32_t tag; /* send/recv */
+    /* The _V collectives' per-rank counts (size entries; count is then their sum), else NULL. The caller's
+     * array, not a copy: like the buffers it must stay valid until the collective completes. */
+    const int64_t *counts;
 } comm_call_t;
 
 /* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the

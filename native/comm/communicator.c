@@ -219,11 +219,44 @@ static pycoll_status_t invalid(char *error, size_t error_len, const char *fmt, c
     return PYCOLL_ERR_INVALID;
 }
 
+/* The _V collectives' counts: one per rank, each >= 0, their sum small enough that its bytes -- up to 16 per
+ * element as compensated partials -- fit in int64. */
+static pycoll_status_t check_counts(const int64_t *counts, int32_t size, char *error, size_t error_len)
+{
+    if (!counts)
+        return invalid(error, error_len, "%s is NULL (%lld entries expected)", "counts", size);
+    int64_t total = 0;
+    for (int32_t r = 0; r < size; r++) {
+        if (counts[r] < 0) {
+            snprintf(error, error_len, "counts[%d] must be >= 0, got %lld", (int)r, (long long)counts[r]);
+            return PYCOLL_ERR_INVALID;
+        }
+        if (counts[r] > INT64_MAX / 32 - total)
+            return invalid(error, error_len, "%s: the sum is too large (rank %lld's entry overflows it)",
+                           "counts", r);
+        total += counts[r];
+    }
+    return PYCOLL_OK;
+}
+
+/* What a _V collective's descriptor carries as its count: a fingerprint of every rank's count (FNV-1a, made
+ * non-negative), so ranks that pass different counts disagree on the descriptor and meet as a mismatch
+ * naming both sides (p2p.h) instead of sending blocks of lengths the receiver does not expect. */
+static int64_t counts_fingerprint(const int64_t *counts, int32_t size)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (int32_t r = 0; r < size; r++)
+        for (int byte = 0; byte < 8; byte++)
+            h = (h ^ (((uint64_t)counts[r] >> (8 * byte)) & 0xff)) * 1099511628211ULL;
+    return (int64_t)(h & (uint64_t)INT64_MAX);
+}
+
 /* Argument errors do not break the communicator: they are caught before anything is sent, identically on
  * every rank that made them. */
 pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
-    const int has_root = call->coll == PYCOLL_COLL_BROADCAST || call->coll == PYCOLL_COLL_REDUCE;
+    const int has_root = call->coll == PYCOLL_COLL_BROADCAST || call->coll == PYCOLL_COLL_REDUCE ||
+                         call->coll == PYCOLL_COLL_GATHER || call->coll == PYCOLL_COLL_SCATTER;
     if (call->count < 0)
         return invalid(error, error_len, "%s must be >= 0, got %lld", "count", call->count);
     if ((unsigned)call->dtype >= PYCOLL_NUM_DTYPES)
@@ -254,6 +287,8 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
                  "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
         return PYCOLL_ERR_INVALID;
     }
+    if (call->coll == PYCOLL_COLL_ALL_GATHER_V || call->coll == PYCOLL_COLL_REDUCE_SCATTER_V)
+        return check_counts(call->counts, comm->p2p->size, error, error_len);
     return PYCOLL_OK;
 }
 
@@ -292,7 +327,8 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
         pycoll_decide_algorithm_hosts(&comm->model, call->coll, call->algorithm, p2p->size, comm->hosts,
                                       comm->max_local, call->count * (int64_t)pycoll_dtype_size(call->dtype),
                                       p2p->ops->native);
-    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc), .count = call->count,
+    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc),
+                               .count = call->counts ? counts_fingerprint(call->counts, p2p->size) : call->count,
                                .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
                                .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
                                .accuracy = (uint8_t)call->accuracy, .group = comm->group};
@@ -362,6 +398,18 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
                                        call->root, call->accuracy));
     case PYCOLL_COLL_BARRIER:
         return comm_finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
+    case PYCOLL_COLL_ALL_TO_ALL:
+        return comm_finish(comm, all_to_all_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+    case PYCOLL_COLL_GATHER:
+        return comm_finish(comm, gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
+    case PYCOLL_COLL_SCATTER:
+        return comm_finish(comm, scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+                                             call->root));
+    case PYCOLL_COLL_ALL_GATHER_V:
+        return comm_finish(comm, all_gather_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
+    case PYCOLL_COLL_REDUCE_SCATTER_V:
+        return comm_finish(comm, reduce_scatter_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
+                                                      call->op, call->accuracy));
     default:
         snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
         return PYCOLL_ERR_INVALID;
@@ -533,4 +581,80 @@ pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t c
                                        int32_t peer, uint32_t tag, pycoll_work_t **work)
 {
     return progress_start(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag), work);
+}
+
+/* Issue #14's collectives: one call macro each, as above, and their blocking and non-blocking entry points. */
+#define MOVE_CALL(c, send, recv, n, dt, r, cnts)                                                                 \
+    ((comm_call_t){.coll = (c), .sendbuf = (send), .recvbuf = (recv), .count = (n), .dtype = (dt),             \
+                   .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO, .accuracy = PYCOLL_ACCURACY_FAST,          \
+                   .root = (r), .counts = (cnts)})
+#define ALL_TO_ALL_CALL(send, recv, n, dt) MOVE_CALL(PYCOLL_COLL_ALL_TO_ALL, send, recv, n, dt, -1, NULL)
+#define GATHER_CALL(send, recv, n, dt, r) MOVE_CALL(PYCOLL_COLL_GATHER, send, recv, n, dt, r, NULL)
+#define SCATTER_CALL(send, recv, n, dt, r) MOVE_CALL(PYCOLL_COLL_SCATTER, send, recv, n, dt, r, NULL)
+#define ALL_GATHER_V_CALL(send, recv, cnts, dt) MOVE_CALL(PYCOLL_COLL_ALL_GATHER_V, send, recv, 0, dt, -1, cnts)
+#define REDUCE_SCATTER_V_CALL(send, recv, cnts, dt, o, acc)                                                      \
+    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE_SCATTER_V, .sendbuf = (send), .recvbuf = (recv), .count = 0,      \
+                   .dtype = (dt), .op = (o), .algorithm = PYCOLL_ALGO_AUTO, .accuracy = (acc), .root = -1,       \
+                   .counts = (cnts)})
+
+pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype)
+{
+    return run_blocking(comm, &ALL_TO_ALL_CALL(sendbuf, recvbuf, count, dtype));
+}
+
+pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                   pycoll_dtype_t dtype, int32_t root)
+{
+    return run_blocking(comm, &GATHER_CALL(sendbuf, recvbuf, count, dtype, root));
+}
+
+pycoll_status_t pycoll_comm_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                    pycoll_dtype_t dtype, int32_t root)
+{
+    return run_blocking(comm, &SCATTER_CALL(sendbuf, recvbuf, count, dtype, root));
+}
+
+pycoll_status_t pycoll_comm_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         const int64_t *counts, pycoll_dtype_t dtype)
+{
+    return run_blocking(comm, &ALL_GATHER_V_CALL(sendbuf, recvbuf, counts, dtype));
+}
+
+pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
+                                             pycoll_accuracy_t accuracy)
+{
+    return run_blocking(comm, &REDUCE_SCATTER_V_CALL(sendbuf, recvbuf, counts, dtype, op, accuracy));
+}
+
+pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work)
+{
+    return progress_start(comm, &ALL_TO_ALL_CALL(sendbuf, recvbuf, count, dtype), work);
+}
+
+pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                         pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
+{
+    return progress_start(comm, &GATHER_CALL(sendbuf, recvbuf, count, dtype, root), work);
+}
+
+pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                          pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
+{
+    return progress_start(comm, &SCATTER_CALL(sendbuf, recvbuf, count, dtype, root), work);
+}
+
+pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               const int64_t *counts, pycoll_dtype_t dtype, pycoll_work_t **work)
+{
+    return progress_start(comm, &ALL_GATHER_V_CALL(sendbuf, recvbuf, counts, dtype), work);
+}
+
+pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                   const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                   pycoll_accuracy_t accuracy, pycoll_work_t **work)
+{
+    return progress_start(comm, &REDUCE_SCATTER_V_CALL(sendbuf, recvbuf, counts, dtype, op, accuracy), work);
 }

@@ -33,7 +33,8 @@ const char *pycoll_coll_name(pycoll_coll_t coll)
 {
     static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
                                                         "broadcast",  "reduce",         "barrier",
-                                                        "send/recv"};
+                                                        "send/recv",  "all_to_all",     "gather",
+                                                        "scatter",    "all_gather_v",   "reduce_scatter_v"};
     return (unsigned)coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
 }
 
@@ -56,6 +57,19 @@ void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
     case PYCOLL_COLL_BARRIER:
         snprintf(out, len, "#%llu barrier()", (unsigned long long)d->seq);
         break;
+    case PYCOLL_COLL_ALL_GATHER_V:
+        /* count is the fingerprint of the counts (p2p.h): only comparable, so not shown as a length */
+        snprintf(out, len, "#%llu all_gather_v(%s, counts #%08llx)", (unsigned long long)d->seq,
+                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (unsigned long long)(d->count & 0xffffffffLL));
+        break;
+    case PYCOLL_COLL_REDUCE_SCATTER_V:
+        snprintf(out, len, "#%llu reduce_scatter_v(%s, counts #%08llx, %s, %s)", (unsigned long long)d->seq,
+                 pycoll_dtype_name((pycoll_dtype_t)d->dtype), (unsigned long long)(d->count & 0xffffffffLL),
+                 pycoll_op_name((pycoll_op_t)d->op), acc);
+        break;
+    case PYCOLL_COLL_ALL_TO_ALL:
+    case PYCOLL_COLL_GATHER:
+    case PYCOLL_COLL_SCATTER:
     case PYCOLL_COLL_ALL_GATHER:
     case PYCOLL_COLL_BROADCAST:
         snprintf(out, len, "#%llu %s(%s x %lld%s)", (unsigned long long)d->seq,

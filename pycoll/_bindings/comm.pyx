@@ -341,6 +341,91 @@ cdef class NativeComm:
             st = pycoll_comm_start_barrier(c, &w)
         return _started(self, st, w)
 
+    # Issue #14's collectives. counts: the address of `size` int64 (the caller keeps the array alive until the
+    # collective completes, as it does the buffers).
+    def all_to_all(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_all_to_all(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype)
+        self._leave(st)
+
+    def gather(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_gather(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root)
+        self._leave(st)
+
+    def scatter(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_scatter(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root)
+        self._leave(st)
+
+    def all_gather_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_all_gather_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
+                                          <pycoll_dtype_t>dtype)
+        self._leave(st)
+
+    def reduce_scatter_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype, int op, int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_reduce_scatter_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
+                                              <pycoll_dtype_t>dtype, <pycoll_op_t>op, <pycoll_accuracy_t>accuracy)
+        self._leave(st)
+
+    def start_all_to_all(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_all_to_all(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, &w)
+        return _started(self, st, w)
+
+    def start_gather(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_gather(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root,
+                                          &w)
+        return _started(self, st, w)
+
+    def start_scatter(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_scatter(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root,
+                                           &w)
+        return _started(self, st, w)
+
+    def start_all_gather_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_all_gather_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
+                                                <pycoll_dtype_t>dtype, &w)
+        return _started(self, st, w)
+
+    def start_reduce_scatter_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype, int op,
+                               int accuracy):
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *w = NULL
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_start_reduce_scatter_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
+                                                    <pycoll_dtype_t>dtype, <pycoll_op_t>op,
+                                                    <pycoll_accuracy_t>accuracy, &w)
+        return _started(self, st, w)
+
     def close(self, double linger=0.0):
         """Idempotent. A clean close tells the peers, so they do not mistake it for a crash, and waits up to
         ``linger`` seconds for theirs: ranks that disagreed about a collective without noticing (a rooted

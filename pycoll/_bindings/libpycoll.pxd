@@ -13,7 +13,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_ERR_BUSY
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
-        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_NUM_COLLS
+        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
+        PYCOLL_COLL_SCATTER, PYCOLL_COLL_ALL_GATHER_V, PYCOLL_COLL_REDUCE_SCATTER_V, PYCOLL_NUM_COLLS
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
         PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_ALGO_SHM,
@@ -179,6 +180,31 @@ cdef extern from "pycoll/pycoll.h" nogil:
     int32_t pycoll_work_failed_rank(pycoll_work_t *work)
     pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
     void pycoll_work_free(pycoll_work_t *work)
+    # comm.h: issue #14's collectives
+    pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                           pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, int32_t root)
+    pycoll_status_t pycoll_comm_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                        pycoll_dtype_t dtype, int32_t root)
+    pycoll_status_t pycoll_comm_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             const int64_t *counts, pycoll_dtype_t dtype)
+    pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                 pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                 int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                             pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                              int64_t count, pycoll_dtype_t dtype, int32_t root,
+                                              pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                   const int64_t *counts, pycoll_dtype_t dtype,
+                                                   pycoll_work_t **work)
+    pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                       const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                       pycoll_accuracy_t accuracy, pycoll_work_t **work)
 
     # transports.h
     pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,

@@ -30,6 +30,7 @@ cdef struct rank_call:
     int algorithm
     int accuracy
     int32_t root
+    const int64_t *counts  # the _V collectives' per-rank counts, else NULL
     # filled in by the rank's thread
     pycoll_status_t status
     int32_t failed_rank
@@ -57,6 +58,16 @@ cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept
         return pycoll_comm_broadcast(comm, c.recvbuf, c.count, dtype, c.root)
     if c.coll == PYCOLL_COLL_REDUCE:
         return pycoll_comm_reduce(comm, c.sendbuf, c.recvbuf, c.count, dtype, op, c.root, accuracy)
+    if c.coll == PYCOLL_COLL_ALL_TO_ALL:
+        return pycoll_comm_all_to_all(comm, c.sendbuf, c.recvbuf, c.count, dtype)
+    if c.coll == PYCOLL_COLL_GATHER:
+        return pycoll_comm_gather(comm, c.sendbuf, c.recvbuf, c.count, dtype, c.root)
+    if c.coll == PYCOLL_COLL_SCATTER:
+        return pycoll_comm_scatter(comm, c.sendbuf, c.recvbuf, c.count, dtype, c.root)
+    if c.coll == PYCOLL_COLL_ALL_GATHER_V:
+        return pycoll_comm_all_gather_v(comm, c.sendbuf, c.recvbuf, c.counts, dtype)
+    if c.coll == PYCOLL_COLL_REDUCE_SCATTER_V:
+        return pycoll_comm_reduce_scatter_v(comm, c.sendbuf, c.recvbuf, c.counts, dtype, op, accuracy)
     return pycoll_comm_barrier(comm)
 
 cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexcept nogil:
@@ -90,7 +101,7 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
 
 def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memory=False, hosts=None):
     """Run one collective per rank; calls[r] = (coll, sendbuf address, recvbuf address, count, dtype id,
-    op id, algorithm id, accuracy id, root). Every rank's communicator gets timeout_s and segment_bytes
+    op id, algorithm id, accuracy id, root[, counts address: `size` int64, for the _V collectives]). Every rank's communicator gets timeout_s and segment_bytes
     (0: the default); guarded_memory: every transport's memory table is the guarded test one; hosts (None: one
     host) is every rank's host map, hosts[r] the host of rank r. Returns (status, message, per-rank (status,
     failed_rank, message, algorithm name))."""
@@ -116,7 +127,9 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memo
     try:
         for r in range(size if hosts is not None else 0):
             job.host_of[r] = hosts[r]
-        for r, (coll, send, recv, count, dtype, op, algorithm, accuracy, root) in enumerate(calls):
+        for r, call in enumerate(calls):
+            coll, send, recv, count, dtype, op, algorithm, accuracy, root = call[:9]
+            job.calls[r].counts = <const int64_t *><uintptr_t>(call[9] if len(call) > 9 else 0)
             job.calls[r].coll = coll
             job.calls[r].sendbuf = <void *><uintptr_t>send
             job.calls[r].recvbuf = <void *><uintptr_t>recv

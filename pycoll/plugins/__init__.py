@@ -74,6 +74,24 @@ class Engine:
         raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
                                   "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
 
+    # Issue #14's collectives; an engine without them refuses them (the Communicator has checked the
+    # arguments). count: the elements of one all_to_all block; counts: a C-contiguous int64 NumPy array of
+    # `size` entries.
+    def all_to_all(self, send, recv, count):
+        raise NotImplementedError(f"{type(self).__name__} has no all_to_all")
+
+    def gather(self, send, recv, root):
+        raise NotImplementedError(f"{type(self).__name__} has no gather")
+
+    def scatter(self, send, recv, root):
+        raise NotImplementedError(f"{type(self).__name__} has no scatter")
+
+    def all_gather_v(self, send, recv, counts):
+        raise NotImplementedError(f"{type(self).__name__} has no all_gather with counts")
+
+    def reduce_scatter_v(self, send, recv, counts, op, accuracy):
+        raise NotImplementedError(f"{type(self).__name__} has no reduce_scatter with counts")
+
     def start(self, collective, *args):
         """Start `collective` ("all_reduce", ..., "barrier"; the arguments of the method of that name) in the
         background, after every collective called before it, and return its handle for pycoll.Work:

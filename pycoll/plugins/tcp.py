@@ -109,6 +109,44 @@ class NativeEngine(plugins.Engine):
     def parent_ranks(self):
         return self.native.parent_ranks
 
+    # Issue #14's collectives: recv (gather) / send (scatter) is None off the root; all_to_all's count is the
+    # elements of one block.
+    def all_to_all(self, send, recv, count):
+        self.native.all_to_all(send.ptr, recv.ptr, count, send.dtype)
+        return self.native.last_algorithm
+
+    def gather(self, send, recv, root):
+        self.native.gather(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, root)
+        return self.native.last_algorithm
+
+    def scatter(self, send, recv, root):
+        self.native.scatter(send.ptr if send is not None else 0, recv.ptr, recv.count, recv.dtype, root)
+        return self.native.last_algorithm
+
+    def all_gather_v(self, send, recv, counts):
+        self.native.all_gather_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype)
+        return self.native.last_algorithm
+
+    def reduce_scatter_v(self, send, recv, counts, op, accuracy):
+        self.native.reduce_scatter_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype, op, ACCURACIES[accuracy])
+        return self.native.last_algorithm
+
+    def _start_all_to_all(self, send, recv, count):
+        return self.native.start_all_to_all(send.ptr, recv.ptr, count, send.dtype)
+
+    def _start_gather(self, send, recv, root):
+        return self.native.start_gather(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, root)
+
+    def _start_scatter(self, send, recv, root):
+        return self.native.start_scatter(send.ptr if send is not None else 0, recv.ptr, recv.count, recv.dtype, root)
+
+    def _start_all_gather_v(self, send, recv, counts):
+        return self.native.start_all_gather_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype)
+
+    def _start_reduce_scatter_v(self, send, recv, counts, op, accuracy):
+        return self.native.start_reduce_scatter_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype, op,
+                                                  ACCURACIES[accuracy])
+
     def close(self):
         self.native.close(self.close_linger)
 

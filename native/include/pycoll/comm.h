@@ -164,6 +164,45 @@ PYCOLL_API pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work);
  * valid until then) and is freed afterwards. */
 PYCOLL_API void pycoll_work_free(pycoll_work_t *work);
 
+/* Issue #14's collectives, blocking and non-blocking (pycoll_comm_start_*, as above). Checked like the others:
+ * a bad argument is PYCOLL_ERR_INVALID naming it, before anything is sent, the communicator intact.
+ * all_to_all: sendbuf and recvbuf hold size * count elements and must not overlap; block j of sendbuf goes to
+ * rank j, block i of recvbuf comes from rank i (pairwise exchange). */
+PYCOLL_API pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                  int64_t count, pycoll_dtype_t dtype);
+/* gather: every rank sends count elements; the root's recvbuf (size * count) gets rank r's in block r; recvbuf
+ * may be NULL elsewhere. scatter: the root's sendbuf (size * count) sends block r to rank r's recvbuf (count);
+ * sendbuf may be NULL elsewhere. Flat schedules (gather_scatter.c). */
+PYCOLL_API pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                              int64_t count, pycoll_dtype_t dtype, int32_t root);
+PYCOLL_API pycoll_status_t pycoll_comm_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                               int64_t count, pycoll_dtype_t dtype, int32_t root);
+/* Uneven blocks: counts[r] >= 0 elements for rank r (size entries; every rank must pass the same, or the call
+ * fails with PYCOLL_ERR_MISMATCH naming both sides). all_gather_v: sendbuf holds counts[rank] elements,
+ * recvbuf sum(counts), rank r's block from offset counts[0] + ... + counts[r-1]. reduce_scatter_v: sendbuf
+ * holds sum(counts), recvbuf counts[rank]: the reduction of block rank; accuracy as reduce_scatter's. Ring
+ * schedules. counts, like the buffers, must stay valid until a non-blocking call completes. */
+PYCOLL_API pycoll_status_t pycoll_comm_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                    const int64_t *counts, pycoll_dtype_t dtype);
+PYCOLL_API pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                        const int64_t *counts, pycoll_dtype_t dtype,
+                                                        pycoll_op_t op, pycoll_accuracy_t accuracy);
+PYCOLL_API pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                        int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                    int64_t count, pycoll_dtype_t dtype, int32_t root,
+                                                    pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                     int64_t count, pycoll_dtype_t dtype, int32_t root,
+                                                     pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                                          const int64_t *counts, pycoll_dtype_t dtype,
+                                                          pycoll_work_t **work);
+PYCOLL_API pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf,
+                                                              void *recvbuf, const int64_t *counts,
+                                                              pycoll_dtype_t dtype, pycoll_op_t op,
+                                                              pycoll_accuracy_t accuracy, pycoll_work_t **work);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,13 @@ typedef enum pycoll_coll {
      * length are matched between sender and receiver, and a message met in the middle of a collective is
      * named as an order disagreement. */
     PYCOLL_COLL_SEND_RECV = 6,
+    /* Issue #14. The _V ones take per-rank counts; their descriptor's count is a fingerprint of the counts
+     * (communicator.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
+    PYCOLL_COLL_ALL_TO_ALL = 7,
+    PYCOLL_COLL_GATHER = 8,
+    PYCOLL_COLL_SCATTER = 9,
+    PYCOLL_COLL_ALL_GATHER_V = 10,
+    PYCOLL_COLL_REDUCE_SCATTER_V = 11,
     PYCOLL_NUM_COLLS
 } pycoll_coll_t;
 
