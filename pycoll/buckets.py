@@ -43,6 +43,36 @@ def _bytes_of(buf):
     return np.ctypeslib.as_array(ctypes.cast(buf.ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(buf.nbytes,))
 
 
+def _bucket_bytes(bucket_bytes):
+    if isinstance(bucket_bytes, bool):
+        raise TypeError("bucket_bytes must be an integer number of bytes, got bool")
+    try:
+        bucket_bytes = operator.index(bucket_bytes)
+    except TypeError:
+        raise TypeError(f"bucket_bytes must be an integer number of bytes, got "
+                        f"{type(bucket_bytes).__name__}") from None
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    return bucket_bytes
+
+
+def _plan(sizes, bucket_bytes):
+    """The buckets over arrays of sizes[i] = (dtype key, nbytes), as lists of array indices in packing order:
+    reverse registration order, one open bucket per dtype; a bucket is closed when the next array would take it
+    past bucket_bytes. Buckets are listed (and start) in the order they were opened."""
+    buckets, open_by_dtype, filled = [], {}, []
+    for i in reversed(range(len(sizes))):
+        dtype, nbytes = sizes[i]
+        k = open_by_dtype.get(dtype)
+        if k is None or filled[k] + nbytes > bucket_bytes:
+            k = open_by_dtype[dtype] = len(buckets)
+            buckets.append([])
+            filled.append(0)
+        buckets[k].append(i)
+        filled[k] += nbytes
+    return buckets
+
+
 class _Bucket:
     def __init__(self, number, dtype):
         self.number = number  # buckets start in this order
@@ -62,15 +92,7 @@ class GradientBuckets:
     """
 
     def __init__(self, comm, arrays, *, bucket_bytes=DEFAULT_BUCKET_BYTES, op="avg", accuracy="fast"):
-        if isinstance(bucket_bytes, bool):
-            raise TypeError("bucket_bytes must be an integer number of bytes, got bool")
-        try:
-            bucket_bytes = operator.index(bucket_bytes)
-        except TypeError:
-            raise TypeError(f"bucket_bytes must be an integer number of bytes, got "
-                            f"{type(bucket_bytes).__name__}") from None
-        if bucket_bytes <= 0:
-            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        bucket_bytes = _bucket_bytes(bucket_bytes)
         comm._op(op)
         comm._accuracy(accuracy)
         self._comm, self._op, self._accuracy = comm, op, accuracy
@@ -96,18 +118,13 @@ class GradientBuckets:
         self._reset()
 
     def _pack(self, bucket_bytes):
-        """Reverse registration order, one open bucket per dtype; a bucket is closed when the next array would
-        take it past bucket_bytes. Buckets are numbered in the order they were opened."""
-        buckets, open_by_dtype = [], {}
-        for i in reversed(range(len(self._buffers))):
-            buf = self._buffers[i]
-            bucket = open_by_dtype.get(buf.dtype)
-            if bucket is None or (bucket.members and bucket.nbytes + buf.nbytes > bucket_bytes):
-                bucket = _Bucket(len(buckets), _numpy_dtype(buf.dtype, f"arrays[{i}]"))
-                open_by_dtype[buf.dtype] = bucket
-                buckets.append(bucket)
-            bucket.members.append(i)
-            bucket.nbytes += buf.nbytes
+        buckets = []
+        for members in _plan([(buf.dtype, buf.nbytes) for buf in self._buffers], bucket_bytes):
+            first = members[0]
+            bucket = _Bucket(len(buckets), _numpy_dtype(self._buffers[first].dtype, f"arrays[{first}]"))
+            bucket.members = members
+            bucket.nbytes = sum(self._buffers[i].nbytes for i in members)
+            buckets.append(bucket)
         return buckets
 
     def _reset(self):
