@@ -77,8 +77,6 @@ def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_b
         reports = ranks.reports()
     for rep in reports.values():
         assert rep.get("ok"), rep
-        # JAX leaves came back as JAX arrays and NumPy leaves as NumPy arrays (the worker checks each leaf's type)
-        assert rep["kinds"] == (["ArrayImpl", "ndarray"] if importlib.util.find_spec("jax") else ["ndarray"])
     assert len({rep["buckets"] for rep in reports.values()}) == 1
 
 
