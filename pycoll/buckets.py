@@ -81,6 +81,8 @@ class _Bucket:
         self.nbytes = 0
         self.flat = None   # the packed array, allocated once every member is known
         self.work = None
+        self.concat = None  # the members' bytes, concatenated into flat when no member lives there (view(i))
+        self.copies = []    # (bytes in flat, the array's bytes) of each member that does not live there
 
 
 class GradientBuckets:
@@ -115,7 +117,17 @@ class GradientBuckets:
                 offset += self._buffers[i].nbytes
         self._array_bytes = [_bytes_of(buf) for buf in self._buffers]
         self._viewed = set()  # arrays that live in their bucket (view(i)): never copied
+        self._bucket_number = [self._slot[i][0].number for i in range(len(self._buffers))]
+        for bucket in self._buckets:
+            self._plan_copies(bucket)
         self._reset()
+
+    def _plan_copies(self, bucket):
+        """What packing and unpacking bucket copies: with no member moved into it (view(i)), all its members in
+        one np.concatenate into the bucket's bytes; otherwise one copy per member that was not moved."""
+        copied = [i for i in bucket.members if i not in self._viewed]
+        bucket.concat = [self._array_bytes[i] for i in copied] if len(copied) == len(bucket.members) else None
+        bucket.copies = [(self._slot_bytes[i], self._array_bytes[i]) for i in copied]
 
     def _pack(self, bucket_bytes):
         buckets = []
@@ -151,6 +163,7 @@ class GradientBuckets:
         if i not in self._viewed:
             np.copyto(self._slot_bytes[i], self._array_bytes[i])
             self._viewed.add(i)
+            self._plan_copies(bucket)
         first = offset // bucket.dtype.itemsize
         return bucket.flat[first:first + buf.count].reshape(np.shape(self._arrays[i]))
 
@@ -161,36 +174,52 @@ class GradientBuckets:
         return i
 
     def ready(self, i):
-        """Array i holds its final values for this step: copy it into its bucket and start every bucket that
-        is now complete, in bucket order."""
-        i = self._index(i)
+        """Array i holds its final values for this step: do not write it again until wait() returns. Every
+        bucket that is now complete is packed and its all-reduce started, in bucket order."""
+        if type(i) is not int or not 0 <= i < len(self._ready):  # the check ready() runs 100s of times per step
+            i = self._index(i)
         if self._ready[i]:
             raise ValueError(f"array {i} was already marked ready in this step")
         self._ready[i] = True
-        if i not in self._viewed:
-            np.copyto(self._slot_bytes[i], self._array_bytes[i])
-        self._missing[self._slot[i][0].number] -= 1
-        self._start_ready_buckets()
+        k = self._bucket_number[i]
+        self._missing[k] -= 1
+        if k == self._next and not self._missing[k]:
+            self._start_ready_buckets()
 
     def _start_ready_buckets(self):
+        # A bucket is packed when it starts, not array by array in ready(): one np.concatenate for all of its
+        # arrays costs less than one copy call per array.
         while self._next < len(self._buckets) and self._missing[self._next] == 0:
             bucket = self._buckets[self._next]
+            if bucket.concat is not None:
+                np.concatenate(bucket.concat, out=bucket.flat.view(np.uint8))
+            else:
+                for slot_bytes, array_bytes in bucket.copies:
+                    np.copyto(slot_bytes, array_bytes)
             bucket.work = self._comm.all_reduce(bucket.flat, self._op, accuracy=self._accuracy, async_op=True)
             self._next += 1
 
     def wait(self):
         """Finish the step: arrays not marked ready are taken as they are, every bucket is all-reduced, and the
-        results are copied back into the arrays (not into those that are view(i)). Raises the first bucket's
-        error, as a blocking all_reduce would."""
+        results are copied back into the arrays (not into those that are view(i)), bucket by bucket as each
+        completes, while the later ones are still running. Raises the first bucket's error once every bucket
+        has completed, as a blocking all_reduce would (the arrays of the buckets before it hold results)."""
         for i, done in enumerate(self._ready):
             if not done:
                 self.ready(i)
         try:
-            wait_all([b.work for b in self._buckets])
+            for k, bucket in enumerate(self._buckets):
+                try:
+                    bucket.work.wait()
+                except BaseException:
+                    try:
+                        wait_all([b.work for b in self._buckets[k + 1:]])
+                    except Exception:  # noqa: BLE001 -- the first error is the one to raise
+                        pass
+                    raise
+                for slot_bytes, array_bytes in bucket.copies:
+                    np.copyto(array_bytes, slot_bytes)
         finally:
             for b in self._buckets:
                 b.work = None
             self._reset()
-        for i, (array_bytes, slot_bytes) in enumerate(zip(self._array_bytes, self._slot_bytes)):
-            if i not in self._viewed:
-                np.copyto(array_bytes, slot_bytes)
