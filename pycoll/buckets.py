@@ -86,10 +86,12 @@ class _Bucket:
 
 
 class GradientBuckets:
-    """Flat buckets over `arrays` (host memory: NumPy, or PyTorch / JAX CPU arrays that are writable) on `comm`.
+    """Flat buckets over `arrays` (host memory: NumPy, or writable PyTorch CPU tensors) on `comm`. JAX arrays are
+    immutable: pycoll.reduce_tree (pycoll/tree.py) is the form for them.
 
     Each step: write the arrays in place (or write into view(i), which needs no copy at all), call ready(i) as
-    each one is final, then wait(): every bucket is all-reduced with `op` (default "avg": gradient averaging)
+    each one is final (and leave it alone until wait() returns: it is read when its bucket starts), then
+    wait(): every bucket is all-reduced with `op` (default "avg": gradient averaging)
     and the results are back in the arrays. The arrays are registered once: keep them (do not rebind them).
     """
 
