@@ -33,17 +33,19 @@ def reduce_tree(comm, tree, op="avg", *, bucket_bytes=DEFAULT_BUCKET_BYTES, accu
     comm._op(op)
     comm._accuracy(accuracy)
     leaves, rebuild = _flatten(tree)
-    hosts = [_host_view(leaf, i) for i, leaf in enumerate(leaves)]
-    plan = _plan([(h.dtype, h.nbytes) for h in hosts], bucket_bytes)
+    jax = sys.modules.get("jax")
+    kinds = [_kind(leaf, jax) for leaf in leaves]
+    hosts = [_host_view(leaf, kind, i) for i, (leaf, kind) in enumerate(zip(leaves, kinds))]
+    layout = _layout(tuple((h.dtype, h.shape, h.size) for h in hosts), bucket_bytes)
     flats, works = [], []
-    for members in plan:
+    for dtype, count, pieces in layout:
         # One copy in: NumPy concatenates the leaves straight into the bucket.
-        flat = np.empty(sum(hosts[i].size for i in members), hosts[members[0]].dtype)
-        np.concatenate([hosts[i].reshape(-1) for i in members], out=flat)
+        flat = np.empty(count, dtype)
+        np.concatenate([hosts[i].reshape(-1) for i, _, _, _ in pieces], out=flat)
         flats.append(flat)
         works.append(comm.all_reduce(flat, op, accuracy=accuracy, async_op=True))
     results = [None] * len(leaves)
-    for k, (members, flat, work) in enumerate(zip(plan, flats, works)):
+    for k, ((dtype, _, pieces), flat, work) in enumerate(zip(layout, flats, works)):
         try:
             work.wait()
         except BaseException:
@@ -54,18 +56,39 @@ def reduce_tree(comm, tree, op="avg", *, bucket_bytes=DEFAULT_BUCKET_BYTES, accu
             except Exception:  # noqa: BLE001 -- the first error is the one to raise
                 pass
             raise
-        _unpack(flat, members, leaves, hosts, results)
+        _unpack(flat, pieces, kinds, results, jax)
     return rebuild(results)
 
 
-def _host_view(leaf, i):
+@functools.lru_cache(maxsize=64)
+def _layout(leaves, bucket_bytes):
+    """The buckets over leaves (dtype, shape, size) as (dtype, elements, pieces), each piece (leaf index,
+    element offset, size, shape); cached, as a training loop reduces the same layout every step."""
+    layout = []
+    for members in _plan([(dtype, dtype.itemsize * size) for dtype, _, size in leaves], bucket_bytes):
+        pieces, offset = [], 0
+        for i in members:
+            dtype, shape, size = leaves[i]
+            pieces.append((i, offset, size, shape))
+            offset += size
+        layout.append((leaves[members[0]][0], offset, tuple(pieces)))
+    return tuple(layout)
+
+
+def _kind(leaf, jax):
+    if jax is not None and isinstance(leaf, jax.Array):
+        return "jax"
+    return "torch" if type(leaf).__module__ == "torch" else "numpy"
+
+
+def _host_view(leaf, kind, i):
     """Leaf i as a NumPy array over its memory (no copy for NumPy, CPU JAX arrays and CPU tensors)."""
-    if _is_jax(leaf):
+    if kind == "jax":
         platforms = {d.platform for d in leaf.devices()}
         if platforms != {"cpu"}:
             raise TypeError(f"tree leaf {i} is a JAX array on {', '.join(sorted(platforms))}; reduce_tree takes "
                             f"host (CPU) arrays for now")
-    elif type(leaf).__module__ == "torch":
+    elif kind == "torch":
         if leaf.device.type != "cpu":
             raise TypeError(f"tree leaf {i} is a tensor on {leaf.device}; reduce_tree takes host (CPU) arrays")
         leaf = leaf.detach()
@@ -75,25 +98,21 @@ def _host_view(leaf, i):
     return host
 
 
-def _unpack(flat, members, leaves, hosts, results):
-    offsets, first = [], 0
-    for i in members:
-        offsets.append(first)
-        first += hosts[i].size
-    jax_members = [(i, off) for i, off in zip(members, offsets) if _is_jax(leaves[i])]
-    if jax_members:
-        jax = sys.modules["jax"]
-        cut = _cutter(flat.dtype.str, tuple((off, hosts[i].size, hosts[i].shape) for i, off in jax_members))
+def _unpack(flat, pieces, kinds, results, jax):
+    jax_pieces = tuple((offset, size, shape) for i, offset, size, shape in pieces if kinds[i] == "jax")
+    if jax_pieces:
         try:
             whole = jax.dlpack.from_dlpack(flat)
         except BufferError:  # NumPy exports no bfloat16 (ml_dtypes) through DLPack: one copy instead
             whole = jax.numpy.asarray(flat)
-        for (i, _), out in zip(jax_members, cut(whole)):
-            results[i] = out
-    for i, off in zip(members, offsets):
-        if results[i] is None:
-            view = flat[off:off + hosts[i].size].reshape(hosts[i].shape)
-            results[i] = sys.modules["torch"].from_numpy(view) if type(leaves[i]).__module__ == "torch" else view
+        outs = iter(_cutter(flat.dtype.str, jax_pieces)(whole))
+    for i, offset, size, shape in pieces:
+        kind = kinds[i]
+        if kind == "jax":
+            results[i] = next(outs)
+        else:
+            view = flat[offset:offset + size].reshape(shape)
+            results[i] = sys.modules["torch"].from_numpy(view) if kind == "torch" else view
 
 
 @functools.lru_cache(maxsize=256)
@@ -102,11 +121,6 @@ def _cutter(dtype, pieces):
     per leaf costs ~25 us each). Cached per layout, which stays the same from step to step."""
     jax = sys.modules["jax"]
     return jax.jit(lambda flat: tuple(flat[off:off + n].reshape(shape) for off, n, shape in pieces))
-
-
-def _is_jax(x):
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(x, jax.Array)
 
 
 def _flatten(tree):
