@@ -39,9 +39,9 @@ def reduce_tree(comm, tree, op="avg", *, bucket_bytes=DEFAULT_BUCKET_BYTES, accu
     layout = _layout(tuple((h.dtype, h.shape, h.size) for h in hosts), bucket_bytes)
     flats, works = [], []
     for dtype, count, pieces in layout:
-        # One copy in: NumPy concatenates the leaves straight into the bucket.
+        # One copy in: NumPy concatenates the leaves straight into the bucket (axis=None flattens each).
         flat = np.empty(count, dtype)
-        np.concatenate([hosts[i].reshape(-1) for i, _, _, _ in pieces], out=flat)
+        np.concatenate([hosts[i] for i, _, _, _ in pieces], axis=None, out=flat)
         flats.append(flat)
         works.append(comm.all_reduce(flat, op, accuracy=accuracy, async_op=True))
     results = [None] * len(leaves)
