@@ -1,7 +1,8 @@
-"""Gradient fusion: 120 arrays of mixed small shapes all-reduced (avg) once per step, three ways side by side in
-every repetition: one blocking all_reduce per array, one async all_reduce per array (then wait_all), and
-pycoll.GradientBuckets (ready() per array in reverse order, then wait()). Integer-valued data, so every way
-must give bitwise identical results (checked every step).
+"""Gradient fusion: 120 arrays of mixed small shapes all-reduced (avg) once per step, four ways side by side in
+every repetition: one blocking all_reduce per array, one async all_reduce per array (then wait_all),
+pycoll.GradientBuckets (ready() per array in reverse order, then wait()) and pycoll.reduce_tree (the functional
+form JAX uses: a list of arrays in, a new list out). Integer-valued data, so every way must give bitwise
+identical results (checked every step).
 
     pycoll run -n 4 bench/buckets.py [--repeats 15] [--bucket-mib 25]
 
@@ -49,8 +50,13 @@ def main():
                 buckets.ready(i)
             buckets.wait()
 
+        tree_out = []
+
+        def tree_step():
+            tree_out[:] = pycoll.reduce_tree(comm, data, "avg", bucket_bytes=int(args.bucket_mib * (1 << 20)))
+
         steps = {"per-array all_reduce": blocking_step, "per-array async_op=True": async_step,
-                 "GradientBuckets": bucket_step}
+                 "GradientBuckets": bucket_step, "reduce_tree": tree_step}
         times = {name: [] for name in steps}
         for repeat in range(args.repeats + 2):
             for name, step in steps.items():
@@ -59,8 +65,8 @@ def main():
                 step()
                 if repeat >= 2:  # the first two are warm-up
                     times[name].append(time.perf_counter() - start)
-            for a, b, c in zip(per_array, async_arrays, bucketed):
-                assert np.array_equal(a, b) and np.array_equal(a, c), "results differ"
+            for a, b, c, d in zip(per_array, async_arrays, bucketed, tree_out):
+                assert np.array_equal(a, b) and np.array_equal(a, c) and np.array_equal(a, d), "results differ"
         if comm.rank == 0:
             base = statistics.median(times["per-array all_reduce"])
             nbytes = sum(d.nbytes for d in data)

@@ -11,11 +11,12 @@ from pycoll.comm import Communicator, backends, init
 from pycoll.work import Work, wait_all
 from pycoll.buckets import GradientBuckets
 from pycoll.mesh import Mesh
+from pycoll.tree import reduce_tree
 
 __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "PycollError",
-           "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
+__all__ = ["init", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
+           "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]

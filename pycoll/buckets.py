@@ -43,6 +43,36 @@ def _bytes_of(buf):
     return np.ctypeslib.as_array(ctypes.cast(buf.ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(buf.nbytes,))
 
 
+def _bucket_bytes(bucket_bytes):
+    if isinstance(bucket_bytes, bool):
+        raise TypeError("bucket_bytes must be an integer number of bytes, got bool")
+    try:
+        bucket_bytes = operator.index(bucket_bytes)
+    except TypeError:
+        raise TypeError(f"bucket_bytes must be an integer number of bytes, got "
+                        f"{type(bucket_bytes).__name__}") from None
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    return bucket_bytes
+
+
+def _plan(sizes, bucket_bytes):
+    """The buckets over arrays of sizes[i] = (dtype key, nbytes), as lists of array indices in packing order:
+    reverse registration order, one open bucket per dtype; a bucket is closed when the next array would take it
+    past bucket_bytes. Buckets are listed (and start) in the order they were opened."""
+    buckets, open_by_dtype, filled = [], {}, []
+    for i in reversed(range(len(sizes))):
+        dtype, nbytes = sizes[i]
+        k = open_by_dtype.get(dtype)
+        if k is None or filled[k] + nbytes > bucket_bytes:
+            k = open_by_dtype[dtype] = len(buckets)
+            buckets.append([])
+            filled.append(0)
+        buckets[k].append(i)
+        filled[k] += nbytes
+    return buckets
+
+
 class _Bucket:
     def __init__(self, number, dtype):
         self.number = number  # buckets start in this order
@@ -51,26 +81,22 @@ class _Bucket:
         self.nbytes = 0
         self.flat = None   # the packed array, allocated once every member is known
         self.work = None
+        self.concat = None  # the members' bytes, concatenated into flat when no member lives there (view(i))
+        self.copies = []    # (bytes in flat, the array's bytes) of each member that does not live there
 
 
 class GradientBuckets:
-    """Flat buckets over `arrays` (host memory: NumPy, or PyTorch / JAX CPU arrays that are writable) on `comm`.
+    """Flat buckets over `arrays` (host memory: NumPy, or writable PyTorch CPU tensors) on `comm`. JAX arrays are
+    immutable: pycoll.reduce_tree (pycoll/tree.py) is the form for them.
 
     Each step: write the arrays in place (or write into view(i), which needs no copy at all), call ready(i) as
-    each one is final, then wait(): every bucket is all-reduced with `op` (default "avg": gradient averaging)
+    each one is final (and leave it alone until wait() returns: it is read when its bucket starts), then
+    wait(): every bucket is all-reduced with `op` (default "avg": gradient averaging)
     and the results are back in the arrays. The arrays are registered once: keep them (do not rebind them).
     """
 
     def __init__(self, comm, arrays, *, bucket_bytes=DEFAULT_BUCKET_BYTES, op="avg", accuracy="fast"):
-        if isinstance(bucket_bytes, bool):
-            raise TypeError("bucket_bytes must be an integer number of bytes, got bool")
-        try:
-            bucket_bytes = operator.index(bucket_bytes)
-        except TypeError:
-            raise TypeError(f"bucket_bytes must be an integer number of bytes, got "
-                            f"{type(bucket_bytes).__name__}") from None
-        if bucket_bytes <= 0:
-            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        bucket_bytes = _bucket_bytes(bucket_bytes)
         comm._op(op)
         comm._accuracy(accuracy)
         self._comm, self._op, self._accuracy = comm, op, accuracy
@@ -93,21 +119,26 @@ class GradientBuckets:
                 offset += self._buffers[i].nbytes
         self._array_bytes = [_bytes_of(buf) for buf in self._buffers]
         self._viewed = set()  # arrays that live in their bucket (view(i)): never copied
+        self._bucket_number = [self._slot[i][0].number for i in range(len(self._buffers))]
+        for bucket in self._buckets:
+            self._plan_copies(bucket)
         self._reset()
 
+    def _plan_copies(self, bucket):
+        """What packing and unpacking bucket copies: with no member moved into it (view(i)), all its members in
+        one np.concatenate into the bucket's bytes; otherwise one copy per member that was not moved."""
+        copied = [i for i in bucket.members if i not in self._viewed]
+        bucket.concat = [self._array_bytes[i] for i in copied] if len(copied) == len(bucket.members) else None
+        bucket.copies = [(self._slot_bytes[i], self._array_bytes[i]) for i in copied]
+
     def _pack(self, bucket_bytes):
-        """Reverse registration order, one open bucket per dtype; a bucket is closed when the next array would
-        take it past bucket_bytes. Buckets are numbered in the order they were opened."""
-        buckets, open_by_dtype = [], {}
-        for i in reversed(range(len(self._buffers))):
-            buf = self._buffers[i]
-            bucket = open_by_dtype.get(buf.dtype)
-            if bucket is None or (bucket.members and bucket.nbytes + buf.nbytes > bucket_bytes):
-                bucket = _Bucket(len(buckets), _numpy_dtype(buf.dtype, f"arrays[{i}]"))
-                open_by_dtype[buf.dtype] = bucket
-                buckets.append(bucket)
-            bucket.members.append(i)
-            bucket.nbytes += buf.nbytes
+        buckets = []
+        for members in _plan([(buf.dtype, buf.nbytes) for buf in self._buffers], bucket_bytes):
+            first = members[0]
+            bucket = _Bucket(len(buckets), _numpy_dtype(self._buffers[first].dtype, f"arrays[{first}]"))
+            bucket.members = members
+            bucket.nbytes = sum(self._buffers[i].nbytes for i in members)
+            buckets.append(bucket)
         return buckets
 
     def _reset(self):
@@ -134,6 +165,7 @@ class GradientBuckets:
         if i not in self._viewed:
             np.copyto(self._slot_bytes[i], self._array_bytes[i])
             self._viewed.add(i)
+            self._plan_copies(bucket)
         first = offset // bucket.dtype.itemsize
         return bucket.flat[first:first + buf.count].reshape(np.shape(self._arrays[i]))
 
@@ -144,36 +176,52 @@ class GradientBuckets:
         return i
 
     def ready(self, i):
-        """Array i holds its final values for this step: copy it into its bucket and start every bucket that
-        is now complete, in bucket order."""
-        i = self._index(i)
+        """Array i holds its final values for this step: do not write it again until wait() returns. Every
+        bucket that is now complete is packed and its all-reduce started, in bucket order."""
+        if type(i) is not int or not 0 <= i < len(self._ready):  # the check ready() runs 100s of times per step
+            i = self._index(i)
         if self._ready[i]:
             raise ValueError(f"array {i} was already marked ready in this step")
         self._ready[i] = True
-        if i not in self._viewed:
-            np.copyto(self._slot_bytes[i], self._array_bytes[i])
-        self._missing[self._slot[i][0].number] -= 1
-        self._start_ready_buckets()
+        k = self._bucket_number[i]
+        self._missing[k] -= 1
+        if k == self._next and not self._missing[k]:
+            self._start_ready_buckets()
 
     def _start_ready_buckets(self):
+        # A bucket is packed when it starts, not array by array in ready(): one np.concatenate for all of its
+        # arrays costs less than one copy call per array.
         while self._next < len(self._buckets) and self._missing[self._next] == 0:
             bucket = self._buckets[self._next]
+            if bucket.concat is not None:
+                np.concatenate(bucket.concat, out=bucket.flat.view(np.uint8))
+            else:
+                for slot_bytes, array_bytes in bucket.copies:
+                    np.copyto(slot_bytes, array_bytes)
             bucket.work = self._comm.all_reduce(bucket.flat, self._op, accuracy=self._accuracy, async_op=True)
             self._next += 1
 
     def wait(self):
         """Finish the step: arrays not marked ready are taken as they are, every bucket is all-reduced, and the
-        results are copied back into the arrays (not into those that are view(i)). Raises the first bucket's
-        error, as a blocking all_reduce would."""
+        results are copied back into the arrays (not into those that are view(i)), bucket by bucket as each
+        completes, while the later ones are still running. Raises the first bucket's error once every bucket
+        has completed, as a blocking all_reduce would (the arrays of the buckets before it hold results)."""
         for i, done in enumerate(self._ready):
             if not done:
                 self.ready(i)
         try:
-            wait_all([b.work for b in self._buckets])
+            for k, bucket in enumerate(self._buckets):
+                try:
+                    bucket.work.wait()
+                except BaseException:
+                    try:
+                        wait_all([b.work for b in self._buckets[k + 1:]])
+                    except Exception:  # noqa: BLE001 -- the first error is the one to raise
+                        pass
+                    raise
+                for slot_bytes, array_bytes in bucket.copies:
+                    np.copyto(array_bytes, slot_bytes)
         finally:
             for b in self._buckets:
                 b.work = None
             self._reset()
-        for i, (array_bytes, slot_bytes) in enumerate(zip(self._array_bytes, self._slot_bytes)):
-            if i not in self._viewed:
-                np.copyto(array_bytes, slot_bytes)

@@ -1,6 +1,8 @@
 """pycoll.GradientBuckets: packing (reverse order, one dtype per bucket, the size bound), argument checks, and
 across real processes the same results as per-array all-reduces, with ready() called in a different order on
-every rank."""
+every rank. pycoll.reduce_tree, its functional form for immutable (JAX) arrays: the same checks."""
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -76,3 +78,42 @@ def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_b
     for rep in reports.values():
         assert rep.get("ok"), rep
     assert len({rep["buckets"] for rep in reports.values()}) == 1
+
+
+def test_reduce_tree_keeps_the_structure_and_leaf_types_and_checks_its_arguments(single):
+    tree = {"b": [np.arange(3.0), (np.ones((2, 2), np.float32), None)], "a": np.int64(7)}
+    out = pycoll.reduce_tree(single, tree, "sum", bucket_bytes=8)
+    assert list(out) == ["a", "b"] and isinstance(out["b"][1], tuple) and out["b"][1][1] is None
+    assert np.array_equal(out["b"][0], [0, 1, 2]) and out["b"][1][0].dtype == np.float32 and out["a"] == 7
+    assert out["b"][0] is not tree["b"][0]  # a new tree: the input is not written
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        pycoll.reduce_tree(single, tree, bucket_bytes=-1)
+    with pytest.raises(ValueError, match="op"):
+        pycoll.reduce_tree(single, tree, "mean")
+    with pytest.raises(TypeError, match="tree leaf 1"):
+        pycoll.reduce_tree(single, [np.zeros(2), "text"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+def test_reduce_tree_gives_jax_arrays_back_for_jax_leaves_and_earlier_results_stay(single):
+    import jax
+    import jax.numpy as jnp
+
+    grads = {"w": jnp.ones((3, 4)), "b": jnp.arange(4.0), "h": jnp.ones(2, jnp.bfloat16)}
+    first = pycoll.reduce_tree(single, grads)
+    second = pycoll.reduce_tree(single, jax.tree_util.tree_map(lambda g: g * 2, grads))
+    assert all(isinstance(x, jax.Array) for x in jax.tree_util.tree_leaves(first))
+    assert first["h"].dtype == jnp.bfloat16 and first["w"].shape == (3, 4)
+    assert np.array_equal(first["b"], [0, 1, 2, 3]) and np.array_equal(second["b"], [0, 2, 4, 6])
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n, bucket_bytes", [(2, 512), (3, 25 << 20)])
+def test_reduce_tree_gives_the_per_array_all_reduce_results_on_every_rank(n, bucket_bytes, monkeypatch):
+    monkeypatch.setenv("PYCOLL_BACKEND", "shm")
+    with Ranks(n, "tree_worker.py", env={"TEST_BUCKET_BYTES": str(bucket_bytes)}) as ranks:
+        reports = ranks.reports()
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+        # JAX leaves came back as JAX arrays and NumPy leaves as NumPy arrays (the worker checks each leaf's type)
+        assert rep["kinds"] == (["ArrayImpl", "ndarray"] if importlib.util.find_spec("jax") else ["ndarray"])

@@ -54,16 +54,20 @@ class _Completer:
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
 
-    def add(self, work, future, value):
-        self._queue.put((work, future, value))
+    def add(self, works, future, value, finish=None):
+        """Complete `future` with `value` once every Work in `works` has; finish() first, on success (copies a
+        result out of a staging buffer)."""
+        self._queue.put((works, future, value, finish))
 
     def _run(self):
-        # Idle until the next Work or the stop sentinel (stop() sends it); each wait is bounded by the
+        # Idle until the next item or the stop sentinel (stop() sends it); each wait is bounded by the
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
-            work, future, value = item
+            works, future, value, finish = item
             try:
-                work.wait()
+                pycoll.wait_all(works)
+                if finish is not None:
+                    finish()
             except Exception as exc:  # noqa: BLE001 -- handed to the future's waiters, as c10d does
                 future.set_exception(exc)
             else:
@@ -72,6 +76,16 @@ class _Completer:
     def stop(self, timeout):
         self._queue.put(None)
         self._thread.join(timeout)
+
+
+def _same_length(outputs, inputs, name):
+    if len(outputs) != len(inputs):
+        raise ValueError(f"{name}: {len(outputs)} outputs for {len(inputs)} inputs")
+
+
+def _not_yet(op, instead):
+    raise NotImplementedError(f"{op}: the pycoll torch backend does not have it yet (pycoll has no such "
+                              f"collective yet); {instead}")
 
 
 class PycollProcessGroup(dist.ProcessGroup):
@@ -83,15 +97,10 @@ class PycollProcessGroup(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
-    def _work(self, pycoll_work, value):
+    def _work(self, pycoll_works, value, finish=None):
         future = torch.futures.Future()
-        self._completer.add(pycoll_work, future, value)
-        return _create_work_from_future(future)
-
-    @staticmethod
-    def _done(value):
-        future = torch.futures.Future()
-        future.set_result(value)
+        works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
+        self._completer.add(works, future, value, finish)
         return _create_work_from_future(future)
 
     def allreduce(self, tensors, opts=None):
@@ -99,26 +108,99 @@ class PycollProcessGroup(dist.ProcessGroup):
         t = _single(tensors, "allreduce")
         return self._work(self.comm.all_reduce(t, op, async_op=True), tensors)
 
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op_name(opts.reduceOp) if opts is not None else "sum"
+        works = [self.comm.all_reduce(_host(t, f"tensors[{i}]"), op, async_op=True) for i, t in enumerate(tensors)]
+        return self._work(works, tensors)
+
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         return self._work(self.comm.broadcast(_single(tensors, "broadcast"), root, async_op=True), tensors)
 
+    def reduce(self, tensors, opts=None):
+        op = _op_name(opts.reduceOp) if opts is not None else "sum"
+        root = opts.rootRank if opts is not None else 0
+        return self._work(self.comm.reduce(_single(tensors, "reduce"), root, op, async_op=True), tensors)
+
     def barrier(self, opts=None):
         return self._work(self.comm.barrier(async_op=True), [])
 
-    def _allgather_base(self, output, input, opts=None):
-        self.comm.all_gather(_host(input, "input"), _host(output, "output"))
-        return self._done([output])
+    # -- what FSDP uses: flat tensors gathered and reduce-scattered --------------------------------------------
+    # torch 2.13 calls them *_single (all_gather_single, ...); earlier versions by the older names, kept as
+    # aliases below so either finds them.
+    def all_gather_single(self, output, input, opts=None):
+        """dist.all_gather_single (all_gather_into_tensor): output holds size * input.numel() elements, block r from rank r."""
+        work = self.comm.all_gather(_host(input, "input"), _host(output, "output"), async_op=True)
+        return self._work(work, [output])
 
+    def reduce_scatter_single(self, output, input, opts=None):
+        """dist.reduce_scatter_single (reduce_scatter_tensor): input holds size * output.numel() elements; rank r gets block r reduced."""
+        op = _op_name(opts.reduceOp) if opts is not None else "sum"
+        work = self.comm.reduce_scatter(_host(input, "input"), _host(output, "output"), op, async_op=True)
+        return self._work(work, [output])
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        _same_length(outputs, inputs, "all_gather_single_coalesced")
+        works = [self.comm.all_gather(_host(x, f"inputs[{i}]"), _host(out, f"outputs[{i}]"), async_op=True)
+                 for i, (out, x) in enumerate(zip(outputs, inputs))]
+        return self._work(works, outputs)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        _same_length(outputs, inputs, "reduce_scatter_single_coalesced")
+        op = _op_name(opts.reduceOp) if opts is not None else "sum"
+        works = [self.comm.reduce_scatter(_host(x, f"inputs[{i}]"), _host(out, f"outputs[{i}]"), op, async_op=True)
+                 for i, (out, x) in enumerate(zip(outputs, inputs))]
+        return self._work(works, outputs)
+
+    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # -- the list forms: staged through one flat tensor, copied in (or out, by the completer thread) -----------
     def allgather(self, output_lists, inputs, opts=None):
         x = _single(inputs, "allgather")
         if len(output_lists) != 1 or len(output_lists[0]) != self.size():
             raise ValueError(f"allgather: one list of {self.size()} output tensors expected")
         flat = torch.empty((self.size(), *x.shape), dtype=x.dtype)
-        self.comm.all_gather(x, flat.view(-1))
-        for out, block in zip(output_lists[0], flat):
-            out.copy_(block)
-        return self._done(output_lists)
+        work = self.comm.all_gather(x, flat.view(-1), async_op=True)
+
+        def finish():
+            for out, block in zip(output_lists[0], flat):
+                out.copy_(block)
+        return self._work(work, output_lists, finish)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        out = _single(outputs, "reduce_scatter")
+        if len(input_lists) != 1 or len(input_lists[0]) != self.size():
+            raise ValueError(f"reduce_scatter: one list of {self.size()} input tensors expected")
+        op = _op_name(opts.reduceOp) if opts is not None else "sum"
+        flat = torch.cat([_host(t, f"input_list[{r}]").reshape(-1) for r, t in enumerate(input_lists[0])])
+        return self._work(self.comm.reduce_scatter(flat, out, op, async_op=True), outputs)
+
+    # -- not in pycoll yet --------------------------------------------------------------------------------------
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _not_yet("all_to_all_single", "use the gloo backend for it, or dist.all_gather_single and keep your block")
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs, inputs, opts=None):
+        _not_yet("all_to_all (alltoall)", "use the gloo backend for it")
+
+    def gather(self, output_lists, inputs, opts=None):
+        _not_yet("gather", "use dist.all_gather and keep the result on the root")
+
+    def scatter(self, outputs, input_lists, opts=None):
+        _not_yet("scatter", "use dist.broadcast of the whole list and keep your block")
+
+    def send(self, tensors, dst, tag=0):
+        _not_yet("send", "use the gloo backend for point-to-point")
+
+    def recv(self, tensors, src, tag=0):
+        _not_yet("recv", "use the gloo backend for point-to-point")
+
+    def recv_anysource(self, tensors, tag=0):
+        _not_yet("recv (any source)", "use the gloo backend for point-to-point")
 
     def shutdown(self):
         self.comm.close()  # fails pending Works, which completes their futures
