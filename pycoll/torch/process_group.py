@@ -84,8 +84,7 @@ def _same_length(outputs, inputs, name):
 
 
 def _not_yet(op, instead):
-    raise NotImplementedError(f"{op}: the pycoll torch backend does not have it yet (pycoll has no such "
-                              f"collective yet); {instead}")
+    raise NotImplementedError(f"{op}: the pycoll torch backend does not have it yet; {instead}")
 
 
 class PycollProcessGroup(dist.ProcessGroup):
@@ -178,29 +177,63 @@ class PycollProcessGroup(dist.ProcessGroup):
         flat = torch.cat([_host(t, f"input_list[{r}]").reshape(-1) for r, t in enumerate(input_lists[0])])
         return self._work(self.comm.reduce_scatter(flat, out, op, async_op=True), outputs)
 
-    # -- not in pycoll yet --------------------------------------------------------------------------------------
+    # -- all-to-all, rooted and point-to-point ----------------------------------------------------------------
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        _not_yet("all_to_all_single", "use the gloo backend for it, or dist.all_gather_single and keep your block")
+        """dist.all_to_all_single with equal blocks (no split sizes, or all equal)."""
+        for name, sizes in (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes)):
+            if sizes and len(set(sizes)) > 1:
+                _not_yet(f"all_to_all_single with uneven {name}",
+                         "pad the blocks to one size, or use the gloo backend for it")
+        work = self.comm.all_to_all(_host(input, "input"), _host(output, "output"), async_op=True)
+        return self._work(work, [output])
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        _not_yet("all_to_all (alltoall)", "use the gloo backend for it")
+        """The list form: one block per rank, all of one shape, staged through flat tensors."""
+        if len(outputs) != self.size() or len(inputs) != self.size():
+            raise ValueError(f"all_to_all: {self.size()} output and {self.size()} input tensors expected")
+        flat_in = torch.cat([_host(t, f"input_tensor_list[{r}]").reshape(-1) for r, t in enumerate(inputs)])
+        flat_out = torch.empty_like(flat_in)
+        work = self.comm.all_to_all(flat_in, flat_out, async_op=True)
+
+        def finish():
+            for out, block in zip(outputs, flat_out.view(self.size(), -1)):
+                out.copy_(block.view(out.shape))
+        return self._work(work, outputs, finish)
 
     def gather(self, output_lists, inputs, opts=None):
-        _not_yet("gather", "use dist.all_gather and keep the result on the root")
+        x = _single(inputs, "gather")
+        root = opts.rootRank if opts is not None else 0
+        mine = self.rank() == root
+        if mine and (len(output_lists) != 1 or len(output_lists[0]) != self.size()):
+            raise ValueError(f"gather: one list of {self.size()} output tensors expected on the root")
+        flat = torch.empty((self.size(), *x.shape), dtype=x.dtype) if mine else None
+        work = self.comm.gather(x, flat.view(-1) if mine else None, root, async_op=True)
+
+        def finish():
+            for out, block in zip(output_lists[0], flat):
+                out.copy_(block)
+        return self._work(work, output_lists, finish if mine else None)
 
     def scatter(self, outputs, input_lists, opts=None):
-        _not_yet("scatter", "use dist.broadcast of the whole list and keep your block")
+        out = _single(outputs, "scatter")
+        root = opts.rootRank if opts is not None else 0
+        flat = None
+        if self.rank() == root:
+            if len(input_lists) != 1 or len(input_lists[0]) != self.size():
+                raise ValueError(f"scatter: one list of {self.size()} input tensors expected on the root")
+            flat = torch.cat([_host(t, f"scatter_list[{r}]").reshape(-1) for r, t in enumerate(input_lists[0])])
+        return self._work(self.comm.scatter(flat, out, root, async_op=True), outputs)
 
     def send(self, tensors, dst, tag=0):
-        _not_yet("send", "use the gloo backend for point-to-point")
+        return self._work(self.comm.send(_single(tensors, "send"), dst, tag, async_op=True), tensors)
 
     def recv(self, tensors, src, tag=0):
-        _not_yet("recv", "use the gloo backend for point-to-point")
+        return self._work(self.comm.recv(_single(tensors, "recv"), src, tag, async_op=True), tensors)
 
     def recv_anysource(self, tensors, tag=0):
-        _not_yet("recv (any source)", "use the gloo backend for point-to-point")
+        _not_yet("recv from any source", "name the source rank (pycoll matches messages per pair of ranks)")
 
     def shutdown(self):
         self.comm.close()  # fails pending Works, which completes their futures

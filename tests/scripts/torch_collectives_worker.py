@@ -1,8 +1,9 @@
 """One rank of the torch backend collectives test, started by torchrun: the collectives FSDP uses
 (reduce_scatter_single and all_gather_single -- reduce_scatter_tensor and all_gather_into_tensor before torch
 2.13 -- and their coalesced forms) and the list forms, blocking and with
-async_op=True, on integer-valued float tensors so every result is exact; the ones pycoll has no collective for
-yet must raise NotImplementedError naming the op. Prints one JSON line of check names that failed (none)."""
+async_op=True, all-to-all, gather, scatter and point to point, on integer-valued float tensors so every result is
+exact; what pycoll has no collective for yet (uneven all-to-all, a receive from any source) must raise
+NotImplementedError naming the op. Prints one JSON line of check names that failed (none)."""
 
 import json
 import sys
@@ -87,9 +88,51 @@ ts = [torch.full((4,), rank + 1.0), torch.full((2,), 2.0 * rank)]
 dist.all_reduce_coalesced(ts)
 check("all_reduce_coalesced", torch.cat(ts), torch.cat([torch.full((4,), size * (size + 1) / 2),
                                                         torch.full((2,), float(size * (size - 1)))]))
+# All-to-all (MoE's token exchange), rooted collectives and point to point (pipeline stages).
+for async_op in (False, True):
+    tag = "async" if async_op else "blocking"
+    out = torch.empty(size * 3)
+    work = dist.all_to_all_single(out, contribution(rank, 3)[:size * 3], async_op=async_op)
+    if async_op:
+        work.wait()
+    check(f"all_to_all_single {tag}", out, torch.cat([contribution(r, 3)[rank * 3:(rank + 1) * 3]
+                                                      for r in range(size)]))
+    outs = [torch.empty(2, 2) for _ in range(size)]
+    work = dist.all_to_all(outs, [torch.full((2, 2), 100.0 * rank + r) for r in range(size)], async_op=async_op)
+    if async_op:
+        work.wait()
+    check(f"all_to_all {tag}", torch.stack(outs), torch.stack([torch.full((2, 2), 100.0 * r + rank)
+                                                               for r in range(size)]))
+    root = size - 1
+    gathered = [torch.empty(4) for _ in range(size)] if rank == root else None
+    work = dist.gather(torch.full((4,), rank * 2.0), gathered, dst=root, async_op=async_op)
+    if async_op:
+        work.wait()
+    if rank == root:
+        check(f"gather {tag}", torch.stack(gathered), torch.arange(size).repeat_interleave(4).view(size, 4) * 2.0)
+    got = torch.empty(5)
+    work = dist.scatter(got, [torch.full((5,), 7.0 * r) for r in range(size)] if rank == 0 else None, src=0,
+                        async_op=async_op)
+    if async_op:
+        work.wait()
+    check(f"scatter {tag}", got, torch.full((5,), 7.0 * rank))
+# A ring of sends and receives: irecv, then isend, as a pipeline stage posts them.
+nxt, prv = (rank + 1) % size, (rank - 1) % size
+got = torch.empty(8)
+works = [dist.irecv(got, src=prv, tag=3), dist.isend(torch.full((8,), rank + 0.5), dst=nxt, tag=3)]
+for w in works:
+    w.wait()
+check("isend/irecv ring", got, torch.full((8,), prv + 0.5))
+if rank == 0:
+    dist.send(torch.arange(3.0), dst=1)
+elif rank == 1:
+    got = torch.empty(3)
+    dist.recv(got, src=0)
+    check("send/recv", got, torch.arange(3.0))
 not_yet = {}
-for name, call in {"all_to_all_single": lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size)),
-                   "send": lambda: dist.send(torch.ones(1), dst=(rank + 1) % size)}.items():
+for name, call in {"all_to_all_single": lambda: dist.all_to_all_single(
+                       torch.empty(size + 1), torch.ones(size + 1), [2] + [1] * (size - 1), [2] + [1] * (size - 1)),
+                   "recv from any source": lambda: dist.recv(torch.empty(1))}.items():
     try:
         call()
     except NotImplementedError as exc:
