@@ -43,7 +43,8 @@ def _close_at_exit():
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
-    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None, ranks=None):
+    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None, ranks=None,
+                 accepted=None):
         self._engine = engine
         self._rank = rank
         self._size = size
@@ -62,7 +63,9 @@ class Communicator:
         # Works not yet seen complete, in call order (they complete in that order): they hold the arrays of
         # their collectives, which must outlive them even when the caller drops the Work.
         self._pending = collections.deque()
-        self._fast = engine.fast_path(self._accepted_arguments())
+        # What the checks below accept: the same for every communicator of a backend (a split takes its parent's).
+        self._accepted = accepted if accepted is not None else self._accepted_arguments()
+        self._fast = engine.fast_path(self._accepted)
         _open_communicators.add(self)
 
     def _accepted_arguments(self):
@@ -366,7 +369,7 @@ class Communicator:
         from pycoll.rendezvous.hosts import Hosts
         hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
         comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
-                            hosts=hosts, ranks=ranks)
+                            hosts=hosts, ranks=ranks, accepted=self._accepted)
         comm._parent = self  # its connections are the root's: the parent must outlive it (mesh = init().mesh())
         self._children.add(comm)
         return comm

@@ -1,4 +1,4 @@
-/* Splitting a communicator (pycoll_comm_split, as MPI_Comm_split and ncclCommSplit): one all-gather of every
+/* Splitting a communicator (pycoll_comm_split, as MPI_Comm_split and ncclCommSplit): one exchange of every
  * rank's (color, key) over the parent, then each new communicator is a view of its members over the root's
  * transport (group_view.h) -- no new connections, ports or rendezvous -- in the parent's family, so its
  * collectives queue behind the family's in call order (comm_internal.h). */
@@ -22,7 +22,7 @@ static uint32_t split_group(uint32_t parent_group, uint64_t split_index, int32_t
 }
 
 /* Members (parent ranks) of `color`, ordered by (key, parent rank); their number. */
-static int32_t members_of(const int32_t *pairs, int32_t size, int32_t color, int32_t *members)
+static int32_t members_of(const int64_t *pairs, int32_t size, int32_t color, int32_t *members)
 {
     int32_t n = 0;
     for (int32_t r = 0; r < size; r++) {
@@ -74,20 +74,26 @@ pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t ke
 {
     *out = NULL;
     const int32_t size = comm->p2p->size, me = comm->p2p->rank;
-    int32_t mine[2] = {color < PYCOLL_SPLIT_NONE ? -2 : color, key};
-    int32_t *pairs = malloc((size_t)size * 2 * sizeof *pairs);
+    int64_t *pairs = malloc((size_t)size * 2 * sizeof *pairs);
     int32_t *members = malloc((size_t)size * sizeof *members);
     if (!pairs || !members) {
         free(pairs);
         free(members);
         return fail(comm, PYCOLL_ERR_NOMEM, "split: out of memory (rank %d, %d ranks)", me, size);
     }
-    /* Every rank takes part, a bad color included, so that all of them fail alike rather than some waiting. */
-    pycoll_status_t st = pycoll_comm_all_gather(comm, mine, pairs, 2, PYCOLL_INT32);
+    /* Every rank takes part, a bad color included, so that all of them fail alike rather than some waiting. An
+     * all-reduce (sum) of a table in which each rank fills its own row: where the transport has its own
+     * all-reduce (shared memory) that is one round, where an all-gather is size - 1 ring steps. */
+    for (int32_t r = 0; r < 2 * size; r++)
+        pairs[r] = 0;
+    pairs[2 * me] = color;
+    pairs[2 * me + 1] = key;
+    pycoll_status_t st = pycoll_comm_all_reduce(comm, pairs, pairs, 2 * (int64_t)size, PYCOLL_INT64, PYCOLL_SUM,
+                                                PYCOLL_ALGO_AUTO, PYCOLL_ACCURACY_FAST);
     for (int32_t r = 0; st == PYCOLL_OK && r < size; r++)
         if (pairs[2 * r] < PYCOLL_SPLIT_NONE)
             st = fail(comm, PYCOLL_ERR_INVALID, "split: rank %d passed a negative color (%d); colors are >= 0, or "
-                      "PYCOLL_SPLIT_NONE (-1) for a rank that joins no new communicator", r, pairs[2 * r]);
+                      "PYCOLL_SPLIT_NONE (-1) for a rank that joins no new communicator", r, (int)pairs[2 * r]);
     const uint64_t split_index = ++comm->splits; /* counted on every rank, whatever the outcome */
     if (st != PYCOLL_OK || color == PYCOLL_SPLIT_NONE) {
         free(pairs);
