@@ -330,6 +330,9 @@ class Communicator:
         receive must name the same tag and length (else MismatchError naming both). Blocking: returns once x
         may be reused. Sends and receives started with async_op=True one after another are posted together,
         so an exchange (each rank sends to and receives from the other) cannot deadlock."""
+        fast = self._fast
+        if fast is not None and async_op is False and self._run(fast.send, x, dst, tag):
+            return None
         buf = self._buffer(x, "x", writable=False)
         args = (buf, self._peer(dst, "dst"), self._tag(tag))
         if self._async(async_op):
@@ -339,6 +342,9 @@ class Communicator:
     def recv(self, x, src, tag=0, *, async_op=False):
         """Receive into x the next message from rank src, which must have this tag and x's length in bytes.
         Returns x (with async_op=True, a Work whose wait() returns it)."""
+        fast = self._fast
+        if fast is not None and async_op is False and self._run(fast.recv, x, src, tag):
+            return x
         buf = self._buffer(x, "x", writable=True)
         args = (buf, self._peer(src, "src"), self._tag(tag))
         if self._async(async_op):

@@ -74,6 +74,8 @@ UNCOMMON = [
     ("root out of range", lambda comm: comm.broadcast(X, root=1)),
     ("numpy integer root", lambda comm: comm.broadcast(X, root=np.int64(0))),
     ("complex", lambda comm: comm.all_reduce(np.ones(2, np.complex64))),
+    ("send to itself", lambda comm: comm.send(X, 0)),
+    ("recv from out of range", lambda comm: comm.recv(Y, 1, tag=2 ** 32)),
     ("bool", lambda comm: comm.all_reduce(np.ones(3, dtype=bool), "max")),
     # A dtype the buffer protocol cannot describe: the buffer request itself fails.
     *([("bfloat16", lambda comm: comm.all_reduce(np.ones(3, dtype=ml_dtypes.bfloat16)))] if ml_dtypes else []),
@@ -94,7 +96,7 @@ def test_the_general_path_still_judges_what_the_fast_path_declines(comm, name, c
         call(comm)
     except (TypeError, ValueError) as exc:
         assert "x" in str(exc) or "out" in str(exc) or "op" in str(exc) or "algorithm" in str(exc) \
-            or "root" in str(exc), (name, exc)
+            or "root" in str(exc) or "dst" in str(exc) or "src" in str(exc), (name, exc)
 
 
 def test_an_algorithm_pinned_by_the_environment_holds_on_the_fast_path(monkeypatch, no_general_path):

@@ -185,3 +185,42 @@ cdef class FastPath:
                                     <pycoll_accuracy_t>ids[2])
         self.native._leave(st)
         return self._name()
+
+    cdef bint _peer_tag(self, peer, tag, int *p, uint32_t *t) except -1:
+        """peer another rank, tag in [0, 2**32): exact ints only (the general path explains the rest)."""
+        if type(peer) is not int or not 0 <= peer < self.size or peer == pycoll_comm_rank(self.native.comm):
+            return False
+        if type(tag) is not int or not 0 <= tag < 4294967296:
+            return False
+        p[0], t[0] = peer, tag
+        return True
+
+    def send(self, x, peer, tag):
+        """True once sent, None to decline."""
+        cdef host_array buf
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int p
+        cdef uint32_t t
+        if not self._peer_tag(peer, tag, &p, &t) or not self._view(x, &buf):
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_send(c, <const void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, p, t)
+        self.native._leave(st)
+        return True
+
+    def recv(self, x, peer, tag):
+        """True once received into x, None to decline."""
+        cdef host_array buf
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c
+        cdef int p
+        cdef uint32_t t
+        if not self._peer_tag(peer, tag, &p, &t) or not self._view(x, &buf) or not buf.writable:
+            return None
+        c = self.native._enter()
+        with nogil:
+            st = pycoll_comm_recv(c, <void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, p, t)
+        self.native._leave(st)
+        return True
