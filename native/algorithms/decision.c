@@ -46,8 +46,9 @@ static const struct {
     [PYCOLL_COLL_BROADCAST] = TABLE(ring_or_shm),
     [PYCOLL_COLL_REDUCE] = TABLE(ring_only),
     [PYCOLL_COLL_BARRIER] = TABLE(ring_or_shm),
-    /* One schedule each (pairwise exchange, flat gather/scatter, ring over uneven blocks), named "ring". */
-    [PYCOLL_COLL_ALL_TO_ALL] = TABLE(ring_only),
+    /* One schedule each (pairwise exchange, flat gather/scatter, ring over uneven blocks), named "ring"; the
+     * pairwise exchange or the shared-memory transport's own all-to-all. */
+    [PYCOLL_COLL_ALL_TO_ALL] = TABLE(ring_or_shm),
     [PYCOLL_COLL_GATHER] = TABLE(ring_only),
     [PYCOLL_COLL_SCATTER] = TABLE(ring_only),
     [PYCOLL_COLL_ALL_GATHER_V] = TABLE(ring_only),
@@ -77,7 +78,8 @@ static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *na
         return PYCOLL_ALGO_AUTO;
     const int has = (coll == PYCOLL_COLL_ALL_REDUCE && native->all_reduce) ||
                     (coll == PYCOLL_COLL_BROADCAST && native->broadcast) ||
-                    (coll == PYCOLL_COLL_BARRIER && native->barrier);
+                    (coll == PYCOLL_COLL_BARRIER && native->barrier) ||
+                    (coll == PYCOLL_COLL_ALL_TO_ALL && native->version >= 2 && native->all_to_all);
     return has ? (pycoll_algorithm_t)native->algorithm : PYCOLL_ALGO_AUTO;
 }
 

@@ -399,6 +399,9 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
     case PYCOLL_COLL_BARRIER:
         return comm_finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
     case PYCOLL_COLL_ALL_TO_ALL:
+        if (runs_native(comm))
+            return comm_finish(comm, comm->p2p->ops->native->all_to_all(comm->p2p, call->sendbuf, call->recvbuf,
+                                                                        call->count, call->dtype));
         return comm_finish(comm, all_to_all_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_GATHER:
         return comm_finish(comm, gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));

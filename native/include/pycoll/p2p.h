@@ -119,7 +119,7 @@ typedef struct pycoll_p2p pycoll_p2p_t;
  * Called after the communicator checked the arguments, stamped p2p->desc (whose algorithm is `algorithm`) and
  * set p2p->deadline_ns; on error p2p->error says why, as for wait. Every rank must end with bitwise identical
  * results. */
-#define PYCOLL_NATIVE_COLLECTIVES_VERSION 1
+#define PYCOLL_NATIVE_COLLECTIVES_VERSION 2 /* 2: all_to_all appended */
 typedef struct pycoll_native_collectives {
     uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
     int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM), named in descriptors */
@@ -129,6 +129,10 @@ typedef struct pycoll_native_collectives {
                                   pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
     pycoll_status_t (*broadcast)(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root);
     pycoll_status_t (*barrier)(pycoll_p2p_t *p2p);
+    /* Since version 2 (read only from a table that says so): sendbuf and recvbuf hold size * count elements
+     * and do not overlap; block j of sendbuf goes to rank j, block i of recvbuf comes from rank i. */
+    pycoll_status_t (*all_to_all)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                  pycoll_dtype_t dtype);
 } pycoll_native_collectives_t;
 
 typedef struct pycoll_p2p_ops {
