@@ -27,4 +27,4 @@ cd "$root/tests"
 # C code against the strict fake libraries.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
-  test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_vendor_strict.py "$@"
+  test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_collectives_more.py test_vendor_strict.py "$@"
