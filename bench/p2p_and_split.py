@@ -30,10 +30,8 @@ def iters_for(nbytes):
     return max(20, min(2000, (64 << 20) // max(nbytes, 1)))
 
 
-def pingpong_pycoll():
-    import pycoll
-
-    comm = pycoll.init()
+def pingpong(rank, send, recv):
+    """[{bytes, us}]: one-way time (half the round trip), the median of many, per size; send/recv(buf, peer)."""
     rows = []
     for nbytes in SIZES:
         buf = np.zeros(nbytes, dtype=np.uint8)
@@ -41,15 +39,23 @@ def pingpong_pycoll():
         times = []
         for k in range(n + n // 10):
             t0 = time.perf_counter()
-            if comm.rank == 0:
-                comm.send(buf, 1)
-                comm.recv(buf, 1)
+            if rank == 0:
+                send(buf, 1)
+                recv(buf, 1)
             else:
-                comm.recv(buf, 0)
-                comm.send(buf, 0)
+                recv(buf, 0)
+                send(buf, 0)
             if k >= n // 10:
                 times.append((time.perf_counter() - t0) / 2)
         rows.append({"bytes": nbytes, "us": statistics.median(times) * 1e6})
+    return rows
+
+
+def pingpong_pycoll():
+    import pycoll
+
+    comm = pycoll.init()
+    rows = pingpong(comm.rank, comm.send, comm.recv)
     comm.close()
     return rows
 
@@ -58,23 +64,7 @@ def pingpong_mpi():
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    rows = []
-    for nbytes in SIZES:
-        buf = np.zeros(nbytes, dtype=np.uint8)
-        n = iters_for(nbytes)
-        times = []
-        for k in range(n + n // 10):
-            t0 = time.perf_counter()
-            if comm.Get_rank() == 0:
-                comm.Send(buf, 1)
-                comm.Recv(buf, 1)
-            else:
-                comm.Recv(buf, 0)
-                comm.Send(buf, 0)
-            if k >= n // 10:
-                times.append((time.perf_counter() - t0) / 2)
-        rows.append({"bytes": nbytes, "us": statistics.median(times) * 1e6})
-    return rows
+    return pingpong(comm.Get_rank(), comm.Send, comm.Recv)
 
 
 def split_cost():

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
@@ -73,3 +75,19 @@ class Ranks:
             assert p.returncode == 0 and lines, f"rank {r} exited {p.returncode}: {stdout}\n{stderr}"
             out[r] = json.loads(lines[-1])
         return out
+
+
+def backend_fixture(names):
+    """A fixture `backend` that runs each test once per backend in `names`, with PYCOLL_BACKEND set for the
+    ranks it starts. In a test module: backend = backend_fixture(["tcp", "shm"])."""
+    @pytest.fixture(params=names)
+    def backend(request, monkeypatch):
+        monkeypatch.setenv("PYCOLL_BACKEND", request.param)
+        return request.param
+    return backend
+
+
+def scenario_reports(n, script, scenario, timeout=30.0, ranks=None):
+    """Run `script scenario` on n ranks and return the reports of `ranks` (default: all)."""
+    with Ranks(n, script, scenario, timeout=timeout) as job:
+        return job.reports(ranks=ranks, deadline_s=120)

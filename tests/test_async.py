@@ -7,15 +7,9 @@ import signal
 
 import pytest
 
-from multiproc import Ranks
+from multiproc import Ranks, backend_fixture
 
-BACKENDS = ["tcp", "shm"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, monkeypatch):
-    monkeypatch.setenv("PYCOLL_BACKEND", request.param)
-    return request.param
+backend = backend_fixture(["tcp", "shm"])
 
 
 @pytest.mark.timeout(90)

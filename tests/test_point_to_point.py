@@ -5,20 +5,13 @@ anything is sent, a dead sender reported."""
 
 import pytest
 
-from multiproc import Ranks
+from multiproc import backend_fixture, scenario_reports
 
-BACKENDS = ["tcp", "shm"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, monkeypatch):
-    monkeypatch.setenv("PYCOLL_BACKEND", request.param)
-    return request.param
+backend = backend_fixture(["tcp", "shm"])
 
 
 def run(n, scenario, timeout=30.0, ranks=None):
-    with Ranks(n, "p2p_worker.py", scenario, timeout=timeout) as job:
-        return job.reports(ranks=ranks, deadline_s=120)
+    return scenario_reports(n, "p2p_worker.py", scenario, timeout, ranks)
 
 
 @pytest.mark.timeout(120)
