@@ -53,19 +53,23 @@ def payload(rank, size, per):
     return (rank * 1000 + np.repeat(np.arange(size, dtype=np.int32), per)).astype(np.int32)
 
 
-def pycoll_worker():
-    import pycoll
-
-    comm = pycoll.init(timeout=120)
-    rank, size = comm.rank, comm.size
+def sweep(rank, size, all_to_all, barrier):
+    """Every size's row: this rank's median time and whether its output was wrong."""
     rows = []
     for nbytes in SIZES:
         per = nbytes // 4 // size
         x, out = payload(rank, size, per), np.empty(size * per, dtype=np.int32)
-        median = timed(lambda: comm.all_to_all(x, out), comm.barrier, nbytes)
+        median = timed(lambda: all_to_all(x, out), barrier, nbytes)
         rows.append({"bytes": nbytes, "median_s": median, "wrong": check(out, rank, size, per)})
-    everyone = comm.all_gather_object(rows)
-    if rank == 0:
+    return rows
+
+
+def pycoll_worker():
+    import pycoll
+
+    comm = pycoll.init(timeout=120)
+    everyone = comm.all_gather_object(sweep(comm.rank, comm.size, comm.all_to_all, comm.barrier))
+    if comm.rank == 0:
         print(json.dumps(everyone), flush=True)
     comm.close()
 
@@ -74,15 +78,8 @@ def mpi_worker():
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    rows = []
-    for nbytes in SIZES:
-        per = nbytes // 4 // size
-        x, out = payload(rank, size, per), np.empty(size * per, dtype=np.int32)
-        median = timed(lambda: comm.Alltoall(x, out), comm.Barrier, nbytes)
-        rows.append({"bytes": nbytes, "median_s": median, "wrong": check(out, rank, size, per)})
-    everyone = comm.gather(rows, root=0)
-    if rank == 0:
+    everyone = comm.gather(sweep(comm.Get_rank(), comm.Get_size(), comm.Alltoall, comm.Barrier), root=0)
+    if comm.Get_rank() == 0:
         print(json.dumps(everyone), flush=True)
 
 

@@ -6,22 +6,12 @@ import re
 
 import pytest
 
-from fakes.vendor_harness import fake_library_env, job_env, probe_without_library, run_dead_peer, run_injected
+from fakes.vendor_harness import fakes_fixture, job_env, probe_without_library, run_dead_peer, run_injected
 
 INJECTED = "injected by FAKE_COLL_FAIL"  # the fake NCCL's last-error text: pycoll appends it to the message
 
 
-@pytest.fixture(scope="module")
-def fakes(tmp_path_factory):
-    """vendor -> its fake library's variables, each fake built once for this module."""
-    built = {}
-
-    def fake_env(vendor):
-        if vendor not in built:
-            built[vendor] = fake_library_env(vendor, tmp_path_factory.mktemp(vendor))
-        return built[vendor]
-
-    return fake_env
+fakes = fakes_fixture()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from fakes.vendor_harness import FakeDeviceArray, buffer, fake_library_env, job_env, make_engine, run_ranks_ok
+from fakes.vendor_harness import FakeDeviceArray, buffer, fakes_fixture, job_env, make_engine, run_ranks_ok
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -18,16 +18,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 DEADLOCK_S = "3"
 
 
-@pytest.fixture(scope="module")
-def fakes(tmp_path_factory):
-    built = {}
-
-    def fake_env(vendor):
-        if vendor not in built:
-            built[vendor] = fake_library_env(vendor, tmp_path_factory.mktemp(vendor))
-        return built[vendor]
-
-    return fake_env
+fakes = fakes_fixture()
 
 
 @pytest.fixture

@@ -84,8 +84,8 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
                               pycoll_algorithm_t *ran);
 /* point_to_point.c. While sends and receives of comm are in flight (between begin and end) the transport
  * stamps comm's point-to-point descriptor on every frame; end gives the collectives theirs back, and on error
- * breaks comm (as comm_finish). comm_run_p2p: calls[0..n) posted at once and waited for, all on the caller's
- * thread. The progress thread's flight keeps up to COMM_P2P_BATCH of them going. */
+ * breaks comm (as comm_finish). comm_run_p2p: one, posted and waited for on the caller's thread. The progress
+ * thread's flight keeps up to COMM_P2P_BATCH of them going. */
 #define COMM_P2P_BATCH 64
 typedef struct comm_p2p_saved {
     pycoll_coll_desc_t desc, prev_desc;
@@ -94,7 +94,7 @@ pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, cha
 void comm_p2p_extend_deadline(pycoll_comm_t *comm);
 pycoll_status_t comm_p2p_post(pycoll_comm_t *comm, const comm_call_t *call, pycoll_request_t *req);
 pycoll_status_t comm_p2p_end(pycoll_comm_t *comm, const comm_p2p_saved_t *saved, pycoll_status_t st);
-pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *calls, int n, char *error, size_t error_len);
+pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len);
 static inline int comm_call_is_p2p(const comm_call_t *call) { return call->coll == PYCOLL_COLL_SEND_RECV; }
 /* communicator.c: PYCOLL_OK when comm may run a collective now, else why not (closed, broken). */
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);

@@ -449,7 +449,7 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call
     if (st != PYCOLL_OK)
         return st;
     if (comm_call_is_p2p(call)) {
-        st = comm_run_p2p(comm, call, 1, comm->error, sizeof comm->error);
+        st = comm_run_p2p(comm, call, comm->error, sizeof comm->error);
         progress_end_turn(comm);
         return st;
     }

@@ -63,19 +63,16 @@ pycoll_status_t comm_p2p_end(pycoll_comm_t *comm, const comm_p2p_saved_t *saved,
     return st;
 }
 
-pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *calls, int n, char *error, size_t error_len)
+pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     comm_p2p_saved_t saved;
     pycoll_status_t st = comm_p2p_begin(comm, &saved, error, error_len);
     if (st != PYCOLL_OK)
         return st;
-    pycoll_request_t reqs[COMM_P2P_BATCH];
-    pycoll_request_t *ptrs[COMM_P2P_BATCH];
-    for (int i = 0; i < n && i < COMM_P2P_BATCH && st == PYCOLL_OK; i++) {
-        ptrs[i] = &reqs[i];
-        st = comm_p2p_post(comm, &calls[i], &reqs[i]);
-    }
+    pycoll_request_t req;
+    pycoll_request_t *reqs[1] = {&req};
+    st = comm_p2p_post(comm, call, &req);
     if (st == PYCOLL_OK)
-        st = comm->p2p->ops->wait(comm->p2p, ptrs, n < COMM_P2P_BATCH ? n : COMM_P2P_BATCH);
+        st = comm->p2p->ops->wait(comm->p2p, reqs, 1);
     return comm_p2p_end(comm, &saved, st);
 }

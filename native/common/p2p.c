@@ -95,7 +95,9 @@ static pycoll_status_t name_both(pycoll_p2p_t *p2p, int32_t peer, const pycoll_c
 
 _Static_assert(sizeof(pycoll_coll_desc_t) == 40, "the descriptor is sent as is: its size is part of the wire format");
 
-pycoll_status_t pycoll_p2p_order_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs)
+/* Rank `peer` is in `theirs`, a collective of another communicator of this family (desc.group differs), where
+ * this rank needs it in its current one: the two called the family's communicators in different orders. */
+static pycoll_status_t order_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs)
 {
     char a[160], b[160];
     pycoll_describe_coll(&p2p->desc, a, sizeof a);
@@ -112,7 +114,7 @@ pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycol
 {
     const pycoll_coll_desc_t *mine = &p2p->desc, *mine_prev = &p2p->prev_desc;
     if (theirs->group != mine->group)
-        return pycoll_p2p_order_mismatch(p2p, peer, theirs);
+        return order_mismatch(p2p, peer, theirs);
     if (theirs->seq == mine->seq) {
         if (!same_call(theirs, mine))
             return name_both(p2p, peer, mine, theirs, context, "");

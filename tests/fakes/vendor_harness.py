@@ -53,6 +53,22 @@ def job_env(fake_env: dict, tmp_path: Path) -> dict:
     return dict(fake_env, FAKE_COLL_LOG=str(tmp_path / "log"), STORE_DIR=str(store))
 
 
+def fakes_fixture():
+    """A module-scoped fixture `fakes`: vendor -> its fake library's variables, each fake built once per module.
+    In a test module: fakes = fakes_fixture()."""
+    @pytest.fixture(scope="module")
+    def fakes(tmp_path_factory):
+        built = {}
+
+        def fake_env(vendor):
+            if vendor not in built:
+                built[vendor] = fake_library_env(vendor, tmp_path_factory.mktemp(vendor))
+            return built[vendor]
+
+        return fake_env
+    return fakes
+
+
 def vendor_fixtures(name: str):
     """The fixtures of a test module run against fake_<name>.c, to assign as `fake_env, env = ...`: fake_env
     (per module) builds the fake and points the library variables at it; env (per test) adds a fresh store

@@ -221,11 +221,6 @@ PYCOLL_API void pycoll_describe_coll(const pycoll_coll_desc_t *desc, char *out, 
  * was found. Picks the collective the two disagree on: the current one, the previous one, or a stale one. */
 PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
                                                const pycoll_coll_desc_t *theirs_prev, const char *context);
-/* Rank `peer` is in `theirs`, a collective of another communicator of this family (desc.group differs), where
- * this rank needs it in its current one: the two called the family's communicators in different orders.
- * PYCOLL_ERR_MISMATCH naming both. */
-PYCOLL_API pycoll_status_t pycoll_p2p_order_mismatch(pycoll_p2p_t *p2p, int32_t peer,
-                                                     const pycoll_coll_desc_t *theirs);
 /* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
 PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
 /* Test hooks: a memory table (p2p->kernels) that is the host's behind counters and guarded allocations
