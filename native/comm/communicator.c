@@ -5,6 +5,7 @@
  * comm_run_call on the progress thread (progress.c); each blocking entry point here first waits its turn. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algorithms/collectives.h"
 #include "algorithms/reduction.h"
@@ -12,6 +13,7 @@
 #include "comm/comm_internal.h"
 #include "comm/group_view.h"
 #include "common/p2p_share.h"
+#include "pycoll/bootstrap.h"
 
 void pycoll_comm_options_init(pycoll_comm_options_t *options)
 {
@@ -202,6 +204,23 @@ pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_o
     comm->ctx.host_of = copy;
     comm_host_shape(copy, size, &comm->hosts, &comm->max_local);
     return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_comm_get_hosts(const pycoll_comm_t *comm, int32_t *host_of)
+{
+    if (!comm->host_of)
+        return PYCOLL_ERR_INVALID;
+    for (int32_t r = 0; r < comm->p2p->size; r++)
+        host_of[r] = comm->host_of[r];
+    return PYCOLL_OK;
+}
+
+const char *pycoll_comm_transport(const pycoll_comm_t *comm)
+{
+    const char *name = comm->family->transport->ops->name;
+    if (strcmp(name, "routed") == 0)
+        return "shm+tcp"; /* the only composite pycoll_comm_init_rank builds */
+    return strcmp(name, "tcp") == 0 || strcmp(name, "shm") == 0 ? name : NULL;
 }
 
 pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { return comm->last_algorithm; }

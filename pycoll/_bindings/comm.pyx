@@ -12,7 +12,7 @@ from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 
-from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
+from pycoll.errors import AuthenticationError, CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
@@ -32,6 +32,8 @@ def error_for_status(int status, str message, int failed_rank=-1):
         return MemoryError(message)
     if status == PYCOLL_ERR_BUSY:
         return RuntimeError(message)
+    if status == PYCOLL_ERR_AUTH:
+        return AuthenticationError(message)
     return PycollError(message)
 
 
@@ -115,6 +117,37 @@ cdef class NativeComm:
         err[0] = 0
         return _over(_routed_p2p(rank, size, fds, segment_fds, pids, ring_bytes, err), err, timeout, spin_us,
                      segment_bytes)
+
+    @staticmethod
+    def init_rank(unique_id, int rank, int size, *, str transport="auto", double timeout=300.0, ifname=None,
+                  int64_t ring_bytes=0, int64_t segment_bytes=0, double spin_us=-1.0):
+        """A communicator from the C bootstrap (pycoll_comm_init_rank_config): every rank calls this with the
+        same unique id (unique_id_create's bytes). transport: "auto" (shared memory within a host, TCP between
+        hosts), "tcp" or "shm"; spin_us < 0: the library's choice from how many ranks share this host's cores."""
+        return _init_rank(unique_id, rank, size, transport, timeout, ifname, ring_bytes, segment_bytes, spin_us)
+
+    @property
+    def transport(self):
+        """"shm", "tcp" or "shm+tcp" for a communicator made by init_rank; None for others."""
+        cdef const char *name = pycoll_comm_transport(self._enter())
+        self.busy = False
+        return name.decode() if name != NULL else None
+
+    @property
+    def host_of(self):
+        """The host map in force (host_of[r]: rank r's host number), or None when every rank is on one host
+        by default (no map)."""
+        cdef int32_t size = pycoll_comm_size(self._enter())
+        self.busy = False
+        cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
+        if ids == NULL:
+            raise MemoryError()
+        try:
+            if pycoll_comm_get_hosts(self.comm, ids) != PYCOLL_OK:
+                return None
+            return tuple(ids[r] for r in range(size))
+        finally:
+            free(ids)
 
     def __dealloc__(self):
         if self.comm != NULL:
@@ -473,3 +506,4 @@ cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_
 include "fast_path.pxi"
 include "work.pxi"
 include "routed_transport.pxi"
+include "bootstrap.pxi"

@@ -10,7 +10,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef enum pycoll_status_t:
         PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
         PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED,
-        PYCOLL_ERR_BUSY
+        PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
@@ -263,3 +263,31 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,
                                             int32_t send_peer, void *recvbuf, int64_t recv_count,
                                             int32_t recv_peer, pycoll_dtype_t dtype, void *stream)
+
+cdef extern from "pycoll/bootstrap.h" nogil:
+    enum: PYCOLL_UNIQUE_ID_BYTES
+    ctypedef struct pycoll_unique_id_t:
+        char internal[PYCOLL_UNIQUE_ID_BYTES]
+    ctypedef enum pycoll_transport_choice_t:
+        PYCOLL_TRANSPORT_AUTO, PYCOLL_TRANSPORT_TCP, PYCOLL_TRANSPORT_SHM
+    ctypedef struct pycoll_init_config_t:
+        uint32_t version
+        uint32_t transport
+        double timeout_s
+        const char *ifname
+        int64_t shm_ring_bytes
+        int64_t segment_bytes
+        int64_t spin_ns
+        int (*check_interrupt)(void *ctx) noexcept nogil
+        void *interrupt_ctx
+    pycoll_status_t pycoll_get_unique_id(pycoll_unique_id_t *id)
+    pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const char *ifname, const char *toward)
+    pycoll_status_t pycoll_unique_id_address(const pycoll_unique_id_t *id, char *text, size_t len)
+    const char *pycoll_bootstrap_error()
+    void pycoll_init_config_init(pycoll_init_config_t *config)
+    pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size,
+                                                 const pycoll_unique_id_t *id, int32_t rank,
+                                                 const pycoll_init_config_t *config)
+    void pycoll_host_identity(char *text, size_t len)
+    const char *pycoll_comm_transport(const pycoll_comm_t *comm)
+    pycoll_status_t pycoll_comm_get_hosts(const pycoll_comm_t *comm, int32_t *host_of)

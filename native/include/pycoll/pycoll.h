@@ -7,4 +7,5 @@
 #include "pycoll/algorithms.h"
 #include "pycoll/comm.h"
 #include "pycoll/transports.h"
+#include "pycoll/bootstrap.h"
 #endif

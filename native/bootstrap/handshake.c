@@ -1,0 +1,155 @@
+/* The bootstrap handshake; see handshake.h. */
+#include "bootstrap/handshake.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include "bootstrap/sockets.h"
+#include "common/error_format.h"
+
+#define BOOT_VERSION 1
+#define STATE_HELLO 0 /* waiting for the client's HELLO */
+#define STATE_PROOF 1 /* sent ours, waiting for the client's proof */
+#define STATE_EXTRA 2 /* authenticated, waiting for what follows */
+#define STATE_DONE 3
+
+static const char MAGIC[4] = {'P', 'Y', 'C', 'B'};
+static const char ROLE_CLIENT[] = "pycoll-client";
+static const char ROLE_SERVER[] = "pycoll-server";
+
+pycoll_status_t boot_random(void *buf, size_t n, char *error, size_t error_len)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+        p += k, n -= (size_t)k;
+    }
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t new_hello(uint8_t out[BOOT_HELLO_BYTES], const boot_auth_t *auth, int kind, char *error,
+                                 size_t error_len)
+{
+    memcpy(out, MAGIC, 4);
+    put_u16(out + 4, BOOT_VERSION);
+    out[6] = (uint8_t)kind;
+    out[7] = 0;
+    put_u32(out + 8, (uint32_t)auth->rank);
+    put_u32(out + 12, (uint32_t)auth->world_size);
+    memcpy(out + 16, auth->job, BOOT_JOB_BYTES);
+    return boot_random(out + 32, 32, error, error_len);
+}
+
+/* Why a HELLO is not one of this job's, or NULL. */
+static const char *foreign(const uint8_t hello[BOOT_HELLO_BYTES], const boot_auth_t *auth, int kind)
+{
+    if (memcmp(hello, MAGIC, 4) != 0)
+        return "not a pycoll bootstrap connection (bad magic)";
+    if (get_u16(hello + 4) != BOOT_VERSION)
+        return "another version of the pycoll bootstrap protocol";
+    if (hello[6] != kind)
+        return "a connection of another kind";
+    if (memcmp(hello + 16, auth->job, BOOT_JOB_BYTES) != 0)
+        return "a connection of another job (another unique id)";
+    return NULL;
+}
+
+static void proof(const boot_auth_t *auth, const char *role, const uint8_t *client_hello,
+                  const uint8_t *server_hello, uint8_t out[SHA256_BYTES])
+{
+    const void *parts[3] = {role, client_hello, server_hello};
+    const size_t lens[3] = {strlen(role), BOOT_HELLO_BYTES, BOOT_HELLO_BYTES};
+    pycoll_hmac_sha256(auth->secret, BOOT_SECRET_BYTES, 3, parts, lens, out);
+}
+
+void boot_conn_start(boot_conn_t *c, int fd, double now)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->state = STATE_HELLO;
+    c->deadline = now + BOOT_HANDSHAKE_S;
+    c->rank = -1;
+}
+
+int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t extra, char *why, size_t why_len)
+{
+    for (;;) {
+        size_t need = c->state == STATE_HELLO ? BOOT_HELLO_BYTES : c->state == STATE_PROOF ? SHA256_BYTES : extra;
+        if (c->state == STATE_DONE || (c->state == STATE_EXTRA && extra == 0)) {
+            c->state = STATE_DONE;
+            return 1;
+        }
+        int r = boot_recv_some(c->fd, c->buf, &c->have, need);
+        if (r < 0) {
+            snprintf(why, why_len, "closed during the handshake");
+            return -1;
+        }
+        if (r == 0)
+            return 0;
+        c->have = 0;
+        if (c->state == STATE_HELLO) {
+            const char *bad = foreign(c->buf, auth, kind);
+            if (bad) {
+                snprintf(why, why_len, "%s", bad);
+                return -1;
+            }
+            memcpy(c->client_hello, c->buf, BOOT_HELLO_BYTES);
+            c->rank = (int32_t)get_u32(c->buf + 8);
+            c->world_size = (int32_t)get_u32(c->buf + 12);
+            uint8_t reply[BOOT_HELLO_BYTES + SHA256_BYTES];
+            if (new_hello(c->server_hello, auth, kind, why, why_len) != PYCOLL_OK)
+                return -1;
+            memcpy(reply, c->server_hello, BOOT_HELLO_BYTES);
+            proof(auth, ROLE_SERVER, c->client_hello, c->server_hello, reply + BOOT_HELLO_BYTES);
+            /* 96 bytes into a fresh connection's empty send buffer: never partial. */
+            if (send(c->fd, reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof reply) {
+                snprintf(why, why_len, "could not send the reply: %s", strerror(errno));
+                return -1;
+            }
+            c->state = STATE_PROOF;
+        } else if (c->state == STATE_PROOF) {
+            uint8_t expected[SHA256_BYTES];
+            proof(auth, ROLE_CLIENT, c->client_hello, c->server_hello, expected);
+            if (!equal_in_constant_time(expected, c->buf, SHA256_BYTES)) {
+                snprintf(why, why_len, "failed authentication (it does not hold this job's secret)");
+                return -1;
+            }
+            c->state = STATE_EXTRA;
+        } else {
+            c->state = STATE_DONE;
+        }
+    }
+}
+
+pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind, int32_t server_rank,
+                                      double deadline, const char *what, char *error, size_t error_len)
+{
+    uint8_t hello[BOOT_HELLO_BYTES], reply[BOOT_HELLO_BYTES + SHA256_BYTES], expected[SHA256_BYTES];
+    pycoll_status_t st = new_hello(hello, auth, kind, error, error_len);
+    if (st == PYCOLL_OK)
+        st = boot_send_all(fd, hello, sizeof hello, deadline, what, error, error_len);
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(fd, reply, sizeof reply, deadline, what, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    const char *bad = foreign(reply, auth, kind);
+    if (bad)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s answered as %s", what, bad);
+    proof(auth, ROLE_SERVER, hello, reply, expected);
+    if (!equal_in_constant_time(expected, reply + BOOT_HELLO_BYTES, SHA256_BYTES))
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_AUTH,
+                                   "authentication failed: %s does not hold this job's secret", what);
+    int32_t their_rank = (int32_t)get_u32(reply + 8);
+    if (server_rank >= 0 && their_rank != server_rank)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s answered as rank %d", what,
+                                   (int)their_rank);
+    proof(auth, ROLE_CLIENT, hello, reply, expected);
+    return boot_send_all(fd, expected, sizeof expected, deadline, what, error, error_len);
+}

@@ -1,0 +1,66 @@
+/* The opening of every bootstrap connection: each side proves it holds the unique id's secret (mutual
+ * HMAC-SHA256 over both sides' fresh nonces), and says which job, rank and world size it belongs to.
+ *
+ *   client -> server  HELLO (64 bytes): "PYCB", version u16, kind u8, 0, rank i32, world size i32,
+ *                     job (the id's 16 random bytes), nonce (32 random bytes)
+ *   server -> client  its HELLO, then its proof HMAC(secret, "pycoll-server" || client HELLO || server HELLO)
+ *   client -> server  its proof HMAC(secret, "pycoll-client" || client HELLO || server HELLO)
+ *   then, by kind: a rank's registration with the root (BOOT_KIND_ROOT), or an ACK byte from the peer that
+ *   admits the connection (BOOT_KIND_PEER).
+ *
+ * Nonces on both sides stop a recorded proof from being replayed, the role label stops one side's proof from
+ * being reflected as the other's, and the client checks the server before proving itself. Connections from
+ * another job (another id), from a stranger, or that stay silent are dropped by the server, which goes on. */
+#ifndef PYCOLL_BOOTSTRAP_HANDSHAKE_H
+#define PYCOLL_BOOTSTRAP_HANDSHAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap/sha256.h"
+#include "pycoll/types.h"
+
+#define BOOT_HELLO_BYTES 64
+#define BOOT_JOB_BYTES 16
+#define BOOT_SECRET_BYTES 32
+#define BOOT_KIND_ROOT 1 /* a rank registering with the root */
+#define BOOT_KIND_PEER 2 /* one rank connecting to another for the TCP mesh */
+#define BOOT_ACK 0x06
+#define BOOT_HANDSHAKE_S 5.0 /* a connection that does not finish its handshake this soon is dropped */
+#define BOOT_MAX_EXTRA 512   /* the largest message that follows a handshake on the server side */
+
+/* What one side knows of the job. */
+typedef struct boot_auth {
+    uint8_t secret[BOOT_SECRET_BYTES];
+    uint8_t job[BOOT_JOB_BYTES];
+    int32_t rank;       /* this side's rank (-1: none) */
+    int32_t world_size;
+} boot_auth_t;
+
+/* One connection being admitted by a server, driven by boot_server_step as its bytes arrive. */
+typedef struct boot_conn {
+    int fd;
+    int state;
+    double deadline;    /* BOOT_HANDSHAKE_S after it was accepted */
+    size_t have;
+    uint8_t buf[BOOT_MAX_EXTRA];
+    uint8_t client_hello[BOOT_HELLO_BYTES], server_hello[BOOT_HELLO_BYTES];
+    int32_t rank, world_size; /* the client's claim, authenticated once done */
+    int kind;
+} boot_conn_t;
+
+void boot_conn_start(boot_conn_t *c, int fd, double now);
+/* Reads what arrived: 1 when the handshake and `extra` more bytes (then in c->buf) are in, 0 when more is to
+ * come, -1 when the connection must be dropped (why says why; the caller closes it). */
+int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t extra, char *why, size_t why_len);
+
+/* The client side, blocking until the deadline: PYCOLL_ERR_AUTH when the server does not hold the secret,
+ * PYCOLL_ERR_PEER_FAILURE when it closes, PYCOLL_ERR_TIMEOUT. server_rank: the rank expected at the other
+ * end (-1: any). */
+pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind, int32_t server_rank,
+                                      double deadline, const char *what, char *error, size_t error_len);
+
+/* Fresh random bytes (getrandom). */
+pycoll_status_t boot_random(void *buf, size_t n, char *error, size_t error_len);
+
+#endif

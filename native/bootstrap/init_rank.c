@@ -1,0 +1,912 @@
+/* pycoll_comm_init_rank: how the ranks of a job meet, from a unique id alone.
+ *
+ * 1. Every rank listens on an ephemeral port (for the TCP mesh) and, unless it will use TCP only, creates its
+ *    shared-memory segment in /dev/shm.
+ * 2. Registration: the rank of the process that made the id (the root) serves the id's listener; every other
+ *    rank connects to it, authenticates (handshake.h) and sends its record: rank, world size, mesh address,
+ *    host identity, pid, segment name, shared-memory settings. The root checks them (world size, duplicate
+ *    ranks, settings) and sends every rank the table of all records -- or why the job failed.
+ * 3. From the table each rank finds the hosts (pycoll_host_identity), picks the transport (the same choice
+ *    everywhere), connects the TCP mesh between the pairs that need it (each rank connects to the lower ranks
+ *    and accepts the higher ones; every connection authenticated) and opens its host's segments.
+ * 4. Ready: every rank tells the root whether step 3 worked; the root tells every rank whether all did, naming
+ *    the rank that failed and why. Only then are the segments unlinked (every peer has opened them) and the
+ *    communicator built. A rank that dies or fails anywhere is reported to every rank, not waited for.
+ *
+ * Every wait ends at the deadline (timeout_s from the call). The root keeps its registration connections open
+ * until step 4, so it learns of a rank that dies during step 3 at once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap_internal.h"
+#include "common/error_format.h"
+#include "pycoll/transports.h"
+
+#define HOST_TEXT_BYTES 96
+#define SEGMENT_NAME_BYTES 64
+#define MESSAGE_BYTES 384
+/* rank, world size, address, pid, pid namespace, ring bytes, transport, host, segment name */
+#define RECORD_BYTES (4 + 4 + BOOT_ADDR_WIRE_BYTES + 4 + 8 + 8 + 4 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES)
+#define STATUS_BYTES (4 + 4 + MESSAGE_BYTES) /* status, the rank it concerns, message */
+#define MAX_PENDING 64 /* handshakes in progress on one listener: a flood cannot grow memory or stall others */
+#define SHM_DIR "/dev/shm"
+#define SPIN_NS_OWN_CORE 2000000LL /* pycoll.plugins.tcp.spin_us tells why these two */
+#define SPIN_NS_SHARED_CORE 200000LL
+
+typedef struct rank_record {
+    int32_t rank, world_size;
+    boot_addr_t addr;
+    int32_t pid;
+    uint64_t pid_ns;
+    int64_t ring_bytes;
+    uint32_t transport;
+    char host[HOST_TEXT_BYTES];
+    char segment[SEGMENT_NAME_BYTES]; /* "" when this rank made none */
+} rank_record_t;
+
+typedef struct boot_state {
+    int32_t rank, size;
+    double deadline, timeout_s;
+    pycoll_init_config_t cfg;
+    boot_auth_t auth;
+    boot_addr_t root_addr;
+    char root_text[BOOT_ADDR_TEXT_LEN];
+    int listen_fd;      /* this rank's mesh listener */
+    int root_listen_fd; /* the id's listener, on the root */
+    int root_fd;        /* a non-root rank's connection to the root */
+    int *client_fds;    /* the root's connection to each rank */
+    rank_record_t *table;
+    int32_t *host_of;
+    int32_t n_hosts;
+    const char *transport; /* "tcp", "shm" or "shm+tcp" */
+    int seg_fd;
+    char seg_path[SEGMENT_NAME_BYTES + 16];
+    int *peer_fds; /* TCP sockets, -1 where none */
+    int *seg_fds;  /* this host's segments, -1 elsewhere */
+    int32_t *pids;
+    uint8_t *ready_seen; /* the root: ranks whose ready message arrived while it still connected its mesh */
+    int relayed;         /* s->error is another rank's failure, already naming it */
+    int dropped;   /* connections to our listeners that failed their handshake */
+    char dropped_why[128];
+    char *error;
+} boot_state_t;
+
+static pycoll_status_t fail(boot_state_t *s, pycoll_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static pycoll_status_t fail(boot_state_t *s, pycoll_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pycoll_vformat_error(s->error, BOOT_ERROR_LEN, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* ---- records and status messages on the wire ---- */
+
+static void record_put(uint8_t *p, const rank_record_t *r)
+{
+    put_u32(p, (uint32_t)r->rank);
+    put_u32(p + 4, (uint32_t)r->world_size);
+    boot_addr_put(p + 8, &r->addr);
+    p += 8 + BOOT_ADDR_WIRE_BYTES;
+    put_u32(p, (uint32_t)r->pid);
+    put_u64(p + 4, r->pid_ns);
+    put_u64(p + 12, (uint64_t)r->ring_bytes);
+    put_u32(p + 20, r->transport);
+    memcpy(p + 24, r->host, HOST_TEXT_BYTES);
+    memcpy(p + 24 + HOST_TEXT_BYTES, r->segment, SEGMENT_NAME_BYTES);
+}
+
+static void record_get(const uint8_t *p, rank_record_t *r)
+{
+    r->rank = (int32_t)get_u32(p);
+    r->world_size = (int32_t)get_u32(p + 4);
+    boot_addr_get(p + 8, &r->addr);
+    p += 8 + BOOT_ADDR_WIRE_BYTES;
+    r->pid = (int32_t)get_u32(p);
+    r->pid_ns = get_u64(p + 4);
+    r->ring_bytes = (int64_t)get_u64(p + 12);
+    r->transport = get_u32(p + 20);
+    memcpy(r->host, p + 24, HOST_TEXT_BYTES);
+    memcpy(r->segment, p + 24 + HOST_TEXT_BYTES, SEGMENT_NAME_BYTES);
+    r->host[HOST_TEXT_BYTES - 1] = r->segment[SEGMENT_NAME_BYTES - 1] = 0;
+}
+
+static void status_put(uint8_t *p, pycoll_status_t status, int32_t about, const char *message)
+{
+    memset(p, 0, STATUS_BYTES);
+    put_u32(p, (uint32_t)status);
+    put_u32(p + 4, (uint32_t)about);
+    snprintf((char *)p + 8, MESSAGE_BYTES, "%s", message);
+}
+
+/* A status message received: the status it carries, its text into s->error. */
+static pycoll_status_t status_get(boot_state_t *s, const uint8_t *p)
+{
+    pycoll_status_t status = (pycoll_status_t)get_u32(p);
+    if (status == PYCOLL_OK)
+        return PYCOLL_OK;
+    char message[MESSAGE_BYTES];
+    memcpy(message, p + 8, MESSAGE_BYTES);
+    message[MESSAGE_BYTES - 1] = 0;
+    s->relayed = 1;
+    return fail(s, status == PYCOLL_ERR_INVALID || status == PYCOLL_ERR_AUTH ? status : PYCOLL_ERR_PEER_FAILURE,
+                "%s", message);
+}
+
+static uint64_t pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void format_ranks(char *out, size_t len, const int32_t *ranks, int n)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && used + 16 < len; i++)
+        used += (size_t)snprintf(out + used, len - used, i ? ", %d" : "%d", (int)ranks[i]);
+    if (n == 0)
+        snprintf(out, len, "none");
+}
+
+/* ---- step 1: this rank's listener and segment ---- */
+
+static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
+{
+    char *error = s->error;
+    const char *ifname = s->cfg.ifname, *source = "ifname";
+    if (!ifname || !ifname[0]) {
+        ifname = getenv("PYCOLL_SOCKET_IFNAME");
+        source = "PYCOLL_SOCKET_IFNAME";
+    }
+    memset(mine, 0, sizeof *mine);
+    mine->rank = s->rank;
+    mine->world_size = s->size;
+    mine->pid = (int32_t)getpid();
+    mine->pid_ns = pid_namespace();
+    mine->ring_bytes = s->cfg.shm_ring_bytes;
+    mine->transport = s->cfg.transport;
+    pycoll_host_identity(mine->host, sizeof mine->host);
+    boot_addr_t here;
+    pycoll_status_t st = boot_choose_address(ifname, source, &s->root_addr, &here, error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK && s->size > 1)
+        st = boot_listen(&here, s->size + 16, &s->listen_fd, &mine->addr, error, BOOT_ERROR_LEN);
+    if (st != PYCOLL_OK || s->cfg.transport == PYCOLL_TRANSPORT_TCP)
+        return st;
+    struct stat dir;
+    if (stat(SHM_DIR, &dir) != 0 || !S_ISDIR(dir.st_mode)) {
+        if (s->cfg.transport == PYCOLL_TRANSPORT_SHM)
+            return fail(s, PYCOLL_ERR_SYSTEM, "%s is missing (POSIX shared memory is not mounted)", SHM_DIR);
+        return PYCOLL_OK; /* no segment: the job runs over TCP (every rank sees that in the table) */
+    }
+    uint8_t tag[6];
+    if ((st = boot_random(tag, sizeof tag, error, BOOT_ERROR_LEN)) != PYCOLL_OK)
+        return st;
+    snprintf(mine->segment, sizeof mine->segment, "pycoll-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), tag[0],
+             tag[1], tag[2], tag[3], tag[4], tag[5]);
+    snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
+    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (s->seg_fd < 0)
+        return fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s: %s", s->seg_path, strerror(errno));
+    if (ftruncate(s->seg_fd, pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes)) != 0)
+        return fail(s, PYCOLL_ERR_SYSTEM, "cannot size %s: %s", s->seg_path, strerror(errno));
+    return PYCOLL_OK;
+}
+
+/* ---- step 2: registration ---- */
+
+/* Tells every connected rank that the job failed, and why (best effort: they may be gone). */
+static void broadcast_status(boot_state_t *s, pycoll_status_t status, int32_t about)
+{
+    uint8_t msg[STATUS_BYTES];
+    status_put(msg, status, about, s->error);
+    for (int32_t r = 0; r < s->size; r++)
+        if (s->client_fds[r] >= 0)
+            boot_send_all(s->client_fds[r], msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+}
+
+/* Why a registration cannot join this job, or PYCOLL_OK. */
+static pycoll_status_t check_record(boot_state_t *s, const rank_record_t *r)
+{
+    const rank_record_t *root = &s->table[s->rank];
+    if (r->world_size != s->size)
+        return fail(s, PYCOLL_ERR_INVALID, "rank %d called pycoll_comm_init_rank with world size %d, rank %d "
+                    "with %d", (int)r->rank, (int)r->world_size, (int)s->rank, (int)s->size);
+    if (r->rank < 0 || r->rank >= s->size)
+        return fail(s, PYCOLL_ERR_INVALID, "a process registered as rank %d of a world of %d", (int)r->rank,
+                    (int)s->size);
+    if (s->table[r->rank].world_size != 0)
+        return fail(s, PYCOLL_ERR_INVALID, "two processes registered as rank %d", (int)r->rank);
+    if (r->transport != root->transport || r->ring_bytes != root->ring_bytes)
+        return fail(s, PYCOLL_ERR_INVALID, "rank %d asked for transport %u with shared-memory rings of %lld "
+                    "bytes, rank %d for transport %u with %lld bytes; every rank must ask alike", (int)r->rank,
+                    r->transport, (long long)r->ring_bytes, (int)s->rank, root->transport,
+                    (long long)root->ring_bytes);
+    return PYCOLL_OK;
+}
+
+static void note_dropped(boot_state_t *s, const char *why)
+{
+    s->dropped++;
+    snprintf(s->dropped_why, sizeof s->dropped_why, "%.120s", why);
+}
+
+/* A dropped-connections clause for timeout messages ("" when none). */
+static void dropped_clause(const boot_state_t *s, char *out, size_t len)
+{
+    if (s->dropped)
+        snprintf(out, len, "; %d connection%s dropped (last: %s)", s->dropped, s->dropped == 1 ? "" : "s",
+                 s->dropped_why);
+    else
+        out[0] = 0;
+}
+
+/* Accepts and advances handshakes on `listen_fd` until `done` says enough ranks are in. Shared by the root's
+ * registration (kind ROOT, records follow) and the mesh (kind PEER). `admit` takes a finished connection:
+ * PYCOLL_OK keeps it, another status ends the wait with that failure; it returns 1 in *keep when it took the
+ * descriptor. `watch` (n_watch descriptors, -1 for none) are established connections that on_watch reads when
+ * they become readable (watch[i] is rank i's, or the root's when n_watch is 1): it returns a failure to end
+ * the wait, or sets *stop to stop watching that one. */
+typedef pycoll_status_t (*admit_fn)(boot_state_t *s, boot_conn_t *c, int *taken);
+typedef int (*done_fn)(const boot_state_t *s);
+typedef pycoll_status_t (*watch_fn)(boot_state_t *s, int fd, int32_t who, int *stop);
+
+static pycoll_status_t serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
+                             const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what)
+{
+    boot_conn_t *pending = calloc(MAX_PENDING, sizeof *pending);
+    struct pollfd *fds = calloc((size_t)(1 + MAX_PENDING + n_watch), sizeof *fds);
+    int *watching = malloc((size_t)(n_watch > 0 ? n_watch : 1) * sizeof *watching);
+    pycoll_status_t st = PYCOLL_OK;
+    int n = 0;
+    if (!pending || !fds || !watching)
+        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; watching && i < n_watch; i++)
+        watching[i] = watch[i];
+    while (st == PYCOLL_OK && !done(s)) {
+        double now = boot_now(), wake = s->deadline;
+        if (now >= s->deadline) {
+            st = fail(s, PYCOLL_ERR_TIMEOUT, "%s", timeout_what);
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            wake = pending[i].deadline < wake ? pending[i].deadline : wake;
+        int nfds = 0;
+        fds[nfds++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+        for (int32_t i = 0; i < n_watch; i++)
+            fds[nfds++] = (struct pollfd){.fd = watching[i], .events = POLLIN};
+        int k = poll(fds, (nfds_t)nfds, (int)((wake - now) * 1000) + 1);
+        if (k < 0 && errno != EINTR) {
+            st = fail(s, PYCOLL_ERR_SYSTEM, "poll: %s", strerror(errno));
+            break;
+        }
+        for (int32_t i = 0; i < n_watch && st == PYCOLL_OK; i++)
+            if (watching[i] >= 0 && fds[1 + n + i].revents) {
+                int stop = 0;
+                st = on_watch(s, watching[i], i, &stop);
+                if (stop)
+                    watching[i] = -1;
+            }
+        now = boot_now();
+        for (int i = 0; i < n && st == PYCOLL_OK;) {
+            char why[160];
+            int r = now > pending[i].deadline ? -1 : boot_server_step(&pending[i], &s->auth, kind, extra, why,
+                                                                     sizeof why);
+            if (now > pending[i].deadline)
+                snprintf(why, sizeof why, "silent for %.0f s during the handshake", BOOT_HANDSHAKE_S);
+            if (r == 0) {
+                i++;
+                continue;
+            }
+            int taken = 0;
+            if (r > 0)
+                st = admit(s, &pending[i], &taken);
+            else
+                note_dropped(s, why);
+            if (!taken)
+                close(pending[i].fd);
+            pending[i] = pending[--n];
+        }
+        if (st == PYCOLL_OK && (fds[0].revents & POLLIN))
+            for (int fd; n < MAX_PENDING && (fd = boot_accept(listen_fd)) >= 0;)
+                boot_conn_start(&pending[n++], fd, now);
+    }
+    for (int i = 0; i < n; i++)
+        close(pending[i].fd);
+    free(pending);
+    free(fds);
+    free(watching);
+    return st;
+}
+
+static int all_registered(const boot_state_t *s)
+{
+    for (int32_t r = 0; r < s->size; r++)
+        if (s->table[r].world_size == 0)
+            return 0;
+    return 1;
+}
+
+static pycoll_status_t admit_registration(boot_state_t *s, boot_conn_t *c, int *taken)
+{
+    rank_record_t r;
+    record_get(c->buf, &r);
+    if (r.rank != c->rank || r.world_size != c->world_size)
+        return note_dropped(s, "its registration contradicts its handshake"), PYCOLL_OK;
+    pycoll_status_t st = check_record(s, &r);
+    if (st != PYCOLL_OK) {
+        uint8_t msg[STATUS_BYTES];
+        status_put(msg, st, r.rank, s->error);
+        boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+        return st;
+    }
+    s->table[r.rank] = r;
+    s->client_fds[r.rank] = c->fd;
+    *taken = 1;
+    return PYCOLL_OK;
+}
+
+/* A registered rank's connection became readable before the table went out: it closed (it died). */
+static pycoll_status_t registered_rank_closed(boot_state_t *s, int fd, int32_t who, int *stop)
+{
+    (void)fd, (void)stop;
+    return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d closed its connection to the bootstrap root (rank %d) during "
+                "set-up: it failed or exited", (int)who, (int)s->rank);
+}
+
+static pycoll_status_t root_register(boot_state_t *s, const rank_record_t *mine)
+{
+    s->table[s->rank] = *mine;
+    char timeout_what[BOOT_ERROR_LEN];
+    pycoll_status_t st = serve(s, s->root_listen_fd, BOOT_KIND_ROOT, RECORD_BYTES, admit_registration,
+                               all_registered, s->client_fds, s->size, registered_rank_closed, "");
+    close_fd(&s->root_listen_fd);
+    if (st == PYCOLL_ERR_TIMEOUT) {
+        int32_t *missing = malloc((size_t)s->size * sizeof *missing), *present = malloc((size_t)s->size * sizeof *present);
+        int n_missing = 0, n_present = 0;
+        for (int32_t r = 0; missing && present && r < s->size; r++) {
+            if (s->table[r].world_size == 0)
+                missing[n_missing++] = r;
+            else
+                present[n_present++] = r;
+        }
+        char m[256], p[256], d[200];
+        format_ranks(m, sizeof m, missing, n_missing);
+        format_ranks(p, sizeof p, present, n_present);
+        dropped_clause(s, d, sizeof d);
+        snprintf(timeout_what, sizeof timeout_what, "rank%s %s of %d did not register with the bootstrap root "
+                 "(rank %d, %s) within %.3g s (registered: %s)%s", n_missing == 1 ? "" : "s", m, (int)s->size,
+                 (int)s->rank, s->root_text, s->timeout_s, p, d);
+        fail(s, PYCOLL_ERR_TIMEOUT, "%s", timeout_what);
+        free(missing);
+        free(present);
+    }
+    if (st != PYCOLL_OK) {
+        broadcast_status(s, st, s->rank);
+        return st;
+    }
+    size_t bytes = STATUS_BYTES + (size_t)s->size * RECORD_BYTES;
+    uint8_t *msg = calloc(1, bytes);
+    if (!msg)
+        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    status_put(msg, PYCOLL_OK, s->rank, "");
+    for (int32_t r = 0; r < s->size; r++)
+        record_put(msg + STATUS_BYTES + (size_t)r * RECORD_BYTES, &s->table[r]);
+    char what[64];
+    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++)
+        if (s->client_fds[r] >= 0) {
+            snprintf(what, sizeof what, "rank %d", (int)r);
+            st = boot_send_all(s->client_fds[r], msg, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        }
+    free(msg);
+    return st;
+}
+
+static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *mine)
+{
+    char what[BOOT_ADDR_TEXT_LEN + 64];
+    snprintf(what, sizeof what, "the bootstrap root at %s", s->root_text);
+    pycoll_status_t st;
+    /* The root drops connections while flooded; one closed before it replied is worth another try. */
+    for (;;) {
+        st = boot_connect(&s->root_addr, s->deadline, what, &s->root_fd, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_client_handshake(s->root_fd, &s->auth, BOOT_KIND_ROOT, -1, s->deadline, what, s->error,
+                                       BOOT_ERROR_LEN);
+        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline)
+            break;
+        close_fd(&s->root_fd);
+        usleep(20000);
+    }
+    if (st == PYCOLL_ERR_TIMEOUT)
+        return fail(s, PYCOLL_ERR_TIMEOUT, "rank %d could not register with the bootstrap root at %s within "
+                    "%.3g s: did the process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank,
+                    s->root_text, s->timeout_s, s->error);
+    uint8_t record[RECORD_BYTES], status[STATUS_BYTES];
+    record_put(record, mine);
+    if (st == PYCOLL_OK)
+        st = boot_send_all(s->root_fd, record, sizeof record, s->deadline, what, s->error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, status, sizeof status, s->deadline, what, s->error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_ERR_TIMEOUT)
+        return fail(s, st, "rank %d registered with the bootstrap root at %s but the other ranks did not all "
+                    "arrive within %.3g s", (int)s->rank, s->root_text, s->timeout_s);
+    if (st == PYCOLL_OK)
+        st = status_get(s, status);
+    uint8_t *table = st == PYCOLL_OK ? malloc((size_t)s->size * RECORD_BYTES) : NULL;
+    if (st == PYCOLL_OK && !table)
+        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, table, (size_t)s->size * RECORD_BYTES, s->deadline, what, s->error,
+                           BOOT_ERROR_LEN);
+    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
+        record_get(table + (size_t)r * RECORD_BYTES, &s->table[r]);
+    free(table);
+    return st;
+}
+
+/* ---- step 3: hosts, transport, mesh, segments ---- */
+
+static pycoll_status_t find_hosts_and_transport(boot_state_t *s)
+{
+    int all_have_segments = 1;
+    for (int32_t r = 0; r < s->size; r++) {
+        s->host_of[r] = r;
+        for (int32_t q = 0; q < r; q++)
+            if (strcmp(s->table[q].host, s->table[r].host) == 0) {
+                s->host_of[r] = s->host_of[q];
+                break;
+            }
+        s->n_hosts += s->host_of[r] == r;
+        all_have_segments &= s->table[r].segment[0] != 0;
+    }
+    /* Hosts numbered in order of their lowest rank, 0, 1, ...: the map pycoll_comm_set_hosts expects. */
+    int32_t *number = malloc((size_t)s->size * sizeof *number), next = 0;
+    if (!number)
+        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    for (int32_t r = 0; r < s->size; r++)
+        number[r] = s->host_of[r] == r ? next++ : number[s->host_of[r]];
+    memcpy(s->host_of, number, (size_t)s->size * sizeof *number);
+    free(number);
+    if (s->cfg.transport == PYCOLL_TRANSPORT_SHM && s->n_hosts > 1) {
+        int32_t *away = malloc((size_t)s->size * sizeof *away);
+        int n_away = 0;
+        for (int32_t r = 0; away && r < s->size; r++)
+            if (s->host_of[r] != s->host_of[0])
+                away[n_away++] = r;
+        char ranks[256];
+        format_ranks(ranks, sizeof ranks, away, away ? n_away : 0);
+        free(away);
+        return fail(s, PYCOLL_ERR_INVALID, "shared memory needs every rank on one host, but ranks %s are on "
+                    "another host than rank 0 (%d hosts: different boot id, IPC or network namespace); use the "
+                    "default transport or TCP", ranks, (int)s->n_hosts);
+    }
+    if (s->cfg.transport == PYCOLL_TRANSPORT_TCP || !all_have_segments)
+        s->transport = "tcp";
+    else if (s->n_hosts == 1)
+        s->transport = "shm";
+    else
+        s->transport = s->size > s->n_hosts ? "shm+tcp" : "tcp";
+    return PYCOLL_OK;
+}
+
+/* Whether this rank talks to rank r over TCP. */
+static int over_tcp(const boot_state_t *s, int32_t r)
+{
+    if (r == s->rank || strcmp(s->transport, "shm") == 0)
+        return 0;
+    return strcmp(s->transport, "tcp") == 0 || s->host_of[r] != s->host_of[s->rank];
+}
+
+static int mesh_complete(const boot_state_t *s)
+{
+    for (int32_t r = s->rank + 1; r < s->size; r++)
+        if (over_tcp(s, r) && s->peer_fds[r] < 0)
+            return 0;
+    return 1;
+}
+
+static pycoll_status_t admit_peer(boot_state_t *s, boot_conn_t *c, int *taken)
+{
+    int32_t r = c->rank;
+    if (c->world_size != s->size || r <= s->rank || r >= s->size || !over_tcp(s, r) || s->peer_fds[r] >= 0) {
+        char why[96];
+        snprintf(why, sizeof why, "a connection claiming rank %d was not expected", (int)r);
+        note_dropped(s, why);
+        return PYCOLL_OK;
+    }
+    uint8_t ack = BOOT_ACK;
+    if (boot_send_all(c->fd, &ack, 1, boot_now() + 1.0, "a peer", NULL, 0) != PYCOLL_OK) {
+        note_dropped(s, "closed before its acknowledgement");
+        return PYCOLL_OK;
+    }
+    s->peer_fds[r] = c->fd;
+    *taken = 1;
+    return PYCOLL_OK;
+}
+
+/* During the mesh the root watches every rank's registration connection: a rank sends its ready message there
+ * (step 4) as soon as its own part is done -- a failure ends the root's wait at once -- and a rank that closes
+ * it died. A rank watches its connection to the root: the root sends why the job failed, or closes because it
+ * died. */
+static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int *stop)
+{
+    uint8_t msg[STATUS_BYTES];
+    char what[48];
+    snprintf(what, sizeof what, "rank %d", (int)who);
+    if (boot_recv_all(fd, msg, sizeof msg, boot_now() + 1.0, what, s->error, BOOT_ERROR_LEN) != PYCOLL_OK)
+        return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d failed or exited while the ranks connected", (int)who);
+    pycoll_status_t st = status_get(s, msg);
+    s->ready_seen[who] = st == PYCOLL_OK;
+    *stop = 1;
+    return st;
+}
+
+static pycoll_status_t rank_sees_root_message(boot_state_t *s, int fd, int32_t who, int *stop)
+{
+    (void)who, (void)stop;
+    uint8_t msg[STATUS_BYTES];
+    if (boot_recv_all(fd, msg, sizeof msg, boot_now() + 1.0, "the bootstrap root", s->error, BOOT_ERROR_LEN) !=
+        PYCOLL_OK)
+        return fail(s, PYCOLL_ERR_PEER_FAILURE, "the bootstrap root (the rank that made the unique id) failed or "
+                    "exited while the ranks connected");
+    pycoll_status_t st = status_get(s, msg);
+    return st == PYCOLL_OK ? fail(s, PYCOLL_ERR_PEER_FAILURE, "the bootstrap root sent an unexpected message") : st;
+}
+
+static pycoll_status_t connect_mesh(boot_state_t *s)
+{
+    char what[BOOT_ADDR_TEXT_LEN + 32];
+    pycoll_status_t st = PYCOLL_OK;
+    for (int32_t r = 0; r < s->rank && st == PYCOLL_OK; r++) {
+        if (!over_tcp(s, r))
+            continue;
+        char addr[BOOT_ADDR_TEXT_LEN];
+        boot_addr_text(&s->table[r].addr, addr, sizeof addr);
+        snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
+        uint8_t ack = 0;
+        st = boot_connect(&s->table[r].addr, s->deadline, what, &s->peer_fds[r], s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_client_handshake(s->peer_fds[r], &s->auth, BOOT_KIND_PEER, r, s->deadline, what, s->error,
+                                       BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_recv_all(s->peer_fds[r], &ack, 1, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK && ack != BOOT_ACK)
+            st = fail(s, PYCOLL_ERR_PEER_FAILURE, "%s answered the handshake with %u", what, ack);
+        if (st == PYCOLL_ERR_TIMEOUT)
+            fail(s, st, "rank %d did not accept rank %d's connection within %.3g s", (int)r, (int)s->rank,
+                 s->timeout_s);
+    }
+    if (st != PYCOLL_OK)
+        return st;
+    int root = s->root_fd < 0;
+    st = serve(s, s->listen_fd, BOOT_KIND_PEER, 0, admit_peer, mesh_complete, root ? s->client_fds : &s->root_fd,
+               root ? s->size : 1, root ? root_hears_rank : rank_sees_root_message, "");
+    if (st == PYCOLL_ERR_TIMEOUT) {
+        int32_t *missing = malloc((size_t)s->size * sizeof *missing);
+        int n = 0;
+        for (int32_t r = s->rank + 1; missing && r < s->size; r++)
+            if (over_tcp(s, r) && s->peer_fds[r] < 0)
+                missing[n++] = r;
+        char m[256], d[200];
+        format_ranks(m, sizeof m, missing, missing ? n : 0);
+        dropped_clause(s, d, sizeof d);
+        free(missing);
+        fail(s, st, "rank%s %s did not connect to rank %d within %.3g s%s", n == 1 ? "" : "s", m, (int)s->rank,
+             s->timeout_s, d);
+    }
+    return st;
+}
+
+static pycoll_status_t open_segments(boot_state_t *s)
+{
+    if (strcmp(s->transport, "tcp") == 0)
+        return PYCOLL_OK;
+    uint64_t my_ns = pid_namespace();
+    for (int32_t r = 0; r < s->size; r++) {
+        if (s->host_of[r] != s->host_of[s->rank])
+            continue;
+        s->pids[r] = s->table[r].pid_ns == my_ns ? s->table[r].pid : 0; /* a pid means something only here */
+        if (r == s->rank) {
+            s->seg_fds[r] = s->seg_fd;
+            s->seg_fd = -1;
+            continue;
+        }
+        char path[SEGMENT_NAME_BYTES + 16];
+        snprintf(path, sizeof path, "%s/%s", SHM_DIR, s->table[r].segment);
+        s->seg_fds[r] = open(path, O_RDWR | O_CLOEXEC);
+        if (s->seg_fds[r] < 0)
+            return fail(s, PYCOLL_ERR_SYSTEM, "rank %d cannot open rank %d's shared memory %s: %s", (int)s->rank,
+                        (int)r, path, strerror(errno));
+    }
+    return PYCOLL_OK;
+}
+
+/* ---- step 4: everyone ready ---- */
+
+static pycoll_status_t agree_ready(boot_state_t *s, pycoll_status_t mine)
+{
+    uint8_t msg[STATUS_BYTES];
+    if (s->root_fd >= 0) { /* a rank: say how it went, hear how it went everywhere */
+        char own[BOOT_ERROR_LEN];
+        snprintf(own, sizeof own, "%s", s->error);
+        if (!s->relayed)
+            snprintf(s->error, BOOT_ERROR_LEN, "rank %d: %.*s", (int)s->rank, BOOT_ERROR_LEN - 32, own);
+        status_put(msg, mine, s->rank, mine == PYCOLL_OK ? "" : s->error);
+        pycoll_status_t st = boot_send_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", NULL, 0);
+        if (mine != PYCOLL_OK) {
+            snprintf(s->error, BOOT_ERROR_LEN, "%s", own);
+            return mine;
+        }
+        if (st == PYCOLL_OK)
+            st = boot_recv_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error,
+                               BOOT_ERROR_LEN);
+        if (st == PYCOLL_ERR_TIMEOUT)
+            return fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank,
+                        s->timeout_s);
+        return st == PYCOLL_OK ? status_get(s, msg) : st;
+    }
+    if (mine != PYCOLL_OK) { /* the root failed, or heard of a rank that did: every rank hears why */
+        char own[BOOT_ERROR_LEN];
+        snprintf(own, sizeof own, "%s", s->error);
+        if (!s->relayed)
+            snprintf(s->error, BOOT_ERROR_LEN, "rank %d: %.*s", (int)s->rank, BOOT_ERROR_LEN - 32, own);
+        broadcast_status(s, mine, s->rank);
+        snprintf(s->error, BOOT_ERROR_LEN, "%s", own);
+        return mine;
+    }
+    pycoll_status_t st = PYCOLL_OK;
+    int32_t failed = -1;
+    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++) {
+        if (s->client_fds[r] < 0 || s->ready_seen[r])
+            continue;
+        char what[48];
+        snprintf(what, sizeof what, "rank %d", (int)r);
+        st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = status_get(s, msg);
+        if (st != PYCOLL_OK)
+            failed = r;
+    }
+    if (st == PYCOLL_ERR_TIMEOUT)
+        fail(s, st, "rank %d did not finish connecting within %.3g s", (int)failed, s->timeout_s);
+    uint8_t go[STATUS_BYTES];
+    status_put(go, st, failed, st == PYCOLL_OK ? "" : s->error);
+    for (int32_t r = 0; r < s->size; r++)
+        if (s->client_fds[r] >= 0 && r != failed)
+            boot_send_all(s->client_fds[r], go, sizeof go, boot_now() + 1.0, "a rank", NULL, 0);
+    return st;
+}
+
+/* ---- the communicator ---- */
+
+static pycoll_p2p_t *make_transport(boot_state_t *s)
+{
+    char *error = s->error;
+    int32_t n = s->size;
+    pycoll_p2p_t *tcp = NULL, *shm = NULL;
+    int want_tcp = strcmp(s->transport, "shm") != 0, want_shm = strcmp(s->transport, "tcp") != 0;
+    if (want_shm) {
+        shm = pycoll_shm_transport_create(s->rank, n, s->seg_fds, s->pids, s->cfg.shm_ring_bytes, error,
+                                          BOOT_ERROR_LEN);
+        if (!shm)
+            return NULL;
+    }
+    if (want_tcp) {
+        tcp = pycoll_tcp_transport_create(s->rank, n, s->peer_fds, error, BOOT_ERROR_LEN);
+        if (!tcp) {
+            if (shm)
+                shm->ops->destroy(shm);
+            return NULL;
+        }
+        for (int32_t r = 0; r < n; r++)
+            s->peer_fds[r] = -1; /* the transport owns them now */
+    }
+    if (!want_tcp || !want_shm)
+        return want_tcp ? tcp : shm;
+    int32_t *route = malloc((size_t)n * sizeof *route);
+    if (!route) {
+        shm->ops->destroy(shm);
+        tcp->ops->destroy(tcp);
+        pycoll_format_error(error, BOOT_ERROR_LEN, PYCOLL_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (int32_t r = 0; r < n; r++)
+        route[r] = s->host_of[r] == s->host_of[s->rank] ? 0 : 1;
+    pycoll_p2p_t *children[2] = {shm, tcp};
+    pycoll_p2p_t *routed = pycoll_routed_transport_create(2, children, route, error, BOOT_ERROR_LEN);
+    free(route);
+    return routed;
+}
+
+static long cores_here(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+static pycoll_status_t build_comm(boot_state_t *s, pycoll_comm_t **comm)
+{
+    pycoll_p2p_t *p2p = make_transport(s);
+    if (!p2p)
+        return PYCOLL_ERR_SYSTEM;
+    p2p->check_interrupt = s->cfg.check_interrupt;
+    p2p->interrupt_ctx = s->cfg.interrupt_ctx;
+    int32_t local = 0;
+    for (int32_t r = 0; r < s->size; r++)
+        local += s->host_of[r] == s->host_of[s->rank];
+    pycoll_comm_options_t options;
+    pycoll_comm_options_init(&options);
+    options.timeout_s = s->timeout_s;
+    options.segment_bytes = s->cfg.segment_bytes;
+    options.spin_ns = s->cfg.spin_ns >= 0 ? s->cfg.spin_ns
+                                          : local <= cores_here() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED_CORE;
+    pycoll_status_t st = pycoll_comm_create(comm, p2p, &options, s->error, BOOT_ERROR_LEN);
+    if (st != PYCOLL_OK) {
+        p2p->ops->destroy(p2p);
+        return st;
+    }
+    st = pycoll_comm_set_hosts(*comm, s->host_of);
+    if (st != PYCOLL_OK) {
+        snprintf(s->error, BOOT_ERROR_LEN, "%s", pycoll_comm_error(*comm));
+        pycoll_comm_destroy(*comm);
+        *comm = NULL;
+    }
+    return st;
+}
+
+/* ---- the entry points ---- */
+
+void pycoll_init_config_init(pycoll_init_config_t *config)
+{
+    memset(config, 0, sizeof *config);
+    config->version = PYCOLL_INIT_CONFIG_VERSION;
+    config->transport = PYCOLL_TRANSPORT_AUTO;
+    config->timeout_s = PYCOLL_DEFAULT_TIMEOUT_S;
+    config->spin_ns = -1;
+}
+
+static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, const pycoll_unique_id_t *id,
+                                       const pycoll_init_config_t *config)
+{
+    if (!comm || !id || !config)
+        return fail(s, PYCOLL_ERR_INVALID, "comm, id and config must not be NULL");
+    if (config->version != PYCOLL_INIT_CONFIG_VERSION)
+        return fail(s, PYCOLL_ERR_INVALID, "config is of version %u, this library reads version %d",
+                    config->version, PYCOLL_INIT_CONFIG_VERSION);
+    if (s->size < 1)
+        return fail(s, PYCOLL_ERR_INVALID, "world_size must be at least 1, got %d", (int)s->size);
+    if (s->rank < 0 || s->rank >= s->size)
+        return fail(s, PYCOLL_ERR_INVALID, "rank must be in [0, %d), got %d", (int)s->size, (int)s->rank);
+    if (!(config->timeout_s > 0))
+        return fail(s, PYCOLL_ERR_INVALID, "timeout_s must be positive, got %g", config->timeout_s);
+    if (config->transport > PYCOLL_TRANSPORT_SHM)
+        return fail(s, PYCOLL_ERR_INVALID, "transport must be AUTO, TCP or SHM, got %u", config->transport);
+    int64_t ring = config->shm_ring_bytes;
+    if (ring != 0 && (ring < 4096 || (ring & (ring - 1))))
+        return fail(s, PYCOLL_ERR_INVALID, "shm_ring_bytes must be 0 or a power of two of at least 4096, got %lld",
+                    (long long)ring);
+    boot_id_t decoded;
+    pycoll_status_t st = boot_id_decode(id, &decoded, s->error, BOOT_ERROR_LEN);
+    if (st != PYCOLL_OK)
+        return st;
+    s->root_addr = decoded.root;
+    boot_addr_text(&decoded.root, s->root_text, sizeof s->root_text);
+    memcpy(s->auth.job, decoded.job, BOOT_JOB_BYTES);
+    memcpy(s->auth.secret, decoded.secret, BOOT_SECRET_BYTES);
+    return PYCOLL_OK;
+}
+
+static void release(boot_state_t *s)
+{
+    for (int32_t r = 0; r < s->size; r++) {
+        if (s->client_fds)
+            close_fd(&s->client_fds[r]);
+        if (s->peer_fds)
+            close_fd(&s->peer_fds[r]);
+        if (s->seg_fds)
+            close_fd(&s->seg_fds[r]);
+    }
+    close_fd(&s->listen_fd);
+    close_fd(&s->root_listen_fd);
+    close_fd(&s->root_fd);
+    close_fd(&s->seg_fd);
+    if (s->seg_path[0])
+        unlink(s->seg_path); /* every local peer has opened it, or the job failed: nothing stays in /dev/shm */
+    free(s->client_fds);
+    free(s->peer_fds);
+    free(s->seg_fds);
+    free(s->pids);
+    free(s->table);
+    free(s->host_of);
+    free(s->ready_seen);
+}
+
+pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size, const pycoll_unique_id_t *id,
+                                             int32_t rank, const pycoll_init_config_t *config)
+{
+    boot_state_t s = {.rank = rank, .size = world_size, .listen_fd = -1, .root_listen_fd = -1, .root_fd = -1,
+                      .seg_fd = -1, .error = boot_error()};
+    s.error[0] = 0;
+    if (comm)
+        *comm = NULL;
+    pycoll_status_t st = check_arguments(&s, comm, id, config);
+    if (st != PYCOLL_OK)
+        return st;
+    s.cfg = *config;
+    s.timeout_s = config->timeout_s;
+    s.deadline = boot_now() + config->timeout_s;
+    s.auth.rank = rank;
+    s.auth.world_size = world_size;
+    s.root_listen_fd = boot_claim_listener(s.auth.job);
+    size_t n = (size_t)world_size;
+    s.client_fds = malloc(n * sizeof(int));
+    s.peer_fds = malloc(n * sizeof(int));
+    s.seg_fds = malloc(n * sizeof(int));
+    s.pids = calloc(n, sizeof(int32_t));
+    s.table = calloc(n, sizeof(rank_record_t));
+    s.host_of = calloc(n, sizeof(int32_t));
+    s.ready_seen = calloc(n, 1);
+    if (!s.client_fds || !s.peer_fds || !s.seg_fds || !s.pids || !s.table || !s.host_of || !s.ready_seen) {
+        release(&s);
+        return fail(&s, PYCOLL_ERR_NOMEM, "out of memory");
+    }
+    for (size_t r = 0; r < n; r++)
+        s.client_fds[r] = s.peer_fds[r] = s.seg_fds[r] = -1;
+
+    rank_record_t mine;
+    st = prepare(&s, &mine);
+    if (world_size == 1) {
+        close_fd(&s.root_listen_fd);
+        s.table[0] = mine;
+    } else if (st == PYCOLL_OK && s.root_listen_fd >= 0) {
+        st = root_register(&s, &mine);
+    } else if (st == PYCOLL_OK) {
+        st = client_register(&s, &mine);
+    } else if (s.root_listen_fd >= 0) {
+        /* The root itself could not prepare: the ranks that reach it hear why. */
+        close_fd(&s.root_listen_fd);
+    }
+    if (st == PYCOLL_OK) {
+        st = find_hosts_and_transport(&s);
+        if (st == PYCOLL_OK)
+            st = connect_mesh(&s);
+        if (st == PYCOLL_OK)
+            st = open_segments(&s);
+        if (world_size > 1)
+            st = agree_ready(&s, st);
+    }
+    if (st == PYCOLL_OK)
+        st = build_comm(&s, comm);
+    release(&s);
+    return st;
+}
+
+pycoll_status_t pycoll_comm_init_rank(pycoll_comm_t **comm, int32_t world_size, pycoll_unique_id_t id, int32_t rank,
+                                      double timeout_s)
+{
+    pycoll_init_config_t config;
+    pycoll_init_config_init(&config);
+    config.timeout_s = timeout_s;
+    return pycoll_comm_init_rank_config(comm, world_size, &id, rank, &config);
+}

@@ -1,0 +1,83 @@
+# The C bootstrap (native/bootstrap, pycoll/bootstrap.h) for Python (included by comm.pyx): pycoll.init() and
+# pycoll.init_rank() create their communicators through exactly the calls a C program makes.
+
+from libc.string cimport memcpy
+
+UNIQUE_ID_BYTES = PYCOLL_UNIQUE_ID_BYTES
+TRANSPORTS = {"auto": PYCOLL_TRANSPORT_AUTO, "tcp": PYCOLL_TRANSPORT_TCP, "shm": PYCOLL_TRANSPORT_SHM}
+
+
+cdef _bootstrap_failed(pycoll_status_t st):
+    return error_for_status(st, pycoll_bootstrap_error().decode(errors="replace"))
+
+
+cdef pycoll_unique_id_t _id_from_bytes(unique_id) except *:
+    cdef pycoll_unique_id_t id
+    cdef const unsigned char[:] view
+    if not isinstance(unique_id, (bytes, bytearray, memoryview)):
+        raise TypeError(f"unique_id must be bytes, got {type(unique_id).__name__}")
+    view = bytes(unique_id)
+    if view.shape[0] != PYCOLL_UNIQUE_ID_BYTES:
+        raise ValueError(f"unique_id must be {PYCOLL_UNIQUE_ID_BYTES} bytes, got {view.shape[0]}")
+    memcpy(id.internal, &view[0], PYCOLL_UNIQUE_ID_BYTES)
+    return id
+
+
+def unique_id_create(ifname=None, toward=None):
+    """A new unique id's bytes (pycoll_unique_id_create): listening on interface `ifname`'s address, else on
+    the local address routed to host `toward`, else as pycoll_get_unique_id."""
+    cdef pycoll_unique_id_t id
+    cdef bytes b_ifname = ifname.encode() if ifname else b""
+    cdef bytes b_toward = toward.encode() if toward else b""
+    cdef const char *c_ifname = NULL
+    cdef const char *c_toward = NULL
+    if b_ifname:
+        c_ifname = b_ifname
+    if b_toward:
+        c_toward = b_toward
+    cdef pycoll_status_t st = pycoll_unique_id_create(&id, c_ifname, c_toward)
+    if st != PYCOLL_OK:
+        raise _bootstrap_failed(st)
+    return id.internal[:PYCOLL_UNIQUE_ID_BYTES]
+
+
+def unique_id_address(unique_id):
+    """The "host:port" a unique id names."""
+    cdef pycoll_unique_id_t id = _id_from_bytes(unique_id)
+    cdef char text[96]
+    cdef pycoll_status_t st = pycoll_unique_id_address(&id, text, sizeof(text))
+    if st != PYCOLL_OK:
+        raise _bootstrap_failed(st)
+    return text.decode()
+
+
+def host_identity():
+    """This process's host as the bootstrap compares them (pycoll_host_identity)."""
+    cdef char text[256]
+    pycoll_host_identity(text, sizeof(text))
+    return text.decode(errors="replace")
+
+
+cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double timeout, ifname,
+                           int64_t ring_bytes, int64_t segment_bytes, double spin_us):
+    cdef pycoll_unique_id_t id = _id_from_bytes(unique_id)
+    cdef pycoll_init_config_t config
+    cdef pycoll_status_t st
+    cdef bytes b_ifname = ifname.encode() if ifname else b""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    pycoll_init_config_init(&config)
+    config.transport = TRANSPORTS[transport]
+    config.timeout_s = timeout
+    if b_ifname:
+        config.ifname = b_ifname
+    config.shm_ring_bytes = ring_bytes
+    config.segment_bytes = segment_bytes
+    config.spin_ns = -1 if spin_us < 0 else <int64_t>(spin_us * 1000)
+    config.check_interrupt = _signal_raised
+    cdef NativeComm native = NativeComm.__new__(NativeComm)
+    with nogil:
+        st = pycoll_comm_init_rank_config(&native.comm, size, &id, rank, &config)
+    if st != PYCOLL_OK:
+        raise _bootstrap_failed(st)
+    return native
