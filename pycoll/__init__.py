@@ -7,7 +7,9 @@
 
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
                            PeerFailure, PycollError, Timeout)
-from pycoll.comm import Communicator, backends, init
+from pycoll.comm import Communicator, backends, init, init_rank
+from pycoll.bootstrap import get_unique_id
+from pycoll.paths import get_include, get_library
 from pycoll.work import Work, wait_all
 from pycoll.buckets import GradientBuckets
 from pycoll.mesh import Mesh
@@ -17,6 +19,6 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
+__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]

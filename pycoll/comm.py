@@ -570,11 +570,16 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     own_store, store = rendezvous(env, store, timeout=timeout, secret=secret)  # keys scoped to this init
     job_id = job_id or launch_env.job_id() or f"{env.master_addr}:{env.master_port}"
     try:
-        hosts = host_detection.exchange(store, env.rank, env.world_size, float(timeout))
-        engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
-                               options={"master_addr": env.master_addr, "ifname": ifname, "secret": secret,
-                                        "job_id": job_id, "local_rank": env.local_rank,
-                                        "hosts": hosts})
+        options = {"master_addr": env.master_addr, "ifname": ifname, "secret": secret, "job_id": job_id,
+                   "local_rank": env.local_rank}
+        if getattr(plugin, "finds_hosts", False):  # the C bootstrap finds them (pycoll.bootstrap)
+            engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
+                                   options=options)
+            hosts = engine.hosts
+        else:
+            hosts = host_detection.exchange(store, env.rank, env.world_size, float(timeout))
+            engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
+                                   options=dict(options, hosts=hosts))
     except BaseException:
         if own_store is not None:
             own_store.close()
@@ -582,3 +587,32 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     return Communicator(engine, rank=env.rank, size=env.world_size, backend=plugin, store=own_store,
                         timeout=timeout, hosts=hosts)
 
+
+def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifname=None):
+    """Join a job without a launcher or a store, NCCL-style: one process makes ``pycoll.get_unique_id()``,
+    the program passes those bytes to every rank by its own means (Ray, MPI, a file), and every rank -- the one
+    that made the id included -- calls this with them. backend: "cpu" (shared memory within a host, TCP between
+    hosts), "shm" or "tcp". The same C calls as a C program's pycoll_comm_init_rank."""
+    from pycoll.bootstrap import UNIQUE_ID_BYTES
+
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    if not isinstance(unique_id, (bytes, bytearray)):
+        raise TypeError(f"unique_id must be bytes (pycoll.get_unique_id()), got {type(unique_id).__name__}")
+    if len(unique_id) != UNIQUE_ID_BYTES:
+        raise ValueError(f"unique_id must be {UNIQUE_ID_BYTES} bytes (pycoll.get_unique_id()), got {len(unique_id)}")
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    plugin = plugins.get(backend)
+    if not getattr(plugin, "finds_hosts", False):
+        raise ValueError(f"init_rank creates host-memory communicators (backend cpu, shm or tcp); backend "
+                         f"{backend!r} needs pycoll.init()")
+    engine = plugin.create(rank=rank, world_size=world_size, store=None, timeout=float(timeout),
+                           options={"unique_id": bytes(unique_id), "ifname": ifname})
+    return Communicator(engine, rank=rank, size=world_size, backend=plugin, store=None, timeout=timeout,
+                        hosts=engine.hosts)

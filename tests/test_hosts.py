@@ -4,8 +4,6 @@ import os
 
 import pytest
 
-from pycoll.plugins.cpu import CpuBackend
-from pycoll.plugins.shm import ShmBackend
 from pycoll.rendezvous.hosts import Hosts, host_identity
 
 
@@ -23,17 +21,69 @@ def test_hosts_are_numbered_by_lowest_rank_and_local_ranks_follow_rank_order():
     assert [(h.local_rank, h.local_size) for h in hosts] == [(0, 2), (0, 2), (1, 2), (0, 1), (1, 2)]
 
 
-def test_cpu_picks_shared_memory_within_a_host_and_tcp_between_hosts():
-    cpu = CpuBackend()
-    assert cpu.transport(Hosts.from_identities(["h"] * 4, 0)) == "shm"
-    assert cpu.transport(Hosts.from_identities(["h", "h", "g"], 0)) == "shm+tcp"
-    assert cpu.transport(Hosts.from_identities(["h", "g", "f"], 0)) == "tcp"  # no two ranks share a host
+def _init_threads(n, backend, timeout=20.0):
+    """pycoll.init_rank on n threads of this process (so on one host): each rank's communicator or exception."""
+    import threading
+
+    import pycoll
+
+    unique_id = pycoll.get_unique_id("lo")
+    results = [None] * n
+
+    def run(rank):
+        try:
+            results[rank] = pycoll.init_rank(unique_id, rank, n, backend=backend, timeout=timeout, ifname="lo")
+        except Exception as exc:  # noqa: BLE001 (reported to the test)
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
-def test_shm_across_hosts_is_a_clear_error_naming_the_ranks_elsewhere():
-    hosts = Hosts.from_identities(["h", "g", "h", "g"], 0)
-    with pytest.raises(ValueError, match=r"ranks 1, 3 are on another host.*backend='cpu' or 'tcp'"):
-        ShmBackend().create(rank=0, world_size=4, store=None, timeout=1.0, options={"hosts": hosts})
+@pytest.mark.parametrize("backend, transport", [("cpu", "shm"), ("tcp", "tcp"), ("shm", "shm")])
+def test_the_bootstrap_picks_the_transport_the_backend_asks_for_on_one_host(backend, transport):
+    """Across hosts the default backend picks shm+tcp or tcp: test_comm_routed.py (PYCOLL_HOSTID) and
+    test_multihost_netns.py (network namespaces) check it."""
+    comms = _init_threads(3, backend)
+    try:
+        assert all(not isinstance(c, Exception) for c in comms), comms
+        assert [c._engine.transport for c in comms] == [transport] * 3
+        assert [(c.hosts, c.local_rank, c.local_size) for c in comms] == [(1, r, 3) for r in range(3)]
+    finally:
+        for c in comms:
+            if not isinstance(c, Exception):
+                c.close()
+
+
+def test_shm_across_hosts_is_a_clear_error_naming_the_ranks_elsewhere(tmp_path):
+    """Ranks 1 and 3 on another host (PYCOLL_HOSTID): every rank refuses the shm backend, naming them."""
+    import subprocess
+    import sys
+
+    import pycoll
+
+    unique_id = tmp_path / "id"
+    script = (
+        "import os, sys, time, pathlib, pycoll\n"
+        "rank = int(sys.argv[1]); path = pathlib.Path(sys.argv[2])\n"
+        "if rank == 0:\n"
+        "    path.with_suffix('.tmp').write_bytes(pycoll.get_unique_id('lo')); path.with_suffix('.tmp').rename(path)\n"
+        "while not path.exists(): time.sleep(0.01)\n"
+        "try:\n"
+        "    pycoll.init_rank(path.read_bytes(), rank, 4, backend='shm', timeout=20, ifname='lo')\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(unique_id)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYCOLL_HOSTID=f"host-{r % 2}")) for r in range(4)]
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    assert pycoll  # imported above so that a broken install fails here, not in the children
+    for out in outputs:
+        assert "ranks 1, 3 are on another host than rank 0" in out, outputs
 
 
 def test_single_rank_communicator_knows_its_host():

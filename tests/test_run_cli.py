@@ -192,14 +192,15 @@ def test_store_and_mesh_under_torchrun(tmp_path):
         "import json, os\n"
         "from pycoll.rendezvous.launch_env import detect, job_id\n"
         "from pycoll.rendezvous.store import create_store, gather\n"
-        "from pycoll.rendezvous.connections import choose_bind_address, connect_mesh\n"
+        "from pycoll.bootstrap import create_native, share_unique_id\n"
         "env = detect()\n"
         "store = create_store(env, timeout=30)\n"
         "names = gather(store, 'names', env.rank, env.world_size, str(env.rank).encode(), 30)\n"
-        "peers = connect_mesh(store, env.rank, env.world_size, job_id=job_id(), secret=None, timeout=30,\n"
-        "                     bind_addr=choose_bind_address(env.master_addr))\n"
+        "unique_id = share_unique_id(store, env.rank, 30, env.master_addr, None)\n"
+        "native = create_native(unique_id, env.rank, env.world_size, timeout=30, transport='tcp')\n"
         "report = dict(rank=env.rank, launcher=env.launcher, names=[n.decode() for n in names],\n"
-        "              peers=sum(p is not None for p in peers))\n"
+        "              transport=native.transport, job_id=job_id())\n"
+        "native.close(5.0)\n"
         "with open(f'rank{env.rank}.json', 'w') as f:\n"
         "    json.dump(report, f)\n"
         "store.close()\n")
@@ -208,7 +209,7 @@ def test_store_and_mesh_under_torchrun(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["rank"] for r in rows] == [0, 1]
-    assert all(r["launcher"] == "torchrun" and r["names"] == ["0", "1"] and r["peers"] == 1 for r in rows)
+    assert all(r["launcher"] == "torchrun" and r["names"] == ["0", "1"] and r["transport"] == "tcp" for r in rows)
 
 
 def test_the_rank_that_failed_first_is_named_not_the_lowest(tmp_path):

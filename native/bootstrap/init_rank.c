@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap_internal.h"
@@ -287,6 +288,10 @@ static pycoll_status_t serve(boot_state_t *s, int listen_fd, int kind, size_t ex
             st = fail(s, PYCOLL_ERR_TIMEOUT, "%s", timeout_what);
             break;
         }
+        if (boot_should_stop()) {
+            st = fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
+            break;
+        }
         for (int i = 0; i < n; i++)
             wake = pending[i].deadline < wake ? pending[i].deadline : wake;
         int nfds = 0;
@@ -295,6 +300,8 @@ static pycoll_status_t serve(boot_state_t *s, int listen_fd, int kind, size_t ex
             fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
         for (int32_t i = 0; i < n_watch; i++)
             fds[nfds++] = (struct pollfd){.fd = watching[i], .events = POLLIN};
+        if (wake - now > BOOT_CHECK_S)
+            wake = now + BOOT_CHECK_S;
         int k = poll(fds, (nfds_t)nfds, (int)((wake - now) * 1000) + 1);
         if (k < 0 && errno != EINTR) {
             st = fail(s, PYCOLL_ERR_SYSTEM, "poll: %s", strerror(errno));
@@ -327,9 +334,21 @@ static pycoll_status_t serve(boot_state_t *s, int listen_fd, int kind, size_t ex
                 close(pending[i].fd);
             pending[i] = pending[--n];
         }
-        if (st == PYCOLL_OK && (fds[0].revents & POLLIN))
-            for (int fd; n < MAX_PENDING && (fd = boot_accept(listen_fd)) >= 0;)
-                boot_conn_start(&pending[n++], fd, now);
+        /* A flood of silent connections must not keep a rank out: at the bound the oldest handshake makes room
+         * (a rank it evicts connects again; a rank's own handshake takes milliseconds). */
+        for (int accepted = 0, fd; st == PYCOLL_OK && (fds[0].revents & POLLIN) && accepted < MAX_PENDING &&
+                                   (fd = boot_accept(listen_fd)) >= 0;
+             accepted++) {
+            if (n == MAX_PENDING) {
+                int oldest = 0;
+                for (int i = 1; i < n; i++)
+                    oldest = pending[i].deadline < pending[oldest].deadline ? i : oldest;
+                close(pending[oldest].fd);
+                note_dropped(s, "evicted while too many connections were in their handshake");
+                pending[oldest] = pending[--n];
+            }
+            boot_conn_start(&pending[n++], fd, now);
+        }
     }
     for (int i = 0; i < n; i++)
         close(pending[i].fd);
@@ -422,35 +441,48 @@ static pycoll_status_t root_register(boot_state_t *s, const rank_record_t *mine)
     return st;
 }
 
+/* Connects to `to`, completes the handshake and exchanges the first messages: for a registration, the record
+ * out and the root's status back; for the mesh, the peer's acknowledgement. A listener evicts handshakes
+ * while flooded: a connection closed before that first reply is worth another try, until the deadline. */
+static pycoll_status_t connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
+                                             const char *what, const uint8_t *record, uint8_t *reply,
+                                             size_t reply_len, int *fd)
+{
+    const struct timespec pause = {0, 20 * 1000 * 1000};
+    for (;;) {
+        pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, s->error,
+                                       BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK && record)
+            st = boot_send_all(*fd, record, RECORD_BYTES, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_recv_all(*fd, reply, reply_len, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline || boot_should_stop())
+            return st;
+        close_fd(fd);
+        nanosleep(&pause, NULL);
+    }
+}
+
 static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *mine)
 {
     char what[BOOT_ADDR_TEXT_LEN + 64];
     snprintf(what, sizeof what, "the bootstrap root at %s", s->root_text);
-    pycoll_status_t st;
-    /* The root drops connections while flooded; one closed before it replied is worth another try. */
-    for (;;) {
-        st = boot_connect(&s->root_addr, s->deadline, what, &s->root_fd, s->error, BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = boot_client_handshake(s->root_fd, &s->auth, BOOT_KIND_ROOT, -1, s->deadline, what, s->error,
-                                       BOOT_ERROR_LEN);
-        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline)
-            break;
-        close_fd(&s->root_fd);
-        usleep(20000);
-    }
-    if (st == PYCOLL_ERR_TIMEOUT)
-        return fail(s, PYCOLL_ERR_TIMEOUT, "rank %d could not register with the bootstrap root at %s within "
-                    "%.3g s: did the process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank,
-                    s->root_text, s->timeout_s, s->error);
     uint8_t record[RECORD_BYTES], status[STATUS_BYTES];
     record_put(record, mine);
-    if (st == PYCOLL_OK)
-        st = boot_send_all(s->root_fd, record, sizeof record, s->deadline, what, s->error, BOOT_ERROR_LEN);
-    if (st == PYCOLL_OK)
-        st = boot_recv_all(s->root_fd, status, sizeof status, s->deadline, what, s->error, BOOT_ERROR_LEN);
-    if (st == PYCOLL_ERR_TIMEOUT)
+    pycoll_status_t st = connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, record, status,
+                                               sizeof status, &s->root_fd);
+    if (st == PYCOLL_ERR_TIMEOUT && s->root_fd >= 0)
         return fail(s, st, "rank %d registered with the bootstrap root at %s but the other ranks did not all "
                     "arrive within %.3g s", (int)s->rank, s->root_text, s->timeout_s);
+    if (st == PYCOLL_ERR_TIMEOUT) {
+        char last[256];
+        snprintf(last, sizeof last, "%s", s->error);
+        return fail(s, st, "rank %d could not register with the bootstrap root at %s within %.3g s: did the "
+                    "process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank, s->root_text,
+                    s->timeout_s, last);
+    }
     if (st == PYCOLL_OK)
         st = status_get(s, status);
     uint8_t *table = st == PYCOLL_OK ? malloc((size_t)s->size * RECORD_BYTES) : NULL;
@@ -585,12 +617,7 @@ static pycoll_status_t connect_mesh(boot_state_t *s)
         boot_addr_text(&s->table[r].addr, addr, sizeof addr);
         snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
         uint8_t ack = 0;
-        st = boot_connect(&s->table[r].addr, s->deadline, what, &s->peer_fds[r], s->error, BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = boot_client_handshake(s->peer_fds[r], &s->auth, BOOT_KIND_PEER, r, s->deadline, what, s->error,
-                                       BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = boot_recv_all(s->peer_fds[r], &ack, 1, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        st = connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, NULL, &ack, 1, &s->peer_fds[r]);
         if (st == PYCOLL_OK && ack != BOOT_ACK)
             st = fail(s, PYCOLL_ERR_PEER_FAILURE, "%s answered the handshake with %u", what, ack);
         if (st == PYCOLL_ERR_TIMEOUT)
@@ -859,6 +886,7 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     s.auth.rank = rank;
     s.auth.world_size = world_size;
     s.root_listen_fd = boot_claim_listener(s.auth.job);
+    boot_set_stop_check(config->should_stop, config->stop_ctx);
     size_t n = (size_t)world_size;
     s.client_fds = malloc(n * sizeof(int));
     s.peer_fds = malloc(n * sizeof(int));
@@ -898,6 +926,7 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     }
     if (st == PYCOLL_OK)
         st = build_comm(&s, comm);
+    boot_set_stop_check(NULL, NULL);
     release(&s);
     return st;
 }

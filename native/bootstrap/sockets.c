@@ -26,6 +26,17 @@ double boot_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static _Thread_local int (*stop_check)(void *ctx);
+static _Thread_local void *stop_ctx;
+
+void boot_set_stop_check(int (*should_stop)(void *ctx), void *ctx)
+{
+    stop_check = should_stop;
+    stop_ctx = ctx;
+}
+
+int boot_should_stop(void) { return stop_check && stop_check(stop_ctx); }
+
 static socklen_t to_sockaddr(const boot_addr_t *a, struct sockaddr_storage *ss)
 {
     memset(ss, 0, sizeof *ss);
@@ -223,7 +234,7 @@ pycoll_status_t boot_listen(const boot_addr_t *addr, int backlog, int *fd, boot_
     return PYCOLL_OK;
 }
 
-/* Waits until fd is ready for `events` or the deadline passes: 1 ready, 0 deadline. */
+/* Waits until fd is ready for `events`: 1 ready, 0 the deadline passed, -1 the stop check fired. */
 static int wait_ready(int fd, short events, double deadline)
 {
     for (;;) {
@@ -231,12 +242,19 @@ static int wait_ready(int fd, short events, double deadline)
         if (left <= 0)
             return 0;
         struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, (int)(left * 1000) + 1);
+        int n = poll(&p, 1, (int)((left < BOOT_CHECK_S ? left : BOOT_CHECK_S) * 1000) + 1);
         if (n > 0)
             return 1;
         if (n < 0 && errno != EINTR)
             return 1; /* let the call that follows report the error */
+        if (boot_should_stop())
+            return -1;
     }
+}
+
+static pycoll_status_t stopped(char *error, size_t error_len)
+{
+    return pycoll_format_error(error, error_len, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
 }
 
 pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char *what, int *fd, char *error,
@@ -252,8 +270,8 @@ pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char 
         *fd = new_socket(to->family);
         if (*fd < 0)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "socket: %s", strerror(errno));
-        int rc = connect(*fd, (struct sockaddr *)&ss, len);
-        if (rc != 0 && errno == EINPROGRESS && wait_ready(*fd, POLLOUT, deadline)) {
+        int rc = connect(*fd, (struct sockaddr *)&ss, len), ready = 0;
+        if (rc != 0 && errno == EINPROGRESS && (ready = wait_ready(*fd, POLLOUT, deadline)) > 0) {
             socklen_t elen = sizeof last;
             getsockopt(*fd, SOL_SOCKET, SO_ERROR, &last, &elen);
             rc = last == 0 ? 0 : -1;
@@ -266,6 +284,8 @@ pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char 
         }
         close(*fd);
         *fd = -1;
+        if (ready < 0 || boot_should_stop())
+            return stopped(error, error_len);
         if (last != ECONNREFUSED && last != ENETUNREACH && last != EHOSTUNREACH && last != ETIMEDOUT &&
             last != ECONNRESET && last != EAGAIN)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "cannot connect to %s at %s: %s", what,
@@ -299,7 +319,10 @@ pycoll_status_t boot_send_all(int fd, const void *data, size_t n, double deadlin
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s closed the connection (%s)",
                                        what, strerror(errno));
-        if (!wait_ready(fd, POLLOUT, deadline))
+        int ready = wait_ready(fd, POLLOUT, deadline);
+        if (ready < 0)
+            return stopped(error, error_len);
+        if (ready == 0)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_TIMEOUT, "%s did not read in time", what);
     }
     return PYCOLL_OK;
@@ -333,7 +356,10 @@ pycoll_status_t boot_recv_all(int fd, void *data, size_t n, double deadline, con
         if (r < 0)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE,
                                        "%s closed the connection (it failed or exited)", what);
-        if (!wait_ready(fd, POLLIN, deadline))
+        int ready = wait_ready(fd, POLLIN, deadline);
+        if (ready < 0)
+            return stopped(error, error_len);
+        if (ready == 0)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_TIMEOUT, "%s sent nothing in time", what);
     }
 }

@@ -19,6 +19,12 @@ typedef struct boot_addr {
 } boot_addr_t;
 
 double boot_now(void); /* CLOCK_MONOTONIC seconds */
+
+/* The caller's reason to stop waiting (pycoll_init_config_t.should_stop), for this thread's waits: every wait
+ * checks it at least every BOOT_CHECK_S and ends with PYCOLL_ERR_INTERRUPTED when it returns nonzero. */
+#define BOOT_CHECK_S 0.1
+void boot_set_stop_check(int (*should_stop)(void *ctx), void *ctx);
+int boot_should_stop(void);
 void boot_addr_text(const boot_addr_t *addr, char *text, size_t len); /* "1.2.3.4:5" or "[::1]:5" */
 
 /* The address this rank should listen on: the IPv4 (else IPv6) address of interface `ifname` when given;
@@ -41,7 +47,7 @@ pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char 
 int boot_accept(int listen_fd);
 
 /* Sends / receives exactly n bytes before the deadline. A closed connection is PYCOLL_ERR_PEER_FAILURE, the
- * deadline PYCOLL_ERR_TIMEOUT; `what` names the peer in the message. */
+ * deadline PYCOLL_ERR_TIMEOUT, the stop check PYCOLL_ERR_INTERRUPTED; `what` names the peer in the message. */
 pycoll_status_t boot_send_all(int fd, const void *data, size_t n, double deadline, const char *what, char *error,
                               size_t error_len);
 pycoll_status_t boot_recv_all(int fd, void *data, size_t n, double deadline, const char *what, char *error,

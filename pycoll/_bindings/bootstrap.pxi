@@ -58,8 +58,23 @@ def host_identity():
     return text.decode(errors="replace")
 
 
+cdef int _stop_setup(void *ctx) noexcept nogil:
+    # While the bootstrap waits: Ctrl-C (its exception stays pending), or the caller's watch() raising (kept in
+    # ctx's holder, a list [watch, exception]) -- e.g. a failure the rendezvous store recorded for the job.
+    with gil:
+        if check_signals_keep_exception() != 0:
+            return 1
+        holder = <list>ctx
+        try:
+            holder[0]()
+        except BaseException as exc:
+            holder[1] = exc
+            return 1
+        return 0
+
+
 cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double timeout, ifname,
-                           int64_t ring_bytes, int64_t segment_bytes, double spin_us):
+                           int64_t ring_bytes, int64_t segment_bytes, double spin_us, watch):
     cdef pycoll_unique_id_t id = _id_from_bytes(unique_id)
     cdef pycoll_init_config_t config
     cdef pycoll_status_t st
@@ -75,9 +90,16 @@ cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double 
     config.segment_bytes = segment_bytes
     config.spin_ns = -1 if spin_us < 0 else <int64_t>(spin_us * 1000)
     config.check_interrupt = _signal_raised
+    holder = [watch if watch is not None else (lambda: None), None]
+    config.should_stop = _stop_setup
+    config.stop_ctx = <void *>holder
     cdef NativeComm native = NativeComm.__new__(NativeComm)
     with nogil:
         st = pycoll_comm_init_rank_config(&native.comm, size, &id, rank, &config)
+    if st == PYCOLL_ERR_INTERRUPTED:
+        if holder[1] is not None:
+            raise holder[1]
+        _reraise_pending()
     if st != PYCOLL_OK:
         raise _bootstrap_failed(st)
     return native

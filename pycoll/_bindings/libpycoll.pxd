@@ -70,6 +70,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         char error[512]
         int (*check_interrupt)(void *ctx) noexcept nogil
         void *interrupt_ctx
+        int (*should_stop)(void *ctx) noexcept nogil
+        void *stop_ctx
         int64_t spin_ns
         const void *kernels
     int64_t pycoll_now_ns()
@@ -280,6 +282,8 @@ cdef extern from "pycoll/bootstrap.h" nogil:
         int64_t spin_ns
         int (*check_interrupt)(void *ctx) noexcept nogil
         void *interrupt_ctx
+        int (*should_stop)(void *ctx) noexcept nogil
+        void *stop_ctx
     pycoll_status_t pycoll_get_unique_id(pycoll_unique_id_t *id)
     pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const char *ifname, const char *toward)
     pycoll_status_t pycoll_unique_id_address(const pycoll_unique_id_t *id, char *text, size_t len)

@@ -9,7 +9,7 @@ import importlib
 
 import pycoll
 
-SUBCOMMANDS = ("run", "bench", "tune")
+SUBCOMMANDS = ("run", "bench", "tune", "config")
 
 
 def build_parser():

@@ -8,6 +8,7 @@ from pycoll import plugins
 from pycoll._bindings.comm import FastPath, NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
+from pycoll.rendezvous.hosts import Hosts
 
 DTYPE_FLOAT64 = dtype_id("float64")
 # How long close() waits for the other ranks' goodbyes (capped by the communicator's timeout). Ranks normally
@@ -156,50 +157,51 @@ class TcpBackend(plugins.Backend):
     memory = "host"
     algorithms = tuple(name for name in ALGORITHMS if name not in NATIVE_ONLY)
     accuracies = tuple(ACCURACIES)
+    # The C bootstrap finds the hosts itself (pycoll_comm_init_rank): init() does not exchange them first.
+    finds_hosts = True
+    transport_choice = "tcp"
 
     def create(self, *, rank, world_size, store, timeout, options):
-        fds = connect_sockets(rank, world_size, store, timeout, options) if world_size > 1 else [None] * world_size
-        native = NativeComm.over_tcp(rank, world_size, fds, timeout, spin_us(local_size(options, world_size)),
-                                     segment_bytes_from_env())
-        if options.get("hosts") is not None:
-            native.set_hosts(options["hosts"].host_of)
-        _share_cost_model(native, rank, world_size, self.name)
-        return NativeEngine(native, timeout)
+        from pycoll.bootstrap import create_native, get_unique_id, share_unique_id
+
+        ifname = options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME") or None
+        master_addr = options.get("master_addr") or "127.0.0.1"
+        unique_id = options.get("unique_id")
+        if unique_id is None:
+            unique_id = (share_unique_id(store, rank, timeout, master_addr, ifname) if world_size > 1
+                         else get_unique_id(ifname, toward=master_addr))
+        native = create_native(unique_id, rank, world_size, timeout=timeout, transport=self.transport_choice,
+                               ifname=ifname, watch=getattr(store, "check_failures", None))
+        engine = NativeEngine(native, timeout)
+        engine.transport = native.transport
+        engine.hosts = Hosts(native.host_of, rank)
+        try:
+            _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport))
+        except BaseException:
+            native.close(0.0)
+            raise
+        return engine
+
+    def cost_model_for(self, transport):
+        """(backend whose `pycoll tune` model auto uses, the defaults without one) for this transport."""
+        return self.name, None
 
 
-def connect_sockets(rank, world_size, store, timeout, options, reach=None):
-    """File descriptors of authenticated sockets to the ranks of ``reach`` (default: every other rank), None for
-    the others: the rendezvous' full mesh, or the part of it between hosts (pycoll.plugins.cpu)."""
-    from pycoll.rendezvous.connections import choose_bind_address, connect_mesh
-
-    bind_addr = choose_bind_address(options.get("master_addr") or "127.0.0.1",
-                                    options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME"))
-    socks = connect_mesh(store, rank, world_size, job_id=options.get("job_id", ""), secret=options.get("secret"),
-                         timeout=timeout, bind_addr=bind_addr, reach=reach)
-    return [s.detach() if s is not None else None for s in socks]
-
-
-def local_size(options, world_size):
-    """How many ranks share this rank's host, as found at rendezvous (options["hosts"]); world_size when the
-    caller gave no host map."""
-    hosts = options.get("hosts")
-    return hosts.local_size if hosts is not None else world_size
-
-
-def spin_us(local_ranks):
-    """PYCOLL_SPIN_US, else how long a wait polls (yielding the core between polls) before it sleeps: 2 ms when
-    this host's ranks each have a core, 200 us when they share cores. A rank that sleeps at once waits for the
-    scheduler to wake it (2 ranks, 4-byte all-reduce: 105 us polling 50 us, 13-16 us polling 1-10 ms); a long
-    poll turns every scheduling hiccup into an outlier as long as the poll. Yielding lets the peer being waited
-    for run, so short polls help even when ranks share cores (4 ranks on 2 cores, 4-byte all-reduce: about
-    100 us sleeping at once, 65 us polling 100 us to 1 ms; larger messages unchanged within the noise)."""
+def spin_us_from_env():
+    """PYCOLL_SPIN_US, else -1: the library chooses how long a wait polls (yielding the core between polls)
+    before it sleeps -- 2 ms when this host's ranks each have a core, 200 us when they share cores. A rank that
+    sleeps at once waits for the scheduler to wake it (2 ranks, 4-byte all-reduce: 105 us polling 50 us, 13-16 us
+    polling 1-10 ms); a long poll turns every scheduling hiccup into an outlier as long as the poll. Yielding
+    lets the peer being waited for run, so short polls help even when ranks share cores (4 ranks on 2 cores,
+    4-byte all-reduce: about 100 us sleeping at once, 65 us polling 100 us to 1 ms; larger messages unchanged
+    within the noise)."""
     override = os.environ.get("PYCOLL_SPIN_US")
     if override:
         try:
             return max(0.0, float(override))
         except ValueError:
             raise ValueError(f"PYCOLL_SPIN_US must be a number of microseconds, got {override!r}") from None
-    return 2000.0 if local_ranks <= len(os.sched_getaffinity(0)) else 200.0
+    return -1.0
 
 
 def _share_cost_model(native, rank, world_size, backend, defaults=None):

@@ -6,7 +6,6 @@ namespaces. So containers, and the network namespaces the tests use as hosts, co
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from pycoll.rendezvous.store import gather
 
@@ -14,19 +13,11 @@ HOSTS_KEY = "pycoll/hosts"
 
 
 def host_identity():
-    """This process's host: "boot_id:ipc_ns_inode:net_ns_inode" (unreadable parts as "?")."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "?"
-    parts = [boot]
-    for ns in ("ipc", "net"):
-        try:
-            parts.append(str(os.stat(f"/proc/self/ns/{ns}").st_ino))
-        except OSError:
-            parts.append("?")
-    return ":".join(parts)
+    """This process's host: "boot_id:ipc_ns_inode:net_ns_inode" (unreadable parts as "?"), as the C bootstrap
+    computes it (pycoll_host_identity)."""
+    from pycoll._bindings.comm import host_identity as native_host_identity
+
+    return native_host_identity()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -402,7 +402,8 @@ class TCPStore:
                 raise Timeout(f"the rendezvous store at {self.host}:{self.port} did not answer") from None
             if isinstance(exc, PycollError):
                 raise
-            raise PeerFailure(f"lost the connection to the rendezvous store at {self.host}:{self.port}: {exc}",
+            raise PeerFailure(f"lost the connection to the rendezvous store that rank 0 hosts at "
+                              f"{self.host}:{self.port}: {exc} (did rank 0 exit?)",
                               rank=0) from None
         if status == _ST_ERROR:
             raise PycollError(reply[0].decode(errors="replace") if reply else "the store reported an error")

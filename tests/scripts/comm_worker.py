@@ -14,10 +14,8 @@ import pycoll
 if "TEST_RANKS_PER_FAKE_HOST" in os.environ:
     # Hosts faked on one machine (tests/test_comm_routed.py): consecutive ranks share a "host", so the default
     # backend runs over shared memory within each and TCP between them -- without network namespaces.
-    from pycoll.rendezvous import hosts as _hosts
-
     _fake_host = int(os.environ["RANK"]) // int(os.environ["TEST_RANKS_PER_FAKE_HOST"])
-    _hosts.host_identity = lambda: f"fake-host-{_fake_host}"
+    os.environ["PYCOLL_HOSTID"] = f"fake-host-{_fake_host}"
 
 scenario = sys.argv[1]
 timeout = float(os.environ.get("TEST_TIMEOUT", "30"))

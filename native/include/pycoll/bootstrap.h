@@ -43,7 +43,7 @@ PYCOLL_API const char *pycoll_bootstrap_error(void);
  * ranks of a host, authenticated TCP sockets between hosts. Errors: PYCOLL_ERR_INVALID (bad arguments, an id
  * that is not one, ranks disagreeing on the world size or claiming one rank twice), PYCOLL_ERR_TIMEOUT (names
  * the ranks that did not come), PYCOLL_ERR_PEER_FAILURE (a rank failed or died during set-up: every rank
- * learns which and why), PYCOLL_ERR_AUTH, PYCOLL_ERR_SYSTEM. The message: pycoll_bootstrap_error(). */
+ * learns which and why), PYCOLL_ERR_AUTH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_INTERRUPTED (config's should_stop). The message: pycoll_bootstrap_error(). */
 PYCOLL_API pycoll_status_t pycoll_comm_init_rank(pycoll_comm_t **comm, int32_t world_size, pycoll_unique_id_t id,
                                                  int32_t rank, double timeout_s);
 
@@ -71,6 +71,11 @@ typedef struct pycoll_init_config {
      * NULL: none. */
     int (*check_interrupt)(void *ctx);
     void *interrupt_ctx;
+    /* Called on the calling thread at least every 100 ms while set-up waits: nonzero ends it with
+     * PYCOLL_ERR_INTERRUPTED (how pycoll's Python layer notices Ctrl-C, and a failure its rendezvous store
+     * recorded for the job). NULL: none. */
+    int (*should_stop)(void *ctx);
+    void *stop_ctx;
 } pycoll_init_config_t;
 
 PYCOLL_API void pycoll_init_config_init(pycoll_init_config_t *config);
@@ -85,7 +90,10 @@ PYCOLL_API pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const
 PYCOLL_API pycoll_status_t pycoll_unique_id_address(const pycoll_unique_id_t *id, char *text, size_t len);
 
 /* This process's host, as the bootstrap compares them: "boot_id:ipc_namespace:net_namespace" (unreadable
- * parts as "?"). Ranks share a host -- and shared memory -- when these are equal. */
+ * parts as "?"), or PYCOLL_HOSTID when set (like NCCL_HOSTID: processes of one machine given different values
+ * count as different hosts -- how the tests make hosts without network namespaces; giving processes of
+ * different machines one value breaks shared memory). Ranks share a host -- and shared memory -- when these
+ * are equal. */
 PYCOLL_API void pycoll_host_identity(char *text, size_t len);
 
 /* What a communicator made by pycoll_comm_init_rank runs on: "shm", "tcp" or "shm+tcp"; NULL for others. */

@@ -1,0 +1,65 @@
+"""Creating a native communicator (backends cpu, shm, tcp) through the C bootstrap (native/bootstrap,
+pycoll/bootstrap.h) -- the same calls a C program makes:
+
+- ``pycoll.init()`` (launcher-driven): rank 0 makes a unique id and publishes it in the rendezvous store, the
+  other ranks read it, then every rank calls ``pycoll_comm_init_rank`` with it.
+- ``pycoll.get_unique_id()`` / ``pycoll.init_rank(unique_id, rank, world_size)``: no store; the program passes
+  the id (128 bytes, and a secret: keep it private) by its own means -- Ray's object store, MPI, a file.
+
+Connection set-up, authentication (HMAC with the id's secret), host detection, the choice of transport and
+every deadline are in C.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pycoll._bindings.comm import UNIQUE_ID_BYTES, NativeComm, unique_id_create
+
+UNIQUE_ID_KEY = "pycoll/unique_id"
+
+
+def get_unique_id(ifname: str | None = None, *, toward: str | None = None) -> bytes:
+    """A new unique id (pycoll_unique_id_create), ``UNIQUE_ID_BYTES`` bytes. It listens on interface
+    ``ifname``'s address (default: ``PYCOLL_SOCKET_IFNAME``), else on the local address routed to host
+    ``toward``, else on this host's first interface that is up and not loopback. The process that makes it must
+    itself join with it (``init_rank``, any rank): its call serves the other ranks' registrations."""
+    for name, value in (("ifname", ifname), ("toward", toward)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    return unique_id_create(ifname, toward)
+
+
+def share_unique_id(store, rank: int, timeout: float, master_addr: str, ifname: str | None) -> bytes:
+    """Rank 0 makes the job's id, listening where the others reach it (the route toward master_addr, or
+    ``ifname``), and publishes it in the rendezvous store; the others read it."""
+    if rank == 0:
+        unique_id = get_unique_id(ifname, toward=master_addr)
+        store.set(UNIQUE_ID_KEY, unique_id)
+        return unique_id
+    return store.get(UNIQUE_ID_KEY, timeout)
+
+
+def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: float, transport: str,
+                  ifname: str | None = None, watch=None) -> NativeComm:
+    """``pycoll_comm_init_rank_config`` with the settings pycoll's environment variables choose. ``watch``
+    (e.g. the rendezvous store's check_failures) runs every 100 ms while set-up waits: a failure recorded for the
+    whole job -- a rank that failed the secret check, rank 0's store gone -- ends the wait at once, and is the
+    error raised when set-up fails for a reason that follows from it (the root closing, a rank missing)."""
+    from pycoll.algorithms import segment_bytes_from_env
+    from pycoll.errors import PeerFailure, Timeout
+    from pycoll.plugins.shm import ring_bytes_from_env
+    from pycoll.plugins.tcp import spin_us_from_env
+
+    try:
+        return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
+                                    ifname=ifname or os.environ.get("PYCOLL_SOCKET_IFNAME") or None,
+                                    ring_bytes=ring_bytes_from_env(), segment_bytes=segment_bytes_from_env(),
+                                    spin_us=spin_us_from_env(), watch=watch)
+    except (PeerFailure, Timeout):
+        if watch is not None:
+            watch()
+        raise
+
+
+__all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native"]
