@@ -5,8 +5,9 @@
  *     ./c_allreduce 0 3 /tmp/job.id & ./c_allreduce 1 3 /tmp/job.id & ./c_allreduce 2 3 /tmp/job.id; wait
  *
  * Arguments: RANK WORLD_SIZE ID_FILE [BYTES ITERATIONS]. With BYTES and ITERATIONS it also times ITERATIONS
- * all-reduces of BYTES of float32 and prints the median (bench/c_embedding.py compares it with Python's). The
- * file is only this example's way to pass the id: MPI, a job scheduler or a socket would do as well. */
+ * all-reduces of BYTES of float32 and prints the median (bench/c_embedding.py compares it with Python's).
+ * TIMEOUT_S in the environment bounds every wait (default 30 s). The file is only this example's way to pass
+ * the id: MPI, a job scheduler or a socket would do as well. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,7 @@ int main(int argc, char **argv)
     }
     int32_t rank = atoi(argv[1]), world = atoi(argv[2]);
     const char *id_path = argv[3];
+    double timeout_s = getenv("TIMEOUT_S") ? atof(getenv("TIMEOUT_S")) : 30.0;
     pycoll_unique_id_t id;
     if (rank == 0) {
         if (pycoll_get_unique_id(&id) != PYCOLL_OK) {
@@ -72,13 +74,13 @@ int main(int argc, char **argv)
             perror(id_path);
             return 1;
         }
-    } else if (read_id(id_path, &id, 30.0) != 0) {
-        fprintf(stderr, "rank %d: no id in %s after 30 s\n", rank, id_path);
+    } else if (read_id(id_path, &id, timeout_s) != 0) {
+        fprintf(stderr, "rank %d: no id in %s after %g s\n", rank, id_path, timeout_s);
         return 1;
     }
 
     pycoll_comm_t *comm;
-    pycoll_status_t st = pycoll_comm_init_rank(&comm, world, id, rank, 30.0);
+    pycoll_status_t st = pycoll_comm_init_rank(&comm, world, id, rank, timeout_s);
     if (st != PYCOLL_OK) {
         fprintf(stderr, "rank %d: pycoll_comm_init_rank: %s\n", rank, pycoll_bootstrap_error());
         return 1;

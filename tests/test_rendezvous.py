@@ -19,7 +19,6 @@ import pycoll
 from multiproc import SCRIPTS, Ranks
 from pycoll.rendezvous import handshake, listener
 from pycoll.errors import PycollError
-from pycoll.rendezvous.connections import connect_mesh
 from pycoll.rendezvous.launch_env import LaunchEnv
 from pycoll.rendezvous.store import FileStore, Rendezvous, TCPStore, rendezvous
 
@@ -242,28 +241,6 @@ def _peer_closed(sock):
         return False
     except OSError:
         return True
-
-
-def test_mesh_listener_serves_a_flood_without_a_thread_per_connection():
-    with TCPStore(HOST, 0, is_server=True, timeout=10.0) as store:
-        result = {}
-        rank0 = threading.Thread(target=lambda: result.update(socks=connect_mesh(
-            store, 0, 2, job_id="j", secret=b"k", timeout=20.0, bind_addr=HOST, prefix="m")))
-        rank0.start()
-        host, _, port = store.get("m/0", timeout=10.0).decode().rpartition(":")
-        threads_before = threading.active_count()
-        held = _hold(int(port), 300)
-        try:
-            assert threading.active_count() <= threads_before + 1
-            with TCPStore(HOST, store.port, is_server=False, timeout=10.0) as client:
-                rank1 = connect_mesh(client, 1, 2, job_id="j", secret=b"k", timeout=10.0, bind_addr=HOST,
-                                     prefix="m")
-            rank0.join()
-        finally:
-            _close_all(held)
-        rank1[0].sendall(b"hi")
-        assert result["socks"][1].recv(2) == b"hi"
-        _close_all([rank1[0], result["socks"][1]])
 
 
 def test_log_is_rate_limited_per_kind(caplog):

@@ -16,9 +16,9 @@ typedef struct boot_id {
 } boot_id_t;
 
 pycoll_status_t boot_id_decode(const pycoll_unique_id_t *id, boot_id_t *out, char *error, size_t error_len);
-/* The listening socket of the id with this job, made by this process and not claimed yet: the caller now owns
- * it. -1 when this process did not make the id (or already used it). */
-int boot_claim_listener(const uint8_t job[BOOT_JOB_BYTES]);
+/* The listening socket of this id (job and secret), made by this process and not claimed yet: the caller now
+ * owns it. -1 when this process did not make the id (or already used it). */
+int boot_claim_listener(const boot_id_t *id);
 
 /* This thread's error buffer (BOOT_ERROR_LEN bytes). */
 char *boot_error(void);

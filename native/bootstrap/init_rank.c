@@ -57,6 +57,7 @@ typedef struct boot_state {
     int32_t rank, size;
     double deadline, timeout_s;
     pycoll_init_config_t cfg;
+    boot_id_t id;
     boot_auth_t auth;
     boot_addr_t root_addr;
     char root_text[BOOT_ADDR_TEXT_LEN];
@@ -148,8 +149,9 @@ static pycoll_status_t status_get(boot_state_t *s, const uint8_t *p)
     memcpy(message, p + 8, MESSAGE_BYTES);
     message[MESSAGE_BYTES - 1] = 0;
     s->relayed = 1;
-    return fail(s, status == PYCOLL_ERR_INVALID || status == PYCOLL_ERR_AUTH ? status : PYCOLL_ERR_PEER_FAILURE,
-                "%s", message);
+    /* The kinds a rank can act on keep their status; whatever else went wrong elsewhere is a peer's failure. */
+    int kept = status == PYCOLL_ERR_INVALID || status == PYCOLL_ERR_AUTH || status == PYCOLL_ERR_TIMEOUT;
+    return fail(s, kept ? status : PYCOLL_ERR_PEER_FAILURE, "%s", message);
 }
 
 static uint64_t pid_namespace(void)
@@ -474,7 +476,7 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
     pycoll_status_t st = connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, record, status,
                                                sizeof status, &s->root_fd);
     if (st == PYCOLL_ERR_TIMEOUT && s->root_fd >= 0)
-        return fail(s, st, "rank %d registered with the bootstrap root at %s but the other ranks did not all "
+        return fail(s, st, "rank %d reached the bootstrap root at %s but the other ranks did not all "
                     "arrive within %.3g s", (int)s->rank, s->root_text, s->timeout_s);
     if (st == PYCOLL_ERR_TIMEOUT) {
         char last[256];
@@ -833,14 +835,13 @@ static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, co
     if (ring != 0 && (ring < 4096 || (ring & (ring - 1))))
         return fail(s, PYCOLL_ERR_INVALID, "shm_ring_bytes must be 0 or a power of two of at least 4096, got %lld",
                     (long long)ring);
-    boot_id_t decoded;
-    pycoll_status_t st = boot_id_decode(id, &decoded, s->error, BOOT_ERROR_LEN);
+    pycoll_status_t st = boot_id_decode(id, &s->id, s->error, BOOT_ERROR_LEN);
     if (st != PYCOLL_OK)
         return st;
-    s->root_addr = decoded.root;
-    boot_addr_text(&decoded.root, s->root_text, sizeof s->root_text);
-    memcpy(s->auth.job, decoded.job, BOOT_JOB_BYTES);
-    memcpy(s->auth.secret, decoded.secret, BOOT_SECRET_BYTES);
+    s->root_addr = s->id.root;
+    boot_addr_text(&s->id.root, s->root_text, sizeof s->root_text);
+    memcpy(s->auth.job, s->id.job, BOOT_JOB_BYTES);
+    memcpy(s->auth.secret, s->id.secret, BOOT_SECRET_BYTES);
     return PYCOLL_OK;
 }
 
@@ -885,7 +886,7 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     s.deadline = boot_now() + config->timeout_s;
     s.auth.rank = rank;
     s.auth.world_size = world_size;
-    s.root_listen_fd = boot_claim_listener(s.auth.job);
+    s.root_listen_fd = boot_claim_listener(&s.id);
     boot_set_stop_check(config->should_stop, config->stop_ctx);
     size_t n = (size_t)world_size;
     s.client_fds = malloc(n * sizeof(int));

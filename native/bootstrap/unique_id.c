@@ -29,16 +29,18 @@ const char *pycoll_bootstrap_error(void) { return last_error; }
 static pthread_mutex_t listeners_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     uint8_t job[BOOT_JOB_BYTES];
+    uint8_t secret[BOOT_SECRET_BYTES]; /* an id with this job but another secret is not this one */
     int fd;
 } listeners[MAX_LISTENERS];
 static int n_listeners;
 
-int boot_claim_listener(const uint8_t job[BOOT_JOB_BYTES])
+int boot_claim_listener(const boot_id_t *id)
 {
     int fd = -1;
     pthread_mutex_lock(&listeners_lock);
     for (int i = 0; i < n_listeners; i++)
-        if (memcmp(listeners[i].job, job, BOOT_JOB_BYTES) == 0) {
+        if (memcmp(listeners[i].job, id->job, BOOT_JOB_BYTES) == 0 &&
+            equal_in_constant_time(listeners[i].secret, id->secret, BOOT_SECRET_BYTES)) {
             fd = listeners[i].fd;
             listeners[i] = listeners[--n_listeners];
             break;
@@ -86,6 +88,7 @@ pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const char *ifna
                                    MAX_LISTENERS);
     }
     memcpy(listeners[n_listeners].job, job, sizeof job);
+    memcpy(listeners[n_listeners].secret, secret, sizeof secret);
     listeners[n_listeners++].fd = fd;
     pthread_mutex_unlock(&listeners_lock);
 

@@ -1,0 +1,248 @@
+"""The C bootstrap (native/bootstrap, pycoll/bootstrap.h) as pycoll.get_unique_id / pycoll.init_rank reach it:
+ranks on threads of this process, impostors speaking the handshake from Python (so the C HMAC is checked
+against Python's hmac), floods, and the failures every rank must hear of."""
+
+import ctypes
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pycoll
+from pycoll._bindings.comm import NativeComm, unique_id_address
+
+pytestmark = pytest.mark.timeout(90)
+
+# The unique id's layout (native/bootstrap/unique_id.c): "PCID", version, 0, address (family, port, ip[16]),
+# job (16 bytes), secret (32 bytes).
+ID_ADDR, ID_JOB, ID_SECRET = 8, 28, 44
+
+
+def _id_parts(unique_id):
+    family, port = struct.unpack("!HH", unique_id[ID_ADDR:ID_ADDR + 4])
+    return port, unique_id[ID_JOB:ID_JOB + 16], unique_id[ID_SECRET:ID_SECRET + 32]
+
+
+def _join(unique_id, world, ranks=None, timeout=20.0, backend="cpu"):
+    """pycoll.init_rank for `ranks` (default: all) on threads; each rank's Communicator or exception."""
+    ranks = list(range(world)) if ranks is None else ranks
+    results = {}
+
+    def run(i, rank):
+        try:
+            results[i] = pycoll.init_rank(unique_id, rank, world, timeout=timeout, backend=backend, ifname="lo")
+        except Exception as exc:  # noqa: BLE001 (inspected by the test)
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, r)) for i, r in enumerate(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[i] for i in range(len(ranks))]
+
+
+def _close(comms):
+    """Closes concurrently, as separate ranks do (each close waits briefly for the others' goodbyes)."""
+    threads = [threading.Thread(target=c.close) for c in comms if isinstance(c, pycoll.Communicator)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _hello(kind, rank, world, job, nonce):
+    return b"PYCB" + struct.pack("!HBBii", 1, kind, 0, rank, world) + job + nonce
+
+
+def _impostor(port, job, secret, rank=1, world=2):
+    """Speaks the client side of the handshake with `secret`: what the server answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        hello = _hello(1, rank, world, job, os.urandom(32))
+        sock.sendall(hello)
+        reply = b""
+        while len(reply) < 96:
+            chunk = sock.recv(96 - len(reply))
+            if not chunk:
+                return "closed"
+            reply += chunk
+        expected = hmac.new(secret, b"pycoll-server" + hello + reply[:64], hashlib.sha256).digest()
+        if not hmac.compare_digest(expected, reply[64:]):
+            return "server proof does not match this secret"
+        sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
+        return "accepted"
+
+
+@settings(max_examples=50, deadline=None)
+@given(key=st.binary(max_size=200), data=st.lists(st.binary(max_size=300), max_size=4))
+def test_the_c_hmac_is_hmac_sha256(key, data):
+    lib = ctypes.CDLL(pycoll.get_library())
+    out = ctypes.create_string_buffer(32)
+    parts = (ctypes.c_char_p * max(len(data), 1))(*data)
+    lens = (ctypes.c_size_t * max(len(data), 1))(*[len(d) for d in data])
+    lib.pycoll_hmac_sha256(key, ctypes.c_size_t(len(key)), len(data), parts, lens, out)
+    assert out.raw == hmac.new(key, b"".join(data), hashlib.sha256).digest()
+
+
+def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
+    before = {n for n in os.listdir("/dev/shm") if n.startswith("pycoll-")}
+    comms = _join(pycoll.get_unique_id("lo"), 3)
+    try:
+        assert all(isinstance(c, pycoll.Communicator) for c in comms), comms
+        import numpy as np
+
+        out = [np.full(5, c.rank + 1.0) for c in comms]
+        threads = [threading.Thread(target=c.all_reduce, args=(x,)) for c, x in zip(comms, out)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all((x == 6.0).all() for x in out)
+    finally:
+        _close(comms)
+    assert {n for n in os.listdir("/dev/shm") if n.startswith("pycoll-")} == before
+
+
+def test_a_single_rank_job():
+    (comm,) = _join(pycoll.get_unique_id("lo"), 1)
+    assert (comm.size, comm.hosts, comm._engine.transport) == (1, 1, "shm")
+    _close([comm])
+
+
+def test_the_id_listens_where_asked_and_never_on_the_wildcard(monkeypatch):
+    monkeypatch.delenv("PYCOLL_SOCKET_IFNAME", raising=False)
+    assert unique_id_address(pycoll.get_unique_id(toward="127.0.0.1")).startswith("127.0.0.1:")
+    assert unique_id_address(pycoll.get_unique_id(toward="localhost")).startswith("127.0.0.1:")
+    assert unique_id_address(pycoll.get_unique_id("lo", toward="10.0.0.1")).startswith("127.0.0.1:")
+    monkeypatch.setenv("PYCOLL_SOCKET_IFNAME", "lo")
+    address = unique_id_address(pycoll.get_unique_id())
+    assert address.startswith("127.0.0.1:") and not address.startswith("0.0.0.0")
+
+
+def test_unknown_interfaces_are_named(monkeypatch):
+    with pytest.raises(ValueError, match=r"no-such-if0.*ifname.*interfaces with one here: .*lo"):
+        pycoll.get_unique_id("no-such-if0")
+    monkeypatch.setenv("PYCOLL_SOCKET_IFNAME", "nosuch1")
+    with pytest.raises(ValueError, match="PYCOLL_SOCKET_IFNAME"):
+        pycoll.get_unique_id()
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (b"x" * 10, ValueError, "128 bytes"),
+    ("not bytes", TypeError, "unique_id must be bytes"),
+    (b"\0" * 128, ValueError, "not a pycoll unique id"),
+])
+def test_bad_ids_are_refused(bad, error, match):
+    with pytest.raises(error, match=match):
+        pycoll.init_rank(bad, 0, 2, timeout=1.0)
+
+
+def test_bad_ranks_are_refused():
+    unique_id = pycoll.get_unique_id("lo")
+    with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\), got 2"):
+        pycoll.init_rank(unique_id, 2, 2)
+    with pytest.raises(TypeError, match="rank must be an int"):
+        pycoll.init_rank(unique_id, "0", 2)
+
+
+def test_the_missing_ranks_are_named_at_the_deadline():
+    start = time.monotonic()
+    root, other = _join(pycoll.get_unique_id("lo"), 3, ranks=[0, 1], timeout=2.0)
+    assert time.monotonic() - start < 10
+    assert isinstance(root, pycoll.Timeout), root
+    assert "rank 2 of 3 did not register with the bootstrap root (rank 0" in str(root)
+    assert "(registered: 0, 1)" in str(root)
+    assert isinstance(other, pycoll.Timeout), other
+
+
+def test_an_id_serves_one_communicator():
+    unique_id = pycoll.get_unique_id("lo")
+    _close(_join(unique_id, 1))
+    with pytest.raises(pycoll.Timeout, match="did the process that made the unique id call"):
+        pycoll.init_rank(unique_id, 1, 2, timeout=1.0, ifname="lo")
+
+
+def test_ranks_disagreeing_on_the_world_size_all_hear_it():
+    unique_id = pycoll.get_unique_id("lo")
+    results = {}
+
+    def run(rank, world):
+        try:
+            results[rank] = pycoll.init_rank(unique_id, rank, world, timeout=10.0, ifname="lo")
+        except Exception as exc:  # noqa: BLE001
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(0, 2)), threading.Thread(target=run, args=(1, 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rank in (0, 1):
+        assert isinstance(results[rank], ValueError), results
+        assert "rank 1 called pycoll_comm_init_rank with world size 3, rank 0 with 2" in str(results[rank])
+
+
+def test_two_processes_claiming_one_rank_all_hear_it():
+    results = _join(pycoll.get_unique_id("lo"), 3, ranks=[0, 1, 1], timeout=10.0)
+    assert all(isinstance(r, ValueError) and "two processes registered as rank 1" in str(r) for r in results), \
+        results
+
+
+def test_a_rank_with_a_forged_secret_is_refused_and_the_job_names_the_drop():
+    unique_id = pycoll.get_unique_id("lo")
+    forged = unique_id[:ID_SECRET] + bytes(b ^ 1 for b in unique_id[ID_SECRET:ID_SECRET + 32]) + \
+        unique_id[ID_SECRET + 32:]
+    results = {}
+    thread = threading.Thread(target=lambda: results.update(root=_join(unique_id, 2, ranks=[0], timeout=3.0)[0]))
+    thread.start()
+    with pytest.raises(pycoll.AuthenticationError, match="does not hold this job's secret"):
+        pycoll.init_rank(forged, 1, 2, timeout=3.0, ifname="lo")
+    thread.join()
+    assert isinstance(results["root"], pycoll.Timeout) and "connection dropped" in str(results["root"]), results
+
+
+def test_junk_impostors_and_a_flood_do_not_keep_the_ranks_apart():
+    unique_id = pycoll.get_unique_id("lo")
+    port, job, secret = _id_parts(unique_id)
+    results = {}
+    root = threading.Thread(target=lambda: results.update(root=_join(unique_id, 2, ranks=[0], timeout=30.0)[0]))
+    root.start()
+    flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]  # silent, held open
+    try:
+        for junk in (os.urandom(512), b"GET / HTTP/1.0\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+                sock.sendall(junk)
+        assert _impostor(port, os.urandom(16), secret) in ("closed", "server proof does not match this secret")
+        assert _impostor(port, job, b"w" * 32) in ("closed", "server proof does not match this secret")
+        start = time.monotonic()
+        rank1 = pycoll.init_rank(unique_id, 1, 2, timeout=30.0, ifname="lo")
+        joined_s = time.monotonic() - start
+    finally:
+        for sock in flood:
+            sock.close()
+    root.join()
+    try:
+        assert isinstance(results["root"], pycoll.Communicator), results
+        assert joined_s < 10, joined_s
+    finally:
+        _close([rank1, results["root"]])
+
+
+def test_a_watch_that_raises_ends_the_wait_at_once():
+    unique_id = pycoll.get_unique_id("lo")
+    start = time.monotonic()
+
+    def watch():
+        if time.monotonic() - start > 0.3:
+            raise pycoll.PeerFailure("the job failed elsewhere", rank=3)
+
+    with pytest.raises(pycoll.PeerFailure, match="the job failed elsewhere"):
+        NativeComm.init_rank(unique_id, 0, 2, timeout=30.0, ifname="lo", watch=watch)
+    assert time.monotonic() - start < 3

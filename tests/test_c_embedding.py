@@ -1,0 +1,91 @@
+"""pycoll from C alone: examples/c_allreduce.c built with `pycoll config --cflags --libs` against the installed
+headers and library, run as 3 processes that pass the unique id through a file; the headers also compile as
+C++."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import pycoll
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "c_allreduce.c")
+CC = shutil.which("cc") or shutil.which("gcc")
+CXX = shutil.which("c++") or shutil.which("g++")
+
+
+def _config(*flags):
+    out = subprocess.run([sys.executable, "-m", "pycoll", "config", *flags], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()
+
+
+def test_config_prints_the_installed_paths():
+    assert _config("--cflags") == [f"-I{pycoll.get_include()}"]
+    assert os.path.isfile(os.path.join(pycoll.get_include(), "pycoll", "pycoll.h"))
+    assert os.path.isfile(os.path.join(pycoll.get_include(), "pycoll", "bootstrap.h"))
+    assert os.path.isfile(pycoll.get_library())
+    assert "-lpycoll" in _config("--libs")
+    assert subprocess.run([sys.executable, "-m", "pycoll", "config"], capture_output=True).returncode == 2
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    if CC is None:
+        pytest.skip("no C compiler (cc/gcc) on PATH")
+    binary = tmp_path_factory.mktemp("c") / "c_allreduce"
+    subprocess.run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", EXAMPLE, "-o", str(binary),
+                    *_config("--cflags", "--libs")], check=True, capture_output=True, text=True)
+    return binary
+
+
+def _run(binary, world, id_path, extra=(), env=None):
+    env = dict(os.environ, PYCOLL_SOCKET_IFNAME="lo", **(env or {}))
+    procs = [subprocess.Popen([str(binary), str(r), str(world), str(id_path), *extra], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for r in range(world)]
+    return [(p.wait(timeout=90), p.stdout.read()) for p in procs]
+
+
+def test_three_c_processes_all_reduce_through_the_c_bootstrap(example, tmp_path):
+    results = _run(example, 3, tmp_path / "job.id")
+    for rank, (code, out) in enumerate(results):
+        assert code == 0, results
+        assert f"rank {rank}/3 over shm: all_reduce of 1048576 float32 = 6, as expected" in out, results
+
+
+def test_three_c_processes_over_tcp_hosts(example, tmp_path):
+    """PYCOLL_HOSTID makes each process its own host: the bootstrap connects the TCP mesh."""
+    procs = []
+    for r in range(3):
+        env = dict(os.environ, PYCOLL_SOCKET_IFNAME="lo", PYCOLL_HOSTID=f"host-{r}")
+        procs.append(subprocess.Popen([str(example), str(r), "3", str(tmp_path / "job.id")], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = [(p.wait(timeout=90), p.stdout.read()) for p in procs]
+    for rank, (code, out) in enumerate(results):
+        assert code == 0 and f"rank {rank}/3 over tcp:" in out and "as expected" in out, results
+
+
+def test_a_missing_c_rank_is_a_timeout_naming_it(example, tmp_path):
+    env = dict(os.environ, PYCOLL_SOCKET_IFNAME="lo", TIMEOUT_S="2")
+    id_path = tmp_path / "job.id"
+    # World of 3 but only ranks 0 and 1 start.
+    procs = [subprocess.Popen([str(example), str(r), "3", str(id_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    out = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode == 1 for p in procs), out
+    assert "rank 2 of 3 did not register with the bootstrap root (rank 0" in out[0], out
+    assert "within 2 s" in out[1], out  # rank 1 hears the root's reason
+
+
+def test_the_headers_compile_as_cxx():
+    if CXX is None:
+        pytest.skip("no C++ compiler on PATH")
+    source = "#include <pycoll/pycoll.h>\nint main() { pycoll_unique_id_t id; return (int)sizeof id - 128; }\n"
+    result = subprocess.run([CXX, "-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-",
+                             *_config("--cflags")], input=source, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
