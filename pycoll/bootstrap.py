@@ -47,19 +47,13 @@ def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: floa
     whole job -- a rank that failed the secret check, rank 0's store gone -- ends the wait at once, and is the
     error raised when set-up fails for a reason that follows from it (the root closing, a rank missing)."""
     from pycoll.algorithms import segment_bytes_from_env
-    from pycoll.errors import PeerFailure, Timeout
     from pycoll.plugins.shm import ring_bytes_from_env
     from pycoll.plugins.tcp import spin_us_from_env
 
-    try:
-        return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
-                                    ifname=ifname or os.environ.get("PYCOLL_SOCKET_IFNAME") or None,
-                                    ring_bytes=ring_bytes_from_env(), segment_bytes=segment_bytes_from_env(),
-                                    spin_us=spin_us_from_env(), watch=watch)
-    except (PeerFailure, Timeout):
-        if watch is not None:
-            watch()
-        raise
+    return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
+                                ifname=ifname or os.environ.get("PYCOLL_SOCKET_IFNAME") or None,
+                                ring_bytes=ring_bytes_from_env(), segment_bytes=segment_bytes_from_env(),
+                                spin_us=spin_us_from_env(), watch=watch)
 
 
 __all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native"]

@@ -78,6 +78,8 @@ void boot_conn_start(boot_conn_t *c, int fd, double now)
     c->rank = -1;
 }
 
+int boot_conn_authenticated(const boot_conn_t *c) { return c->state >= STATE_EXTRA; }
+
 int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t extra, char *why, size_t why_len)
 {
     for (;;) {
@@ -121,6 +123,13 @@ int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t e
                 snprintf(why, why_len, "failed authentication (it does not hold this job's secret)");
                 return -1;
             }
+            /* One byte on a connection that has sent us everything so far: never partial. From here on this
+             * connection is a rank of the job: the server no longer evicts it, and it no longer reconnects. */
+            const uint8_t ack = BOOT_ACK;
+            if (send(c->fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+                snprintf(why, why_len, "could not send the acknowledgement: %s", strerror(errno));
+                return -1;
+            }
             c->state = STATE_EXTRA;
         } else {
             c->state = STATE_DONE;
@@ -151,5 +160,12 @@ pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind,
         return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s answered as rank %d", what,
                                    (int)their_rank);
     proof(auth, ROLE_CLIENT, hello, reply, expected);
-    return boot_send_all(fd, expected, sizeof expected, deadline, what, error, error_len);
+    uint8_t ack = 0;
+    st = boot_send_all(fd, expected, sizeof expected, deadline, what, error, error_len);
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(fd, &ack, 1, deadline, what, error, error_len);
+    if (st == PYCOLL_OK && ack != BOOT_ACK)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s answered the handshake with %u",
+                                   what, ack);
+    return st;
 }

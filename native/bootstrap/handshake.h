@@ -5,8 +5,11 @@
  *                     job (the id's 16 random bytes), nonce (32 random bytes)
  *   server -> client  its HELLO, then its proof HMAC(secret, "pycoll-server" || client HELLO || server HELLO)
  *   client -> server  its proof HMAC(secret, "pycoll-client" || client HELLO || server HELLO)
- *   then, by kind: a rank's registration with the root (BOOT_KIND_ROOT), or an ACK byte from the peer that
- *   admits the connection (BOOT_KIND_PEER).
+ *   server -> client  ACK (one byte): the connection is admitted as a rank of the job
+ *   then, for BOOT_KIND_ROOT, the rank's registration with the root.
+ *
+ * Before the ACK a server that is flooded may drop the connection to make room, and the client connects
+ * again; after it, a closed connection means the other side failed.
  *
  * Nonces on both sides stop a recorded proof from being replayed, the role label stops one side's proof from
  * being reflected as the other's, and the client checks the server before proving itself. Connections from
@@ -50,12 +53,14 @@ typedef struct boot_conn {
 } boot_conn_t;
 
 void boot_conn_start(boot_conn_t *c, int fd, double now);
+/* Whether c proved it holds the secret (and was sent the ACK). */
+int boot_conn_authenticated(const boot_conn_t *c);
 /* Reads what arrived: 1 when the handshake and `extra` more bytes (then in c->buf) are in, 0 when more is to
  * come, -1 when the connection must be dropped (why says why; the caller closes it). */
 int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t extra, char *why, size_t why_len);
 
-/* The client side, blocking until the deadline: PYCOLL_ERR_AUTH when the server does not hold the secret,
- * PYCOLL_ERR_PEER_FAILURE when it closes, PYCOLL_ERR_TIMEOUT. server_rank: the rank expected at the other
+/* The client side up to the ACK, blocking until the deadline: PYCOLL_ERR_AUTH when the server does not hold
+ * the secret, PYCOLL_ERR_PEER_FAILURE when it closes (or drops us while flooded), PYCOLL_ERR_TIMEOUT. server_rank: the rank expected at the other
  * end (-1: any). */
 pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind, int32_t server_rank,
                                       double deadline, const char *what, char *error, size_t error_len);

@@ -342,9 +342,15 @@ static pycoll_status_t serve(boot_state_t *s, int listen_fd, int kind, size_t ex
                                    (fd = boot_accept(listen_fd)) >= 0;
              accepted++) {
             if (n == MAX_PENDING) {
-                int oldest = 0;
-                for (int i = 1; i < n; i++)
-                    oldest = pending[i].deadline < pending[oldest].deadline ? i : oldest;
+                int oldest = -1;
+                for (int i = 0; i < n; i++)
+                    if (!boot_conn_authenticated(&pending[i]) &&
+                        (oldest < 0 || pending[i].deadline < pending[oldest].deadline))
+                        oldest = i;
+                if (oldest < 0) { /* every one of them is a rank of the job: never dropped */
+                    close(fd);
+                    break;
+                }
                 close(pending[oldest].fd);
                 note_dropped(s, "evicted while too many connections were in their handshake");
                 pending[oldest] = pending[--n];
@@ -443,12 +449,10 @@ static pycoll_status_t root_register(boot_state_t *s, const rank_record_t *mine)
     return st;
 }
 
-/* Connects to `to`, completes the handshake and exchanges the first messages: for a registration, the record
- * out and the root's status back; for the mesh, the peer's acknowledgement. A listener evicts handshakes
- * while flooded: a connection closed before that first reply is worth another try, until the deadline. */
+/* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
+ * a connection closed before the ACK is worth another try, until the deadline. */
 static pycoll_status_t connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
-                                             const char *what, const uint8_t *record, uint8_t *reply,
-                                             size_t reply_len, int *fd)
+                                             const char *what, int *fd)
 {
     const struct timespec pause = {0, 20 * 1000 * 1000};
     for (;;) {
@@ -456,11 +460,9 @@ static pycoll_status_t connect_authenticated(boot_state_t *s, const boot_addr_t 
         if (st == PYCOLL_OK)
             st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, s->error,
                                        BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK && record)
-            st = boot_send_all(*fd, record, RECORD_BYTES, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = boot_recv_all(*fd, reply, reply_len, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline || boot_should_stop())
+        if (st == PYCOLL_ERR_PEER_FAILURE && boot_should_stop())
+            return fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
+        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline)
             return st;
         close_fd(fd);
         nanosleep(&pause, NULL);
@@ -473,8 +475,11 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
     snprintf(what, sizeof what, "the bootstrap root at %s", s->root_text);
     uint8_t record[RECORD_BYTES], status[STATUS_BYTES];
     record_put(record, mine);
-    pycoll_status_t st = connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, record, status,
-                                               sizeof status, &s->root_fd);
+    pycoll_status_t st = connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, &s->root_fd);
+    if (st == PYCOLL_OK)
+        st = boot_send_all(s->root_fd, record, sizeof record, s->deadline, what, s->error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, status, sizeof status, s->deadline, what, s->error, BOOT_ERROR_LEN);
     if (st == PYCOLL_ERR_TIMEOUT && s->root_fd >= 0)
         return fail(s, st, "rank %d reached the bootstrap root at %s but the other ranks did not all "
                     "arrive within %.3g s", (int)s->rank, s->root_text, s->timeout_s);
@@ -569,11 +574,6 @@ static pycoll_status_t admit_peer(boot_state_t *s, boot_conn_t *c, int *taken)
         note_dropped(s, why);
         return PYCOLL_OK;
     }
-    uint8_t ack = BOOT_ACK;
-    if (boot_send_all(c->fd, &ack, 1, boot_now() + 1.0, "a peer", NULL, 0) != PYCOLL_OK) {
-        note_dropped(s, "closed before its acknowledgement");
-        return PYCOLL_OK;
-    }
     s->peer_fds[r] = c->fd;
     *taken = 1;
     return PYCOLL_OK;
@@ -618,10 +618,7 @@ static pycoll_status_t connect_mesh(boot_state_t *s)
         char addr[BOOT_ADDR_TEXT_LEN];
         boot_addr_text(&s->table[r].addr, addr, sizeof addr);
         snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
-        uint8_t ack = 0;
-        st = connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, NULL, &ack, 1, &s->peer_fds[r]);
-        if (st == PYCOLL_OK && ack != BOOT_ACK)
-            st = fail(s, PYCOLL_ERR_PEER_FAILURE, "%s answered the handshake with %u", what, ack);
+        st = connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, &s->peer_fds[r]);
         if (st == PYCOLL_ERR_TIMEOUT)
             fail(s, st, "rank %d did not accept rank %d's connection within %.3g s", (int)r, (int)s->rank,
                  s->timeout_s);

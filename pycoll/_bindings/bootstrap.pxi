@@ -96,9 +96,11 @@ cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double 
     cdef NativeComm native = NativeComm.__new__(NativeComm)
     with nogil:
         st = pycoll_comm_init_rank_config(&native.comm, size, &id, rank, &config)
+    if st in (PYCOLL_ERR_PEER_FAILURE, PYCOLL_ERR_TIMEOUT) and holder[1] is None:
+        _stop_setup(<void *>holder)  # a failure recorded for the job explains this one: it is the real reason
+    if st != PYCOLL_OK and holder[1] is not None:
+        raise holder[1]  # the watch's verdict: why the job failed, whatever the wait ended with
     if st == PYCOLL_ERR_INTERRUPTED:
-        if holder[1] is not None:
-            raise holder[1]
         _reraise_pending()
     if st != PYCOLL_OK:
         raise _bootstrap_failed(st)
