@@ -1,0 +1,58 @@
+"""Sphinx configuration of pycoll's documentation (Markdown through myst-parser, API pages through autodoc).
+
+Build (strict: a warning fails it), from the repository root, with pycoll importable (pip install ".[docs]"):
+
+    sphinx-build -W --keep-going -n -b html docs build/docs
+
+Pages outside docs/ (backends/README.md, bench/README.md, bench/results/*.md) are included, not copied, so
+there is one copy of every text. No page links outside the repository (tests/test_docs.py checks it).
+"""
+
+import importlib.util
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # an in-tree checkout: pycoll itself (its compiled modules come from the install)
+
+project = "pycoll"
+author = "the pycoll authors"
+copyright = "the pycoll authors"
+release = version = "0.1.0"
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+# The recorded tables of bench/results/ (included as they stand, one page each) go from a "#" title straight to
+# "###" tables; MyST reports every such jump. That is their style, not a broken page, so that one check is off.
+suppress_warnings = ["myst.header"]
+myst_heading_anchors = 3
+# In docstrings (reStructuredText), `x` is code, as in the Markdown pages.
+default_role = "code"  # "#the-communicator"-style links to headings, as on a Git host
+
+# autodoc: the signatures as written in the source, members in source order, nothing reached over the network.
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+# torch is an optional extra: without it, pycoll.torch's page is built against a stand-in module.
+autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
+
+# Nitpicky (-n) resolves every cross-reference; names from outside pycoll (the standard library, NumPy) are
+# not documented here and are not linked to any site outside the repository (no intersphinx), so they are
+# listed as known instead.
+nitpick_ignore_regex = [
+    ("py:class", r"(numpy|np|torch|collections\.abc|typing|typing_extensions|dataclasses)\..*"),
+    ("py:class", r"(optional|callable|array|array-like|buffer|object)"),
+]
+# The C standard library's types in the C ABI page's declarations.
+nitpick_ignore = [("c:identifier", name) for name in ("int32_t", "int64_t", "uint32_t", "uint64_t", "size_t")]
+
+html_theme = "alabaster"
+html_theme_options = {"show_powered_by": False}
+html_show_sourcelink = False
+html_static_path = []
