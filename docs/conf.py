@@ -1,6 +1,6 @@
 """Sphinx configuration of pycoll's documentation (Markdown through myst-parser, API pages through autodoc).
 
-Build (strict: a warning fails it), from the repository root, with pycoll importable (pip install ".[docs]"):
+Build (strict: a warning fails it), from the repository root, with pycoll installed (pip install ".[docs]"):
 
     sphinx-build -W --keep-going -n -b html docs build/docs
 
@@ -9,11 +9,9 @@ there is one copy of every text. No page links outside the repository (tests/tes
 """
 
 import importlib.util
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # an in-tree checkout: pycoll itself (its compiled modules come from the install)
+# autodoc imports the installed pycoll (its compiled modules exist only there), never the source folder: run
+# sphinx-build, not "python -m sphinx" from the repository root, which would put the source folder first.
 
 project = "pycoll"
 author = "the pycoll authors"
@@ -31,24 +29,21 @@ exclude_patterns = ["_build"]
 # The recorded tables of bench/results/ (included as they stand, one page each) go from a "#" title straight to
 # "###" tables; MyST reports every such jump. That is their style, not a broken page, so that one check is off.
 suppress_warnings = ["myst.header"]
-myst_heading_anchors = 3
+myst_heading_anchors = 3  # "api.md#command-line"-style links to headings, as on a Git host
 # In docstrings (reStructuredText), `x` is code, as in the Markdown pages.
-default_role = "code"  # "#the-communicator"-style links to headings, as on a Git host
+default_role = "code"
 
 # autodoc: the signatures as written in the source, members in source order, nothing reached over the network.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
+# Only pycoll's own docstrings: a method that overrides torch's (pycoll.torch) without one of its own shows none.
+autodoc_inherit_docstrings = False
 # torch is an optional extra: without it, pycoll.torch's page is built against a stand-in module.
 autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
 
-# Nitpicky (-n) resolves every cross-reference; names from outside pycoll (the standard library, NumPy) are
-# not documented here and are not linked to any site outside the repository (no intersphinx), so they are
-# listed as known instead.
-nitpick_ignore_regex = [
-    ("py:class", r"(numpy|np|torch|collections\.abc|typing|typing_extensions|dataclasses)\..*"),
-    ("py:class", r"(optional|callable|array|array-like|buffer|object)"),
-]
+# Nitpicky (-n): every cross-reference must resolve. No intersphinx (it would link outside the repository), so
+# names of other projects must not be cross-referenced; the C ABI page's standard C types are the only ones.
 # The C standard library's types in the C ABI page's declarations.
 nitpick_ignore = [("c:identifier", name) for name in ("int32_t", "int64_t", "uint32_t", "uint64_t", "size_t")]
 
