@@ -44,7 +44,6 @@ autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
 
 # Nitpicky (-n): every cross-reference must resolve. No intersphinx (it would link outside the repository), so
 # names of other projects must not be cross-referenced; the C ABI page's standard C types are the only ones.
-# The C standard library's types in the C ABI page's declarations.
 nitpick_ignore = [("c:identifier", name) for name in ("int32_t", "int64_t", "uint32_t", "uint64_t", "size_t")]
 
 html_theme = "alabaster"
