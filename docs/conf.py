@@ -9,6 +9,7 @@ there is one copy of every text. No page links outside the repository (tests/tes
 """
 
 import importlib.util
+import inspect
 
 # autodoc imports the installed pycoll (its compiled modules exist only there), never the source folder: run
 # sphinx-build, not "python -m sphinx" from the repository root, which would put the source folder first.
@@ -50,3 +51,15 @@ html_theme = "alabaster"
 html_theme_options = {"show_powered_by": False}
 html_show_sourcelink = False
 html_static_path = []
+
+
+def _skip_overrides_without_docstring(app, what, name, obj, skip, options):
+    """A method pycoll defines without a docstring of its own is left out, not shown with the docstring of the
+    method it overrides (pycoll.torch's methods over torch's ProcessGroup would show torch's text)."""
+    if what == "class" and inspect.isfunction(obj) and obj.__module__.startswith("pycoll") and not obj.__doc__:
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_overrides_without_docstring)
