@@ -12,6 +12,7 @@ import importlib
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,23 @@ def test_strict_sphinx_build(tmp_path):
                 outside.add(f"{page.relative_to(out)}: {target}")
     assert not outside, "\n".join(sorted(outside))
     assert (out / "reference.html").read_text().count('class="sig ') > 30  # autodoc produced the API
+
+
+def test_c_examples_of_the_docs_compile_against_the_headers(tmp_path):
+    """Every ```c block of docs/ compiles (-std=c11 -Wall -Wextra -Werror) against native/include, so a renamed or
+    changed call in the headers fails here until the page follows."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    blocks = [(page, block) for page in sorted(DOCS.rglob("*.md"))
+              for block in re.findall(r"^```c\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)]
+    assert blocks, "docs/c_abi.md has a C example"
+    for i, (page, block) in enumerate(blocks):
+        source = tmp_path / f"example{i}.c"
+        source.write_text(block)
+        result = subprocess.run([compiler, "-fsyntax-only", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                                 f"-I{ROOT / 'native' / 'include'}", str(source)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{page.relative_to(ROOT)}, C block {i}:\n{result.stderr}"
 
 
 def _stub_names(tree):
