@@ -44,8 +44,10 @@ autodoc_inherit_docstrings = False
 autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
 
 # Nitpicky (-n): every cross-reference must resolve. No intersphinx (it would link outside the repository), so
-# names of other projects must not be cross-referenced; the C ABI page's standard C types are the only ones.
+# the few names of other projects that signatures mention are listed here, by name: the standard C types of the
+# C ABI page's declarations and the Python standard library's types in annotations.
 nitpick_ignore = [("c:identifier", name) for name in ("int32_t", "int64_t", "uint32_t", "uint64_t", "size_t")]
+nitpick_ignore += [("py:class", "pathlib.Path")]
 
 html_theme = "alabaster"
 html_theme_options = {"show_powered_by": False}
