@@ -1,4 +1,4 @@
-"""Run pycoll's collective schedules on simulated ranks: threads of this process exchanging through memory.
+"""Run pycoll's collective schedules on simulated ranks: threads of this process exchanging through memory::
 
     outs = simulate("all_reduce", [np.arange(5) * r for r in range(4)], algorithm="halving_doubling")
 

@@ -39,6 +39,10 @@ _ID_SLOTS = (COST_MODEL_LEN - 3) // 2
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
+    """One machine's model: alpha_s (seconds per message), beta_s_per_byte (transfer), gamma_s_per_byte
+    (reduction), and per algorithm name a factor on its latency part and on its bandwidth part (a missing name
+    means 1: the textbook formula). pycoll_cost_model_t (native/include/pycoll/algorithms.h) is its C form."""
+
     alpha_s: float
     beta_s_per_byte: float
     gamma_s_per_byte: float
@@ -47,7 +51,7 @@ class CostModel:
     bandwidth_scale: dict = dataclasses.field(default_factory=dict)
 
     def as_array(self):
-        """The flat layout the native side takes (pycoll/cost_model.pxi); 0 stands for a missing factor."""
+        """The flat layout the native side takes (pycoll/_bindings/cost_model.pxi); 0 stands for a missing factor."""
         values = [self.alpha_s, self.beta_s_per_byte, self.gamma_s_per_byte,
                   *_by_id(self.latency_scale), *_by_id(self.bandwidth_scale)]
         return np.array(values, dtype=np.float64)

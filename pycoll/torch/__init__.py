@@ -1,5 +1,5 @@
 """`import pycoll.torch` registers "pycoll" as a torch.distributed backend for CPU tensors, so PyTorch's own
-`init_process_group("pycoll")`, `DistributedDataParallel` and `new_group` run over pycoll:
+`init_process_group("pycoll")`, `DistributedDataParallel` and `new_group` run over pycoll::
 
     import torch.distributed as dist
     import pycoll.torch  # noqa: F401 -- registers the backend
