@@ -5,7 +5,8 @@ gloo; needs torch), and pycoll's communicator called directly from the same acto
 
 Starts a local Ray cluster (2 CPUs), puts `--ranks` actors in one group per backend, and times each all-reduce
 of float32 in every actor (perf_counter around the call, after a barrier and warm-up); an iteration's time is
-the slowest rank's; the backends take turns (--rounds). Prints the median (and p10/p90) per backend and size. Results: bench/results/ray.md.
+the slowest rank's; the backends take turns (--rounds). Prints the median (and p10/p90) per backend and size,
+and the mean cost of a call in a back-to-back loop of as many calls (the slowest rank's; median of the rounds). Results: bench/results/ray.md.
 """
 
 import argparse
@@ -51,6 +52,11 @@ class Bench:
         for _ in range(warmup):
             call()
         barrier()
+        start = time.perf_counter()
+        for _ in range(iters):  # back to back: the mean cost of a call, the Ray layer's included
+            call()
+        loop_s = (time.perf_counter() - start) / iters
+        barrier()
         times = []
         for _ in range(iters):
             start = time.perf_counter()
@@ -59,7 +65,7 @@ class Bench:
         x[:] = 1
         call()
         assert float(x[0]) == self.world, (how, float(x[0]))  # the backend really summed
-        return times
+        return times, loop_s
 
 
 def main():
@@ -79,16 +85,18 @@ def main():
         rows = []
         for nbytes in sizes:
             iters, warmup = (1000, 100) if nbytes <= 65536 else (20, 3)
-            slowest = {how: [] for how in backends}
+            slowest, loops = {how: [] for how in backends}, {how: [] for how in backends}
             for _ in range(args.rounds):  # interleaved, so that a burst of load elsewhere hits every backend
                 for how in backends:
                     per_rank = ray.get([a.run.remote(how, nbytes, iters, warmup) for a in actors], timeout=600)
-                    slowest[how] += [max(ts) for ts in zip(*per_rank)]
+                    slowest[how] += [max(ts) for ts in zip(*[times for times, _ in per_rank])]
+                    loops[how].append(max(loop for _, loop in per_rank))
             for how in backends:
                 q = statistics.quantiles(slowest[how], n=10)
                 rows.append({"backend": how, "bytes": nbytes, "iters": len(slowest[how]),
                              "median_us": statistics.median(slowest[how]) * 1e6, "p10_us": q[0] * 1e6,
-                             "p90_us": q[-1] * 1e6})
+                             "p90_us": q[-1] * 1e6,
+                             "loop_us": statistics.median(loops[how]) * 1e6})
     finally:
         ray.shutdown()
 
@@ -99,11 +107,11 @@ def main():
         print(json.dumps({"info": info, "rows": rows}))
         return
     print(f"# {info}")
-    print("| backend | bytes | iterations | median (us) | p10 (us) | p90 (us) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| backend | bytes | iterations | median (us) | p10 (us) | p90 (us) | back to back (us/call) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['backend']} | {r['bytes']} | {r['iters']} | {r['median_us']:.1f} | {r['p10_us']:.1f} | "
-              f"{r['p90_us']:.1f} |")
+              f"{r['p90_us']:.1f} | {r['loop_us']:.1f} |")
     if errors:
         print(f"Ray's GLOO backend did not start: {errors[0]}")
 

@@ -342,15 +342,18 @@ def _torch_collectives(rank):
     col.allreduce(x, group_name="g3")
     outs = [torch.zeros(2, dtype=torch.int64) for _ in range(3)]
     col.allgather(outs, torch.full((2,), rank, dtype=torch.int64), group_name="g3")
-    return x.tolist(), [o.tolist() for o in outs]
+    b = torch.full((3,), rank + 1.0, dtype=torch.bfloat16)  # through DLPack: NumPy has no bfloat16
+    col.allreduce(b, group_name="g3")
+    return x.tolist(), [o.tolist() for o in outs], b.tolist()
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_cpu_torch_tensors(group3):
-    for x, outs in _ok(_get([a.call.remote(_torch_collectives, r) for r, a in enumerate(group3)])):
+    for x, outs, b in _ok(_get([a.call.remote(_torch_collectives, r) for r, a in enumerate(group3)])):
         assert x == (np.arange(4) * 6.0).tolist()
         assert outs == [[r, r] for r in range(3)]
+        assert b == [6.0, 6.0, 6.0]
 
 
 @pytest.mark.timeout(120)
