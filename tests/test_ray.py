@@ -85,6 +85,9 @@ def make_actor_class():
                 return "error", (type(exc).__name__, str(exc), time.monotonic() - start,
                                  [c.__name__ for c in type(exc).__mro__])
 
+        def ping(self):
+            return True
+
         def destroy(self, group_name):
             import pycoll.ray
             pycoll.ray.destroy_collective_group(group_name)
@@ -333,6 +336,35 @@ def test_a_rank_whose_rank_0_never_comes_times_out(cluster):
 def _join_alone(_):
     import pycoll.ray
     pycoll.ray.init_collective_group(2, 1, group_name="nobody-home", timeout=2.0)
+
+
+@pytest.mark.timeout(90)
+def test_a_stale_rendezvous_record_is_re_read_not_waited_on(cluster):
+    """A record left by an earlier group of the same name (its rank 0 died mid-rendezvous) points at a dead
+    port: rank 1 reads it first, fails to connect within its short slice, re-reads, and joins the new group."""
+    import json
+    import socket
+
+    from ray.experimental import internal_kv
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # nothing listens there once closed
+    internal_kv._internal_kv_put(pray._kv_key("stale"), json.dumps(
+        {"addr": "127.0.0.1", "port": dead_port, "secret": "00" * 32, "job_id": "ray-stale-old"}).encode(),
+        overwrite=True, namespace=pray._KV_NAMESPACE)
+    Member = make_actor_class()
+    actors = [Member.remote() for _ in range(2)]
+    try:
+        _get([a.ping.remote() for a in actors])  # both processes are up
+        late = actors[1].setup.remote(2, 1, "stale", GROUP_TIMEOUT)
+        time.sleep(1.0)  # rank 1 is polling the stale record by now
+        first = actors[0].setup.remote(2, 0, "stale", GROUP_TIMEOUT)
+        assert _get([first, late]) == [(0, 2), (1, 2)]
+        assert internal_kv._internal_kv_get(pray._kv_key("stale"), namespace=pray._KV_NAMESPACE) is None
+        _get([a.destroy.remote("stale") for a in actors])
+    finally:
+        for a in actors:
+            ray.kill(a)
 
 
 def _torch_collectives(rank):
