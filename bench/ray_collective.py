@@ -6,7 +6,8 @@ gloo; needs torch), and pycoll's communicator called directly from the same acto
 Starts a local Ray cluster (2 CPUs), puts `--ranks` actors in one group per backend, and times each all-reduce
 of float32 in every actor (perf_counter around the call, after a barrier and warm-up); an iteration's time is
 the slowest rank's; the backends take turns (--rounds). Prints the median (and p10/p90) per backend and size,
-and the mean cost of a call in a back-to-back loop of as many calls (the slowest rank's; median of the rounds). Results: bench/results/ray.md.
+and the mean cost of a call in a back-to-back loop of as many calls (the slowest rank's; median of the rounds).
+Results: bench/results/ray.md.
 """
 
 import argparse
