@@ -341,13 +341,10 @@ def get_group(group_name="default"):
     """This process's PycollGroup named group_name (ValueError naming it when this process has none)."""
     if not isinstance(group_name, str):
         raise TypeError(f"group_name must be a str, got {type(group_name).__name__}")
-    from ray.util.collective.collective import _group_mgr, _group_mgr_lock
-
-    with _group_mgr_lock:
-        group = _group_mgr._name_group_map.get(group_name)
-    if group is None:
+    if not _collective.is_group_initialized(group_name):
         raise ValueError(f"group_name: this process has no collective group {group_name!r} "
                          "(call pycoll.ray.init_collective_group first)")
+    group = _collective.get_group_handle(group_name)
     if not isinstance(group, PycollGroup):
         raise ValueError(f"group_name: the collective group {group_name!r} runs on Ray backend "
                          f"{type(group).__name__}, not pycoll")

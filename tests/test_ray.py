@@ -70,10 +70,15 @@ def make_actor_class():
         def __init__(self):
             import pycoll.ray  # noqa: F401 -- registers the backend in this process too
 
-        def setup(self, world_size, rank, group_name, timeout):
+        def setup(self, world_size, rank, group_name, timeout, backend="cpu"):
             import pycoll.ray
-            group = pycoll.ray.init_collective_group(world_size, rank, group_name=group_name, timeout=timeout)
+            group = pycoll.ray.init_collective_group(world_size, rank, group_name=group_name, timeout=timeout,
+                                                     backend=backend)
             return group.rank, group.world_size
+
+        def transport(self, group_name):
+            import pycoll.ray
+            return pycoll.ray.get_group(group_name).transport
 
         def call(self, fn, *args):
             """fn(*args) here (a function shipped by value), its result or (exception type, message,
@@ -341,7 +346,8 @@ def _join_alone(_):
 @pytest.mark.timeout(90)
 def test_a_stale_rendezvous_record_is_re_read_not_waited_on(cluster):
     """A record left by an earlier group of the same name (its rank 0 died mid-rendezvous) points at a dead
-    port: rank 1 reads it first, fails to connect within its short slice, re-reads, and joins the new group."""
+    port: rank 1 reads it first, fails to connect within its short slice, re-reads, and joins the new group.
+    The group forces pycoll's backend "tcp" (init_collective_group's options reach pycoll.init)."""
     import json
     import socket
 
@@ -356,10 +362,11 @@ def test_a_stale_rendezvous_record_is_re_read_not_waited_on(cluster):
     actors = [Member.remote() for _ in range(2)]
     try:
         _get([a.ping.remote() for a in actors])  # both processes are up
-        late = actors[1].setup.remote(2, 1, "stale", GROUP_TIMEOUT)
+        late = actors[1].setup.remote(2, 1, "stale", GROUP_TIMEOUT, "tcp")
         time.sleep(1.0)  # rank 1 is polling the stale record by now
-        first = actors[0].setup.remote(2, 0, "stale", GROUP_TIMEOUT)
+        first = actors[0].setup.remote(2, 0, "stale", GROUP_TIMEOUT, "tcp")
         assert _get([first, late]) == [(0, 2), (1, 2)]
+        assert _get([a.transport.remote("stale") for a in actors]) == ["tcp", "tcp"]
         assert internal_kv._internal_kv_get(pray._kv_key("stale"), namespace=pray._KV_NAMESPACE) is None
         _get([a.destroy.remote("stale") for a in actors])
     finally:
