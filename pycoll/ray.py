@@ -74,7 +74,8 @@ def _check_timeout(timeout):
 
 
 def _rendezvous(group_name, rank, world_size, *, timeout, master_addr=None):
-    """The only place the ranks of a group find each other: returns (store, init keyword arguments).
+    """The only place the ranks of a group find each other: returns (the connected store, the published record:
+    addr, port, secret, job_id).
 
     Rank 0 hosts a pycoll TCPStore on an ephemeral port of `master_addr` (default: this Ray node's address)
     and publishes {address, port, secret, job id} under the group's key in Ray's internal KV; the others poll
@@ -326,6 +327,8 @@ def init_collective_group(world_size, rank, group_name="default", *, timeout=DEF
         raise TypeError(f"backend must be a str naming a pycoll backend, got {type(backend).__name__}")
     if master_addr is not None and (not isinstance(master_addr, str) or not master_addr):
         raise TypeError(f"master_addr must be a non-empty str or None, got {master_addr!r}")
+    from pycoll import plugins
+    plugins.get(backend)  # an unknown or unusable pycoll backend: BackendUnavailable here, before any rendezvous
     options = {"timeout": _check_timeout(timeout), "backend": backend, "master_addr": master_addr}
     with _pending_lock:
         _pending_options[group_name] = options

@@ -243,6 +243,7 @@ def _bad_inputs(rank):
                                                        group_name="g3")),
         ("bad rank", lambda: pycoll.ray.init_collective_group(3, 5, group_name="other")),
         ("bad timeout", lambda: pycoll.ray.init_collective_group(3, 0, group_name="other", timeout=0)),
+        ("bad backend", lambda: pycoll.ray.init_collective_group(3, 0, group_name="other", backend="nope")),
     ]:
         try:
             call()
@@ -269,6 +270,7 @@ def test_bad_input_is_a_typed_error_naming_the_argument_and_the_group_survives(g
         assert "tensor_list[1]" in errors["allgather list shape"][1], errors
         assert errors["bad rank"][0] == "ValueError" and "rank" in errors["bad rank"][1], errors
         assert errors["bad timeout"][0] == "ValueError" and "timeout" in errors["bad timeout"][1], errors
+        assert errors["bad backend"][0] == "BackendUnavailable" and "'nope'" in errors["bad backend"][1], errors
         assert errors["after"] == [6.0, 6.0, 6.0]
 
 
