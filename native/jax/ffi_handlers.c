@@ -250,43 +250,59 @@ static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
                     "pycoll.jax %s: the argument's and result's element counts do not fit the communicator's "
                     "size%s", name, "");
 
+    /* The collective runs on the communicator's progress thread (pycoll_comm_start_*), and this XLA thread waits
+     * for it. Called directly, its waits would run the caller's interrupt check, which for a communicator made
+     * in Python takes the GIL: from an XLA thread, while the Python thread dispatches the next jitted call,
+     * that costs up to the interpreter's switch interval (5 ms) per wait. */
+    pycoll_work_t *work = NULL;
     pycoll_status_t st;
     switch (coll) {
     case JAX_ALL_REDUCE:
-        st = pycoll_comm_all_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op,
-                                    (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy);
+        st = pycoll_comm_start_all_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op,
+                                          (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy, &work);
         break;
     case JAX_REDUCE_SCATTER:
-        st = pycoll_comm_reduce_scatter(comm, in->data, out->data, n_out, dtype, (pycoll_op_t)op,
-                                        (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy);
+        st = pycoll_comm_start_reduce_scatter(comm, in->data, out->data, n_out, dtype, (pycoll_op_t)op,
+                                              (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy, &work);
         break;
     case JAX_ALL_GATHER:
-        st = pycoll_comm_all_gather(comm, in->data, out->data, n_in, dtype);
+        st = pycoll_comm_start_all_gather(comm, in->data, out->data, n_in, dtype, &work);
         break;
     case JAX_BROADCAST:
         if (rank == root && out->data != in->data && n_in > 0)
             memcpy(out->data, in->data, (size_t)n_in * esize);
-        st = pycoll_comm_broadcast(comm, out->data, n_in, dtype, (int32_t)root);
+        st = pycoll_comm_start_broadcast(comm, out->data, n_in, dtype, (int32_t)root, &work);
         break;
     case JAX_REDUCE:
-        /* The result on root; zeros elsewhere (what makes reduce and broadcast each other's transpose). */
-        st = pycoll_comm_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op, (int32_t)root,
-                                (pycoll_accuracy_t)accuracy);
-        if (st == PYCOLL_OK && rank != root && n_out > 0)
-            memset(out->data, 0, (size_t)n_out * esize);
+        st = pycoll_comm_start_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op, (int32_t)root,
+                                      (pycoll_accuracy_t)accuracy, &work);
         break;
     case JAX_ALL_TO_ALL:
-        st = pycoll_comm_all_to_all(comm, in->data, out->data, n_in / size, dtype);
+        st = pycoll_comm_start_all_to_all(comm, in->data, out->data, n_in / size, dtype, &work);
         break;
     default:
         st = PYCOLL_ERR_INVALID;
         break;
     }
-    if (st != PYCOLL_OK) {
-        char head[96];
+    char head[96];
+    if (st != PYCOLL_OK) { /* refused before it started: the communicator says why */
         snprintf(head, sizeof head, "pycoll %s: %s", error_class(st), name);
         return fail(frame, errc_for(st), "%s: %s", head, pycoll_comm_error(comm));
     }
+    /* Every collective has the communicator's deadline, after which it fails: this loop ends. */
+    while (!pycoll_work_wait(work, 1.0)) {
+    }
+    st = pycoll_work_status(work);
+    if (st != PYCOLL_OK) {
+        snprintf(head, sizeof head, "pycoll %s: %s", error_class(st), name);
+        pycoll_xla_error *err = fail(frame, errc_for(st), "%s: %s", head, pycoll_work_error(work));
+        pycoll_work_free(work);
+        return err;
+    }
+    pycoll_work_free(work);
+    /* reduce: the result on root; zeros elsewhere (what makes reduce and broadcast each other's transpose). */
+    if (coll == JAX_REDUCE && rank != root && n_out > 0)
+        memset(out->data, 0, (size_t)n_out * esize);
     return NULL;
 }
 
