@@ -14,6 +14,8 @@ Methods:
   jit pycoll.jax      y = f(y), f = jax.jit(lambda x: pycoll.jax.all_reduce(x, comm, op="avg"))
   jit no collective   y = g(y), g = jax.jit(lambda x: x * 0.5 + 0.5): JAX's dispatch and a new output
                       array of the same size, for reference
+  jit ordered io_callback  y = jax.jit(io_callback(identity, ..., ordered=True))(y): no collective, JAX's
+                      cost for a compiled program with an ordered effect that leaves XLA (a Python callback)
   eager NumPy         comm.all_reduce(a, op="avg") on a NumPy array, in place (the fast path)
   eager from JAX      y = jnp.asarray(comm.all_reduce(np.array(y), op="avg")): a JAX array out of jit and back
   jit gloo psum       y = h(y), h = jax.jit(shard_map(pmean)) over the 2 processes' devices
@@ -60,6 +62,8 @@ def pycoll_rank(args):
     # op="avg" keeps the values at 1 however many calls are chained (every method averages).
     f = jax.jit(lambda x: pj.all_reduce(x, comm, op="avg"))
     g = jax.jit(lambda x: x * 0.5 + 0.5)
+    from jax.experimental import io_callback
+    io = jax.jit(lambda x: io_callback(lambda v: v, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True))
 
     def eager_numpy(a):
         comm.all_reduce(a, op="avg")
@@ -73,6 +77,7 @@ def pycoll_rank(args):
         methods = {
             "jit pycoll.jax": (f, jnp.ones(count, jnp.float32), block),
             "jit no collective": (g, jnp.ones(count, jnp.float32), block),
+            "jit ordered io_callback": (io, jnp.ones(count, jnp.float32), block),
             "eager NumPy": (eager_numpy, np.ones(count, np.float32), lambda a: None),
             "eager from JAX": (eager_from_jax, jnp.ones(count, jnp.float32), block),
         }
@@ -182,7 +187,8 @@ def main():
           f"{args.repeats} repeats, {args.calls} calls (4 B) / {args.big_calls} calls (16 MiB) each")
     if gloo_reports is None:
         print(f"jax gloo collectives did not run here: {gloo_why}")
-    methods = ["jit pycoll.jax", "jit no collective", "eager NumPy", "eager from JAX", "jit gloo psum"]
+    methods = ["jit pycoll.jax", "jit no collective", "jit ordered io_callback", "eager NumPy", "eager from JAX",
+               "jit gloo psum"]
     print("\n| method | 4 B: us per call | 16 MiB: ms per call | 16 MiB: GB/s (algbw) |")
     print("|---|---:|---:|---:|")
     for m in methods:
