@@ -3,6 +3,7 @@ collectives (gloo), side by side in one run, at 2 ranks on this host: the per-ca
 throughput at 16 MiB (float32 sum).
 
     python bench/jax_jit.py [--backend cpu] [--calls 2000] [--big-calls 20] [--repeats 7]
+    python bench/jax_jit.py --breakdown      # one rank, in this process: where a 4-byte call's time goes
 
 Starts 2 rank processes for pycoll (pycoll.init, PYCOLL_BACKEND) and then 2 for JAX's gloo collectives
 (jax.distributed.initialize, jax_cpu_collectives_implementation=gloo, psum under shard_map over the two
@@ -12,11 +13,15 @@ median over repeats of the mean time per call (rank 0's; ranks wait for each oth
 
 Methods:
   jit pycoll.jax      y = f(y), f = jax.jit(lambda x: pycoll.jax.all_reduce(x, comm, op="avg"))
+  jit pycoll.jax, donated  the same with jax.jit(..., donate_argnums=0): the all-reduce runs in place in y's
+                      buffer (the custom call aliases its operand to its result)
   jit no collective   y = g(y), g = jax.jit(lambda x: x * 0.5 + 0.5): JAX's dispatch and a new output
                       array of the same size, for reference
   jit ordered io_callback  y = jax.jit(io_callback(identity, ..., ordered=True))(y): no collective, JAX's
                       cost for a compiled program with an ordered effect that leaves XLA (a Python callback)
   eager NumPy         comm.all_reduce(a, op="avg") on a NumPy array, in place (the fast path)
+  eager async+wait    comm.all_reduce(a, op="avg", async_op=True).wait(): the progress-thread hand-off the
+                      FFI handler uses (native/jax/ffi_handlers.c)
   eager from JAX      y = jnp.asarray(comm.all_reduce(np.array(y), op="avg")): a JAX array out of jit and back
   jit gloo psum       y = h(y), h = jax.jit(shard_map(pmean)) over the 2 processes' devices
 """
@@ -61,12 +66,17 @@ def pycoll_rank(args):
     block = jax.block_until_ready
     # op="avg" keeps the values at 1 however many calls are chained (every method averages).
     f = jax.jit(lambda x: pj.all_reduce(x, comm, op="avg"))
+    fd = jax.jit(lambda x: pj.all_reduce(x, comm, op="avg"), donate_argnums=0)
     g = jax.jit(lambda x: x * 0.5 + 0.5)
     from jax.experimental import io_callback
     io = jax.jit(lambda x: io_callback(lambda v: v, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True))
 
     def eager_numpy(a):
         comm.all_reduce(a, op="avg")
+        return a
+
+    def eager_async(a):
+        comm.all_reduce(a, op="avg", async_op=True).wait()
         return a
 
     def eager_from_jax(y):
@@ -76,9 +86,11 @@ def pycoll_rank(args):
     for label, count, calls in (("4 B", SMALL, args.calls), ("16 MiB", BIG, args.big_calls)):
         methods = {
             "jit pycoll.jax": (f, jnp.ones(count, jnp.float32), block),
+            "jit pycoll.jax, donated": (fd, jnp.ones(count, jnp.float32), block),
             "jit no collective": (g, jnp.ones(count, jnp.float32), block),
             "jit ordered io_callback": (io, jnp.ones(count, jnp.float32), block),
             "eager NumPy": (eager_numpy, np.ones(count, np.float32), lambda a: None),
+            "eager async+wait": (eager_async, np.ones(count, np.float32), lambda a: None),
             "eager from JAX": (eager_from_jax, jnp.ones(count, jnp.float32), block),
         }
         state = {name: m[1] for name, m in methods.items()}
@@ -133,6 +145,50 @@ def gloo_rank(args):
     return {"rank": rank, "results": results}
 
 
+def breakdown(args):
+    """One rank in this process (no peer to wait for): where a jitted 4-byte call's time goes."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import io_callback
+
+    import pycoll
+    import pycoll.jax as pj
+
+    warnings.simplefilter("ignore")  # a world of one warns that it is one
+    comm = pycoll.init(backend=args.backend, rank=0, world_size=1, master_addr="127.0.0.1",
+                       master_port=free_port())
+    handle = comm._engine.native.handle
+
+    def unordered(x):  # the same handler, without the ordered effect (no token: not ordered across calls)
+        return jax.ffi.ffi_call("pycoll_all_reduce", jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)(
+            x, comm=np.int64(handle), op=np.int64(4), root=np.int64(0), accuracy=np.int64(0),
+            algorithm=np.int64(0))
+
+    cases = {
+        "jit x * 0.5 + 0.5": jax.jit(lambda x: x * 0.5 + 0.5),
+        "jit unordered FFI call to pycoll's handler": jax.jit(unordered),
+        "jit pycoll.jax.all_reduce (ordered)": jax.jit(lambda x: pj.all_reduce(x, comm, op="avg")),
+        "jit io_callback(identity, ordered=True)": jax.jit(lambda x: io_callback(
+            lambda v: v, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)),
+    }
+    samples = {name: [] for name in cases}
+    state = {name: jnp.ones(SMALL, jnp.float32) for name in cases}
+    for name, fn in cases.items():
+        _, state[name] = mean_us(fn, state[name], max(2, args.calls // 10), jax.block_until_ready)
+    for _ in range(args.repeats):
+        for name, fn in cases.items():
+            t, state[name] = mean_us(fn, state[name], args.calls, jax.block_until_ready)
+            samples[name].append(t)
+    comm.close()
+    print(f"jax {jax.__version__}; 1 rank ({args.backend}); 4 B; {args.repeats} repeats of {args.calls} calls")
+    print("\n| call (1 rank, 4 B) | us per call |\n|---|---:|")
+    for name in cases:
+        print(f"| {name} | {statistics.median(samples[name]):.1f} |")
+
+
 def run_ranks(mode, n, args, backend):
     port = free_port()
     procs = []
@@ -167,6 +223,8 @@ def main():
     parser.add_argument("--big-calls", type=int, default=20, help="calls per sample at 16 MiB")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds for each job of 2 ranks")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="instead: one rank in this process, where a jitted 4-byte call's time goes")
     parser.add_argument("--rank-mode", choices=["pycoll", "gloo"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_mode:
@@ -174,6 +232,9 @@ def main():
         print(json.dumps(report), flush=True)
         return
 
+    if args.breakdown:
+        breakdown(args)
+        return
     import jax
     pycoll_reports, why = run_ranks("pycoll", 2, args, args.backend)
     if pycoll_reports is None:
@@ -187,8 +248,8 @@ def main():
           f"{args.repeats} repeats, {args.calls} calls (4 B) / {args.big_calls} calls (16 MiB) each")
     if gloo_reports is None:
         print(f"jax gloo collectives did not run here: {gloo_why}")
-    methods = ["jit pycoll.jax", "jit no collective", "jit ordered io_callback", "eager NumPy", "eager from JAX",
-               "jit gloo psum"]
+    methods = ["jit pycoll.jax", "jit pycoll.jax, donated", "jit no collective", "jit ordered io_callback", "eager NumPy", "eager async+wait",
+               "eager from JAX", "jit gloo psum"]
     print("\n| method | 4 B: us per call | 16 MiB: ms per call | 16 MiB: GB/s (algbw) |")
     print("|---|---:|---:|---:|")
     for m in methods:

@@ -22,25 +22,36 @@ from pycoll.errors import BackendUnavailable
 try:
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from jax.extend.core import Primitive
-    from jax.interpreters import ad, batching
-    from jax._src.interpreters import mlir  # custom_call and the token plumbing are not in the public module
-    from jax._src import dispatch as _dispatch
-    from jax._src import effects as _effects
-except ImportError as exc:  # pragma: no cover -- the test suite checks the message with jax hidden
+except ImportError as exc:  # tests/test_jax_ffi.py checks this message with jax hidden
     raise BackendUnavailable(
         f"pycoll.jax needs jax and jaxlib ({exc}); install them with: pip install \"pycoll[jax]\"") from exc
+try:
+    # Ordered effects, custom calls with tokens and primitive dispatch are not in jax's public modules; checked
+    # against jax 0.10.2.
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching
+    from jax._src import dispatch as _dispatch
+    from jax._src import effects as _effects
+    from jax._src.interpreters import mlir
+except ImportError as exc:
+    raise BackendUnavailable(
+        f"pycoll.jax needs jax internals that jax {jax.__version__} lacks ({exc}); it was written against jax "
+        f"0.10: install a jax of that line") from exc
+
+import numpy as np
 
 from pycoll._bindings import jax_ffi
+from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
+from pycoll.dtypes import op_id
 from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "raise_pycoll_error"]
 
-_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
-_ACCURACIES = {"fast": 0, "compensated": 1, "kahan": 1}
-_ALGORITHMS = {"auto": 0, "ring": 1, "halving_doubling": 2, "mesh": 3, "recursive_doubling": 4, "hierarchical": 5}
+# Names -> the ids of libpycoll's enums (pycoll_op_t, pycoll_accuracy_t, pycoll_algorithm_t).
+_OPS = {name: op_id(name) for name in ("sum", "prod", "min", "max", "avg")}
+_ACCURACIES = {**ACCURACIES, **{alias: ACCURACIES[name] for alias, name in ACCURACY_ALIASES.items()}}
+_ALGORITHMS = {name: i for name, i in ALGORITHMS.items() if name not in NATIVE_ONLY}  # those: auto picks them
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _LINEAR_OPS = ("sum", "avg")
 
@@ -217,6 +228,9 @@ def _abstract_eval(x, *, kind, size, tiled, **_):
 collective_p.def_effectful_abstract_eval(_abstract_eval)
 
 
+_IN_PLACE = ("all_reduce", "broadcast")  # libpycoll takes sendbuf == recvbuf for these
+
+
 def _ir_type(ctx, aval):
     try:
         return mlir.aval_to_ir_type(ctx.module_context, aval)
@@ -231,6 +245,9 @@ def _lowering(ctx, x, *, kind, handle, rank, size, op, accuracy, algorithm, root
     result_types = [mlir.token_type(), _ir_type(ctx, aval_out)]
     call = mlir.custom_call(
         f"pycoll_{kind}", result_types=result_types, operands=[token, x], has_side_effect=True, api_version=4,
+        # In place where the collective allows it: XLA then writes into x's buffer when x is dead after the
+        # call (a donated argument, an intermediate), and copies x first otherwise.
+        operand_output_aliases={1: 1} if kind in _IN_PLACE else None,
         backend_config={"comm": mlir.i64_attr(handle), "op": mlir.i64_attr(_OPS[op]),
                         "root": mlir.i64_attr(root), "accuracy": mlir.i64_attr(_ACCURACIES[accuracy]),
                         "algorithm": mlir.i64_attr(_ALGORITHMS[algorithm])})
