@@ -19,7 +19,9 @@ HAVE_JAX = importlib.util.find_spec("jax") is not None and importlib.util.find_s
 if __name__ != "__main__":
     from multiproc import Ranks, free_port
 
-    pytestmark = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install \"pycoll[jax]\")")
+# Every test but the two that drive the C handlers directly with ctypes (those need no jax: they run in the
+# sanitizer build too).
+needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install \"pycoll[jax]\")")
 
 
 # ---- in-process tests: one rank ----------------------------------------------------------------------------
@@ -33,6 +35,7 @@ def solo():
 
 
 @pytest.mark.timeout(60)
+@needs_jax
 def test_single_rank_every_collective_inside_jit(solo):
     import jax
     import jax.numpy as jnp
@@ -62,6 +65,7 @@ def test_single_rank_every_collective_inside_jit(solo):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "float16", "bfloat16", "float32"])
+@needs_jax
 def test_single_rank_dtypes(solo, dtype):
     import jax
     import jax.numpy as jnp
@@ -73,6 +77,7 @@ def test_single_rank_dtypes(solo, dtype):
 
 
 @pytest.mark.timeout(60)
+@needs_jax
 def test_collectives_are_threaded_on_one_token_in_program_order(solo):
     # Ordering is carried by a token: each custom call takes the previous call's token and returns the next, so
     # XLA cannot reorder them whatever their data dependencies. Independent collectives, listed in the lowered
@@ -101,6 +106,7 @@ def test_collectives_are_threaded_on_one_token_in_program_order(solo):
 
 
 @pytest.mark.timeout(60)
+@needs_jax
 def test_single_rank_gradients_follow_the_transpose_rules(solo):
     import jax
     import jax.numpy as jnp
@@ -120,6 +126,7 @@ def test_single_rank_gradients_follow_the_transpose_rules(solo):
 
 
 @pytest.mark.timeout(60)
+@needs_jax
 def test_bad_arguments_raise_typed_errors_naming_them(solo):
     import jax.numpy as jnp
     import pycoll
@@ -169,6 +176,112 @@ def test_without_jax_import_says_what_to_install(tmp_path):
     assert out.stdout.startswith("OK") and 'pip install "pycoll[jax]"' in out.stdout, out.stdout + out.stderr
 
 
+# ---- the C handlers against call frames of the wrong shape (a mismatched jaxlib) ---------------------------------
+def _frame_kit():
+    """ctypes mirrors of the FFI structs the handlers read (native/jax/xla_ffi_subset.h), a fake XLA_FFI_Api whose
+    Error_Create records the message, and the all_reduce handler as a C function."""
+    import ctypes as C
+
+    from pycoll._bindings import jax_ffi
+
+    class Version(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("major", C.c_int), ("minor", C.c_int)]
+
+    class ErrorArgs(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("message", C.c_char_p), ("errc", C.c_int)]
+
+    create_t = C.CFUNCTYPE(C.c_void_p, C.POINTER(ErrorArgs))
+
+    class Api(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("version", Version),
+                    ("internal", C.c_void_p), ("error_create", create_t)]
+
+    class List(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("size", C.c_int64),
+                    ("types", C.c_void_p), ("items", C.c_void_p)]
+
+    class Attrs(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("size", C.c_int64),
+                    ("types", C.c_void_p), ("names", C.c_void_p), ("attrs", C.c_void_p)]
+
+    class Frame(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("api", C.POINTER(Api)), ("ctx", C.c_void_p),
+                    ("stage", C.c_int32), ("args", List), ("rets", List), ("attrs", Attrs)]
+
+    class Extension(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("type", C.c_int32), ("next", C.c_void_p)]
+
+    class Metadata(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("version", Version), ("traits", C.c_uint32)]
+
+    class MetadataExtension(C.Structure):
+        _fields_ = [("base", Extension), ("metadata", C.POINTER(Metadata))]
+
+    messages = []
+
+    @create_t
+    def error_create(args):
+        messages.append((args.contents.message.decode(), args.contents.errc))
+        return 1  # any non-NULL pointer: the handler only passes it back
+
+    get = C.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = C.c_void_p, [C.py_object, C.c_char_p]
+    handler = C.CFUNCTYPE(C.c_void_p, C.POINTER(Frame))(get(jax_ffi.handler("all_reduce"), None))
+
+    def frame(major=0):
+        api = Api(struct_size=C.sizeof(Api), version=Version(C.sizeof(Version), None, major, 3),
+                  error_create=error_create)
+        f = Frame(struct_size=C.sizeof(Frame), api=C.pointer(api), stage=3)
+        for part in (f.args, f.rets):
+            part.struct_size = C.sizeof(List)
+        f.attrs.struct_size = C.sizeof(Attrs)
+        f._keep = api
+        return f
+
+    return types.SimpleNamespace(C=C, handler=handler, frame=frame, messages=messages, Extension=Extension,
+                                 Metadata=Metadata, MetadataExtension=MetadataExtension, Version=Version)
+
+
+@pytest.mark.timeout(60)
+def test_handler_refuses_call_frames_of_another_ffi_version_with_a_message():
+    k = _frame_kit()
+    C = k.C
+    f = k.frame(major=1)  # an FFI API of another major version
+    assert k.handler(C.byref(f)) == 1
+    assert "FFI API is version 1.3" in k.messages[-1][0], k.messages
+    f = k.frame()
+    f.struct_size = 24  # a call frame older than the one the handlers were written against
+    assert k.handler(C.byref(f)) == 1
+    assert "call frame is smaller" in k.messages[-1][0], k.messages
+    f = k.frame()
+    f.args.struct_size = 8
+    assert k.handler(C.byref(f)) == 1
+    assert "argument lists are smaller" in k.messages[-1][0], k.messages
+    f = k.frame()  # well formed, but no arrays and no `comm`: refused, nothing called
+    assert k.handler(C.byref(f)) == 1
+    assert "one array argument and one array result" in k.messages[-1][0], k.messages
+    f = k.frame()
+    f.stage = 0
+    assert k.handler(C.byref(f)) == 1
+    assert "unexpected stage" in k.messages[-1][0], k.messages
+
+
+@pytest.mark.timeout(60)
+def test_handler_answers_the_metadata_query_with_its_ffi_version():
+    k = _frame_kit()
+    C = k.C
+    meta = k.Metadata(struct_size=C.sizeof(k.Metadata))
+    ext = k.MetadataExtension(base=k.Extension(C.sizeof(k.MetadataExtension), 1, None), metadata=C.pointer(meta))
+    f = k.frame()
+    f.ext = C.addressof(ext)
+    count = len(k.messages)
+    assert k.handler(C.byref(f)) is None and len(k.messages) == count  # success: no error created
+    assert (meta.version.major, meta.version.minor, meta.traits) == (0, 3, 0)
+    meta.struct_size = 8  # a metadata struct too small to hold the answer
+    assert k.handler(C.byref(f)) == 1
+    assert "metadata query has an unexpected layout" in k.messages[-1][0], k.messages
+
+
 # ---- multi-process tests -------------------------------------------------------------------------------------
 def _job(n, scenario, backend, timeout=20.0, ranks=None):
     with Ranks(n, os.path.abspath(__file__), scenario, timeout=timeout,
@@ -177,6 +290,7 @@ def _job(n, scenario, backend, timeout=20.0, ranks=None):
 
 
 @pytest.mark.timeout(120)
+@needs_jax
 def test_three_ranks_collectives_order_and_gradients_inside_jit():
     reports = _job(3, "collectives", "cpu")
     for rank, rep in reports.items():
@@ -185,6 +299,7 @@ def test_three_ranks_collectives_order_and_gradients_inside_jit():
 
 
 @pytest.mark.timeout(120)
+@needs_jax
 def test_mismatch_and_dead_peer_come_back_as_errors_naming_the_problem():
     reports = _job(2, "faults", "tcp", timeout=10.0)
     for rank, rep in reports.items():
@@ -198,6 +313,7 @@ def test_mismatch_and_dead_peer_come_back_as_errors_naming_the_problem():
 
 
 @pytest.mark.timeout(120)
+@needs_jax
 def test_a_dead_peer_fails_the_jitted_call_instead_of_hanging():
     reports = _job(2, "dead_peer", "tcp", timeout=10.0, ranks=[0])  # rank 1 dies on purpose
     rep = reports[0]
