@@ -64,6 +64,16 @@ def test_single_rank_every_collective_inside_jit(solo):
     np.testing.assert_array_equal(ag[0], xn)
     np.testing.assert_array_equal(rs, xn)
     np.testing.assert_array_equal(a2a, xn)
+    # Inside control flow and remat, and under vmap for the elementwise ones.
+    loop = jax.jit(lambda v: jax.lax.fori_loop(0, 3, lambda i, w: pj.all_reduce(w, solo) + 1, v))
+    np.testing.assert_array_equal(loop(jnp.zeros(2)), [3, 3])
+    branch = jax.jit(lambda v: jax.lax.cond(v[0] > 0, lambda w: pj.all_reduce(w, solo) * 2, lambda w: w, v))
+    np.testing.assert_array_equal(branch(jnp.ones(2)), [2, 2])
+    remat = jax.jit(jax.grad(jax.checkpoint(lambda v: jnp.sum(jnp.sin(pj.all_reduce(v, solo))))))
+    np.testing.assert_allclose(remat(jnp.ones(2)), np.cos(np.ones(2)), rtol=1e-6)
+    np.testing.assert_array_equal(jax.vmap(lambda v: pj.broadcast(v, solo))(x), xn)
+    with pytest.raises(NotImplementedError, match="vmap"):
+        jax.vmap(lambda v: pj.all_to_all(v, solo))(x[:, :, None])
     # Outside jit too (the primitive compiles itself).
     np.testing.assert_array_equal(pj.all_reduce(jnp.ones(3, jnp.int32), solo), np.ones(3, np.int32))
 
