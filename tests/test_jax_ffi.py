@@ -431,6 +431,12 @@ def _worker(scenario):
         comm.all_reduce(z)
         check("eager after jit", z, sum(data(r, (3,)) for r in range(size)))
 
+        # A split: ranks of equal parity, in one jitted function with a collective on the whole job.
+        half = comm.split(rank % 2)
+        both = jax.jit(lambda v: (pj.all_reduce(v, half), pj.all_reduce(v, comm)))(jnp.asarray(data(rank, (4,))))
+        check("split all_reduce", both[0], sum(data(r, (4,)) for r in range(size) if r % 2 == rank % 2))
+        check("root after split", both[1], sum(data(r, (4,)) for r in range(size)))
+
         # Gradients through jit, against their closed forms.
         w = [data(r, (6,)) / 7 for r in range(size)]
         x6 = jnp.asarray(data(rank, (6,)))
