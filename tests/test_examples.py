@@ -48,6 +48,16 @@ def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_b
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_whole_batch():
+    # data_parallel_jax.py's model and schedule with the average inside the jitted step (pycoll.jax.all_reduce):
+    # the same float32 tolerance against one process. A wrong reduction (a sum, one rank's gradient, the
+    # collectives out of order) moves the weights by 1e-2 or more.
+    single = _check_against_one_process("data_parallel_jax_jit.py", 2, rtol=1e-5, atol=1e-6)
+    assert single["loss"] < 0.6  # it learned: the untrained model's loss on that batch is 0.72
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (pip install pycoll[torch])")
 def test_ddp_torch_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float64, DDP's averaged bucket gradients: equal to the whole batch's up to the order of the summation.

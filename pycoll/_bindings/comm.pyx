@@ -484,6 +484,12 @@ cdef class NativeComm:
         if error is not None:
             raise error
 
+    @property
+    def handle(self):
+        """The pycoll_comm_t * as an integer (0 once closed), for C code that calls libpycoll directly, such as
+        pycoll.jax's XLA custom calls. Valid until close(); the caller must not use it after."""
+        return <uintptr_t>self.comm
+
 
 cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):
     """A NativeComm over a transport just created (NULL: err says why), with the communicator's options."""
