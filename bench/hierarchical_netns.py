@@ -57,7 +57,7 @@ def worker(mib, repeats):
             comm.all_reduce(elapsed, op="max")
             times[name].append(float(elapsed[0]))
     print(json.dumps({"rank": comm.rank, "times": times, "wrong": wrong, "auto_ran": auto_ran,
-                      "transport": getattr(comm._engine, "transport", comm.backend), "hosts": comm.hosts}))
+                      "transport": comm.transport, "hosts": comm.hosts}))
     comm.close()
 
 

@@ -93,6 +93,9 @@ class Communicator:
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
     size = property(lambda self: self._size, doc="The number of ranks.")
     backend = property(lambda self: self._backend.name, doc="The backend's name.")
+    transport = property(lambda self: getattr(self._engine, "transport", None) or self._backend.name,
+                         doc='What the collectives run over: "shm", "tcp" or "shm+tcp" for the host backends '
+                             '(the C bootstrap chose it, the same on every rank), else the backend\'s name.')
     hosts = property(lambda self: self._hosts.count, doc="The number of hosts the ranks are on (rendezvous: ranks "
                      "share a host when they share boot id, IPC and network namespace).")
     local_rank = property(lambda self: self._hosts.local_rank, doc="This rank's index among its host's ranks.")

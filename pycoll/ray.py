@@ -80,8 +80,9 @@ def _rendezvous(group_name, rank, world_size, *, timeout, master_addr=None):
     Rank 0 hosts a pycoll TCPStore on an ephemeral port of `master_addr` (default: this Ray node's address)
     and publishes {address, port, secret, job id} under the group's key in Ray's internal KV; the others poll
     that key (until `timeout`) and connect. A record left by an earlier incarnation of the group whose rank 0
-    died is stale: a rank that cannot reach the published store within a short slice re-reads the key. Swap
-    this function for pycoll.get_unique_id()/init_rank() once that bootstrap exists."""
+    died is stale: a rank that cannot reach the published store within a short slice re-reads the key. A store,
+    rather than publishing a pycoll.get_unique_id() for pycoll.init_rank(), for that probe: a rank that
+    registered with a unique id's root cannot back out and retry without failing the group."""
     from pycoll.rendezvous.store import TCPStore
 
     deadline = time.monotonic() + timeout
@@ -178,8 +179,7 @@ class PycollGroup(BaseGroup):
     @property
     def transport(self):
         """What the group's communicator runs on under backend "cpu": "shm" (one host), "tcp" or "shm+tcp"."""
-        comm = self.communicator
-        return getattr(comm._engine, "transport", comm.backend)
+        return self.communicator.transport
 
     def destroy_group(self):
         comm, self._comm = self._comm, None

@@ -254,7 +254,7 @@ def main():
         model = measure(comm)
         if comm.rank == 0:
             # The transport's backend ("shm" or "tcp" under "cpu"): the one whose creation loads it.
-            path = save(model, world_size=comm.size, backend=getattr(comm._engine, "transport", comm.backend))
+            path = save(model, world_size=comm.size, backend=comm.transport)
             print("\n".join(report(model, comm.size)))
             print(f"saved to {path}")
 

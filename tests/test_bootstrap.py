@@ -112,7 +112,7 @@ def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
 
 def test_a_single_rank_job():
     (comm,) = _join(pycoll.get_unique_id("lo"), 1)
-    assert (comm.size, comm.hosts, comm._engine.transport) == (1, 1, "shm")
+    assert (comm.size, comm.hosts, comm.transport) == (1, 1, "shm")
     _close([comm])
 
 

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-BINDINGS = ["abi", "buffer", "comm", "kernels", "sim", "vendor"]
+BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "sim", "vendor"]
 
 
 def need(module, reason):

@@ -51,7 +51,7 @@ def test_the_bootstrap_picks_the_transport_the_backend_asks_for_on_one_host(back
     comms = _init_threads(3, backend)
     try:
         assert all(not isinstance(c, Exception) for c in comms), comms
-        assert [c._engine.transport for c in comms] == [transport] * 3
+        assert [c.transport for c in comms] == [transport] * 3
         assert [(c.hosts, c.local_rank, c.local_size) for c in comms] == [(1, r, 3) for r in range(3)]
     finally:
         for c in comms:

@@ -3,17 +3,25 @@ host-memory backends, its non-blocking handles (work.pxi), the small-call fast p
 map from status codes to exceptions. Buffers arrive as integer addresses and element counts; dtype, op,
 algorithm and accuracy as pycoll ids (pycoll._bindings.abi)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from typing_extensions import Self, disjoint_base
 
-from pycoll.errors import (CommunicatorClosed as CommunicatorClosed, MismatchError as MismatchError,
-                           PeerFailure as PeerFailure, PycollError as PycollError, Timeout as Timeout)
+from pycoll.errors import (AuthenticationError as AuthenticationError, CommunicatorClosed as CommunicatorClosed,
+                           MismatchError as MismatchError, PeerFailure as PeerFailure, PycollError as PycollError,
+                           Timeout as Timeout)
 
 COST_MODEL_LEN: int
 
 def error_for_status(status: int, message: str, failed_rank: int = -1) -> Exception: ...
 def shm_segment_bytes(size: int, ring_bytes: int) -> int: ...
+
+UNIQUE_ID_BYTES: int
+TRANSPORTS: dict[str, int]
+
+def unique_id_create(ifname: str | None = None, toward: str | None = None) -> bytes: ...
+def unique_id_address(unique_id: bytes) -> str: ...
+def host_identity() -> str: ...
 
 @disjoint_base
 class NativeWork:
@@ -34,6 +42,16 @@ class NativeComm:
     @staticmethod
     def over_routed(rank: int, size: int, fds: Sequence[int], segment_fds: Sequence[int], pids: Sequence[int],
                     ring_bytes: int, timeout: float, spin_us: float = 0.0, segment_bytes: int = 0) -> NativeComm: ...
+    @staticmethod
+    def init_rank(unique_id: bytes, rank: int, size: int, *, transport: str = "auto", timeout: float = 300.0,
+                  ifname: str | None = None, ring_bytes: int = 0, segment_bytes: int = 0, spin_us: float = -1.0,
+                  watch: Callable[[], object] | None = None) -> NativeComm: ...
+    @property
+    def transport(self) -> str | None: ...
+    @property
+    def handle(self) -> int: ...
+    @property
+    def host_of(self) -> tuple[int, ...] | None: ...
     @property
     def options(self) -> dict[str, Any]: ...
     @property

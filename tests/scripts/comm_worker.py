@@ -26,7 +26,7 @@ try:
     comm = pycoll.init(timeout=timeout)
     rank, size = comm.rank, comm.size
     report["rank"] = rank
-    report.update(backend=comm.backend, transport=getattr(comm._engine, "transport", comm.backend),
+    report.update(backend=comm.backend, transport=comm.transport,
                   hosts=comm.hosts, local_rank=comm.local_rank, local_size=comm.local_size)
     if scenario == "collectives":
         for algorithm in ("ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical", "auto"):
