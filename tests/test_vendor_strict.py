@@ -214,6 +214,35 @@ def test_nccl_teardown_with_a_dead_peer_is_bounded(nccl_env):
     assert "deadlocked" not in log
 
 
+def _hccl_collective_with_a_dead_peer(rank, world):
+    import pycoll
+
+    engine = make_engine("hccl", rank, world, 1.0)
+    _sum_of_ones(engine, rank)
+    if rank == 1:
+        time.sleep(4.0)  # gone: never joins rank 0's next all-reduce
+        return None
+    start = time.monotonic()
+    with pytest.raises(pycoll.Timeout):
+        _sum_of_ones(engine, rank)
+    failed_s = time.monotonic() - start
+    engine.close()
+    lib = ctypes.CDLL(pycoll.get_library())
+    lib.pycoll_vendor_abandoned_releases.restype = ctypes.c_int64
+    return failed_s, time.monotonic() - start, lib.pycoll_vendor_abandoned_releases()
+
+
+@pytest.mark.timeout(60)
+def test_hccl_destroy_behind_a_stuck_task_is_bounded(hccl_env):
+    """HCCL has no abort: at the deadline pycoll destroys the communicator, and HcclCommDestroy waits for the
+    task stuck on the dead peer (fake_hccl.c's rule; FAKE_DEADLOCK_S = 3 s here). The destroy gets the
+    communicator's timeout (1 s), then is left to finish on its own thread, and the device memory with it."""
+    failed_s, closed_s, abandoned = run_ranks_ok(_hccl_collective_with_a_dead_peer, 2, hccl_env)[0]
+    assert 1.9 < failed_s < 3.0, failed_s  # the collective's 1 s, then the destroy's 1 s
+    assert closed_s - failed_s < 0.5, (failed_s, closed_s)  # close has nothing left to wait for
+    assert abandoned == 1
+
+
 @pytest.mark.timeout(60)
 def test_nccl_healthy_teardown_finalizes_then_destroys(nccl_env):
     assert run_ranks_ok(_nccl_teardown_healthy, 2, nccl_env) == [0, 1]

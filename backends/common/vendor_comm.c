@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -131,14 +132,97 @@ static const char *result_name(const pycoll_vendor_t *v, int r)
     return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
 }
 
+/* How long a teardown call (destroy, abort) may take before it is left to run on alone: the communicator's
+ * timeout, at most this. */
+#define RELEASE_GRACE_NS 5000000000LL
+
+static atomic_llong abandoned_releases;
+
+int64_t pycoll_vendor_abandoned_releases(void) { return atomic_load(&abandoned_releases); }
+
+/* One destroy or abort on a thread of its own. Whoever finishes second -- the call, or the caller that gave up
+ * waiting for it -- frees this. */
+typedef struct release_call {
+    int (*fn)(void *comm);
+    void *comm;
+    pthread_mutex_t lock;
+    pthread_cond_t finished;
+    int done, abandoned;
+} release_call_t;
+
+static void release_call_free(release_call_t *r)
+{
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->finished);
+    free(r);
+}
+
+static void *release_thread(void *arg)
+{
+    release_call_t *r = arg;
+    r->fn(r->comm);
+    pthread_mutex_lock(&r->lock);
+    r->done = 1;
+    int abandoned = r->abandoned;
+    pthread_cond_signal(&r->finished);
+    pthread_mutex_unlock(&r->lock);
+    if (abandoned)
+        release_call_free(r);
+    return NULL;
+}
+
+/* Runs the vendor's destroy or abort, waiting for it at most the grace. A vendor's teardown can block forever:
+ * HCCL's destroy (also its abort: it has no other) waits for its streams' tasks, and behind a task that waits
+ * on a dead peer it never returns. Past the grace the call is left to finish on its own thread -- the process
+ * stays free to report the failure and exit -- and c->abandoned keeps pycoll from freeing device memory that
+ * the call may still use (a free would synchronise behind the same stuck task). */
+static void release_bounded(pycoll_vendor_comm_t *c, int (*fn)(void *comm))
+{
+    void *comm = c->comm;
+    c->comm = NULL;
+    release_call_t *r = calloc(1, sizeof *r);
+    pthread_condattr_t attr;
+    pthread_t thread;
+    if (!r) {
+        fn(comm); /* no memory for a thread: unbounded, as before */
+        return;
+    }
+    r->fn = fn, r->comm = comm;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->finished, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&thread, NULL, release_thread, r) != 0) {
+        release_call_free(r);
+        fn(comm);
+        return;
+    }
+    int64_t grace = c->timeout_ns < RELEASE_GRACE_NS ? c->timeout_ns : RELEASE_GRACE_NS;
+    int64_t deadline = pycoll_now_ns() + grace;
+    struct timespec until = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
+    pthread_mutex_lock(&r->lock);
+    while (!r->done && pthread_cond_timedwait(&r->finished, &r->lock, &until) == 0) {
+    }
+    int done = r->done;
+    r->abandoned = !done;
+    pthread_mutex_unlock(&r->lock);
+    if (done) {
+        pthread_join(thread, NULL);
+        release_call_free(r);
+        return;
+    }
+    pthread_detach(thread);
+    c->abandoned = 1;
+    atomic_fetch_add(&abandoned_releases, 1);
+}
+
 /* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
  * releases the peers' links, so their waits fail too). */
 static void abort_now(pycoll_vendor_comm_t *c)
 {
-    if (c->comm) {
-        c->v->abort(c->comm);
-        c->comm = NULL;
-    }
+    if (c->comm)
+        release_bounded(c, c->v->abort);
 }
 
 /* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. The communicator
@@ -333,11 +417,7 @@ static void teardown(pycoll_vendor_comm_t *c)
         if (st != PYCOLL_OK)
             return; /* aborted: by vendor_fail_result, or at the deadline */
     }
-    if (c->state.status == PYCOLL_OK)
-        v->destroy(c->comm);
-    else
-        v->abort(c->comm);
-    c->comm = NULL;
+    release_bounded(c, c->state.status == PYCOLL_OK ? v->destroy : v->abort);
 }
 
 void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
@@ -345,6 +425,10 @@ void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
     if (!c)
         return;
     teardown(c);
+    if (c->abandoned) { /* the vendor may still use them, and a free would wait behind its stuck work */
+        free(c);
+        return;
+    }
     /* Only now: a free synchronises the device, and would wait behind a kernel stuck on a dead peer. */
     if (c->scratch)
         c->v->scratch_free(c->scratch);

@@ -38,6 +38,7 @@ struct pycoll_vendor_comm {
     void *comm;        /* the vendor's communicator; NULL once aborted */
     int32_t device;
     int64_t timeout_ns;
+    int abandoned;     /* its destroy/abort missed its deadline and runs on alone: device memory is left as is */
     void *scratch;     /* one device word for a barrier the vendor lacks */
     void *own_stream;  /* the vendor's stream_create: for calls given no stream */
     void *reduce_scratch; /* where non-roots' reduce writes, for a vendor that writes there (HCCL) */

@@ -24,7 +24,10 @@ enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN };
  *   FAKE_HCCL_SOC (default "Ascend910B1");
  * - HCCL_ALGO is read once per process, at the first communicator's creation: a later value is ignored;
  * - HCCL_CONNECT_TIMEOUT must be within [120, 7200] seconds: HCCL_E_PARA at init otherwise;
- * - HcclReduce may write recvBuf on every rank, not only the root (here it writes the result there). */
+ * - HcclReduce may write recvBuf on every rank, not only the root (here it writes the result there);
+ * - HcclCommDestroy, HCCL's only way to stop a communicator, releases its links and device memory after its
+ *   streams' tasks: behind a task waiting on a dead peer it never returns (here: FAKE_DEADLOCK_S, then
+ *   "HcclCommDestroy deadlocked" is logged), as aclrtFree synchronises the device. */
 static const char *soc_name(void)
 {
     const char *soc = getenv("FAKE_HCCL_SOC");
@@ -95,10 +98,19 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
     return SUCCESS;
 }
 
-/* Stops at once: HCCL has no abort, pycoll destroys a communicator that missed its deadline. */
+static int tasks_pending(void *unused)
+{
+    (void)unused;
+    return fake_any_stream_busy();
+}
+
+/* HCCL has no abort: pycoll destroys a communicator that missed its deadline, and that destroy waits for the
+ * stuck task (the rule above) until FAKE_DEADLOCK_S. */
 EXPORT int HcclCommDestroy(comm_t *c)
 {
-    fake_vendor_comm_end(c, "HcclCommDestroy", 1);
+    fake_log("HcclCommDestroy begins rank=%d", c->rank);
+    int deadlocked = fake_wait_or_deadlock(tasks_pending, NULL, "HcclCommDestroy");
+    fake_vendor_comm_end(c, deadlocked ? "HcclCommDestroy (after a deadlock)" : "HcclCommDestroy", 1);
     return SUCCESS;
 }
 

@@ -172,6 +172,9 @@ PYCOLL_API pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t
  * destroyed, aborted when the deadline passes; a broken one is aborted at once. Device memory is freed only
  * after that, so a free never waits behind a kernel stuck on a dead peer. */
 PYCOLL_API void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *comm);
+/* Vendor destroys and aborts that missed their deadline (the communicator's timeout, at most 5 s) in this
+ * process and were left to finish on their own thread, with the communicator's device memory. */
+PYCOLL_API int64_t pycoll_vendor_abandoned_releases(void);
 /* Why the last call failed (the first error, once the communicator is broken). */
 PYCOLL_API const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm);
 /* The device the communicator runs on; -1 where the vendor does not say. */
