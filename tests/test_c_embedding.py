@@ -19,10 +19,17 @@ CC = shutil.which("cc") or shutil.which("gcc")
 CXX = shutil.which("c++") or shutil.which("g++")
 
 
+def _pycoll_cli(*args):
+    """`python -m pycoll ...` as a user runs it: from outside the source tree, whose uncompiled pycoll/ would
+    shadow the installed package."""
+    return subprocess.run([sys.executable, "-m", "pycoll", *args], capture_output=True, text=True,
+                          cwd=os.path.dirname(ROOT), env=dict(os.environ, PYTHONSAFEPATH="1"))
+
+
 def _config(*flags):
-    out = subprocess.run([sys.executable, "-m", "pycoll", "config", *flags], capture_output=True, text=True,
-                         check=True).stdout
-    return out.split()
+    result = _pycoll_cli("config", *flags)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
 
 
 def test_config_prints_the_installed_paths():
@@ -31,7 +38,7 @@ def test_config_prints_the_installed_paths():
     assert os.path.isfile(os.path.join(pycoll.get_include(), "pycoll", "bootstrap.h"))
     assert os.path.isfile(pycoll.get_library())
     assert "-lpycoll" in _config("--libs")
-    assert subprocess.run([sys.executable, "-m", "pycoll", "config"], capture_output=True).returncode == 2
+    assert _pycoll_cli("config").returncode == 2
 
 
 @pytest.fixture(scope="module")

@@ -77,7 +77,7 @@ def test_shm_across_hosts_is_a_clear_error_naming_the_ranks_elsewhere(tmp_path):
         "    pycoll.init_rank(path.read_bytes(), rank, 4, backend='shm', timeout=20, ifname='lo')\n"
         "except ValueError as exc:\n"
         "    print(exc)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(unique_id)], text=True,
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(unique_id)], text=True, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               env=dict(os.environ, PYCOLL_HOSTID=f"host-{r % 2}")) for r in range(4)]
     outputs = [p.communicate(timeout=60)[0] for p in procs]

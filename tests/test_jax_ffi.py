@@ -187,7 +187,8 @@ def test_without_jax_import_says_what_to_install(tmp_path):
     code = ("import pycoll\n"
             "try:\n    import pycoll.jax\nexcept pycoll.BackendUnavailable as e:\n    print('OK', e)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=50)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=50,
+                         cwd=tmp_path)  # outside the source tree: its uncompiled pycoll/ would shadow the install
     assert out.stdout.startswith("OK") and 'pip install "pycoll[jax]"' in out.stdout, out.stdout + out.stderr
 
 

@@ -22,14 +22,16 @@ except ImportError:
 
 
 @pytest.mark.timeout(60)
-def test_import_without_ray_raises_backend_unavailable_saying_what_to_install():
+def test_import_without_ray_raises_backend_unavailable_saying_what_to_install(tmp_path):
     code = ("import sys; sys.modules['ray'] = None\n"  # import ray -> ImportError, as where Ray is absent
             "import pycoll\n"
             "try:\n"
             "    import pycoll.ray\n"
             "except pycoll.BackendUnavailable as exc:\n"
             "    print('BackendUnavailable:', exc)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    # From outside the source tree, whose uncompiled pycoll/ would shadow the installed package.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "BackendUnavailable:" in done.stdout and "pip install 'pycoll[ray]'" in done.stdout, done.stdout
 
@@ -49,19 +51,26 @@ GET_TIMEOUT = 60.0    # the driver's deadline on any actor call
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """One local Ray cluster for the module, on 127.0.0.1, always shut down."""
+def cluster(tmp_path_factory):
+    """One local Ray cluster for the module, on 127.0.0.1, always shut down. Started from a directory outside
+    the source tree: Ray's workers put the driver's directory on their path, and the source tree's uncompiled
+    pycoll/ would shadow the installed package."""
     if SKIP_REASON:
         pytest.skip(SKIP_REASON)
     from ray import cloudpickle  # ships this module's functions to the actors by value (tests/ is no package)
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             namespace="pycoll-test-ray")
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("ray"))
     try:
-        yield
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 namespace="pycoll-test-ray")
+        try:
+            yield
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
+        os.chdir(cwd)
 
 
 def make_actor_class():
@@ -401,9 +410,9 @@ def test_cpu_torch_tensors(group3):
 
 
 @pytest.mark.timeout(120)
-def test_the_example_runs(cluster):
+def test_the_example_runs(cluster, tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "ray_allreduce.py")], capture_output=True,
-                          text=True, timeout=110, env=env, cwd=ROOT)
+                          text=True, timeout=110, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "as expected" in done.stdout, done.stdout
