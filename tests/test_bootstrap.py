@@ -246,3 +246,24 @@ def test_a_watch_that_raises_ends_the_wait_at_once():
     with pytest.raises(pycoll.PeerFailure, match="the job failed elsewhere"):
         NativeComm.init_rank(unique_id, 0, 2, timeout=30.0, ifname="lo", watch=watch)
     assert time.monotonic() - start < 3
+
+
+def test_a_rank_killed_while_it_waits_for_the_others_leaves_nothing_in_dev_shm(tmp_path):
+    """Segments are created only once every rank is there (step 4 of native/bootstrap/init_rank.c), so a rank
+    killed while it waits -- for registrations, here -- leaves no file behind."""
+    import signal
+    import subprocess
+    import sys
+
+    script = ("import pycoll, sys\n"
+              "unique_id = pycoll.get_unique_id('lo')\n"
+              "print('waiting', flush=True)\n"
+              "pycoll.init_rank(unique_id, 0, 2, timeout=30, ifname='lo')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)  # inside pycoll_comm_init_rank, waiting for rank 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pycoll-{proc.pid}-")]

@@ -1,20 +1,24 @@
 /* pycoll_comm_init_rank: how the ranks of a job meet, from a unique id alone.
  *
- * 1. Every rank listens on an ephemeral port (for the TCP mesh) and, unless it will use TCP only, creates its
- *    shared-memory segment in /dev/shm.
+ * 1. Every rank listens on an ephemeral port (for the TCP mesh).
  * 2. Registration: the rank of the process that made the id (the root) serves the id's listener; every other
  *    rank connects to it, authenticates (handshake.h) and sends its record: rank, world size, mesh address,
- *    host identity, pid, segment name, shared-memory settings. The root checks them (world size, duplicate
- *    ranks, settings) and sends every rank the table of all records -- or why the job failed.
+ *    host identity, pid, whether it can use shared memory, shared-memory settings. The root checks them
+ *    (world size, duplicate ranks, settings) and sends every rank the table of all records -- or why the job
+ *    failed.
  * 3. From the table each rank finds the hosts (pycoll_host_identity), picks the transport (the same choice
- *    everywhere), connects the TCP mesh between the pairs that need it (each rank connects to the lower ranks
- *    and accepts the higher ones; every connection authenticated) and opens its host's segments.
- * 4. Ready: every rank tells the root whether step 3 worked; the root tells every rank whether all did, naming
- *    the rank that failed and why. Only then are the segments unlinked (every peer has opened them) and the
- *    communicator built. A rank that dies or fails anywhere is reported to every rank, not waited for.
+ *    everywhere) and connects the TCP mesh between the pairs that need it (each rank connects to the lower
+ *    ranks and accepts the higher ones; every connection authenticated).
+ * 4. Where shared memory is used: each rank creates its segment in /dev/shm only now and sends its name to the
+ *    root, which sends every rank all the names; each opens its host's segments.
+ * 5. Ready: every rank tells the root whether steps 3-4 worked; the root tells every rank whether all did,
+ *    naming the rank that failed and why. Only then are the segments unlinked (every peer has opened them) and
+ *    the communicator built. A rank that dies or fails anywhere is reported to every rank, not waited for.
  *
- * Every wait ends at the deadline (timeout_s from the call). The root keeps its registration connections open
- * until step 4, so it learns of a rank that dies during step 3 at once. */
+ * A segment exists under its name only from step 4 to step 5, a few milliseconds once every rank is there: a
+ * rank killed in that window leaves it in /dev/shm, one killed at any other time leaves nothing. Every wait
+ * ends at the deadline (timeout_s from the call). The root keeps its registration connections open until
+ * step 5, so it learns of a rank that dies during step 3 at once. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,7 +54,8 @@ typedef struct rank_record {
     int64_t ring_bytes;
     uint32_t transport;
     char host[HOST_TEXT_BYTES];
-    char segment[SEGMENT_NAME_BYTES]; /* "" when this rank made none */
+    char segment[SEGMENT_NAME_BYTES]; /* in the record: "shm" when this rank can use shared memory, else "";
+                                       * from step 4 on: its segment's name */
 } rank_record_t;
 
 typedef struct boot_state {
@@ -74,7 +79,7 @@ typedef struct boot_state {
     int *peer_fds; /* TCP sockets, -1 where none */
     int *seg_fds;  /* this host's segments, -1 elsewhere */
     int32_t *pids;
-    uint8_t *ready_seen; /* the root: ranks whose ready message arrived while it still connected its mesh */
+    uint8_t *names_seen; /* the root: ranks whose segment name arrived while it still connected its mesh */
     int relayed;         /* s->error is another rank's failure, already naming it */
     int dropped;   /* connections to our listeners that failed their handshake */
     char dropped_why[128];
@@ -170,7 +175,7 @@ static void format_ranks(char *out, size_t len, const int32_t *ranks, int n)
         snprintf(out, len, "none");
 }
 
-/* ---- step 1: this rank's listener and segment ---- */
+/* ---- step 1: this rank's listener ---- */
 
 static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
 {
@@ -198,19 +203,9 @@ static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
     if (stat(SHM_DIR, &dir) != 0 || !S_ISDIR(dir.st_mode)) {
         if (s->cfg.transport == PYCOLL_TRANSPORT_SHM)
             return fail(s, PYCOLL_ERR_SYSTEM, "%s is missing (POSIX shared memory is not mounted)", SHM_DIR);
-        return PYCOLL_OK; /* no segment: the job runs over TCP (every rank sees that in the table) */
+        return PYCOLL_OK; /* no shared memory here: the job runs over TCP (every rank sees that in the table) */
     }
-    uint8_t tag[6];
-    if ((st = boot_random(tag, sizeof tag, error, BOOT_ERROR_LEN)) != PYCOLL_OK)
-        return st;
-    snprintf(mine->segment, sizeof mine->segment, "pycoll-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), tag[0],
-             tag[1], tag[2], tag[3], tag[4], tag[5]);
-    snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
-    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (s->seg_fd < 0)
-        return fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s: %s", s->seg_path, strerror(errno));
-    if (ftruncate(s->seg_fd, pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes)) != 0)
-        return fail(s, PYCOLL_ERR_SYSTEM, "cannot size %s: %s", s->seg_path, strerror(errno));
+    snprintf(mine->segment, sizeof mine->segment, "shm");
     return PYCOLL_OK;
 }
 
@@ -508,7 +503,7 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
 
 static pycoll_status_t find_hosts_and_transport(boot_state_t *s)
 {
-    int all_have_segments = 1;
+    int all_can_share = 1;
     for (int32_t r = 0; r < s->size; r++) {
         s->host_of[r] = r;
         for (int32_t q = 0; q < r; q++)
@@ -517,7 +512,7 @@ static pycoll_status_t find_hosts_and_transport(boot_state_t *s)
                 break;
             }
         s->n_hosts += s->host_of[r] == r;
-        all_have_segments &= s->table[r].segment[0] != 0;
+        all_can_share &= s->table[r].segment[0] != 0;
     }
     /* Hosts numbered in order of their lowest rank, 0, 1, ...: the map pycoll_comm_set_hosts expects. */
     int32_t *number = malloc((size_t)s->size * sizeof *number), next = 0;
@@ -540,7 +535,7 @@ static pycoll_status_t find_hosts_and_transport(boot_state_t *s)
                     "another host than rank 0 (%d hosts: different boot id, IPC or network namespace); use the "
                     "default transport or TCP", ranks, (int)s->n_hosts);
     }
-    if (s->cfg.transport == PYCOLL_TRANSPORT_TCP || !all_have_segments)
+    if (s->cfg.transport == PYCOLL_TRANSPORT_TCP || !all_can_share)
         s->transport = "tcp";
     else if (s->n_hosts == 1)
         s->transport = "shm";
@@ -579,9 +574,9 @@ static pycoll_status_t admit_peer(boot_state_t *s, boot_conn_t *c, int *taken)
     return PYCOLL_OK;
 }
 
-/* During the mesh the root watches every rank's registration connection: a rank sends its ready message there
- * (step 4) as soon as its own part is done -- a failure ends the root's wait at once -- and a rank that closes
- * it died. A rank watches its connection to the root: the root sends why the job failed, or closes because it
+/* During the mesh the root watches every rank's registration connection: a rank sends its segment's name
+ * there (step 4), or why it failed, as soon as its own part of the mesh is done -- a failure ends the root's
+ * wait at once -- and a rank that closes it died. A rank watches its connection to the root: the root sends why the job failed, or closes because it
  * died. */
 static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int *stop)
 {
@@ -591,7 +586,11 @@ static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int
     if (boot_recv_all(fd, msg, sizeof msg, boot_now() + 1.0, what, s->error, BOOT_ERROR_LEN) != PYCOLL_OK)
         return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d failed or exited while the ranks connected", (int)who);
     pycoll_status_t st = status_get(s, msg);
-    s->ready_seen[who] = st == PYCOLL_OK;
+    if (st == PYCOLL_OK) { /* its segment's name (step 4), sent as soon as its own mesh was done */
+        memcpy(s->table[who].segment, msg + 8, SEGMENT_NAME_BYTES);
+        s->table[who].segment[SEGMENT_NAME_BYTES - 1] = 0;
+        s->names_seen[who] = 1;
+    }
     *stop = 1;
     return st;
 }
@@ -644,10 +643,108 @@ static pycoll_status_t connect_mesh(boot_state_t *s)
     return st;
 }
 
+static pycoll_status_t create_segment(boot_state_t *s)
+{
+    uint8_t tag[6];
+    pycoll_status_t st = boot_random(tag, sizeof tag, s->error, BOOT_ERROR_LEN);
+    if (st != PYCOLL_OK)
+        return st;
+    rank_record_t *mine = &s->table[s->rank];
+    snprintf(mine->segment, sizeof mine->segment, "pycoll-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), tag[0],
+             tag[1], tag[2], tag[3], tag[4], tag[5]);
+    snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
+    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (s->seg_fd < 0) {
+        s->seg_path[0] = 0;
+        return fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s/%s: %s", SHM_DIR, mine->segment, strerror(errno));
+    }
+    if (ftruncate(s->seg_fd, pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes)) != 0)
+        return fail(s, PYCOLL_ERR_SYSTEM, "cannot size %s: %s", s->seg_path, strerror(errno));
+    return PYCOLL_OK;
+}
+
+/* Step 4 on a rank: its segment's name to the root, every name back. A failure here goes to the root the same
+ * way, and step 5 tells the others. */
+static pycoll_status_t client_exchange_names(boot_state_t *s)
+{
+    uint8_t msg[STATUS_BYTES];
+    pycoll_status_t st = create_segment(s);
+    if (st != PYCOLL_OK)
+        return st;
+    status_put(msg, PYCOLL_OK, s->rank, s->table[s->rank].segment);
+    st = boot_send_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error,
+                           BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = status_get(s, msg);
+    size_t bytes = (size_t)s->size * SEGMENT_NAME_BYTES;
+    uint8_t *names = st == PYCOLL_OK ? malloc(bytes) : NULL;
+    if (st == PYCOLL_OK && !names)
+        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, names, bytes, s->deadline, "the bootstrap root", s->error, BOOT_ERROR_LEN);
+    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++) {
+        memcpy(s->table[r].segment, names + (size_t)r * SEGMENT_NAME_BYTES, SEGMENT_NAME_BYTES);
+        s->table[r].segment[SEGMENT_NAME_BYTES - 1] = 0;
+    }
+    free(names);
+    if (st == PYCOLL_ERR_TIMEOUT)
+        fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank, s->timeout_s);
+    return st;
+}
+
+/* Step 4 on the root: every rank's name (some arrived during the mesh), then all of them to every rank. */
+static pycoll_status_t root_exchange_names(boot_state_t *s)
+{
+    pycoll_status_t st = create_segment(s);
+    uint8_t msg[STATUS_BYTES];
+    int32_t failed = -1;
+    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++) {
+        if (s->client_fds[r] < 0 || s->names_seen[r])
+            continue;
+        char what[48];
+        snprintf(what, sizeof what, "rank %d", (int)r);
+        st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = status_get(s, msg);
+        if (st == PYCOLL_OK) {
+            memcpy(s->table[r].segment, msg + 8, SEGMENT_NAME_BYTES);
+            s->table[r].segment[SEGMENT_NAME_BYTES - 1] = 0;
+        } else {
+            failed = r;
+        }
+    }
+    if (st == PYCOLL_ERR_TIMEOUT)
+        fail(s, st, "rank %d did not finish connecting within %.3g s", (int)failed, s->timeout_s);
+    if (st != PYCOLL_OK)
+        return st; /* step 5 tells every rank */
+    size_t bytes = STATUS_BYTES + (size_t)s->size * SEGMENT_NAME_BYTES;
+    uint8_t *out = calloc(1, bytes);
+    if (!out)
+        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    status_put(out, PYCOLL_OK, s->rank, "");
+    for (int32_t r = 0; r < s->size; r++)
+        memcpy(out + STATUS_BYTES + (size_t)r * SEGMENT_NAME_BYTES, s->table[r].segment, SEGMENT_NAME_BYTES);
+    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++)
+        if (s->client_fds[r] >= 0) {
+            char what[48];
+            snprintf(what, sizeof what, "rank %d", (int)r);
+            st = boot_send_all(s->client_fds[r], out, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        }
+    free(out);
+    return st;
+}
+
 static pycoll_status_t open_segments(boot_state_t *s)
 {
     if (strcmp(s->transport, "tcp") == 0)
         return PYCOLL_OK;
+    pycoll_status_t st = s->size == 1 ? create_segment(s)
+                         : s->root_fd >= 0 ? client_exchange_names(s)
+                                           : root_exchange_names(s);
+    if (st != PYCOLL_OK)
+        return st;
     uint64_t my_ns = pid_namespace();
     for (int32_t r = 0; r < s->size; r++) {
         if (s->host_of[r] != s->host_of[s->rank])
@@ -668,7 +765,7 @@ static pycoll_status_t open_segments(boot_state_t *s)
     return PYCOLL_OK;
 }
 
-/* ---- step 4: everyone ready ---- */
+/* ---- step 5: everyone ready ---- */
 
 static pycoll_status_t agree_ready(boot_state_t *s, pycoll_status_t mine)
 {
@@ -704,7 +801,7 @@ static pycoll_status_t agree_ready(boot_state_t *s, pycoll_status_t mine)
     pycoll_status_t st = PYCOLL_OK;
     int32_t failed = -1;
     for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++) {
-        if (s->client_fds[r] < 0 || s->ready_seen[r])
+        if (s->client_fds[r] < 0)
             continue;
         char what[48];
         snprintf(what, sizeof what, "rank %d", (int)r);
@@ -864,7 +961,7 @@ static void release(boot_state_t *s)
     free(s->pids);
     free(s->table);
     free(s->host_of);
-    free(s->ready_seen);
+    free(s->names_seen);
 }
 
 pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size, const pycoll_unique_id_t *id,
@@ -892,8 +989,8 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     s.pids = calloc(n, sizeof(int32_t));
     s.table = calloc(n, sizeof(rank_record_t));
     s.host_of = calloc(n, sizeof(int32_t));
-    s.ready_seen = calloc(n, 1);
-    if (!s.client_fds || !s.peer_fds || !s.seg_fds || !s.pids || !s.table || !s.host_of || !s.ready_seen) {
+    s.names_seen = calloc(n, 1);
+    if (!s.client_fds || !s.peer_fds || !s.seg_fds || !s.pids || !s.table || !s.host_of || !s.names_seen) {
         release(&s);
         return fail(&s, PYCOLL_ERR_NOMEM, "out of memory");
     }
