@@ -78,7 +78,9 @@ collective_p = Primitive("pycoll_collective")
 
 # ---- arguments -----------------------------------------------------------------------------------------------
 def _native(comm):
-    """comm's pycoll_comm_t * and (rank, size); TypeError for anything but an open native-backend communicator."""
+    """comm's id (pycoll_comm_id: the handlers acquire the communicator by it, so a compiled program that runs
+    after comm.close() gets CommunicatorClosed) and (rank, size); TypeError for anything but an open
+    native-backend communicator."""
     if not isinstance(comm, Communicator):
         raise TypeError(f"comm must be a pycoll.Communicator, got {type(comm).__name__}")
     engine = comm._engine

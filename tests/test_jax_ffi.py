@@ -41,6 +41,31 @@ def solo():
 
 @pytest.mark.timeout(60)
 @needs_jax
+def test_a_program_compiled_with_a_closed_communicator_raises_instead_of_using_freed_memory():
+    import jax
+    import jax.numpy as jnp
+    import pycoll
+    import pycoll.jax as pj
+
+    comm = pycoll.init(backend="tcp", rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(),
+                       timeout=20)
+    f = jax.jit(lambda x: pj.all_reduce(x, comm))
+    np.testing.assert_array_equal(f(jnp.ones(3)), np.ones(3))  # compiled with comm's id
+    comm.close()
+    # Another communicator now, which may get the freed one's address: the compiled program must not reach it.
+    other = pycoll.init(backend="tcp", rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(),
+                        timeout=20)
+    try:
+        with pytest.raises(Exception, match="CommunicatorClosed.*is closed") as caught:
+            jax.block_until_ready(f(jnp.ones(3)))
+        with pytest.raises(pycoll.CommunicatorClosed):
+            pj.raise_pycoll_error(caught.value)
+    finally:
+        other.close()
+
+
+@pytest.mark.timeout(60)
+@needs_jax
 def test_single_rank_every_collective_inside_jit(solo):
     import jax
     import jax.numpy as jnp

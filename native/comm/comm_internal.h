@@ -74,7 +74,17 @@ struct pycoll_comm {
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
     int finalized;
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
+    /* live_comms.c: this communicator's place among those that exist, and who holds it by number. */
+    uint64_t live_id;
+    struct pycoll_comm *live_prev, *live_next;
+    int64_t live_holds;
+    int live_closing;
 };
+
+/* live_comms.c: every communicator is registered once made (cannot fail) and removed first thing in destroy,
+ * which waits there for the callers that acquired it by number (pycoll_comm_acquire). */
+void comm_live_add(pycoll_comm_t *comm);
+void comm_live_remove(pycoll_comm_t *comm);
 
 /* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),
  * and run one (check, stamp, set the deadline, run the algorithm, break the communicator on failure).

@@ -103,6 +103,7 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         free(comm);
         return status;
     }
+    comm_live_add(comm);
     *out = comm;
     return PYCOLL_OK;
 }
@@ -129,6 +130,7 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
     if (!comm)
         return;
     comm_family_t *family = comm->family;
+    comm_live_remove(comm); /* first: waits for whoever acquired it by number */
     progress_stop(comm, 0);
     if (!comm->view)
         family->closed = 1;

@@ -168,72 +168,12 @@ static pycoll_xla_error *answer_metadata(pycoll_xla_call_frame *frame)
     return NULL;
 }
 
-static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
+/* The collective itself, on a communicator held (pycoll_comm_acquire) for the call. */
+static pycoll_xla_error *run_on(pycoll_xla_call_frame *frame, jax_coll_t coll, pycoll_comm_t *comm,
+                                const pycoll_xla_buffer *in, const pycoll_xla_buffer *out, pycoll_dtype_t dtype,
+                                int64_t op, int64_t root, int64_t accuracy, int64_t algorithm)
 {
     const char *name = coll_names[coll];
-    /* Without a usable api there is no way to report anything: XLA always passes one. */
-    if (frame == NULL || frame->api == NULL ||
-        frame->api->struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_api, error_create) ||
-        frame->api->error_create == NULL)
-        return NULL;
-    if (frame->api->api_version.major_version != PYCOLL_XLA_FFI_MAJOR) {
-        char version[64];
-        snprintf(version, sizeof version, "%d.%d", frame->api->api_version.major_version,
-                 frame->api->api_version.minor_version);
-        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
-                    "pycoll.jax %s: this jaxlib's FFI API is version %s; pycoll's handlers follow 0.x (jaxlib "
-                    "0.10): install a matching jaxlib or rebuild pycoll", name, version);
-    }
-    if (frame->struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_call_frame, attrs))
-        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
-                    "pycoll.jax %s: XLA's call frame is smaller than pycoll expects%s; check the installed jaxlib",
-                    name, "");
-    if (frame->extension_start != NULL && frame->extension_start->type == PYCOLL_XLA_EXTENSION_METADATA)
-        return answer_metadata(frame);
-    if (frame->stage != PYCOLL_XLA_STAGE_EXECUTE)
-        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT, "pycoll.jax %s: called at an unexpected stage%s", name,
-                    "");
-    if (frame->args.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_args, args) ||
-        frame->rets.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_rets, rets) ||
-        frame->attrs.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_attrs, attrs))
-        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
-                    "pycoll.jax %s: XLA's argument lists are smaller than pycoll expects%s; check the installed "
-                    "jaxlib", name, "");
-
-    int bad_size = 0;
-    const pycoll_xla_buffer *in = data_buffer(frame->args.size, frame->args.types, frame->args.args,
-                                              PYCOLL_XLA_ARG_BUFFER, &bad_size);
-    const pycoll_xla_buffer *out = data_buffer(frame->rets.size, frame->rets.types, frame->rets.rets,
-                                               PYCOLL_XLA_RET_BUFFER, &bad_size);
-    if (bad_size)
-        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
-                    "pycoll.jax %s: XLA's buffer descriptor is smaller than pycoll expects%s; check the installed "
-                    "jaxlib", name, "");
-    if (in == NULL || out == NULL)
-        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
-                    "pycoll.jax %s: expected one array argument and one array result%s (call it through "
-                    "pycoll.jax)", name, "");
-
-    int64_t handle = 0, op = PYCOLL_SUM, root = 0, accuracy = PYCOLL_ACCURACY_FAST, algorithm = PYCOLL_ALGO_AUTO;
-    if (!int_attr(&frame->attrs, "comm", &handle) || handle == 0)
-        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
-                    "pycoll.jax %s: missing the integer attribute `comm`%s (call it through pycoll.jax)", name, "");
-    int_attr(&frame->attrs, "op", &op);
-    int_attr(&frame->attrs, "root", &root);
-    int_attr(&frame->attrs, "accuracy", &accuracy);
-    int_attr(&frame->attrs, "algorithm", &algorithm);
-    if (op < 0 || op >= PYCOLL_NUM_OPS || accuracy < 0 || accuracy >= PYCOLL_NUM_ACCURACIES || algorithm < 0 ||
-        algorithm >= PYCOLL_NUM_ALGOS || root < INT32_MIN || root > INT32_MAX)
-        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
-                    "pycoll.jax %s: attribute op, accuracy, algorithm or root out of range%s", name, "");
-
-    pycoll_dtype_t dtype;
-    if (in->dtype != out->dtype || !to_pycoll_dtype(in->dtype, &dtype))
-        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
-                    "pycoll.jax %s: unsupported element type%s (int8, uint8, int32, int64, float16, bfloat16, "
-                    "float32, float64)", name, "");
-
-    pycoll_comm_t *comm = (pycoll_comm_t *)(uintptr_t)handle;
     int64_t size = pycoll_comm_size(comm);
     int32_t rank = pycoll_comm_rank(comm);
     int64_t n_in = element_count(in), n_out = element_count(out);
@@ -305,6 +245,83 @@ static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
     if (coll == JAX_REDUCE && rank != root && n_out > 0)
         memset(out->data, 0, (size_t)n_out * esize);
     return NULL;
+}
+
+static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
+{
+    const char *name = coll_names[coll];
+    /* Without a usable api there is no way to report anything: XLA always passes one. */
+    if (frame == NULL || frame->api == NULL ||
+        frame->api->struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_api, error_create) ||
+        frame->api->error_create == NULL)
+        return NULL;
+    if (frame->api->api_version.major_version != PYCOLL_XLA_FFI_MAJOR) {
+        char version[64];
+        snprintf(version, sizeof version, "%d.%d", frame->api->api_version.major_version,
+                 frame->api->api_version.minor_version);
+        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
+                    "pycoll.jax %s: this jaxlib's FFI API is version %s; pycoll's handlers follow 0.x (jaxlib "
+                    "0.10): install a matching jaxlib or rebuild pycoll", name, version);
+    }
+    if (frame->struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_call_frame, attrs))
+        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
+                    "pycoll.jax %s: XLA's call frame is smaller than pycoll expects%s; check the installed jaxlib",
+                    name, "");
+    if (frame->extension_start != NULL && frame->extension_start->type == PYCOLL_XLA_EXTENSION_METADATA)
+        return answer_metadata(frame);
+    if (frame->stage != PYCOLL_XLA_STAGE_EXECUTE)
+        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT, "pycoll.jax %s: called at an unexpected stage%s", name,
+                    "");
+    if (frame->args.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_args, args) ||
+        frame->rets.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_rets, rets) ||
+        frame->attrs.struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_attrs, attrs))
+        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
+                    "pycoll.jax %s: XLA's argument lists are smaller than pycoll expects%s; check the installed "
+                    "jaxlib", name, "");
+
+    int bad_size = 0;
+    const pycoll_xla_buffer *in = data_buffer(frame->args.size, frame->args.types, frame->args.args,
+                                              PYCOLL_XLA_ARG_BUFFER, &bad_size);
+    const pycoll_xla_buffer *out = data_buffer(frame->rets.size, frame->rets.types, frame->rets.rets,
+                                               PYCOLL_XLA_RET_BUFFER, &bad_size);
+    if (bad_size)
+        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
+                    "pycoll.jax %s: XLA's buffer descriptor is smaller than pycoll expects%s; check the installed "
+                    "jaxlib", name, "");
+    if (in == NULL || out == NULL)
+        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
+                    "pycoll.jax %s: expected one array argument and one array result%s (call it through "
+                    "pycoll.jax)", name, "");
+
+    int64_t handle = 0, op = PYCOLL_SUM, root = 0, accuracy = PYCOLL_ACCURACY_FAST, algorithm = PYCOLL_ALGO_AUTO;
+    if (!int_attr(&frame->attrs, "comm", &handle) || handle == 0)
+        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
+                    "pycoll.jax %s: missing the integer attribute `comm`%s (call it through pycoll.jax)", name, "");
+    int_attr(&frame->attrs, "op", &op);
+    int_attr(&frame->attrs, "root", &root);
+    int_attr(&frame->attrs, "accuracy", &accuracy);
+    int_attr(&frame->attrs, "algorithm", &algorithm);
+    if (op < 0 || op >= PYCOLL_NUM_OPS || accuracy < 0 || accuracy >= PYCOLL_NUM_ACCURACIES || algorithm < 0 ||
+        algorithm >= PYCOLL_NUM_ALGOS || root < INT32_MIN || root > INT32_MAX)
+        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
+                    "pycoll.jax %s: attribute op, accuracy, algorithm or root out of range%s", name, "");
+
+    pycoll_dtype_t dtype;
+    if (in->dtype != out->dtype || !to_pycoll_dtype(in->dtype, &dtype))
+        return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
+                    "pycoll.jax %s: unsupported element type%s (int8, uint8, int32, int64, float16, bfloat16, "
+                    "float32, float64)", name, "");
+
+    /* By id, not address: the program may run after Python closed the communicator (CommunicatorClosed then),
+     * and its destroy waits until this call releases it. */
+    pycoll_comm_t *comm = pycoll_comm_acquire((uint64_t)handle);
+    if (comm == NULL)
+        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
+                    "pycoll CommunicatorClosed: %s: the communicator this program was compiled with is closed%s",
+                    name, "");
+    pycoll_xla_error *err = run_on(frame, coll, comm, in, out, dtype, op, root, accuracy, algorithm);
+    pycoll_comm_release(comm);
+    return err;
 }
 
 static pycoll_xla_error *all_reduce_handler(pycoll_xla_call_frame *f) { return run(f, JAX_ALL_REDUCE); }

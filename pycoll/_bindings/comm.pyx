@@ -486,9 +486,10 @@ cdef class NativeComm:
 
     @property
     def handle(self):
-        """The pycoll_comm_t * as an integer (0 once closed), for C code that calls libpycoll directly, such as
-        pycoll.jax's XLA custom calls. Valid until close(); the caller must not use it after."""
-        return <uintptr_t>self.comm
+        """This communicator's id (pycoll_comm_id; 0 once closed), for C code that keeps it as a number, such as
+        pycoll.jax's XLA custom calls: pycoll_comm_acquire(id) gives the communicator while it exists (NULL
+        after close, never another one), and close waits for a call that holds it."""
+        return pycoll_comm_id(self.comm) if self.comm != NULL else 0
 
 
 cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):

@@ -124,6 +124,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     void pycoll_comm_get_options(const pycoll_comm_t *comm, pycoll_comm_options_t *options)
     pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     void pycoll_comm_destroy(pycoll_comm_t *comm)
+    uint64_t pycoll_comm_id(const pycoll_comm_t *comm)
     int32_t pycoll_comm_rank(const pycoll_comm_t *comm)
     int32_t pycoll_comm_size(const pycoll_comm_t *comm)
     void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)

@@ -49,6 +49,13 @@ PYCOLL_API void pycoll_comm_get_options(const pycoll_comm_t *comm, pycoll_comm_o
 PYCOLL_API pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s);
 PYCOLL_API void pycoll_comm_destroy(pycoll_comm_t *comm);
 
+/* For callers that keep a communicator as a number (an XLA program compiled with one: pycoll.jax). Its id is
+ * never reused within the process. pycoll_comm_acquire gives the communicator while it exists and is not being
+ * destroyed, NULL otherwise; until pycoll_comm_release, its destroy waits. */
+PYCOLL_API uint64_t pycoll_comm_id(const pycoll_comm_t *comm);
+PYCOLL_API pycoll_comm_t *pycoll_comm_acquire(uint64_t id);
+PYCOLL_API void pycoll_comm_release(pycoll_comm_t *comm);
+
 PYCOLL_API int32_t pycoll_comm_rank(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_size(const pycoll_comm_t *comm);
 PYCOLL_API void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s);
