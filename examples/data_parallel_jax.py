@@ -63,7 +63,8 @@ def train(comm):
     return params, float(loss(params, x, y))
 
 
-def main():
+def main(train=train, steps_are=""):
+    """Trains with `train` (examples/data_parallel_jax_jit.py passes its own) and reports the result."""
     with pycoll.init() as comm:
         if BATCH % comm.size:
             raise SystemExit(f"the batch of {BATCH} must split evenly over {comm.size} ranks")
@@ -72,7 +73,7 @@ def main():
             leaves = [np.asarray(p).tolist() for p in jax.tree_util.tree_leaves(params)]
             print(json.dumps({"rank": comm.rank, "loss": final_loss, "params": leaves}))
         elif comm.rank == 0:
-            print(f"{comm.size} rank(s), {STEPS} steps: loss {final_loss:.6f}")
+            print(f"{comm.size} rank(s), {STEPS} steps{steps_are}: loss {final_loss:.6f}")
 
 
 if __name__ == "__main__":

@@ -11,16 +11,11 @@ The gradient pytree is flattened into one vector (jax.flatten_util.ravel_pytree)
 all-reduce however many parameter arrays the model has.
 """
 
-import json
-import sys
-
 import jax
-import numpy as np
 from jax.flatten_util import ravel_pytree
 
-import pycoll
 import pycoll.jax as pj
-from data_parallel_jax import BATCH, LEARNING_RATE, STEPS, batch, init_params, loss
+from data_parallel_jax import BATCH, LEARNING_RATE, STEPS, batch, init_params, loss, main
 
 
 def make_step(comm):
@@ -45,17 +40,5 @@ def train(comm):
     return params, float(loss(params, x, y))
 
 
-def main():
-    with pycoll.init() as comm:
-        if BATCH % comm.size:
-            raise SystemExit(f"the batch of {BATCH} must split evenly over {comm.size} ranks")
-        params, final_loss = train(comm)
-        if "--json" in sys.argv:
-            leaves = [np.asarray(p).tolist() for p in jax.tree_util.tree_leaves(params)]
-            print(json.dumps({"rank": comm.rank, "loss": final_loss, "params": leaves}))
-        elif comm.rank == 0:
-            print(f"{comm.size} rank(s), {STEPS} steps, one jitted step each: loss {final_loss:.6f}")
-
-
 if __name__ == "__main__":
-    main()
+    main(train, ", one jitted step each")

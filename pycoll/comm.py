@@ -550,6 +550,15 @@ def _secret_bytes(secret):
     return bytes(secret) or None
 
 
+def _checked_backend(backend, timeout):
+    """The plugin of backend `backend`, after checking it and `timeout` (init and init_rank alike)."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return plugins.get(backend)
+
+
 def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_port=None, timeout=300.0,
          store=None, secret=None, ifname=None, job_id=None):
     """Join a job and return its Communicator.
@@ -562,11 +571,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
 
     if backend is None:
         backend = os.environ.get("PYCOLL_BACKEND") or "cpu"
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    plugin = plugins.get(backend)
+    plugin = _checked_backend(backend, timeout)
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
     launch_env.warn_if_single_rank(env, rank, world_size)
     secret = _secret_bytes(secret)
@@ -598,8 +603,7 @@ def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifna
     hosts), "shm" or "tcp". The same C calls as a C program's pycoll_comm_init_rank."""
     from pycoll.bootstrap import UNIQUE_ID_BYTES
 
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    plugin = _checked_backend(backend, timeout)
     if not isinstance(unique_id, (bytes, bytearray)):
         raise TypeError(f"unique_id must be bytes (pycoll.get_unique_id()), got {type(unique_id).__name__}")
     if len(unique_id) != UNIQUE_ID_BYTES:
@@ -609,9 +613,6 @@ def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifna
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    plugin = plugins.get(backend)
     if not getattr(plugin, "finds_hosts", False):
         raise ValueError(f"init_rank creates host-memory communicators (backend cpu, shm or tcp); backend "
                          f"{backend!r} needs pycoll.init()")

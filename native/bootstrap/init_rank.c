@@ -212,13 +212,113 @@ static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
 /* ---- step 2: registration ---- */
 
 /* Tells every connected rank that the job failed, and why (best effort: they may be gone). */
-static void broadcast_status(boot_state_t *s, pycoll_status_t status, int32_t about)
+/* The root sends msg to every connected rank: until the deadline, stopping at the first failure; or, with
+ * best_effort, to each with a second's grace, whatever the others do (they may be gone). */
+static pycoll_status_t send_to_every_rank(boot_state_t *s, const uint8_t *msg, size_t bytes, int best_effort)
+{
+    pycoll_status_t st = PYCOLL_OK;
+    for (int32_t r = 0; r < s->size && (best_effort || st == PYCOLL_OK); r++) {
+        if (s->client_fds[r] < 0)
+            continue;
+        char what[48];
+        snprintf(what, sizeof what, "rank %d", (int)r);
+        if (best_effort)
+            boot_send_all(s->client_fds[r], msg, bytes, boot_now() + 1.0, what, NULL, 0);
+        else
+            st = boot_send_all(s->client_fds[r], msg, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
+    }
+    return st;
+}
+
+static void broadcast_status(boot_state_t *s, pycoll_status_t status, int32_t about, const char *message)
 {
     uint8_t msg[STATUS_BYTES];
-    status_put(msg, status, about, s->error);
+    status_put(msg, status, about, message);
+    send_to_every_rank(s, msg, sizeof msg, 1);
+}
+
+/* The root hears one status message from every connected rank but those marked in skip (may be NULL), in rank
+ * order; each OK message's text goes to on_ok (may be NULL). On a failure *failed names the rank. */
+static pycoll_status_t hear_every_rank(boot_state_t *s, const uint8_t *skip,
+                                       void (*on_ok)(boot_state_t *s, int32_t rank, const uint8_t *msg),
+                                       int32_t *failed)
+{
+    pycoll_status_t st = PYCOLL_OK;
+    *failed = -1;
+    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++) {
+        if (s->client_fds[r] < 0 || (skip && skip[r]))
+            continue;
+        uint8_t msg[STATUS_BYTES];
+        char what[48];
+        snprintf(what, sizeof what, "rank %d", (int)r);
+        st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = status_get(s, msg);
+        if (st != PYCOLL_OK)
+            *failed = r;
+        else if (on_ok)
+            on_ok(s, r, msg);
+    }
+    if (st == PYCOLL_ERR_TIMEOUT)
+        fail(s, st, "rank %d did not finish connecting within %.3g s", (int)*failed, s->timeout_s);
+    return st;
+}
+
+/* A rank hears from the root: its status, then (where OK) one item of item_bytes per rank, into *items (freed
+ * by the caller; NULL on failure). */
+static pycoll_status_t hear_root_table(boot_state_t *s, const char *what, size_t item_bytes, uint8_t **items)
+{
+    uint8_t status[STATUS_BYTES];
+    size_t bytes = (size_t)s->size * item_bytes;
+    *items = NULL;
+    pycoll_status_t st = boot_recv_all(s->root_fd, status, sizeof status, s->deadline, what, s->error,
+                                       BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = status_get(s, status);
+    if (st == PYCOLL_OK && !(*items = malloc(bytes)))
+        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, *items, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
+    if (st != PYCOLL_OK) {
+        free(*items);
+        *items = NULL;
+    }
+    return st;
+}
+
+/* The root: an OK status, then one item of item_bytes per rank (item(s, r) writes rank r's), to every rank. */
+static pycoll_status_t send_root_table(boot_state_t *s, size_t item_bytes,
+                                       void (*item)(const boot_state_t *s, int32_t rank, uint8_t *out))
+{
+    size_t bytes = STATUS_BYTES + (size_t)s->size * item_bytes;
+    uint8_t *msg = calloc(1, bytes);
+    if (!msg)
+        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    status_put(msg, PYCOLL_OK, s->rank, "");
     for (int32_t r = 0; r < s->size; r++)
-        if (s->client_fds[r] >= 0)
-            boot_send_all(s->client_fds[r], msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+        item(s, r, msg + STATUS_BYTES + (size_t)r * item_bytes);
+    pycoll_status_t st = send_to_every_rank(s, msg, bytes, 0);
+    free(msg);
+    return st;
+}
+
+static void put_record_of(const boot_state_t *s, int32_t rank, uint8_t *out) { record_put(out, &s->table[rank]); }
+
+static void put_segment_of(const boot_state_t *s, int32_t rank, uint8_t *out)
+{
+    memcpy(out, s->table[rank].segment, SEGMENT_NAME_BYTES);
+}
+
+/* A segment name from a message (a status message's text, or an item of the root's table). */
+static void take_segment_name(boot_state_t *s, int32_t rank, const uint8_t *name)
+{
+    memcpy(s->table[rank].segment, name, SEGMENT_NAME_BYTES);
+    s->table[rank].segment[SEGMENT_NAME_BYTES - 1] = 0;
+}
+
+static void take_name_from_status(boot_state_t *s, int32_t rank, const uint8_t *msg)
+{
+    take_segment_name(s, rank, msg + 8);
 }
 
 /* Why a registration cannot join this job, or PYCOLL_OK. */
@@ -424,24 +524,10 @@ static pycoll_status_t root_register(boot_state_t *s, const rank_record_t *mine)
         free(present);
     }
     if (st != PYCOLL_OK) {
-        broadcast_status(s, st, s->rank);
+        broadcast_status(s, st, s->rank, s->error);
         return st;
     }
-    size_t bytes = STATUS_BYTES + (size_t)s->size * RECORD_BYTES;
-    uint8_t *msg = calloc(1, bytes);
-    if (!msg)
-        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
-    status_put(msg, PYCOLL_OK, s->rank, "");
-    for (int32_t r = 0; r < s->size; r++)
-        record_put(msg + STATUS_BYTES + (size_t)r * RECORD_BYTES, &s->table[r]);
-    char what[64];
-    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++)
-        if (s->client_fds[r] >= 0) {
-            snprintf(what, sizeof what, "rank %d", (int)r);
-            st = boot_send_all(s->client_fds[r], msg, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        }
-    free(msg);
-    return st;
+    return send_root_table(s, RECORD_BYTES, put_record_of);
 }
 
 /* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
@@ -468,13 +554,13 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
 {
     char what[BOOT_ADDR_TEXT_LEN + 64];
     snprintf(what, sizeof what, "the bootstrap root at %s", s->root_text);
-    uint8_t record[RECORD_BYTES], status[STATUS_BYTES];
+    uint8_t record[RECORD_BYTES], *table = NULL;
     record_put(record, mine);
     pycoll_status_t st = connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, &s->root_fd);
     if (st == PYCOLL_OK)
         st = boot_send_all(s->root_fd, record, sizeof record, s->deadline, what, s->error, BOOT_ERROR_LEN);
     if (st == PYCOLL_OK)
-        st = boot_recv_all(s->root_fd, status, sizeof status, s->deadline, what, s->error, BOOT_ERROR_LEN);
+        st = hear_root_table(s, what, RECORD_BYTES, &table);
     if (st == PYCOLL_ERR_TIMEOUT && s->root_fd >= 0)
         return fail(s, st, "rank %d reached the bootstrap root at %s but the other ranks did not all "
                     "arrive within %.3g s", (int)s->rank, s->root_text, s->timeout_s);
@@ -485,14 +571,6 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
                     "process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank, s->root_text,
                     s->timeout_s, last);
     }
-    if (st == PYCOLL_OK)
-        st = status_get(s, status);
-    uint8_t *table = st == PYCOLL_OK ? malloc((size_t)s->size * RECORD_BYTES) : NULL;
-    if (st == PYCOLL_OK && !table)
-        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
-    if (st == PYCOLL_OK)
-        st = boot_recv_all(s->root_fd, table, (size_t)s->size * RECORD_BYTES, s->deadline, what, s->error,
-                           BOOT_ERROR_LEN);
     for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
         record_get(table + (size_t)r * RECORD_BYTES, &s->table[r]);
     free(table);
@@ -587,8 +665,7 @@ static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int
         return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d failed or exited while the ranks connected", (int)who);
     pycoll_status_t st = status_get(s, msg);
     if (st == PYCOLL_OK) { /* its segment's name (step 4), sent as soon as its own mesh was done */
-        memcpy(s->table[who].segment, msg + 8, SEGMENT_NAME_BYTES);
-        s->table[who].segment[SEGMENT_NAME_BYTES - 1] = 0;
+        take_name_from_status(s, who, msg);
         s->names_seen[who] = 1;
     }
     *stop = 1;
@@ -672,22 +749,12 @@ static pycoll_status_t client_exchange_names(boot_state_t *s)
     if (st != PYCOLL_OK)
         return st;
     status_put(msg, PYCOLL_OK, s->rank, s->table[s->rank].segment);
+    uint8_t *names = NULL;
     st = boot_send_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error, BOOT_ERROR_LEN);
     if (st == PYCOLL_OK)
-        st = boot_recv_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error,
-                           BOOT_ERROR_LEN);
-    if (st == PYCOLL_OK)
-        st = status_get(s, msg);
-    size_t bytes = (size_t)s->size * SEGMENT_NAME_BYTES;
-    uint8_t *names = st == PYCOLL_OK ? malloc(bytes) : NULL;
-    if (st == PYCOLL_OK && !names)
-        st = fail(s, PYCOLL_ERR_NOMEM, "out of memory");
-    if (st == PYCOLL_OK)
-        st = boot_recv_all(s->root_fd, names, bytes, s->deadline, "the bootstrap root", s->error, BOOT_ERROR_LEN);
-    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++) {
-        memcpy(s->table[r].segment, names + (size_t)r * SEGMENT_NAME_BYTES, SEGMENT_NAME_BYTES);
-        s->table[r].segment[SEGMENT_NAME_BYTES - 1] = 0;
-    }
+        st = hear_root_table(s, "the bootstrap root", SEGMENT_NAME_BYTES, &names);
+    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
+        take_segment_name(s, r, names + (size_t)r * SEGMENT_NAME_BYTES);
     free(names);
     if (st == PYCOLL_ERR_TIMEOUT)
         fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank, s->timeout_s);
@@ -697,43 +764,12 @@ static pycoll_status_t client_exchange_names(boot_state_t *s)
 /* Step 4 on the root: every rank's name (some arrived during the mesh), then all of them to every rank. */
 static pycoll_status_t root_exchange_names(boot_state_t *s)
 {
+    int32_t failed;
     pycoll_status_t st = create_segment(s);
-    uint8_t msg[STATUS_BYTES];
-    int32_t failed = -1;
-    for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++) {
-        if (s->client_fds[r] < 0 || s->names_seen[r])
-            continue;
-        char what[48];
-        snprintf(what, sizeof what, "rank %d", (int)r);
-        st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = status_get(s, msg);
-        if (st == PYCOLL_OK) {
-            memcpy(s->table[r].segment, msg + 8, SEGMENT_NAME_BYTES);
-            s->table[r].segment[SEGMENT_NAME_BYTES - 1] = 0;
-        } else {
-            failed = r;
-        }
-    }
-    if (st == PYCOLL_ERR_TIMEOUT)
-        fail(s, st, "rank %d did not finish connecting within %.3g s", (int)failed, s->timeout_s);
-    if (st != PYCOLL_OK)
-        return st; /* step 5 tells every rank */
-    size_t bytes = STATUS_BYTES + (size_t)s->size * SEGMENT_NAME_BYTES;
-    uint8_t *out = calloc(1, bytes);
-    if (!out)
-        return fail(s, PYCOLL_ERR_NOMEM, "out of memory");
-    status_put(out, PYCOLL_OK, s->rank, "");
-    for (int32_t r = 0; r < s->size; r++)
-        memcpy(out + STATUS_BYTES + (size_t)r * SEGMENT_NAME_BYTES, s->table[r].segment, SEGMENT_NAME_BYTES);
-    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++)
-        if (s->client_fds[r] >= 0) {
-            char what[48];
-            snprintf(what, sizeof what, "rank %d", (int)r);
-            st = boot_send_all(s->client_fds[r], out, bytes, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        }
-    free(out);
-    return st;
+    if (st == PYCOLL_OK)
+        st = hear_every_rank(s, s->names_seen, take_name_from_status, &failed);
+    /* On a failure step 5 tells every rank. */
+    return st == PYCOLL_OK ? send_root_table(s, SEGMENT_NAME_BYTES, put_segment_of) : st;
 }
 
 static pycoll_status_t open_segments(boot_state_t *s)
@@ -769,56 +805,31 @@ static pycoll_status_t open_segments(boot_state_t *s)
 
 static pycoll_status_t agree_ready(boot_state_t *s, pycoll_status_t mine)
 {
+    /* This rank's failure as the others hear it: naming this rank, unless it relays another's. */
+    char told[MESSAGE_BYTES] = "";
+    if (mine != PYCOLL_OK && s->relayed)
+        snprintf(told, sizeof told, "%.380s", s->error);
+    else if (mine != PYCOLL_OK)
+        snprintf(told, sizeof told, "rank %d: %.360s", (int)s->rank, s->error);
+    if (s->root_fd < 0) { /* the root: its own failure, or every rank heard, goes to all */
+        int32_t failed = s->rank;
+        pycoll_status_t st = mine != PYCOLL_OK ? mine : hear_every_rank(s, NULL, NULL, &failed);
+        broadcast_status(s, st, failed, mine != PYCOLL_OK ? told : st != PYCOLL_OK ? s->error : "");
+        return st;
+    }
+    /* A rank: say how it went, hear how it went everywhere. */
     uint8_t msg[STATUS_BYTES];
-    if (s->root_fd >= 0) { /* a rank: say how it went, hear how it went everywhere */
-        char own[BOOT_ERROR_LEN];
-        snprintf(own, sizeof own, "%s", s->error);
-        if (!s->relayed)
-            snprintf(s->error, BOOT_ERROR_LEN, "rank %d: %.*s", (int)s->rank, BOOT_ERROR_LEN - 32, own);
-        status_put(msg, mine, s->rank, mine == PYCOLL_OK ? "" : s->error);
-        pycoll_status_t st = boot_send_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", NULL, 0);
-        if (mine != PYCOLL_OK) {
-            snprintf(s->error, BOOT_ERROR_LEN, "%s", own);
-            return mine;
-        }
-        if (st == PYCOLL_OK)
-            st = boot_recv_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error,
-                               BOOT_ERROR_LEN);
-        if (st == PYCOLL_ERR_TIMEOUT)
-            return fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank,
-                        s->timeout_s);
-        return st == PYCOLL_OK ? status_get(s, msg) : st;
-    }
-    if (mine != PYCOLL_OK) { /* the root failed, or heard of a rank that did: every rank hears why */
-        char own[BOOT_ERROR_LEN];
-        snprintf(own, sizeof own, "%s", s->error);
-        if (!s->relayed)
-            snprintf(s->error, BOOT_ERROR_LEN, "rank %d: %.*s", (int)s->rank, BOOT_ERROR_LEN - 32, own);
-        broadcast_status(s, mine, s->rank);
-        snprintf(s->error, BOOT_ERROR_LEN, "%s", own);
+    status_put(msg, mine, s->rank, told);
+    pycoll_status_t st = boot_send_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", NULL, 0);
+    if (mine != PYCOLL_OK)
         return mine;
-    }
-    pycoll_status_t st = PYCOLL_OK;
-    int32_t failed = -1;
-    for (int32_t r = 0; r < s->size && st == PYCOLL_OK; r++) {
-        if (s->client_fds[r] < 0)
-            continue;
-        char what[48];
-        snprintf(what, sizeof what, "rank %d", (int)r);
-        st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
-        if (st == PYCOLL_OK)
-            st = status_get(s, msg);
-        if (st != PYCOLL_OK)
-            failed = r;
-    }
+    if (st == PYCOLL_OK)
+        st = boot_recv_all(s->root_fd, msg, sizeof msg, s->deadline, "the bootstrap root", s->error,
+                           BOOT_ERROR_LEN);
     if (st == PYCOLL_ERR_TIMEOUT)
-        fail(s, st, "rank %d did not finish connecting within %.3g s", (int)failed, s->timeout_s);
-    uint8_t go[STATUS_BYTES];
-    status_put(go, st, failed, st == PYCOLL_OK ? "" : s->error);
-    for (int32_t r = 0; r < s->size; r++)
-        if (s->client_fds[r] >= 0 && r != failed)
-            boot_send_all(s->client_fds[r], go, sizeof go, boot_now() + 1.0, "a rank", NULL, 0);
-    return st;
+        return fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank,
+                    s->timeout_s);
+    return st == PYCOLL_OK ? status_get(s, msg) : st;
 }
 
 /* ---- the communicator ---- */
