@@ -6,6 +6,7 @@ import ctypes
 import hashlib
 import hmac
 import os
+import re
 import socket
 import struct
 import threading
@@ -154,12 +155,14 @@ def test_bad_ranks_are_refused():
 
 def test_the_missing_ranks_are_named_at_the_deadline():
     start = time.monotonic()
-    root, other = _join(pycoll.get_unique_id("lo"), 3, ranks=[0, 1], timeout=2.0)
+    results = _join(pycoll.get_unique_id("lo"), 3, ranks=[0, 1], timeout=2.0)
     assert time.monotonic() - start < 10
-    assert isinstance(root, pycoll.Timeout), root
-    assert "rank 2 of 3 did not register with the bootstrap root (rank 0" in str(root)
-    assert "(registered: 0, 1)" in str(root)
-    assert isinstance(other, pycoll.Timeout), other
+    assert all(isinstance(r, pycoll.Timeout) for r in results), results
+    # Whichever thread of this process claims the id's listener first serves it (rank 0 or rank 1) and names
+    # the missing rank; the other, at the same deadline, hears that or times out on its own wait.
+    named = [r for r in results if re.search(r"rank 2 of 3 did not register with the bootstrap root \(rank [01], ",
+                                                str(r))]
+    assert named and all("(registered: 0, 1)" in str(r) for r in named), results
 
 
 def test_an_id_serves_one_communicator():
@@ -186,7 +189,9 @@ def test_ranks_disagreeing_on_the_world_size_all_hear_it():
         t.join()
     for rank in (0, 1):
         assert isinstance(results[rank], ValueError), results
-        assert "rank 1 called pycoll_comm_init_rank with world size 3, rank 0 with 2" in str(results[rank])
+        # Either thread may serve the id (the first to claim its listener): the message names both sides.
+        assert str(results[rank]) in ("rank 1 called pycoll_comm_init_rank with world size 3, rank 0 with 2",
+                                      "rank 0 called pycoll_comm_init_rank with world size 2, rank 1 with 3")
 
 
 def test_two_processes_claiming_one_rank_all_hear_it():
