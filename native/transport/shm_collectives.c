@@ -2,9 +2,9 @@
  * all_reduce, broadcast and barrier through one collective area per rank, instead of pycoll's algorithms over
  * the rings, which pay a frame, a copy into the ring and a copy out of it per message and a message per step.
  *
- * Layout. Rank r's area follows the rings in its segment (shm_coll_area_bytes: whatever the world size, 8 MiB +
- * 4 KiB with the default rings): a control page with one flag block per parity, then two slots. Only rank r
- * writes its area's flags; others write nothing in it.
+ * Layout (shm_layout.h). Rank r's area follows the rings in its segment (shm_coll_area_bytes: whatever the
+ * world size, 8 MiB + 4 KiB with the default rings): a control page with one flag block per parity, then two
+ * slots. Only rank r writes its area's flags; others write nothing in it.
  *
  * Rounds. Every collective is one or more rounds, numbered alike on every rank by a per-transport counter
  * (round k uses parity k & 1 of every area). A round is:
@@ -28,9 +28,13 @@
  *
  * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
  * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
- * message collective, or a dead peer's pidfd ends the wait as it ends a message wait. */
+ * message collective, or a dead peer's pidfd ends the wait as it ends a message wait. A rank waited for that
+ * has closed (its GOODBYE read from its ring) ends it too: it will never post.
+ *
+ * A flag is input from another process: a round number no rank could have written there (a posted flag
+ * that is neither this round nor the one of this parity before, a reduced flag ahead of this round) is a
+ * peer failure naming the flag's owner, never a read of a slot that holds no round. */
 #include <errno.h>
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +43,9 @@
 
 #include "algorithms/reduction.h"
 #include "common/frame.h"
+#include "transport/shm_layout.h"
 #include "transport/shm_transport.h"
 
-#define CTRL_BYTES 4096LL
 /* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
  * do, gets small slots too, and so reaches the many-round paths with small messages). Large enough that a
  * round's two synchronisations are small next to its copies even when ranks share cores (each synchronisation
@@ -59,19 +63,6 @@
 #define PIECE_ELEMS 4096
 #define MAX_PARTIAL_BYTES 16 /* a compensated partial element: (sum, comp) of float64 */
 
-/* Written only by the area's owner; each word on a cache line of its own (two lines apart, as the rings'). */
-typedef struct coll_flags {
-    alignas(128) _Atomic uint64_t posted; /* the last round whose slot and descriptors are published */
-    pycoll_coll_desc_t desc, prev;        /* the owner's collective in that round, and the one before */
-    alignas(128) _Atomic uint64_t reduced; /* large all-reduce: the last round whose own range is reduced */
-} coll_flags_t;
-
-typedef struct coll_ctrl {
-    coll_flags_t parity[2];
-} coll_ctrl_t;
-
-_Static_assert(sizeof(coll_ctrl_t) <= CTRL_BYTES, "collective flags must fit their page");
-
 struct shm_collectives {
     shm_transport_t *t;
     int64_t slot_bytes;      /* a multiple of RANGE_ALIGN_BYTES */
@@ -86,16 +77,16 @@ static int64_t slot_bytes_for(int64_t ring_bytes)
     return ring_bytes < MAX_SLOT_BYTES ? ring_bytes : MAX_SLOT_BYTES;
 }
 
-int64_t shm_coll_area_bytes(int64_t ring_bytes) { return CTRL_BYTES + 2 * slot_bytes_for(ring_bytes); }
+int64_t shm_coll_area_bytes(int64_t ring_bytes) { return SHM_PAGE_BYTES + 2 * slot_bytes_for(ring_bytes); }
 
-static coll_flags_t *flags_of(const shm_collectives_t *c, int32_t r, uint64_t round)
+static shm_coll_flags_t *flags_of(const shm_collectives_t *c, int32_t r, uint64_t round)
 {
-    return &((coll_ctrl_t *)c->maps[r])->parity[round & 1];
+    return &((shm_coll_ctrl_t *)c->maps[r])->parity[round & 1];
 }
 
 static unsigned char *slot_of(const shm_collectives_t *c, int32_t r, uint64_t round)
 {
-    return (unsigned char *)c->maps[r] + CTRL_BYTES + (int64_t)(round & 1) * c->slot_bytes;
+    return (unsigned char *)c->maps[r] + SHM_PAGE_BYTES + (int64_t)(round & 1) * c->slot_bytes;
 }
 
 static pycoll_p2p_t *p2p_of(const shm_collectives_t *c) { return (pycoll_p2p_t *)c->t; }
@@ -105,7 +96,7 @@ static pycoll_p2p_t *p2p_of(const shm_collectives_t *c) { return (pycoll_p2p_t *
 static void publish_posted(shm_collectives_t *c, uint64_t round)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
-    coll_flags_t *f = flags_of(c, p2p->rank, round);
+    shm_coll_flags_t *f = flags_of(c, p2p->rank, round);
     f->desc = p2p->desc;
     f->prev = p2p->prev_desc;
     atomic_store_explicit(&f->posted, round, memory_order_release);
@@ -118,21 +109,47 @@ typedef struct round_wait {
     int32_t next; /* ranks below it have arrived */
 } round_wait_t;
 
-/* Every rank has reached the round (a mismatch also ends the wait: p2p->status says so). */
+/* Whether `seen`, another rank's posted flag of round k's parity, is a value that rank could have written:
+ * k once it has posted, else its round of this parity before, k - 2 (0, the flag's first value, before round
+ * 3). Every rank posts every round in order, and none can post k + 2 before all have posted k + 1. */
+static int posted_plausible(uint64_t seen, uint64_t round)
+{
+    return seen == round || seen == (round > 2 ? round - 2 : 0);
+}
+
+/* The same for a reduced flag, which only large all-reduce rounds set: any round of this parity up to k. */
+static int reduced_plausible(uint64_t seen, uint64_t round)
+{
+    return seen <= round && (seen == 0 || ((seen ^ round) & 1) == 0);
+}
+
+/* Every other rank has reached the round (an error also ends the wait: p2p->status says so). This rank's own
+ * flags are not read back: it published them itself. */
 static int round_ready(void *arg)
 {
     round_wait_t *w = arg;
+    shm_transport_t *t = w->c->t;
     pycoll_p2p_t *p2p = p2p_of(w->c);
     for (; w->next < p2p->size; w->next++) {
-        const coll_flags_t *f = flags_of(w->c, w->next, w->round);
-        if (w->reduced) {
-            if (atomic_load_explicit(&f->reduced, memory_order_acquire) < w->round)
-                return 0;
+        if (w->next == p2p->rank)
             continue;
+        const shm_coll_flags_t *f = flags_of(w->c, w->next, w->round);
+        const _Atomic uint64_t *flag = w->reduced ? &f->reduced : &f->posted;
+        const uint64_t seen = atomic_load_explicit(flag, memory_order_acquire);
+        if (seen != w->round) {
+            if (!(w->reduced ? reduced_plausible(seen, w->round) : posted_plausible(seen, w->round))) {
+                shm_peer_corrupt(t, w->next, "wrote a corrupt round number into shared memory");
+                return 1;
+            }
+            if (shm_peer_open(t, w->next))
+                return 0;
+            /* Gone: it stored its flags before it closed, so a round it reached shows now. */
+            if (atomic_load_explicit(flag, memory_order_acquire) != w->round) {
+                shm_peer_needed(t, w->next);
+                return 1;
+            }
         }
-        if (atomic_load_explicit(&f->posted, memory_order_acquire) < w->round)
-            return 0;
-        if (w->next != p2p->rank && !pycoll_same_desc(&f->desc, &p2p->desc)) {
+        if (!w->reduced && !pycoll_same_desc(&f->desc, &p2p->desc)) {
             const pycoll_coll_desc_t theirs = f->desc, theirs_prev = f->prev;
             pycoll_p2p_mismatch(p2p, w->next, &theirs, &theirs_prev, " (shared-memory collective)");
             return 1;

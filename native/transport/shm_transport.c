@@ -2,7 +2,7 @@
  *
  * Each rank owns one segment holding its incoming rings, one per sender: a single-producer/single-consumer
  * byte ring (a power of two bytes) whose head (bytes written, by the sender) and tail (bytes consumed, by the
- * receiver) are C11 atomics on cache lines of their own. A message is the same frame as over TCP (common/frame.h:
+ * receiver) are C11 atomics on cache lines of their own (shm_layout.h has the segment's layout). A message is the same frame as over TCP (common/frame.h:
  * the collective's descriptor, the previous one, tag, length) followed by its payload, streamed through the ring
  * in whatever pieces the free space allows -- so a message larger than the ring works, and mismatches, history
  * fingerprints, STATE probes and the checked close behave exactly as over TCP.
@@ -12,10 +12,16 @@
  * ring is full of data the receiver will never read; GOODBYE is read only once the ring is drained, so it
  * still follows every message sent before it, as over TCP.
  *
+ * What a peer wrote is input, not trusted state: an index outside what its writer could have written (a head
+ * beyond the free space, a tail behind the last one or past the head), a frame of no known kind, a closed flag
+ * or rank out of range is PYCOLL_ERR_PEER_FAILURE naming that peer -- never a copy out of bounds.
+ *
  * Waits spin on the rings' head words (plain loads: no system call while data flows), yield the core after a
  * while, and sleep in short naps once p2p->spin_ns has passed, always bounded by p2p->deadline_ns. A process
- * that dies leaves its rings silent, so while blocked every ~100 ms each peer's pidfd is polled: a dead peer is
- * PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval.
+ * that dies leaves its rings silent, so while blocked every LIVENESS_EVERY_NS the peers' pidfds are polled: a
+ * dead peer is PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval. A peer that closed
+ * (GOODBYE) is an error as soon as this rank needs it: a message from it, or its flags in a native collective
+ * (shm_peer_open).
  *
  * Segments arrive as file descriptors opened (and already unlinked) by pycoll's rendezvous layer
  * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. Each segment ends
@@ -23,7 +29,6 @@
  * native); they wait through shm_wait_until, the same loop as a message wait. */
 #include <errno.h>
 #include <poll.h>
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,36 +41,28 @@
 #include "common/idle_wait.h"
 #include "common/frame.h"
 #include "common/request_queue.h"
+#include "transport/shm_layout.h"
 #include "transport/shm_transport.h"
 
 #define DEFAULT_RING_BYTES (4LL << 20)
 #define MIN_RING_BYTES 4096LL
-#define CTRL_BYTES 4096LL /* one page, so each ring's mapping starts page-aligned */
 #define HEADER_BYTES ((int64_t)sizeof(pycoll_frame_header_t))
-#define LIVENESS_EVERY_NS 100000000LL /* how often a blocked wait checks that its peers still live */
+/* How often a blocked wait checks that its peers still live: one poll over their pidfds, so a peer that exits
+ * without closing (os._exit, a crash, a kill) is an error as soon as a closed socket would be over TCP. */
+#define LIVENESS_EVERY_NS 10000000LL
+/* How often a blocked wait runs the caller's interrupt check (Python's signal handlers: it takes the GIL). */
+#define INTERRUPT_EVERY_NS 100000000LL
 
-enum ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2 };
-
-/* The control page of one ring. head and tail on cache lines of their own (two lines apart, so the adjacent-line
- * prefetcher does not pair them): the producer writes only head, the consumer only tail. */
-typedef struct ring_ctrl {
-    alignas(128) _Atomic uint64_t head;
-    alignas(128) _Atomic uint64_t tail;
-    alignas(128) _Atomic uint32_t closed; /* enum ring_closed, written last (release) by the producer */
-    int32_t status;                       /* ABORT: the pycoll_status_t */
-    int32_t failed_rank;                  /* ABORT: the rank the error is about */
-    pycoll_coll_desc_t desc, prev;        /* the producer's collective (GOODBYE: its last) */
-    char text[PYCOLL_ERROR_LEN];          /* ABORT: the reason */
-} ring_ctrl_t;
-
-_Static_assert(sizeof(ring_ctrl_t) <= CTRL_BYTES, "ring control must fit its page");
-
+/* One ring as one side sees it. The index this side owns lives here and is only published to the shared copy,
+ * never read back; the other side's index is read from shared memory and checked against the last value seen
+ * (shm_layout.h). */
 typedef struct ring {
-    ring_ctrl_t *ctrl;
+    shm_ring_ctrl_t *ctrl;
     unsigned char *data;
-    uint64_t mask; /* ring bytes - 1 */
+    uint64_t mask;   /* ring bytes - 1 */
+    uint64_t mine;   /* producer: head; consumer: tail */
+    uint64_t theirs; /* the other side's index as last checked */
 } ring_t;
-
 
 typedef struct shm_peer {
     pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
@@ -89,9 +86,11 @@ struct shm_transport {
     int32_t waiting_for;
     int said_goodbye;
     int aborted;
+    int rings_closed; /* close_rings ran (its flag in shared memory is only written, never trusted back) */
     /* This transport's ops: shm_ops, without the native collectives when some peers are absent (they run
      * over every rank of the job, and a job spread over hosts reaches the absent ones another way). */
     pycoll_p2p_ops_t ops;
+    struct pollfd *pidfds;    /* check_liveness: per rank, its pidfd while it is open, else -1 */
     int64_t next_liveness_ns; /* shm_progress: when it next checks that peers live */
     int64_t probed_wait;      /* shm_progress: the start of the last wait whose peers were probed */
 };
@@ -100,38 +99,65 @@ static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p;
 
 shm_collectives_t *shm_collectives_of(shm_transport_t *t) { return t->coll; }
 
+static pycoll_status_t peer_lost(shm_transport_t *t, int r, const char *why);
+
+int shm_peer_open(const shm_transport_t *t, int32_t r) { return t->peers[r].state == PEER_OPEN; }
+
+pycoll_status_t shm_peer_needed(shm_transport_t *t, int32_t r)
+{
+    const shm_peer_t *peer = &t->peers[r];
+    if (peer->state == PEER_DEPARTED)
+        return pycoll_frame_departed_needed(&t->base, r, &peer->recv_hdr,
+                                            "while rank %d waited for it in a shared-memory collective");
+    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d is gone", (int)r);
+}
+
+pycoll_status_t shm_peer_corrupt(shm_transport_t *t, int32_t r, const char *what) { return peer_lost(t, r, what); }
+
 /* ---- the ring: copy in and out with wrap-around; only the owner of an index ever stores it ---- */
 
-static int64_t ring_put(ring_t *ring, int64_t ring_bytes, const void *src, int64_t len)
+#define RING_CORRUPT (-1)
+
+/* Copy up to len bytes into the ring: how many went in, or RING_CORRUPT when the consumer's tail is not one it
+ * could have written (behind the last one seen, or past the head). */
+static int64_t ring_put(ring_t *ring, const void *src, int64_t len)
 {
-    uint64_t head = atomic_load_explicit(&ring->ctrl->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&ring->ctrl->tail, memory_order_acquire);
-    int64_t space = ring_bytes - (int64_t)(head - tail), n = len < space ? len : space;
+    const uint64_t head = ring->mine, tail = atomic_load_explicit(&ring->ctrl->tail, memory_order_acquire);
+    if (tail - ring->theirs > head - ring->theirs)
+        return RING_CORRUPT;
+    ring->theirs = tail;
+    const int64_t space = (int64_t)(ring->mask + 1 - (head - tail)), n = len < space ? len : space;
     if (n <= 0)
         return 0;
-    uint64_t at = head & ring->mask;
-    int64_t first = (int64_t)(ring->mask + 1 - at) < n ? (int64_t)(ring->mask + 1 - at) : n;
+    const uint64_t at = head & ring->mask;
+    const int64_t first = (int64_t)(ring->mask + 1 - at) < n ? (int64_t)(ring->mask + 1 - at) : n;
     memcpy(ring->data + at, src, (size_t)first);
     memcpy(ring->data, (const char *)src + first, (size_t)(n - first));
-    atomic_store_explicit(&ring->ctrl->head, head + (uint64_t)n, memory_order_release);
+    ring->mine = head + (uint64_t)n;
+    atomic_store_explicit(&ring->ctrl->head, ring->mine, memory_order_release);
     return n;
 }
 
-static int64_t ring_available(const ring_t *ring)
+/* Bytes readable, or RING_CORRUPT when the producer's head is not one it could have written (behind the last
+ * one seen, or more than a ring ahead of the tail). */
+static int64_t ring_available(ring_t *ring)
 {
-    uint64_t head = atomic_load_explicit(&ring->ctrl->head, memory_order_acquire);
-    return (int64_t)(head - atomic_load_explicit(&ring->ctrl->tail, memory_order_relaxed));
+    const uint64_t head = atomic_load_explicit(&ring->ctrl->head, memory_order_acquire);
+    if (head - ring->theirs > ring->mine + ring->mask + 1 - ring->theirs)
+        return RING_CORRUPT;
+    ring->theirs = head;
+    return (int64_t)(head - ring->mine);
 }
 
-/* Copy len bytes (the caller checked they are available) out of the ring and release them. */
+/* Copy len bytes (ring_available said they are there) out of the ring and release them. */
 static void ring_take(ring_t *ring, void *dst, int64_t len)
 {
-    uint64_t tail = atomic_load_explicit(&ring->ctrl->tail, memory_order_relaxed);
-    uint64_t at = tail & ring->mask;
-    int64_t first = (int64_t)(ring->mask + 1 - at) < len ? (int64_t)(ring->mask + 1 - at) : len;
+    const uint64_t at = ring->mine & ring->mask;
+    const int64_t first = (int64_t)(ring->mask + 1 - at) < len ? (int64_t)(ring->mask + 1 - at) : len;
     memcpy(dst, ring->data + at, (size_t)first);
     memcpy((char *)dst + first, ring->data, (size_t)(len - first));
-    atomic_store_explicit(&ring->ctrl->tail, tail + (uint64_t)len, memory_order_release);
+    ring->mine += (uint64_t)len;
+    atomic_store_explicit(&ring->ctrl->tail, ring->mine, memory_order_release);
 }
 
 /* ---- receiving ---- */
@@ -145,6 +171,8 @@ static pycoll_status_t peer_lost(shm_transport_t *t, int r, const char *why)
                            (int)t->base.rank);
 }
 
+static const char CORRUPT_INDEX[] = "wrote a corrupt ring index into shared memory";
+
 static void queue_probe(shm_transport_t *t, int r);
 
 /* Nothing more can be read from r now. An ABORT counts at once; a GOODBYE only once every message before it
@@ -153,10 +181,12 @@ static void queue_probe(shm_transport_t *t, int r);
 static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
 {
     shm_peer_t *peer = &t->peers[r];
-    ring_ctrl_t *c = peer->in.ctrl;
-    uint32_t closed = atomic_load_explicit(&c->closed, memory_order_acquire);
+    const shm_ring_ctrl_t *c = peer->in.ctrl;
+    const uint32_t closed = atomic_load_explicit(&c->closed, memory_order_acquire);
     if (closed == RING_OPEN)
         return PYCOLL_OK;
+    if (closed != RING_GOODBYE && closed != RING_ABORT)
+        return peer_lost(t, r, "wrote a corrupt closed flag into shared memory");
     pycoll_frame_header_t h = {.magic = PYCOLL_FRAME_MAGIC, .failed_rank = -1, .desc = c->desc, .prev = c->prev};
     if (closed == RING_ABORT) {
         char text[PYCOLL_ERROR_LEN];
@@ -165,10 +195,17 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
         h.kind = FRAME_ABORT;
         h.tag = (uint32_t)c->status;
         h.failed_rank = c->failed_rank;
+        if (h.failed_rank < -1 || h.failed_rank >= t->base.size)
+            return peer_lost(t, r, "wrote a corrupt failed rank into shared memory");
         peer->state = PEER_DEAD;
         return pycoll_frame_adopt_abort(&t->base, r, &h, text, t->finalizing);
     }
-    if (!drained || peer->hdr_parked || ring_available(&peer->in) != 0)
+    if (!drained || peer->hdr_parked)
+        return PYCOLL_OK;
+    const int64_t avail = ring_available(&peer->in);
+    if (avail == RING_CORRUPT)
+        return peer_lost(t, r, CORRUPT_INDEX);
+    if (avail != 0)
         return PYCOLL_OK;
     h.kind = FRAME_GOODBYE;
     peer->recv_hdr = h;
@@ -177,13 +214,24 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
     return pycoll_frame_on_goodbye(&t->base, r, &h, t->finalizing, peer->q.recv_head || peer->q.send_head);
 }
 
+/* Whether a header read from shared memory is one a peer could have sent: a data frame of a non-negative
+ * length, or a STATE (no payload) naming a rank of this job or none. */
+static int frame_is_sane(const pycoll_frame_header_t *h, int32_t size)
+{
+    if (h->magic != PYCOLL_FRAME_MAGIC)
+        return 0;
+    if (h->kind == FRAME_DATA)
+        return h->nbytes >= 0;
+    return h->kind == FRAME_STATE && h->nbytes == 0 && h->failed_rank >= -1 && h->failed_rank < size;
+}
+
 /* A header was read: decide what it is. *consumed for frames that carry nothing for a receive. */
 static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
 {
     shm_peer_t *peer = &t->peers[r];
     const pycoll_frame_header_t *h = &peer->recv_hdr;
     *consumed = 0;
-    if (h->magic != PYCOLL_FRAME_MAGIC || h->nbytes < 0 || (h->kind != FRAME_DATA && h->kind != FRAME_STATE))
+    if (!frame_is_sane(h, t->base.size))
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;
@@ -206,7 +254,9 @@ static pycoll_status_t progress_recv(shm_transport_t *t, int r)
 {
     shm_peer_t *peer = &t->peers[r];
     while (peer->state == PEER_OPEN && t->base.status == PYCOLL_OK) {
-        int64_t avail = ring_available(&peer->in);
+        const int64_t avail = ring_available(&peer->in);
+        if (avail == RING_CORRUPT)
+            return peer_lost(t, r, CORRUPT_INDEX);
         if (!peer->hdr_parked) {
             if (avail < HEADER_BYTES)
                 return check_closed(t, r, 1);
@@ -241,8 +291,8 @@ static pycoll_status_t progress_recv(shm_transport_t *t, int r)
 
 /* ---- sending ---- */
 
-/* Write to peer r while its ring has room. */
-static void progress_send(shm_transport_t *t, int r)
+/* Write to peer r while its ring has room. Returns non-OK on error (r's tail is corrupt). */
+static pycoll_status_t progress_send(shm_transport_t *t, int r)
 {
     shm_peer_t *peer = &t->peers[r];
     while (peer->q.send_head && peer->state == PEER_OPEN) {
@@ -253,23 +303,29 @@ static void progress_send(shm_transport_t *t, int r)
             if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
+        int64_t n;
         if (peer->send_hdr_done < HEADER_BYTES) {
-            peer->send_hdr_done += ring_put(&peer->out, t->ring_bytes, (char *)&peer->send_hdr + peer->send_hdr_done,
-                                            HEADER_BYTES - peer->send_hdr_done);
+            n = ring_put(&peer->out, (char *)&peer->send_hdr + peer->send_hdr_done, HEADER_BYTES - peer->send_hdr_done);
+            if (n == RING_CORRUPT)
+                return peer_lost(t, r, CORRUPT_INDEX);
+            peer->send_hdr_done += n;
             if (peer->send_hdr_done < HEADER_BYTES)
-                return;
+                return PYCOLL_OK;
         }
         if (req->progress < req->nbytes) {
-            req->progress += ring_put(&peer->out, t->ring_bytes, (char *)req->buf + req->progress,
-                                      req->nbytes - req->progress);
+            n = ring_put(&peer->out, (char *)req->buf + req->progress, req->nbytes - req->progress);
+            if (n == RING_CORRUPT)
+                return peer_lost(t, r, CORRUPT_INDEX);
+            req->progress += n;
             if (req->progress < req->nbytes)
-                return; /* the ring is full */
+                return PYCOLL_OK; /* the ring is full */
         }
         pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
         peer->send_hdr_done = 0;
         if (req == &peer->q.probe)
             peer->q.probe_queued = 0;
     }
+    return PYCOLL_OK;
 }
 
 static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
@@ -284,8 +340,7 @@ static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
         return status;
     if (req->is_send) {
         pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, req);
-        progress_send(t, req->peer);
-        return PYCOLL_OK;
+        return progress_send(t, req->peer);
     }
     pycoll_enqueue(&peer->q.recv_head, &peer->q.recv_tail, req);
     return progress_recv(t, req->peer);
@@ -297,21 +352,27 @@ static pycoll_status_t shm_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
 static void queue_probe(shm_transport_t *t, int r)
 {
     if (t->peers[r].state == PEER_OPEN && pycoll_queue_probe(&t->base, &t->peers[r].q, r))
-        progress_send(t, r);
+        (void)progress_send(t, r); /* an error is on p2p->status, which every wait checks */
 }
 
 static void tell(void *t, int r) { queue_probe(t, r); }
 
-/* A peer whose process has exited (a zombie included: its pidfd is readable) without closing its rings.
- * What it wrote before dying is read first: an ABORT or GOODBYE it left says more than its death. */
+/* Peers whose process has exited (a zombie included: its pidfd is readable) without closing their rings: one
+ * poll over the pidfds of the peers still open. What a peer wrote before dying is read first: an ABORT or
+ * GOODBYE it left says more than its death. */
 static void check_liveness(shm_transport_t *t)
 {
+    int watched = 0;
+    for (int r = 0; r < t->base.size; r++) {
+        const shm_peer_t *peer = &t->peers[r];
+        t->pidfds[r] = (struct pollfd){.fd = peer->state == PEER_OPEN ? peer->pidfd : -1, .events = POLLIN};
+        watched |= t->pidfds[r].fd >= 0;
+    }
+    if (!watched || poll(t->pidfds, (nfds_t)t->base.size, 0) <= 0)
+        return;
     for (int r = 0; r < t->base.size && t->base.status == PYCOLL_OK; r++) {
         shm_peer_t *peer = &t->peers[r];
-        if (peer->pidfd < 0 || peer->state != PEER_OPEN)
-            continue;
-        struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
-        if (poll(&pfd, 1, 0) <= 0)
+        if (t->pidfds[r].fd < 0 || t->pidfds[r].revents == 0 || peer->state != PEER_OPEN)
             continue;
         progress_recv(t, r);
         if (peer->state == PEER_OPEN && t->base.status == PYCOLL_OK)
@@ -319,8 +380,9 @@ static void check_liveness(shm_transport_t *t)
     }
 }
 
-/* One pass over every peer: returns whether anything moved. Every peer, not only those with requests, so that
- * an ABORT, a GOODBYE or a STATE from anyone is seen while this rank waits. */
+/* One pass over every peer: returns whether anything moved (this rank's own indices, which only it stores).
+ * Every peer, not only those with requests, so that an ABORT, a GOODBYE or a STATE from anyone is seen while
+ * this rank waits. */
 static int progress_all(shm_transport_t *t)
 {
     int moved = 0;
@@ -328,13 +390,11 @@ static int progress_all(shm_transport_t *t)
         shm_peer_t *peer = &t->peers[r];
         if (r == t->base.rank || peer->state != PEER_OPEN)
             continue;
-        uint64_t in_tail = atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed);
-        uint64_t out_head = atomic_load_explicit(&peer->out.ctrl->head, memory_order_relaxed);
-        if (peer->q.send_head)
-            progress_send(t, r);
+        const uint64_t in_tail = peer->in.mine, out_head = peer->out.mine;
+        if (peer->q.send_head && progress_send(t, r) != PYCOLL_OK)
+            break;
         progress_recv(t, r);
-        moved |= in_tail != atomic_load_explicit(&peer->in.ctrl->tail, memory_order_relaxed) ||
-                 out_head != atomic_load_explicit(&peer->out.ctrl->head, memory_order_relaxed);
+        moved |= in_tail != peer->in.mine || out_head != peer->out.mine;
     }
     return moved;
 }
@@ -360,7 +420,7 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
     check_parked_headers(t);
     const int64_t started = pycoll_now_ns();
     idle_wait_t idle = idle_wait_start(p2p, started);
-    int64_t next_check = started + LIVENESS_EVERY_NS;
+    int64_t next_check = started + LIVENESS_EVERY_NS, next_interrupt = started + INTERRUPT_EVERY_NS;
     int probed = 0;
     while (p2p->status == PYCOLL_OK && !cond->ready(cond->arg)) {
         if (progress_all(t)) {
@@ -382,6 +442,9 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         if (now >= next_check) {
             next_check = now + LIVENESS_EVERY_NS;
             check_liveness(t);
+        }
+        if (now >= next_interrupt) {
+            next_interrupt = now + INTERRUPT_EVERY_NS;
             if (idle_wait_interrupted(p2p))
                 break;
         }
@@ -471,13 +534,14 @@ static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
  * after it (a mismatch found at close) does not replace it -- peers see the GOODBYE and judge for themselves. */
 static void close_rings(shm_transport_t *t, uint32_t how)
 {
+    if (t->rings_closed)
+        return;
+    t->rings_closed = 1;
     for (int r = 0; r < t->base.size; r++) {
         shm_peer_t *peer = &t->peers[r];
         if (r == t->base.rank || !peer->out.ctrl)
             continue;
-        ring_ctrl_t *c = peer->out.ctrl;
-        if (atomic_load_explicit(&c->closed, memory_order_relaxed) != RING_OPEN)
-            continue;
+        shm_ring_ctrl_t *c = peer->out.ctrl;
         c->desc = t->base.desc;
         c->prev = t->base.prev_desc;
         if (how == RING_ABORT) {
@@ -533,7 +597,7 @@ static pycoll_status_t shm_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
             pycoll_frame_data_at_close(p2p, r, &peer->recv_hdr);
         }
     }
-    int64_t next_check = pycoll_now_ns() + LIVENESS_EVERY_NS;
+    int64_t next_check = pycoll_now_ns() + LIVENESS_EVERY_NS, next_interrupt = next_check + INTERRUPT_EVERY_NS;
     while (p2p->status == PYCOLL_OK && any_peer_open(t)) {
         if (progress_all(t))
             continue;
@@ -543,6 +607,9 @@ static pycoll_status_t shm_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
         if (now >= next_check) {
             next_check = now + LIVENESS_EVERY_NS;
             check_liveness(t);
+        }
+        if (now >= next_interrupt) {
+            next_interrupt = now + INTERRUPT_EVERY_NS;
             if (p2p->check_interrupt && p2p->check_interrupt(p2p->interrupt_ctx))
                 break;
         }
@@ -564,13 +631,14 @@ static void shm_destroy(pycoll_p2p_t *p2p)
     for (int r = 0; r < t->base.size; r++) {
         shm_peer_t *peer = &t->peers[r];
         if (peer->in_map)
-            munmap(peer->in_map, (size_t)(CTRL_BYTES + t->ring_bytes));
+            munmap(peer->in_map, (size_t)(SHM_PAGE_BYTES + t->ring_bytes));
         if (peer->out_map)
-            munmap(peer->out_map, (size_t)(CTRL_BYTES + t->ring_bytes));
+            munmap(peer->out_map, (size_t)(SHM_PAGE_BYTES + t->ring_bytes));
         if (peer->pidfd >= 0)
             close(peer->pidfd);
     }
     free(t->peers);
+    free(t->pidfds);
     free(t);
 }
 
@@ -587,7 +655,7 @@ static int64_t ring_bytes_or_default(int64_t ring_bytes)
 /* The rings of every sender, then this rank's collective area (shm_collectives.c). */
 static int64_t rings_bytes(int32_t size, int64_t ring_bytes)
 {
-    return (int64_t)size * (CTRL_BYTES + ring_bytes_or_default(ring_bytes));
+    return (int64_t)size * (SHM_PAGE_BYTES + ring_bytes_or_default(ring_bytes));
 }
 
 int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
@@ -598,14 +666,16 @@ int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
 /* Map the ring that `sender` writes in the segment of its receiver (fd). */
 static void *map_ring(int fd, int32_t sender, int64_t ring_bytes, ring_t *ring)
 {
-    size_t len = (size_t)(CTRL_BYTES + ring_bytes);
+    size_t len = (size_t)(SHM_PAGE_BYTES + ring_bytes);
     /* MAP_POPULATE: the pages are faulted in here, at set-up, not during the first collectives. */
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)sender * (off_t)len);
     if (p == MAP_FAILED)
         return NULL;
     ring->ctrl = p;
-    ring->data = (unsigned char *)p + CTRL_BYTES;
+    ring->data = (unsigned char *)p + SHM_PAGE_BYTES;
     ring->mask = (uint64_t)ring_bytes - 1;
+    /* A fresh segment: every index is 0 (the producer's head and the consumer's tail start equal). */
+    ring->mine = ring->theirs = 0;
     return p;
 }
 
@@ -624,12 +694,15 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
     }
     shm_transport_t *t = calloc(1, sizeof *t);
     shm_peer_t *peers = calloc((size_t)size, sizeof *peers);
-    if (!t || !peers) {
+    struct pollfd *pidfds = calloc((size_t)size, sizeof *pidfds);
+    if (!t || !peers || !pidfds) {
         snprintf(error, error_len, "cannot create the shared-memory transport: out of memory");
         free(t);
         free(peers);
+        free(pidfds);
         return NULL;
     }
+    t->pidfds = pidfds;
     t->ops = shm_ops;
     t->base.ops = &t->ops;
     t->base.rank = rank;

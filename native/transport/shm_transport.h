@@ -26,6 +26,15 @@ typedef struct shm_wait_cond {
 pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond);
 /* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
 void shm_tell_peers(shm_transport_t *t);
+/* Whether rank r may still write (no GOODBYE, ABORT or death seen from it). A native collective that finds r's
+ * flags short of the round re-reads them once r is not open (r stored them before closing), then, still short,
+ * fails with shm_peer_needed: PYCOLL_ERR_PEER_FAILURE naming r (a MISMATCH if r's last collective was this
+ * one, called differently). */
+int shm_peer_open(const shm_transport_t *t, int32_t r);
+pycoll_status_t shm_peer_needed(shm_transport_t *t, int32_t r);
+/* Rank r wrote `what` (a value it could not have written) into shared memory: PYCOLL_ERR_PEER_FAILURE naming
+ * it. `what` completes "rank r ...". */
+pycoll_status_t shm_peer_corrupt(shm_transport_t *t, int32_t r, const char *what);
 /* The transport's collective state (NULL before it is attached). */
 shm_collectives_t *shm_collectives_of(shm_transport_t *t);
 
