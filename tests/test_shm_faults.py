@@ -62,8 +62,9 @@ def test_ring_tail_far_past_the_head_is_a_peer_failure_not_a_crash():
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [16, 300_000])  # the one-round path and the two-phase rounds
 def test_posted_flag_of_a_round_never_reached_is_a_peer_failure(count):
-    """Rank 1's posted flags claim round 2^40 + 7 while it sleeps: the others must not read its slot (they did,
-    and returned sums of whatever it held) but name rank 1."""
+    """Rank 1's posted flags claim round 2^40 + 7 while it sleeps: the others must neither read its slot nor
+    blame a disagreement (they took the stale descriptor beside the flag for rank 1's call: a MismatchError
+    naming a collective it never made), but name rank 1."""
     env = {"TEST_FIELD": "posted", "TEST_ALGORITHM": "shm", "TEST_COUNT": str(count)}
     with _ranks(3, "poke", env) as ranks:
         reports = ranks.reports()
