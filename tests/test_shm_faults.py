@@ -5,7 +5,6 @@ inside a rank through /proc/self/maps and native/transport/shm_layout.h). Every 
 pycoll error naming the culprit, promptly: never crash, never wait out the deadline."""
 
 import pytest
-
 from multiproc import Ranks
 
 DEADLINE_S = 10  # each collective's timeout: a detection must come long before it
