@@ -2,10 +2,11 @@
  *
  * Each rank owns one segment holding its incoming rings, one per sender: a single-producer/single-consumer
  * byte ring (a power of two bytes) whose head (bytes written, by the sender) and tail (bytes consumed, by the
- * receiver) are C11 atomics on cache lines of their own (shm_layout.h has the segment's layout). A message is the same frame as over TCP (common/frame.h:
- * the collective's descriptor, the previous one, tag, length) followed by its payload, streamed through the ring
- * in whatever pieces the free space allows -- so a message larger than the ring works, and mismatches, history
- * fingerprints, STATE probes and the checked close behave exactly as over TCP.
+ * receiver) are C11 atomics on cache lines of their own (shm_layout.h has the segment's layout). A message is
+ * the same frame as over TCP (common/frame.h: the collective's descriptor, the previous one, tag, length)
+ * followed by its payload, streamed through the ring in whatever pieces the free space allows -- so a message
+ * larger than the ring works, and mismatches, history fingerprints, STATE probes and the checked close behave
+ * exactly as over TCP.
  *
  * Out of band, in each ring's control page, the sender can mark the ring closed: GOODBYE (with its last
  * descriptor) or ABORT (status, failed rank, text). Out of band because an ABORT must get through even when the
