@@ -43,8 +43,11 @@ def _close_at_exit():
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
-    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None, ranks=None,
-                 accepted=None):
+    def __init__(self, engine=None, *, rank=None, size=None, backend=None, store=None, timeout=300.0, hosts=None,
+                 ranks=None, accepted=None):
+        if engine is None or backend is None or rank is None or size is None:
+            raise TypeError("pycoll.Communicator is not created directly: call pycoll.init() (rank and world size "
+                            "from the launcher or its arguments) or pycoll.init_rank(unique_id, rank, world_size)")
         self._engine = engine
         self._rank = rank
         self._size = size
