@@ -543,6 +543,11 @@ def backends():
     return plugins.statuses()
 
 
+def default_backend():
+    """The backend init() uses when given none: PYCOLL_BACKEND, else "cpu"."""
+    return os.environ.get("PYCOLL_BACKEND") or "cpu"
+
+
 def _secret_bytes(secret):
     if secret is None:
         return launch_env.job_secret()
@@ -573,7 +578,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     from pycoll.rendezvous.store import rendezvous
 
     if backend is None:
-        backend = os.environ.get("PYCOLL_BACKEND") or "cpu"
+        backend = default_backend()
     plugin = _checked_backend(backend, timeout)
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
     launch_env.warn_if_single_rank(env, rank, world_size)
