@@ -303,8 +303,10 @@ def _transpose(ct, x, *, kind, op, **params):
     return [collective_p.bind(ct, kind=back, op=back_op, **params)]
 
 
-ad.primitive_jvps[collective_p] = _jvp
-ad.primitive_transposes[collective_p] = _transpose
+# update(), not item assignment: the docs build imports this module against a stand-in jax where none is
+# installed (docs/conf.py), and the stand-in takes calls but not assignments.
+ad.primitive_jvps.update({collective_p: _jvp})
+ad.primitive_transposes.update({collective_p: _transpose})
 
 
 def _batch(args, dims, *, kind, **params):
@@ -316,7 +318,7 @@ def _batch(args, dims, *, kind, **params):
                               f"the ranks); reshape the batch into the array instead")
 
 
-batching.primitive_batchers[collective_p] = _batch
+batching.primitive_batchers.update({collective_p: _batch})
 
 
 @functools.lru_cache(maxsize=None)
