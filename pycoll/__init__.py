@@ -27,6 +27,7 @@ def _check_compiled_modules():
 
 
 _check_compiled_modules()
+del _check_compiled_modules, _os
 
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
                            PeerFailure, PycollError, Timeout)
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
+__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
+           "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]

@@ -218,7 +218,8 @@ def test_the_plot_has_a_title_with_world_size_dtype_and_backends(tmp_path, monke
     assert plot.title(rows) == want
     titles = []
     real = matplotlib.figure.Figure.suptitle
-    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", lambda fig, t, **kw: titles.append(t) or real(fig, t, **kw))
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda fig, t, **kw: titles.append(t) or real(fig, t, **kw))
     plot.plot(rows, str(tmp_path / "bench.png"))
     assert titles == [want]
 
@@ -330,8 +331,8 @@ def test_auto_rows_show_the_algorithm_the_cost_model_picked(tmp_path):
     env.pop("PYCOLL_ALGORITHM", None)
     # 2 ranks over TCP: recursive doubling for 1 KiB, halving-doubling for 256 KiB (the default model), so
     # picked follows the size.
-    proc = run_cli("-n", "2", "--backend", "tcp", "-b", "1K", "-e", "256K", "-f", "256", *FAST, "--algorithm", "auto,ring",
-                   "--json", str(out), env=env)
+    proc = run_cli("-n", "2", "--backend", "tcp", "-b", "1K", "-e", "256K", "-f", "256", *FAST,
+                   "--algorithm", "auto,ring", "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
     names = {v: k for k, v in ALGORITHMS.items()}

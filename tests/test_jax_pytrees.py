@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 if __name__ != "__main__":
-    from multiproc import Ranks, free_port
+    from multiproc import Ranks
+    from test_jax_ffi import solo  # noqa: F401 -- the one-rank communicator fixture
 
 HAVE_JAX = importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")  # jaxlib aborts at import under the ASan runtime
@@ -29,15 +30,6 @@ def _tree(r, jnp):
     return {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) + r,
             "layers": [jnp.full((4,), 2.0 * r, jnp.float32), (jnp.arange(3, dtype=jnp.int32) * (r + 1), None)],
             "b": jnp.float32(r + 0.5)}
-
-
-@pytest.fixture(scope="module")
-def solo():
-    import pycoll
-    comm = pycoll.init(backend="tcp", rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(),
-                       timeout=20)
-    yield comm
-    comm.close()
 
 
 def _custom_calls(f, *args):
