@@ -275,6 +275,22 @@ def test_compare_skips_a_missing_peer_with_its_reason(monkeypatch, capfd):
     assert "--compare mpi: skipped:" in out and "install" in out, out
 
 
+@pytest.mark.timeout(120)
+def test_compare_with_gloo_names_the_pycoll_backend_of_each_ratio(tmp_path):
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "64", "-e", "64", *FAST, "--compare", "gloo", "--json", str(out_json), env=env,
+                   timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    assert "# all_reduce  backend gloo  2 ranks  float32  algorithm default  " in proc.stdout, proc.stdout
+    assert "(backend cpu over shm)" in proc.stdout, proc.stdout
+    [ratio] = [ln.split() for ln in proc.stdout.split("# time ratio")[1].splitlines()[2:]]
+    assert ratio[:4] == ["2", "float32", "sum", "64"] and ratio[5:8] == ["cpu", "over", "shm"], ratio
+    rows = json.loads(out_json.read_text())
+    assert {(r["backend"], r.get("transport")) for r in rows} == {("cpu", "shm"), ("gloo", None)}
+
+
 @pytest.mark.timeout(10)
 def test_peers_run_only_what_they_support():
     config = {"collective": "all_reduce", "dtypes": ["float16", "float32"], "ops": ["avg", "sum"]}
