@@ -40,8 +40,10 @@ autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 # Only pycoll's own docstrings: a method that overrides torch's (pycoll.torch) without one of its own shows none.
 autodoc_inherit_docstrings = False
-# torch is an optional extra: without it, pycoll.torch's page is built against a stand-in module.
-autodoc_mock_imports = [] if importlib.util.find_spec("torch") else ["torch"]
+# torch and ray are optional extras: without one, the reference of pycoll.torch or pycoll.ray is built against a
+# stand-in module. Not jax: pycoll.jax registers its rules in jax's tables at import, which a stand-in refuses,
+# so the docs extra installs jax.
+autodoc_mock_imports = [name for name in ("torch", "ray") if importlib.util.find_spec(name) is None]
 
 # Nitpicky (-n): every cross-reference must resolve. No intersphinx (it would link outside the repository), so
 # the few names of other projects that signatures mention are listed here, by name: the standard C types of the

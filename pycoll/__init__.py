@@ -5,6 +5,30 @@
         comm.all_reduce(x)               # in place, every rank gets the sum
 """
 
+import os as _os
+
+
+def _check_compiled_modules():
+    """A clear error, not "No module named 'pycoll._bindings.abi'", where Python finds the source folder of
+    pycoll (the repository root is the current directory or on sys.path) instead of the installed package."""
+    try:
+        import pycoll._bindings.abi  # noqa: F401
+    except ModuleNotFoundError as exc:
+        here = _os.path.dirname(_os.path.abspath(__file__))
+        root = _os.path.dirname(here)
+        in_source_tree = all(_os.path.exists(_os.path.join(root, name)) for name in ("pyproject.toml", "native"))
+        if not (in_source_tree and (exc.name or "").startswith("pycoll._bindings")):
+            raise
+        raise ImportError(
+            f"you are importing pycoll from its source tree ({here}), which has no compiled modules "
+            f"(pycoll._bindings); Python looks in the current directory first. Run from another directory "
+            f"(or with python -P) to use the installed pycoll, or install in editable mode "
+            f"(pip install --no-build-isolation -e .) to use this tree") from None
+
+
+_check_compiled_modules()
+del _check_compiled_modules, _os
+
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
                            PeerFailure, PycollError, Timeout)
 from pycoll.comm import Communicator, backends, init, init_rank
@@ -19,6 +43,7 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
+__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
+           "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]

@@ -148,6 +148,7 @@ class GradientBuckets:
 
     @property
     def bucket_count(self):
+        """The number of buckets the arrays are packed into: one all-reduce each per step."""
         return len(self._buckets)
 
     def bucket_of(self, i):

@@ -43,8 +43,11 @@ def _close_at_exit():
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
-    def __init__(self, engine, *, rank, size, backend, store=None, timeout=300.0, hosts=None, ranks=None,
-                 accepted=None):
+    def __init__(self, engine=None, *, rank=None, size=None, backend=None, store=None, timeout=300.0, hosts=None,
+                 ranks=None, accepted=None):
+        if engine is None or backend is None or rank is None or size is None:
+            raise TypeError("pycoll.Communicator is not created directly: call pycoll.init() (rank and world size "
+                            "from the launcher or its arguments) or pycoll.init_rank(unique_id, rank, world_size)")
         self._engine = engine
         self._rank = rank
         self._size = size
@@ -540,6 +543,11 @@ def backends():
     return plugins.statuses()
 
 
+def default_backend():
+    """The backend init() uses when given none: PYCOLL_BACKEND, else "cpu"."""
+    return os.environ.get("PYCOLL_BACKEND") or "cpu"
+
+
 def _secret_bytes(secret):
     if secret is None:
         return launch_env.job_secret()
@@ -570,7 +578,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     from pycoll.rendezvous.store import rendezvous
 
     if backend is None:
-        backend = os.environ.get("PYCOLL_BACKEND") or "cpu"
+        backend = default_backend()
     plugin = _checked_backend(backend, timeout)
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
     launch_env.warn_if_single_rank(env, rank, world_size)

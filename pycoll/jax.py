@@ -9,8 +9,8 @@ that hold. See docs/jax.md.
     def step(x):
         return pj.all_reduce(x * 2, comm)   # runs inside the compiled program, no trip through Python
 
-Works with communicators of the host-memory backends (cpu, tcp, shm) and their splits. jax is an optional
-extra: ``pip install "pycoll[jax]"``.
+Each takes an array or, like jax.lax.psum, a pytree of arrays. Works with communicators of the host-memory
+backends (cpu, tcp, shm) and their splits. jax is an optional extra: ``pip install "pycoll[jax]"``.
 """
 
 from __future__ import annotations
@@ -111,6 +111,43 @@ def _check_x(x, name="x"):
                         f"(supported: {', '.join(_DTYPES)})")
 
 
+def _leaves(x):
+    """The arrays of pytree x (an array is a tree of one), checked, each with its name for messages ("x",
+    "x['w']", "x[0].bias"), and the tree's structure to put results back into."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(x)
+    names = [f"x{jax.tree_util.keystr(path)}" for path, _ in flat]
+    for name, (_, leaf) in zip(names, flat):
+        _check_x(leaf, name)
+    return [jnp.asarray(leaf) for _, leaf in flat], names, treedef
+
+
+def _per_leaf(x, one):
+    """one(leaf, name) on every array of pytree x: the collectives whose result depends on the array's shape."""
+    leaves, names, treedef = _leaves(x)
+    return jax.tree_util.tree_unflatten(treedef, [one(leaf, name) for leaf, name in zip(leaves, names)])
+
+
+def _elementwise(x, kind, comm_params, **params):
+    """An elementwise collective on every array of pytree x, as one call per dtype: the arrays of a dtype are
+    packed into one flat buffer (in leaf order, the same on every rank whose tree has the same structure), so a
+    tree of many small gradients costs one collective, not one per leaf."""
+    leaves, _, treedef = _leaves(x)
+    by_dtype = {}
+    for i, leaf in enumerate(leaves):
+        by_dtype.setdefault(leaf.dtype, []).append(i)
+    out = list(leaves)
+    for members in by_dtype.values():
+        if len(members) == 1:
+            out[members[0]] = _bind(leaves[members[0]], kind, comm_params, **params)
+            continue
+        flat = _bind(jnp.concatenate([leaves[i].ravel() for i in members]), kind, comm_params, **params)
+        offset = 0
+        for i in members:
+            out[i] = flat[offset:offset + leaves[i].size].reshape(leaves[i].shape)
+            offset += leaves[i].size
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 def _root(root, size):
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
         raise TypeError(f"root must be an int, got {type(root).__name__}")
@@ -125,73 +162,82 @@ def _bind(x, kind, comm_params, **params):
 
 
 # ---- the public collectives ------------------------------------------------------------------------------------
+# Each takes an array or, as jax.lax.psum does, a pytree of arrays (dicts, lists, tuples, dataclasses registered
+# with JAX) and returns the same structure. all_reduce, broadcast and reduce run one call per dtype of the tree;
+# the others, whose blocks follow each array's leading axis, one call per array.
 def all_reduce(x, comm, op="sum", *, accuracy="fast", algorithm="auto"):
-    """The reduction of x over comm's ranks, on every rank (shape and dtype of x). op: sum, prod, min, max, avg."""
-    _check_x(x)
-    return _bind(jnp.asarray(x), "all_reduce", _native(comm), op=_choice(op, _OPS, "op"),
-                 accuracy=_choice(accuracy, _ACCURACIES, "accuracy"),
-                 algorithm=_choice(algorithm, _ALGORITHMS, "algorithm"), root=0, tiled=True)
+    """The reduction of x over comm's ranks, on every rank (shape and dtype of x). op: sum, prod, min, max, avg.
+    x: an array or a pytree of arrays (one call per dtype)."""
+    params = _native(comm)
+    return _elementwise(x, "all_reduce", params, op=_choice(op, _OPS, "op"),
+                        accuracy=_choice(accuracy, _ACCURACIES, "accuracy"),
+                        algorithm=_choice(algorithm, _ALGORITHMS, "algorithm"), root=0, tiled=True)
 
 
 def reduce_scatter(x, comm, op="sum", *, tiled=False, accuracy="fast", algorithm="auto"):
     """Reduce x over the ranks and give rank r block r of the result along axis 0 (as jax.lax.psum_scatter):
     tiled=False: x.shape[0] == comm.size and the result drops that axis; tiled=True: x.shape[0] a multiple of
-    comm.size and the result has x.shape[0] // comm.size rows."""
-    _check_x(x)
+    comm.size and the result has x.shape[0] // comm.size rows. x: an array or a pytree of arrays (one call
+    each)."""
     params = _native(comm)
-    x = jnp.asarray(x)
-    _check_leading(x, params[2], tiled)
-    return _bind(x, "reduce_scatter", params, op=_choice(op, _OPS, "op"),
-                 accuracy=_choice(accuracy, _ACCURACIES, "accuracy"),
-                 algorithm=_choice(algorithm, _ALGORITHMS, "algorithm"), root=0, tiled=bool(tiled))
+    options = dict(op=_choice(op, _OPS, "op"), accuracy=_choice(accuracy, _ACCURACIES, "accuracy"),
+                   algorithm=_choice(algorithm, _ALGORITHMS, "algorithm"), root=0, tiled=bool(tiled))
+
+    def one(leaf, name):
+        _check_leading(leaf, params[2], tiled, name)
+        return _bind(leaf, "reduce_scatter", params, **options)
+    return _per_leaf(x, one)
 
 
 def all_gather(x, comm, *, tiled=False):
     """Every rank's x, in rank order (as jax.lax.all_gather): tiled=False stacks them on a new leading axis of
-    length comm.size; tiled=True concatenates them along axis 0."""
-    _check_x(x)
+    length comm.size; tiled=True concatenates them along axis 0. x: an array or a pytree of arrays (one call
+    each)."""
     params = _native(comm)
-    x = jnp.asarray(x)
-    if tiled and x.ndim == 0:
-        raise ValueError("x: all_gather(tiled=True) needs at least one dimension")
-    return _bind(x, "all_gather", params, op="sum", accuracy="fast", algorithm="auto", root=0, tiled=bool(tiled))
+
+    def one(leaf, name):
+        if tiled and leaf.ndim == 0:
+            raise ValueError(f"{name}: all_gather(tiled=True) needs at least one dimension")
+        return _bind(leaf, "all_gather", params, op="sum", accuracy="fast", algorithm="auto", root=0,
+                     tiled=bool(tiled))
+    return _per_leaf(x, one)
 
 
 def broadcast(x, comm, root=0):
-    """Rank root's x on every rank (every rank passes an array of the same shape and dtype)."""
-    _check_x(x)
+    """Rank root's x on every rank (every rank passes arrays of the same shapes and dtypes). x: an array or a
+    pytree of arrays (one call per dtype)."""
     params = _native(comm)
-    return _bind(jnp.asarray(x), "broadcast", params, op="sum", accuracy="fast", algorithm="auto",
-                 root=_root(root, params[2]), tiled=True)
+    return _elementwise(x, "broadcast", params, op="sum", accuracy="fast", algorithm="auto",
+                        root=_root(root, params[2]), tiled=True)
 
 
 def reduce(x, comm, root=0, op="sum", *, accuracy="fast"):
     """The reduction of x over the ranks on rank root; zeros on the other ranks (so that reduce and broadcast
-    are each other's transpose)."""
-    _check_x(x)
+    are each other's transpose). x: an array or a pytree of arrays (one call per dtype)."""
     params = _native(comm)
-    return _bind(jnp.asarray(x), "reduce", params, op=_choice(op, _OPS, "op"),
-                 accuracy=_choice(accuracy, _ACCURACIES, "accuracy"), algorithm="auto",
-                 root=_root(root, params[2]), tiled=True)
+    return _elementwise(x, "reduce", params, op=_choice(op, _OPS, "op"),
+                        accuracy=_choice(accuracy, _ACCURACIES, "accuracy"), algorithm="auto",
+                        root=_root(root, params[2]), tiled=True)
 
 
 def all_to_all(x, comm):
     """x.shape[0] a multiple of comm.size, cut into comm.size blocks along axis 0: block j goes to rank j, and
-    block i of the result comes from rank i."""
-    _check_x(x)
+    block i of the result comes from rank i. x: an array or a pytree of arrays (one call each)."""
     params = _native(comm)
-    x = jnp.asarray(x)
-    _check_leading(x, params[2], True)
-    return _bind(x, "all_to_all", params, op="sum", accuracy="fast", algorithm="auto", root=0, tiled=True)
+
+    def one(leaf, name):
+        _check_leading(leaf, params[2], True, name)
+        return _bind(leaf, "all_to_all", params, op="sum", accuracy="fast", algorithm="auto", root=0, tiled=True)
+    return _per_leaf(x, one)
 
 
-def _check_leading(x, size, tiled):
+def _check_leading(x, size, tiled, name="x"):
     if x.ndim == 0:
-        raise ValueError("x must have at least one dimension (its leading axis is split over the ranks)")
+        raise ValueError(f"{name} must have at least one dimension (its leading axis is split over the ranks)")
     if tiled and x.shape[0] % size:
-        raise ValueError(f"x: the leading dimension {x.shape[0]} is not a multiple of the {size} ranks")
+        raise ValueError(f"{name}: the leading dimension {x.shape[0]} is not a multiple of the {size} ranks")
     if not tiled and x.shape[0] != size:
-        raise ValueError(f"x: with tiled=False the leading dimension must be the number of ranks, {size}, "
+        raise ValueError(f"{name}: with tiled=False the leading dimension must be the number of ranks, {size}, "
                          f"got {x.shape[0]}")
 
 

@@ -142,9 +142,14 @@ def test_references_of_every_collective():
 # -- the CLI on 2 real ranks ------------------------------------------------------------------------------
 @pytest.mark.timeout(90)
 def test_table_json_and_csv_of_a_small_sweep(tmp_path):
+    """Also: with no --backend the bench measures what pycoll.init() runs (cpu: shared memory on one host), and
+    the table's header says so."""
     out_json, out_csv = tmp_path / "rows.json", tmp_path / "rows.csv"
-    proc = run_cli("-n", "2", *SIZES, *FAST, "--json", str(out_json), "--csv", str(out_csv))
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    proc = run_cli("-n", "2", *SIZES, *FAST, "--json", str(out_json), "--csv", str(out_csv), env=env)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# all_reduce  backend cpu over shm  2 ranks  float32  algorithm auto  "), \
+        proc.stdout
     for column in ("size(B)", "count", "type", "redop", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
                    "#wrong", "max_rel_err"):
         assert column in proc.stdout, proc.stdout
@@ -154,6 +159,7 @@ def test_table_json_and_csv_of_a_small_sweep(tmp_path):
         assert set(r) >= {"bytes", "count", "dtype", "op", "algorithm", "accuracy", "backend", "world", "time_us",
                           "algbw", "busbw", "wrong", "max_rel_err"}
         assert r["wrong"] == 0 and r["world"] == 2 and r["dtype"] == "float32" and r["op"] == "sum"
+        assert r["backend"] == "cpu" and r["transport"] == "shm"
         assert r["count"] * 4 == r["bytes"] and r["time_us"] > 0 and r["busbw"] == pytest.approx(r["algbw"])
     assert len(table_lines(proc.stdout)) == 4
     assert "# #wrong: 0 OK" in proc.stdout
@@ -161,6 +167,61 @@ def test_table_json_and_csv_of_a_small_sweep(tmp_path):
     assert "[4/4] float32 sum auto fast 4096 B" in proc.stderr, proc.stderr
     assert "[rank 0] [" not in proc.stderr, proc.stderr
     assert out_csv.read_text().splitlines()[0].startswith("bytes,count,dtype,op,algorithm")
+
+
+@pytest.mark.timeout(10)
+def test_the_default_backend_follows_pycoll_backend(monkeypatch):
+    """PYCOLL_BACKEND, which init() reads, picks the bench's backend too; --backend wins over both."""
+    parser = bench_cli.argparse.ArgumentParser()
+    bench_cli.add_arguments(parser)
+    monkeypatch.delenv("PYCOLL_BACKEND", raising=False)
+    assert bench_cli._config(parser.parse_args([]))["backends"] == ["cpu"]
+    monkeypatch.setenv("PYCOLL_BACKEND", "tcp")
+    assert bench_cli._config(parser.parse_args([]))["backends"] == ["tcp"]
+    assert bench_cli._config(parser.parse_args(["--backend", "shm"]))["backends"] == ["shm"]
+    assert "default: what pycoll.init() uses" in " ".join(parser.format_help().split())
+
+
+def _row(backend, transport, nbytes, time_us, algorithm="auto", picked="ring", dtype="float32"):
+    row = {"collective": "all_reduce", "bytes": nbytes, "count": nbytes // 4, "dtype": dtype, "op": "sum",
+           "algorithm": algorithm, "picked": picked, "accuracy": "fast", "backend": backend, "world": 2,
+           "time_us": time_us, "algbw": 1.0, "busbw": 1.0, "wrong": 0, "max_rel_err": 0.0}
+    if transport is not None:
+        row["transport"] = transport
+    return row
+
+
+@pytest.mark.timeout(10)
+def test_headers_and_ratio_table_say_which_backend_was_measured():
+    from pycoll.bench import report
+
+    rows = [_row("cpu", "shm", 64, 2.0), _row("tcp", "tcp", 64, 5.0), _row("cpu", "shm", 4096, 9.0),
+            _row("tcp", "tcp", 4096, 8.0, algorithm="ring")]
+    text = report.table(rows[:2])
+    assert "# all_reduce  backend cpu over shm  2 ranks  float32  algorithm auto  " in text
+    assert "# all_reduce  backend tcp  2 ranks  float32  algorithm auto  " in text
+    ratios = report.ratio_table(rows, [_row("gloo", None, 64, 4.0), _row("gloo", None, 4096, 16.0)])
+    assert "(backend cpu over shm, tcp)" in ratios
+    lines = [ln.split() for ln in ratios.splitlines() if not ln.startswith("#")]
+    assert [ln[4:9] for ln in lines] == [["2.0", "cpu", "over", "shm", "ring"], ["8.0", "tcp", "ring", "16.0", "2.00"]]
+    assert ratios.splitlines()[1].split()[4:7] == ["pycoll(us)", "backend", "picked"]
+
+
+@pytest.mark.timeout(30)
+def test_the_plot_has_a_title_with_world_size_dtype_and_backends(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+    from pycoll.bench import plot
+
+    rows = [_row("cpu", "shm", 64, 2.0), _row("cpu", "shm", 4096, 9.0), _row("gloo", None, 64, 4.0)]
+    want = "all_reduce: 2 ranks, float32; backend cpu over shm, gloo"
+    assert plot.title(rows) == want
+    titles = []
+    real = matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda fig, t, **kw: titles.append(t) or real(fig, t, **kw))
+    plot.plot(rows, str(tmp_path / "bench.png"))
+    assert titles == [want]
 
 
 @pytest.mark.timeout(90)
@@ -212,6 +273,22 @@ def test_compare_skips_a_missing_peer_with_its_reason(monkeypatch, capfd):
     assert status == 0
     assert "--compare gloo: skipped: torch is not installed" in out, out
     assert "--compare mpi: skipped:" in out and "install" in out, out
+
+
+@pytest.mark.timeout(120)
+def test_compare_with_gloo_names_the_pycoll_backend_of_each_ratio(tmp_path):
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "64", "-e", "64", *FAST, "--compare", "gloo", "--json", str(out_json), env=env,
+                   timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    assert "# all_reduce  backend gloo  2 ranks  float32  algorithm default  " in proc.stdout, proc.stdout
+    assert "(backend cpu over shm)" in proc.stdout, proc.stdout
+    [ratio] = [ln.split() for ln in proc.stdout.split("# time ratio")[1].splitlines()[2:]]
+    assert ratio[:4] == ["2", "float32", "sum", "64"] and ratio[5:8] == ["cpu", "over", "shm"], ratio
+    rows = json.loads(out_json.read_text())
+    assert {(r["backend"], r.get("transport")) for r in rows} == {("cpu", "shm"), ("gloo", None)}
 
 
 @pytest.mark.timeout(10)
@@ -268,10 +345,10 @@ def test_auto_rows_show_the_algorithm_the_cost_model_picked(tmp_path):
     out = tmp_path / "rows.json"
     env = dict(os.environ, PYCOLL_TUNE_FILE=str(tmp_path / "no-model.json"))  # the default cost model
     env.pop("PYCOLL_ALGORITHM", None)
-    # 2 ranks: recursive doubling for 1 KiB, halving-doubling for 256 KiB (the default model), so picked
-    # follows the size.
-    proc = run_cli("-n", "2", "-b", "1K", "-e", "256K", "-f", "256", *FAST, "--algorithm", "auto,ring",
-                   "--json", str(out), env=env)
+    # 2 ranks over TCP: recursive doubling for 1 KiB, halving-doubling for 256 KiB (the default model), so
+    # picked follows the size.
+    proc = run_cli("-n", "2", "--backend", "tcp", "-b", "1K", "-e", "256K", "-f", "256", *FAST,
+                   "--algorithm", "auto,ring", "--json", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
     names = {v: k for k, v in ALGORITHMS.items()}

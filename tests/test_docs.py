@@ -180,6 +180,72 @@ def test_strict_sphinx_build(tmp_path):
     assert (out / "reference.html").read_text().count('class="sig ') > 30  # autodoc produced the API
 
 
+# An autodoc directive of the reference page: ".. autofunction:: pycoll.init_rank", ".. automodule:: pycoll.errors".
+AUTODOC = re.compile(r"^\.\. auto(function|class|data|exception|attribute|method|module)::\s*(\S+)\s*$", re.M)
+
+
+def reference_entries(text):
+    """(the names the reference page documents one by one, the modules it documents with every member)."""
+    names, modules = set(), set()
+    for match in AUTODOC.finditer(text):
+        kind, name = match.groups()
+        if kind != "module":
+            names.add(name)
+            continue
+        options = text[match.end():].split("```", 1)[0]
+        if re.search(r"^\s*:members:\s*$", options, re.M):  # ":members:" alone: every public member
+            modules.add(name)
+        else:
+            names.update(f"{name}.{m.strip()}" for m in re.findall(r":members:(.*)", options)[0].split(",")
+                         if m.strip())
+    return names, modules
+
+
+def module_all(path):
+    """The names of a module's __all__, read from its source (pycoll.jax and pycoll.ray need their optional
+    extras to import)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path} has no __all__")
+
+
+def test_every_public_name_has_a_reference_entry():
+    """Every name of pycoll.__all__, pycoll.jax's and pycoll.ray's has its own entry on docs/reference.md
+    (an autodoc directive, or, for the op constants, the Ops section), and GradientBuckets' members have
+    docstrings for autodoc to show."""
+    import pycoll
+
+    text = (DOCS / "reference.md").read_text(encoding="utf-8")
+    names, modules = reference_entries(text)
+    missing = []
+    for name in pycoll.__all__:
+        obj = getattr(pycoll, name)
+        if isinstance(obj, str):  # SUM, PROD, ...: documented as text
+            if f"`pycoll.{name}`" not in text:
+                missing.append(f"pycoll.{name}")
+            continue
+        home = getattr(obj, "__module__", None)
+        if not ({f"pycoll.{name}", f"{home}.{getattr(obj, '__qualname__', name)}"} & names or home in modules):
+            missing.append(f"pycoll.{name}")
+    for module in ("jax", "ray"):
+        missing += [f"pycoll.{module}.{name}" for name in module_all(ROOT / "pycoll" / f"{module}.py")
+                    if f"pycoll.{module}.{name}" not in names and f"pycoll.{module}" not in modules]
+    assert not missing, f"public names without an entry on docs/reference.md: {', '.join(missing)}"
+    undocumented = [n for n, v in vars(pycoll.GradientBuckets).items()
+                    if not n.startswith("_") and not getattr(v, "__doc__", None)]
+    assert not undocumented, f"GradientBuckets members without a docstring: {undocumented}"
+
+
+def test_reference_entries_reads_the_directives():
+    names, modules = reference_entries("```{eval-rst}\n.. autofunction:: pycoll.init\n```\n"
+                                       "```{eval-rst}\n.. automodule:: pycoll.errors\n   :members:\n```\n"
+                                       "```{eval-rst}\n.. automodule:: pycoll.simulate\n   :members: simulate\n```\n"
+                                       "```{eval-rst}\n.. autoclass:: pycoll.ray.PycollGroup\n   :members: a, b\n```\n")
+    assert names == {"pycoll.init", "pycoll.simulate.simulate", "pycoll.ray.PycollGroup"}
+    assert modules == {"pycoll.errors"}
+
+
 def test_c_examples_of_the_docs_compile_against_the_headers(tmp_path):
     """Every ```c block of docs/ compiles (-std=c11 -Wall -Wextra -Werror) against native/include, so a renamed or
     changed call in the headers fails here until the page follows."""

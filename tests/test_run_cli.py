@@ -156,6 +156,21 @@ def test_usage_errors(capsys):
         main([])
 
 
+@pytest.mark.parametrize("args, want", [
+    (["-n", "abc"], "argument -n/--nproc: expected a whole number of at least 1, got 'abc'"),
+    (["-n", "0"], "argument -n/--nproc: expected a whole number of at least 1, got 0"),
+    (["-n", "2", "--master-port", "http"], "argument --master-port: expected a port number in [1, 65535], got 'http'"),
+    (["-n", "2", "--timeout", "soon"], "argument --timeout: expected a number of seconds greater than 0, got 'soon'"),
+])
+def test_bad_option_values_name_the_option_and_what_it_expects(capsys, args, want):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", *args, "x.py"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert want in err
+    assert "invalid" not in err and "_positive" not in err and "_port" not in err
+
+
 def test_subcommands_are_registered():
     parser = build_parser()
     assert parser.parse_args(["run", "-n", "2", "s.py", "-n", "5"]).program == ["s.py", "-n", "5"]

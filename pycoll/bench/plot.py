@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from pycoll.bench import report
+
 
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
@@ -14,6 +16,14 @@ def _label(row, varies):
     parts += [f"{row[k]}{suffix}" for k, suffix in (("world", " ranks"), ("dtype", ""), ("op", ""),
                                                      ("accuracy", "")) if k in varies]
     return " ".join(parts)
+
+
+def title(rows) -> str:
+    """What the plot measured: the collective(s), world size(s), dtype(s) and backends."""
+    worlds = report.distinct(r["world"] for r in rows)
+    return (f"{report.distinct(r.get('collective', 'all_reduce') for r in rows)}: {worlds} "
+            f"rank{'' if worlds == '1' else 's'}, {report.distinct(r['dtype'] for r in rows)}; "
+            f"backend {report.distinct(report.measured(r) for r in rows)}")
 
 
 def require_matplotlib() -> None:
@@ -46,6 +56,7 @@ def plot(rows, path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     t_ax.set_yscale("log")
     bw_ax.legend(fontsize=7)
+    fig.suptitle(title(rows))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

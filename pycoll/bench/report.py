@@ -8,7 +8,7 @@ import json
 # The keys of ../shared/API.md ("Command line"), then the extras a row carries.
 JSON_KEYS = ("bytes", "count", "dtype", "op", "algorithm", "accuracy", "backend", "world", "time_us", "algbw",
              "busbw", "wrong", "max_rel_err")
-EXTRA_KEYS = ("collective", "picked", "time_min_us", "time_median_us")
+EXTRA_KEYS = ("collective", "transport", "picked", "time_min_us", "time_median_us")
 
 _COLUMNS = (  # header, key, width, format
     ("size(B)", "bytes", 12, "d"), ("count", "count", 11, "d"), ("type", "dtype", 8, "s"),
@@ -18,21 +18,46 @@ _COLUMNS = (  # header, key, width, format
 )
 
 
-def table(rows) -> str:
-    """One line per row, grouped under a comment line per (collective, backend, world), nccl-tests style;
-    `picked` is the algorithm that ran (what "auto" chose); a footer sums up #wrong and the mean busbw."""
-    lines, group = [], None
-    header = "  ".join(f"{h:>{w}}" for h, _, w, _ in _COLUMNS)
+def measured(row) -> str:
+    """What a row measured, for headers and legends: the backend, and the transport under it where that is
+    something else (pycoll's host backends: "cpu over shm"; a peer's rows have none)."""
+    transport = row.get("transport")
+    return row["backend"] if not transport or transport == row["backend"] else f"{row['backend']} over {transport}"
+
+
+def _groups(rows):
+    """Runs of consecutive rows of one (collective, backend, transport, world, dtype)."""
+    groups, key = [], None
     for row in rows:
-        key = (row.get("collective", "all_reduce"), row["backend"], row["world"])
-        if key != group:
-            group = key
-            ranks = f"{key[2]} rank{'' if key[2] == 1 else 's'}"
-            lines.append(f"# {key[0]}  backend {key[1]}  {ranks}  (time: slowest rank's median; "
-                         f"busbw = algbw x bus factor)")
-            lines.append("#" + header[1:])
-        lines.append("  ".join(f"{row.get(k) or '-':>{w}}" if k == "picked" else f"{row[k]:>{w}{fmt}}"
-                               for _, k, w, fmt in _COLUMNS))
+        k = (row.get("collective", "all_reduce"), row["backend"], row.get("transport"), row["world"], row["dtype"])
+        if k != key:
+            key = k
+            groups.append([])
+        groups[-1].append(row)
+    return groups
+
+
+def distinct(values) -> str:
+    """The values, each once, in first-seen order, comma-separated."""
+    return ", ".join(dict.fromkeys(map(str, values)))
+
+
+def table(rows) -> str:
+    """One line per row, under a comment line per (collective, backend, transport, world, dtype) that says what
+    was measured (with the algorithms asked for), nccl-tests style; `picked` is the algorithm that ran (what
+    "auto" chose); a footer sums up #wrong and the mean busbw."""
+    lines = []
+    header = "  ".join(f"{h:>{w}}" for h, _, w, _ in _COLUMNS)
+    for group in _groups(rows):
+        first = group[0]
+        ranks = f"{first['world']} rank{'' if first['world'] == 1 else 's'}"
+        lines.append(f"# {first.get('collective', 'all_reduce')}  backend {measured(first)}  {ranks}  "
+                     f"{first['dtype']}  algorithm {distinct(r['algorithm'] for r in group)}  "
+                     f"(time: slowest rank's median; busbw = algbw x bus factor)")
+        lines.append("#" + header[1:])
+        for row in group:
+            lines.append("  ".join(f"{row.get(k) or '-':>{w}}" if k == "picked" else f"{row[k]:>{w}{fmt}}"
+                                   for _, k, w, fmt in _COLUMNS))
     if rows:
         wrong = sum(r["wrong"] for r in rows)
         lines.append(f"# #wrong: {wrong} {'OK' if wrong == 0 else 'FAILED'}  "
@@ -53,8 +78,8 @@ def to_csv(rows, path, fields=JSON_KEYS + EXTRA_KEYS) -> None:
 
 
 def ratio_table(rows, peer_rows) -> str:
-    """Per (world, dtype, op, size): pycoll's fastest time, each peer's time, and peer/pycoll (> 1: pycoll
-    is faster)."""
+    """Per (world, dtype, op, size): pycoll's fastest time, the backend and algorithm that made it, each peer's
+    time, and peer/pycoll (> 1: pycoll is faster)."""
     peers = sorted({r["backend"] for r in peer_rows})
     best = {}
     for r in rows:
@@ -62,15 +87,17 @@ def ratio_table(rows, peer_rows) -> str:
         if key not in best or r["time_us"] < best[key]["time_us"]:
             best[key] = r
     peer_time = {(r["backend"], r["world"], r["dtype"], r["op"], r["bytes"]): r["time_us"] for r in peer_rows}
-    head = f"{'ranks':>6}  {'type':>8}  {'redop':>5}  {'size(B)':>12}  {'pycoll(us)':>10}  {'picked':>18}" + \
-        "".join(f"  {p + '(us)':>12}  {p + '/pycoll':>12}" for p in peers)
-    lines = ["# time ratio peer/pycoll (> 1: pycoll is faster); pycoll = its fastest algorithm at the size, "
-             "picked = the algorithm that ran",
+    head = f"{'ranks':>6}  {'type':>8}  {'redop':>5}  {'size(B)':>12}  {'pycoll(us)':>10}  {'backend':>14}  " \
+           f"{'picked':>18}" + "".join(f"  {p + '(us)':>12}  {p + '/pycoll':>12}" for p in peers)
+    backends = distinct(measured(r) for r in rows)
+    lines = [f"# time ratio peer/pycoll (> 1: pycoll is faster); pycoll = the fastest of its rows at the size "
+             f"(backend {backends}): backend = the pycoll backend that made it, picked = the algorithm that ran",
              "#" + head[1:]]
     for key, r in sorted(best.items()):
         world, dtype, op, nbytes = key
         picked = r.get("picked") or r["algorithm"]
-        line = f"{world:>6}  {dtype:>8}  {op:>5}  {nbytes:>12d}  {r['time_us']:>10.1f}  {picked:>18}"
+        line = (f"{world:>6}  {dtype:>8}  {op:>5}  {nbytes:>12d}  {r['time_us']:>10.1f}  {measured(r):>14}  "
+                f"{picked:>18}")
         for p in peers:
             t = peer_time.get((p, *key))
             line += f"  {t:>12.1f}  {t / r['time_us']:>12.2f}" if t else f"  {'-':>12}  {'-':>12}"

@@ -117,7 +117,8 @@ def run_cases(comm, config, progress=None):
             algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
             rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
                          "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "picked": picked,
-                         "accuracy": case.accuracy, "backend": comm.backend, "world": world,
+                         "accuracy": case.accuracy, "backend": comm.backend,
+                         "transport": getattr(comm, "transport", None), "world": world,
                          "time_us": t.max_s * 1e6, "time_min_us": t.min_s * 1e6,
                          "time_median_us": t.median_s * 1e6, "algbw": algbw, "busbw": busbw,
                          "wrong": wrong, "max_rel_err": rel_err})

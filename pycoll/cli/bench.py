@@ -39,7 +39,8 @@ examples:
 """
 
 # Sweep options default to None so that --accuracy-report can tell which were given; these are their values.
-SWEEP_DEFAULTS = {"backend": "tcp", "collective": "all_reduce", "algorithm": "auto", "accuracy": "fast",
+# --backend's is init()'s (pycoll.comm.default_backend), so that the bench measures what programs run.
+SWEEP_DEFAULTS = {"collective": "all_reduce", "algorithm": "auto", "accuracy": "fast",
                   "dtype": "float32", "op": "sum", "minbytes": "8", "maxbytes": "32M", "stepfactor": 2}
 # Options that mean nothing to the accuracy report, by their attribute and their flag.
 _SWEEP_ONLY = (("nproc", "-n"), ("backend", "--backend"), ("collective", "--collective"), ("op", "-o"),
@@ -53,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ranks.add_argument("-n", "--nproc", type=int, default=None,
                        help="start N local ranks (default: be one rank of a job started by pycoll run, torchrun "
                             "or mpirun; rank 0 prints)")
-    ranks.add_argument("--backend", default=None, help="backend(s), comma-separated (default tcp)")
+    ranks.add_argument("--backend", default=None, help="backend(s), comma-separated (default: what pycoll.init() uses, "
+                            "PYCOLL_BACKEND or cpu)")
     ranks.add_argument("--timeout", type=float, default=3600.0,
                        help="seconds before a launched job is stopped (default 3600)")
 
@@ -117,6 +119,10 @@ def _config(args) -> dict:
     for name, value in SWEEP_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.backend is None:
+        from pycoll.comm import default_backend
+
+        args.backend = default_backend()
     if args.nproc is not None and args.nproc < 1:
         raise ValueError(f"-n must be at least 1, got {args.nproc}")
     for name in ("iters", "warmup"):

@@ -1,25 +1,46 @@
-"""``pycoll config --cflags | --libs | --include | --library``: the flags to build a C or C++ program against
-the installed pycoll, e.g. ``cc app.c $(pycoll config --cflags --libs)``."""
+"""`pycoll config`: where the installed C ABI is, for C and C++ programs that build against it."""
+
+import argparse
+import os
 
 from pycoll import paths
 
-WHAT = {"cflags": paths.cflags, "libs": paths.libs, "include": paths.get_include, "library": paths.get_library}
+DESCRIPTION = """\
+Prints what a C or C++ program needs to build against the installed pycoll:
+  cc app.c $(pycoll config --cflags --libs)
+  PKG_CONFIG_PATH="$(pycoll config --pkg-config-path)" pkg-config --cflags --libs pycoll
+  cmake -Dpycoll_DIR="$(pycoll config --cmake-dir)" ...   (then find_package(pycoll CONFIG) and
+                                                           target_link_libraries(app PRIVATE pycoll::pycoll))
+Several options print their answers on one line, in the order of the options below."""
+
+
+def _beside_library(folder):
+    return lambda: os.path.join(os.path.dirname(paths.get_library()), folder)
+
+
+WHAT = {"cflags": paths.cflags, "libs": paths.libs, "include": paths.get_include, "library": paths.get_library,
+        "pkg_config_path": _beside_library("pkgconfig"), "cmake_dir": _beside_library("cmake")}
 
 
 def register(subparsers):
     parser = subparsers.add_parser("config", help="compiler and linker flags for pycoll's C ABI",
-                                   description=__doc__)
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cflags", action="store_true", help="the include flag (-I...)")
     parser.add_argument("--libs", action="store_true", help="the link flags (-L... -Wl,-rpath,... -lpycoll)")
     parser.add_argument("--include", action="store_true", help="the include directory")
     parser.add_argument("--library", action="store_true", help="the path of libpycoll.so")
+    parser.add_argument("--pkg-config-path", action="store_true",
+                        help="the directory of pycoll.pc, for PKG_CONFIG_PATH")
+    parser.add_argument("--cmake-dir", action="store_true",
+                        help="the directory of pycollConfig.cmake, for -Dpycoll_DIR (or CMAKE_PREFIX_PATH)")
     parser.set_defaults(func=run)
 
 
 def run(args):
     chosen = [name for name in WHAT if getattr(args, name)]
     if not chosen:
-        print("pycoll config: say what to print: --cflags, --libs, --include or --library")
+        print("pycoll config: say what to print: --cflags, --libs, --include, --library, --pkg-config-path or "
+              "--cmake-dir")
         return 2
     print(" ".join(WHAT[name]() for name in chosen))
     return 0

@@ -33,22 +33,31 @@ def _run_command(parser, args):
                   grace_period=args.grace_period)
 
 
+# argparse puts the option's name before these messages ("argument -n/--nproc: expected ..."); a type function
+# that raised ValueError would instead be reported by its own name ("invalid _positive_int value").
+def _number(text, kind, expected):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
 def _positive_int(text):
-    value = int(text)
+    value = _number(text, int, "a whole number of at least 1")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value}")
     return value
 
 
 def _positive_float(text):
-    value = float(text)
+    value = _number(text, float, "a number of seconds greater than 0")
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds greater than 0, got {text}")
     return value
 
 
 def _port(text):
-    value = int(text)
+    value = _number(text, int, "a port number in [1, 65535]")
     if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"must be in [1, 65535], got {value}")
+        raise argparse.ArgumentTypeError(f"expected a port number in [1, 65535], got {value}")
     return value
