@@ -10,11 +10,13 @@ else is NCCL's own collectives. The engine is pycoll.plugins.vendor's; this modu
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 
 from pycoll import plugins
-from pycoll.plugins.vendor import VendorBackend, library_candidates
+from pycoll.errors import BackendUnavailable
+from pycoll.plugins.vendor import VendorBackend, library_candidates, load_libraries
 
 # pycoll algorithm -> NCCL_ALGO while that communicator is created (NCCL reads it at creation). NCCL runs Ring for
 # every collective; its other algorithms are each for some collectives only (src/enqueue.cc: broadcast and reduce
@@ -83,6 +85,69 @@ class NcclBackend(VendorBackend):
     accuracies = ("fast", "compensated")
     # NCCL reduces every pycoll dtype with every op (nccl.h: ncclBfloat16 and ncclAvg since 2.10): nothing refused.
     refusals = ()
+
+    def __init__(self):
+        self.loaded = {}  # library index -> the path it was loaded from
+
+    def load(self):
+        """None when NCCL and the CUDA runtime are loaded, else why not; remembers where each came from."""
+        from pycoll._bindings import vendor as _vendor
+
+        vendor = _vendor.Vendor(self.name)
+
+        def loader(library, path):
+            why = vendor.load(library, path)
+            if why is None:
+                self.loaded.setdefault(library, path)
+            return why
+
+        return load_libraries(self.libraries, loader)
+
+    def nccl_version(self):
+        """The loaded NCCL's version, "2.32.3" ("" when none is loaded)."""
+        from pycoll._bindings import vendor as _vendor
+
+        code = _vendor.Vendor(self.name).library_version()
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code else ""
+
+    def device_count(self):
+        """(the number of CUDA devices the loaded CUDA runtime sees, why none): cudaGetDeviceCount's answer."""
+        path = self.loaded.get(1)
+        if path is None:
+            return 0, "the CUDA runtime is not loaded"
+        runtime = ctypes.CDLL(path)  # the library pycoll loaded (dlopen gives the same handle)
+        count_fn = getattr(runtime, "cudaGetDeviceCount", None)
+        if count_fn is None:
+            return 0, f"{path} has no cudaGetDeviceCount"
+        count = ctypes.c_int(0)
+        result = count_fn(ctypes.byref(count))
+        if result == 0 and count.value > 0:
+            return count.value, ""
+        text = ""
+        error_string = getattr(runtime, "cudaGetErrorString", None)
+        if error_string is not None:
+            error_string.restype = ctypes.c_char_p
+            text = (error_string(result) or b"").decode(errors="replace")
+        return 0, f"cudaGetDeviceCount: {text or 'no devices'} (cudaError {result})"
+
+    def probe(self):
+        """Usable only with the libraries loaded and a CUDA device present: on a machine without a GPU, NCCL and the
+        runtime load (the wheels install anywhere) but every communicator would fail, so the reason names both."""
+        reason = super().probe()
+        if reason:
+            return reason
+        count, why = self.device_count()
+        if count:
+            return None
+        return (f"no CUDA device: NCCL {self.nccl_version()} ({self.loaded.get(0)}) and the CUDA runtime "
+                f"({self.loaded.get(1)}) are installed, but {why} -- run on a machine with an NVIDIA GPU and its "
+                f"driver (check nvidia-smi and CUDA_VISIBLE_DEVICES)")
+
+    def create(self, *, rank, world_size, store, timeout, options):
+        reason = self.probe()
+        if reason:
+            raise BackendUnavailable(f"{self.name}: {reason}")
+        return super().create(rank=rank, world_size=world_size, store=store, timeout=timeout, options=options)
 
 
 plugins.register(NcclBackend())

@@ -265,6 +265,14 @@ EXPORT int ncclGroupEnd(void)
 
 /* ---- the CUDA runtime pieces pycoll uses ---- */
 
+/* One device, or FAKE_CUDA_DEVICE_COUNT (0: the runtime's answer on a machine without a GPU). */
+EXPORT int cudaGetDeviceCount(int *count)
+{
+    const char *n = getenv("FAKE_CUDA_DEVICE_COUNT");
+    *count = n ? atoi(n) : 1;
+    return *count ? 0 : 100; /* cudaErrorNoDevice */
+}
+
 /* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {
