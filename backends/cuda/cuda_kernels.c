@@ -344,9 +344,8 @@ static void init_driver(void)
     driver_init_result = cu.init(0);
 }
 
-/* The device of a pointer the driver knows (device or managed memory), its primary context retained; -1 and why
- * otherwise. */
-static int device_of(const void *ptr, char *why, size_t why_len)
+/* The device of a pointer the driver knows (device or managed memory); -1 and why otherwise. */
+static int pointer_ordinal(const void *ptr, char *why, size_t why_len)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_driver);
@@ -362,6 +361,27 @@ static int device_of(const void *ptr, char *why, size_t why_len)
                  "(cuPointerGetAttribute(DEVICE_ORDINAL): CUresult %d, ordinal %d)", r, ordinal);
         return -1;
     }
+    return ordinal;
+}
+
+pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error, size_t error_len)
+{
+    if (!libraries[1].handle)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "the CUDA driver is not loaded");
+    int ordinal = pointer_ordinal(ptr, error, error_len);
+    if (ordinal < 0)
+        return PYCOLL_ERR_INVALID;
+    *device = ordinal;
+    return PYCOLL_OK;
+}
+
+/* The device of a pointer the driver knows, its primary context retained; -1 and why otherwise. */
+static int device_of(const void *ptr, char *why, size_t why_len)
+{
+    int ordinal = pointer_ordinal(ptr, why, why_len);
+    if (ordinal < 0)
+        return -1;
+    int r = 0;
     pthread_mutex_lock(&module_lock);
     if (!primary_contexts[ordinal]) {
         int device = 0;

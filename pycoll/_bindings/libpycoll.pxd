@@ -266,6 +266,7 @@ cdef extern from "pycoll/vendor.h" nogil:
                                                 int64_t *size, char *target, size_t target_len, char *error,
                                                 size_t error_len)
     void pycoll_cuda_kernels_free(void *image)
+    pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error, size_t error_len)
     pycoll_status_t pycoll_cuda_kernels_scale(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor,
                                               void *stream, char *error, size_t error_len)
     pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf)

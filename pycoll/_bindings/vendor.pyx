@@ -101,6 +101,17 @@ def cuda_kernels_compile(int dtype, int32_t sm, bint ptx=False):
         pycoll_cuda_kernels_free(image)
 
 
+def cuda_pointer_device(uintptr_t ptr):
+    """The CUDA device ordinal the driver says ptr is on; None where the driver is not loaded or does not know
+    ptr (memory it did not allocate or register)."""
+    cdef char error[ERROR_LEN]
+    cdef int32_t device = -1
+    cdef pycoll_status_t st
+    with nogil:
+        st = pycoll_cuda_pointer_device(<const void *>ptr, &device, error, ERROR_LEN)
+    return device if st == PYCOLL_OK else None
+
+
 def cuda_kernels_scale(uintptr_t ptr, int64_t count, int dtype, int64_t divisor, uintptr_t stream=0):
     """ptr[i] /= divisor for count elements of CUDA memory of a dtype id, with pycoll's scale_avg kernel on
     `stream`, in the primary context of the buffer's device: one launch through pycoll's whole device path."""

@@ -230,6 +230,10 @@ PYCOLL_API pycoll_status_t pycoll_cuda_kernels_compile(pycoll_dtype_t dtype, int
                                                        void **image, int64_t *size, char *target,
                                                        size_t target_len, char *error, size_t error_len);
 PYCOLL_API void pycoll_cuda_kernels_free(void *image);
+/* The CUDA device ordinal of memory the driver knows (cuPointerGetAttribute); PYCOLL_ERR_UNSUPPORTED where the
+ * driver (library 1 of pycoll_cuda_kernels_load) is not loaded, PYCOLL_ERR_INVALID where it does not know ptr. */
+PYCOLL_API pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error,
+                                                      size_t error_len);
 /* buf[i] /= divisor for `count` elements of CUDA memory, with pycoll's scale_avg kernel on `stream`, in the
  * primary context of buf's device (for tests and the GPU validation: one launch through the whole path). */
 PYCOLL_API pycoll_status_t pycoll_cuda_kernels_scale(void *buf, int64_t count, pycoll_dtype_t dtype,
