@@ -112,7 +112,8 @@ def test_nccl_values_layout_and_initializer_match_the_real_nccl_h(tmp_path, incl
     checks = []
     for enum, names in _enums().items():
         checks.append(f'_Static_assert(sizeof(pycoll_check_{enum}) == sizeof({enum}), "sizeof {enum}");')
-        checks += [f'_Static_assert((int)pycoll_check_{n} == (int){n}, "{n}: pycoll and nccl.h differ");' for n in names]
+        checks += [f'_Static_assert((int)pycoll_check_{n} == (int){n}, "{n}: pycoll and nccl.h differ");'
+                   for n in names]
     checks.append('_Static_assert(sizeof(pycoll_check_ncclUniqueId) == sizeof(ncclUniqueId), "ncclUniqueId");')
     checks.append('_Static_assert(sizeof(pycoll_check_ncclComm_t) == sizeof(ncclComm_t), "ncclComm_t");')
     members = _config_members()
