@@ -323,6 +323,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="sizes up to 2^20+3 elements and 64 MiB")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.md"))
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per part")
+    p.add_argument("--check", action="store_true", help="only say whether this machine can run it (exit 0 or 2)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -336,6 +337,9 @@ def main(argv=None):
               f"written; run this on a machine with NVIDIA GPUs, PyTorch with CUDA and the gpu extra "
               f"(pip install '.[gpu]').", file=sys.stderr)
         return REFUSED
+    if args.check:
+        print("gpu_validate: this machine can run the validation", file=sys.stderr)
+        return 0
     import torch
 
     args.nproc = args.nproc or torch.cuda.device_count()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from nvidia_wheels import unavailable, wheel_dir
+from nvidia_wheels import wheel_dir
 
 CHECK = r"""
 import json, pycoll
@@ -53,8 +53,8 @@ def real():
     done = subprocess.run([sys.executable, "-P", "-c", CHECK], env=env, capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = json.loads(done.stdout.split("RESULT ", 1)[1])
-    if out["devices"][0]:
-        unavailable("a CUDA device is present: these checks are of a machine without one")
+    if out["devices"][0]:  # not a missing package: never a failure, even where the wheels are required
+        pytest.skip("a CUDA device is present: these checks are of a machine without one")
     out["wheel_lib"] = str(nccl_lib / "libnccl.so.2")
     return out
 
