@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,15 @@ def compiler(language: str = "c") -> str:
         if path:
             return path
     unavailable(f"no {language} compiler")
+
+
+def build_fake_cuda_driver(out_dir: Path) -> str:
+    """tests/fakes/fake_cuda_driver.c built into out_dir (skips the test where there is no C compiler)."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the fake CUDA driver")
+    out = out_dir / "libfake_cuda.so"
+    source = Path(__file__).resolve().parent / "fakes" / "fake_cuda_driver.c"
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
+                    str(source), "-lpthread"], check=True)
+    return str(out)

@@ -5,16 +5,12 @@ architecture. The device is taken from the pointer (cuPointerGetAttribute), the 
 every driver call (the thread is left as it was), and the compiled modules are cached per (device, dtype)."""
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from nvidia_wheels import unavailable
-
-FAKE = Path(__file__).resolve().parent / "fakes" / "fake_cuda_driver.c"
+from nvidia_wheels import build_fake_cuda_driver, unavailable
 
 SCRIPT = r"""
 import ctypes, sys, threading
@@ -63,12 +59,7 @@ print(fake.fake_cuda_log().decode())
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake CUDA driver")
-    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
-                    str(FAKE), "-lpthread"], check=True)
+    out = build_fake_cuda_driver(tmp_path_factory.mktemp("fake_cuda"))
     env = dict(os.environ, FAKE_CUDA_CC="80,90")
     done = subprocess.run([sys.executable, "-P", "-c", SCRIPT, str(out)], env=env, capture_output=True, text=True,
                           timeout=100)

@@ -7,13 +7,11 @@ libraries pycoll loads stay loaded."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fakes.vendor_harness import build_fake
-
-FAKES = Path(__file__).resolve().parent / "fakes"
+from nvidia_wheels import build_fake_cuda_driver
 
 ARRAY = r"""
 import ctypes, os
@@ -58,14 +56,7 @@ except PastTheCheck:
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
-    import shutil
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake CUDA driver")
-    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
-                    str(FAKES / "fake_cuda_driver.c"), "-lpthread"], check=True)
-    return str(out)
+    return build_fake_cuda_driver(tmp_path_factory.mktemp("fake_cuda"))
 
 
 def _run(script, env):
