@@ -227,9 +227,13 @@ pycoll_status_t pycoll_cuda_kernels_compile(pycoll_dtype_t dtype, int32_t sm, in
         return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "flags: unknown bits %#x",
                                    (unsigned)flags);
     char source[16384];
-    if (pycoll_cuda_kernel_source(dtype, source, sizeof source) < 0)
+    int64_t length = pycoll_cuda_kernel_source(dtype, source, sizeof source);
+    if (length < 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "dtype: no CUDA kernels for dtype id %d",
                                    (int)dtype);
+    if (length >= (int64_t)sizeof source)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "the kernels' source (%lld bytes) outgrew "
+                                   "its buffer", (long long)length);
     int major = 0, minor = 0, n = 0, archs[128];
     int r = nvrtc.version(&major, &minor);
     if (r == 0)
