@@ -11,6 +11,7 @@
  * operation for operation, so that a device's result has the host's bits: a second implementation, in the
  * device's language, of the same arithmetic. */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,12 +188,32 @@ static pycoll_vendor_library_t libraries[2] = {
      (int32_t)(sizeof driver_symbols / sizeof driver_symbols[0]), NULL},
 };
 
+/* NVRTC dlopens its builtins (libnvrtc-builtins.so.X.Y) by name at the first compile, found through its own
+ * RUNPATH ($ORIGIN). That lookup fails where dlopen is interposed (a sanitizer's runtime makes the call, and its
+ * RUNPATH is searched instead), so the builtins beside the NVRTC loaded from a directory are loaded first: a later
+ * dlopen by that name finds them loaded. Nothing where they are not there: NVRTC's own lookup stands. */
+static void preload_nvrtc_builtins(const char *nvrtc_path)
+{
+    const char *slash = strrchr(nvrtc_path, '/');
+    int major = 0, minor = 0;
+    if (!slash || nvrtc.version(&major, &minor) != 0)
+        return;
+    char builtins[4096];
+    int n = snprintf(builtins, sizeof builtins, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - nvrtc_path),
+                     nvrtc_path, major, minor);
+    if (n > 0 && (size_t)n < sizeof builtins)
+        (void)dlopen(builtins, RTLD_NOW | RTLD_GLOBAL); /* kept for the process's life, as NVRTC keeps it */
+}
+
 pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error, size_t error_len)
 {
     if (library < 0 || library > 1)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "cuda kernels: library %d is not 0 or 1",
                                    (int)library);
-    return vendor_library_open(&libraries[library], path, error, error_len);
+    pycoll_status_t st = vendor_library_open(&libraries[library], path, error, error_len);
+    if (st == PYCOLL_OK && library == 0)
+        preload_nvrtc_builtins(path);
+    return st;
 }
 
 /* ---- compiling ---- */
