@@ -11,22 +11,72 @@ import struct
 import pytest
 
 from nvidia_wheels import unavailable
-from pycoll.errors import BackendUnavailable
 
 DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 ARCHS = (70, 80, 86, 89, 90, 100)
 
 
-@pytest.fixture(scope="module")
-def vendor():
-    from pycoll._bindings import vendor
-    from pycoll.plugins.nccl import nvrtc_candidates
+# Every compile runs in one fresh process: a library pycoll loads stays loaded for the process, and other tests
+# load stand-ins in its place.
+COMPILE = r"""
+import base64, json, sys
+from pycoll._bindings import vendor
+from pycoll.plugins.nccl import nvrtc_candidates
 
-    reasons = [why for path in nvrtc_candidates() if (why := vendor.cuda_kernels_load(0, path))]
-    if len(reasons) == len(nvrtc_candidates()):
-        unavailable(f"NVRTC not found (pip install nvidia-cuda-nvrtc-cu12): {'; '.join(reasons)}")
-    return vendor
+reasons = [why for path in nvrtc_candidates() if (why := vendor.cuda_kernels_load(0, path))]
+if len(reasons) == len(nvrtc_candidates()):
+    print("NO NVRTC " + "; ".join(reasons))
+    sys.exit(0)
+out = {}
+for request in json.loads(sys.argv[1]):
+    dtype, sm, ptx = request
+    try:
+        target, image = vendor.cuda_kernels_compile(dtype, sm, ptx)
+        out[repr(request)] = [target, base64.b64encode(image).decode()]
+    except Exception as exc:
+        out[repr(request)] = [type(exc).__name__, str(exc)]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _requests(supported):
+    newest, oldest = supported[-1], supported[0]
+    missing = [sm for sm in range(oldest, newest) if sm not in supported
+               and any(a // 10 == sm // 10 and a < sm for a in supported)]
+    requests = [(d, sm, False) for sm in ARCHS for d in DTYPES.values()]
+    requests += [(DTYPES[d], 90, True) for d in FLOATS]
+    requests += [(DTYPES["float32"], (newest // 10 + 1) * 10, False), (DTYPES["float32"], oldest - 1, False),
+                 (99, 80, False)]
+    requests += [(DTYPES["float32"], sm, False) for sm in missing[:1]]
+    return requests
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """{(dtype id, sm, ptx): (target, image) or (exception type, message)} through pycoll's compile path."""
+    import base64
+    import json
+    import subprocess
+    import sys
+
+    try:
+        supported = _supported_archs()
+    except OSError as exc:
+        unavailable(f"NVRTC not found (pip install nvidia-cuda-nvrtc-cu12): {exc}")
+    requests = _requests(supported)
+    done = subprocess.run([sys.executable, "-P", "-c", COMPILE, json.dumps(requests)], capture_output=True,
+                          text=True, timeout=110)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if done.stdout.startswith("NO NVRTC"):
+        unavailable(f"NVRTC not found (pip install nvidia-cuda-nvrtc-cu12): {done.stdout}")
+    raw = json.loads(done.stdout.split("RESULT ", 1)[1])
+    out = {}
+    for request in requests:
+        kind, payload = raw[repr(list(request))]
+        out[request] = (kind, base64.b64decode(payload)) if kind.startswith(("sm_", "compute_")) else (kind, payload)
+    out["supported"] = supported
+    return out
 
 
 def cubin_arch(image: bytes) -> int:
@@ -40,9 +90,9 @@ def cubin_arch(image: bytes) -> int:
 
 
 @pytest.mark.parametrize("sm", ARCHS)
-def test_every_dtype_compiles_to_a_cubin(vendor, sm):
+def test_every_dtype_compiles_to_a_cubin(compiled, sm):
     for dtype, ident in DTYPES.items():
-        target, image = vendor.cuda_kernels_compile(ident, sm)
+        target, image = compiled[(ident, sm, False)]
         assert target == f"sm_{sm}", dtype
         assert cubin_arch(image) == sm, dtype
         names = {b"pycoll_reduce", b"pycoll_scale_avg"}
@@ -59,10 +109,10 @@ def _ptx_functions(ptx: str) -> dict:
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_no_fused_multiply_add(vendor, dtype):
+def test_no_fused_multiply_add(compiled, dtype):
     """--fmad=false holds: the PTX pycoll's path produces has no fma in any kernel, so TwoSum's
     (a - (s - bb)) + (b - bb) and Dekker's products keep their error terms."""
-    target, image = vendor.cuda_kernels_compile(DTYPES[dtype], 90, ptx=True)
+    target, image = compiled[(DTYPES[dtype], 90, True)]
     assert target == "compute_90"
     ptx = image.decode()
     functions = _ptx_functions(ptx)
@@ -73,10 +123,12 @@ def test_no_fused_multiply_add(vendor, dtype):
     assert re.search(r"\bmul\.rn\.f64", functions["pycoll_compensated_store"])
 
 
-def test_the_fma_check_sees_contraction(vendor):
+def test_the_fma_check_sees_contraction(compiled):
     """The same source compiled by the same NVRTC with --fmad=true does contract (so the check above would see
     it): a control, through NVRTC directly since pycoll's path never asks for it."""
     from pycoll.plugins.nccl import nvrtc_candidates
+
+    from pycoll._bindings import vendor
 
     lib = ctypes.CDLL(nvrtc_candidates()[0])
     prog = ctypes.c_void_p()
@@ -103,26 +155,26 @@ def _supported_archs():
     return sorted(archs)
 
 
-def test_the_target_is_clamped_to_what_nvrtc_supports(vendor):
-    archs = _supported_archs()
+def test_the_target_is_clamped_to_what_nvrtc_supports(compiled):
+    archs = compiled["supported"]
     newest, oldest = archs[-1], archs[0]
     # A device newer than every architecture NVRTC knows: PTX for the newest, which its newer driver JITs.
-    target, image = vendor.cuda_kernels_compile(DTYPES["float32"], (newest // 10 + 1) * 10)
+    target, image = compiled[(DTYPES["float32"], (newest // 10 + 1) * 10, False)]
     assert target == f"compute_{newest}"
     assert image.lstrip().startswith(b"//") and b".target sm_" in image
     # A minor revision NVRTC does not list: the CUBIN of the newest of its major below it.
-    missing = [sm for sm in range(oldest, newest) if sm not in archs and any(a // 10 == sm // 10 and a < sm
-                                                                              for a in archs)]
-    if missing:
-        sm = missing[0]
+    missing = [r for r in compiled if isinstance(r, tuple) and r[1] not in archs and r[1] < newest and r[1] >= oldest]
+    for request in missing:
+        sm = request[1]
         below = max(a for a in archs if a // 10 == sm // 10 and a < sm)
-        target, image = vendor.cuda_kernels_compile(DTYPES["float32"], sm)
+        target, image = compiled[request]
         assert target == f"sm_{below}" and cubin_arch(image) == below
     # Older than every architecture NVRTC has: refused, naming both.
-    with pytest.raises(BackendUnavailable, match=rf"sm_{oldest} and newer, not for this device's sm_{oldest - 1}"):
-        vendor.cuda_kernels_compile(DTYPES["float32"], oldest - 1)
+    kind, message = compiled[(DTYPES["float32"], oldest - 1, False)]
+    assert kind == "BackendUnavailable"
+    assert f"sm_{oldest} and newer, not for this device's sm_{oldest - 1}" in message
 
 
-def test_a_bad_dtype_is_refused(vendor):
-    with pytest.raises(ValueError, match="dtype"):
-        vendor.cuda_kernels_compile(99, 80)
+def test_a_bad_dtype_is_refused(compiled):
+    kind, message = compiled[(99, 80, False)]
+    assert kind == "ValueError" and "dtype" in message
