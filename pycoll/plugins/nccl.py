@@ -112,8 +112,8 @@ class NcclBackend(VendorBackend):
     # NCCL reduces every pycoll dtype with every op (nccl.h: ncclBfloat16 and ncclAvg since 2.10): nothing refused.
     refusals = ()
 
-    def __init__(self):
-        self.loaded = {}  # library index -> the path it was loaded from
+    # library index -> the path it was loaded from: per process, as the libraries are (the first load stays).
+    loaded: dict = {}
 
     def load(self):
         """None when NCCL and the CUDA runtime are loaded, else why not; remembers where each came from."""
