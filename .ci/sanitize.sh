@@ -8,6 +8,8 @@ venv="$root/.venv-asan"
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q "scikit-build-core>=0.10" "cython>=3.0" numpy pytest pytest-timeout hypothesis ml_dtypes
+# The real NVRTC, which compiles pycoll's CUDA kernels in the CUDA tests below (they skip without it).
+"$venv/bin/pip" install -q nvidia-cuda-nvrtc-cu12 || echo "sanitize.sh: NVRTC not installable; the NVRTC tests skip"
 "$venv/bin/pip" install --no-build-isolation -q -Ccmake.define.PYCOLL_SANITIZE=ON -Cbuild-dir=build/asan "$root"
 
 # Python is not instrumented, so the ASan runtime must be loaded first; Python leaks by design.
@@ -26,9 +28,11 @@ cd "$root/tests"
 # (native/comm/progress.c), subgroups and point-to-point messages with real processes, and the vendor plugins'
 # C code against the strict fake libraries, and pycoll.jax's XLA FFI handlers on hand-built call frames
 # (jaxlib itself aborts at import under the ASan runtime, so the jitted tests skip here), and the C bootstrap
-# (native/bootstrap: registration, floods, forged secrets, failures every rank hears of), and shared-memory faults
-# (peers that leave quietly, corrupt and fuzzed shared fields: the checks must hold without a stray access).
+# (native/bootstrap: registration, floods, forged secrets, failures every rank hears of), shared-memory faults
+# (peers that leave quietly, corrupt and fuzzed shared fields: the checks must hold without a stray access), and
+# pycoll's CUDA kernels' compile path (the real NVRTC) and context handling (a fake CUDA driver).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
-  test_shm_faults.py test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_collectives_more.py test_vendor_strict.py \
-  test_jax_ffi.py test_bootstrap.py test_hosts.py "$@"
+  test_shm_faults.py test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_collectives_more.py \
+  test_vendor_strict.py test_jax_ffi.py test_bootstrap.py test_hosts.py test_cuda_nvrtc.py test_cuda_context.py \
+  test_cuda_devices.py "$@"

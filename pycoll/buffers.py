@@ -67,12 +67,28 @@ def _from_cuda_array_interface(obj, name: str) -> Buffer:
         if tuple(strides) != expected:
             raise _not_contiguous(name, tuple(strides), shape)
     ptr, readonly = cai["data"]
-    device_id = 0
     dev = getattr(obj, "device", None)
     if dev is not None:
         device_id = int(getattr(dev, "id", getattr(dev, "index", 0)) or 0)
+    else:
+        device_id = _cuda_pointer_device(int(ptr))
     return Buffer(ptr=int(ptr), count=count, dtype=dtype_id(dtype, name), itemsize=dtype.itemsize,
                   memory="cuda", device_id=device_id, readonly=bool(readonly), owner=obj)
+
+
+def _cuda_pointer_device(ptr: int) -> int:
+    """The device of CUDA memory whose array names none (the CUDA array interface has no device field): the
+    driver's word (cuPointerGetAttribute). Where the driver cannot say -- it is not installed, so no GPU memory
+    exists, or it does not know the pointer -- 0, and the vendor's own checks decide."""
+    if not ptr:
+        return 0
+    from pycoll._bindings import vendor
+    from pycoll.plugins.nccl import load_cuda_driver
+
+    if load_cuda_driver() is not None:
+        return 0
+    device = vendor.cuda_pointer_device(ptr)
+    return 0 if device is None else device
 
 
 def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:

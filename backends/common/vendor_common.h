@@ -54,11 +54,12 @@ struct pycoll_vendor_comm {
  * every library pycoll loads at run time. */
 pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *path, char *error, size_t error_len);
 
-/* backends/cuda/cuda_kernels.c: the CUDA memory table with its kernels on `stream` for this thread, waiting no
- * longer than p2p's deadline, or NULL (why says what is not loaded). */
+/* backends/cuda/cuda_kernels.c: the CUDA memory table with its kernels on `stream` for this thread, in the
+ * context of buf's device, waiting no longer than p2p's deadline, or NULL (why says what is not loaded, or why
+ * buf's device is unknown). */
 struct pycoll_memory_kernels;
-const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, char *why,
-                                                      size_t why_len);
+const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf,
+                                                      char *why, size_t why_len);
 
 /* The vendor's name of a call, for messages: the symbol that serves it. */
 const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);

@@ -196,7 +196,7 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
         if (c->guarded_memory)
             kernels = pycoll_guarded_memory_kernels();
         else if (strcmp(c->v->name, "nccl") == 0)
-            kernels = cuda_kernels_bind(&c->state, stream, why, sizeof why);
+            kernels = cuda_kernels_bind(&c->state, stream, buf, why, sizeof why);
         else
             snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
         if (!kernels) {

@@ -1,15 +1,17 @@
 /* The CUDA memory table (algorithms/reduction.h): the elementwise kernels as CUDA C compiled at run time with
- * NVRTC, launched through the CUDA driver API on the collective's stream; copies with cuMemcpyAsync, scratch with
- * cuMemAlloc / cuMemFree. libnvrtc and libcuda are dlopen'ed like NCCL (the candidates come from Python:
- * pycoll/plugins/nccl.py), so pycoll builds and imports without CUDA.
+ * NVRTC to a CUBIN for the buffer's device, launched through the CUDA driver API on the collective's stream in
+ * that device's primary context; copies with cuMemcpyAsync, scratch with cuMemAlloc / cuMemFree. libnvrtc and
+ * libcuda are dlopen'ed like NCCL (the candidates come from Python: pycoll/plugins/nccl.py), so pycoll builds and
+ * imports without CUDA.
  *
- * NOT RUN ON A GPU: this environment has none. What the tests check is the load-failure path and the kernel
- * source (generated for every dtype); see backends/README.md.
+ * NOT RUN ON A GPU: this environment has none. The compile path runs in the tests against the real NVRTC for
+ * every architecture pycoll targets; the context handling against a fake driver; see backends/README.md.
  *
  * The kernels mirror native/kernels (reduce_scalar.c, scale_avg.c, compensated.c, half_float.h, two_sum.h)
  * operation for operation, so that a device's result has the host's bits: a second implementation, in the
  * device's language, of the same arithmetic. */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "algorithms/reduction.h"
 #include "common/error_format.h"
 #include "../common/vendor_common.h"
+#include "cuda_api.h"
 
 /* ---- the source ---- */
 
@@ -162,82 +165,168 @@ int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
 
 /* ---- the libraries ---- */
 
-/* NVRTC and driver entry points, with their C signatures (int results, 64-bit sizes, opaque handles). */
+#define DECLARE_FUNCTION(field, symbol, ret, params) ret(*field) params;
 static struct {
-    int (*create)(void **prog, const char *src, const char *name, int nheaders, const char *const *headers,
-                  const char *const *include_names);
-    int (*compile)(void *prog, int nopts, const char *const *opts);
-    int (*ptx_size)(void *prog, size_t *size);
-    int (*ptx)(void *prog, char *ptx);
-    int (*log_size)(void *prog, size_t *size);
-    int (*log)(void *prog, char *log);
-    int (*destroy)(void **prog);
-    const char *(*error_string)(int result);
+    PYCOLL_NVRTC_FUNCTIONS(DECLARE_FUNCTION)
 } nvrtc;
-
 static struct {
-    int (*init)(unsigned flags);
-    int (*ctx_get_current)(void **ctx);
-    int (*ctx_get_device)(int *device);
-    int (*device_attribute)(int *value, int attribute, int device);
-    int (*module_load_data)(void **module, const void *image);
-    int (*module_get_function)(void **fn, void *module, const char *name);
-    int (*launch)(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                  unsigned shared, void *stream, void **params, void **extra);
-    int (*memcpy_async)(uint64_t dst, uint64_t src, size_t nbytes, void *stream);
-    int (*mem_alloc)(uint64_t *ptr, size_t nbytes);
-    int (*mem_free)(uint64_t ptr);
-    int (*stream_query)(void *stream);
+    PYCOLL_CUDA_DRIVER_FUNCTIONS(DECLARE_FUNCTION)
 } cu;
+#undef DECLARE_FUNCTION
 
-static const pycoll_vendor_symbol_t nvrtc_symbols[] = {
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcCreateProgram", VENDOR_SLOT(nvrtc.create)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcCompileProgram", VENDOR_SLOT(nvrtc.compile)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcGetPTXSize", VENDOR_SLOT(nvrtc.ptx_size)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcGetPTX", VENDOR_SLOT(nvrtc.ptx)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcGetProgramLogSize", VENDOR_SLOT(nvrtc.log_size)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcGetProgramLog", VENDOR_SLOT(nvrtc.log)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcDestroyProgram", VENDOR_SLOT(nvrtc.destroy)},
-    {PYCOLL_VENDOR_CALL_NONE, "nvrtcGetErrorString", VENDOR_SLOT(nvrtc.error_string)},
-};
-
-/* The _v2 names are what cuda.h's macros resolve cuMemAlloc / cuMemFree / cuCtxGetCurrent... to. */
-static const pycoll_vendor_symbol_t driver_symbols[] = {
-    {PYCOLL_VENDOR_CALL_NONE, "cuInit", VENDOR_SLOT(cu.init)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuCtxGetCurrent", VENDOR_SLOT(cu.ctx_get_current)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuCtxGetDevice", VENDOR_SLOT(cu.ctx_get_device)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuDeviceGetAttribute", VENDOR_SLOT(cu.device_attribute)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuModuleLoadData", VENDOR_SLOT(cu.module_load_data)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuModuleGetFunction", VENDOR_SLOT(cu.module_get_function)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuLaunchKernel", VENDOR_SLOT(cu.launch)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuMemcpyAsync", VENDOR_SLOT(cu.memcpy_async)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuMemAlloc_v2", VENDOR_SLOT(cu.mem_alloc)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuMemFree_v2", VENDOR_SLOT(cu.mem_free)},
-    {PYCOLL_VENDOR_CALL_NONE, "cuStreamQuery", VENDOR_SLOT(cu.stream_query)},
-};
+#define NVRTC_SYMBOL(field, symbol, ret, params) {PYCOLL_VENDOR_CALL_NONE, #symbol, VENDOR_SLOT(nvrtc.field)},
+#define DRIVER_SYMBOL(field, symbol, ret, params) {PYCOLL_VENDOR_CALL_NONE, #symbol, VENDOR_SLOT(cu.field)},
+static const pycoll_vendor_symbol_t nvrtc_symbols[] = {PYCOLL_NVRTC_FUNCTIONS(NVRTC_SYMBOL)};
+static const pycoll_vendor_symbol_t driver_symbols[] = {PYCOLL_CUDA_DRIVER_FUNCTIONS(DRIVER_SYMBOL)};
+#undef NVRTC_SYMBOL
+#undef DRIVER_SYMBOL
 
 static pycoll_vendor_library_t libraries[2] = {
     {"NVRTC (libnvrtc)", "CUDA 11.2 or newer is needed", nvrtc_symbols,
      (int32_t)(sizeof nvrtc_symbols / sizeof nvrtc_symbols[0]), NULL},
-    {"the CUDA driver (libcuda)", NULL, driver_symbols, (int32_t)(sizeof driver_symbols / sizeof driver_symbols[0]),
-     NULL},
+    {"the CUDA driver (libcuda)", "CUDA 11.2 or newer is needed", driver_symbols,
+     (int32_t)(sizeof driver_symbols / sizeof driver_symbols[0]), NULL},
 };
+
+/* NVRTC dlopens its builtins (libnvrtc-builtins.so.X.Y) by name at the first compile, found through its own
+ * RUNPATH ($ORIGIN). That lookup fails where dlopen is interposed (a sanitizer's runtime makes the call, and its
+ * RUNPATH is searched instead), so the builtins beside the NVRTC loaded from a directory are loaded first: a later
+ * dlopen by that name finds them loaded. Nothing where they are not there: NVRTC's own lookup stands. */
+static void preload_nvrtc_builtins(const char *nvrtc_path)
+{
+    const char *slash = strrchr(nvrtc_path, '/');
+    int major = 0, minor = 0;
+    if (!slash || nvrtc.version(&major, &minor) != 0)
+        return;
+    char builtins[4096];
+    int n = snprintf(builtins, sizeof builtins, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - nvrtc_path),
+                     nvrtc_path, major, minor);
+    if (n > 0 && (size_t)n < sizeof builtins)
+        (void)dlopen(builtins, RTLD_NOW | RTLD_GLOBAL); /* kept for the process's life, as NVRTC keeps it */
+}
 
 pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error, size_t error_len)
 {
     if (library < 0 || library > 1)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "cuda kernels: library %d is not 0 or 1",
                                    (int)library);
-    return vendor_library_open(&libraries[library], path, error, error_len);
+    pycoll_status_t st = vendor_library_open(&libraries[library], path, error, error_len);
+    if (st == PYCOLL_OK && library == 0)
+        preload_nvrtc_builtins(path);
+    return st;
 }
 
-/* ---- the table ---- */
+/* ---- compiling ---- */
 
-/* The collective's stream and transport (for its deadline): the table's entries have no context argument (the
- * host's are kernels.h's), so the vendor transport sets them for its thread before the schedules run
- * (cuda_kernels_bind). */
-static _Thread_local void *bound_stream;
-static _Thread_local const pycoll_p2p_t *bound_p2p;
+/* What to compile for a device of compute capability sm (10 * major + minor), given the architectures this NVRTC
+ * compiles for (archs, ascending): a CUBIN for sm itself, else for the newest of its major below it (a CUBIN
+ * runs on the later minors of its major). Only a device newer than every architecture NVRTC knows gets PTX, for
+ * the newest of them, which its driver (as new as the device) JIT-compiles: PTX from an NVRTC newer than the
+ * driver is refused (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), and that is the common case, so PTX is the last
+ * resort. -1: the device is older than every architecture NVRTC has. */
+static int select_target(int sm, const int *archs, int n, int *cubin)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (archs[i] <= sm && (best < 0 || archs[i] > best))
+            best = archs[i];
+    if (best < 0)
+        return -1;
+    *cubin = best / 10 == sm / 10;
+    return best;
+}
+
+pycoll_status_t pycoll_cuda_kernels_compile(pycoll_dtype_t dtype, int32_t sm, int32_t flags, void **image,
+                                            int64_t *size, char *target, size_t target_len, char *error,
+                                            size_t error_len)
+{
+    *image = NULL;
+    *size = 0;
+    if (!libraries[0].handle)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "NVRTC is not loaded");
+    if (flags & ~PYCOLL_CUDA_COMPILE_PTX)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "flags: unknown bits %#x",
+                                   (unsigned)flags);
+    char source[16384];
+    int64_t length = pycoll_cuda_kernel_source(dtype, source, sizeof source);
+    if (length < 0)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "dtype: no CUDA kernels for dtype id %d",
+                                   (int)dtype);
+    if (length >= (int64_t)sizeof source)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "the kernels' source (%lld bytes) outgrew "
+                                   "its buffer", (long long)length);
+    int major = 0, minor = 0, n = 0, archs[128];
+    int r = nvrtc.version(&major, &minor);
+    if (r == 0)
+        r = nvrtc.num_archs(&n);
+    if (r == 0 && (n < 1 || n > (int)(sizeof archs / sizeof archs[0])))
+        r = -1;
+    if (r == 0)
+        r = nvrtc.archs(archs);
+    if (r != 0)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM,
+                                   "NVRTC could not list the architectures it compiles for (nvrtcResult %d)", r);
+    int cubin = 0;
+    int arch = select_target(sm, archs, n, &cubin);
+    if (arch < 0)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
+                                   "NVRTC %d.%d compiles for sm_%d and newer, not for this device's sm_%d", major,
+                                   minor, archs[0], (int)sm);
+    if (flags & PYCOLL_CUDA_COMPILE_PTX)
+        cubin = 0;
+    char arch_option[64];
+    snprintf(target, target_len, "%s_%d", cubin ? "sm" : "compute", arch);
+    snprintf(arch_option, sizeof arch_option, "--gpu-architecture=%s_%d", cubin ? "sm" : "compute", arch);
+    /* --fmad=false: see kernel_template (TwoSum's error term). */
+    const char *opts[] = {arch_option, "--fmad=false", "--std=c++14"};
+    void *prog = NULL;
+    r = nvrtc.create(&prog, source, "pycoll_kernels.cu", 0, NULL, NULL);
+    if (r == 0)
+        r = nvrtc.compile(prog, 3, opts);
+    if (r != 0) {
+        char log[PYCOLL_ERROR_LEN / 2] = "";
+        size_t log_size = 0;
+        if (prog && nvrtc.log_size(prog, &log_size) == 0 && log_size > 0 && log_size <= sizeof log)
+            nvrtc.log(prog, log);
+        else if (log_size > sizeof log) /* the start of a long log says what failed first */
+            snprintf(log, sizeof log, "(a log of %zu bytes; rerun a single dtype to read it)", log_size);
+        if (prog)
+            nvrtc.destroy(&prog);
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM,
+                                   "NVRTC %d.%d could not compile pycoll's kernels for %s (nvrtcResult %d: %s): %.*s",
+                                   major, minor, target, r, nvrtc.error_string(r), PYCOLL_ERROR_LEN / 3, log);
+    }
+    size_t bytes = 0;
+    char *out = NULL;
+    r = cubin ? nvrtc.cubin_size(prog, &bytes) : nvrtc.ptx_size(prog, &bytes);
+    if (r == 0 && !(out = malloc(bytes ? bytes : 1)))
+        r = -1;
+    if (r == 0)
+        r = cubin ? nvrtc.cubin(prog, out) : nvrtc.ptx(prog, out);
+    nvrtc.destroy(&prog);
+    if (r != 0) {
+        free(out);
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM,
+                                   "NVRTC compiled pycoll's kernels for %s but could not hand over the %s "
+                                   "(nvrtcResult %d)", target, cubin ? "CUBIN" : "PTX", r);
+    }
+    *image = out;
+    *size = (int64_t)bytes;
+    return PYCOLL_OK;
+}
+
+void pycoll_cuda_kernels_free(void *image)
+{
+    free(image);
+}
+
+/* ---- devices and contexts ---- */
+
+/* Each device's primary context (the one the frameworks use), retained on first use and kept until exit, as the
+ * frameworks keep theirs; the kernels of each (device, dtype), compiled on first use there. Every driver call
+ * runs with the buffer's device's context pushed on the calling thread and popped after, so the thread needs no
+ * current context of its own (NCCL's and pycoll's threads have none) and is left as it was. */
+enum { MAX_DEVICES = 64 };
 
 enum { NUM_KERNELS = 6 };
 static const char *const kernel_names[NUM_KERNELS] = {
@@ -245,13 +334,21 @@ static const char *const kernel_names[NUM_KERNELS] = {
     "pycoll_compensated_store", NULL};
 
 typedef struct dtype_module {
-    void *ctx;                 /* the context the module was loaded in (modules are per context) */
     void *module;
     void *fn[NUM_KERNELS];
 } dtype_module_t;
 
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
-static dtype_module_t modules[PYCOLL_NUM_DTYPES];
+static void *primary_contexts[MAX_DEVICES];
+static dtype_module_t modules[MAX_DEVICES][PYCOLL_NUM_DTYPES];
+static int driver_init_result = -1;
+
+/* The collective's stream, transport (for its deadline) and device: the table's entries have no context argument
+ * (the host's are kernels.h's), so the vendor transport sets them for its thread before the schedules run
+ * (cuda_kernels_bind). */
+static _Thread_local void *bound_stream;
+static _Thread_local const pycoll_p2p_t *bound_p2p;
+static _Thread_local int bound_device = -1;
 
 /* This thread's last failure, for the table's last_error: what failed and the library's word on it. */
 static _Thread_local char cuda_error[PYCOLL_ERROR_LEN];
@@ -267,85 +364,128 @@ static const char *k_last_error(void)
     return cuda_error;
 }
 
-/* Compile dtype's source for the device of ctx (current) and load it; 0, else a CUDA/NVRTC result (cuda_error
- * says what failed). */
-static int load_module(void *ctx, pycoll_dtype_t dtype, dtype_module_t *out)
+static void init_driver(void)
 {
-    int device = 0, major = 0, minor = 0;
-    int r = cu.ctx_get_device(&device);
-    if (r == 0)
-        r = cu.device_attribute(&major, 75, device); /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
-    if (r == 0)
-        r = cu.device_attribute(&minor, 76, device); /* ..._MINOR */
-    if (r != 0)
-        return failed(r, "the CUDA driver could not say the current device's architecture (CUresult %d)%s", NULL);
-    char source[16384], arch[64];
-    if (pycoll_cuda_kernel_source(dtype, source, sizeof source) < 0)
-        return failed((int)dtype, "no CUDA kernels for dtype id %d%s", NULL);
-    snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", major, minor);
-    /* --fmad=false: see kernel_template (TwoSum's error term). */
-    const char *opts[] = {arch, "--fmad=false", "--std=c++14"};
-    void *prog = NULL;
-    r = nvrtc.create(&prog, source, "pycoll_kernels.cu", 0, NULL, NULL);
-    if (r == 0)
-        r = nvrtc.compile(prog, 3, opts);
-    if (r != 0) {
-        char log[PYCOLL_ERROR_LEN / 2] = "";
-        size_t log_size = 0;
-        if (prog && nvrtc.log_size(prog, &log_size) == 0 && log_size > 0 && log_size <= sizeof log)
-            nvrtc.log(prog, log);
-        else if (log_size > sizeof log) /* the start of a long log says what failed first */
-            snprintf(log, sizeof log, "(a log of %zu bytes; rerun a single dtype to read it)", log_size);
-        if (prog)
-            nvrtc.destroy(&prog);
-        /* Room for the prefix failed() adds, so the whole message fits one error string; the log's start says
-         * what failed first. */
-        char detail[PYCOLL_ERROR_LEN - 96];
-        snprintf(detail, sizeof detail, "%s for %s: %s", nvrtc.error_string(r), arch, log);
-        return failed(r, "NVRTC could not compile pycoll's kernels (nvrtcResult %d): %s", detail);
+    driver_init_result = cu.init(0);
+}
+
+/* The device of a pointer the driver knows (device or managed memory); -1 and why otherwise. */
+static int pointer_ordinal(const void *ptr, char *why, size_t why_len)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_driver);
+    if (driver_init_result != 0) {
+        snprintf(why, why_len, "the CUDA driver did not start (cuInit: CUresult %d; %d is "
+                 "CUDA_ERROR_NO_DEVICE: no CUDA device)", driver_init_result, 100);
+        return -1;
     }
-    size_t size = 0;
-    char *ptx = NULL;
+    int ordinal = -1;
+    int r = cu.pointer_attribute(&ordinal, PYCOLL_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (uint64_t)(uintptr_t)ptr);
+    if (r != 0 || ordinal < 0 || ordinal >= MAX_DEVICES) {
+        snprintf(why, why_len, "the CUDA driver cannot say which device the buffer is on "
+                 "(cuPointerGetAttribute(DEVICE_ORDINAL): CUresult %d, ordinal %d)", r, ordinal);
+        return -1;
+    }
+    return ordinal;
+}
+
+pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error, size_t error_len)
+{
+    if (!libraries[1].handle)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "the CUDA driver is not loaded");
+    int ordinal = pointer_ordinal(ptr, error, error_len);
+    if (ordinal < 0)
+        return PYCOLL_ERR_INVALID;
+    *device = ordinal;
+    return PYCOLL_OK;
+}
+
+/* The device of a pointer the driver knows, its primary context retained; -1 and why otherwise. */
+static int device_of(const void *ptr, char *why, size_t why_len)
+{
+    int ordinal = pointer_ordinal(ptr, why, why_len);
+    if (ordinal < 0)
+        return -1;
+    int r = 0;
+    pthread_mutex_lock(&module_lock);
+    if (!primary_contexts[ordinal]) {
+        int device = 0;
+        r = cu.device_get(&device, ordinal);
+        if (r == 0)
+            r = cu.primary_retain(&primary_contexts[ordinal], device);
+        if (r != 0)
+            primary_contexts[ordinal] = NULL;
+    }
+    pthread_mutex_unlock(&module_lock);
+    if (r != 0) {
+        snprintf(why, why_len, "the primary context of CUDA device %d could not be retained "
+                 "(cuDevicePrimaryCtxRetain: CUresult %d)", ordinal, r);
+        return -1;
+    }
+    return ordinal;
+}
+
+/* Push the bound device's context on this thread (0), or fail (cuda_error says why); leave() pops it. */
+static int enter(void)
+{
+    if (bound_device < 0)
+        return failed(0, "no CUDA device is bound to this thread (result %d)%s", NULL);
+    int r = cu.ctx_push(primary_contexts[bound_device]);
+    return r == 0 ? 0 : failed(r, "cuCtxPushCurrent failed (CUresult %d)%s", NULL);
+}
+
+static void leave(void)
+{
+    void *popped = NULL;
+    cu.ctx_pop(&popped);
+}
+
+/* Compile dtype's kernels for `device` and load them into its context (current); 0, else a CUDA/NVRTC result
+ * (cuda_error says what failed). */
+static int load_module(int device, pycoll_dtype_t dtype, dtype_module_t *out)
+{
+    int handle = 0, major = 0, minor = 0;
+    int r = cu.device_get(&handle, device);
     if (r == 0)
-        r = nvrtc.ptx_size(prog, &size);
-    if (r == 0 && !(ptx = malloc(size ? size : 1)))
-        r = -1;
+        r = cu.device_attribute(&major, PYCOLL_CU_DEVICE_ATTRIBUTE_CC_MAJOR, handle);
     if (r == 0)
-        r = nvrtc.ptx(prog, ptx);
-    if (prog)
-        nvrtc.destroy(&prog);
-    dtype_module_t m = {.ctx = ctx};
-    if (r == 0)
-        r = cu.module_load_data(&m.module, ptx);
-    free(ptx);
+        r = cu.device_attribute(&minor, PYCOLL_CU_DEVICE_ATTRIBUTE_CC_MINOR, handle);
+    if (r != 0)
+        return failed(r, "the CUDA driver could not say the device's architecture (CUresult %d)%s", NULL);
+    void *image = NULL;
+    int64_t size = 0;
+    char target[32], error[PYCOLL_ERROR_LEN - 64];
+    if (pycoll_cuda_kernels_compile(dtype, 10 * major + minor, 0, &image, &size, target, sizeof target, error,
+                                    sizeof error) != PYCOLL_OK) {
+        snprintf(cuda_error, sizeof cuda_error, "%s", error);
+        return -1;
+    }
+    dtype_module_t m = {0};
+    r = cu.module_load_data(&m.module, image);
+    pycoll_cuda_kernels_free(image);
     for (int k = 0; r == 0 && kernel_names[k]; k++)
         if (k < 2 || dtype >= PYCOLL_FLOAT16) /* integers have no compensated kernels (KIND 0) */
             r = cu.module_get_function(&m.fn[k], m.module, kernel_names[k]);
     if (r != 0)
-        return failed(r, "loading the compiled kernels failed (result %d)%s", NULL);
+        return failed(r, "loading the compiled kernels failed (CUresult %d)%s", NULL);
     *out = m;
     return 0;
 }
 
-/* The function `kernel` of dtype's module for the current context, compiled on first use. */
+/* The function `kernel` of dtype's module on the bound device (its context pushed), compiled on first use. */
 static void *kernel_for(pycoll_dtype_t dtype, int kernel)
 {
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
         return NULL;
-    void *ctx = NULL, *fn = NULL;
-    if (cu.ctx_get_current(&ctx) != 0 || !ctx) { /* the caller's framework makes its device's context current */
-        failed(0, "no CUDA context is current on this thread (cuCtxGetCurrent: %d)%s",
-               " -- set the array's device first");
-        return NULL;
-    }
+    void *fn = NULL;
     pthread_mutex_lock(&module_lock);
-    dtype_module_t *m = &modules[dtype];
-    if (m->ctx != ctx || !m->module) {
+    dtype_module_t *m = &modules[bound_device][dtype];
+    if (!m->module) {
         dtype_module_t fresh;
-        if (load_module(ctx, dtype, &fresh) == 0)
-            *m = fresh; /* a module of an older context is left to that context's teardown */
+        if (load_module(bound_device, dtype, &fresh) == 0)
+            *m = fresh;
     }
-    if (m->ctx == ctx && m->module) {
+    if (m->module) {
         fn = m->fn[kernel];
         if (!fn)
             failed((int)dtype, "no compensated kernels for dtype id %d (float dtypes only)%s", NULL);
@@ -354,17 +494,23 @@ static void *kernel_for(pycoll_dtype_t dtype, int kernel)
     return fn;
 }
 
+/* ---- the table ---- */
+
 /* Launch on the bound stream: 256 threads a block, a grid-stride loop over at most 65535 blocks. */
 static pycoll_status_t launch(pycoll_dtype_t dtype, int kernel, int64_t n, void **params)
 {
     if (n <= 0)
         return PYCOLL_OK;
+    if (enter() != 0)
+        return PYCOLL_ERR_SYSTEM;
     void *fn = kernel_for(dtype, kernel);
+    int64_t blocks = (n + 255) / 256;
+    int r = fn ? cu.launch(fn, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, bound_stream,
+                           params, NULL)
+               : -1;
+    leave();
     if (!fn)
         return PYCOLL_ERR_SYSTEM;
-    int64_t blocks = (n + 255) / 256;
-    int r = cu.launch(fn, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, bound_stream, params,
-                      NULL);
     return r == 0 ? PYCOLL_OK : (failed(r, "cuLaunchKernel failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
 }
 
@@ -412,14 +558,20 @@ static pycoll_status_t k_store(void *dst, const void *sum, const void *comp, int
  * ranges (all_gather's own block, when the caller passes overlapping buffers) are undefined for cuMemcpyAsync. */
 static pycoll_status_t k_copy(void *dst, const void *src, int64_t nbytes)
 {
+    if (enter() != 0)
+        return PYCOLL_ERR_SYSTEM;
     int r = cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, (size_t)nbytes, bound_stream);
+    leave();
     return r == 0 ? PYCOLL_OK : (failed(r, "cuMemcpyAsync failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
 }
 
 static void *k_alloc(int64_t nbytes)
 {
+    if (enter() != 0)
+        return NULL;
     uint64_t p = 0;
     int r = cu.mem_alloc(&p, (size_t)(nbytes > 0 ? nbytes : 1));
+    leave();
     return r == 0 ? (void *)(uintptr_t)p : (failed(r, "cuMemAlloc failed (CUresult %d)%s", NULL), NULL);
 }
 
@@ -428,25 +580,22 @@ static void *k_alloc(int64_t nbytes)
  * (the collective has failed by then, and the communicator is broken). */
 static void k_free(void *p)
 {
-    if (!p)
+    if (!p || enter() != 0)
         return;
     const int64_t deadline = bound_p2p ? bound_p2p->deadline_ns : pycoll_now_ns();
     int r;
-    while ((r = cu.stream_query(bound_stream)) == 600 /* CUDA_ERROR_NOT_READY */ && pycoll_now_ns() < deadline)
+    while ((r = cu.stream_query(bound_stream)) == PYCOLL_CU_ERROR_NOT_READY && pycoll_now_ns() < deadline)
         nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
-    if (r != 600)
+    if (r != PYCOLL_CU_ERROR_NOT_READY)
         cu.mem_free((uint64_t)(uintptr_t)p);
+    leave();
 }
 
 static const pycoll_memory_kernels_t cuda_kernels = {
     "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free, k_last_error};
 
-static void init_driver(void)
-{
-    cu.init(0); /* a failure shows in the first call that needs the driver (no current context) */
-}
-
-const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, char *why, size_t why_len)
+const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf, char *why,
+                                                 size_t why_len)
 {
     for (int i = 0; i < 2; i++) {
         if (!libraries[i].handle) {
@@ -454,9 +603,23 @@ const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *
             return NULL;
         }
     }
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, init_driver);
+    int device = device_of(buf, why, why_len);
+    if (device < 0)
+        return NULL;
     bound_stream = stream;
     bound_p2p = p2p;
+    bound_device = device;
     return &cuda_kernels;
+}
+
+pycoll_status_t pycoll_cuda_kernels_scale(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor,
+                                          void *stream, char *error, size_t error_len)
+{
+    char why[PYCOLL_ERROR_LEN / 2] = "";
+    if (!cuda_kernels_bind(NULL, stream, buf, why, sizeof why))
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED, "%s", why);
+    pycoll_status_t st = k_scale_avg(buf, count, dtype, divisor);
+    if (st != PYCOLL_OK)
+        pycoll_format_error(error, error_len, st, "%s", cuda_error);
+    return st;
 }

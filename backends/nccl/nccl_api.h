@@ -42,9 +42,40 @@ typedef struct {
     int maxCTAs;
     const char *netName;
 } pycoll_nccl_config_t;
+/* NCCL_CONFIG_INITIALIZER for the head (blocking, the member pycoll sets, left to NCCL's default here too). */
+#define PYCOLL_NCCL_CONFIG_INITIALIZER                                                                          \
+    {sizeof(pycoll_nccl_config_t), PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION,                        \
+     PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,  \
+     NULL}
 
 /* cudaStream_t is an opaque pointer; cudaError_t an int. */
 #define PYCOLL_CUDA_SUCCESS 0
 #define PYCOLL_CUDA_ERROR_NOT_READY 600
+#define PYCOLL_CUDA_MEMORY_TYPE_DEVICE 2 /* cudaMemoryTypeDevice */
+
+/* cudaPointerAttributes as of CUDA 11 (type: 0 unregistered host, 1 host, 2 device, 3 managed), with room for
+ * the members later versions may append, so the runtime never writes past it. */
+typedef union {
+    struct {
+        int type;
+        int device;
+        void *device_pointer;
+        void *host_pointer;
+    } head;
+    char room[256];
+} pycoll_cuda_pointer_attributes_t;
+
+/* The NCCL and CUDA runtime calls whose signature is not the vendor struct's (pycoll/vendor.h), reached through
+ * nccl_vendor.c's adapters: pycoll_nccl_fn_<the pointer's name in nccl_vendor.c>. */
+typedef ncclResult_t (*pycoll_nccl_fn_comm_init_rank_config)(ncclComm_t *comm, int nranks, ncclUniqueId id,
+                                                             int rank, pycoll_nccl_config_t *config);
+typedef ncclResult_t (*pycoll_nccl_fn_nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t count,
+                                                      ncclDataType_t dtype, int root, ncclComm_t comm,
+                                                      void *stream);
+typedef int (*pycoll_nccl_fn_cuda_stream_query)(void *stream);
+typedef int (*pycoll_nccl_fn_cuda_malloc)(void **ptr, size_t size);
+typedef int (*pycoll_nccl_fn_cuda_memset)(void *ptr, int value, size_t count);
+typedef int (*pycoll_nccl_fn_cuda_pointer_get_attributes)(pycoll_cuda_pointer_attributes_t *attributes,
+                                                          const void *ptr);
 
 #endif

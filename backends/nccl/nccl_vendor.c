@@ -8,41 +8,28 @@
 #include "../common/vendor_common.h"
 #include "nccl_api.h"
 
-/* NCCL calls whose signature is not the vendor struct's, reached through the adapters. */
-static ncclResult_t (*comm_init_rank_config)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                             pycoll_nccl_config_t *config);
-static ncclResult_t (*nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t count, int dtype, int root,
-                                      ncclComm_t comm, void *stream);
-static int (*cuda_stream_query)(void *stream);
-static int (*cuda_malloc)(void **ptr, size_t size);
-static int (*cuda_memset)(void *ptr, int value, size_t count);
-/* cudaPointerAttributes as of CUDA 11 (type: 0 unregistered host, 1 host, 2 device, 3 managed), with room for
- * the members later versions may append, so the runtime never writes past it. */
-typedef union {
-    struct {
-        int type;
-        int device;
-        void *device_pointer;
-        void *host_pointer;
-    } head;
-    char room[256];
-} cuda_pointer_attributes_t;
-static int (*cuda_pointer_get_attributes)(cuda_pointer_attributes_t *attributes, const void *ptr);
+/* NCCL and CUDA runtime calls whose signature is not the vendor struct's, reached through the adapters (their
+ * types, pycoll_nccl_fn_<name>, are checked against nccl.h and cuda_runtime_api.h by the tests). */
+static pycoll_nccl_fn_comm_init_rank_config comm_init_rank_config;
+static pycoll_nccl_fn_nccl_broadcast nccl_broadcast;
+static pycoll_nccl_fn_cuda_stream_query cuda_stream_query;
+static pycoll_nccl_fn_cuda_malloc cuda_malloc;
+static pycoll_nccl_fn_cuda_memset cuda_memset;
+static pycoll_nccl_fn_cuda_pointer_get_attributes cuda_pointer_get_attributes;
 
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
     ncclUniqueId uid;
     memcpy(uid.internal, id, sizeof uid.internal);
-    pycoll_nccl_config_t config = {sizeof config, PYCOLL_NCCL_CONFIG_MAGIC, PYCOLL_NCCL_CONFIG_VERSION, 0,
-                                   PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF, PYCOLL_NCCL_CONFIG_UNDEF,
-                                   NULL};
+    pycoll_nccl_config_t config = PYCOLL_NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
     return comm_init_rank_config((ncclComm_t *)comm, size, uid, rank, &config);
 }
 
 /* In place: NCCL's broadcast takes a send and a receive buffer. */
 static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream)
 {
-    return nccl_broadcast(buf, buf, count, dtype, root, comm, stream);
+    return nccl_broadcast(buf, buf, count, (ncclDataType_t)dtype, root, comm, stream);
 }
 
 /* cudaStreamQuery only looks; the generic layer sleeps between looks. */
@@ -65,8 +52,9 @@ static int scratch_alloc(void **ptr, size_t bytes)
 /* Host, pinned host and managed memory are host-accessible; a pointer CUDA does not know is host memory. */
 static int host_memory(const void *ptr)
 {
-    cuda_pointer_attributes_t attributes = {{0, -1, NULL, NULL}};
-    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS || attributes.head.type != 2;
+    pycoll_cuda_pointer_attributes_t attributes = {{0, -1, NULL, NULL}};
+    return cuda_pointer_get_attributes(&attributes, ptr) != PYCOLL_CUDA_SUCCESS ||
+           attributes.head.type != PYCOLL_CUDA_MEMORY_TYPE_DEVICE;
 }
 
 /* What a failed NCCL call means to the caller. */

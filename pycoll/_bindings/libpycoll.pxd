@@ -261,6 +261,14 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, void *stream)
     pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char *error, size_t error_len)
     int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
+    int32_t PYCOLL_CUDA_COMPILE_PTX
+    pycoll_status_t pycoll_cuda_kernels_compile(pycoll_dtype_t dtype, int32_t sm, int32_t flags, void **image,
+                                                int64_t *size, char *target, size_t target_len, char *error,
+                                                size_t error_len)
+    void pycoll_cuda_kernels_free(void *image)
+    pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error, size_t error_len)
+    pycoll_status_t pycoll_cuda_kernels_scale(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor,
+                                              void *stream, char *error, size_t error_len)
     pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf)
     pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *comm, void *stream)
     pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, const void *sendbuf, int64_t send_count,

@@ -76,6 +76,57 @@ def cuda_kernel_source(int dtype):
     return out[:n].decode()
 
 
+def cuda_kernels_compile(int dtype, int32_t sm, bint ptx=False):
+    """Compile the kernels of a dtype id with the loaded NVRTC for compute capability sm (e.g. 80), as a launch on
+    such a device would, without one: (target, image), target "sm_XY" for a CUBIN or "compute_XY" for PTX (ptx=True
+    asks for PTX, to read it). Raises BackendUnavailable where NVRTC is not loaded or has no such architecture."""
+    cdef char error[ERROR_LEN]
+    cdef char target[32]
+    cdef void *image = NULL
+    cdef int64_t size = 0
+    cdef pycoll_status_t st
+    cdef int32_t flags = PYCOLL_CUDA_COMPILE_PTX if ptx else 0
+    error[0] = 0
+    target[0] = 0
+    with nogil:
+        st = pycoll_cuda_kernels_compile(<pycoll_dtype_t>dtype, sm, flags, &image, &size, target, 32, error,
+                                         ERROR_LEN)
+    if st == PYCOLL_ERR_UNSUPPORTED:
+        raise BackendUnavailable(_text(error))
+    if st != PYCOLL_OK:
+        raise_status(st, _text(error))
+    try:
+        return _text(target), (<char *>image)[:size]
+    finally:
+        pycoll_cuda_kernels_free(image)
+
+
+def cuda_pointer_device(uintptr_t ptr):
+    """The CUDA device ordinal the driver says ptr is on; None where the driver is not loaded or does not know
+    ptr (memory it did not allocate or register)."""
+    cdef char error[ERROR_LEN]
+    cdef int32_t device = -1
+    cdef pycoll_status_t st
+    with nogil:
+        st = pycoll_cuda_pointer_device(<const void *>ptr, &device, error, ERROR_LEN)
+    return device if st == PYCOLL_OK else None
+
+
+def cuda_kernels_scale(uintptr_t ptr, int64_t count, int dtype, int64_t divisor, uintptr_t stream=0):
+    """ptr[i] /= divisor for count elements of CUDA memory of a dtype id, with pycoll's scale_avg kernel on
+    `stream`, in the primary context of the buffer's device: one launch through pycoll's whole device path."""
+    cdef char error[ERROR_LEN]
+    cdef pycoll_status_t st
+    error[0] = 0
+    with nogil:
+        st = pycoll_cuda_kernels_scale(<void *>ptr, count, <pycoll_dtype_t>dtype, divisor, <void *>stream, error,
+                                       ERROR_LEN)
+    if st == PYCOLL_ERR_UNSUPPORTED:
+        raise BackendUnavailable(_text(error))
+    if st != PYCOLL_OK:
+        raise_status(st, _text(error))
+
+
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor

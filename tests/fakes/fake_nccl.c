@@ -265,6 +265,22 @@ EXPORT int ncclGroupEnd(void)
 
 /* ---- the CUDA runtime pieces pycoll uses ---- */
 
+/* One device, or FAKE_CUDA_DEVICE_COUNT (0: the runtime's answer on a machine without a GPU). */
+EXPORT int cudaGetDeviceCount(int *count)
+{
+    const char *n = getenv("FAKE_CUDA_DEVICE_COUNT");
+    *count = n ? atoi(n) : 1;
+    return *count ? 0 : 100; /* cudaErrorNoDevice */
+}
+
+/* The device this thread uses: FAKE_CUDA_CURRENT_DEVICE, else 0 (what a rank that never set one gets). */
+EXPORT int cudaGetDevice(int *device)
+{
+    const char *d = getenv("FAKE_CUDA_CURRENT_DEVICE");
+    *device = d ? atoi(d) : 0;
+    return 0;
+}
+
 /* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {

@@ -220,6 +220,25 @@ PYCOLL_API pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char 
 /* The CUDA C source of the kernels for dtype, written to out (truncated to len); its length, or -1 for a dtype
  * with none. */
 PYCOLL_API int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len);
+/* Compile dtype's kernels with the loaded NVRTC for a device of compute capability sm (10 * major + minor), as a
+ * launch does, without a device: a CUBIN for sm (or the newest architecture of its major below it), PTX only
+ * for a device newer than every architecture NVRTC knows (or with PYCOLL_CUDA_COMPILE_PTX, to read it). The
+ * image (free it with pycoll_cuda_kernels_free) and its size; target gets "sm_XY" (CUBIN) or "compute_XY"
+ * (PTX). */
+#define PYCOLL_CUDA_COMPILE_PTX 1
+PYCOLL_API pycoll_status_t pycoll_cuda_kernels_compile(pycoll_dtype_t dtype, int32_t sm, int32_t flags,
+                                                       void **image, int64_t *size, char *target,
+                                                       size_t target_len, char *error, size_t error_len);
+PYCOLL_API void pycoll_cuda_kernels_free(void *image);
+/* The CUDA device ordinal of memory the driver knows (cuPointerGetAttribute); PYCOLL_ERR_UNSUPPORTED where the
+ * driver (library 1 of pycoll_cuda_kernels_load) is not loaded, PYCOLL_ERR_INVALID where it does not know ptr. */
+PYCOLL_API pycoll_status_t pycoll_cuda_pointer_device(const void *ptr, int32_t *device, char *error,
+                                                      size_t error_len);
+/* buf[i] /= divisor for `count` elements of CUDA memory, with pycoll's scale_avg kernel on `stream`, in the
+ * primary context of buf's device (for tests and the GPU validation: one launch through the whole path). */
+PYCOLL_API pycoll_status_t pycoll_cuda_kernels_scale(void *buf, int64_t count, pycoll_dtype_t dtype,
+                                                     int64_t divisor, void *stream, char *error,
+                                                     size_t error_len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,361 @@
+"""Validate pycoll on an NVIDIA GPU machine end to end and write bench/results/gpu.md.
+
+    python bench/gpu_validate.py [--nproc N] [--quick] [--out bench/results/gpu.md]
+
+NEVER RUN YET: written without a GPU (none was available where pycoll was developed); its first run on a GPU
+machine is its first test. It refuses to run (exit code 2, nothing written) where there is no usable GPU: no
+PyTorch with CUDA, no visible device, or pycoll's nccl backend unusable (pycoll.backends() says why).
+
+What it does, each part in fresh processes (one rank per GPU, N = every visible GPU unless --nproc):
+1. versions: NVIDIA driver, CUDA (driver and runtime), NCCL (pycoll's and PyTorch's), NVRTC, the GPUs;
+2. correctness of every dtype x op x size {0, 1, 7, 1001, 2^20+3, 2^28} (--quick: up to 2^20+3) of
+   pycoll.all_reduce on backend nccl against torch.distributed's all_reduce on NCCL, on the same data;
+3. compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh over
+   ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum, and time;
+4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
+   current, must wait for it;
+5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the timeout;
+6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+OPS = ("sum", "prod", "min", "max", "avg")
+SIZES = (0, 1, 7, 1001, 2**20 + 3, 2**28)
+ALGORITHMS = ("ring", "halving_doubling", "recursive_doubling", "mesh")
+REFUSED = 2
+
+
+def preflight():
+    """None when this machine can run the validation, else why not (pycoll's own check first: it is quick)."""
+    import pycoll
+
+    nccl = {s.name: s for s in pycoll.backends()}["nccl"]
+    if not nccl.usable:
+        return f"pycoll's nccl backend is unusable: {nccl.reason}"
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed (pip install torch, a CUDA build)"
+    if not torch.cuda.is_available():
+        return f"PyTorch sees no CUDA device (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
+    return None
+
+
+def versions():
+    import torch
+
+    from pycoll.plugins import nccl as nccl_plugin
+
+    out = {}
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        out["nvidia-smi"] = smi.stdout.strip() or smi.stderr.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out["nvidia-smi"] = f"not run: {exc}"
+    backend = nccl_plugin.NcclBackend()
+    backend.probe()
+    out["pycoll NCCL"] = f"{backend.nccl_version()} ({backend.loaded.get(0)})"
+    out["pycoll CUDA runtime"] = str(backend.loaded.get(1))
+    torch_nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    out["torch"] = f"{torch.__version__}, CUDA {torch.version.cuda}, NCCL {torch_nccl}"
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        gpus.append(f"{i}: {torch.cuda.get_device_name(i)} (sm_{major}{minor})")
+    out["GPUs"] = ", ".join(gpus)
+    try:
+        import ctypes
+
+        from pycoll.plugins.nccl import nvrtc_candidates
+        lib = ctypes.CDLL(nvrtc_candidates()[0])
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        out["NVRTC"] = f"{major.value}.{minor.value} ({nvrtc_candidates()[0]})"
+    except OSError as exc:
+        out["NVRTC"] = f"not found: {exc}"
+    return out
+
+
+# ---- the ranks ----
+
+def _init(timeout=120.0):
+    """This rank's GPU, a pycoll communicator on nccl and a torch.distributed NCCL group beside it."""
+    import torch
+    import torch.distributed as dist
+
+    import pycoll
+
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    comm = pycoll.init(backend="nccl", timeout=timeout)
+    port = int(os.environ["TORCH_PORT"])
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
+                            world_size=comm.size, device_id=torch.device("cuda", local))
+    return comm, torch, dist
+
+
+def _data(torch, dtype, n, rank, op):
+    """Deterministic per-rank data whose reduction is exact in every dtype (no overflow, no rounding)."""
+    g = torch.Generator(device="cuda").manual_seed(1000 * rank + n)
+    if op == "prod":
+        x = torch.randint(0, 2, (n,), device="cuda", generator=g) * 2 - 1
+        if dtype == "uint8":
+            x = torch.ones(n, device="cuda", dtype=torch.int64)
+    else:
+        x = torch.randint(0 if dtype == "uint8" else -8, 9, (n,), device="cuda", generator=g)
+    return x.to(getattr(torch, dtype))
+
+
+def worker_correctness(quick):
+    comm, torch, dist = _init()
+    ops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+           "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+    rows = []
+    for n in SIZES:
+        if quick and n > 2**20 + 3:
+            continue
+        for dtype in DTYPES:
+            for op in OPS:
+                x = _data(torch, dtype, n, comm.rank, op)
+                mine, theirs = x.clone(), x.clone()
+                row = {"n": n, "dtype": dtype, "op": op}
+                try:
+                    comm.all_reduce(mine, op=op)
+                except Exception as exc:  # noqa: BLE001 -- reported in the table
+                    row["pycoll"] = f"{type(exc).__name__}: {exc}"[:200]
+                try:
+                    dist.all_reduce(theirs, op=ops[op])
+                except Exception as exc:  # noqa: BLE001 -- torch refuses some (avg of integers)
+                    row["torch"] = f"{type(exc).__name__}"[:200]
+                torch.cuda.synchronize()
+                if "pycoll" not in row and "torch" not in row:
+                    row["equal"] = bool(torch.equal(mine, theirs))
+                rows.append(row)
+                del x, mine, theirs
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _ulps(torch, got, want_f64):
+    """The largest error of float32 `got` in float32 ulps of the float64 reference."""
+    if not got.numel():
+        return 0.0
+    w = want_f64.float().abs()
+    spacing = (torch.nextafter(w, torch.full_like(w, float("inf"))) - w).double()
+    return float(((got.double() - want_f64).abs() / spacing).max())
+
+
+def worker_algorithms(quick):
+    comm, torch, _ = _init()
+    rows = []
+    top = 2**26 if quick else 2**30
+    nbytes = 1024
+    while nbytes <= top:
+        n = nbytes // 4
+        want = sum(_mixed(torch, n, r).double() for r in range(comm.size))
+        for algorithm in ALGORITHMS:
+            for accuracy in ("fast", "compensated"):
+                x = _mixed(torch, n, comm.rank)
+                row = {"bytes": nbytes, "algorithm": algorithm, "accuracy": accuracy}
+                try:
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    comm.all_reduce(x, algorithm=algorithm, accuracy=accuracy)
+                    torch.cuda.synchronize()
+                    row["seconds"] = time.perf_counter() - t
+                    row["ran"] = comm.last_algorithm
+                    row["max_ulps"] = _ulps(torch, x, want)
+                except Exception as exc:  # noqa: BLE001 -- reported in the table
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                rows.append(row)
+        nbytes *= 16
+    return rows
+
+
+def _mixed(torch, n, rank):
+    """Ill-conditioned float32 data: magnitudes 1e-8..1e8 with cancellation across ranks."""
+    g = torch.Generator(device="cuda").manual_seed(7 + rank)
+    mag = 10.0 ** (torch.rand(n, device="cuda", generator=g) * 16 - 8)
+    sign = torch.randint(0, 2, (n,), device="cuda", generator=g) * 2 - 1
+    return (mag * sign).float()
+
+
+def worker_streams(quick):
+    comm, torch, _ = _init()
+    side = torch.cuda.Stream()
+    rows = []
+    for n in (1001, 2**24):
+        x = torch.zeros(n, device="cuda", dtype=torch.float32)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU clock cycles before the input is written
+            x.fill_(comm.rank + 1)
+            comm.all_reduce(x)  # queued on `side` (the current stream): after the fill
+        side.synchronize()
+        want = comm.size * (comm.size + 1) / 2
+        rows.append({"n": n, "ok": bool((x == want).all()), "first": float(x[0])})
+    return rows
+
+
+def worker_killed(quick):
+    import pycoll
+
+    comm, torch, _ = _init(timeout=30.0)
+    x = torch.ones(2**28, device="cuda", dtype=torch.float32)  # 1 GiB
+    comm.all_reduce(x)
+    torch.cuda.synchronize()
+    if comm.rank == comm.size - 1:
+        os._exit(17)  # gone without a word, as a crash or OOM kill leaves it
+    t = time.perf_counter()
+    try:
+        for _ in range(20):
+            comm.all_reduce(x)
+        torch.cuda.synchronize()
+        return [{"raised": None, "seconds": time.perf_counter() - t}]
+    except (pycoll.Timeout, pycoll.PeerFailure, pycoll.CommunicatorClosed) as exc:
+        return [{"raised": type(exc).__name__, "message": str(exc)[:300], "seconds": time.perf_counter() - t}]
+
+
+def worker_torch_bench(quick):
+    _, torch, dist = _init()
+    rows = []
+    nbytes = 1024
+    while nbytes <= (2**26 if quick else 2**30):
+        x = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
+        for _ in range(5):
+            dist.all_reduce(x)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        iters = 20
+        start.record()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        end.record()
+        end.synchronize()
+        us = start.elapsed_time(end) * 1000 / iters
+        world = dist.get_world_size()
+        rows.append({"bytes": nbytes, "us": us, "busbw_GBps": nbytes / us / 1e3 * 2 * (world - 1) / world})
+        nbytes *= 4
+    return rows
+
+
+WORKERS = {"correctness": worker_correctness, "algorithms": worker_algorithms, "streams": worker_streams,
+           "killed": worker_killed, "torch_bench": worker_torch_bench}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(part, nproc, quick, timeout):
+    """Start nproc ranks of `part` (own processes, not pycoll run: a killed rank must not end the others); each
+    rank's rows, or its failure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = dict(os.environ, WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(_free_port()), TORCH_PORT=str(_free_port()), PYTHONSAFEPATH="1")
+        procs = []
+        for r in range(nproc):
+            env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+            cmd = [sys.executable, __file__, "--worker", part, "--result", f"{tmp}/{r}.json"]
+            if quick:
+                cmd.append("--quick")
+            with open(f"{tmp}/{r}.log", "w") as log:  # a file, not a pipe: no rank blocks on a full pipe
+                procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        results = {}
+        for r, p in enumerate(procs):
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            path = Path(tmp, f"{r}.json")
+            results[r] = json.loads(path.read_text()) if path.exists() else {
+                "exit": p.returncode, "output": Path(tmp, f"{r}.log").read_text()[-2000:]}
+        return results
+
+
+def report(args, info, parts, bench_table):
+    lines = ["# pycoll on NVIDIA GPUs: validation", "",
+             f"`python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}`, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
+    lines += [f"- {k}: {v}" for k, v in info.items()]
+    for title, key in (("Correctness against torch.distributed (NCCL)", "correctness"),
+                       ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
+                       ("Stream ordering behind a long kernel on a side stream", "streams"),
+                       ("A rank killed during a 1 GiB all-reduce", "killed"),
+                       ("torch.distributed NCCL all-reduce (CUDA events)", "torch_bench")):
+        lines += ["", f"## {title}", ""]
+        for rank, rows in sorted(parts[key].items()):
+            if isinstance(rows, dict):
+                lines += [f"- rank {rank} failed (exit {rows['exit']}):", "", "```", rows["output"], "```"]
+                continue
+            if rank != 0 and key != "killed":
+                continue  # every rank holds the same result; rank 0 speaks for them
+            if key == "correctness":
+                bad = [r for r in rows if not r.get("equal")]
+                lines.append(f"- {len(rows) - len(bad)} of {len(rows)} (dtype, op, size) cases equal to torch's")
+                lines += [f"  - not equal or not run: {json.dumps(r)}" for r in bad]
+            else:
+                lines += [f"- rank {rank}: {json.dumps(r)}" for r in rows]
+    lines += ["", "## pycoll bench --backend nccl --device cuda", "", "```", bench_table.strip(), "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nproc", type=int, default=None, help="ranks, one per GPU (default: every visible GPU)")
+    p.add_argument("--quick", action="store_true", help="sizes up to 2^20+3 elements and 64 MiB")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.md"))
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per part")
+    p.add_argument("--check", action="store_true", help="only say whether this machine can run it (exit 0 or 2)")
+    p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        rows = WORKERS[args.worker](args.quick)
+        Path(args.result).write_text(json.dumps(rows))
+        return 0
+    why = preflight()
+    if why:
+        print(f"gpu_validate: refusing to run: no usable GPU here: {why}. Nothing was run and {args.out} was not "
+              f"written; run this on a machine with NVIDIA GPUs, PyTorch with CUDA and the gpu extra "
+              f"(pip install '.[gpu]').", file=sys.stderr)
+        return REFUSED
+    if args.check:
+        print("gpu_validate: this machine can run the validation", file=sys.stderr)
+        return 0
+    import torch
+
+    args.nproc = args.nproc or torch.cuda.device_count()
+    info = versions()
+    parts = {}
+    for part in ("correctness", "algorithms", "streams", "killed", "torch_bench"):
+        print(f"gpu_validate: {part} on {args.nproc} ranks", file=sys.stderr)
+        parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout)
+    bench = subprocess.run([sys.executable, "-m", "pycoll", "bench", "-n", str(args.nproc), "--backend", "nccl",
+                            "--device", "cuda", "-b", "1K", "-e", "64M" if args.quick else "1G", "-f", "4"],
+                           capture_output=True, text=True, timeout=args.timeout)
+    table = bench.stdout if bench.returncode == 0 else f"exit {bench.returncode}\n{bench.stderr[-3000:]}"
+    Path(args.out).write_text(report(args, info, parts, table))
+    print(f"gpu_validate: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
