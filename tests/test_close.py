@@ -5,7 +5,6 @@ processes on 127.0.0.1, over shared memory (cpu on one host) and TCP."""
 import json
 
 import pytest
-
 from multiproc import Ranks, backend_fixture
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,14 +10,15 @@ import socket
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-
 from multiproc import Ranks
+from test_c_embedding import _run, example  # noqa: F401 -- the compiled examples/c_allreduce.c
+
 from pycoll.errors import AuthenticationError, PycollError
 from pycoll.rendezvous import user_secret
 from pycoll.rendezvous.store import FileStore, TCPStore
-from test_c_embedding import _run, example  # noqa: F401 -- the compiled examples/c_allreduce.c
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,7 +129,7 @@ def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, mon
 
         def attack(held):
             report = {
-                "read secret file": _attempt(lambda: open(secret_file, "rb").read()),
+                "read secret file": _attempt(lambda: Path(secret_file).read_bytes()),
                 "list secret directory": _attempt(lambda: os.listdir(os.path.dirname(secret_file))),
                 "read id without a secret": _attempt(lambda: _read_id_from_the_store(ranks.port)),
                 "join with a guessed secret": _attempt(lambda: TCPStore(HOST, ranks.port, is_server=False,
@@ -152,7 +153,7 @@ def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, mon
     assert report["read id without a secret"].startswith("AuthenticationError"), report
     assert report["join with a guessed secret"].startswith("AuthenticationError"), report
     assert report["silent connections"] == len(ports), report
-    for rank, rep in reports.items():
+    for rep in reports.values():
         assert rep.get("ok"), rep
     assert reports[1]["init_s"] < 10.0, reports[1]
 
@@ -210,8 +211,8 @@ def test_file_store_is_private_and_refuses_values_without_the_secret(tmp_path):
 
     def attack(held):
         return {"list": _attempt(lambda: os.listdir(path)),
-                "read": _attempt(lambda: open(value_file, "rb").read()),
-                "plant": _attempt(lambda: open(path / "planted", "wb").write(b"x"))}
+                "read": _attempt(value_file.read_bytes),
+                "plant": _attempt(lambda: (path / "planted").write_bytes(b"x"))}
 
     stranger = Stranger(attack)
     report = stranger.result()
@@ -234,7 +235,7 @@ def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):  # noqa:
     results = _run(example, 2, id_path)
     assert all(code == 0 for code, _ in results), results
     assert stat.S_IMODE(os.stat(id_path).st_mode) == 0o600
-    stranger = Stranger(lambda held: {"read": _attempt(lambda: open(id_path, "rb").read())})
+    stranger = Stranger(lambda held: {"read": _attempt(id_path.read_bytes)})
     report = stranger.result()
     stranger.release()
     assert report["read"].startswith("PermissionError"), report
@@ -244,6 +245,6 @@ def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):  # noqa:
     planted.write_bytes(id_path.read_bytes())
     os.chown(planted, uid, uid)
     rank1 = subprocess.run([str(example), "1", "2", str(planted)], capture_output=True, text=True, timeout=30,
-                           env=dict(os.environ, TIMEOUT_S="2"))
+                           env=dict(os.environ, TIMEOUT_S="2"), check=False)
     assert rank1.returncode != 0 and "not a private file of this user" in rank1.stderr, rank1.stderr
 
