@@ -28,8 +28,13 @@ SECRET_HEX_CHARS = 64  # 32 random bytes, hex
 
 
 def directory():
-    """This user's private directory's path (not created)."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    """This user's private directory's path (not created): under $XDG_RUNTIME_DIR when that is this user's
+    (sudo may pass on another user's), else under the temporary directory."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    try:
+        base = runtime if runtime and os.stat(runtime).st_uid == os.geteuid() else tempfile.gettempdir()
+    except OSError:
+        base = tempfile.gettempdir()
     return os.path.join(base, f"pycoll-{os.geteuid()}")
 
 
