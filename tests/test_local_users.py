@@ -9,6 +9,7 @@ import pwd
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -248,3 +249,14 @@ def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):  # noqa:
                            env=dict(os.environ, TIMEOUT_S="2"), check=False)
     assert rank1.returncode != 0 and "not a private file of this user" in rank1.stderr, rank1.stderr
 
+
+
+def test_another_users_runtime_directory_is_not_used(tmp_path, monkeypatch):
+    uid = _stranger_uid()
+    theirs = tmp_path / "run-user-other"
+    theirs.mkdir()
+    os.chown(theirs, uid, uid)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(theirs))  # as sudo may pass it on
+    assert os.path.dirname(user_secret.directory()) == tempfile.gettempdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert os.path.dirname(user_secret.directory()) == str(tmp_path)
