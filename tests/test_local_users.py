@@ -148,7 +148,7 @@ def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, mon
             reports = ranks.reports(deadline_s=40)
         finally:
             stranger.release()
-    print(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1), f"late rank's init: {reports[1]['init_s']:.2f} s")
     assert report["read secret file"].startswith("PermissionError"), report
     assert report["list secret directory"].startswith("PermissionError"), report
     assert report["read id without a secret"].startswith("AuthenticationError"), report
@@ -156,7 +156,8 @@ def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, mon
     assert report["silent connections"] == len(ports), report
     for rep in reports.values():
         assert rep.get("ok"), rep
-    assert reports[1]["init_s"] < 10.0, reports[1]
+    # Under the listeners' 5 s handshake deadline: nobody waited for the silent connections to be dropped.
+    assert reports[1]["init_s"] < 4.0, reports[1]
 
 
 def test_the_per_user_secret_is_private_and_shared_by_every_rank(tmp_path, monkeypatch):
