@@ -7,12 +7,17 @@
  * Arguments: RANK WORLD_SIZE ID_FILE [BYTES ITERATIONS]. With BYTES and ITERATIONS it also times ITERATIONS
  * all-reduces of BYTES of float32 and prints the median (bench/c_embedding.py compares it with Python's).
  * TIMEOUT_S in the environment bounds every wait (default 30 s). The file is only this example's way to pass
- * the id: MPI, a job scheduler or a socket would do as well. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+ * the id: MPI, a job scheduler or a socket would do as well. The id is the job's key (whoever reads it can join
+ * as a rank), so the file is created mode 0600 and read only when it is this user's and closed to others. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, O_NOFOLLOW */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <pycoll/pycoll.h>
 
@@ -23,30 +28,64 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Rank 0: write the id under a temporary name, then rename it, so that no rank reads half an id. */
+/* Rank 0: write the id to a new file only this user can read (O_EXCL: never into a file someone else
+ * prepared), under a temporary name, then rename it, so that no rank reads half an id. */
 static int publish(const char *path, const pycoll_unique_id_t *id)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0)
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
         return -1;
-    return rename(tmp, path);
+    }
+    if (unlink(tmp) != 0 && errno != ENOENT) /* a leftover of ours; another user's in a sticky /tmp fails */
+        return -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, id, sizeof *id) == (ssize_t)sizeof *id;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int saved = errno;
+        unlink(tmp);
+        errno = saved ? saved : EIO;
+        return -1;
+    }
+    return 0;
 }
 
+/* 0: the id; 1: not there yet; -1: the file is not this user's private file (another user may have planted
+ * it to make the ranks join a job of theirs), with the reason printed. */
+static int try_read_id(const char *path, pycoll_unique_id_t *id)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT ? 1 : (perror(path), -1);
+    struct stat st;
+    int result = 1;
+    if (fstat(fd, &st) != 0) {
+        perror(path);
+        result = -1;
+    } else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        fprintf(stderr, "%s: not a private file of this user (owner uid %ld, mode %03o): not reading the id\n",
+                path, (long)st.st_uid, (unsigned)(st.st_mode & 0777));
+        result = -1;
+    } else if (read(fd, id, sizeof *id) == (ssize_t)sizeof *id) {
+        result = 0;
+    }
+    close(fd);
+    return result;
+}
+
+/* try_read_id's results; 1 also when the file did not appear within timeout_s. */
 static int read_id(const char *path, pycoll_unique_id_t *id, double timeout_s)
 {
     const struct timespec nap = {0, 10 * 1000 * 1000};
     for (double deadline = now() + timeout_s; now() < deadline; nanosleep(&nap, NULL)) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            continue;
-        size_t got = fread(id, sizeof *id, 1, f);
-        fclose(f);
-        if (got == 1)
-            return 0;
+        int st = try_read_id(path, id);
+        if (st <= 0)
+            return st;
     }
-    return -1;
+    return 1;
 }
 
 static int compare_doubles(const void *a, const void *b)
@@ -74,9 +113,12 @@ int main(int argc, char **argv)
             perror(id_path);
             return 1;
         }
-    } else if (read_id(id_path, &id, timeout_s) != 0) {
-        fprintf(stderr, "rank %d: no id in %s after %g s\n", rank, id_path, timeout_s);
-        return 1;
+    } else {
+        int got = read_id(id_path, &id, timeout_s);
+        if (got > 0)
+            fprintf(stderr, "rank %d: no id in %s after %g s\n", rank, id_path, timeout_s);
+        if (got != 0)
+            return 1;
     }
 
     pycoll_comm_t *comm;

@@ -9,6 +9,7 @@ import atexit
 import collections
 import os
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -24,6 +25,7 @@ from pycoll.work import Work
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
 OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
+CLOSE_WAIT_S = 5.0  # the most close() waits in all for the other ranks (capped by the communicator's timeout)
 
 _open_communicators: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 
@@ -516,16 +518,23 @@ class Communicator:
         return all_gather_object(self, obj)
 
     def close(self):
-        """Release the connections. Idempotent. Waits briefly (at most 5 s) for the other ranks to close too,
-        and raises MismatchError if they called different collectives without it being noticed before (ranks
-        that disagreed on a root, for one); the communicator is closed either way. Works still queued fail with
-        CommunicatorClosed; the one running gets the same brief wait to finish, then fails with it too."""
+        """Release the connections. Idempotent. Waits briefly (at most min(timeout, 5 s) in all, whether or not
+        the other ranks ever close) for the other ranks to close too, and raises MismatchError if they called
+        different collectives without it being noticed before (ranks that disagreed on a root, for one); the
+        communicator is closed either way. Works still queued fail with CommunicatorClosed; the one running gets
+        the same brief wait to finish, then fails with it too."""
+        self._close_by(time.monotonic() + min(self._timeout, CLOSE_WAIT_S))
+
+    def _close_by(self, deadline):
+        """close(), every wait in it (splits, the engine's, the store's) ending by ``deadline``."""
         for child in list(self._children):
-            child.close()
+            child._close_by(deadline)
         engine, self._engine, self._fast = self._engine, None, None
         _open_communicators.discard(self)
         try:
             if engine is not None:
+                if hasattr(engine, "close_linger"):  # NativeEngine: its wait for the peers' goodbyes
+                    engine.close_linger = min(engine.close_linger, max(deadline - time.monotonic(), 0.0))
                 engine.close()  # fails queued Works with CommunicatorClosed (native/comm/progress.c)
             self._pending.clear()
         except BaseException:
@@ -534,8 +543,9 @@ class Communicator:
         finally:
             store, self._store = self._store, None
             if store is not None:
-                # After a failure, peers may never come back to release the store: don't wait for them.
-                store.close(linger=0 if self._failed else None)
+                # Rank 0's store waits for the others to disconnect, within what is left; after a failure
+                # peers may never come back to release it: don't wait for them.
+                store.close(linger=0.0 if self._failed else max(deadline - time.monotonic(), 0.0))
 
 
 def backends():

@@ -17,7 +17,7 @@ import pytest
 
 import pycoll
 from multiproc import SCRIPTS, Ranks
-from pycoll.rendezvous import handshake, listener
+from pycoll.rendezvous import handshake, listener, user_secret
 from pycoll.errors import PycollError
 from pycoll.rendezvous.launch_env import LaunchEnv
 from pycoll.rendezvous.store import FileStore, Rendezvous, TCPStore, rendezvous
@@ -173,7 +173,8 @@ def test_late_rank_joins_while_5000_idle_connections_are_held(tmp_path):
 
 
 def _wait_for_store_then_hold(port, count):
-    with TCPStore(HOST, port, is_server=False, timeout=20.0) as probe:
+    # Without PYCOLL_SECRET the job's loopback store takes this user's per-host secret, as this process can.
+    with TCPStore(HOST, port, is_server=False, timeout=20.0, secret=user_secret.read_or_create(port)) as probe:
         probe.check("x")  # rank 0's store is up
     return _hold(port, count)
 

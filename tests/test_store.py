@@ -1,5 +1,6 @@
 """pycoll.rendezvous.store: TCPStore and FileStore operations, junk on the store's port, authentication, gather()."""
 
+import dataclasses
 import os
 import socket
 import struct
@@ -8,10 +9,10 @@ import time
 
 import pytest
 
-from pycoll.rendezvous import handshake
+from pycoll.rendezvous import handshake, user_secret
 from pycoll.errors import PeerFailure, PycollError, Timeout
-from pycoll.rendezvous.launch_env import LaunchEnv
-from pycoll.rendezvous.store import FileStore, TCPStore, create_store, gather, store_port
+from pycoll.rendezvous.launch_env import LaunchEnv, detect, resolve
+from pycoll.rendezvous.store import AUTH_FAILURE_KEY, FileStore, TCPStore, create_store, gather, store_port
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -293,3 +294,32 @@ def unused_port():
                 continue
             return port
     pytest.skip("no two consecutive free ports")
+
+
+def test_a_local_store_takes_the_per_user_secret_and_ignores_strangers_failing_it(tmp_path, monkeypatch,
+                                                                                     unused_port):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    launch = [LaunchEnv(r, 2, r, HOST, unused_port, "env") for r in range(2)]
+    with create_store(launch[0], timeout=5.0) as server, create_store(launch[1], timeout=5.0) as rank1:
+        rank1.set("k", b"v")
+        assert server.get("k") == b"v"
+        with pytest.raises(PycollError, match="the server uses a secret and this side has none"):
+            TCPStore(HOST, unused_port, is_server=False, timeout=2.0, rank=1)
+        with pytest.raises(PycollError, match="proof is wrong.*share the secret in /elsewhere/store.secret"):
+            TCPStore(HOST, unused_port, is_server=False, timeout=2.0, secret=b"guess", rank=1,
+                     secret_file="/elsewhere/store.secret")
+        time.sleep(0.3)  # the server has seen both fail
+        assert not server.check(AUTH_FAILURE_KEY)  # a stranger claiming rank 1 does not stop the job
+        assert rank1.get("k") == b"v"
+
+
+def test_only_a_job_on_one_host_takes_the_per_user_secret(tmp_path, monkeypatch, unused_port):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    one_host = detect({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})
+    several = detect({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node0"})
+    assert one_host.single_host and not several.single_host
+    assert not detect({}).single_host and not resolve(rank=0, world_size=2, env={}).single_host
+    # A launcher that says every rank is local: the per-user secret, whatever address the store is on.
+    local = dataclasses.replace(one_host, master_addr=HOST, master_port=unused_port)
+    with create_store(local, timeout=5.0):
+        assert os.path.exists(user_secret.secret_path(unused_port))

@@ -111,6 +111,8 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
 pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
 {
     pycoll_p2p_t *p2p = comm->p2p;
+    /* One deadline for the collective in flight and the goodbyes together: close is bounded by linger_s. */
+    const int64_t linger_until = pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9);
     comm->error[0] = 0;
     progress_stop(comm, linger_s); /* the goodbye names the last collective that ran */
     if (comm->view) {
@@ -122,7 +124,7 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
         return PYCOLL_OK;
     comm->finalized = 1;
-    return p2p->ops->finalize(p2p, pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9));
+    return p2p->ops->finalize(p2p, linger_until);
 }
 
 void pycoll_comm_destroy(pycoll_comm_t *comm)

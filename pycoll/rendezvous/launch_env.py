@@ -39,6 +39,9 @@ class LaunchEnv:
     master_addr: str
     master_port: int
     launcher: str
+    # Whether a launcher says every rank runs on this host (the table's last column; never assumed without
+    # one): informative, so not part of equality.
+    single_host: bool = dataclasses.field(default=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +116,7 @@ def resolve(rank=None, world_size=None, master_addr=None, master_port=None, env=
     elif not 0 < master_port < 65536:
         raise ValueError(f"master_port must be in [1, 65535], got {master_port}")
     return LaunchEnv(rank=rank, world_size=world_size, local_rank=local_rank, master_addr=master_addr,
-                     master_port=master_port, launcher=name)
+                     master_port=master_port, launcher=name, single_host=launcher is not None and single_host)
 
 
 _warned_single_rank = False

@@ -1,7 +1,7 @@
 """Key-value stores for rendezvous: ranks publish small values (addresses, ids) and wait for each other's.
 
 TCPStore: rank 0 hosts a server in a daemon thread; every rank (rank 0 included) is a client of it.
-FileStore: a directory on a filesystem all ranks share.
+FileStore: a directory on a filesystem all ranks share (mode 0700, files 0600, values HMAC'd with a secret).
 gather(): every rank publishes one value and collects everyone's.
 
 TCPStore protocol: a connection opens with the handshake of pycoll.rendezvous.handshake (magic, version, optional mutual
@@ -12,6 +12,7 @@ body is a one-byte code (operation or reply status) followed by fields, each a u
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import ipaddress
 import logging
 import os
@@ -21,7 +22,7 @@ import struct
 import threading
 import time
 
-from pycoll.rendezvous import handshake, listener
+from pycoll.rendezvous import handshake, listener, user_secret
 from pycoll.errors import AuthenticationError, PeerFailure, PycollError, Timeout
 
 log = logging.getLogger("pycoll")
@@ -44,6 +45,7 @@ _ST_OK, _ST_TIMEOUT, _ST_ERROR = 0, 1, 2
 WATCH_INTERVAL = 0.2  # how often a rank waiting on the rendezvous checks for failures elsewhere
 FAILURE_GRACE = 1.0  # seconds a failed rendezvous's store stays up for ranks that have not connected yet
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
+CLOSE_LINGER = 5.0  # the most a closing server waits for its clients (capped by the store's timeout)
 
 
 class ProtocolError(PycollError):
@@ -112,8 +114,9 @@ class _StoreServer(listener.HandshakeServer):
     keys and values. A client whose HELLO claims a rank and that fails the secret check is recorded under
     AUTH_FAILURE_KEY, which every waiting rank watches, so the whole job fails fast and says who."""
 
-    def __init__(self, host, port, secret, handshake_timeout, max_bytes):
+    def __init__(self, host, port, secret, handshake_timeout, max_bytes, secret_file):
         super().__init__(_listen(host, port), secret=secret, handshake_timeout=handshake_timeout, name="store")
+        self._secret_file = secret_file
         self.port = self._listener.getsockname()[1]
         self._max_bytes = max_bytes
         self._data = {}
@@ -148,6 +151,7 @@ class _StoreServer(listener.HandshakeServer):
             raise handshake.Refused("the store is closing: it takes no new clients")
 
     def admit_check(self, peer):
+        self.screen(peer)  # the store may have started closing while this client authenticated
         if len(self.admitted) >= MAX_CLIENTS:
             raise handshake.HandshakeError(f"{len(self.admitted)} clients are already connected")
 
@@ -162,6 +166,10 @@ class _StoreServer(listener.HandshakeServer):
 
     def on_handshake_failed(self, conn, exc):
         peer = conn.handshake.peer
+        if self._secret_file is not None:
+            # Every rank of this user on this host reads the same file: only another user (or a rank that sees
+            # another filesystem) fails, and a stranger must not be able to stop the job by claiming a rank.
+            return
         if isinstance(exc, handshake.AuthenticationError) and peer is not None and peer.rank >= 0:
             message = (f"rank {peer.rank} failed the shared-secret check of the rendezvous store (rank 0's "
                        f"{self.name} at port {self.port}): {exc}; every rank needs the same PYCOLL_SECRET")
@@ -252,9 +260,8 @@ def _check_wildcard(host, secret):
     unless PYCOLL_ALLOW_INSECURE=1 says so, and warn when it is offered beyond this host."""
     if secret is not None:
         return host
-    try:
-        address = ipaddress.ip_address(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
-    except (OSError, ValueError):
+    address = _address(host)
+    if address is None:
         return host  # _listen says what is wrong with it
     insecure_ok = os.environ.get("PYCOLL_ALLOW_INSECURE") == "1"
     if address.is_unspecified and not insecure_ok:
@@ -271,6 +278,19 @@ def _check_wildcard(host, secret):
 _warned_insecure = []  # warn once per process
 
 
+def _address(host):
+    """``host``'s first address (an ipaddress object), or None when it does not resolve."""
+    try:
+        return ipaddress.ip_address(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+    except (OSError, ValueError):
+        return None
+
+
+def is_loopback(host):
+    address = _address(host)
+    return address is not None and address.is_loopback
+
+
 def _listen(host, port):
     try:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -285,10 +305,13 @@ class TCPStore:
     process; clients connect with retries until ``timeout``, since the server may start later. With ``secret``
     every connection authenticates both ways before any operation. ``port=0`` on the server picks a free port
     (see ``.port``). ``rank`` is announced in the handshake, so that the server can name a rank that fails the
-    secret check. The server holds at most ``max_bytes`` (default: PYCOLL_STORE_MAX_BYTES, else 64 MiB)."""
+    secret check. The server holds at most ``max_bytes`` (default: PYCOLL_STORE_MAX_BYTES, else 64 MiB).
+    ``secret_file`` names the file ``secret`` was read from when it is this user's per-host secret
+    (pycoll.rendezvous.user_secret): errors then point to it, and a client failing the secret check is only
+    logged, never recorded as the job's failure, since only another user's process can hold another secret."""
 
     def __init__(self, host, port, *, is_server, timeout=300.0, secret=None, handshake_timeout=5.0, rank=None,
-                 max_bytes=None):
+                 max_bytes=None, secret_file=None):
         if not isinstance(host, str) or not host:
             raise TypeError(f"host must be a non-empty str, got {host!r}")
         if isinstance(port, bool) or not isinstance(port, int):
@@ -300,6 +323,7 @@ class TCPStore:
         self.host = host
         self.timeout = _check_timeout("timeout", timeout)
         self._secret = secret
+        self._secret_file = secret_file
         self._rank = -1 if rank is None else rank
         self._instance = ""  # the server's, learnt on the first connection
         self._lock = threading.Lock()  # guards _socks and _closed
@@ -307,7 +331,7 @@ class TCPStore:
         self._socks = []
         self._closed = False
         self._server = (_StoreServer(_check_wildcard(host, secret), port, secret, handshake_timeout,
-                                     _max_bytes(max_bytes)) if is_server else None)
+                                     _max_bytes(max_bytes), secret_file) if is_server else None)
         self.port = self._server.port if self._server is not None else port
         try:
             self._socket()  # connect now, so that a missing server or a wrong secret fails here
@@ -344,8 +368,11 @@ class TCPStore:
             sock.close()
             if isinstance(exc, handshake.AuthenticationError):
                 who = f"rank {self._rank}" if self._rank >= 0 else "this client"
+                hint = "" if self._secret_file is None else (
+                    f" (without PYCOLL_SECRET the ranks of one host share the secret in {self._secret_file}: "
+                    "ranks of other users, or that see another filesystem there, need PYCOLL_SECRET)")
                 raise handshake.AuthenticationError(f"{who} failed the shared-secret check of the rendezvous "
-                                                    f"store at {self.host}:{self.port}: {exc}") from None
+                                                    f"store at {self.host}:{self.port}: {exc}{hint}") from None
             if isinstance(exc, (handshake.HandshakeError, Timeout)) and not isinstance(exc, handshake.Refused):
                 raise type(exc)(f"the service at {self.host}:{self.port} is not a usable pycoll store: "
                                 f"{exc}") from None
@@ -445,14 +472,14 @@ class TCPStore:
 
     def close(self, linger=None):
         """Closes the connections and, on the server's rank, stops the server once the other ranks have closed
-        theirs, waiting at most ``linger`` seconds (default: min(timeout, 30)). Idempotent."""
+        theirs, waiting at most ``linger`` seconds (default: min(timeout, 5)). Idempotent."""
         with self._lock:
             self._closed = True
             socks, self._socks = self._socks, []
         for sock in socks:
             sock.close()
         if self._server is not None:
-            self._server.stop(min(self.timeout, 30.0) if linger is None else _check_timeout("linger", linger))
+            self._server.stop(min(self.timeout, CLOSE_LINGER) if linger is None else _check_timeout("linger", linger))
             self._server = None
 
     def __enter__(self):
@@ -465,37 +492,64 @@ class TCPStore:
 class FileStore:
     """A rendezvous store in a directory every rank can see. One file per key (named by the key's SHA-256),
     written to a temporary name and renamed into place so readers never see half a value; add() serialises
-    on an flock'ed lock file; get() polls with exponential backoff."""
+    on an flock'ed lock file; get() polls with exponential backoff.
+
+    The directory is created mode 0700; an existing one must belong to this user and be closed to others
+    (else PycollError), and every file is created 0600, so other users can neither read the values (the unique
+    id among them) nor plant their own. With ``secret`` (bytes, the same on every rank) each value is stored
+    with an HMAC-SHA256 of its key and bytes, and a value that fails it raises pycoll.AuthenticationError:
+    what another process with write access there (a shared filesystem's other hosts) writes is refused."""
 
     _LOCK_NAME = ".lock"
+    _MAC_LABEL = b"pycoll-filestore"
 
-    def __init__(self, path, timeout=300.0):
+    def __init__(self, path, timeout=300.0, *, secret=None):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        if secret is not None and not isinstance(secret, bytes):
+            raise TypeError(f"secret must be bytes or None, got {type(secret).__name__}")
         self.path = os.fspath(path)
         self.timeout = _check_timeout("timeout", timeout)
-        os.makedirs(self.path, exist_ok=True)
+        self._secret = secret or None
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        os.close(user_secret.open_private_directory(
+            self.path, follow_symlinks=True, remedy="chmod 700 it, or name a new directory (FileStore creates it)"))
 
     def _file(self, raw_key):
         return os.path.join(self.path, hashlib.sha256(raw_key).hexdigest())
 
+    def _mac(self, raw_key, value):
+        return hmac.new(self._secret, self._MAC_LABEL + _U32.pack(len(raw_key)) + raw_key + value,
+                        hashlib.sha256).digest()
+
     def _write(self, raw_key, value):
         target = self._file(raw_key)
         temporary = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(temporary, "wb") as f:
-            f.write(value)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write((self._mac(raw_key, value) if self._secret else b"") + value)
         os.replace(temporary, target)
 
     def _read(self, raw_key):
         try:
-            with open(self._file(raw_key), "rb") as f:
-                return f.read()
+            fd = os.open(self._file(raw_key), os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        if self._secret is None:
+            return data
+        mac, value = data[:hashlib.sha256().digest_size], data[hashlib.sha256().digest_size:]
+        if not hmac.compare_digest(mac, self._mac(raw_key, value)):
+            raise AuthenticationError(f"the FileStore value of key {raw_key.decode(errors='replace')!r} in "
+                                      f"{self.path} fails the secret check: written with another secret "
+                                      "(every rank needs the same one) or by another process")
+        return value
 
     @contextlib.contextmanager
     def _locked(self):
-        fd = os.open(os.path.join(self.path, self._LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(self.path, self._LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -582,9 +636,16 @@ def store_port(master_port, env=None):
 
 
 def create_store(launch, *, timeout=300.0, secret=None, env=None):
-    """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address."""
-    return TCPStore(launch.master_addr, store_port(launch.master_port, env), is_server=launch.rank == 0,
-                    timeout=timeout, secret=secret, rank=launch.rank)
+    """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address. Without a
+    secret, a job whose ranks all run on this host (a loopback address, or the launcher says so) uses this
+    user's per-host secret (pycoll.rendezvous.user_secret), so that other local users can neither read the
+    store nor join; a job over several hosts needs PYCOLL_SECRET, and is warned without one."""
+    port = store_port(launch.master_port, env)
+    secret_file = None
+    if secret is None and (launch.single_host or is_loopback(launch.master_addr)):
+        secret, secret_file = user_secret.read_or_create(port), user_secret.secret_path(port)
+    return TCPStore(launch.master_addr, port, is_server=launch.rank == 0, timeout=timeout, secret=secret,
+                    rank=launch.rank, secret_file=secret_file)
 
 
 RENDEZVOUS_PREFIX = "pycoll/rdv"
@@ -654,7 +715,7 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
     Every rank's init adds one to a counter: the n-th init of a job on one store is generation
     (n - 1) // world_size. Rank 0's own TCPStore is new, so there the generation must be 0: a rank that gets
     more reached the previous rendezvous's server while rank 0 was closing it, and reconnects until the new
-    one is up."""
+    one is up; so does one whose first request that closing server cut off."""
     if store is not None:
         return None, Rendezvous(store, _next_generation(store, launch.world_size))
     if launch.world_size == 1:
@@ -664,6 +725,11 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
         own = create_store(launch, timeout=timeout, secret=secret, env=env)
         try:
             generation = _next_generation(own, launch.world_size)
+        except PeerFailure:
+            own.close(linger=0)
+            if launch.rank == 0 or time.monotonic() > deadline:
+                raise
+            generation = None
         except BaseException:
             own.close(linger=0)
             raise
