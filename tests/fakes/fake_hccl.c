@@ -89,7 +89,7 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
     }
     if (rank >= nranks || memcmp(info->internal + sizeof info->internal - 4, "END", 4) != 0)
         return E_PARA;
-    comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks);
+    comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks, E_PARA);
     while (!fake_comm_ready(c->fake)) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
