@@ -1,7 +1,9 @@
 /* Point-to-point over a vendor communicator: pycoll_vendor_send_recv, and the communicator as a pycoll transport
  * (pycoll_p2p_ops_t), so pycoll's own algorithms (native/algorithms) run over the vendor's send/recv. Every
  * batch of sends and receives is one vendor group (ncclGroupStart/End): the vendor progresses a group's
- * operations together, so two ranks that send to each other before receiving never wait on each other. */
+ * operations together, so two ranks that send to each other before receiving never wait on each other, while
+ * separate groups run one after another and a send completes only once its peer receives it (past the per-peer
+ * buffer, NCCL_BUFFSIZE): nccl.h, "sends and receives that must progress concurrently must be in one group". */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +115,6 @@ static pycoll_status_t p2p_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
                                (int)req->peer, (int)p2p->rank, (int)p2p->size);
     req->complete = 0;
     req->next = NULL;
-    req->progress = c->posted_tail ? c->posted_tail->progress + 1 : 0; /* its place in the queue */
     if (c->posted_tail)
         c->posted_tail->next = req;
     else
@@ -122,24 +123,36 @@ static pycoll_status_t p2p_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     return PYCOLL_OK;
 }
 
-/* Issues, as one group (bytes, the vendor's uint8), every posted send and the posted receives up to the last one
- * waited for, and waits for them until the collective's deadline. A group completes only as a whole, so a
- * receive posted ahead (a pipeline's next segment, whose send the peer makes only after this wait) stays queued:
- * in the group it would wait on a send that waits on this group. Sends go at once: the peer's matching receive
- * may be what it waits for. */
+/* Which requests go in the group a wait issues. A group completes only as a whole, so it must hold exactly what
+ * has to progress together on every rank at once: a send beyond the peer's buffer completes only when the peer's
+ * matching receive runs in a group of its own that is active at the same time, and a receive completes only
+ * when the peer's send is. The schedules number their units with tags (phase_tag: phase, then step or segment),
+ * the same unit having the same tag on both sides of every transfer, and wait for units in that order. So a wait
+ * issues every posted request whose tag is at most the highest tag it waits for, sends and receives alike:
+ * - a ring's unit t is {send t to the right, receive t from the left} on every rank -- lock step, where issuing
+ *   every step-0 segment send beside one receive left both ranks blocked in their sends past the buffer;
+ * - a receive posted ahead (the ring's next segments, a broadcast's later segments) stays queued until its unit
+ *   is waited for: its peer makes the matching send only after the wait for an earlier unit;
+ * - a schedule that exchanges with everyone in one step (mesh, all-to-all) posts it all under one tag: one group.
+ * Nothing is issued when every request waited for has already completed (an earlier group carried it). */
 static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     pycoll_vendor_comm_t *c = comm_of(p2p);
-    int64_t last_recv = -1;
+    int pending = 0;
+    uint32_t upto = 0;
     for (int i = 0; i < n; i++)
-        if (!reqs[i]->is_send && !reqs[i]->complete && reqs[i]->progress > last_recv)
-            last_recv = reqs[i]->progress;
+        if (!reqs[i]->complete) {
+            pending = 1;
+            upto = reqs[i]->tag > upto ? reqs[i]->tag : upto;
+        }
+    if (!pending)
+        return p2p->status;
     pycoll_request_t *issue = NULL, **issue_end = &issue, *queue = c->posted;
     c->posted = c->posted_tail = NULL;
     for (pycoll_request_t *req = queue, *next; req; req = next) {
         next = req->next;
         req->next = NULL;
-        if (req->is_send || req->progress <= last_recv) {
+        if (req->tag <= upto) {
             *issue_end = req;
             issue_end = &req->next;
         } else if (c->posted_tail) {
