@@ -66,6 +66,9 @@ const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call
         for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
             if (v->libraries[i].symbols[j].call == call)
                 return v->libraries[i].symbols[j].name;
+    /* HCCL's point-to-point is looked up after loading (older CANN lacks it), and one call serves the group. */
+    if (v == &pycoll_hccl_vendor && call >= PYCOLL_VENDOR_CALL_SEND && call <= PYCOLL_VENDOR_CALL_GROUP_END)
+        return "HcclBatchSendRecv";
     return "a vendor call";
 }
 
@@ -118,6 +121,17 @@ pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *pa
     return st;
 }
 
+void (*vendor_optional_symbol(const pycoll_vendor_library_t *lib, const char *name))(void)
+{
+    pthread_mutex_lock(&load_lock);
+    void *h = lib->handle;
+    pthread_mutex_unlock(&load_lock);
+    void (*fn)(void) = NULL;
+    if (h)
+        *(void **)&fn = dlsym(h, name); /* POSIX: a function's address fits a void * */
+    return fn;
+}
+
 int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
 {
     char unused[1];
@@ -127,9 +141,11 @@ int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
     return version;
 }
 
-static const char *result_name(const pycoll_vendor_t *v, int r)
+/* The names table may have gaps (HCCL numbers HCCL_E_IN_STATUS 1041): an entry left NULL is unknown. */
+const char *vendor_result_name(const pycoll_vendor_t *v, int r)
 {
-    return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
+    const char *name = r >= 0 && r < v->num_result_names ? v->result_names[r] : NULL;
+    return name ? name : "a result this pycoll does not know";
 }
 
 /* How long a teardown call (destroy, abort) may take before it is left to run on alone: the communicator's
@@ -219,7 +235,7 @@ static void release_bounded(pycoll_vendor_comm_t *c, int (*fn)(void *comm))
 
 /* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
  * releases the peers' links, so their waits fail too). */
-static void abort_now(pycoll_vendor_comm_t *c)
+void vendor_abort_now(pycoll_vendor_comm_t *c)
 {
     if (c->comm)
         release_bounded(c, c->v->abort);
@@ -234,9 +250,9 @@ pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, in
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
     pycoll_status_t st = pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s",
-                                         v->name, what, v->error_string(r), result_name(v, r), v->code_label, r,
-                                         last && *last ? ": " : "", last ? last : "");
-    abort_now(c);
+                                         v->name, what, v->error_string(r), vendor_result_name(v, r), v->code_label,
+                                         r, last && *last ? ": " : "", last ? last : "");
+    vendor_abort_now(c);
     return st;
 }
 
@@ -253,14 +269,14 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
                                    vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
-                                   result_name(v, r), v->code_label, r);
+                                   vendor_result_name(v, r), v->code_label, r);
     return PYCOLL_OK;
 }
 
 /* Abort on the deadline: it stops the device work waiting for a peer that will never come. */
 static pycoll_status_t abort_on_deadline(pycoll_vendor_comm_t *c, const char *what)
 {
-    abort_now(c);
+    vendor_abort_now(c);
     return pycoll_p2p_fail(&c->state, PYCOLL_ERR_TIMEOUT, -1,
                            "%s: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
                            "the communicator was %s",
@@ -340,7 +356,8 @@ pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, 
     const pycoll_vendor_t *v = c->v;
     if (r != 0 && r != v->in_progress && v->refused && v->refused(r))
         return vendor_reject(c, v->status_of(r), "%s: %s refused the call: %s (%s, %s %d); the communicator is "
-                             "still usable", v->name, what, v->error_string(r), result_name(v, r), v->code_label, r);
+                             "still usable", v->name, what, v->error_string(r), vendor_result_name(v, r),
+                             v->code_label, r);
     if (r != 0 && r != v->in_progress)
         return vendor_fail_result(c, what, r);
     pycoll_status_t st = wait_ready(c, what, deadline);

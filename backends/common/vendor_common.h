@@ -16,8 +16,12 @@
  * broadcast_slot: where the vendor's Broadcast goes (NCCL's takes a send and a receive buffer, so its goes
  * to an adapter). */
 #define VENDOR_SHARED_SYMBOLS(prefix, V, broadcast_slot)                                                   \
-    {PYCOLL_VENDOR_CALL_NONE, prefix "CommDestroy", VENDOR_SLOT(V.destroy)},                                 \
-        {PYCOLL_VENDOR_CALL_NONE, prefix "GetErrorString", VENDOR_SLOT(V.error_string)},                     \
+    {PYCOLL_VENDOR_CALL_NONE, prefix "GetErrorString", VENDOR_SLOT(V.error_string)},                         \
+        VENDOR_COLLECTIVE_SYMBOLS(prefix, V, V.destroy, broadcast_slot)
+/* The same without the error string (optional in HCCL: a weak symbol older CANN lacks); destroy_slot: where
+ * the vendor's CommDestroy goes (HCCL's to an adapter that first sets the thread's ACL context). */
+#define VENDOR_COLLECTIVE_SYMBOLS(prefix, V, destroy_slot, broadcast_slot)                                  \
+    {PYCOLL_VENDOR_CALL_NONE, prefix "CommDestroy", VENDOR_SLOT(destroy_slot)},                              \
         {PYCOLL_VENDOR_CALL_ALL_REDUCE, prefix "AllReduce", VENDOR_SLOT(V.all_reduce)},                      \
         {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, prefix "ReduceScatter", VENDOR_SLOT(V.reduce_scatter)},          \
         {PYCOLL_VENDOR_CALL_ALL_GATHER, prefix "AllGather", VENDOR_SLOT(V.all_gather)},                      \
@@ -50,6 +54,12 @@ struct pycoll_vendor_comm {
     int guarded_memory;
 };
 
+/* The address of `name` in the loaded library lib, or NULL: for a symbol some versions of a library lack (a
+ * weak symbol of older CANN), looked up after loading instead of being required by it. */
+void (*vendor_optional_symbol(const pycoll_vendor_library_t *lib, const char *name))(void);
+/* Stops the vendor's communicator now, also mid-collective, on a thread of its own bounded by the timeout (at
+ * most 5 s; past it the call is left to finish alone and c->abandoned is set). */
+void vendor_abort_now(pycoll_vendor_comm_t *c);
 /* dlopen path into lib and resolve every symbol into its slot (nothing when lib is already loaded); one lock for
  * every library pycoll loads at run time. */
 pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *path, char *error, size_t error_len);
@@ -60,6 +70,8 @@ struct pycoll_memory_kernels;
 const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, char *why,
                                                       size_t why_len);
 
+/* The name of the vendor's result r ("ncclRemoteError"), for messages. */
+const char *vendor_result_name(const pycoll_vendor_t *v, int r);
 /* The vendor's name of a call, for messages: the symbol that serves it. */
 const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);
 /* Breaks the communicator with a failed call's result, named and explained. */

@@ -27,6 +27,10 @@ static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *he
     const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
     const char *recv = vendor_call_name(v, PYCOLL_VENDOR_CALL_RECV);
     int r = v->group_start();
+    if (r != 0 && v->refused && v->refused(r)) /* nothing issued (HCCL without HcclBatchSendRecv) */
+        return vendor_reject(c, v->status_of(r), "%s: %s refused the group: %s (%s, %s %d); the communicator is "
+                             "still usable", v->name, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START),
+                             v->error_string(r), vendor_result_name(v, r), v->code_label, r);
     if (r != 0)
         return vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);
     int sends = 0, recvs = 0;
@@ -50,6 +54,8 @@ static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *he
         return vendor_fail_result(c, failed, r);
     char both[96];
     snprintf(both, sizeof both, "%s/%s", send, recv);
+    if (strcmp(send, recv) == 0) /* one call serves both (HcclBatchSendRecv) */
+        snprintf(both, sizeof both, "%s", send);
     return vendor_finish(c, sends && recvs ? both : sends ? send : recv, end, stream, deadline);
 }
 
@@ -87,6 +93,8 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
         st = check_peer(c, "receive", recv_peer);
     if (st != PYCOLL_OK || (send_peer == -1 && recv_peer == -1))
         return st;
+    if (!stream)
+        stream = c->own_stream; /* the caller gave none: the communicator's own, if it has one */
     int64_t size = (int64_t)pycoll_dtype_size(dtype);
     pycoll_request_t recv = {.buf = recvbuf, .nbytes = recv_count * size, .peer = recv_peer};
     pycoll_request_t send = {.buf = (void *)sendbuf, .nbytes = send_count * size, .peer = send_peer, .is_send = 1,
@@ -173,16 +181,14 @@ static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     return st;
 }
 
-/* The peers learn of it through the vendor: aborting the communicator fails their pending calls. */
+/* The peers learn of it through the vendor: aborting the communicator fails their pending calls. Bounded as
+ * every teardown is (vendor_abort_now): HCCL's abort is its destroy, which behind a task stuck on a dead peer
+ * never returns. */
 static void p2p_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
 {
     (void)why;
     (void)message;
-    pycoll_vendor_comm_t *c = comm_of(p2p);
-    if (c->comm) {
-        c->v->abort(c->comm);
-        c->comm = NULL;
-    }
+    vendor_abort_now(comm_of(p2p));
 }
 
 /* Nothing to free: the vendor communicator outlives its pycoll communicator (pycoll_vendor_comm_destroy frees
@@ -199,6 +205,8 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
 {
     if (check_send_recv(c) != PYCOLL_OK)
         return NULL;
+    if (!stream)
+        stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
     /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h): NULL, the host
      * table, for memory the host reaches; device memory needs its device's table. */
     const pycoll_memory_kernels_t *kernels = NULL;
@@ -229,5 +237,7 @@ pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
 {
     if (c->state.status != PYCOLL_OK)
         return c->state.status;
+    if (!stream)
+        stream = c->own_stream; /* where pycoll_vendor_comm_p2p put the transport's groups */
     return vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
 }
