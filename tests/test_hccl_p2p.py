@@ -6,12 +6,21 @@ libhccl (tests/fakes/fake_hccl.c) in real processes. Its "NPU" memory is host me
 guarded test memory table (PYCOLL_TEST_GUARDED_MEMORY) stands in for a device kernel table on."""
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes.vendor_harness import (
+    buffer,
+    fake_library_env,
+    job_env,
+    make_engine,
+    run_injected,
+    run_ranks_ok,
+    vendor_fixtures,
+)
 
-from fakes.vendor_harness import (buffer, fake_library_env, job_env, make_engine, run_injected, run_ranks_ok,
-                                  vendor_fixtures)
+from pycoll.errors import PycollError
 
 FLOAT32 = 6
 SUM = 0
@@ -42,7 +51,7 @@ def test_send_recv_is_one_batch_that_progresses_together(env):
                         timeout=50)
     np.testing.assert_array_equal(outs[0], np.full(count, 2, np.float32))
     np.testing.assert_array_equal(outs[1], np.full(count, 1, np.float32))
-    log = open(env["FAKE_COLL_LOG"]).read()
+    log = Path(env["FAKE_COLL_LOG"]).read_text()
     assert "HcclBatchSendRecv rank=0 items=2" in log
 
 
@@ -89,7 +98,7 @@ def _refused_rank(rank, world):
     result = None
     try:
         engine._comm("auto").own("all_reduce", _ptr(x), _ptr(x), 8, FLOAT32, SUM, -1, 0, "ring", "compensated")
-    except Exception as exc:
+    except PycollError as exc:
         result = type(exc).__name__, str(exc)
     engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")  # still usable
     engine.close()
@@ -109,7 +118,7 @@ def test_newer_hccl_results_are_named(env, code, name, error):
 def test_teardown_threads_set_the_acl_context(env):
     """The bounded destroy runs on a thread of its own, which first sets the communicator's ACL context."""
     run_ranks_ok(_close_rank, 2, env, timeout=50)
-    log = open(env["FAKE_COLL_LOG"]).read()
+    log = Path(env["FAKE_COLL_LOG"]).read_text()
     assert "without an ACL context" not in log, log
     assert log.count("aclrtSetCurrentContext primary") == 2, log
     assert log.count("HcclCommDestroy rank=") == 2, log
@@ -137,7 +146,7 @@ def _old_cann_rank(rank, world):
     try:
         engine._comm("auto").send_recv(_ptr(x), 4, 1 - rank, _ptr(got), 4, 1 - rank, FLOAT32, 0)
         refused = None
-    except Exception as exc:
+    except PycollError as exc:
         refused = type(exc).__name__, str(exc)
     engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")  # still usable
     engine.close()
