@@ -4,6 +4,7 @@
 #ifndef PYCOLL_BACKENDS_VENDOR_COMMON_H
 #define PYCOLL_BACKENDS_VENDOR_COMMON_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "pycoll/vendor.h"
@@ -49,6 +50,15 @@ struct pycoll_vendor_comm {
     size_t reduce_scratch_bytes;
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
+    /* Every call on the communicator holds lock (recursive: a transport wait inside a call takes it again), and
+     * so does its watchdog (vendor_async.c) while it looks at the pending works, so an abort never runs under a
+     * call. */
+    pthread_mutex_t lock;
+    int async;                    /* pycoll_vendor_comm_set_async: collectives return once enqueued */
+    struct pycoll_vendor_work *pending, *last_work; /* the watchdog's list (oldest first); the last enqueued */
+    pthread_t watchdog;
+    int watchdog_started, watchdog_stop;
+    pthread_cond_t watchdog_wake;  /* new work, or stop */
     /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's
      * counting, guarding host table (native/transport/guarded_memory.c) instead of a device one (the fake libraries' device memory is host memory). */
     int guarded_memory;
@@ -84,7 +94,21 @@ pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
 pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo);
 /* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
- * deadline (then abort). */
+ * deadline (then abort); in async mode, once enqueued, hand it to the watchdog (vendor_enqueued) instead. */
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
+/* The deadline passed on `what`: abort, and the Timeout error recorded. */
+pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what);
+/* The vendor's asynchronous state: 1 in *in_progress while still in progress; an error it recorded breaks (and
+ * aborts) the communicator. */
+pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress);
+
+/* vendor_async.c. The lock every call holds (vendor_comm_lock/unlock); the work of a call enqueued in async
+ * mode: an event recorded on stream after it, watched until the deadline; stopping the watchdog (before
+ * teardown) fails what is still pending with `why`. */
+void vendor_comm_lock_init(pycoll_vendor_comm_t *c);
+void vendor_comm_lock(pycoll_vendor_comm_t *c);
+void vendor_comm_unlock(pycoll_vendor_comm_t *c);
+pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline);
+void vendor_watchdog_stop(pycoll_vendor_comm_t *c);
 
 #endif

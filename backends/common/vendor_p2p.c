@@ -20,8 +20,22 @@ static int accepted(const pycoll_vendor_t *v, int r)
 /* Issue the requests of the list `head` in one group on `stream`, each of nbytes / elem_size elements of the
  * vendor's dtype vd, and wait for them until deadline. The deadline message names the calls made; a failed
  * call names itself. */
+static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
+                                          int64_t elem_size, void *stream, int64_t deadline);
+
+/* Under the communicator's lock (vendor_async.c: its watchdog may abort it). */
 static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd, int64_t elem_size,
                                    void *stream, int64_t deadline)
+{
+    vendor_comm_lock(c);
+    pycoll_status_t st = c->state.status != PYCOLL_OK ? c->state.status
+                                                      : issue_group_locked(c, head, vd, elem_size, stream, deadline);
+    vendor_comm_unlock(c);
+    return st;
+}
+
+static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
+                                          int64_t elem_size, void *stream, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
@@ -188,7 +202,10 @@ static void p2p_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
 {
     (void)why;
     (void)message;
-    vendor_abort_now(comm_of(p2p));
+    pycoll_vendor_comm_t *c = comm_of(p2p);
+    vendor_comm_lock(c);
+    vendor_abort_now(c);
+    vendor_comm_unlock(c);
 }
 
 /* Nothing to free: the vendor communicator outlives its pycoll communicator (pycoll_vendor_comm_destroy frees
@@ -239,5 +256,8 @@ pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
         return c->state.status;
     if (!stream)
         stream = c->own_stream; /* where pycoll_vendor_comm_p2p put the transport's groups */
-    return vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
+    vendor_comm_lock(c);
+    pycoll_status_t st = vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
+    vendor_comm_unlock(c);
+    return st;
 }

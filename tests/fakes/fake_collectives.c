@@ -49,6 +49,25 @@ static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 /* idle_ns: when the stream's last work completed (0: not since it was last looked at). */
 static struct { void *stream; int pending; long long idle_ns; } streams[MAX_STREAMS];
 
+/* Per stream, never recycled: how much work was ever queued on it and how much has completed, which is what
+ * an event recorded on it compares (fake_stream_mark, fake_stream_reached). */
+#define MAX_MARKED 256
+static struct { void *stream; int used; long long queued, completed; } marks[MAX_MARKED];
+
+static int mark_slot(void *stream)
+{
+    for (int i = 0; i < MAX_MARKED; i++)
+        if (marks[i].used && marks[i].stream == stream)
+            return i;
+    for (int i = 0; i < MAX_MARKED; i++)
+        if (!marks[i].used) {
+            marks[i].used = 1;
+            marks[i].stream = stream;
+            return i;
+        }
+    return -1;
+}
+
 static long long now_ns(void)
 {
     struct timespec ts;
@@ -59,6 +78,13 @@ static long long now_ns(void)
 static void stream_add(void *stream, int delta)
 {
     pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    if (m >= 0) {
+        if (delta > 0)
+            marks[m].queued += delta;
+        else
+            marks[m].completed -= delta;
+    }
     int free_slot = -1;
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (streams[i].pending && streams[i].stream == stream) {
@@ -100,6 +126,24 @@ long long fake_stream_idle_for_ns(void *stream)
         }
     pthread_mutex_unlock(&streams_lock);
     return idle;
+}
+
+long long fake_stream_mark(void *stream)
+{
+    pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    long long queued = m >= 0 ? marks[m].queued : 0;
+    pthread_mutex_unlock(&streams_lock);
+    return queued;
+}
+
+int fake_stream_reached(void *stream, long long mark)
+{
+    pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    int reached = m < 0 || marks[m].completed >= mark;
+    pthread_mutex_unlock(&streams_lock);
+    return reached;
 }
 
 int fake_any_stream_busy(void)
@@ -551,6 +595,9 @@ static void *worker(void *arg)
         fake_job_t *j = c->head;
         pthread_mutex_unlock(&c->lock);
         int failed = j->async_error;
+        const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
+        if (failed && kernel_us) /* it runs that long before it hits the failure */
+            usleep((useconds_t)atoi(kernel_us));
         if (!failed && j->kind == FAKE_GROUP)
             failed = run_group(c, j);
         else if (!failed)
@@ -564,7 +611,6 @@ static void *worker(void *arg)
                 pthread_cond_wait(&c->cond, &c->lock);
             break;
         } else {
-            const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
             if (kernel_us && j->kind != FAKE_BARRIER)
                 usleep((useconds_t)atoi(kernel_us));
         }

@@ -43,6 +43,10 @@ int fake_stream_busy(void *stream);
 /* How long ago `stream`'s last work completed, once per completion (0: busy, or already asked): how late the
  * caller noticed. */
 long long fake_stream_idle_for_ns(void *stream);
+/* An event: the amount of work ever queued on `stream` now, and whether that much has completed since (work
+ * on a stream completes in order). */
+long long fake_stream_mark(void *stream);
+int fake_stream_reached(void *stream, long long mark);
 /* 1 while any stream has queued work (what a device-wide synchronisation, cudaFree, waits for). */
 int fake_any_stream_busy(void);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */

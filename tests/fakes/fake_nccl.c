@@ -343,6 +343,34 @@ EXPORT int cudaStreamQuery(void *stream)
     return 0;
 }
 
+/* Events: complete once the work queued on their stream before cudaEventRecord has (cudaErrorNotReady, 600,
+ * before). "cudaEventRecord" is logged, so a test can see that a call enqueued instead of waiting. */
+EXPORT int cudaEventCreateWithFlags(fake_event_t **event, unsigned flags)
+{
+    (void)flags;
+    *event = calloc(1, sizeof **event);
+    return *event ? 0 : 2;
+}
+
+EXPORT int cudaEventRecord(fake_event_t *event, void *stream)
+{
+    event->stream = stream;
+    event->mark = fake_stream_mark(stream);
+    fake_log("cudaEventRecord stream=%#lx", (unsigned long)(uintptr_t)stream);
+    return 0;
+}
+
+EXPORT int cudaEventQuery(fake_event_t *event)
+{
+    return fake_stream_reached(event->stream, event->mark) ? 0 : 600;
+}
+
+EXPORT int cudaEventDestroy(fake_event_t *event)
+{
+    free(event);
+    return 0;
+}
+
 EXPORT int cudaMalloc(void **ptr, size_t size)
 {
     *ptr = malloc(size);

@@ -32,6 +32,12 @@ typedef struct fake_vendor {
     int invalid_argument;
 } fake_vendor_t;
 
+/* An event of the vendor's runtime (cudaEvent_t, aclrtEvent): the stream and its mark when last recorded. */
+typedef struct fake_event {
+    void *stream;
+    long long mark;
+} fake_event_t;
+
 /* A communicator joining the rendezvous on id in the background; mismatch: the vendor's code for a receive
  * whose count differs from its send's. */
 fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks, int mismatch);
