@@ -11,21 +11,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes.vendor_harness import buffer, make_engine, run_ranks_ok, vendor_fixtures
+from fakes.vendor_harness import (
+    buffer,
+    fakes_fixture,
+    job_env,
+    make_engine,
+    run_ranks_ok,
+    vendor_fixtures,
+)
 
 from pycoll.errors import PeerFailure, Timeout
 from pycoll.work import CompletedHandle
 
 SUM = 0
 fake_env, env = vendor_fixtures("nccl")
+fakes = fakes_fixture()
 
 
 def _threads():
     return len(os.listdir("/proc/self/task"))
 
 
-def _returns_before_completion(rank, world):
-    engine = make_engine("nccl", rank, world, 10.0)
+def _returns_before_completion(vendor, rank, world):
+    engine = make_engine(vendor, rank, world, 10.0)
     x = np.full(1000, rank + 1.0, np.float32)
     engine.all_reduce(buffer(x), buffer(x), SUM, "auto", "fast")  # warm: the communicator exists
     x[:] = rank + 1.0
@@ -42,10 +50,12 @@ def _returns_before_completion(rank, world):
 
 
 @pytest.mark.timeout(60)
-def test_async_op_returns_once_enqueued_and_the_watchdog_completes_it(env):
+@pytest.mark.parametrize("vendor", ["nccl", "hccl"])
+def test_async_op_returns_once_enqueued_and_the_watchdog_completes_it(fakes, tmp_path, vendor):
     kernel_s = 0.4
-    outs = run_ranks_ok(_returns_before_completion, 2, dict(env, FAKE_KERNEL_US=str(int(kernel_s * 1e6))),
-                        timeout=50)
+    env = job_env(fakes(vendor), tmp_path)
+    outs = run_ranks_ok(functools.partial(_returns_before_completion, vendor), 2,
+                        dict(env, FAKE_KERNEL_US=str(int(kernel_s * 1e6))), timeout=50)
     for returned, pending, finished, errors, more_threads, x in outs:
         assert returned < kernel_s, returned  # three calls enqueued in less than one kernel's time
         assert pending == [True, True, True]
@@ -53,7 +63,7 @@ def test_async_op_returns_once_enqueued_and_the_watchdog_completes_it(env):
         assert more_threads <= 1, more_threads  # one watchdog per communicator, not a thread per call
         np.testing.assert_array_equal(x, np.full(1000, 3.0 * 4, np.float32))  # (1 + 2) doubled twice
     log = Path(env["FAKE_COLL_LOG"]).read_text()
-    assert log.count("cudaEventRecord") >= 6
+    assert log.count({"nccl": "cudaEventRecord", "hccl": "aclrtRecordEvent"}[vendor]) >= 6
 
 
 def _peer_failure(rank, world):

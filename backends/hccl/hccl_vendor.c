@@ -56,6 +56,49 @@ static int async_error(void *comm, int *error)
     return hccl_async_error(comm, error);
 }
 
+/* ---- events, for collectives that return once enqueued (vendor_async.c) ---- */
+
+/* AscendCL's events (acl_rt.h): looked up after loading like the optional HCCL symbols, so a runtime without
+ * them leaves every call completing before it returns (event_create fails: vendor_async.c completes it now). */
+static int (*acl_create_event)(void **event);
+static int (*acl_record_event)(void *event, void *stream);
+static int (*acl_query_event_status)(void *event, int *status); /* aclrtEventRecordedStatus: 1 complete */
+static int (*acl_destroy_event)(void *event);
+static pthread_once_t events_once = PTHREAD_ONCE_INIT;
+
+static void resolve_events(void)
+{
+    *(void (**)(void))&acl_create_event = vendor_optional_symbol(&V.libraries[1], "aclrtCreateEvent");
+    *(void (**)(void))&acl_record_event = vendor_optional_symbol(&V.libraries[1], "aclrtRecordEvent");
+    *(void (**)(void))&acl_query_event_status = vendor_optional_symbol(&V.libraries[1], "aclrtQueryEventStatus");
+    *(void (**)(void))&acl_destroy_event = vendor_optional_symbol(&V.libraries[1], "aclrtDestroyEvent");
+}
+
+static int event_create(void **event)
+{
+    pthread_once(&events_once, resolve_events);
+    if (!acl_create_event || !acl_record_event || !acl_query_event_status || !acl_destroy_event)
+        return HCCL_E_NOT_SUPPORT;
+    return acl_create_event(event);
+}
+
+static int event_record(void *event, void *stream)
+{
+    return acl_record_event(event, stream);
+}
+
+static int event_query(void *event)
+{
+    int status = 0;
+    int r = acl_query_event_status(event, &status);
+    return r != PYCOLL_ACL_SUCCESS ? r : status == 1 ? 0 : PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+}
+
+static int event_destroy(void *event)
+{
+    return acl_destroy_event(event);
+}
+
 /* ---- the ACL context of teardown threads ---- */
 
 /* pycoll runs every destroy on a thread of its own (bounded: vendor_comm.c), and an AscendCL call on a thread
@@ -282,5 +325,9 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .refused = refused,
     /* HCCL's reduce may write the receive buffer off the root too (its ring leaves partials there). */
     .reduce_writes_every_rank = 1,
+    .event_create = event_create,
+    .event_record = event_record,
+    .event_query = event_query,
+    .event_destroy = event_destroy,
 };
 #undef V
