@@ -53,6 +53,7 @@ class VendorComm:
             algorithm: str, accuracy: str) -> str: ...
 
 
+@disjoint_base
 class VendorWork:
     @property
     def algorithm(self) -> str | None: ...
