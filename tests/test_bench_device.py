@@ -124,25 +124,26 @@ def test_every_collective_gets_device_arrays_and_checks_their_results(collective
 
 def test_torch_device_timing_is_the_event_span():
     """With torch, --device cuda/npu times each iteration by events recorded around the call."""
-    spans = iter([2.0, 4.0, 6.0])
+    clock = iter([0.0, 1.0, 3.0, 10.0, 14.0, 20.0, 26.0])  # device milliseconds at each event recorded
 
     class Event:
         def __init__(self, enable_timing):
             assert enable_timing
+            self.at = None
 
         def record(self):
-            pass
+            self.at = next(clock)
 
         def synchronize(self):
             pass
 
         def elapsed_time(self, end):
-            return next(spans)  # milliseconds, as torch reports
+            return end.at - self.at
 
     module = types.SimpleNamespace(set_device=lambda i: None, Event=Event)
     torch = types.SimpleNamespace(cuda=module, device=lambda name: name)
     dev = worker.TorchDeviceArrays(torch, "cuda", 0)
     calls = []
     times = dev.time_iterations(lambda: calls.append("run"), lambda: calls.append("barrier"), 1, 3)
-    assert times == [0.002, 0.004, 0.006]
+    assert times == pytest.approx([0.002, 0.004, 0.006])  # (3 - 1), (14 - 10), (26 - 20) ms
     assert calls == ["barrier", "run"] * 4

@@ -30,10 +30,26 @@ class HostArrays:
         return timing.time_iterations(run, barrier, warmup, iters)
 
 
+def event_clock(new_event, elapsed_ms):
+    """A clock reading the device's time: an event recorded on the current stream now, waited for, and its
+    distance from a first one. timing.time_iterations then times each iteration between two events recorded
+    around the call, as nccl-tests times with CUDA events (the wait at the start is on an idle stream, after the
+    barrier)."""
+    base = new_event()
+    base.record()
+
+    def clock():
+        now = new_event()
+        now.record()
+        now.synchronize()
+        return elapsed_ms(base, now) / 1e3
+
+    return clock
+
+
 class TorchDeviceArrays(HostArrays):
     """--device cuda or npu through torch (torch.cuda / torch_npu): arrays on the device LOCAL_RANK names (the
-    launcher's rank on this host), timed with the device's events on its current stream, as nccl-tests times
-    with CUDA events: the span between an event recorded before the call and one after it."""
+    launcher's rank on this host), timed by the device's events."""
 
     def __init__(self, torch, kind, index):
         self.torch, self.name = torch, kind
@@ -48,19 +64,8 @@ class TorchDeviceArrays(HostArrays):
         return a.cpu().numpy() if hasattr(a, "cpu") else np.asarray(a)
 
     def time_iterations(self, run, barrier, warmup, iters):
-        for _ in range(warmup):
-            barrier()
-            run()
-        times = []
-        for _ in range(iters):
-            barrier()
-            start, end = self.module.Event(enable_timing=True), self.module.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)  # milliseconds
-        return times
+        clock = event_clock(lambda: self.module.Event(enable_timing=True), lambda a, b: a.elapsed_time(b))
+        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
 
 
 class CupyArrays(HostArrays):
@@ -79,19 +84,8 @@ class CupyArrays(HostArrays):
         return self.cupy.asnumpy(a)
 
     def time_iterations(self, run, barrier, warmup, iters):
-        for _ in range(warmup):
-            barrier()
-            run()
-        times = []
-        for _ in range(iters):
-            barrier()
-            start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(self.cupy.cuda.get_elapsed_time(start, end) / 1e3)
-        return times
+        clock = event_clock(self.cupy.cuda.Event, self.cupy.cuda.get_elapsed_time)
+        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
 
 
 def _local_rank() -> int:

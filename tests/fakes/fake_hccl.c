@@ -290,21 +290,19 @@ EXPORT int aclrtDestroyStream(void *stream)
 /* Events: complete once the work queued on their stream before aclrtRecordEvent has. */
 EXPORT int aclrtCreateEvent(fake_event_t **event)
 {
-    *event = calloc(1, sizeof **event);
+    *event = fake_event_new();
     return *event ? 0 : 207001;
 }
 
 EXPORT int aclrtRecordEvent(fake_event_t *event, void *stream)
 {
-    event->stream = stream;
-    event->mark = fake_stream_mark(stream);
-    fake_log("aclrtRecordEvent stream=%#lx", (unsigned long)(uintptr_t)stream);
+    fake_event_record(event, stream, "aclrtRecordEvent");
     return 0;
 }
 
 EXPORT int aclrtQueryEventStatus(fake_event_t *event, int *status)
 {
-    *status = fake_stream_reached(event->stream, event->mark) ? 1 : 0; /* ACL_EVENT_RECORDED_STATUS_COMPLETE */
+    *status = fake_event_done(event); /* 1: ACL_EVENT_RECORDED_STATUS_COMPLETE */
     return 0;
 }
 

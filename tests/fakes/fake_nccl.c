@@ -348,21 +348,19 @@ EXPORT int cudaStreamQuery(void *stream)
 EXPORT int cudaEventCreateWithFlags(fake_event_t **event, unsigned flags)
 {
     (void)flags;
-    *event = calloc(1, sizeof **event);
+    *event = fake_event_new();
     return *event ? 0 : 2;
 }
 
 EXPORT int cudaEventRecord(fake_event_t *event, void *stream)
 {
-    event->stream = stream;
-    event->mark = fake_stream_mark(stream);
-    fake_log("cudaEventRecord stream=%#lx", (unsigned long)(uintptr_t)stream);
+    fake_event_record(event, stream, "cudaEventRecord");
     return 0;
 }
 
 EXPORT int cudaEventQuery(fake_event_t *event)
 {
-    return fake_stream_reached(event->stream, event->mark) ? 0 : 600;
+    return fake_event_done(event) ? 0 : 600;
 }
 
 EXPORT int cudaEventDestroy(fake_event_t *event)

@@ -50,6 +50,23 @@ int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, c
     return 0;
 }
 
+fake_event_t *fake_event_new(void)
+{
+    return calloc(1, sizeof(fake_event_t));
+}
+
+void fake_event_record(fake_event_t *e, void *stream, const char *call)
+{
+    e->stream = stream;
+    e->mark = fake_stream_mark(stream);
+    fake_log("%s stream=%#lx", call, (unsigned long)(uintptr_t)stream);
+}
+
+int fake_event_done(const fake_event_t *e)
+{
+    return fake_stream_reached(e->stream, e->mark);
+}
+
 int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what)
 {
     const char *limit = getenv("FAKE_DEADLOCK_S");

@@ -38,6 +38,12 @@ typedef struct fake_event {
     long long mark;
 } fake_event_t;
 
+/* A new event (NULL without memory); recorded: it completes once the work queued on `stream` now has (logged
+ * as "<call> stream=..."); 1 once complete. */
+fake_event_t *fake_event_new(void);
+void fake_event_record(fake_event_t *e, void *stream, const char *call);
+int fake_event_done(const fake_event_t *e);
+
 /* A communicator joining the rendezvous on id in the background; mismatch: the vendor's code for a receive
  * whose count differs from its send's. */
 fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks, int mismatch);
