@@ -2,9 +2,8 @@
 
 The collective itself runs on the communicator's progress thread in C (native/comm/progress.c); a Work wraps
 the engine's handle (NativeWork for the host backends; a VendorWork for the vendor backends' enqueued
-collectives; CompletedHandle for engines that run the collective at
-call time) and adds what Python needs: the result, references to the arrays until the collective completes,
-and done-callbacks.
+collectives; CompletedHandle for engines that run the collective at call time) and adds what Python needs: the
+result, references to the arrays until the collective completes, and done-callbacks.
 
 When callbacks run: the progress thread never runs Python, so a callback runs in the Python thread that first
 sees the Work complete -- in wait(), is_completed(), exception() or wait_all() -- or at once, in
