@@ -6,6 +6,7 @@ libhccl (tests/fakes/fake_hccl.c) in real processes. Its "NPU" memory is host me
 guarded test memory table (PYCOLL_TEST_GUARDED_MEMORY) stands in for a device kernel table on."""
 
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +169,32 @@ def test_older_cann_error_message_without_hccl_get_error_string(old_cann_env, tm
     exc_name, message = run_injected("hccl", job_env(old_cann_env, tmp_path), "HcclAllReduce=4")
     assert exc_name == "PycollError", message
     assert "(this CANN has no HcclGetErrorString) (HCCL_E_INTERNAL, HcclResult 4)" in message, message
+
+
+def _abort_behind_a_stuck_task(rank, world):
+    """Rank 1 never joins the collective, so rank 0's enqueued all_reduce is a task that never finishes; then a
+    schedule of pycoll's own is refused (no HcclBatchSendRecv in this CANN) and pycoll aborts the transport:
+    HCCL's abort is its destroy, which waits behind that task. It must return within the timeout."""
+    engine = make_engine("hccl", rank, world, 2.0)
+    if rank == 1:
+        return None
+    x = np.ones(8, np.float32)
+    handle = engine.start("all_reduce", buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")
+    started = time.monotonic()
+    try:
+        engine._comm("auto").own("all_reduce", _ptr(x), _ptr(x), 8, FLOAT32, SUM, -1, 0, "ring", "compensated")
+        error = None
+    except PycollError as exc:
+        error = str(exc)
+    elapsed = time.monotonic() - started
+    handle.wait(10.0)
+    return error, elapsed
+
+
+@pytest.mark.timeout(60)
+def test_transport_abort_is_bounded_like_every_teardown(old_cann_env, tmp_path):
+    env = dict(job_env(old_cann_env, tmp_path), PYCOLL_TEST_GUARDED_MEMORY="1", FAKE_DEADLOCK_S="8")
+    error, elapsed = run_ranks_ok(_abort_behind_a_stuck_task, 2, env, timeout=50)[0]
+    assert error is not None, error  # the refused group failed the schedule
+    assert elapsed < 5.0, elapsed  # the destroy was left to finish alone after the timeout (2 s), not 8 s
+    assert "HcclCommDestroy begins rank=0" in Path(env["FAKE_COLL_LOG"]).read_text()
