@@ -112,3 +112,19 @@ def test_the_deadline_aborts_the_communicator_and_fails_the_work(env):
     assert timeout - 0.1 < elapsed < timeout + 5.0, elapsed
     assert "did not complete within 1.000 s" in message and "aborted" in message, message
     assert "ncclCommAbort rank=0" in Path(env["FAKE_COLL_LOG"]).read_text()
+
+
+def _close_with_pending_work(rank, world):
+    engine = make_engine("nccl", rank, world, 10.0)
+    x = np.full(4, rank + 1.0, np.float32)
+    handle = engine.start("all_reduce", buffer(x), buffer(x), SUM, "auto", "fast")
+    engine.close()  # before the kernel is done: the work still finishes, and says how
+    return handle.wait(0.0), handle.error(), x
+
+
+@pytest.mark.timeout(60)
+def test_close_lets_pending_work_finish(env):
+    for finished, error, x in run_ranks_ok(_close_with_pending_work, 2, dict(env, FAKE_KERNEL_US="300000"),
+                                           timeout=50):
+        assert finished and error is None, error
+        np.testing.assert_array_equal(x, np.full(4, 3.0, np.float32))

@@ -194,8 +194,14 @@ void vendor_watchdog_stop(pycoll_vendor_comm_t *c)
     if (started)
         pthread_join(c->watchdog, NULL);
     vendor_comm_lock(c);
-    /* Teardown follows: a healthy communicator finishes its queued work first (finalize, destroy), so the works
-     * still pending complete on the device, but nothing will watch them any more. */
+    /* close() after async calls: their works finish first, each still bounded by its deadline (watch_once
+     * aborts there), so a Work waited on after close() reports how its collective ended. */
+    while (watch_once(c)) {
+        vendor_comm_unlock(c);
+        struct timespec ts = {0, POLL_SLEEP_NS};
+        nanosleep(&ts, NULL);
+        vendor_comm_lock(c);
+    }
     fail_pending(c, PYCOLL_ERR_CLOSED, "the communicator was closed before the collective was seen to complete");
     if (c->last_work) {
         work_release(c->last_work);
