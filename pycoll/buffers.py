@@ -175,10 +175,35 @@ def _from_dlpack_cuda(x, name: str) -> Buffer:
     return _from_cuda_array_interface(cupy.from_dlpack(x), name)._replace(owner=x)
 
 
+# AscendCL's aclFormat codes of the base formats, whose memory holds numel() elements in logical order (acl_base.h:
+# NCHW 0, NHWC 1, ND 2, NDHWC 27, NCDHW 30). The others are private formats (NC1HWC0 "5HD" 3, FRACTAL_Z 4,
+# FRACTAL_NZ 29, ...): blocked and padded, so numel() elements from the data pointer are not the tensor's values.
+_NPU_BASE_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 27: "NDHWC", 30: "NCDHW"}
+_NPU_PRIVATE_FORMATS = {3: "NC1HWC0 (5HD)", 4: "FRACTAL_Z", 29: "FRACTAL_NZ", 32: "NDC1HWC0", 33: "FRACTAL_Z_3D"}
+
+
+def _npu_format(t):
+    """t's storage format (aclFormat code) as torch_npu reports it; None where torch_npu is not loaded."""
+    import sys
+
+    torch_npu = sys.modules.get("torch_npu")
+    get = getattr(torch_npu, "get_npu_format", None)
+    return None if get is None else int(get(t))
+
+
 def _from_npu_tensor(t, name: str) -> Buffer:
-    """torch_npu tensors: pointer and dtype through torch's own accessors."""
+    """torch_npu tensors: pointer and dtype through torch's own accessors. A tensor in a private format is
+    refused: its memory is a padded, blocked layout, and a collective over numel() elements from its data
+    pointer would reduce the padding and miss values. torch_npu's own ProcessGroupHCCL casts such tensors to a
+    base format first; pycoll leaves that copy (and the cast back) to the caller, who can keep the cast tensor."""
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
+    fmt = _npu_format(t)
+    if fmt is not None and fmt not in _NPU_BASE_FORMATS:
+        label = _NPU_PRIVATE_FORMATS.get(fmt, "a private format")
+        raise ValueError(f"{name} is an NPU tensor in storage format {label} (aclFormat {fmt}), whose memory is a "
+                         f"padded, blocked layout rather than its {int(t.numel())} elements in order; cast it to a "
+                         f"base format first: {name} = torch_npu.npu_format_cast({name}, 2) (ND)")
     dtype_name = str(t.dtype).replace("torch.", "")
     return Buffer(ptr=int(t.data_ptr()), count=int(t.numel()), dtype=dtype_id(dtype_name, name),
                   itemsize=int(t.element_size()), memory="npu", device_id=int(t.device.index or 0),

@@ -1,9 +1,9 @@
 """pycoll.Work, the handle a collective called with async_op=True returns, and pycoll.wait_all.
 
 The collective itself runs on the communicator's progress thread in C (native/comm/progress.c); a Work wraps
-the engine's handle (NativeWork for the host backends; CompletedHandle for engines that run the collective at
-call time) and adds what Python needs: the result, references to the arrays until the collective completes,
-and done-callbacks.
+the engine's handle (NativeWork for the host backends; a VendorWork for the vendor backends' enqueued
+collectives; CompletedHandle for engines that run the collective at call time) and adds what Python needs: the
+result, references to the arrays until the collective completes, and done-callbacks.
 
 When callbacks run: the progress thread never runs Python, so a callback runs in the Python thread that first
 sees the Work complete -- in wait(), is_completed(), exception() or wait_all() -- or at once, in
@@ -24,7 +24,7 @@ log = logging.getLogger("pycoll")
 
 class CompletedHandle:
     """The handle of a collective that already ran (or failed) when it was called: what engines without a
-    progress thread (the vendor backends) return for async_op=True."""
+    progress thread return for async_op=True (the vendor backends, for what they run at call time)."""
 
     def __init__(self, algorithm=None, error=None):
         self.algorithm = algorithm

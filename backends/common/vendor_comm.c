@@ -66,6 +66,9 @@ const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call
         for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
             if (v->libraries[i].symbols[j].call == call)
                 return v->libraries[i].symbols[j].name;
+    /* HCCL's point-to-point is looked up after loading (older CANN lacks it), and one call serves the group. */
+    if (v == &pycoll_hccl_vendor && call >= PYCOLL_VENDOR_CALL_SEND && call <= PYCOLL_VENDOR_CALL_GROUP_END)
+        return "HcclBatchSendRecv";
     return "a vendor call";
 }
 
@@ -118,6 +121,17 @@ pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *pa
     return st;
 }
 
+void (*vendor_optional_symbol(const pycoll_vendor_library_t *lib, const char *name))(void)
+{
+    pthread_mutex_lock(&load_lock);
+    void *h = lib->handle;
+    pthread_mutex_unlock(&load_lock);
+    void (*fn)(void) = NULL;
+    if (h)
+        *(void **)&fn = dlsym(h, name); /* POSIX: a function's address fits a void * */
+    return fn;
+}
+
 int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
 {
     char unused[1];
@@ -127,9 +141,11 @@ int32_t pycoll_vendor_library_version(const pycoll_vendor_t *v)
     return version;
 }
 
-static const char *result_name(const pycoll_vendor_t *v, int r)
+/* The names table may have gaps (HCCL numbers HCCL_E_IN_STATUS 1041): an entry left NULL is unknown. */
+const char *vendor_result_name(const pycoll_vendor_t *v, int r)
 {
-    return r >= 0 && r < v->num_result_names ? v->result_names[r] : "a result this pycoll does not know";
+    const char *name = r >= 0 && r < v->num_result_names ? v->result_names[r] : NULL;
+    return name ? name : "a result this pycoll does not know";
 }
 
 /* How long a teardown call (destroy, abort) may take before it is left to run on alone: the communicator's
@@ -219,7 +235,7 @@ static void release_bounded(pycoll_vendor_comm_t *c, int (*fn)(void *comm))
 
 /* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
  * releases the peers' links, so their waits fail too). */
-static void abort_now(pycoll_vendor_comm_t *c)
+void vendor_abort_now(pycoll_vendor_comm_t *c)
 {
     if (c->comm)
         release_bounded(c, c->v->abort);
@@ -234,9 +250,9 @@ pycoll_status_t vendor_fail_result(pycoll_vendor_comm_t *c, const char *what, in
     const pycoll_vendor_t *v = c->v;
     const char *last = c->comm && v->last_error ? v->last_error(c->comm) : NULL;
     pycoll_status_t st = pycoll_p2p_fail(&c->state, v->status_of(r), -1, "%s: %s failed: %s (%s, %s %d)%s%s",
-                                         v->name, what, v->error_string(r), result_name(v, r), v->code_label, r,
-                                         last && *last ? ": " : "", last ? last : "");
-    abort_now(c);
+                                         v->name, what, v->error_string(r), vendor_result_name(v, r), v->code_label,
+                                         r, last && *last ? ": " : "", last ? last : "");
+    vendor_abort_now(c);
     return st;
 }
 
@@ -253,14 +269,14 @@ pycoll_status_t pycoll_vendor_unique_id(const pycoll_vendor_t *v, void *id, int6
     if (r != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "%s: %s failed: %s (%s, %s %d)", v->name,
                                    vendor_call_name(v, PYCOLL_VENDOR_CALL_UNIQUE_ID), v->error_string(r),
-                                   result_name(v, r), v->code_label, r);
+                                   vendor_result_name(v, r), v->code_label, r);
     return PYCOLL_OK;
 }
 
 /* Abort on the deadline: it stops the device work waiting for a peer that will never come. */
-static pycoll_status_t abort_on_deadline(pycoll_vendor_comm_t *c, const char *what)
+pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what)
 {
-    abort_now(c);
+    vendor_abort_now(c);
     return pycoll_p2p_fail(&c->state, PYCOLL_ERR_TIMEOUT, -1,
                            "%s: %s did not complete within %.3f s on rank %d of %d (a peer may be dead or behind); "
                            "the communicator was %s",
@@ -285,7 +301,7 @@ static void poll_pause(int64_t started_ns)
 
 /* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded (which
  * aborts the communicator at once: vendor_fail_result). */
-static pycoll_status_t poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
+pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
 {
     int state = 0;
     int r = c->v->async_error(c->comm, &state);
@@ -304,11 +320,11 @@ static pycoll_status_t wait_ready(pycoll_vendor_comm_t *c, const char *what, int
         return PYCOLL_OK;
     for (int64_t started = pycoll_now_ns();; poll_pause(started)) {
         int busy = 0;
-        pycoll_status_t st = poll_async(c, what, &busy);
+        pycoll_status_t st = vendor_poll_async(c, what, &busy);
         if (st != PYCOLL_OK || !busy)
             return st;
         if (pycoll_now_ns() >= deadline_ns)
-            return abort_on_deadline(c, what);
+            return vendor_abort_on_deadline(c, what);
     }
 }
 
@@ -321,7 +337,7 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
         int32_t slice_ms = left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? (int32_t)left_ms : STREAM_SLICE_MS;
         int code = v->stream_wait(stream, slice_ms);
         int busy = 0;
-        pycoll_status_t st = poll_async(c, what, &busy);
+        pycoll_status_t st = vendor_poll_async(c, what, &busy);
         if (st != PYCOLL_OK)
             return st;
         if (code == 0)
@@ -331,20 +347,38 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
                                    vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
                                    v->runtime_error ? v->runtime_error(code) : "runtime error", code);
         if (pycoll_now_ns() >= deadline_ns)
-            return abort_on_deadline(c, what);
+            return vendor_abort_on_deadline(c, what);
     }
 }
 
-pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
+/* The vendor's answer to call `what`: a refusal (the communicator stays usable), a failure (it breaks), or
+ * accepted -- then waited for until it has left "in progress" (enqueued). */
+static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     if (r != 0 && r != v->in_progress && v->refused && v->refused(r))
         return vendor_reject(c, v->status_of(r), "%s: %s refused the call: %s (%s, %s %d); the communicator is "
-                             "still usable", v->name, what, v->error_string(r), result_name(v, r), v->code_label, r);
+                             "still usable", v->name, what, v->error_string(r), vendor_result_name(v, r),
+                             v->code_label, r);
     if (r != 0 && r != v->in_progress)
         return vendor_fail_result(c, what, r);
-    pycoll_status_t st = wait_ready(c, what, deadline);
+    return wait_ready(c, what, deadline);
+}
+
+pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
+{
+    pycoll_status_t st = accepted_call(c, what, r, deadline);
     return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
+}
+
+/* A collective of the vendor's own: in async mode it returns once enqueued, its completion the watchdog's. */
+static pycoll_status_t finish_collective(pycoll_vendor_comm_t *c, const char *what, int r, void *stream,
+                                         int64_t deadline)
+{
+    if (!c->async)
+        return vendor_finish(c, what, r, stream, deadline);
+    pycoll_status_t st = accepted_call(c, what, r, deadline);
+    return st != PYCOLL_OK ? st : vendor_enqueued(c, what, stream, deadline);
 }
 
 static int64_t seconds_to_ns(double s)
@@ -370,6 +404,7 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
         *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "%s: out of memory", v->name);
         return NULL;
     }
+    vendor_comm_lock_init(c);
     c->v = v;
     c->state.rank = rank;
     c->state.size = size;
@@ -420,13 +455,23 @@ static void teardown(pycoll_vendor_comm_t *c)
     release_bounded(c, c->state.status == PYCOLL_OK ? v->destroy : v->abort);
 }
 
+static void comm_free(pycoll_vendor_comm_t *c)
+{
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->watchdog_wake);
+    free(c);
+}
+
 void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
 {
     if (!c)
         return;
+    vendor_watchdog_stop(c); /* first: it may abort the communicator teardown releases */
+    vendor_comm_lock(c);
     teardown(c);
+    vendor_comm_unlock(c);
     if (c->abandoned) { /* the vendor may still use them, and a free would wait behind its stuck work */
-        free(c);
+        comm_free(c);
         return;
     }
     /* Only now: a free synchronises the device, and would wait behind a kernel stuck on a dead peer. */
@@ -436,7 +481,7 @@ void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
         c->v->scratch_free(c->reduce_scratch);
     if (c->own_stream)
         c->v->stream_destroy(c->own_stream);
-    free(c);
+    comm_free(c);
 }
 
 const char *pycoll_vendor_device_name(const pycoll_vendor_t *v)
@@ -500,18 +545,21 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
     return PYCOLL_OK;
 }
 
-/* Each collective: its deadline starts before the checks, so the whole call is bounded by the timeout. */
+/* Each collective: its deadline starts before the checks, so the whole call is bounded by the timeout; it runs
+ * under the communicator's lock (the watchdog's abort never interleaves with it). */
 #define VENDOR_CALL(c, call, count, dtype, op, root, invoke)                                                   \
     do {                                                                                                       \
         int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
         int vd = 0, vo = 0;                                                                                    \
         if (!stream)                                                                                           \
             stream = (c)->own_stream; /* the caller gave none: the communicator's own, if it has one */      \
+        vendor_comm_lock(c);                                                                                   \
         pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                     \
         (void)vo;                                                                                              \
-        if (st_ != PYCOLL_OK)                                                                                  \
-            return st_;                                                                                        \
-        return vendor_finish((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);              \
+        if (st_ == PYCOLL_OK)                                                                                  \
+            st_ = finish_collective((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);       \
+        vendor_comm_unlock(c);                                                                                 \
+        return st_;                                                                                            \
     } while (0)
 
 pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,

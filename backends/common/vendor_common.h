@@ -4,6 +4,7 @@
 #ifndef PYCOLL_BACKENDS_VENDOR_COMMON_H
 #define PYCOLL_BACKENDS_VENDOR_COMMON_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "pycoll/vendor.h"
@@ -16,8 +17,12 @@
  * broadcast_slot: where the vendor's Broadcast goes (NCCL's takes a send and a receive buffer, so its goes
  * to an adapter). */
 #define VENDOR_SHARED_SYMBOLS(prefix, V, broadcast_slot)                                                   \
-    {PYCOLL_VENDOR_CALL_NONE, prefix "CommDestroy", VENDOR_SLOT(V.destroy)},                                 \
-        {PYCOLL_VENDOR_CALL_NONE, prefix "GetErrorString", VENDOR_SLOT(V.error_string)},                     \
+    {PYCOLL_VENDOR_CALL_NONE, prefix "GetErrorString", VENDOR_SLOT(V.error_string)},                         \
+        VENDOR_COLLECTIVE_SYMBOLS(prefix, V, V.destroy, broadcast_slot)
+/* The same without the error string (optional in HCCL: a weak symbol older CANN lacks); destroy_slot: where
+ * the vendor's CommDestroy goes (HCCL's to an adapter that first sets the thread's ACL context). */
+#define VENDOR_COLLECTIVE_SYMBOLS(prefix, V, destroy_slot, broadcast_slot)                                  \
+    {PYCOLL_VENDOR_CALL_NONE, prefix "CommDestroy", VENDOR_SLOT(destroy_slot)},                              \
         {PYCOLL_VENDOR_CALL_ALL_REDUCE, prefix "AllReduce", VENDOR_SLOT(V.all_reduce)},                      \
         {PYCOLL_VENDOR_CALL_REDUCE_SCATTER, prefix "ReduceScatter", VENDOR_SLOT(V.reduce_scatter)},          \
         {PYCOLL_VENDOR_CALL_ALL_GATHER, prefix "AllGather", VENDOR_SLOT(V.all_gather)},                      \
@@ -45,11 +50,26 @@ struct pycoll_vendor_comm {
     size_t reduce_scratch_bytes;
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
+    /* Every call on the communicator holds lock (recursive: a transport wait inside a call takes it again), and
+     * so does its watchdog (vendor_async.c) while it looks at the pending works, so an abort never runs under a
+     * call. */
+    pthread_mutex_t lock;
+    int async;                    /* pycoll_vendor_comm_set_async: collectives return once enqueued */
+    struct pycoll_vendor_work *pending, *last_work; /* the watchdog's list (oldest first); the last enqueued */
+    pthread_t watchdog;
+    int watchdog_started, watchdog_stop;
+    pthread_cond_t watchdog_wake;  /* new work, or stop */
     /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's
      * counting, guarding host table (native/transport/guarded_memory.c) instead of a device one (the fake libraries' device memory is host memory). */
     int guarded_memory;
 };
 
+/* The address of `name` in the loaded library lib, or NULL: for a symbol some versions of a library lack (a
+ * weak symbol of older CANN), looked up after loading instead of being required by it. */
+void (*vendor_optional_symbol(const pycoll_vendor_library_t *lib, const char *name))(void);
+/* Stops the vendor's communicator now, also mid-collective, on a thread of its own bounded by the timeout (at
+ * most 5 s; past it the call is left to finish alone and c->abandoned is set). */
+void vendor_abort_now(pycoll_vendor_comm_t *c);
 /* dlopen path into lib and resolve every symbol into its slot (nothing when lib is already loaded); one lock for
  * every library pycoll loads at run time. */
 pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *path, char *error, size_t error_len);
@@ -61,6 +81,8 @@ struct pycoll_memory_kernels;
 const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf,
                                                       char *why, size_t why_len);
 
+/* The name of the vendor's result r ("ncclRemoteError"), for messages. */
+const char *vendor_result_name(const pycoll_vendor_t *v, int r);
 /* The vendor's name of a call, for messages: the symbol that serves it. */
 const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call);
 /* Breaks the communicator with a failed call's result, named and explained. */
@@ -73,7 +95,21 @@ pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
 pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo);
 /* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
- * deadline (then abort). */
+ * deadline (then abort); in async mode, once enqueued, hand it to the watchdog (vendor_enqueued) instead. */
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
+/* The deadline passed on `what`: abort, and the Timeout error recorded. */
+pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what);
+/* The vendor's asynchronous state: 1 in *in_progress while still in progress; an error it recorded breaks (and
+ * aborts) the communicator. */
+pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress);
+
+/* vendor_async.c. The lock every call holds (vendor_comm_lock/unlock); the work of a call enqueued in async
+ * mode: an event recorded on stream after it, watched until the deadline; stopping the watchdog (before
+ * teardown) fails what is still pending with `why`. */
+void vendor_comm_lock_init(pycoll_vendor_comm_t *c);
+void vendor_comm_lock(pycoll_vendor_comm_t *c);
+void vendor_comm_unlock(pycoll_vendor_comm_t *c);
+pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline);
+void vendor_watchdog_stop(pycoll_vendor_comm_t *c);
 
 #endif

@@ -1,7 +1,9 @@
 /* Point-to-point over a vendor communicator: pycoll_vendor_send_recv, and the communicator as a pycoll transport
  * (pycoll_p2p_ops_t), so pycoll's own algorithms (native/algorithms) run over the vendor's send/recv. Every
  * batch of sends and receives is one vendor group (ncclGroupStart/End): the vendor progresses a group's
- * operations together, so two ranks that send to each other before receiving never wait on each other. */
+ * operations together, so two ranks that send to each other before receiving never wait on each other, while
+ * separate groups run one after another and a send completes only once its peer receives it (past the per-peer
+ * buffer, NCCL_BUFFSIZE): nccl.h, "sends and receives that must progress concurrently must be in one group". */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +20,31 @@ static int accepted(const pycoll_vendor_t *v, int r)
 /* Issue the requests of the list `head` in one group on `stream`, each of nbytes / elem_size elements of the
  * vendor's dtype vd, and wait for them until deadline. The deadline message names the calls made; a failed
  * call names itself. */
+static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
+                                          int64_t elem_size, void *stream, int64_t deadline);
+
+/* Under the communicator's lock (vendor_async.c: its watchdog may abort it). */
 static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd, int64_t elem_size,
                                    void *stream, int64_t deadline)
+{
+    vendor_comm_lock(c);
+    pycoll_status_t st = c->state.status != PYCOLL_OK ? c->state.status
+                                                      : issue_group_locked(c, head, vd, elem_size, stream, deadline);
+    vendor_comm_unlock(c);
+    return st;
+}
+
+static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
+                                          int64_t elem_size, void *stream, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
     const char *recv = vendor_call_name(v, PYCOLL_VENDOR_CALL_RECV);
     int r = v->group_start();
+    if (r != 0 && v->refused && v->refused(r)) /* nothing issued (HCCL without HcclBatchSendRecv) */
+        return vendor_reject(c, v->status_of(r), "%s: %s refused the group: %s (%s, %s %d); the communicator is "
+                             "still usable", v->name, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START),
+                             v->error_string(r), vendor_result_name(v, r), v->code_label, r);
     if (r != 0)
         return vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_GROUP_START), r);
     int sends = 0, recvs = 0;
@@ -48,6 +68,8 @@ static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *he
         return vendor_fail_result(c, failed, r);
     char both[96];
     snprintf(both, sizeof both, "%s/%s", send, recv);
+    if (strcmp(send, recv) == 0) /* one call serves both (HcclBatchSendRecv) */
+        snprintf(both, sizeof both, "%s", send);
     return vendor_finish(c, sends && recvs ? both : sends ? send : recv, end, stream, deadline);
 }
 
@@ -85,6 +107,8 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
         st = check_peer(c, "receive", recv_peer);
     if (st != PYCOLL_OK || (send_peer == -1 && recv_peer == -1))
         return st;
+    if (!stream)
+        stream = c->own_stream; /* the caller gave none: the communicator's own, if it has one */
     int64_t size = (int64_t)pycoll_dtype_size(dtype);
     pycoll_request_t recv = {.buf = recvbuf, .nbytes = recv_count * size, .peer = recv_peer};
     pycoll_request_t send = {.buf = (void *)sendbuf, .nbytes = send_count * size, .peer = send_peer, .is_send = 1,
@@ -113,7 +137,6 @@ static pycoll_status_t p2p_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
                                (int)req->peer, (int)p2p->rank, (int)p2p->size);
     req->complete = 0;
     req->next = NULL;
-    req->progress = c->posted_tail ? c->posted_tail->progress + 1 : 0; /* its place in the queue */
     if (c->posted_tail)
         c->posted_tail->next = req;
     else
@@ -122,24 +145,36 @@ static pycoll_status_t p2p_post(pycoll_p2p_t *p2p, pycoll_request_t *req)
     return PYCOLL_OK;
 }
 
-/* Issues, as one group (bytes, the vendor's uint8), every posted send and the posted receives up to the last one
- * waited for, and waits for them until the collective's deadline. A group completes only as a whole, so a
- * receive posted ahead (a pipeline's next segment, whose send the peer makes only after this wait) stays queued:
- * in the group it would wait on a send that waits on this group. Sends go at once: the peer's matching receive
- * may be what it waits for. */
+/* Which requests go in the group a wait issues. A group completes only as a whole, so it must hold exactly what
+ * has to progress together on every rank at once: a send beyond the peer's buffer completes only when the peer's
+ * matching receive runs in a group of its own that is active at the same time, and a receive completes only
+ * when the peer's send is. The schedules number their units with tags (phase_tag: phase, then step or segment),
+ * the same unit having the same tag on both sides of every transfer, and wait for units in that order. So a wait
+ * issues every posted request whose tag is at most the highest tag it waits for, sends and receives alike:
+ * - a ring's unit t is {send t to the right, receive t from the left} on every rank -- lock step, where issuing
+ *   every step-0 segment send beside one receive left both ranks blocked in their sends past the buffer;
+ * - a receive posted ahead (the ring's next segments, a broadcast's later segments) stays queued until its unit
+ *   is waited for: its peer makes the matching send only after the wait for an earlier unit;
+ * - a schedule that exchanges with everyone in one step (mesh, all-to-all) posts it all under one tag: one group.
+ * Nothing is issued when every request waited for has already completed (an earlier group carried it). */
 static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     pycoll_vendor_comm_t *c = comm_of(p2p);
-    int64_t last_recv = -1;
+    int pending = 0;
+    uint32_t upto = 0;
     for (int i = 0; i < n; i++)
-        if (!reqs[i]->is_send && !reqs[i]->complete && reqs[i]->progress > last_recv)
-            last_recv = reqs[i]->progress;
+        if (!reqs[i]->complete) {
+            pending = 1;
+            upto = reqs[i]->tag > upto ? reqs[i]->tag : upto;
+        }
+    if (!pending)
+        return p2p->status;
     pycoll_request_t *issue = NULL, **issue_end = &issue, *queue = c->posted;
     c->posted = c->posted_tail = NULL;
     for (pycoll_request_t *req = queue, *next; req; req = next) {
         next = req->next;
         req->next = NULL;
-        if (req->is_send || req->progress <= last_recv) {
+        if (req->tag <= upto) {
             *issue_end = req;
             issue_end = &req->next;
         } else if (c->posted_tail) {
@@ -160,16 +195,17 @@ static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     return st;
 }
 
-/* The peers learn of it through the vendor: aborting the communicator fails their pending calls. */
+/* The peers learn of it through the vendor: aborting the communicator fails their pending calls. Bounded as
+ * every teardown is (vendor_abort_now): HCCL's abort is its destroy, which behind a task stuck on a dead peer
+ * never returns. */
 static void p2p_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
 {
     (void)why;
     (void)message;
     pycoll_vendor_comm_t *c = comm_of(p2p);
-    if (c->comm) {
-        c->v->abort(c->comm);
-        c->comm = NULL;
-    }
+    vendor_comm_lock(c);
+    vendor_abort_now(c);
+    vendor_comm_unlock(c);
 }
 
 /* Nothing to free: the vendor communicator outlives its pycoll communicator (pycoll_vendor_comm_destroy frees
@@ -186,6 +222,8 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
 {
     if (check_send_recv(c) != PYCOLL_OK)
         return NULL;
+    if (!stream)
+        stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
     /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h): NULL, the host
      * table, for memory the host reaches; device memory needs its device's table. */
     const pycoll_memory_kernels_t *kernels = NULL;
@@ -216,5 +254,10 @@ pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
 {
     if (c->state.status != PYCOLL_OK)
         return c->state.status;
-    return vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
+    if (!stream)
+        stream = c->own_stream; /* where pycoll_vendor_comm_p2p put the transport's groups */
+    vendor_comm_lock(c);
+    pycoll_status_t st = vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
+    vendor_comm_unlock(c);
+    return st;
 }

@@ -1,20 +1,221 @@
 /* HCCL as a pycoll vendor (pycoll/vendor.h): the vendor struct, filled from libhccl and AscendCL when they are
  * dlopen'ed. HCCL's calls block (no "in progress"); its streams are waited on in slices with
  * aclrtSynchronizeStreamWithTimeout, and at the deadline the communicator is destroyed (HCCL has no abort
- * call: destroying it releases the peers' links, so their waits fail too). HCCL has no average and no
- * grouped send/recv that pycoll uses: those entries stay empty. HCCL refuses a NULL stream, so each
- * communicator has a stream of its own (aclrtCreateStream) for calls given none (a barrier). */
+ * call: destroying it releases the peers' links, so their waits fail too). HCCL has no average. Its
+ * point-to-point is HcclBatchSendRecv, whose items progress together: the vendor struct's group (start, sends
+ * and receives, end) is collected here and issued as one batch. HCCL refuses a NULL stream, so each
+ * communicator has a stream of its own (aclrtCreateStream) for calls given none (a barrier).
+ * HcclGetErrorString, HcclGetCommAsyncError and HcclBatchSendRecv are weak symbols or absent in older CANN:
+ * they are looked up after loading, and their absence is handled where they are used. */
 #define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "../common/vendor_common.h"
 #include "hccl_api.h"
+
+#define V pycoll_hccl_vendor
+
+/* ---- the symbols older CANN lacks ---- */
+
+static const char *(*hccl_error_string)(int code);
+static int (*hccl_async_error)(void *comm, int *error);
+static int (*hccl_batch_send_recv)(HcclSendRecvItem *items, uint32_t n, void *comm, void *stream);
+static pthread_once_t optional_once = PTHREAD_ONCE_INIT;
+
+static void resolve_optional(void)
+{
+    *(void (**)(void))&hccl_error_string = vendor_optional_symbol(&V.libraries[0], "HcclGetErrorString");
+    *(void (**)(void))&hccl_async_error = vendor_optional_symbol(&V.libraries[0], "HcclGetCommAsyncError");
+    *(void (**)(void))&hccl_batch_send_recv = vendor_optional_symbol(&V.libraries[0], "HcclBatchSendRecv");
+}
+
+/* Every entry that uses them runs after init, so the library is loaded by then. */
+static void optional_symbols(void)
+{
+    pthread_once(&optional_once, resolve_optional);
+}
+
+static const char *error_string(int code)
+{
+    optional_symbols();
+    return hccl_error_string ? hccl_error_string(code) : "(this CANN has no HcclGetErrorString)";
+}
+
+/* Without HcclGetCommAsyncError, a collective's failure shows only as a stream that never finishes: the
+ * deadline then destroys the communicator. */
+static int async_error(void *comm, int *error)
+{
+    optional_symbols();
+    if (!hccl_async_error) {
+        *error = HCCL_SUCCESS;
+        return HCCL_SUCCESS;
+    }
+    return hccl_async_error(comm, error);
+}
+
+/* ---- events, for collectives that return once enqueued (vendor_async.c) ---- */
+
+/* AscendCL's events (acl_rt.h): looked up after loading like the optional HCCL symbols, so a runtime without
+ * them leaves every call completing before it returns (event_create fails: vendor_async.c completes it now). */
+static int (*acl_create_event)(void **event);
+static int (*acl_record_event)(void *event, void *stream);
+static int (*acl_query_event_status)(void *event, int *status); /* aclrtEventRecordedStatus: 1 complete */
+static int (*acl_destroy_event)(void *event);
+static pthread_once_t events_once = PTHREAD_ONCE_INIT;
+
+static void resolve_events(void)
+{
+    *(void (**)(void))&acl_create_event = vendor_optional_symbol(&V.libraries[1], "aclrtCreateEvent");
+    *(void (**)(void))&acl_record_event = vendor_optional_symbol(&V.libraries[1], "aclrtRecordEvent");
+    *(void (**)(void))&acl_query_event_status = vendor_optional_symbol(&V.libraries[1], "aclrtQueryEventStatus");
+    *(void (**)(void))&acl_destroy_event = vendor_optional_symbol(&V.libraries[1], "aclrtDestroyEvent");
+}
+
+static int event_create(void **event)
+{
+    pthread_once(&events_once, resolve_events);
+    if (!acl_create_event || !acl_record_event || !acl_query_event_status || !acl_destroy_event)
+        return HCCL_E_NOT_SUPPORT;
+    return acl_create_event(event);
+}
+
+static int event_record(void *event, void *stream)
+{
+    return acl_record_event(event, stream);
+}
+
+static int event_query(void *event)
+{
+    int status = 0;
+    int r = acl_query_event_status(event, &status);
+    return r != PYCOLL_ACL_SUCCESS ? r : status == 1 ? 0 : PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+}
+
+static int event_destroy(void *event)
+{
+    return acl_destroy_event(event);
+}
+
+/* ---- the ACL context of teardown threads ---- */
+
+/* pycoll runs every destroy on a thread of its own (bounded: vendor_comm.c), and an AscendCL call on a thread
+ * with no current context fails (ACL_ERROR_RT_CONTEXT_NULL), HcclCommDestroy's own runtime calls too: the
+ * thread first sets the context that was current when the communicator was created, as torch_npu's
+ * ProcessGroupHCCL sets the device on its own threads. */
+static int (*acl_get_context)(aclrtContext *context);
+static int (*acl_set_context)(aclrtContext context);
+static int (*comm_destroy)(void *comm);
+
+typedef struct comm_context {
+    void *comm;
+    aclrtContext context;
+    struct comm_context *next;
+} comm_context_t;
+static comm_context_t *contexts;
+static pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void remember_context(void *comm)
+{
+    aclrtContext context = NULL;
+    comm_context_t *entry = malloc(sizeof *entry);
+    if (!entry || acl_get_context(&context) != PYCOLL_ACL_SUCCESS) {
+        free(entry);
+        return; /* no context to hand on: the destroy runs as before */
+    }
+    pthread_mutex_lock(&contexts_lock);
+    *entry = (comm_context_t){comm, context, contexts};
+    contexts = entry;
+    pthread_mutex_unlock(&contexts_lock);
+}
+
+static int destroy(void *comm)
+{
+    pthread_mutex_lock(&contexts_lock);
+    comm_context_t *found = NULL;
+    for (comm_context_t **p = &contexts; *p; p = &(*p)->next)
+        if ((*p)->comm == comm) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    pthread_mutex_unlock(&contexts_lock);
+    if (found) {
+        acl_set_context(found->context);
+        free(found);
+    }
+    return comm_destroy(comm);
+}
+
+/* ---- point-to-point: the vendor struct's group as one HcclBatchSendRecv ---- */
+
+/* Per thread, as NCCL's groups are: the items of the open group, and the communicator and stream they go to
+ * (vendor_p2p.c issues a group's operations on one communicator and stream). */
+static _Thread_local struct {
+    HcclSendRecvItem *items;
+    uint32_t count, capacity;
+    int depth;
+    void *comm, *stream;
+} batch;
+
+static int group_start(void)
+{
+    optional_symbols();
+    if (!hccl_batch_send_recv)
+        return HCCL_E_NOT_SUPPORT; /* older CANN: the vendor transport says the call failed, and why */
+    batch.depth++;
+    return HCCL_SUCCESS;
+}
+
+static int add_item(HcclSendRecvType type, const void *buf, uint64_t count, int dtype, int peer, void *comm,
+                    void *stream)
+{
+    if (batch.depth == 0 || (batch.count > 0 && (comm != batch.comm || stream != batch.stream)))
+        return HCCL_E_PARA; /* outside a group, or a second communicator or stream in one */
+    if (batch.count == batch.capacity) {
+        uint32_t capacity = batch.capacity ? 2 * batch.capacity : 16;
+        HcclSendRecvItem *items = realloc(batch.items, capacity * sizeof *items);
+        if (!items)
+            return HCCL_E_MEMORY;
+        batch.items = items;
+        batch.capacity = capacity;
+    }
+    batch.items[batch.count++] = (HcclSendRecvItem){type, (void *)buf, count, (HcclDataType)dtype, (uint32_t)peer};
+    batch.comm = comm;
+    batch.stream = stream;
+    return HCCL_SUCCESS;
+}
+
+static int send(const void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream)
+{
+    return add_item(HCCL_SEND, buf, count, dtype, peer, comm, stream);
+}
+
+static int recv(void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream)
+{
+    return add_item(HCCL_RECV, buf, count, dtype, peer, comm, stream);
+}
+
+static int group_end(void)
+{
+    if (batch.depth == 0 || --batch.depth > 0)
+        return HCCL_SUCCESS;
+    uint32_t n = batch.count;
+    batch.count = 0;
+    return n ? hccl_batch_send_recv(batch.items, n, batch.comm, batch.stream) : HCCL_SUCCESS;
+}
 
 /* HCCL's init takes its arguments in another order than the vendor struct's. */
 static HcclResult (*comm_init_root_info)(uint32_t nranks, const HcclRootInfo *info, uint32_t rank, HcclComm *comm);
 
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
-    return comm_init_root_info((uint32_t)size, id, (uint32_t)rank, comm);
+    int r = comm_init_root_info((uint32_t)size, id, (uint32_t)rank, comm);
+    if (r == HCCL_SUCCESS)
+        remember_context(*comm);
+    return r;
 }
 
 /* AscendCL's allocator takes a policy (ACL_MEM_MALLOC_HUGE_FIRST = 0: huge pages where there are some). */
@@ -45,6 +246,7 @@ static pycoll_status_t status_of(int r)
     case HCCL_E_NOT_SUPPORT:
         return PYCOLL_ERR_UNSUPPORTED;
     case HCCL_E_MEMORY:
+    case HCCL_E_OOM:
         return PYCOLL_ERR_NOMEM;
     case HCCL_E_TIMEOUT:
         return PYCOLL_ERR_TIMEOUT;
@@ -68,15 +270,14 @@ static const char *const result_names[] = {
     "HCCL_E_SYSCALL",      "HCCL_E_TIMEOUT",      "HCCL_E_OPEN_FILE_FAILURE", "HCCL_E_TCP_CONNECT",
     "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER", "HCCL_E_ROCE_TRANSFER", "HCCL_E_RUNTIME",
     "HCCL_E_DRV",          "HCCL_E_PROFILING",    "HCCL_E_CCE",           "HCCL_E_NETWORK",
-    "HCCL_E_AGAIN",        "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING"};
+    "HCCL_E_AGAIN",        "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING",    "HCCL_E_OPRETRY_FAIL",
+    "HCCL_E_OOM",          [HCCL_E_IN_STATUS] = "HCCL_E_IN_STATUS"};
 
-#define V pycoll_hccl_vendor
+/* HcclSend and HcclRecv are named in messages: HcclBatchSendRecv issues both. */
 static const pycoll_vendor_symbol_t hccl_symbols[] = {
-    VENDOR_SHARED_SYMBOLS("Hccl", V, V.broadcast),
+    VENDOR_COLLECTIVE_SYMBOLS("Hccl", V, comm_destroy, V.broadcast),
     {PYCOLL_VENDOR_CALL_UNIQUE_ID, "HcclGetRootInfo", VENDOR_SLOT(V.unique_id)},
     {PYCOLL_VENDOR_CALL_INIT, "HcclCommInitRootInfo", VENDOR_SLOT(comm_init_root_info)},
-    {PYCOLL_VENDOR_CALL_NONE, "HcclCommDestroy", VENDOR_SLOT(V.abort)}, /* HCCL has no abort */
-    {PYCOLL_VENDOR_CALL_ASYNC_ERROR, "HcclGetCommAsyncError", VENDOR_SLOT(V.async_error)},
     {PYCOLL_VENDOR_CALL_BARRIER, "HcclBarrier", VENDOR_SLOT(V.barrier)},
 };
 static const pycoll_vendor_symbol_t acl_symbols[] = {
@@ -86,8 +287,9 @@ static const pycoll_vendor_symbol_t acl_symbols[] = {
     {PYCOLL_VENDOR_CALL_SCRATCH_ALLOC, "aclrtMalloc", VENDOR_SLOT(acl_malloc)},
     {PYCOLL_VENDOR_CALL_NONE, "aclrtFree", VENDOR_SLOT(V.scratch_free)},
     {PYCOLL_VENDOR_CALL_NONE, "aclrtGetSocName", VENDOR_SLOT(V.device_name)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtGetCurrentContext", VENDOR_SLOT(acl_get_context)},
+    {PYCOLL_VENDOR_CALL_NONE, "aclrtSetCurrentContext", VENDOR_SLOT(acl_set_context)},
 };
-#undef V
 
 pycoll_vendor_t pycoll_hccl_vendor = {
     .version = PYCOLL_VENDOR_VERSION,
@@ -107,6 +309,14 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .libraries = {{"HCCL", NULL, hccl_symbols, sizeof hccl_symbols / sizeof hccl_symbols[0], NULL},
                   {"AscendCL", NULL, acl_symbols, sizeof acl_symbols / sizeof acl_symbols[0], NULL}},
     .status_of = status_of,
+    .error_string = error_string,
+    .async_error = async_error,
+    .destroy = destroy,
+    .abort = destroy, /* HCCL has no abort: destroying releases the peers' links */
+    .send = send,
+    .recv = recv,
+    .group_start = group_start,
+    .group_end = group_end,
     .result_names = result_names,
     .num_result_names = sizeof result_names / sizeof result_names[0],
     .comm_init = comm_init,
@@ -115,4 +325,9 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .refused = refused,
     /* HCCL's reduce may write the receive buffer off the root too (its ring leaves partials there). */
     .reduce_writes_every_rank = 1,
+    .event_create = event_create,
+    .event_record = event_record,
+    .event_query = event_query,
+    .event_destroy = event_destroy,
 };
+#undef V

@@ -32,6 +32,14 @@ static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm,
     return nccl_broadcast(buf, buf, count, (ncclDataType_t)dtype, root, comm, stream);
 }
 
+/* The events behind collectives that return once enqueued (vendor_async.c): without timing, the cheapest kind
+ * (cudaEventDisableTiming, 2), as torch's ProcessGroupNCCL records them. */
+static int (*cuda_event_create_with_flags)(void **event, unsigned flags);
+static int event_create(void **event)
+{
+    return cuda_event_create_with_flags(event, 2);
+}
+
 /* cudaStreamQuery only looks; the generic layer sleeps between looks. */
 static int stream_wait(void *stream, int32_t slice_ms)
 {
@@ -103,6 +111,10 @@ static const pycoll_vendor_symbol_t cudart_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "cudaFree", VENDOR_SLOT(V.scratch_free)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaGetErrorString", VENDOR_SLOT(V.runtime_error)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaPointerGetAttributes", VENDOR_SLOT(cuda_pointer_get_attributes)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaEventCreateWithFlags", VENDOR_SLOT(cuda_event_create_with_flags)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaEventRecord", VENDOR_SLOT(V.event_record)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaEventQuery", VENDOR_SLOT(V.event_query)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaEventDestroy", VENDOR_SLOT(V.event_destroy)},
 };
 #undef V
 
@@ -133,4 +145,5 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .stream_busy = PYCOLL_CUDA_ERROR_NOT_READY,
     .scratch_alloc = scratch_alloc,
     .host_memory = host_memory,
+    .event_create = event_create,
 };

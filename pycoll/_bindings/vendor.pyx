@@ -11,6 +11,13 @@ from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
 cdef extern from "pycoll/vendor.h" nogil:
     const char *pycoll_vendor_device_name(const pycoll_vendor_t *vendor)
+    ctypedef struct pycoll_vendor_work_t:
+        pass
+    void pycoll_vendor_comm_set_async(pycoll_vendor_comm_t *comm, int on)
+    pycoll_vendor_work_t *pycoll_vendor_comm_take_work(pycoll_vendor_comm_t *comm)
+    int pycoll_vendor_work_wait(pycoll_vendor_work_t *work, double timeout_s)
+    pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len)
+    void pycoll_vendor_work_release(pycoll_vendor_work_t *work)
 
 cdef enum:
     ERROR_LEN = 512
@@ -336,3 +343,50 @@ cdef class VendorComm:
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_vendor_comm_error(c)))
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(n)).decode()
+
+
+cdef class VendorWork:
+    """A vendor collective enqueued in async mode (VendorComm.take_work): the handle pycoll.Work wraps. Its
+    communicator's watchdog finishes it -- completed, or failed with the communicator's first error."""
+    cdef pycoll_vendor_work_t *work
+    cdef readonly object algorithm
+
+    def __dealloc__(self):
+        if self.work != NULL:
+            pycoll_vendor_work_release(self.work)
+            self.work = NULL
+
+    def wait(self, timeout):
+        """True once finished; waits at most timeout seconds (None: until then)."""
+        cdef double t = -1.0 if timeout is None else float(timeout)
+        cdef int finished
+        with nogil:
+            finished = pycoll_vendor_work_wait(self.work, t)
+        return bool(finished)
+
+    def done(self):
+        return bool(pycoll_vendor_work_wait(self.work, 0.0))
+
+    def error(self):
+        """The exception the collective failed with, None while pending or once completed."""
+        cdef char error[ERROR_LEN]
+        cdef pycoll_status_t st = pycoll_vendor_work_status(self.work, error, ERROR_LEN)
+        if st == PYCOLL_OK or st == PYCOLL_ERR_BUSY:
+            return None
+        return error_for_status(st, _text(error))
+
+
+def set_async(VendorComm comm, bint on):
+    """While on (and the vendor has events), the communicator's own collectives return once enqueued."""
+    pycoll_vendor_comm_set_async(comm._open(), on)
+
+
+def take_work(VendorComm comm, algorithm):
+    """The work of the last collective enqueued in async mode, or None when it completed before returning."""
+    cdef pycoll_vendor_work_t *w = pycoll_vendor_comm_take_work(comm._open())
+    if w == NULL:
+        return None
+    cdef VendorWork work = VendorWork.__new__(VendorWork)
+    work.work = w
+    work.algorithm = algorithm
+    return work

@@ -4,12 +4,133 @@ environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): rank 0 writes the rows
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
 
 from pycoll.bench import check, sweep, timing
 from pycoll.bench.progress import for_rank
+
+DEVICES = ("cpu", "cuda", "npu")
+
+
+class HostArrays:
+    """--device cpu: NumPy arrays, timed by the host clock."""
+
+    name = "cpu"
+
+    def to_device(self, a):
+        return a
+
+    def to_host(self, a):
+        return np.asarray(a)
+
+    def time_iterations(self, run, barrier, warmup, iters):
+        return timing.time_iterations(run, barrier, warmup, iters)
+
+
+def event_clock(new_event, elapsed_ms):
+    """A clock reading the device's time: an event recorded on the current stream now, waited for, and its
+    distance from a first one. timing.time_iterations then times each iteration between two events recorded
+    around the call, as nccl-tests times with CUDA events (the wait at the start is on an idle stream, after the
+    barrier)."""
+    base = new_event()
+    base.record()
+
+    def clock():
+        now = new_event()
+        now.record()
+        now.synchronize()
+        return elapsed_ms(base, now) / 1e3
+
+    return clock
+
+
+class TorchDeviceArrays(HostArrays):
+    """--device cuda or npu through torch (torch.cuda / torch_npu): arrays on the device LOCAL_RANK names (the
+    launcher's rank on this host), timed by the device's events."""
+
+    def __init__(self, torch, kind, index):
+        self.torch, self.name = torch, kind
+        self.module = getattr(torch, kind)
+        self.module.set_device(index)
+        self.device = torch.device(f"{kind}:{index}")
+
+    def to_device(self, a):
+        return self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def to_host(self, a):
+        return a.cpu().numpy() if hasattr(a, "cpu") else np.asarray(a)
+
+    def time_iterations(self, run, barrier, warmup, iters):
+        clock = event_clock(lambda: self.module.Event(enable_timing=True), lambda a, b: a.elapsed_time(b))
+        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
+
+
+class CupyArrays(HostArrays):
+    """--device cuda through CuPy where torch has no CUDA: the same device choice and event timing."""
+
+    name = "cuda"
+
+    def __init__(self, cupy, index):
+        self.cupy = cupy
+        cupy.cuda.Device(index).use()
+
+    def to_device(self, a):
+        return self.cupy.asarray(a)
+
+    def to_host(self, a):
+        return self.cupy.asnumpy(a)
+
+    def time_iterations(self, run, barrier, warmup, iters):
+        clock = event_clock(self.cupy.cuda.Event, self.cupy.cuda.get_elapsed_time)
+        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
+
+
+def _local_rank() -> int:
+    text = os.environ.get("LOCAL_RANK", "0")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--device: LOCAL_RANK must be an integer, got {text!r}") from None
+
+
+def device_arrays(device: str):
+    """Where the bench's arrays live, for --device: "cpu", "cuda" (torch, else CuPy) or "npu" (torch_npu), on
+    the device LOCAL_RANK names. ValueError naming --device where there is no such device here."""
+    if device not in DEVICES:
+        raise ValueError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":
+        return HostArrays()
+    index = _local_rank()
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if device == "npu":
+        try:
+            import torch_npu  # noqa: F401 -- registers torch.npu
+        except ImportError:
+            raise ValueError("--device npu: torch_npu is not installed (pip install torch-npu, with CANN)") from None
+        if not torch.npu.is_available() or index >= torch.npu.device_count():
+            raise ValueError(f"--device npu: no NPU {index} here (LOCAL_RANK={index}, "
+                             f"{torch.npu.device_count()} NPUs visible)")
+        return TorchDeviceArrays(torch, "npu", index)
+    if torch is not None and torch.cuda.is_available():
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"--device cuda: no GPU {index} here (LOCAL_RANK={index}, "
+                             f"{torch.cuda.device_count()} GPUs visible)")
+        return TorchDeviceArrays(torch, "cuda", index)
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 -- no CuPy, or CuPy without a driver: no GPU either way
+        count = 0
+    if index >= count:
+        raise ValueError(f"--device cuda: no CUDA device {index} here (LOCAL_RANK={index}; torch sees no CUDA and "
+                         f"CuPy {'sees ' + str(count) + ' GPUs' if count else 'is missing or finds no GPU'})")
+    return CupyArrays(cupy, index)
 
 
 def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
@@ -27,14 +148,15 @@ def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
     raise ValueError(f"collective: unknown {collective!r}")
 
 
-def _buffers(case, count, input_of, rank, world):
+def _buffers(case, count, input_of, rank, world, dev):
     x = input_of(rank)
     if case.collective == "broadcast":
-        return x, None
-    return x, np.zeros(check.output_count(case.collective, count, world), dtype=x.dtype)
+        return dev.to_device(x), None
+    return dev.to_device(x), dev.to_device(np.zeros(check.output_count(case.collective, count, world),
+                                                    dtype=x.dtype))
 
 
-def _checks(comm, case, count, root, seed):
+def _checks(comm, case, count, root, seed, dev):
     """(#wrong summed over ranks, rank 0's max relative error) for one case."""
     rank, world = comm.rank, comm.size
     op = case.op if case.op != "-" else "sum"
@@ -42,49 +164,51 @@ def _checks(comm, case, count, root, seed):
     def integers(r):
         return check.integer_input(op, case.dtype, check.input_count(case.collective, count, world), r, world)
 
-    x, out = _buffers(case, count, integers, rank, world)
-    got = run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+    x, out = _buffers(case, count, integers, rank, world, dev)
+    got = dev.to_host(run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root))
     want = check.reference(case.collective, op, integers, count, rank, world, root, np.int64)
-    wrong = np.array([0 if want is None else check.count_wrong(got, want, case.dtype)], dtype=np.int64)
-    comm.all_reduce(wrong)
+    wrong = dev.to_device(np.array([0 if want is None else check.count_wrong(got, want, case.dtype)],
+                                   dtype=np.int64))
+    wrong = dev.to_host(comm.all_reduce(wrong))
     rel_err = check.max_rel_err(got, want) if rank == 0 and want is not None else 0.0
     if check.is_float(case.dtype):
         def randoms(r):
             return check.random_input(op, case.dtype, check.input_count(case.collective, count, world), r, seed)
 
-        x, out = _buffers(case, count, randoms, rank, world)
-        got = run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+        x, out = _buffers(case, count, randoms, rank, world, dev)
+        got = dev.to_host(run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root))
         if rank == 0:
             ref = check.reference(case.collective, op, randoms, count, rank, world, root, np.longdouble)
             rel_err = check.max_rel_err(got, ref)
     return int(wrong[0]), rel_err
 
 
-def _time(comm, case, count, root, warmup, iters):
+def _time(comm, case, count, root, warmup, iters, dev):
     """timing.Timing of the case across ranks, measured on integer data (no values that grow or overflow:
     out-of-place where the collective allows it, and in-place broadcast just copies)."""
     world = comm.size
     op = case.op if case.op != "-" else "sum"
     x, out = _buffers(case, count, lambda r: check.integer_input(
-        op, case.dtype, check.input_count(case.collective, count, world), r, world), comm.rank, world)
+        op, case.dtype, check.input_count(case.collective, count, world), r, world), comm.rank, world, dev)
     warm, timed = sweep.iterations(case.nbytes, iters, warmup)
-    times = timing.time_iterations(
+    times = dev.time_iterations(
         lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root),
         comm.barrier, warm, timed)
     picked = comm.last_algorithm  # what "auto" chose; read before the gather below replaces it
-    medians = np.zeros(world, dtype=np.float64)
-    comm.all_gather(np.array([timing.rank_median(times)]), medians)
-    return timing.across_ranks(medians.tolist()), picked
+    medians = dev.to_device(np.zeros(world, dtype=np.float64))
+    comm.all_gather(dev.to_device(np.array([timing.rank_median(times)])), medians)
+    return timing.across_ranks(dev.to_host(medians).tolist()), picked
 
 
-def _connect(comm):
+def _connect(comm, dev):
     """Collectives before the first timed case: libraries that set up connections or buffers lazily
     (Open MPI's TCP btl connects on first use) would otherwise charge that to the first size."""
-    small = np.zeros(comm.size, dtype=np.float64)
+    small = dev.to_device(np.zeros(comm.size, dtype=np.float64))
+    one = dev.to_device(np.zeros(1, dtype=np.float64))
     for _ in range(10):
         comm.barrier()
         comm.all_reduce(small, "sum")
-        comm.all_gather(small[:1].copy(), small)
+        comm.all_gather(one, small)
 
 
 def backend_algorithms(backend: str) -> list[str]:
@@ -93,8 +217,10 @@ def backend_algorithms(backend: str) -> list[str]:
     return next(list(s.algorithms) for s in pycoll.backends() if s.name == backend)
 
 
-def run_cases(comm, config, progress=None):
-    """Every case of the config on comm; the rows on rank 0, None elsewhere."""
+def run_cases(comm, config, progress=None, dev=None):
+    """Every case of the config on comm, with arrays on config's device (dev: its device_arrays); the rows on
+    rank 0, None elsewhere."""
+    dev = dev or device_arrays(config.get("device", "cpu"))
     world = comm.size
     root = int(config.get("root", 0))
     seed = int(config.get("seed", 0))
@@ -103,7 +229,7 @@ def run_cases(comm, config, progress=None):
         algorithms = backend_algorithms(comm.backend)
     todo = sweep.cases(collective=config["collective"], dtypes=config["dtypes"], ops=config["ops"],
                        algorithms=algorithms, accuracies=config["accuracies"], size_list=config["sizes"])
-    _connect(comm)
+    _connect(comm, dev)
     rows = []
     if progress is not None:
         progress.start(len(todo), f"{comm.backend} x{world}")
@@ -112,8 +238,8 @@ def run_cases(comm, config, progress=None):
         count = sweep.count_for(case.collective, case.nbytes, itemsize, world)
         what = f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B"
         if count > 0:
-            wrong, rel_err = _checks(comm, case, count, root, seed)
-            t, picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"))
+            wrong, rel_err = _checks(comm, case, count, root, seed, dev)
+            t, picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"), dev)
             algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
             rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
                          "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "picked": picked,
@@ -136,10 +262,11 @@ def run(config, progress=None):
     """Init each backend of the config in turn (rank and world from the launcher's environment)."""
     import pycoll
 
+    dev = device_arrays(config.get("device", "cpu"))  # refused before any init where there is no such device
     rows = []
     for backend in config["backends"]:
         with pycoll.init(backend=backend) as comm:
-            got = run_cases(comm, config, progress if comm.rank == 0 else None)
+            got = run_cases(comm, config, progress if comm.rank == 0 else None, dev)
         # Every rank runs every backend (the others wait for it in the next init); only rank 0 has rows.
         if got is None:
             rows = None

@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "or mpirun; rank 0 prints)")
     ranks.add_argument("--backend", default=None, help="backend(s), comma-separated (default: what pycoll.init() uses, "
                             "PYCOLL_BACKEND or cpu)")
+    ranks.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"),
+                       help="where the arrays live: cpu (NumPy), cuda (torch, else CuPy) or npu (torch_npu), on "
+                            "the device LOCAL_RANK names; cuda/npu time with device events (default cpu)")
     ranks.add_argument("--timeout", type=float, default=3600.0,
                        help="seconds before a launched job is stopped (default 3600)")
 
@@ -143,7 +146,7 @@ def _config(args) -> dict:
             "accuracies": sweep.parse_list(",".join(accuracies), sweep.ACCURACIES, "--accuracy"),
             "dtypes": sweep.parse_list(args.dtype, sweep.DTYPES, "-d"),
             "ops": sweep.parse_list(args.op, sweep.OPS, "-o"), "sizes": size_list, "iters": args.iters,
-            "warmup": args.warmup, "root": args.root or 0, "seed": args.seed}
+            "warmup": args.warmup, "root": args.root or 0, "seed": args.seed, "device": args.device}
 
 
 def _check_backends(backends, algorithms) -> None:
@@ -215,7 +218,10 @@ def run(args) -> int:
     else:
         from pycoll.bench import worker
 
-        rows = worker.run(config, Progress.for_terminal(sys.stderr))
+        try:
+            rows = worker.run(config, Progress.for_terminal(sys.stderr))
+        except ValueError as exc:  # --device naming a device this host lacks
+            return _error(exc)
         if rows is None:  # not rank 0: rank 0 prints
             return 0
     print(report.table(rows), flush=True)

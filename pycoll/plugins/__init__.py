@@ -97,7 +97,8 @@ class Engine:
         background, after every collective called before it, and return its handle for pycoll.Work:
         wait(timeout) -> bool, done(), error() (the exception it failed with, or None), algorithm. The default
         runs it now and returns a completed handle, so every engine takes async_op=True; engines with a
-        progress thread (NativeEngine) override it."""
+        progress thread (NativeEngine), or whose device runs it in the background (VendorEngine: enqueued on its
+        stream, finished by the communicator's watchdog), override it."""
         from pycoll.work import CompletedHandle
 
         try:

@@ -141,7 +141,42 @@ class VendorEngine(Engine):
         self._default = (options or {}).get("algorithm", "auto")
         self._comms = {}
         self._closed = False
+        self._enqueue = False   # inside start(): the vendor's collectives return once enqueued
+        self._work_comm = None  # the communicator of the collective start() enqueued
         self._comm(self._default)  # fail at init, not at the first collective
+
+    def _call(self, comm, method, *args, enqueue=True):
+        """comm.<method>(*args). Inside start() (async_op=True), where the result needs nothing more from the
+        host (enqueue), it returns once enqueued on the stream, and start() returns its work."""
+        if not (self._enqueue and enqueue):
+            return getattr(comm, method)(*args)
+        from pycoll._bindings import vendor as _vendor
+        _vendor.set_async(comm, True)
+        try:
+            getattr(comm, method)(*args)
+        finally:
+            _vendor.set_async(comm, False)
+        self._work_comm = comm
+
+    def start(self, collective, *args):
+        """The collective enqueued on its stream, its handle the communicator's work: the watchdog thread of
+        the communicator (one, whatever the number of calls) completes it when its event has, or fails it with
+        the vendor's asynchronous error or at the deadline (then the communicator is aborted). What needs the
+        host after the vendor's call -- pycoll's own schedules, compensated sums, HCCL's average (a division
+        after the sum) -- runs at call time, and its handle is complete, as before."""
+        from pycoll._bindings import vendor as _vendor
+        from pycoll.work import CompletedHandle
+
+        self._enqueue, self._work_comm = True, None
+        try:
+            algorithm = getattr(self, collective)(*args)
+        except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait, as a background failure would be
+            return CompletedHandle(error=exc)
+        finally:
+            self._enqueue = False
+        comm, self._work_comm = self._work_comm, None
+        work = _vendor.take_work(comm, algorithm) if comm is not None else None
+        return work if work is not None else CompletedHandle(algorithm=algorithm)
 
     def _comm(self, algorithm):
         if self._closed:
@@ -232,7 +267,8 @@ class VendorEngine(Engine):
             return self._own(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream, own, "fast")
         self._check_supported(kind, recv, op)
         vop, divide = self._vendor_op(op)
-        getattr(self._comm(algorithm), kind)(send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream)
+        self._call(self._comm(algorithm), kind, send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream,
+                   enqueue=not divide)
         if divide:
             divide_in_place(recv, self.size)
         return self._resolved(algorithm)
@@ -245,12 +281,13 @@ class VendorEngine(Engine):
 
     def all_gather(self, send, recv):
         self._check_device(recv)
-        self._comm("auto").all_gather(send.ptr, recv.ptr, send.count, send.dtype, current_stream(recv.owner))
+        self._call(self._comm("auto"), "all_gather", send.ptr, recv.ptr, send.count, send.dtype,
+                   current_stream(recv.owner))
         return self._resolved("auto")
 
     def broadcast(self, buf, root):
         self._check_device(buf)
-        self._comm("auto").broadcast(buf.ptr, buf.count, buf.dtype, root, current_stream(buf.owner))
+        self._call(self._comm("auto"), "broadcast", buf.ptr, buf.count, buf.dtype, root, current_stream(buf.owner))
         return self._resolved("auto")
 
     def reduce(self, send, recv, op, root, accuracy):
@@ -263,8 +300,8 @@ class VendorEngine(Engine):
                                      current_stream(send.owner))
         self._check_supported("reduce", send, op)
         vop, divide = self._vendor_op(op)
-        self._comm("auto").reduce(send.ptr, target.ptr, send.count, send.dtype, vop, root,
-                                  current_stream(send.owner))
+        self._call(self._comm("auto"), "reduce", send.ptr, target.ptr, send.count, send.dtype, vop, root,
+                   current_stream(send.owner), enqueue=not (divide and self.rank == root))
         if divide and self.rank == root:
             divide_in_place(recv, self.size)
         return self._resolved("auto")
@@ -272,7 +309,7 @@ class VendorEngine(Engine):
     def barrier(self):
         # No array to take a stream from: the framework's current one, else the communicator's own (HCCL refuses
         # a NULL stream; the vendor layer substitutes its own).
-        self._comm("auto").barrier(framework_stream(self.backend.memory))
+        self._call(self._comm("auto"), "barrier", framework_stream(self.backend.memory))
         return self._resolved("auto")
 
     def close(self):

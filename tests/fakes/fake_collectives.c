@@ -22,6 +22,12 @@ typedef struct fake_job {
     void *stream;
     struct fake_comm *comm;
     struct fake_job *next;
+    /* FAKE_GROUP: its point-to-point jobs, progressed together. A send or receive in a group: its message
+     * number on its channel, the channel's byte count after it (a send), and whether it has completed. */
+    struct fake_job *children;
+    long msg;
+    unsigned long long end;
+    int done;
 } fake_job_t;
 
 struct fake_comm {
@@ -29,6 +35,8 @@ struct fake_comm {
     int rank, nranks;
     long seq;
     long *sent, *received; /* point-to-point messages per peer so far */
+    unsigned long long *sent_bytes, *received_bytes; /* and their bytes */
+    int mismatch_error; /* the vendor's code for a receive whose count differs from its send's */
     pthread_t worker;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -41,6 +49,25 @@ static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 /* idle_ns: when the stream's last work completed (0: not since it was last looked at). */
 static struct { void *stream; int pending; long long idle_ns; } streams[MAX_STREAMS];
 
+/* Per stream, never recycled: how much work was ever queued on it and how much has completed, which is what
+ * an event recorded on it compares (fake_stream_mark, fake_stream_reached). */
+#define MAX_MARKED 256
+static struct { void *stream; int used; long long queued, completed; } marks[MAX_MARKED];
+
+static int mark_slot(void *stream)
+{
+    for (int i = 0; i < MAX_MARKED; i++)
+        if (marks[i].used && marks[i].stream == stream)
+            return i;
+    for (int i = 0; i < MAX_MARKED; i++)
+        if (!marks[i].used) {
+            marks[i].used = 1;
+            marks[i].stream = stream;
+            return i;
+        }
+    return -1;
+}
+
 static long long now_ns(void)
 {
     struct timespec ts;
@@ -51,6 +78,13 @@ static long long now_ns(void)
 static void stream_add(void *stream, int delta)
 {
     pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    if (m >= 0) {
+        if (delta > 0)
+            marks[m].queued += delta;
+        else
+            marks[m].completed -= delta;
+    }
     int free_slot = -1;
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (streams[i].pending && streams[i].stream == stream) {
@@ -92,6 +126,24 @@ long long fake_stream_idle_for_ns(void *stream)
         }
     pthread_mutex_unlock(&streams_lock);
     return idle;
+}
+
+long long fake_stream_mark(void *stream)
+{
+    pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    long long queued = m >= 0 ? marks[m].queued : 0;
+    pthread_mutex_unlock(&streams_lock);
+    return queued;
+}
+
+int fake_stream_reached(void *stream, long long mark)
+{
+    pthread_mutex_lock(&streams_lock);
+    int m = mark_slot(stream);
+    int reached = m < 0 || marks[m].completed >= mark;
+    pthread_mutex_unlock(&streams_lock);
+    return reached;
 }
 
 int fake_any_stream_busy(void)
@@ -232,24 +284,114 @@ static char **gather_files(fake_comm_t *c, long seq)
     return data;
 }
 
-/* A send never blocks (it leaves a file); a receive waits for the matching one, takes it and deletes it. */
-static void run_p2p(fake_comm_t *c, const fake_job_t *j)
+/* Point-to-point, as NCCL runs it (nccl.h; "Point-to-point communication" in NCCL's user guide):
+ * - Sends and receives of one group (ncclGroupStart/End) progress together: NCCL fuses them into one launch, so
+ *   two ranks that send to each other in one group never wait on each other. Groups run one after another on a
+ *   communicator (here: one job, FAKE_GROUP, progressed by polling each of its operations in turn).
+ * - A send completes once the peer has received all but the connection's buffer of what was sent before it
+ *   and by it: NCCL stages a send through a per-peer FIFO of NCCL_BUFFSIZE bytes (4 MiB by default), and the
+ *   sender waits for the receiver to free slots. FAKE_P2P_BUFFER_BYTES sets the bound here (default 4 MiB), so
+ *   tests can make it small; a group whose send exceeds it waits for the peer's matching receive, which a peer
+ *   that posts it only in a later group never makes: both ranks block, as on a GPU.
+ * - "Rank peer needs to call ncclRecv with the same datatype and the same count from this rank" (nccl.h): a
+ *   receive whose byte count differs from its send's is an error (the vendor's code, set by
+ *   fake_comm_set_mismatch_error), reported asynchronously; the group never completes, as a kernel left
+ *   waiting for bytes that never come. HCCL's HcclSend/HcclRecv have the same rule (hccl.h).
+ * A send leaves its bytes in a file at once; the receiver takes the file, deletes it and publishes how many
+ * bytes of the channel it has consumed (the ".consumed" file), which is what the sender's completion waits on. */
+static unsigned long long buffer_bytes(void)
+{
+    const char *b = getenv("FAKE_P2P_BUFFER_BYTES");
+    return b && atoll(b) > 0 ? (unsigned long long)atoll(b) : 4ULL << 20;
+}
+
+static void consumed_path(const fake_comm_t *c, int from, int to, char *out, size_t len)
+{
+    const char *dir = getenv("FAKE_COLL_DIR");
+    snprintf(out, len, "%s/%s.p2p.%d.%d.consumed", dir ? dir : "/tmp", c->id, from, to);
+}
+
+static unsigned long long read_consumed(const fake_comm_t *c, int to)
 {
     char path[512];
-    size_t nbytes = j->count * fake_dtype_size(j->dtype), size = 0;
-    if (j->kind == FAKE_SEND) {
-        channel_path(c, c->rank, j->root, ++c->sent[j->root], path, sizeof path);
-        if (write_file(path, j->send, nbytes) != 0)
-            fprintf(stderr, "fake collectives: cannot write %s\n", path);
-        return;
+    unsigned long long consumed = 0;
+    consumed_path(c, c->rank, to, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%llu", &consumed) != 1)
+            consumed = 0;
+        fclose(f);
     }
-    channel_path(c, j->root, c->rank, ++c->received[j->root], path, sizeof path);
-    if (!wait_for_file(c, path, &size))
-        return;
-    if (size != nbytes)
-        fprintf(stderr, "fake collectives: %s has %zu bytes, the receive expects %zu\n", path, size, nbytes);
-    read_file(path, j->recv, size < nbytes ? size : nbytes);
+    return consumed;
+}
+
+static void publish_consumed(const fake_comm_t *c, int from)
+{
+    char path[512], text[32];
+    consumed_path(c, from, c->rank, path, sizeof path);
+    int n = snprintf(text, sizeof text, "%llu", c->received_bytes[from]);
+    write_file(path, text, (size_t)n);
+}
+
+/* One step of a receive: done (1) once its message has arrived and been taken; -1 on a count mismatch. */
+static int try_receive(fake_comm_t *c, fake_job_t *j)
+{
+    char path[512];
+    struct stat st;
+    size_t nbytes = j->count * fake_dtype_size(j->dtype);
+    channel_path(c, j->root, c->rank, j->msg, path, sizeof path);
+    if (stat(path, &st) != 0)
+        return 0;
+    size_t size = (size_t)st.st_size;
+    if (size != nbytes) {
+        fake_log("p2p count mismatch rank=%d peer=%d: the send has %zu bytes, the receive expects %zu", c->rank,
+                 j->root, size, nbytes);
+        return -1;
+    }
+    read_file(path, j->recv, nbytes);
     unlink(path);
+    c->received_bytes[j->root] += nbytes;
+    publish_consumed(c, j->root);
+    return 1;
+}
+
+/* Runs a group's sends and receives together until all have completed (0), the communicator is aborted (0:
+ * the job stays queued), or a receive's count differs from its send's (the mismatch code). */
+static int run_group(fake_comm_t *c, fake_job_t *g)
+{
+    const unsigned long long bound = buffer_bytes();
+    for (fake_job_t *j = g->children; j; j = j->next) {
+        if (j->kind == FAKE_SEND) {
+            char path[512];
+            size_t nbytes = j->count * fake_dtype_size(j->dtype);
+            j->msg = ++c->sent[j->root];
+            j->end = c->sent_bytes[j->root] += nbytes;
+            channel_path(c, c->rank, j->root, j->msg, path, sizeof path);
+            if (write_file(path, j->send, nbytes) != 0)
+                fprintf(stderr, "fake collectives: cannot write %s\n", path);
+        } else {
+            j->msg = ++c->received[j->root];
+        }
+    }
+    for (;;) {
+        int pending = 0;
+        for (fake_job_t *j = g->children; j; j = j->next) {
+            if (j->done)
+                continue;
+            if (j->kind == FAKE_SEND) {
+                j->done = j->end <= bound || read_consumed(c, j->root) >= j->end - bound;
+            } else {
+                int r = try_receive(c, j);
+                if (r < 0)
+                    return c->mismatch_error;
+                j->done = r;
+            }
+            pending += !j->done;
+        }
+        if (!pending || stopping(c))
+            return 0;
+        usleep(200);
+    }
 }
 
 static float half_to_float(uint16_t h)
@@ -376,10 +518,6 @@ static void fold(char **in, int nranks, size_t offset, void *out, size_t count, 
 
 static void run_job(fake_comm_t *c, const fake_job_t *j)
 {
-    if (j->kind == FAKE_SEND || j->kind == FAKE_RECV) {
-        run_p2p(c, j);
-        return;
-    }
     if (j->kind == FAKE_BARRIER) { /* its own name (seq -1), so a collective a peer still waits in never takes it */
         char none[1] = {0};
         publish(c, -1, none, 0);
@@ -424,6 +562,18 @@ static void run_job(fake_comm_t *c, const fake_job_t *j)
     unlink(old);
 }
 
+/* Frees a finished (or abandoned) job, and a group's operations, each leaving its stream. */
+static void free_job(fake_job_t *j)
+{
+    for (fake_job_t *k = j->children, *next; k; k = next) {
+        next = k->next;
+        free_job(k);
+    }
+    if (j->kind != FAKE_GROUP)
+        stream_add(j->stream, -1);
+    free(j);
+}
+
 static void *worker(void *arg)
 {
     fake_comm_t *c = arg;
@@ -444,17 +594,23 @@ static void *worker(void *arg)
             break;
         fake_job_t *j = c->head;
         pthread_mutex_unlock(&c->lock);
-        if (j->async_error) {
+        int failed = j->async_error;
+        const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
+        if (failed && kernel_us) /* it runs that long before it hits the failure */
+            usleep((useconds_t)atoi(kernel_us));
+        if (!failed && j->kind == FAKE_GROUP)
+            failed = run_group(c, j);
+        else if (!failed)
+            run_job(c, j);
+        if (failed) {
             /* The collective hit an error (a peer died): recorded, and the kernel never finishes -- the job
              * stays queued and its stream busy until abort, as a GPU kernel waiting on a dead peer does. */
             pthread_mutex_lock(&c->lock);
-            c->async_error = j->async_error;
+            c->async_error = failed;
             while (!c->stop)
                 pthread_cond_wait(&c->cond, &c->lock);
             break;
         } else {
-            run_job(c, j);
-            const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
             if (kernel_us && j->kind != FAKE_BARRIER)
                 usleep((useconds_t)atoi(kernel_us));
         }
@@ -464,8 +620,7 @@ static void *worker(void *arg)
         c->head = j->next;
         if (!c->head)
             c->tail = NULL;
-        stream_add(j->stream, -1);
-        free(j);
+        free_job(j);
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
@@ -479,6 +634,8 @@ fake_comm_t *fake_comm_start(const char *id, int rank, int nranks)
     c->nranks = nranks;
     c->sent = calloc((size_t)nranks, sizeof *c->sent);
     c->received = calloc((size_t)nranks, sizeof *c->received);
+    c->sent_bytes = calloc((size_t)nranks, sizeof *c->sent_bytes);
+    c->received_bytes = calloc((size_t)nranks, sizeof *c->received_bytes);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     pthread_create(&c->worker, NULL, worker, c);
@@ -522,23 +679,54 @@ void fake_group_start(void)
     group_depth++;
 }
 
+/* A group's sends and receives on one communicator become one FAKE_GROUP job there (they progress together);
+ * its collectives stay jobs of their own, in order. */
+static fake_job_t *group_job(fake_comm_t *c)
+{
+    fake_job_t *g = calloc(1, sizeof *g);
+    g->kind = FAKE_GROUP;
+    g->comm = c;
+    return g;
+}
+
+static int is_p2p(const fake_job_t *j)
+{
+    return j->kind == FAKE_SEND || j->kind == FAKE_RECV;
+}
+
 void fake_group_end(void)
 {
     if (group_depth == 0 || --group_depth > 0)
         return;
     fake_job_t *jobs = group_head;
     group_head = group_tail = NULL;
-    for (int sends = 1; sends >= 0; sends--) {
+    while (jobs) {
+        fake_job_t *j = jobs;
+        jobs = j->next;
+        j->next = NULL;
+        if (!is_p2p(j)) {
+            push(j);
+            continue;
+        }
+        /* j and every later operation of the group on j's communicator, in their order */
+        fake_job_t *g = group_job(j->comm), **tail = &g->children;
+        *tail = j;
+        tail = &j->next;
+        g->async_error = j->async_error;
         for (fake_job_t **p = &jobs; *p;) {
-            fake_job_t *j = *p;
-            if ((j->kind == FAKE_SEND) == sends) {
-                *p = j->next;
-                j->next = NULL;
-                push(j);
+            fake_job_t *k = *p;
+            if (is_p2p(k) && k->comm == j->comm) {
+                *p = k->next;
+                k->next = NULL;
+                *tail = k;
+                tail = &k->next;
+                if (!g->async_error)
+                    g->async_error = k->async_error;
             } else {
-                p = &j->next;
+                p = &k->next;
             }
         }
+        push(g);
     }
 }
 
@@ -546,8 +734,16 @@ void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, s
                        int root, void *stream, int async_error)
 {
     fake_job_t *j = calloc(1, sizeof *j);
-    *j = (fake_job_t){kind, dtype, op, root, async_error, send, recv, count, stream, c, NULL};
+    *j = (fake_job_t){.kind = kind, .dtype = dtype, .op = op, .root = root, .async_error = async_error,
+                      .send = send, .recv = recv, .count = count, .stream = stream, .comm = c};
     stream_add(stream, 1);
+    if (group_depth == 0 && is_p2p(j)) { /* a lone send or receive is a group of its own */
+        fake_job_t *g = group_job(c);
+        g->children = j;
+        g->async_error = async_error;
+        push(g);
+        return;
+    }
     if (group_depth == 0) {
         push(j);
         return;
@@ -557,6 +753,11 @@ void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, s
     else
         group_head = j;
     group_tail = j;
+}
+
+void fake_comm_set_mismatch_error(fake_comm_t *c, int code)
+{
+    c->mismatch_error = code;
 }
 
 static void finish(fake_comm_t *c, int abort)
@@ -571,13 +772,14 @@ static void finish(fake_comm_t *c, int abort)
     pthread_join(c->worker, NULL);
     for (fake_job_t *j = c->head, *next; j; j = next) {
         next = j->next;
-        stream_add(j->stream, -1);
-        free(j);
+        free_job(j);
     }
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c->sent);
     free(c->received);
+    free(c->sent_bytes);
+    free(c->received_bytes);
     free(c);
 }
 

@@ -11,8 +11,9 @@
 /* FAKE_SEND / FAKE_RECV: point-to-point, `root` is the peer; each (sender, receiver) pair is a FIFO channel. */
 /* FAKE_REDUCE_EVERY_RANK: a reduce that writes the result into recv on every rank, not only the root (as HCCL's
  * may). FAKE_BARRIER: every rank's arrival, no data (a finalize). */
+/* FAKE_GROUP: a group's sends and receives on one communicator, progressed together (fake_group_end makes it). */
 enum fake_kind { FAKE_ALL_REDUCE, FAKE_REDUCE_SCATTER, FAKE_ALL_GATHER, FAKE_BROADCAST, FAKE_REDUCE, FAKE_SEND,
-                 FAKE_RECV, FAKE_REDUCE_EVERY_RANK, FAKE_BARRIER };
+                 FAKE_RECV, FAKE_REDUCE_EVERY_RANK, FAKE_BARRIER, FAKE_GROUP };
 enum fake_dtype { FAKE_I8, FAKE_U8, FAKE_I32, FAKE_U32, FAKE_I64, FAKE_U64, FAKE_F16, FAKE_F32, FAKE_F64, FAKE_BF16 };
 enum fake_op { FAKE_SUM, FAKE_PROD, FAKE_MIN, FAKE_MAX, FAKE_AVG };
 
@@ -30,8 +31,11 @@ int fake_comm_ready(fake_comm_t *c);
 int fake_comm_async_error(fake_comm_t *c);
 void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, size_t count, int dtype, int op,
                        int root, void *stream, int async_error);
-/* A group (ncclGroupStart/End): jobs enqueued inside it reach the communicators at the end, sends before
- * receives, so that ranks sending to each other never wait on each other. Per thread, as in NCCL. */
+/* The vendor's code for a receive whose count differs from its send's (reported as an asynchronous error). */
+void fake_comm_set_mismatch_error(fake_comm_t *c, int code);
+/* A group (ncclGroupStart/End): jobs enqueued inside it reach the communicators at the end; its sends and
+ * receives on a communicator run as one job, progressed together (fake_collectives.c says what a send waits
+ * for). Per thread, as in NCCL. */
 void fake_group_start(void);
 void fake_group_end(void);
 /* 1 while `stream` has queued work. */
@@ -39,6 +43,10 @@ int fake_stream_busy(void *stream);
 /* How long ago `stream`'s last work completed, once per completion (0: busy, or already asked): how late the
  * caller noticed. */
 long long fake_stream_idle_for_ns(void *stream);
+/* An event: the amount of work ever queued on `stream` now, and whether that much has completed since (work
+ * on a stream completes in order). */
+long long fake_stream_mark(void *stream);
+int fake_stream_reached(void *stream, long long mark);
 /* 1 while any stream has queued work (what a device-wide synchronisation, cudaFree, waits for). */
 int fake_any_stream_busy(void);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */

@@ -27,7 +27,16 @@ enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN };
  * - HcclReduce may write recvBuf on every rank, not only the root (here it writes the result there);
  * - HcclCommDestroy, HCCL's only way to stop a communicator, releases its links and device memory after its
  *   streams' tasks: behind a task waiting on a dead peer it never returns (here: FAKE_DEADLOCK_S, then
- *   "HcclCommDestroy deadlocked" is logged), as aclrtFree synchronises the device. */
+ *   "HcclCommDestroy deadlocked" is logged), as aclrtFree synchronises the device;
+ * - AscendCL calls need a current context on the calling thread (aclrtSetDevice or aclrtSetCurrentContext on
+ *   that thread; ACL_ERROR_RT_CONTEXT_NULL otherwise): here the thread that creates a communicator has one (the
+ *   framework set its device), any other thread has none until it sets one, and HcclCommDestroy on a thread
+ *   without one fails (HCCL_E_RUNTIME, "without an ACL context" logged) and frees nothing;
+ * - HcclBatchSendRecv's items progress together, as an NCCL group's; HcclSend and HcclRecv each run alone. A
+ *   send waits, past the per-peer buffer (FAKE_P2P_BUFFER_BYTES), for its receive; a receive of another count
+ *   than its send's is an asynchronous HCCL_E_PARA (hccl.h: the peer's count and dataType must match);
+ * - built with -DFAKE_HCCL_OLD_CANN, it lacks what older CANN lacks or has only as weak symbols:
+ *   HcclGetErrorString, HcclGetCommAsyncError, HcclBatchSendRecv. */
 static const char *soc_name(void)
 {
     const char *soc = getenv("FAKE_HCCL_SOC");
@@ -51,11 +60,30 @@ static int algorithm_read;
 typedef struct { char internal[4108]; } root_info_t;
 typedef fake_vendor_comm_t comm_t;
 
+#ifndef FAKE_HCCL_OLD_CANN
 EXPORT const char *HcclGetErrorString(int code)
 {
     static char text[64];
     snprintf(text, sizeof text, "fake hccl error %d", code);
     return code == 0 ? "success" : text;
+}
+#endif
+
+/* The AscendCL context current on this thread (see the rules above). */
+static char primary_context;
+static _Thread_local void *current_context;
+
+EXPORT int aclrtGetCurrentContext(void **context)
+{
+    *context = current_context;
+    return current_context ? 0 : 107002; /* ACL_ERROR_RT_CONTEXT_NULL */
+}
+
+EXPORT int aclrtSetCurrentContext(void *context)
+{
+    fake_log("aclrtSetCurrentContext %s", context == &primary_context ? "primary" : "other");
+    current_context = context;
+    return 0;
 }
 
 EXPORT int HcclGetRootInfo(root_info_t *info)
@@ -89,7 +117,8 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
     }
     if (rank >= nranks || memcmp(info->internal + sizeof info->internal - 4, "END", 4) != 0)
         return E_PARA;
-    comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks);
+    current_context = &primary_context; /* the framework set this thread's device */
+    comm_t *c = fake_vendor_comm_new(info->internal, (int)rank, (int)nranks, E_PARA);
     while (!fake_comm_ready(c->fake)) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -109,16 +138,22 @@ static int tasks_pending(void *unused)
 EXPORT int HcclCommDestroy(comm_t *c)
 {
     fake_log("HcclCommDestroy begins rank=%d", c->rank);
+    if (!current_context) {
+        fake_log("HcclCommDestroy rank=%d without an ACL context: HCCL_E_RUNTIME", c->rank);
+        return 15;
+    }
     int deadlocked = fake_wait_or_deadlock(tasks_pending, NULL, "HcclCommDestroy");
     fake_vendor_comm_end(c, deadlocked ? "HcclCommDestroy (after a deadlock)" : "HcclCommDestroy", 1);
     return SUCCESS;
 }
 
+#ifndef FAKE_HCCL_OLD_CANN
 EXPORT int HcclGetCommAsyncError(comm_t *c, int *error)
 {
     *error = fake_vendor_async_error(c);
     return SUCCESS;
 }
+#endif
 
 /* HcclDataType -> fake dtype (-1: int16, uint16, which the fake does not reduce); HcclReduceOp -> fake op. */
 static const int dtypes[] = {FAKE_I8, -1, FAKE_I32, FAKE_F16, FAKE_F32, FAKE_I64, FAKE_U64, FAKE_U8, -1, FAKE_U32,
@@ -176,6 +211,62 @@ EXPORT int HcclBarrier(comm_t *c, void *stream)
     return collective("HcclBarrier", FAKE_ALL_REDUCE, 0, &word, &word, 1, DT_INT32, OP_SUM, -1, c, stream);
 }
 
+/* ---- point-to-point ---- */
+
+typedef struct {
+    int type; /* HCCL_SEND 0, HCCL_RECV 1 */
+    void *buf;
+    uint64_t count;
+    int dtype;
+    uint32_t remote;
+} send_recv_item_t;
+
+static int p2p(const char *name, int send, void *buf, uint64_t count, int dtype, uint32_t peer, comm_t *c,
+               void *stream)
+{
+    fake_log("%s rank=%d peer=%u count=%llu dtype=%d stream=%#lx", name, c->rank, peer, (unsigned long long)count,
+             dtype, (unsigned long)(uintptr_t)stream);
+    int injected = fake_injected(name);
+    if (injected)
+        return injected;
+    if (!stream)
+        return E_PTR;
+    if ((unsigned)dtype > DT_BFP16 || dtypes[dtype] < 0 || (int)peer >= c->nranks || (int)peer == c->rank)
+        return E_PARA;
+    fake_comm_enqueue(c->fake, send ? FAKE_SEND : FAKE_RECV, send ? buf : NULL, send ? NULL : buf, count,
+                      dtypes[dtype], 0, (int)peer, stream, fake_injected("async"));
+    return SUCCESS;
+}
+
+EXPORT int HcclSend(void *buf, uint64_t count, int dtype, uint32_t peer, comm_t *c, void *stream)
+{
+    return p2p("HcclSend", 1, buf, count, dtype, peer, c, stream);
+}
+
+EXPORT int HcclRecv(void *buf, uint64_t count, int dtype, uint32_t peer, comm_t *c, void *stream)
+{
+    return p2p("HcclRecv", 0, buf, count, dtype, peer, c, stream);
+}
+
+#ifndef FAKE_HCCL_OLD_CANN
+EXPORT int HcclBatchSendRecv(send_recv_item_t *items, uint32_t n, comm_t *c, void *stream)
+{
+    fake_log("HcclBatchSendRecv rank=%d items=%u", c->rank, n);
+    int injected = fake_injected("HcclBatchSendRecv");
+    if (injected)
+        return injected;
+    fake_group_start();
+    int r = SUCCESS;
+    for (uint32_t i = 0; i < n && r == SUCCESS; i++)
+        r = items[i].type > 1 ? E_PARA
+                              : p2p(items[i].type == 0 ? "HcclBatchSendRecv send" : "HcclBatchSendRecv recv",
+                                    items[i].type == 0, items[i].buf, items[i].count, items[i].dtype,
+                                    items[i].remote, c, stream);
+    fake_group_end();
+    return r;
+}
+#endif
+
 /* ---- the AscendCL pieces pycoll uses ---- */
 
 EXPORT const char *aclrtGetSocName(void)
@@ -193,6 +284,31 @@ EXPORT int aclrtCreateStream(void **stream)
 EXPORT int aclrtDestroyStream(void *stream)
 {
     free(stream);
+    return 0;
+}
+
+/* Events: complete once the work queued on their stream before aclrtRecordEvent has. */
+EXPORT int aclrtCreateEvent(fake_event_t **event)
+{
+    *event = fake_event_new();
+    return *event ? 0 : 207001;
+}
+
+EXPORT int aclrtRecordEvent(fake_event_t *event, void *stream)
+{
+    fake_event_record(event, stream, "aclrtRecordEvent");
+    return 0;
+}
+
+EXPORT int aclrtQueryEventStatus(fake_event_t *event, int *status)
+{
+    *status = fake_event_done(event); /* 1: ACL_EVENT_RECORDED_STATUS_COMPLETE */
+    return 0;
+}
+
+EXPORT int aclrtDestroyEvent(fake_event_t *event)
+{
+    free(event);
     return 0;
 }
 

@@ -24,7 +24,15 @@ enum { SUCCESS = 0, INVALID_ARGUMENT = 4, INVALID_USAGE = 5, IN_PROGRESS = 7 };
  *   until every rank has finalized. ncclCommDestroy without a completed finalize finalizes first, blocking:
  *   with a peer gone it never returns (here: FAKE_DEADLOCK_S, then "ncclCommDestroy deadlocked" is logged).
  * - cudaFree synchronises the device: it waits for every running kernel, so behind a kernel waiting on a dead
- *   peer it never returns (here: "cudaFree deadlocked" is logged). */
+ *   peer it never returns (here: "cudaFree deadlocked" is logged).
+ * - On a non-blocking communicator, a collective called outside a group, and ncclGroupEnd, may return
+ *   ncclInProgress while NCCL still enqueues; "the application must then query ncclCommGetAsyncError until it
+ *   no longer returns ncclInProgress" before the next call on that communicator (nccl.h; the user guide's
+ *   "Fault Tolerance"). Here they always do, for LAUNCH_POLLS polls, and a call made before is refused
+ *   (ncclInvalidUsage, "called while ncclInProgress" logged).
+ * - Sends and receives (fake_collectives.c says how they are modelled): a send waits, past the per-peer buffer
+ *   (NCCL_BUFFSIZE; FAKE_P2P_BUFFER_BYTES here), for its receive; a receive of another count than its send's is
+ *   an asynchronous ncclInvalidUsage. */
 enum { ALGO_TREE = 1, ALGO_RING = 2, ALGO_COLLNET_DIRECT = 4, ALGO_COLLNET_CHAIN = 8, ALGO_NVLS = 16,
        ALGO_NVLS_TREE = 32, ALGO_PAT = 64, ALGO_ALL = 127 };
 static const struct { const char *name; unsigned bit; } algorithm_names[] = {
@@ -62,6 +70,14 @@ static unsigned collective_algorithms(int kind)
         return ALGO_RING;
     }
 }
+
+enum { LAUNCH_POLLS = 2 };
+
+/* The communicators called inside the current group (per thread, as NCCL's groups are): each is "in
+ * progress" after ncclGroupEnd. */
+static _Thread_local int group_depth;
+static _Thread_local fake_vendor_comm_t *group_comms[64];
+static _Thread_local int group_comm_count;
 
 typedef struct { char internal[128]; } unique_id_t;
 typedef struct {
@@ -113,7 +129,7 @@ EXPORT int ncclCommInitRankConfig(comm_t **out, int nranks, unique_id_t id, int 
         return injected;
     if (config->magic != 0xcafebeef || config->version < 21400 || rank < 0 || rank >= nranks)
         return INVALID_ARGUMENT;
-    *out = fake_vendor_comm_new(id.internal, rank, nranks);
+    *out = fake_vendor_comm_new(id.internal, rank, nranks, INVALID_USAGE);
     (*out)->algorithms = parse_algorithms(algo);
     (*out)->blocking = config->blocking;
     return config->blocking == 0 ? IN_PROGRESS : SUCCESS;
@@ -124,8 +140,40 @@ static int finalize_busy(void *c)
     return fake_stream_busy(&((comm_t *)c)->finalize_stream);
 }
 
+/* A call on c: refused while a non-blocking call of c is still in progress (see the rules above). */
+static int busy_launching(comm_t *c, const char *name)
+{
+    if (!c->launching)
+        return 0;
+    fake_log("%s rank=%d called while ncclInProgress: ncclInvalidUsage", name, c->rank);
+    return 1;
+}
+
+/* A call that enqueued work on c: on a non-blocking communicator, "in progress" outside a group, and the
+ * group's end inside one. */
+static int launched(comm_t *c)
+{
+    if (c->blocking)
+        return SUCCESS;
+    if (group_depth > 0) {
+        int known = 0;
+        for (int i = 0; i < group_comm_count; i++)
+            known |= group_comms[i] == c;
+        if (!known && group_comm_count < (int)(sizeof group_comms / sizeof group_comms[0]))
+            group_comms[group_comm_count++] = c;
+        return SUCCESS;
+    }
+    c->launching = LAUNCH_POLLS;
+    return IN_PROGRESS;
+}
+
 EXPORT int ncclCommGetAsyncError(comm_t *c, int *state)
 {
+    if (c->launching > 0 && !c->sticky && !fake_vendor_async_error(c)) {
+        c->launching--;
+        *state = IN_PROGRESS;
+        return SUCCESS;
+    }
     *state = !fake_comm_ready(c->fake) ? IN_PROGRESS
              : c->sticky               ? c->sticky
              : fake_vendor_async_error(c) ? fake_vendor_async_error(c)
@@ -189,13 +237,16 @@ static int collective(const char *name, int kind, const void *send, void *recv, 
 {
     if (c->sticky)
         return c->sticky;
+    if (busy_launching(c, name))
+        return INVALID_USAGE;
     if (!(c->algorithms & collective_algorithms(kind) & ALGO_RUNNABLE_HERE)) {
         fake_log("%s rank=%d: no algorithm NCCL_ALGO allows can run it: ncclInvalidUsage", name, c->rank);
         if (!c->blocking)
             c->sticky = INVALID_USAGE;
         return INVALID_USAGE;
     }
-    return fake_vendor_collective(&nccl, name, kind, send, recv, count, dtype, op, root, c, stream);
+    int r = fake_vendor_collective(&nccl, name, kind, send, recv, count, dtype, op, root, c, stream);
+    return r == SUCCESS ? launched(c) : r;
 }
 
 EXPORT int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, comm_t *c, void *stream)
@@ -235,10 +286,12 @@ static int p2p(const char *name, int kind, const void *send, void *recv, size_t 
         return injected;
     if (c->sticky)
         return c->sticky;
+    if (busy_launching(c, name))
+        return INVALID_USAGE;
     if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || peer < 0 || peer >= c->nranks || peer == c->rank)
         return INVALID_ARGUMENT;
     fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], 0, peer, stream, fake_injected("async"));
-    return SUCCESS;
+    return launched(c);
 }
 
 EXPORT int ncclSend(const void *send, size_t count, int dtype, int peer, comm_t *c, void *stream)
@@ -253,6 +306,7 @@ EXPORT int ncclRecv(void *recv, size_t count, int dtype, int peer, comm_t *c, vo
 
 EXPORT int ncclGroupStart(void)
 {
+    group_depth++;
     fake_group_start();
     return SUCCESS;
 }
@@ -260,7 +314,20 @@ EXPORT int ncclGroupStart(void)
 EXPORT int ncclGroupEnd(void)
 {
     fake_group_end();
-    return fake_injected("ncclGroupEnd");
+    int injected = fake_injected("ncclGroupEnd");
+    if (group_depth == 0 || --group_depth > 0)
+        return injected;
+    if (injected) {
+        group_comm_count = 0;
+        return injected;
+    }
+    int in_progress = 0;
+    for (int i = 0; i < group_comm_count; i++) {
+        group_comms[i]->launching = LAUNCH_POLLS;
+        in_progress = 1;
+    }
+    group_comm_count = 0;
+    return in_progress ? IN_PROGRESS : SUCCESS;
 }
 
 /* ---- the CUDA runtime pieces pycoll uses ---- */
@@ -289,6 +356,32 @@ EXPORT int cudaStreamQuery(void *stream)
     long long idle = fake_stream_idle_for_ns(stream);
     if (idle)
         fake_log("cudaStreamQuery noticed_after_us=%lld", idle / 1000);
+    return 0;
+}
+
+/* Events: complete once the work queued on their stream before cudaEventRecord has (cudaErrorNotReady, 600,
+ * before). "cudaEventRecord" is logged, so a test can see that a call enqueued instead of waiting. */
+EXPORT int cudaEventCreateWithFlags(fake_event_t **event, unsigned flags)
+{
+    (void)flags;
+    *event = fake_event_new();
+    return *event ? 0 : 2;
+}
+
+EXPORT int cudaEventRecord(fake_event_t *event, void *stream)
+{
+    fake_event_record(event, stream, "cudaEventRecord");
+    return 0;
+}
+
+EXPORT int cudaEventQuery(fake_event_t *event)
+{
+    return fake_event_done(event) ? 0 : 600;
+}
+
+EXPORT int cudaEventDestroy(fake_event_t *event)
+{
+    free(event);
     return 0;
 }
 

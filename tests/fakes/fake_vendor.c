@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks)
+fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks, int mismatch)
 {
     fake_vendor_comm_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -14,6 +14,7 @@ fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks)
     c->rank = rank;
     c->nranks = nranks;
     c->fake = fake_comm_start(id, rank, nranks);
+    fake_comm_set_mismatch_error(c->fake, mismatch);
     return c;
 }
 
@@ -29,8 +30,7 @@ void fake_vendor_comm_end(fake_vendor_comm_t *c, const char *call, int abort)
 
 int fake_vendor_async_error(const fake_vendor_comm_t *c)
 {
-    int injected = fake_injected("async");
-    return injected && fake_comm_async_error(c->fake) ? injected : 0;
+    return fake_comm_async_error(c->fake);
 }
 
 int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, const void *send, void *recv,
@@ -48,6 +48,23 @@ int fake_vendor_collective(const fake_vendor_t *v, const char *name, int kind, c
     fake_comm_enqueue(c->fake, kind, send, recv, count, v->dtypes[dtype], v->ops[op], root, stream,
                       fake_injected("async"));
     return 0;
+}
+
+fake_event_t *fake_event_new(void)
+{
+    return calloc(1, sizeof(fake_event_t));
+}
+
+void fake_event_record(fake_event_t *e, void *stream, const char *call)
+{
+    e->stream = stream;
+    e->mark = fake_stream_mark(stream);
+    fake_log("%s stream=%#lx", call, (unsigned long)(uintptr_t)stream);
+}
+
+int fake_event_done(const fake_event_t *e)
+{
+    return fake_stream_reached(e->stream, e->mark);
 }
 
 int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what)

@@ -19,6 +19,7 @@ typedef struct fake_vendor_comm {
     int blocking;        /* NCCL's config.blocking */
     int finalizing;      /* a finalize is queued on finalize_stream */
     char finalize_stream; /* its address is the stream the finalize runs on */
+    int launching;       /* a non-blocking call returned "in progress": async-error polls left until it is not */
 } fake_vendor_comm_t;
 
 /* How a vendor numbers dtypes and ops: its code -> the engine's (-1: the vendor has the code, the fake does not
@@ -31,15 +32,29 @@ typedef struct fake_vendor {
     int invalid_argument;
 } fake_vendor_t;
 
-/* A communicator joining the rendezvous on id in the background. */
-fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks);
+/* An event of the vendor's runtime (cudaEvent_t, aclrtEvent): the stream and its mark when last recorded. */
+typedef struct fake_event {
+    void *stream;
+    long long mark;
+} fake_event_t;
+
+/* A new event (NULL without memory); recorded: it completes once the work queued on `stream` now has (logged
+ * as "<call> stream=..."); 1 once complete. */
+fake_event_t *fake_event_new(void);
+void fake_event_record(fake_event_t *e, void *stream, const char *call);
+int fake_event_done(const fake_event_t *e);
+
+/* A communicator joining the rendezvous on id in the background; mismatch: the vendor's code for a receive
+ * whose count differs from its send's. */
+fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks, int mismatch);
 /* Until fn(arg) is 0, or FAKE_DEADLOCK_S seconds (default 8) pass: then logs "<what> deadlocked" and returns 1.
  * Where the real library would wait forever, the fake waits this long, so a test sees the hang as a log line
  * instead of hanging itself. */
 int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what);
 /* Logs "<call> rank=R", then aborts (stops at once) or destroys (finishes queued work) and frees c. */
 void fake_vendor_comm_end(fake_vendor_comm_t *c, const char *call, int abort);
-/* The code FAKE_COLL_FAIL injects as "async" once a collective has failed with it; 0 before, or when none. */
+/* The asynchronous error of c's work: the code FAKE_COLL_FAIL injects as "async" once a collective has failed
+ * with it, or a send/recv count mismatch; 0 before, or when none. */
 int fake_vendor_async_error(const fake_vendor_comm_t *c);
 /* Collective `name` in the vendor's codes: logged, FAKE_COLL_FAIL's code for it if any, the vendor's
  * invalid_argument for an unknown dtype or op or a bad root, else enqueued and 0. */

@@ -25,22 +25,24 @@ LIBRARY_VARIABLES = {"nccl": ("PYCOLL_NCCL_LIBRARY", "PYCOLL_CUDART_LIBRARY"),
                      "hccl": ("PYCOLL_HCCL_LIBRARY", "PYCOLL_ACL_LIBRARY")}
 
 
-def build_fake(name: str, out_dir: Path) -> str:
-    """Compile fake_<name>.c into a shared library in out_dir; None when there is no C compiler."""
+def build_fake(name: str, out_dir: Path, defines=()) -> str:
+    """Compile fake_<name>.c (with -D each of defines) into a shared library in out_dir; None when there is no C
+    compiler."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         return None
     out = out_dir / f"libfake_{name}.so"
     sources = [FAKES / f"fake_{name}.c", FAKES / "fake_vendor.c", FAKES / "fake_collectives.c"]
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
-                    *map(str, sources), "-lpthread", "-lm"], check=True)
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+                    *(f"-D{d}" for d in defines), "-o", str(out), *map(str, sources), "-lpthread", "-lm"],
+                   check=True)
     return str(out)
 
 
-def fake_library_env(name: str, out_dir: Path) -> dict:
+def fake_library_env(name: str, out_dir: Path, defines=()) -> dict:
     """Build fake_<name>.c into out_dir; the variables that point the vendor's libraries at it (skips the test
     where there is no C compiler)."""
-    lib = build_fake(name, out_dir)
+    lib = build_fake(name, out_dir, defines)
     if lib is None:
         pytest.skip(f"no C compiler to build the fake {name.upper()}")
     return dict(dict.fromkeys(LIBRARY_VARIABLES[name], lib), FAKE_COLL_DIR=str(out_dir))

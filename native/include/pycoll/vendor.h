@@ -143,6 +143,15 @@ typedef struct pycoll_vendor_v1 {
     int32_t reduce_writes_every_rank;
     /* Optional: the device's model ("Ascend910B1"), which decides what the vendor supports; NULL if unknown. */
     const char *(*device_name)(void);
+    /* Optional, all four or none (then pycoll_vendor_comm_set_async has no effect: every call completes before
+     * it returns): the runtime's events, for collectives that return once enqueued. event_query: 0 once the
+     * work recorded before the event has completed, stream_busy while it has not, else the runtime's error.
+     * Appended last: a vendor struct without them ends before them only if it was built before they existed,
+     * which the built-in vendors never are. */
+    int (*event_create)(void **event);
+    int (*event_record)(void *event, void *stream);
+    int (*event_query)(void *event);
+    int (*event_destroy)(void *event);
 } pycoll_vendor_v1_t;
 
 typedef pycoll_vendor_v1_t pycoll_vendor_t;
@@ -211,6 +220,24 @@ PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, c
                                                    int64_t send_count, int32_t send_peer, void *recvbuf,
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
                                                    void *stream);
+
+/* Asynchronous collectives, as torch's ProcessGroupNCCL runs them. While `on` (and the vendor has events), each
+ * of the vendor's collectives (all_reduce ... barrier) returns once it is enqueued on its stream; an event
+ * recorded behind it is its pycoll_vendor_work_t (pycoll_vendor_comm_take_work). One watchdog thread per
+ * communicator polls every pending work's event and the vendor's asynchronous error; at an error, or at the
+ * work's deadline (the communicator's timeout from the call), it aborts the communicator (bounded, as every
+ * teardown) and fails every pending work with the error. Calls on the communicator are serialised with it.
+ * pycoll's own schedules (pycoll_vendor_comm_p2p) and send/recv always complete before they return. */
+typedef struct pycoll_vendor_work pycoll_vendor_work_t;
+PYCOLL_API void pycoll_vendor_comm_set_async(pycoll_vendor_comm_t *comm, int on);
+/* The work of the last collective enqueued in async mode, which the caller then owns (release it), or NULL
+ * when the last call completed before returning (no events, or not in async mode). */
+PYCOLL_API pycoll_vendor_work_t *pycoll_vendor_comm_take_work(pycoll_vendor_comm_t *comm);
+/* Until the work has finished or timeout_s passed (< 0: no limit); 1 when it has finished. */
+PYCOLL_API int pycoll_vendor_work_wait(pycoll_vendor_work_t *work, double timeout_s);
+/* PYCOLL_OK once completed, its error once failed (why, into error), PYCOLL_ERR_BUSY while pending. */
+PYCOLL_API pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len);
+PYCOLL_API void pycoll_vendor_work_release(pycoll_vendor_work_t *work);
 
 /* pycoll's CUDA kernels (backends/cuda/cuda_kernels.c), what the vendor transport runs its schedules with on
  * CUDA device memory: compiled at run time by NVRTC (library 0: libnvrtc) and launched through the CUDA driver
