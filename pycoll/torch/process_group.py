@@ -1,22 +1,29 @@
 """A torch.distributed ProcessGroup over a pycoll Communicator (CPU tensors).
 
 Collectives that DDP and the torch.distributed functions use start as pycoll non-blocking collectives, so they
-run in call order on pycoll's progress thread; each returns a c10d Work made from a torch Future. The progress
-thread runs no Python, so the futures are completed by one Python thread per group ("completer"), which waits
-on the pycoll Works in call order (they complete in that order) and sets each future's result -- or its
-exception: the pycoll error a blocking call would raise. Callbacks chained on those futures (DDP's) run there.
+run in call order on pycoll's progress thread; each returns a `PycollWork`. The progress thread runs no Python,
+so the Works are completed by one Python thread per group ("completer"), which waits on the pycoll Works in call
+order (they complete in that order). Callbacks chained on their futures (DDP's) run there.
+
+A failed collective must fail where the caller looks: `wait()` (and so every blocking call) raises pycoll's own
+error, and the future torch hands to DDP's hooks and to `work.get_future()` completes with an error. torch's
+Python `Future.set_exception` cannot do the latter -- it stores the exception as the value, which C++ waiters
+and `_create_work_from_future`'s Work report as success -- so each Work's future is the child of a private
+one through a callback that raises the error: a raising callback is the one way Python gives a torch future a
+real error.
 """
 
 from __future__ import annotations
 
+import datetime
 import queue
 import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 import pycoll
+from pycoll.errors import Timeout
 from pycoll.torch.store import TorchStore
 
 BACKEND_NAME = "pycoll"
@@ -46,32 +53,80 @@ def _single(tensors, name):
     return _host(tensors[0], name)
 
 
+class PycollWork(dist.Work):
+    """The c10d Work of one call: `wait()` raises the pycoll error the call ended with, `get_future()` completes
+    with `value` (the call's tensors) or with that error (a RuntimeError naming it, as torch futures carry)."""
+
+    def __init__(self, value):
+        super().__init__()
+        self._value = value
+        self._error = None
+        self._done = threading.Event()
+        self._settle = torch.futures.Future()
+        self._future = self._settle.then(self._outcome)
+
+    def _outcome(self, settled):
+        if self._error is not None:
+            raise self._error
+        return settled.value()
+
+    def complete(self, error=None):
+        """Called once, by the completer: record the outcome, wake wait(), then run the future's callbacks."""
+        self._error = error
+        self._done.set()
+        self._settle.set_result(self._value)
+
+    def wait(self, timeout=datetime.timedelta(0)):
+        """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        if not self._done.wait(seconds if seconds > 0 else None):
+            raise Timeout(f"Work.wait: the collective did not complete within {seconds:g} s; it is still running")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._value
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+
 class _Completer:
-    """The thread that completes the torch futures of a group's pycoll Works, in call order."""
+    """The thread that completes a group's PycollWorks, in call order."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
 
-    def add(self, works, future, value, finish=None):
-        """Complete `future` with `value` once every Work in `works` has; finish() first, on success (copies a
-        result out of a staging buffer)."""
-        self._queue.put((works, future, value, finish))
+    def add(self, works, work, finish=None):
+        """Complete `work` once every pycoll Work in `works` has; finish() first, on success (copies a result
+        out of a staging buffer)."""
+        self._queue.put((works, work, finish))
 
     def _run(self):
         # Idle until the next item or the stop sentinel (stop() sends it); each wait is bounded by the
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
-            works, future, value, finish = item
+            works, work, finish = item
             try:
                 pycoll.wait_all(works)
                 if finish is not None:
                     finish()
-            except Exception as exc:  # noqa: BLE001 -- handed to the future's waiters, as c10d does
-                future.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters, as c10d does
+                work.complete(exc)
             else:
-                future.set_result(value)
+                work.complete()
 
     def stop(self, timeout):
         self._queue.put(None)
@@ -97,10 +152,10 @@ class PycollProcessGroup(dist.ProcessGroup):
         return BACKEND_NAME
 
     def _work(self, pycoll_works, value, finish=None):
-        future = torch.futures.Future()
+        work = PycollWork(value)
         works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
-        self._completer.add(works, future, value, finish)
-        return _create_work_from_future(future)
+        self._completer.add(works, work, finish)
+        return work
 
     def allreduce(self, tensors, opts=None):
         op = _op_name(opts.reduceOp) if opts is not None else "sum"
