@@ -213,6 +213,11 @@ class _Completer:
             try:
                 pycoll.wait_all(works)
                 finish()
+            except Timeout as exc:
+                # Said as c10d's backends say it, which callers (torch's own tests) look for.
+                error = Timeout(f"{exc} (the group's timeout expired)", exc.rank)
+                error.__cause__ = exc
+                work.complete(error)
             except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters, as c10d does
                 work.complete(exc)
             else:
