@@ -26,16 +26,16 @@ if __name__ == "__main__":
 BEHIND_GLOO_GATES = os.environ["PYCOLL_TORCH_SUITE_BACKEND"] == "pycoll-behind-gloo-gates"
 os.environ["BACKEND"] = "gloo" if BEHIND_GLOO_GATES else os.environ["PYCOLL_TORCH_SUITE_BACKEND"]
 
-import torch  # noqa: E402
+import torch
+from torch.testing._internal.common_distributed import DistTestCases
 
-import pycoll.torch  # noqa: E402,F401 -- registers "pycoll" (in the spawned ranks too)
-from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+import pycoll.torch  # noqa: F401 -- registers "pycoll" (in the spawned ranks too)
 
 for feature in ("plugin", "ddp", "subgroup"):
     DistTestCases.backend_feature[feature].add("pycoll")
 
-from torch.testing._internal.distributed import distributed_test  # noqa: E402
-from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
+from torch.testing._internal.distributed import distributed_test
+from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
 
 if BEHIND_GLOO_GATES:
     distributed_test.BACKEND = os.environ["BACKEND"] = "pycoll"
