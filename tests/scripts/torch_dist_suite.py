@@ -17,12 +17,10 @@ happens at import; only the runner sits under __main__."""
 
 import os
 import sys
-import tempfile
 
 if __name__ == "__main__":
     os.environ["PYCOLL_TORCH_SUITE_BACKEND"], os.environ["WORLD_SIZE"], os.environ["PYCOLL_TORCH_SUITE_START"] = \
         sys.argv[1:4]
-    os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="pycoll-torch-suite-"))
 BEHIND_GLOO_GATES = os.environ["PYCOLL_TORCH_SUITE_BACKEND"] == "pycoll-behind-gloo-gates"
 os.environ["BACKEND"] = "gloo" if BEHIND_GLOO_GATES else os.environ["PYCOLL_TORCH_SUITE_BACKEND"]
 
