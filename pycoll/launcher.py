@@ -52,6 +52,10 @@ def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grac
     })
     if backend:
         base_env["PYCOLL_BACKEND"] = backend
+    if nproc > 1 and "OMP_NUM_THREADS" not in base_env:
+        # As torchrun: each rank's OpenMP (torch's, numpy's BLAS) would start a thread per core, nproc times over.
+        base_env["OMP_NUM_THREADS"] = "1"
+        sys.stderr.write("pycoll run: OMP_NUM_THREADS was unset; each rank gets 1 (set it to tune)\n")
     envs = [dict(base_env, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)]
     return _Job(command, envs, timeout, grace_period).run()
 

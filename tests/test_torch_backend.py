@@ -1,8 +1,7 @@
 """import pycoll.torch: PyTorch's own DistributedDataParallel over init_process_group("pycoll") under torchrun,
 with several buckets per step and no_sync() accumulation, gives the weights of one process on the whole batch;
 dist.new_group makes a working subgroup. The collectives FSDP uses (reduce-scatter and all-gather of flat
-tensors, coalesced too) and the list forms give exact results, blocking and async; those pycoll has no
-collective for yet raise NotImplementedError naming the op."""
+tensors, coalesced too) and the list forms give exact results, blocking and async."""
 
 import json
 import os
@@ -57,10 +56,7 @@ def test_ddp_over_pycoll_under_torchrun_matches_one_process_and_subgroups_work(n
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.stress)])
-def test_fsdp_collectives_are_exact_blocking_and_async_and_missing_ones_say_so(n):
+def test_fsdp_collectives_are_exact_blocking_and_async(n):
     reports = _torchrun(n, "torch_collectives_worker.py")
     for rep in reports:
         assert rep["failed"] == [], rep["failed"]
-        for op, message in rep["not_yet"].items():
-            assert message.startswith(op) and "the pycoll torch backend does not have it yet" in message, message
-        assert sorted(rep["not_yet"]) == ["all_to_all_single", "recv from any source"], rep["not_yet"]

@@ -1,5 +1,6 @@
-"""`import pycoll.torch` registers "pycoll" as a torch.distributed backend for CPU tensors, so PyTorch's own
-`init_process_group("pycoll")`, `DistributedDataParallel` and `new_group` run over pycoll::
+"""`import pycoll.torch` registers "pycoll" as a torch.distributed backend for CPU and CUDA tensors, so
+PyTorch's own `init_process_group("pycoll")`, `DistributedDataParallel`, `new_group`, DeviceMesh, functional
+collectives, DTensor and FSDP2 run over pycoll::
 
     import torch.distributed as dist
     import pycoll.torch  # noqa: F401 -- registers the backend
@@ -7,16 +8,17 @@
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 Each process group is a pycoll communicator (backend "cpu": shared memory on one host, else TCP) that meets
-through torch's own store. Collectives run as pycoll non-blocking collectives; their torch futures are
-completed by one Python thread per group, in call order (process_group.py). torch is an optional extra: the
-rest of pycoll never imports it.
+through torch's own store, plus, on its first call with CUDA tensors, a pycoll NCCL communicator for them.
+Collectives run as pycoll non-blocking collectives; their Works are completed by one Python thread per group,
+in call order, and raise pycoll's error where one occurred (process_group.py). torch is an optional extra:
+the rest of pycoll never imports it.
 """
 
 import torch.distributed as dist
 
-from pycoll.torch.process_group import BACKEND_NAME, PycollProcessGroup, create_process_group
+from pycoll.torch.process_group import BACKEND_NAME, DEVICES, PycollProcessGroup, PycollWork, create_process_group
 
 if BACKEND_NAME not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=DEVICES)
 
-__all__ = ["PycollProcessGroup", "BACKEND_NAME"]
+__all__ = ["BACKEND_NAME", "PycollProcessGroup", "PycollWork"]

@@ -1,247 +1,620 @@
-"""A torch.distributed ProcessGroup over a pycoll Communicator (CPU tensors).
+"""torch.distributed's process group over pycoll communicators: CPU tensors on a pycoll host communicator, CUDA
+tensors on a pycoll NCCL communicator made on first use.
 
-Collectives that DDP and the torch.distributed functions use start as pycoll non-blocking collectives, so they
-run in call order on pycoll's progress thread; each returns a c10d Work made from a torch Future. The progress
-thread runs no Python, so the futures are completed by one Python thread per group ("completer"), which waits
-on the pycoll Works in call order (they complete in that order) and sets each future's result -- or its
-exception: the pycoll error a blocking call would raise. Callbacks chained on those futures (DDP's) run there.
+torch 2.13 lets Python extend c10d only by subclassing `ProcessGroup` (its C++ `Backend` has no Python
+constructor), so this is that subclass; torch then names it (`group_name`, which functional collectives,
+DeviceMesh and `destroy_process_group` look groups up by) through the overrides below, since a Python group has
+no C++ backend to keep the name in.
+
+Collectives start as pycoll non-blocking collectives, so they run in call order on pycoll's progress thread;
+each returns a `PycollWork`. The progress thread runs no Python, so the Works are completed by one Python
+thread per group ("completer"), which waits on the pycoll Works in call order (they complete in that order).
+Callbacks chained on their futures (DDP's) run there.
+
+A failed collective fails where the caller looks: `wait()` (and so every blocking call) raises pycoll's own
+error, and the future torch hands to DDP's hooks and to `work.get_future()` completes with an error. torch's
+Python `Future.set_exception` cannot do the latter -- it stores the exception as the value, which C++ waiters
+and `_create_work_from_future`'s Work report as success -- so each Work's future is the child of a private one
+through a callback that raises the error: a raising callback is the one way Python gives a torch future a real
+error.
+
+Tensors go in and out as gloo takes them: a non-contiguous one is copied into a contiguous buffer (and the
+result copied back), bool tensors travel as bytes (reductions over them are logical: or for sum and max, and
+for product and min).
 """
 
 from __future__ import annotations
 
+import datetime
+import itertools
+import os
 import queue
 import threading
+import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 import pycoll
+from pycoll.errors import MismatchError, Timeout
 from pycoll.torch.store import TorchStore
 
 BACKEND_NAME = "pycoll"
+DEVICES = ["cpu", "cuda"]
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
         dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
+# Bools are reduced as bytes holding 0 or 1, on which max and min are exactly "or" and "and".
+_BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
+# The tag of the point-to-point messages of an uneven all-to-all: the count exchange before them is a
+# collective, so every send and receive of the caller's own has completed by then and none can be confused.
+_ALL_TO_ALL_TAG = 0xFFFF_FF00
 
 
-def _op_name(reduce_op):
+def _op_name(opts, dtype):
+    reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
     for op, name in _OPS.items():
         if reduce_op == op:
-            return name
-    raise ValueError(f"reduceOp: pycoll has no {reduce_op} (it has sum, product, min, max, avg)")
+            break
+    else:
+        raise ValueError(f"reduceOp: pycoll has no {reduce_op} (it has sum, product, min, max, avg)")
+    if dtype != torch.bool:
+        return name
+    if name not in _BOOL_OPS:
+        raise ValueError(f"reduceOp: {name} of bool tensors is not defined (sum, product, min and max are)")
+    return _BOOL_OPS[name]
 
 
-def _host(t, name):
-    if t.device.type != "cpu":
-        raise TypeError(f"{name}: the pycoll torch backend takes CPU tensors, got one on {t.device}")
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous")
+def _root(opts):
+    return opts.rootRank if opts is not None else 0
+
+
+def _device_type(t):
+    """The device type a tensor's call is routed by (tests replace it to route without a GPU)."""
+    return t.device.type
+
+
+def _raw(t):
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
+
+
+def _tensor(t, name):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     return t.detach()
 
 
-def _single(tensors, name):
+def _one(tensors, name):
     if len(tensors) != 1:
         raise ValueError(f"{name}: one tensor per call, got {len(tensors)}")
-    return _host(tensors[0], name)
+    return tensors[0]
+
+
+def _same_dtype(tensors, name):
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise TypeError(f"{name}: every tensor must have one dtype, got {sorted(map(str, dtypes))}")
+
+
+class _Staging:
+    """The buffers pycoll is handed -- contiguous, bools as bytes -- and, for the caller's tensors that are not
+    contiguous, the copies back that finish() makes once the collective has completed (gloo's copy in and out)."""
+
+    def __init__(self):
+        self._back = []
+
+    def input(self, t, name):
+        return _raw(_tensor(t, name).contiguous())
+
+    def output(self, t, name, *, in_place=False):
+        """A buffer for result `t`; `in_place`: its values are the call's input too (all_reduce)."""
+        t = _tensor(t, name)
+        if t.is_contiguous():
+            return _raw(t)
+        buf = t.contiguous() if in_place else torch.empty_like(t, memory_format=torch.contiguous_format)
+        self._back.append((t, buf))
+        return _raw(buf)
+
+    def flat_inputs(self, tensors, name):
+        """One flat buffer holding `tensors` (all of one dtype) in order."""
+        _same_dtype([_tensor(t, f"{name}[{i}]") for i, t in enumerate(tensors)], name)
+        return _raw(torch.cat([t.detach().reshape(-1) for t in tensors]))
+
+    def flat_outputs(self, tensors, name):
+        """One flat buffer whose consecutive blocks finish() copies into `tensors`."""
+        _same_dtype([_tensor(t, f"{name}[{i}]") for i, t in enumerate(tensors)], name)
+        flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype)
+        start = 0
+        for t in tensors:
+            self._back.append((t.detach(), flat[start:start + t.numel()].view(t.shape)))
+            start += t.numel()
+        return _raw(flat)
+
+    def finish(self):
+        for dst, src in self._back:
+            dst.copy_(src)
+
+
+class PycollWork(dist.Work):
+    """The c10d Work of one call: `wait()` raises the pycoll error the call ended with, `get_future()` completes
+    with `value` (the call's tensors) or with that error (a RuntimeError naming it, as torch futures carry)."""
+
+    def __init__(self, value):
+        super().__init__()
+        self._value = value
+        self._error = None
+        self._source = -1
+        self._done = threading.Event()
+        self._settle = torch.futures.Future()
+        self._future = self._settle.then(self._outcome)
+
+    def _outcome(self, settled):
+        if self._error is not None:
+            raise self._error
+        return settled.value()
+
+    def complete(self, error=None, source=-1):
+        """Called once, by the thread that saw the call end: record the outcome, wake wait(), then run the
+        future's callbacks."""
+        self._error = error
+        self._source = source
+        self._done.set()
+        self._settle.set_result(self._value)
+
+    def wait(self, timeout=datetime.timedelta(0)):
+        """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        if not self._done.wait(seconds if seconds > 0 else None):
+            raise Timeout(f"Work.wait: the collective did not complete within {seconds:g} s; it is still running")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._value
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def _source_rank(self):
+        """The sender of a receive from any source (torch's dist.recv(t) with no src asks)."""
+        return self._source
+
+    source_rank = _source_rank
 
 
 class _Completer:
-    """The thread that completes the torch futures of a group's pycoll Works, in call order."""
+    """The thread that completes a group's PycollWorks, in call order."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
 
-    def add(self, works, future, value, finish=None):
-        """Complete `future` with `value` once every Work in `works` has; finish() first, on success (copies a
-        result out of a staging buffer)."""
-        self._queue.put((works, future, value, finish))
+    def add(self, works, work, finish):
+        """Complete `work` once every pycoll Work in `works` has; finish() first, on success (copies a result
+        out of a staging buffer)."""
+        self._queue.put((works, work, finish))
 
     def _run(self):
         # Idle until the next item or the stop sentinel (stop() sends it); each wait is bounded by the
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
-            works, future, value, finish = item
+            works, work, finish = item
             try:
                 pycoll.wait_all(works)
-                if finish is not None:
-                    finish()
-            except Exception as exc:  # noqa: BLE001 -- handed to the future's waiters, as c10d does
-                future.set_exception(exc)
+                finish()
+            except Timeout as exc:
+                # Said as c10d's backends say it, which callers (torch's own tests) look for.
+                error = Timeout(f"{exc} (the group's timeout expired)", exc.rank)
+                error.__cause__ = exc
+                work.complete(error)
+            except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters, as c10d does
+                work.complete(exc)
             else:
-                future.set_result(value)
+                work.complete()
 
     def stop(self, timeout):
         self._queue.put(None)
         self._thread.join(timeout)
 
 
-def _same_length(outputs, inputs, name):
-    if len(outputs) != len(inputs):
-        raise ValueError(f"{name}: {len(outputs)} outputs for {len(inputs)} inputs")
+def _not_supported(op, instead):
+    raise NotImplementedError(f"{op}: the pycoll torch backend does not have it; {instead}")
 
 
-def _not_yet(op, instead):
-    raise NotImplementedError(f"{op}: the pycoll torch backend does not have it yet; {instead}")
+def _split_counts(t, splits, size, name):
+    """Elements per peer of all_to_all_single's `t` split along dim 0 by `splits` (equal blocks when empty)."""
+    rows = t.shape[0] if t.dim() else 1
+    per_row = t.numel() // rows if rows else 0
+    if not splits:
+        if rows % size:
+            raise ValueError(f"{name}: dim 0 ({rows}) must divide into {size} equal blocks when no split sizes "
+                             f"are given")
+        return [rows // size * per_row] * size
+    if len(splits) != size or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise ValueError(f"{name}_split_sizes must be {size} sizes >= 0 adding up to dim 0 of {name} ({rows}), "
+                         f"got {list(splits)}")
+    return [s * per_row for s in splits]
 
 
 class PycollProcessGroup(dist.ProcessGroup):
-    def __init__(self, comm, rank, size):
+    def __init__(self, comm, rank, size, *, store=None, timeout=300.0, cuda_engine=None):
+        """`comm`: the pycoll communicator for CPU tensors; `store`: torch's store of this group (the
+        announcements of receives from any source); `cuda_engine()`: makes the NCCL communicator for CUDA
+        tensors, collectively, on the group's first call with them."""
         super().__init__(rank, size)
         self.comm = comm
+        self._store = store
+        self._timeout = float(timeout)
+        self._make_cuda_engine = cuda_engine
+        self._cuda = None
+        self._group_name = ""
+        self._group_desc = ""
+        self._p2p_lock = threading.Lock()
+        self._taken = [0] * size  # messages received (or claimed) from each peer, named or any source
         self._completer = _Completer()
 
     def getBackendName(self):
         return BACKEND_NAME
 
-    def _work(self, pycoll_works, value, finish=None):
-        future = torch.futures.Future()
-        works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
-        self._completer.add(works, future, value, finish)
-        return _create_work_from_future(future)
+    # torch names every group it creates (init_process_group, new_group, DeviceMesh); functional collectives
+    # find the group by that name, destroy_process_group unregisters it.
+    def setGroupName(self, name):
+        self._group_name = name
 
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    def _engine(self, *tensors):
+        """The communicator for the tensors' device type: CPU tensors the host communicator, CUDA tensors the
+        NCCL one (made on first use: every rank of the group calls the same collective with them)."""
+        kinds = {_device_type(t) for t in tensors if t is not None}
+        if len(kinds) > 1:
+            raise TypeError(f"the tensors of one call must be on one device type, got {sorted(kinds)}")
+        kind = kinds.pop() if kinds else "cpu"
+        if kind == "cpu":
+            return self.comm
+        if kind != "cuda":
+            raise TypeError(f"the pycoll torch backend takes CPU and CUDA tensors, got one on {kind}")
+        if self._cuda is None:
+            if self._make_cuda_engine is None:
+                raise TypeError("CUDA tensors: this group was made without a CUDA communicator")
+            self._cuda = self._make_cuda_engine()
+        return self._cuda
+
+    def _work(self, pycoll_works, value, finish):
+        work = PycollWork(value)
+        works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
+        self._completer.add(works, work, finish)
+        return work
+
+    # -- reductions, broadcast, barrier ----------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        t = _single(tensors, "allreduce")
-        return self._work(self.comm.all_reduce(t, op, async_op=True), tensors)
+        t = _one(tensors, "allreduce")
+        stage = _Staging()
+        buf = stage.output(t, "tensor", in_place=True)
+        return self._work(self._engine(t).all_reduce(buf, _op_name(opts, t.dtype), async_op=True), tensors,
+                          stage.finish)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        works = [self.comm.all_reduce(_host(t, f"tensors[{i}]"), op, async_op=True) for i, t in enumerate(tensors)]
-        return self._work(works, tensors)
+        stage = _Staging()
+        engine = self._engine(*tensors)
+        works = [engine.all_reduce(stage.output(t, f"tensors[{i}]", in_place=True), _op_name(opts, t.dtype),
+                                   async_op=True) for i, t in enumerate(tensors)]
+        return self._work(works, tensors, stage.finish)
 
     def broadcast(self, tensors, opts=None):
-        root = opts.rootRank if opts is not None else 0
-        return self._work(self.comm.broadcast(_single(tensors, "broadcast"), root, async_op=True), tensors)
+        t = _one(tensors, "broadcast")
+        stage = _Staging()
+        buf = stage.output(t, "tensor", in_place=True)
+        return self._work(self._engine(t).broadcast(buf, _root(opts), async_op=True), tensors, stage.finish)
 
     def reduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        root = opts.rootRank if opts is not None else 0
-        return self._work(self.comm.reduce(_single(tensors, "reduce"), root, op, async_op=True), tensors)
+        t = _one(tensors, "reduce")
+        stage = _Staging()
+        buf = stage.output(t, "tensor", in_place=True)
+        work = self._engine(t).reduce(buf, _root(opts), _op_name(opts, t.dtype), async_op=True)
+        return self._work(work, tensors, stage.finish)
 
     def barrier(self, opts=None):
-        return self._work(self.comm.barrier(async_op=True), [])
+        return self._work(self.comm.barrier(async_op=True), [], _Staging().finish)
 
     # -- what FSDP uses: flat tensors gathered and reduce-scattered --------------------------------------------
     # torch 2.13 calls them *_single (all_gather_single, ...); earlier versions by the older names, kept as
     # aliases below so either finds them.
     def all_gather_single(self, output, input, opts=None):
-        """dist.all_gather_single (all_gather_into_tensor): output holds size * input.numel() elements, block r from rank r."""
-        work = self.comm.all_gather(_host(input, "input"), _host(output, "output"), async_op=True)
-        return self._work(work, [output])
+        """dist.all_gather_single (all_gather_into_tensor): output holds size * input.numel() elements, block r
+        from rank r."""
+        return self.all_gather_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single(self, output, input, opts=None):
-        """dist.reduce_scatter_single (reduce_scatter_tensor): input holds size * output.numel() elements; rank r gets block r reduced."""
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        work = self.comm.reduce_scatter(_host(input, "input"), _host(output, "output"), op, async_op=True)
-        return self._work(work, [output])
+        """dist.reduce_scatter_single (reduce_scatter_tensor): input holds size * output.numel() elements; rank
+        r gets block r reduced."""
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        _same_length(outputs, inputs, "all_gather_single_coalesced")
-        works = [self.comm.all_gather(_host(x, f"inputs[{i}]"), _host(out, f"outputs[{i}]"), async_op=True)
-                 for i, (out, x) in enumerate(zip(outputs, inputs))]
-        return self._work(works, outputs)
+        self._same_length(outputs, inputs, "all_gather_single_coalesced")
+        stage = _Staging()
+        engine = self._engine(*outputs, *inputs)
+        works = [engine.all_gather(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
+                                   async_op=True) for i, (out, x) in enumerate(zip(outputs, inputs))]
+        return self._work(works, outputs, stage.finish)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        _same_length(outputs, inputs, "reduce_scatter_single_coalesced")
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        works = [self.comm.reduce_scatter(_host(x, f"inputs[{i}]"), _host(out, f"outputs[{i}]"), op, async_op=True)
+        self._same_length(outputs, inputs, "reduce_scatter_single_coalesced")
+        stage = _Staging()
+        engine = self._engine(*outputs, *inputs)
+        works = [engine.reduce_scatter(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
+                                       _op_name(opts, x.dtype), async_op=True)
                  for i, (out, x) in enumerate(zip(outputs, inputs))]
-        return self._work(works, outputs)
+        return self._work(works, outputs, stage.finish)
 
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    # -- the list forms: staged through one flat tensor, copied in (or out, by the completer thread) -----------
-    def allgather(self, output_lists, inputs, opts=None):
-        x = _single(inputs, "allgather")
-        if len(output_lists) != 1 or len(output_lists[0]) != self.size():
-            raise ValueError(f"allgather: one list of {self.size()} output tensors expected")
-        flat = torch.empty((self.size(), *x.shape), dtype=x.dtype)
-        work = self.comm.all_gather(x, flat.view(-1), async_op=True)
+    @staticmethod
+    def _same_length(outputs, inputs, name):
+        if len(outputs) != len(inputs):
+            raise ValueError(f"{name}: {len(outputs)} outputs for {len(inputs)} inputs")
 
-        def finish():
-            for out, block in zip(output_lists[0], flat):
-                out.copy_(block)
-        return self._work(work, output_lists, finish)
+    # -- the list forms: staged through one flat tensor, copied in (and out, by the completer thread) ----------
+    def _rank_list(self, tensor_lists, name):
+        if len(tensor_lists) != 1 or len(tensor_lists[0]) != self.size():
+            raise ValueError(f"{name}: one list of {self.size()} tensors expected")
+        return tensor_lists[0]
+
+    def allgather(self, output_lists, inputs, opts=None):
+        x = _one(inputs, "allgather")
+        outs = self._rank_list(output_lists, "allgather output_tensor_list")
+        stage = _Staging()
+        flat = stage.flat_outputs(outs, "output_tensor_list")
+        work = self._engine(x, *outs).all_gather(stage.input(x, "input_tensor"), flat, async_op=True)
+        return self._work(work, output_lists, stage.finish)
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """dist.all_gather_coalesced: output_lists[r][i] gets rank r's inputs[i]; one all-gather of them all."""
+        if len(output_lists) != self.size() or any(len(outs) != len(inputs) for outs in output_lists):
+            raise ValueError(f"all_gather_coalesced: output_tensor_lists must hold {self.size()} lists of "
+                             f"{len(inputs)} tensors (one per input)")
+        stage = _Staging()
+        flat_in = stage.flat_inputs(inputs, "input_tensor_list")
+        flat_out = stage.flat_outputs([t for outs in output_lists for t in outs], "output_tensor_lists")
+        work = self._engine(*inputs).all_gather(flat_in, flat_out, async_op=True)
+        return self._work(work, output_lists, stage.finish)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        out = _single(outputs, "reduce_scatter")
-        if len(input_lists) != 1 or len(input_lists[0]) != self.size():
-            raise ValueError(f"reduce_scatter: one list of {self.size()} input tensors expected")
-        op = _op_name(opts.reduceOp) if opts is not None else "sum"
-        flat = torch.cat([_host(t, f"input_list[{r}]").reshape(-1) for r, t in enumerate(input_lists[0])])
-        return self._work(self.comm.reduce_scatter(flat, out, op, async_op=True), outputs)
+        out = _one(outputs, "reduce_scatter")
+        ins = self._rank_list(input_lists, "reduce_scatter input_list")
+        stage = _Staging()
+        flat = stage.flat_inputs(ins, "input_list")
+        work = self._engine(out, *ins).reduce_scatter(flat, stage.output(out, "output"), _op_name(opts, out.dtype),
+                                                      async_op=True)
+        return self._work(work, outputs, stage.finish)
 
-    # -- all-to-all, rooted and point-to-point ----------------------------------------------------------------
+    # -- all-to-all: equal blocks as one pycoll all_to_all, uneven ones over point-to-point ---------------------
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        """dist.all_to_all_single with equal blocks (no split sizes, or all equal)."""
-        for name, sizes in (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes)):
-            if sizes and len(set(sizes)) > 1:
-                _not_yet(f"all_to_all_single with uneven {name}",
-                         "pad the blocks to one size, or use the gloo backend for it")
-        work = self.comm.all_to_all(_host(input, "input"), _host(output, "output"), async_op=True)
-        return self._work(work, [output])
+        """dist.all_to_all_single: equal blocks, or blocks of the split sizes (uneven, over point-to-point)."""
+        stage = _Staging()
+        try:
+            engine = self._engine(output, input)
+            send_counts = _split_counts(input, input_split_sizes, self.size(), "input")
+            recv_counts = _split_counts(output, output_split_sizes, self.size(), "output")
+            _same_dtype([_tensor(output, "output"), _tensor(input, "input")], "all_to_all_single output and input")
+            send, recv = stage.input(input, "input").reshape(-1), stage.output(output, "output").reshape(-1)
+        except (ValueError, TypeError) as exc:
+            # The others learn of it in the exchange of counts (or meet it as a mismatched collective), rather
+            # than waiting for a message that will not come.
+            self._exchange_counts(None, None, 1, "all_to_all_single", exc)
+        if not (input_split_sizes or output_split_sizes) and send_counts == recv_counts:
+            return self._work(engine.all_to_all(send, recv, async_op=True), [output], stage.finish)
+        works = self._all_to_all_v(engine, send, send_counts, recv, recv_counts, "all_to_all_single")
+        return self._work(works, [output], stage.finish)
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        """The list form: one block per rank, all of one shape, staged through flat tensors."""
-        if len(outputs) != self.size() or len(inputs) != self.size():
-            raise ValueError(f"all_to_all: {self.size()} output and {self.size()} input tensors expected")
-        flat_in = torch.cat([_host(t, f"input_tensor_list[{r}]").reshape(-1) for r, t in enumerate(inputs)])
-        flat_out = torch.empty_like(flat_in)
-        work = self.comm.all_to_all(flat_in, flat_out, async_op=True)
+        """The list form: block j of this rank's inputs goes to rank j; blocks may differ in size."""
+        stage = _Staging()
+        try:
+            if len(outputs) != self.size() or len(inputs) != self.size():
+                raise ValueError(f"all_to_all: {self.size()} output and {self.size()} input tensors expected")
+            _same_dtype([_tensor(t, "all_to_all tensors") for t in [*outputs, *inputs]],
+                        "all_to_all output_tensor_list and input_tensor_list")
+            engine = self._engine(*outputs, *inputs)
+            flat_in = stage.flat_inputs(inputs, "input_tensor_list")
+            flat_out = stage.flat_outputs(outputs, "output_tensor_list")
+        except (ValueError, TypeError) as exc:
+            self._exchange_counts(None, None, 1, "all_to_all", exc)  # the others fail alike, then this raises
+        works = self._all_to_all_v(engine, flat_in, [t.numel() for t in inputs], flat_out,
+                                   [t.numel() for t in outputs], "all_to_all")
+        return self._work(works, outputs, stage.finish)
 
-        def finish():
-            for out, block in zip(outputs, flat_out.view(self.size(), -1)):
-                out.copy_(block.view(out.shape))
-        return self._work(work, outputs, finish)
+    def _exchange_counts(self, send_counts, recv_counts, itemsize, what, local_error=None):
+        """Every rank's bytes to and from every peer, so that all ranks agree whether the exchange can run: a
+        rank whose own arguments failed (`local_error`, counts None) or counts that do not pair up fail every
+        rank alike, with MismatchError on the others."""
+        n = self.size()
+        mine = ([-1] * (2 * n) if local_error is not None else
+                [c * itemsize for c in send_counts] + [c * itemsize for c in recv_counts])
+        table = torch.empty(n * 2 * n, dtype=torch.int64)
+        self.comm.all_gather(torch.tensor(mine, dtype=torch.int64), table)
+        if local_error is not None:
+            raise local_error
+        table = table.view(n, 2, n)
+        failed = [r for r in range(n) if table[r, 0, 0] < 0]
+        if failed:
+            raise MismatchError(f"{what}: rank {failed[0]} could not serve its arguments (it raised the reason)")
+        sends, recvs = table[:, 0, :], table[:, 1, :]
+        bad = (sends != recvs.T).nonzero()
+        if len(bad):
+            i, j = bad[0].tolist()
+            raise MismatchError(f"{what}: rank {i} sends {int(sends[i, j])} bytes to rank {j}, which expects "
+                                f"{int(recvs[j, i])} bytes from it")
 
+    def _all_to_all_v(self, engine, send, send_counts, recv, recv_counts, what):
+        """Block r of flat `send` (send_counts[r] elements) to rank r, block r of flat `recv` from rank r: the
+        counts exchanged first (_exchange_counts), then one pair of messages per peer with a nonzero block,
+        every receive posted before the sends. Returns the pycoll Works."""
+        if sum(send_counts) != send.numel() or sum(recv_counts) != recv.numel():
+            raise ValueError(f"{what}: the blocks must fill the tensors")
+        self._exchange_counts(send_counts, recv_counts, send.element_size(), what)
+        me = self.rank()
+        send_at = [0, *itertools.accumulate(send_counts)]
+        recv_at = [0, *itertools.accumulate(recv_counts)]
+        recv[recv_at[me]:recv_at[me + 1]].copy_(send[send_at[me]:send_at[me + 1]])
+        peers = [(me + k) % self.size() for k in range(1, self.size())]  # a different first peer on each rank
+        works = [engine.recv(recv[recv_at[r]:recv_at[r + 1]], r, _ALL_TO_ALL_TAG, async_op=True)
+                 for r in peers if recv_counts[r]]
+        works += [engine.send(send[send_at[r]:send_at[r + 1]], r, _ALL_TO_ALL_TAG, async_op=True)
+                  for r in peers if send_counts[r]]
+        return works
+
+    # -- rooted ------------------------------------------------------------------------------------------------
     def gather(self, output_lists, inputs, opts=None):
-        x = _single(inputs, "gather")
-        root = opts.rootRank if opts is not None else 0
-        mine = self.rank() == root
-        if mine and (len(output_lists) != 1 or len(output_lists[0]) != self.size()):
-            raise ValueError(f"gather: one list of {self.size()} output tensors expected on the root")
-        flat = torch.empty((self.size(), *x.shape), dtype=x.dtype) if mine else None
-        work = self.comm.gather(x, flat.view(-1) if mine else None, root, async_op=True)
-
-        def finish():
-            for out, block in zip(output_lists[0], flat):
-                out.copy_(block)
-        return self._work(work, output_lists, finish if mine else None)
-
-    def scatter(self, outputs, input_lists, opts=None):
-        out = _single(outputs, "scatter")
-        root = opts.rootRank if opts is not None else 0
+        x = _one(inputs, "gather")
+        root = _root(opts)
+        stage = _Staging()
         flat = None
         if self.rank() == root:
-            if len(input_lists) != 1 or len(input_lists[0]) != self.size():
-                raise ValueError(f"scatter: one list of {self.size()} input tensors expected on the root")
-            flat = torch.cat([_host(t, f"scatter_list[{r}]").reshape(-1) for r, t in enumerate(input_lists[0])])
-        return self._work(self.comm.scatter(flat, out, root, async_op=True), outputs)
+            flat = stage.flat_outputs(self._rank_list(output_lists, "gather gather_list"), "gather_list")
+        work = self._engine(x).gather(stage.input(x, "tensor"), flat, root, async_op=True)
+        return self._work(work, output_lists, stage.finish)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        out = _one(outputs, "scatter")
+        root = _root(opts)
+        stage = _Staging()
+        flat = None
+        if self.rank() == root:
+            flat = stage.flat_inputs(self._rank_list(input_lists, "scatter scatter_list"), "scatter_list")
+        work = self._engine(out).scatter(flat, stage.output(out, "tensor"), root, async_op=True)
+        return self._work(work, outputs, stage.finish)
+
+    # -- point to point ----------------------------------------------------------------------------------------
+    # pycoll's receives name their source. For a receive from any source, every send first counts itself in
+    # torch's store (one counter per ordered pair of ranks); the receiver polls its peers' counters against
+    # the messages it has taken from each and receives from the first peer with one more. That needs nothing
+    # of the transports: the message itself still travels in order between the pair.
+    def _sent_key(self, src, dst):
+        return f"pycoll-p2p/{src}/{dst}"
 
     def send(self, tensors, dst, tag=0):
-        return self._work(self.comm.send(_single(tensors, "send"), dst, tag, async_op=True), tensors)
+        t = _one(tensors, "send")
+        stage = _Staging()
+        buf = stage.input(t, "tensor")
+        engine = self._engine(t)
+        if self._store is not None:
+            self._store.add(self._sent_key(self.rank(), dst), 1)
+        return self._work(engine.send(buf, dst, tag, async_op=True), tensors, stage.finish)
 
     def recv(self, tensors, src, tag=0):
-        return self._work(self.comm.recv(_single(tensors, "recv"), src, tag, async_op=True), tensors)
+        t = _one(tensors, "recv")
+        stage = _Staging()
+        buf = stage.output(t, "tensor")
+        engine = self._engine(t)
+        with self._p2p_lock:
+            work = engine.recv(buf, src, tag, async_op=True)
+            self._taken[src] += 1
+        return self._work(work, tensors, stage.finish)
 
     def recv_anysource(self, tensors, tag=0):
-        _not_yet("recv from any source", "name the source rank (pycoll matches messages per pair of ranks)")
+        t = _one(tensors, "recv")
+        if self._store is None:
+            _not_supported("recv from any source", "this group has no store to announce sends in")
+        stage = _Staging()
+        buf = stage.output(t, "tensor")
+        engine = self._engine(t)
+        work = PycollWork(tensors)
+        threading.Thread(target=self._receive_from_any, args=(engine, buf, tag, work, stage.finish),
+                         name="pycoll-torch-recv-any", daemon=True).start()
+        return work
+
+    def _receive_from_any(self, engine, buf, tag, work, finish):
+        me, deadline, delay = self.rank(), time.monotonic() + self._timeout, 0.0005
+        try:
+            while True:
+                with self._p2p_lock:
+                    for r in range(self.size()):
+                        if r != me and self._store.add(self._sent_key(r, me), 0) > self._taken[r]:
+                            pending = engine.recv(buf, r, tag, async_op=True)
+                            self._taken[r] += 1
+                            break
+                    else:
+                        pending = None
+                if pending is not None:
+                    pending.wait()
+                    finish()
+                    work.complete(source=r)
+                    return
+                if time.monotonic() > deadline:
+                    raise Timeout(f"recv from any source: no rank sent to rank {me} within {self._timeout:g} s")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+        except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters
+            work.complete(exc)
+
+    # -- what pycoll does not do ---------------------------------------------------------------------------------
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        _not_supported("monitored_barrier", "torch restricts it to gloo; barrier() raises naming a rank that "
+                                            "does not arrive")
+
+    def split_group(self, *args, **kwargs):
+        _not_supported("split_group", "use dist.new_group")
+
+    def merge_remote_group(self, *args, **kwargs):
+        _not_supported("merge_remote_group", "use dist.new_group")
+
+    def set_timeout(self, timeout):
+        _not_supported("set_timeout", "pass timeout= to init_process_group or new_group")
+
+    def abort(self):
+        self.shutdown()
 
     def shutdown(self):
-        self.comm.close()  # fails pending Works, which completes their futures
+        self.comm.close()  # fails pending Works, which completes them
+        if self._cuda is not None:
+            self._cuda.close()
         self._completer.stop(timeout=10.0)
 
 
+def _master_addr(store):
+    """The address the communicator's rank 0 listens toward: MASTER_ADDR where set, else the host of torch's
+    TCP store (file:// rendezvous has neither: loopback, one host)."""
+    addr = os.environ.get("MASTER_ADDR")
+    while addr is None and store is not None:
+        addr = getattr(store, "host", None)
+        store = getattr(store, "underlying_store", None)
+    return addr or "127.0.0.1"
+
+
 def create_process_group(store, rank, size, timeout):
-    """torch.distributed's backend creator: a pycoll communicator that meets through torch's store."""
+    """torch.distributed's backend creator: a pycoll communicator that meets through torch's store, and the
+    NCCL one for CUDA tensors made through the same store when first needed. Rank and size come from torch,
+    never from the launcher's environment (init_method="file://..." sets none)."""
     seconds = timeout.total_seconds()
-    comm = pycoll.init(rank=rank, world_size=size, store=TorchStore(store, seconds), timeout=seconds)
-    return PycollProcessGroup(comm, rank, size)
+    addr = _master_addr(store)
+
+    def communicator(backend, prefix):
+        return pycoll.init(backend, rank=rank, world_size=size, master_addr=addr,
+                           store=TorchStore(dist.PrefixStore(prefix, store), seconds), timeout=seconds)
+
+    return PycollProcessGroup(communicator(None, "host/"), rank, size, store=store, timeout=seconds,
+                              cuda_engine=lambda: communicator("nccl", "nccl/"))
