@@ -189,7 +189,51 @@ def _kill_moments(n):
     return [(i % 3, 0.05 + 1.5 * i / max(n - 1, 1)) for i in range(n)]
 
 
-@pytest.mark.parametrize("victim, delay_s", _kill_moments(6))
+def _kill_when_its_segment_appears(victim, world=3, timeout=4.0):
+    """Starts `world` ranks and kills rank `victim` the moment its segment shows in /dev/shm, in the few
+    milliseconds before every local rank has opened it and it is unlinked. Returns whether the kill landed in
+    that window (the segment was still there once the rank was dead) and every rank's pid."""
+    root = _start_rank(0, world, timeout=timeout)
+    procs, hit = [root], False
+    try:
+        unique_id = bytes.fromhex(root.stdout.readline().strip())
+        procs += [_start_rank(r, world, unique_id.hex(), timeout) for r in range(1, world)]
+        prefix, give_up = f"pycoll-{procs[victim].pid}-", time.monotonic() + timeout + 10
+        while procs[victim].poll() is None and time.monotonic() < give_up:
+            seen = [n for n in os.listdir(SHM) if n.startswith(prefix)]
+            if seen:
+                procs[victim].send_signal(signal.SIGKILL)
+                procs[victim].wait()
+                hit = os.path.exists(os.path.join(SHM, seen[0]))
+                break
+        for proc in procs:
+            proc.wait(timeout=timeout + 20)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+    return hit, [proc.pid for proc in procs]
+
+
+@pytest.mark.parametrize("victim", [0, 1, 2])
+def test_a_rank_killed_while_its_segment_is_in_dev_shm_leaves_nothing(victim):
+    """The window a killed rank could leave its segment in (before the others have opened it and it is
+    unlinked): the survivors remove it -- when set-up fails, and when it succeeded just before the kill."""
+    hits = 0
+    for _ in range(5):  # on a loaded machine the kill may land after the unlink: try again, a few times
+        hit, pids = _kill_when_its_segment_appears(victim)
+        left = [n for n in os.listdir(SHM) if n.startswith(tuple(f"pycoll-{pid}-" for pid in pids))]
+        assert left == [], left
+        hits += hit
+        if hits:
+            return
+    if not hits:
+        pytest.skip("no kill landed while the segment existed: inconclusive on this machine now")
+
+
+@pytest.mark.parametrize("victim, delay_s", _kill_moments(3))
 def test_a_rank_killed_at_any_moment_of_set_up_leaves_nothing_in_dev_shm(victim, delay_s):
     tag = _kill_during_init(victim, delay_s)
     assert _leftovers(tag) == []
@@ -203,7 +247,14 @@ def test_many_kills_during_set_up_leave_nothing_in_dev_shm():
         tag = _kill_during_init(victim, delay_s)
         if _leftovers(tag):
             left[(victim, delay_s)] = _leftovers(tag)
-    assert left == {}
+    hits = 0
+    for attempt in range(30):
+        hit, pids = _kill_when_its_segment_appears(attempt % 3)
+        hits += hit
+        leftovers = [n for n in os.listdir(SHM) if n.startswith(tuple(f"pycoll-{pid}-" for pid in pids))]
+        if leftovers:
+            left[("in the window", attempt)] = leftovers
+    assert left == {} and hits > 0, (left, hits)
 
 
 def test_pycoll_run_removes_what_its_dead_ranks_left_in_dev_shm(tmp_path):

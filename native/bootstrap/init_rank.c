@@ -623,9 +623,9 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
     if (st == PYCOLL_ERR_TIMEOUT) {
         char last[256];
         snprintf(last, sizeof last, "%s", s->error);
-        return fail(s, st, "rank %d could not register with the bootstrap root at %s within %.3g s: did the "
-                    "process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank, s->root_text,
-                    s->timeout_s, last);
+        /* last names the root and its address */
+        return fail(s, st, "rank %d could not register within %.3g s: %s; did the process that made the unique id "
+                    "call pycoll_comm_init_rank?", (int)s->rank, s->timeout_s, last);
     }
     for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
         record_get(table + (size_t)r * RECORD_BYTES, &s->table[r]);

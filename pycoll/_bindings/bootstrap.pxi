@@ -19,8 +19,8 @@ cdef _check_world(rank, world_size):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 1 <= world_size <= PYCOLL_MAX_WORLD_SIZE:
-        raise ValueError(f"world_size must be in [1, {PYCOLL_MAX_WORLD_SIZE}] (pycoll's limit, "
-                         f"PYCOLL_MAX_WORLD_SIZE), got {world_size}")
+        raise ValueError(f"world_size must be in [1, {PYCOLL_MAX_WORLD_SIZE}] (PYCOLL_MAX_WORLD_SIZE), "
+                         f"got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
 
