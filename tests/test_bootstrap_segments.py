@@ -3,6 +3,7 @@ a rank that holds the id but sends a segment name that is a path, or plants a li
 its own name, is refused before anything is mapped; ranks killed at any moment of set-up leave nothing of the
 job in /dev/shm (the survivors remove what a dead rank created; `pycoll run` what a host's last rank left)."""
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -16,7 +17,6 @@ import time
 
 import pytest
 
-import pycoll
 from pycoll import launcher
 from pycoll._bindings.comm import TRANSPORTS, host_identity, shm_segment_bytes
 
@@ -162,16 +162,16 @@ def _leftovers(tag):
     return [n for n in os.listdir(SHM) if tag in n]
 
 
-def _kill_during_init(victim, delay_s, world=3, timeout=4.0):
-    """Starts `world` ranks, kills rank `victim` delay_s after the others started; every rank's process ends.
-    Returns the job's tag."""
+@contextlib.contextmanager
+def _job(world, timeout):
+    """`world` ranks in processes of their own: yields (the unique id, the processes); on leaving, waits for every
+    one to end (set-up ends by `timeout`), killing what is left."""
     root = _start_rank(0, world, timeout=timeout)
     procs = [root]
     try:
         unique_id = bytes.fromhex(root.stdout.readline().strip())
         procs += [_start_rank(r, world, unique_id.hex(), timeout) for r in range(1, world)]
-        time.sleep(delay_s)
-        procs[victim].send_signal(signal.SIGKILL)
+        yield unique_id, procs
         for proc in procs:
             proc.wait(timeout=timeout + 20)
     finally:
@@ -180,6 +180,13 @@ def _kill_during_init(victim, delay_s, world=3, timeout=4.0):
                 proc.kill()
             proc.wait()
             proc.stdout.close()
+
+
+def _kill_during_init(victim, delay_s, world=3, timeout=4.0):
+    """Kills rank `victim` delay_s after the others started; returns the job's tag once every rank ended."""
+    with _job(world, timeout) as (unique_id, procs):
+        time.sleep(delay_s)
+        procs[victim].send_signal(signal.SIGKILL)
     return _job_tag(unique_id)
 
 
@@ -190,14 +197,11 @@ def _kill_moments(n):
 
 
 def _kill_when_its_segment_appears(victim, world=3, timeout=4.0):
-    """Starts `world` ranks and kills rank `victim` the moment its segment shows in /dev/shm, in the few
-    milliseconds before every local rank has opened it and it is unlinked. Returns whether the kill landed in
-    that window (the segment was still there once the rank was dead) and every rank's pid."""
-    root = _start_rank(0, world, timeout=timeout)
-    procs, hit = [root], False
-    try:
-        unique_id = bytes.fromhex(root.stdout.readline().strip())
-        procs += [_start_rank(r, world, unique_id.hex(), timeout) for r in range(1, world)]
+    """Kills rank `victim` the moment its segment shows in /dev/shm, in the few milliseconds before every local
+    rank has opened it and it is unlinked. Returns whether the kill landed in that window (the segment was still
+    there once the rank was dead) and every rank's pid, once every rank ended."""
+    hit = False
+    with _job(world, timeout) as (_, procs):
         prefix, give_up = f"pycoll-{procs[victim].pid}-", time.monotonic() + timeout + 10
         while procs[victim].poll() is None and time.monotonic() < give_up:
             seen = [n for n in os.listdir(SHM) if n.startswith(prefix)]
@@ -206,14 +210,6 @@ def _kill_when_its_segment_appears(victim, world=3, timeout=4.0):
                 procs[victim].wait()
                 hit = os.path.exists(os.path.join(SHM, seen[0]))
                 break
-        for proc in procs:
-            proc.wait(timeout=timeout + 20)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            proc.stdout.close()
     return hit, [proc.pid for proc in procs]
 
 
@@ -274,9 +270,10 @@ def test_pycoll_run_removes_what_its_dead_ranks_left_in_dev_shm(tmp_path):
     other = f"{SHM}/pycoll-1-{tag}-0"  # not a rank of the job: stays
     open(other, "wb").close()
     try:
-        out = subprocess.run([sys.executable, "-c", "import sys\nfrom pycoll import launcher\n"
-                              f"sys.exit(launcher.launch([sys.executable, {str(script)!r}], 2, grace_period=1.0))"],
-                             capture_output=True, text=True, env=_env(), cwd="/", timeout=60)
+        code = ("import sys\nfrom pycoll import launcher\n"
+                f"sys.exit(launcher.launch([sys.executable, {str(script)!r}], 2, grace_period=1.0))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd="/",
+                             timeout=60, check=False)
         assert out.returncode == 128 + signal.SIGKILL, out.stderr
         left = [line.split("] ", 1)[1] for line in out.stdout.splitlines() if "/dev/shm/" in line]
         assert len(left) == 2, out.stdout
