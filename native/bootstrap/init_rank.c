@@ -825,6 +825,26 @@ static pycoll_status_t root_exchange_names(boot_state_t *s)
     return st == PYCOLL_OK ? send_root_table(s, SEGMENT_NAME_BYTES, put_segment_of) : st;
 }
 
+/* A peer's segment missing when this rank came to open it: the other ranks unlink the names only once the job's
+ * outcome is decided, so the root's verdict that the job failed is on its way here -- and it, not the missing
+ * file, is the reason to report. Returns that verdict, or st when none comes. */
+static pycoll_status_t verdict_behind(boot_state_t *s, pycoll_status_t st)
+{
+    uint8_t msg[STATUS_BYTES];
+    struct pollfd p = {.fd = s->root_fd, .events = POLLIN};
+    if (s->root_fd < 0 || poll(&p, 1, 200) != 1 ||
+        boot_recv_all(s->root_fd, msg, sizeof msg, boot_now() + 1.0, "the bootstrap root", NULL, 0) != PYCOLL_OK)
+        return st;
+    char mine[BOOT_ERROR_LEN];
+    snprintf(mine, sizeof mine, "%s", s->error);
+    pycoll_status_t verdict = status_get(s, msg);
+    if (verdict == PYCOLL_OK) { /* not a verdict after all: keep this rank's own reason */
+        snprintf(s->error, BOOT_ERROR_LEN, "%s", mine);
+        return st;
+    }
+    return verdict;
+}
+
 /* Opens rank r's segment by the name the job gives it, never following a link, and keeps it only when it is
  * what that rank created: a regular file of this user, of the size every segment of the job has, on the file
  * system of this rank's own (own). Anything else is refused before it is mapped. */
@@ -834,10 +854,13 @@ static pycoll_status_t open_peer_segment(boot_state_t *s, int32_t r, const struc
     segment_name(s, r, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", SHM_DIR, name);
     *fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (*fd < 0)
-        return fail(s, errno == ELOOP ? PYCOLL_ERR_PEER_FAILURE : PYCOLL_ERR_SYSTEM, "rank %d cannot open rank "
-                    "%d's shared memory %s: %s", (int)s->rank, (int)r, path,
-                    errno == ELOOP ? "it is a symbolic link, refused" : strerror(errno));
+    if (*fd < 0) {
+        int missing = errno == ENOENT;
+        pycoll_status_t st = fail(s, errno == ELOOP ? PYCOLL_ERR_PEER_FAILURE : PYCOLL_ERR_SYSTEM, "rank %d cannot "
+                                  "open rank %d's shared memory %s: %s", (int)s->rank, (int)r, path,
+                                  errno == ELOOP ? "it is a symbolic link, refused" : strerror(errno));
+        return missing ? verdict_behind(s, st) : st;
+    }
     struct stat st = {0};
     int64_t expected = pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes);
     const char *why = fstat(*fd, &st) != 0          ? strerror(errno)
