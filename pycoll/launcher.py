@@ -7,7 +7,9 @@ given. Every line a rank prints is prefixed with "[rank K] ". Each rank runs in 
 launcher can signal a rank together with anything it started: Ctrl-C / SIGTERM / SIGHUP are forwarded to every
 group; when a rank fails the others get SIGTERM, then SIGKILL after a grace period; the launcher exits with the
 code of the rank that failed first (128 + N for a death by signal N). On Linux the ranks are also killed if the
-launcher itself is killed outright (PR_SET_PDEATHSIG).
+launcher itself is killed outright (PR_SET_PDEATHSIG). Once every rank has exited, the launcher removes what
+its ranks left in /dev/shm: a shared-memory segment of a rank killed during set-up whose host had no surviving
+rank to remove it (the bootstrap names segments "pycoll-<pid>-<job>-<rank>", native/bootstrap/init_rank.c).
 """
 
 import contextlib
@@ -17,6 +19,7 @@ import selectors
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +29,7 @@ _POLL_INTERVAL = 0.02
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _TIMEOUT_EXIT_CODE = 124  # as timeout(1)
 _PR_SET_PDEATHSIG = 1
+_SHM_DIR = "/dev/shm"
 
 
 def launch_module(module, nproc, args=(), **kwargs):
@@ -79,6 +83,7 @@ class _Job:
             self._supervise()
         finally:
             self._kill_remaining()
+            _remove_segments_of([proc.pid for proc in self._procs])
             for reader in self._readers:
                 reader.join(timeout=5.0)
             _restore_signal_handlers(previous_handlers)
@@ -235,6 +240,23 @@ class _ExitOrder:
             for key in list(self._selector.get_map().values()):
                 os.close(key.fileobj)
             self._selector.close()
+
+
+def _remove_segments_of(pids):
+    """Removes the bootstrap's segments of these (exited) processes from /dev/shm: by their pid, only files and
+    links of this user. A live process of another job that got one of these pids back within the moment since
+    its rank exited would lose a segment it has not shared yet: its set-up fails, and nothing else."""
+    prefixes = tuple(f"pycoll-{pid}-" for pid in pids)
+    try:
+        names = [n for n in os.listdir(_SHM_DIR) if n.startswith(prefixes)]
+    except OSError:  # no /dev/shm here: no segments either
+        return
+    for name in names:
+        path = os.path.join(_SHM_DIR, name)
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if info.st_uid == os.geteuid() and not stat.S_ISDIR(info.st_mode):
+                os.unlink(path)
 
 
 def _restore_signal_handlers(previous):

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pycoll
-from pycoll._bindings.comm import NativeComm, unique_id_address
+from pycoll._bindings.comm import MAX_WORLD_SIZE, NativeComm, unique_id_address
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -93,8 +93,8 @@ def test_the_c_hmac_is_hmac_sha256(key, data):
 
 
 def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
-    before = {n for n in os.listdir("/dev/shm") if n.startswith("pycoll-")}
-    comms = _join(pycoll.get_unique_id("lo"), 3)
+    unique_id = pycoll.get_unique_id("lo")
+    comms = _join(unique_id, 3)
     try:
         assert all(isinstance(c, pycoll.Communicator) for c in comms), comms
         import numpy as np
@@ -108,7 +108,8 @@ def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
         assert all((x == 6.0).all() for x in out)
     finally:
         _close(comms)
-    assert {n for n in os.listdir("/dev/shm") if n.startswith("pycoll-")} == before
+    # Only this job's names (other jobs may run on the machine): they carry the id's job tag.
+    assert not [n for n in os.listdir("/dev/shm") if unique_id[ID_JOB:ID_JOB + 8].hex() in n]
 
 
 def test_a_single_rank_job():
@@ -272,3 +273,126 @@ def test_a_rank_killed_while_it_waits_for_the_others_leaves_nothing_in_dev_shm(t
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pycoll-{proc.pid}-")]
+
+
+@pytest.mark.parametrize("world_size", [2**31 - 1, 2**31, 2**64, MAX_WORLD_SIZE + 1, 0])
+def test_world_sizes_beyond_the_limit_are_refused_at_once_naming_world_size(world_size):
+    unique_id = pycoll.get_unique_id("lo")
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=rf"world_size must be in \[1, {MAX_WORLD_SIZE}\] .*got {world_size}"):
+        NativeComm.init_rank(unique_id, 0, world_size, timeout=30.0, ifname="lo")
+    if world_size > 0:
+        with pytest.raises(ValueError, match="world_size"):
+            pycoll.init_rank(unique_id, 0, world_size, timeout=30.0, ifname="lo")
+    assert time.monotonic() - start < 2
+
+
+class _Id(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+@pytest.mark.parametrize("world_size", [2**31 - 1, MAX_WORLD_SIZE + 1, -5])
+def test_the_c_call_refuses_a_huge_world_size_at_once(world_size):
+    lib = ctypes.CDLL(pycoll.get_library())
+    lib.pycoll_comm_init_rank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32, _Id, ctypes.c_int32,
+                                          ctypes.c_double]
+    lib.pycoll_bootstrap_error.restype = ctypes.c_char_p
+    unique_id = _Id()
+    ctypes.memmove(ctypes.byref(unique_id), pycoll.get_unique_id("lo"), ctypes.sizeof(unique_id))
+    comm = ctypes.c_void_p()
+    start = time.monotonic()
+    status = lib.pycoll_comm_init_rank(ctypes.byref(comm), world_size, unique_id, 0, 30.0)
+    assert time.monotonic() - start < 2
+    assert status != 0 and comm.value is None
+    assert f"world_size must be in [1, {MAX_WORLD_SIZE}]".encode() in lib.pycoll_bootstrap_error()
+
+
+def test_a_registrant_claiming_a_huge_world_size_is_refused_at_once():
+    unique_id = pycoll.get_unique_id("lo")
+    port, job, secret = _id_parts(unique_id)
+    results = {}
+    root = threading.Thread(target=lambda: results.update(root=_join(unique_id, 2, ranks=[0], timeout=30.0)[0]))
+    start = time.monotonic()
+    root.start()
+    with socket.create_connection(("127.0.0.1", port), timeout=10.0) as sock:
+        world = 2**31 - 1
+        hello = _hello(1, 1, world, job, os.urandom(32))
+        sock.sendall(hello)
+        reply = sock.recv(96, socket.MSG_WAITALL)
+        sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
+        assert sock.recv(1) == b"\x06"
+        sock.sendall(struct.pack("!ii", 1, world) + bytes(204))  # a registration record for that world
+        root.join()
+    assert time.monotonic() - start < 5
+    assert isinstance(results["root"], ValueError), results
+    assert "rank 1 called pycoll_comm_init_rank with world size 2147483647, rank 0 with 2" in str(results["root"])
+
+
+_LOW_LIMIT_SCRIPT = """
+import os, resource, sys, time
+import pycoll
+unique_id = pycoll.get_unique_id("lo")
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+start = time.monotonic()
+try:
+    pycoll.init_rank(unique_id, 0, int(sys.argv[1]), timeout=30.0, ifname="lo")
+except BaseException as exc:
+    print(type(exc).__name__, round(time.monotonic() - start, 1), exc, flush=True)
+for fd in (0, 1, 2):
+    os.fstat(fd)  # EBADF if set-up closed a descriptor it never opened
+print("fds 0-2 open", flush=True)
+"""
+
+
+def test_a_world_size_above_the_descriptor_limit_is_refused_naming_both():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _LOW_LIMIT_SCRIPT, "1000"], capture_output=True, text=True,
+                         timeout=60, cwd="/", stdin=subprocess.PIPE, check=False)
+    assert out.returncode == 0, out.stderr
+    kind, seconds, message = out.stdout.splitlines()[0].split(" ", 2)
+    assert kind == "ValueError" and float(seconds) < 2, out.stdout
+    assert "world_size 1000" in message and "RLIMIT_NOFILE 256" in message, message
+    assert out.stdout.splitlines()[1] == "fds 0-2 open"
+
+
+_NO_MEMORY_SCRIPT = """
+import os, resource, sys
+import pycoll
+from pycoll._bindings.comm import NativeComm
+unique_id = pycoll.get_unique_id("lo")
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+# Room for the per-rank descriptor arrays (256 KiB each), not for the table of records (14 MiB): set-up fails
+# half-way through its allocations, and must close nothing it did not open.
+resource.setrlimit(resource.RLIMIT_AS, (vm + 8 * 2**20, resource.RLIM_INFINITY))
+try:
+    NativeComm.init_rank(unique_id, 0, int(sys.argv[1]), timeout=30.0, ifname="lo")
+except BaseException as exc:
+    print(type(exc).__name__, flush=True)
+for fd in (0, 1, 2):
+    os.fstat(fd)
+print("fds 0-2 open", flush=True)
+"""
+
+
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""), reason="ASan reserves terabytes of address space")
+def test_a_set_up_that_runs_out_of_memory_closes_nothing_it_did_not_open():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _NO_MEMORY_SCRIPT, str(MAX_WORLD_SIZE)], capture_output=True,
+                         text=True, timeout=60, cwd="/", stdin=subprocess.PIPE, check=False)
+    assert out.stdout.splitlines() == ["MemoryError", "fds 0-2 open"], (out.stdout, out.stderr)
+
+
+def test_a_bootstrap_error_names_the_roots_address_once():
+    unique_id = pycoll.get_unique_id("lo")
+    _close(_join(unique_id, 1))  # the id's listener is gone: rank 1 finds nobody there
+    address = unique_id_address(unique_id)
+    with pytest.raises(pycoll.Timeout) as caught:
+        pycoll.init_rank(unique_id, 1, 2, timeout=1.0, ifname="lo")
+    assert str(caught.value).count(address) == 1, str(caught.value)
+    assert f"the bootstrap root at {address} did not accept a connection in time" in str(caught.value)

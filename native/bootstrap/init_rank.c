@@ -15,9 +15,15 @@
  *    naming the rank that failed and why. Only then are the segments unlinked (every peer has opened them) and
  *    the communicator built. A rank that dies or fails anywhere is reported to every rank, not waited for.
  *
- * A segment exists under its name only from step 4 to step 5, a few milliseconds once every rank is there: a
- * rank killed in that window leaves it in /dev/shm, one killed at any other time leaves nothing. Every wait
- * ends at the deadline (timeout_s from the call). The root keeps its registration connections open until
+ * A segment's name is never taken from a peer: every rank derives it from the job (the id's job tag), the
+ * owner's pid and rank ("pycoll-<pid>-<job>-<rank>", segment_name), checks that the name a peer sent is that
+ * one, and opens it without following links, mapping it only when it is a regular file of this user, of the
+ * expected size, beside this rank's own. A segment exists under its name only from step 4 to step 5, a few
+ * milliseconds once every rank is there. Since every rank of a host knows every name there, the survivors
+ * remove a segment whose owner was killed in that window: once the job's outcome is decided (the root's
+ * verdict, or set-up done) each rank unlinks every segment name of its host; only a host whose every rank was
+ * killed keeps one, and `pycoll run` removes those of its ranks (pycoll/launcher.py). Every wait ends at the
+ * deadline (timeout_s from the call). The root keeps its registration connections open until
  * step 5, so it learns of a rank that dies during step 3 at once. */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +51,11 @@
 #define STATUS_BYTES (4 + 4 + MESSAGE_BYTES) /* status, the rank it concerns, message */
 #define MAX_PENDING 64 /* handshakes in progress on one listener: a flood cannot grow memory or stall others */
 #define SHM_DIR "/dev/shm"
+#define SEGMENT_PREFIX "pycoll-" /* pycoll/launcher.py removes a dead rank's leftovers by this prefix and its pid */
+#define JOB_TAG_BYTES 8          /* of the id's job bytes, in hex in every segment name of the job */
+/* Descriptors set-up needs beyond one per rank (two on the root): listeners, the root connection, what the
+ * process already holds (Python's own, a few libraries'), and poll()'s pending handshakes (MAX_PENDING). */
+#define SPARE_FDS (MAX_PENDING + 64)
 #define SPIN_NS_OWN_CORE 2000000LL /* pycoll.plugins.tcp.spin_us tells why these two */
 #define SPIN_NS_SHARED_CORE 200000LL
 
@@ -74,8 +87,10 @@ typedef struct boot_state {
     int32_t *host_of;
     int32_t n_hosts;
     const char *transport; /* "tcp", "shm" or "shm+tcp" */
+    char job_tag[2 * JOB_TAG_BYTES + 1];
     int seg_fd;
     char seg_path[SEGMENT_NAME_BYTES + 16];
+    int shm_unlink_all;     /* the outcome is decided: unlink every segment name of this host on the way out */
     int *peer_fds; /* TCP sockets, -1 where none */
     int *seg_fds;  /* this host's segments, -1 elsewhere */
     int32_t *pids;
@@ -177,6 +192,25 @@ static void format_ranks(char *out, size_t len, const int32_t *ranks, int n)
 
 /* ---- step 1: this rank's listener ---- */
 
+/* Whether this process may open the descriptors set-up and the transports need: one per rank (its TCP socket
+ * or its shared-memory segment), another per rank on the root (the registrations), and SPARE_FDS. Checked
+ * before anything waits, so a world size the limit cannot hold fails at once, naming both. */
+static pycoll_status_t check_descriptor_limit(boot_state_t *s)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+        return PYCOLL_OK;
+    int root = s->root_listen_fd >= 0;
+    long long needed = (long long)s->size * (root ? 2 : 1) + SPARE_FDS;
+    if (s->size == 1 || needed <= (long long)limit.rlim_cur)
+        return PYCOLL_OK;
+    return fail(s, PYCOLL_ERR_INVALID, "world_size %d needs about %lld file descriptors on rank %d (%s%d spare), "
+                "more than this process may open (RLIMIT_NOFILE %llu, hard limit %llu): raise it (ulimit -n, or "
+                "resource.setrlimit) or use a smaller world_size", (int)s->size, needed, (int)s->rank,
+                root ? "two per rank on the rank serving the id, " : "one per rank, ", SPARE_FDS,
+                (unsigned long long)limit.rlim_cur, (unsigned long long)limit.rlim_max);
+}
+
 static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
 {
     char *error = s->error;
@@ -186,6 +220,9 @@ static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
         source = "PYCOLL_SOCKET_IFNAME";
     }
     memset(mine, 0, sizeof *mine);
+    pycoll_status_t st = check_descriptor_limit(s);
+    if (st != PYCOLL_OK)
+        return st;
     mine->rank = s->rank;
     mine->world_size = s->size;
     mine->pid = (int32_t)getpid();
@@ -194,7 +231,7 @@ static pycoll_status_t prepare(boot_state_t *s, rank_record_t *mine)
     mine->transport = s->cfg.transport;
     pycoll_host_identity(mine->host, sizeof mine->host);
     boot_addr_t here;
-    pycoll_status_t st = boot_choose_address(ifname, source, &s->root_addr, &here, error, BOOT_ERROR_LEN);
+    st = boot_choose_address(ifname, source, &s->root_addr, &here, error, BOOT_ERROR_LEN);
     if (st == PYCOLL_OK && s->size > 1)
         st = boot_listen(&here, s->size + 16, &s->listen_fd, &mine->addr, error, BOOT_ERROR_LEN);
     if (st != PYCOLL_OK || s->cfg.transport == PYCOLL_TRANSPORT_TCP)
@@ -238,9 +275,10 @@ static void broadcast_status(boot_state_t *s, pycoll_status_t status, int32_t ab
 }
 
 /* The root hears one status message from every connected rank but those marked in skip (may be NULL), in rank
- * order; each OK message's text goes to on_ok (may be NULL). On a failure *failed names the rank. */
+ * order; each OK message's text goes to on_ok (may be NULL), which may refuse it. On a failure *failed names
+ * the rank. */
 static pycoll_status_t hear_every_rank(boot_state_t *s, const uint8_t *skip,
-                                       void (*on_ok)(boot_state_t *s, int32_t rank, const uint8_t *msg),
+                                       pycoll_status_t (*on_ok)(boot_state_t *s, int32_t rank, const uint8_t *msg),
                                        int32_t *failed)
 {
     pycoll_status_t st = PYCOLL_OK;
@@ -254,10 +292,10 @@ static pycoll_status_t hear_every_rank(boot_state_t *s, const uint8_t *skip,
         st = boot_recv_all(s->client_fds[r], msg, sizeof msg, s->deadline, what, s->error, BOOT_ERROR_LEN);
         if (st == PYCOLL_OK)
             st = status_get(s, msg);
+        if (st == PYCOLL_OK && on_ok)
+            st = on_ok(s, r, msg);
         if (st != PYCOLL_OK)
             *failed = r;
-        else if (on_ok)
-            on_ok(s, r, msg);
     }
     if (st == PYCOLL_ERR_TIMEOUT)
         fail(s, st, "rank %d did not finish connecting within %.3g s", (int)*failed, s->timeout_s);
@@ -309,16 +347,34 @@ static void put_segment_of(const boot_state_t *s, int32_t rank, uint8_t *out)
     memcpy(out, s->table[rank].segment, SEGMENT_NAME_BYTES);
 }
 
-/* A segment name from a message (a status message's text, or an item of the root's table). */
-static void take_segment_name(boot_state_t *s, int32_t rank, const uint8_t *name)
+/* The name of rank's segment: made from what every rank agrees on (the job's tag, the rank, the pid it
+ * registered), so no rank ever needs to trust a name a peer sends. Never a path: no '/', no "..". */
+static void segment_name(const boot_state_t *s, int32_t rank, char *out, size_t len)
 {
-    memcpy(s->table[rank].segment, name, SEGMENT_NAME_BYTES);
-    s->table[rank].segment[SEGMENT_NAME_BYTES - 1] = 0;
+    snprintf(out, len, SEGMENT_PREFIX "%d-%s-%d", (int)s->table[rank].pid, s->job_tag, (int)rank);
 }
 
-static void take_name_from_status(boot_state_t *s, int32_t rank, const uint8_t *msg)
+/* A segment name from a message (a status message's text, or an item of the root's table): accepted only
+ * when it is the name rank's segment must have (segment_name), else the peer that sent it is refused. */
+static pycoll_status_t take_segment_name(boot_state_t *s, int32_t rank, const uint8_t *name)
 {
-    take_segment_name(s, rank, msg + 8);
+    char expected[SEGMENT_NAME_BYTES], got[SEGMENT_NAME_BYTES];
+    segment_name(s, rank, expected, sizeof expected);
+    memcpy(got, name, SEGMENT_NAME_BYTES);
+    got[SEGMENT_NAME_BYTES - 1] = 0;
+    if (strcmp(got, expected) != 0) {
+        for (char *c = got; *c; c++) /* a peer's bytes, printed: nothing that could pass for a control code */
+            *c = *c >= 0x20 && *c < 0x7f ? *c : '?';
+        return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d sent the shared-memory segment name \"%s\", not the "
+                    "one this job gives it (%s): refused", (int)rank, got, expected);
+    }
+    memcpy(s->table[rank].segment, expected, SEGMENT_NAME_BYTES);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t take_name_from_status(boot_state_t *s, int32_t rank, const uint8_t *msg)
+{
+    return take_segment_name(s, rank, msg + 8);
 }
 
 /* Why a registration cannot join this job, or PYCOLL_OK. */
@@ -567,9 +623,9 @@ static pycoll_status_t client_register(boot_state_t *s, const rank_record_t *min
     if (st == PYCOLL_ERR_TIMEOUT) {
         char last[256];
         snprintf(last, sizeof last, "%s", s->error);
-        return fail(s, st, "rank %d could not register with the bootstrap root at %s within %.3g s: did the "
-                    "process that made the unique id call pycoll_comm_init_rank? (%s)", (int)s->rank, s->root_text,
-                    s->timeout_s, last);
+        /* last names the root and its address */
+        return fail(s, st, "rank %d could not register within %.3g s: %s; did the process that made the unique id "
+                    "call pycoll_comm_init_rank?", (int)s->rank, s->timeout_s, last);
     }
     for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
         record_get(table + (size_t)r * RECORD_BYTES, &s->table[r]);
@@ -664,10 +720,10 @@ static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int
     if (boot_recv_all(fd, msg, sizeof msg, boot_now() + 1.0, what, s->error, BOOT_ERROR_LEN) != PYCOLL_OK)
         return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d failed or exited while the ranks connected", (int)who);
     pycoll_status_t st = status_get(s, msg);
-    if (st == PYCOLL_OK) { /* its segment's name (step 4), sent as soon as its own mesh was done */
-        take_name_from_status(s, who, msg);
+    if (st == PYCOLL_OK) /* its segment's name (step 4), sent as soon as its own mesh was done */
+        st = take_name_from_status(s, who, msg);
+    if (st == PYCOLL_OK)
         s->names_seen[who] = 1;
-    }
     *stop = 1;
     return st;
 }
@@ -722,15 +778,11 @@ static pycoll_status_t connect_mesh(boot_state_t *s)
 
 static pycoll_status_t create_segment(boot_state_t *s)
 {
-    uint8_t tag[6];
-    pycoll_status_t st = boot_random(tag, sizeof tag, s->error, BOOT_ERROR_LEN);
-    if (st != PYCOLL_OK)
-        return st;
     rank_record_t *mine = &s->table[s->rank];
-    snprintf(mine->segment, sizeof mine->segment, "pycoll-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), tag[0],
-             tag[1], tag[2], tag[3], tag[4], tag[5]);
+    segment_name(s, s->rank, mine->segment, sizeof mine->segment);
     snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
-    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* O_EXCL: a file or link someone put under this name is never used (nor followed) */
+    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (s->seg_fd < 0) {
         s->seg_path[0] = 0;
         return fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s/%s: %s", SHM_DIR, mine->segment, strerror(errno));
@@ -754,7 +806,8 @@ static pycoll_status_t client_exchange_names(boot_state_t *s)
     if (st == PYCOLL_OK)
         st = hear_root_table(s, "the bootstrap root", SEGMENT_NAME_BYTES, &names);
     for (int32_t r = 0; st == PYCOLL_OK && r < s->size; r++)
-        take_segment_name(s, r, names + (size_t)r * SEGMENT_NAME_BYTES);
+        if (s->table[r].segment[0]) /* only the ranks that use shared memory send a name */
+            st = take_segment_name(s, r, names + (size_t)r * SEGMENT_NAME_BYTES);
     free(names);
     if (st == PYCOLL_ERR_TIMEOUT)
         fail(s, st, "rank %d: the other ranks did not finish connecting within %.3g s", (int)s->rank, s->timeout_s);
@@ -772,6 +825,58 @@ static pycoll_status_t root_exchange_names(boot_state_t *s)
     return st == PYCOLL_OK ? send_root_table(s, SEGMENT_NAME_BYTES, put_segment_of) : st;
 }
 
+/* A peer's segment missing when this rank came to open it: the other ranks unlink the names only once the job's
+ * outcome is decided, so the root's verdict that the job failed is on its way here -- and it, not the missing
+ * file, is the reason to report. Returns that verdict, or st when none comes. */
+static pycoll_status_t verdict_behind(boot_state_t *s, pycoll_status_t st)
+{
+    uint8_t msg[STATUS_BYTES];
+    struct pollfd p = {.fd = s->root_fd, .events = POLLIN};
+    if (s->root_fd < 0 || poll(&p, 1, 200) != 1 ||
+        boot_recv_all(s->root_fd, msg, sizeof msg, boot_now() + 1.0, "the bootstrap root", NULL, 0) != PYCOLL_OK)
+        return st;
+    char mine[BOOT_ERROR_LEN];
+    snprintf(mine, sizeof mine, "%s", s->error);
+    pycoll_status_t verdict = status_get(s, msg);
+    if (verdict == PYCOLL_OK) { /* not a verdict after all: keep this rank's own reason */
+        snprintf(s->error, BOOT_ERROR_LEN, "%s", mine);
+        return st;
+    }
+    return verdict;
+}
+
+/* Opens rank r's segment by the name the job gives it, never following a link, and keeps it only when it is
+ * what that rank created: a regular file of this user, of the size every segment of the job has, on the file
+ * system of this rank's own (own). Anything else is refused before it is mapped. */
+static pycoll_status_t open_peer_segment(boot_state_t *s, int32_t r, const struct stat *own, int *fd)
+{
+    char name[SEGMENT_NAME_BYTES], path[SEGMENT_NAME_BYTES + 16];
+    segment_name(s, r, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", SHM_DIR, name);
+    *fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0) {
+        int missing = errno == ENOENT;
+        pycoll_status_t st = fail(s, errno == ELOOP ? PYCOLL_ERR_PEER_FAILURE : PYCOLL_ERR_SYSTEM, "rank %d cannot "
+                                  "open rank %d's shared memory %s: %s", (int)s->rank, (int)r, path,
+                                  errno == ELOOP ? "it is a symbolic link, refused" : strerror(errno));
+        return missing ? verdict_behind(s, st) : st;
+    }
+    struct stat st = {0};
+    int64_t expected = pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes);
+    const char *why = fstat(*fd, &st) != 0          ? strerror(errno)
+                      : !S_ISREG(st.st_mode)        ? "not a regular file"
+                      : st.st_uid != geteuid()      ? "owned by another user"
+                      : st.st_dev != own->st_dev    ? "not on the file system of this rank's own segment"
+                      : (int64_t)st.st_size != expected ? "not of the size of this job's segments"
+                                                    : NULL;
+    if (!why)
+        return PYCOLL_OK;
+    close_fd(fd);
+    return fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d refused rank %d's shared memory %s: %s (uid %u, %lld "
+                "bytes; this job's: uid %u, %lld bytes)", (int)s->rank, (int)r, path, why, (unsigned)st.st_uid,
+                (long long)st.st_size, (unsigned)geteuid(), (long long)expected);
+}
+
 static pycoll_status_t open_segments(boot_state_t *s)
 {
     if (strcmp(s->transport, "tcp") == 0)
@@ -781,6 +886,9 @@ static pycoll_status_t open_segments(boot_state_t *s)
                                            : root_exchange_names(s);
     if (st != PYCOLL_OK)
         return st;
+    struct stat own;
+    if (fstat(s->seg_fd, &own) != 0)
+        return fail(s, PYCOLL_ERR_SYSTEM, "cannot stat %s: %s", s->seg_path, strerror(errno));
     uint64_t my_ns = pid_namespace();
     for (int32_t r = 0; r < s->size; r++) {
         if (s->host_of[r] != s->host_of[s->rank])
@@ -791,12 +899,9 @@ static pycoll_status_t open_segments(boot_state_t *s)
             s->seg_fd = -1;
             continue;
         }
-        char path[SEGMENT_NAME_BYTES + 16];
-        snprintf(path, sizeof path, "%s/%s", SHM_DIR, s->table[r].segment);
-        s->seg_fds[r] = open(path, O_RDWR | O_CLOEXEC);
-        if (s->seg_fds[r] < 0)
-            return fail(s, PYCOLL_ERR_SYSTEM, "rank %d cannot open rank %d's shared memory %s: %s", (int)s->rank,
-                        (int)r, path, strerror(errno));
+        st = open_peer_segment(s, r, &own, &s->seg_fds[r]);
+        if (st != PYCOLL_OK)
+            return st;
     }
     return PYCOLL_OK;
 }
@@ -928,8 +1033,9 @@ static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, co
     if (config->version != PYCOLL_INIT_CONFIG_VERSION)
         return fail(s, PYCOLL_ERR_INVALID, "config is of version %u, this library reads version %d",
                     config->version, PYCOLL_INIT_CONFIG_VERSION);
-    if (s->size < 1)
-        return fail(s, PYCOLL_ERR_INVALID, "world_size must be at least 1, got %d", (int)s->size);
+    if (s->size < 1 || s->size > PYCOLL_MAX_WORLD_SIZE)
+        return fail(s, PYCOLL_ERR_INVALID, "world_size must be in [1, %d] (PYCOLL_MAX_WORLD_SIZE), got %d",
+                    PYCOLL_MAX_WORLD_SIZE, (int)s->size);
     if (s->rank < 0 || s->rank >= s->size)
         return fail(s, PYCOLL_ERR_INVALID, "rank must be in [0, %d), got %d", (int)s->size, (int)s->rank);
     if (!(config->timeout_s > 0))
@@ -945,11 +1051,34 @@ static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, co
         return st;
     s->root_addr = s->id.root;
     boot_addr_text(&s->id.root, s->root_text, sizeof s->root_text);
+    for (int i = 0; i < JOB_TAG_BYTES; i++)
+        snprintf(s->job_tag + 2 * i, 3, "%02x", s->id.job[i]);
     memcpy(s->auth.job, s->id.job, BOOT_JOB_BYTES);
     memcpy(s->auth.secret, s->id.secret, BOOT_SECRET_BYTES);
     return PYCOLL_OK;
 }
 
+/* Every segment name of this host's ranks, removed (a missing one is no error): set-up succeeded, so every
+ * rank has opened them, or it failed for the whole job -- and then a rank killed after creating its segment
+ * leaves it to the survivors. A rank whose own failure nobody has answered yet keeps to its own name: the
+ * others may still be opening theirs, and would report the missing file instead of the real failure. */
+static void unlink_segments(boot_state_t *s)
+{
+    if (s->seg_path[0])
+        unlink(s->seg_path);
+    if (!s->shm_unlink_all || !s->transport || strcmp(s->transport, "tcp") == 0)
+        return;
+    for (int32_t r = 0; r < s->size; r++) {
+        if (r == s->rank || s->host_of[r] != s->host_of[s->rank] || s->table[r].pid <= 0)
+            continue;
+        char name[SEGMENT_NAME_BYTES], path[SEGMENT_NAME_BYTES + 16];
+        segment_name(s, r, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", SHM_DIR, name);
+        unlink(path);
+    }
+}
+
+/* Closes what set-up opened (the arrays hold -1 wherever it opened nothing) and frees the state. */
 static void release(boot_state_t *s)
 {
     for (int32_t r = 0; r < s->size; r++) {
@@ -964,8 +1093,7 @@ static void release(boot_state_t *s)
     close_fd(&s->root_listen_fd);
     close_fd(&s->root_fd);
     close_fd(&s->seg_fd);
-    if (s->seg_path[0])
-        unlink(s->seg_path); /* every local peer has opened it, or the job failed: nothing stays in /dev/shm */
+    unlink_segments(s);
     free(s->client_fds);
     free(s->peer_fds);
     free(s->seg_fds);
@@ -973,6 +1101,27 @@ static void release(boot_state_t *s)
     free(s->table);
     free(s->host_of);
     free(s->names_seen);
+}
+
+/* Whether a rank's connection to the root is closed at the other end (the root died or gave up): no verdict
+ * will come, so the outcome is decided. */
+static int root_gone(const boot_state_t *s)
+{
+    if (s->root_fd < 0)
+        return 0;
+    struct pollfd p = {.fd = s->root_fd, .events = POLLIN};
+    char byte;
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR) ||
+                                   recv(s->root_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0);
+}
+
+/* An array of n descriptors, every one -1 (none), or NULL: release closes only what set-up put there. */
+static int *no_descriptors(size_t n)
+{
+    int *fds = malloc(n * sizeof *fds);
+    for (size_t i = 0; fds && i < n; i++)
+        fds[i] = -1;
+    return fds;
 }
 
 pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size, const pycoll_unique_id_t *id,
@@ -994,9 +1143,9 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     s.root_listen_fd = boot_claim_listener(&s.id);
     boot_set_stop_check(config->should_stop, config->stop_ctx);
     size_t n = (size_t)world_size;
-    s.client_fds = malloc(n * sizeof(int));
-    s.peer_fds = malloc(n * sizeof(int));
-    s.seg_fds = malloc(n * sizeof(int));
+    s.client_fds = no_descriptors(n);
+    s.peer_fds = no_descriptors(n);
+    s.seg_fds = no_descriptors(n);
     s.pids = calloc(n, sizeof(int32_t));
     s.table = calloc(n, sizeof(rank_record_t));
     s.host_of = calloc(n, sizeof(int32_t));
@@ -1005,8 +1154,6 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
         release(&s);
         return fail(&s, PYCOLL_ERR_NOMEM, "out of memory");
     }
-    for (size_t r = 0; r < n; r++)
-        s.client_fds[r] = s.peer_fds[r] = s.seg_fds[r] = -1;
 
     rank_record_t mine;
     st = prepare(&s, &mine);
@@ -1029,6 +1176,9 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
             st = open_segments(&s);
         if (world_size > 1)
             st = agree_ready(&s, st);
+        /* decided for the whole job: set-up worked, this rank is the root (its verdict went out), or the failure
+         * is the root's verdict about another rank */
+        s.shm_unlink_all = st == PYCOLL_OK || s.root_fd < 0 || s.relayed || root_gone(&s);
     }
     if (st == PYCOLL_OK)
         st = build_comm(&s, comm);

@@ -260,8 +260,6 @@ static pycoll_status_t stopped(char *error, size_t error_len)
 pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char *what, int *fd, char *error,
                              size_t error_len)
 {
-    char text[BOOT_ADDR_TEXT_LEN];
-    boot_addr_text(to, text, sizeof text);
     struct sockaddr_storage ss;
     socklen_t len = to_sockaddr(to, &ss);
     double backoff = 0.005;
@@ -288,14 +286,14 @@ pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char 
             return stopped(error, error_len);
         if (last != ECONNREFUSED && last != ENETUNREACH && last != EHOSTUNREACH && last != ETIMEDOUT &&
             last != ECONNRESET && last != EAGAIN)
-            return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "cannot connect to %s at %s: %s", what,
-                                       text, strerror(last));
+            return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "cannot connect to %s: %s", what,
+                                       strerror(last));
         struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)(backoff * 1e9)};
         nanosleep(&nap, NULL);
         backoff = backoff * 2 > 0.1 ? 0.1 : backoff * 2;
     } while (boot_now() < deadline);
-    return pycoll_format_error(error, error_len, PYCOLL_ERR_TIMEOUT, "%s at %s did not accept a connection in time "
-                               "(last error: %s)", what, text, last ? strerror(last) : "none");
+    return pycoll_format_error(error, error_len, PYCOLL_ERR_TIMEOUT, "%s did not accept a connection in time "
+                               "(last error: %s)", what, last ? strerror(last) : "none");
 }
 
 int boot_accept(int listen_fd)

@@ -40,7 +40,7 @@ pycoll_status_t boot_resolve(const char *host, boot_addr_t *out, char *error, si
 pycoll_status_t boot_listen(const boot_addr_t *addr, int backlog, int *fd, boot_addr_t *bound, char *error,
                             size_t error_len);
 /* Connects to `to`, retrying a refused or unreachable address until the deadline (the peer may not listen
- * yet). what: who is at `to`, for the messages. */
+ * yet). what: who is at `to` and where ("rank 3 (10.0.0.2:4000)"), for the messages: they add nothing to it. */
 pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char *what, int *fd, char *error,
                              size_t error_len);
 /* An accepted connection (non-blocking, close-on-exec), or -1 when none is pending. */

@@ -4,11 +4,25 @@
 from libc.string cimport memcpy
 
 UNIQUE_ID_BYTES = PYCOLL_UNIQUE_ID_BYTES
+MAX_WORLD_SIZE = PYCOLL_MAX_WORLD_SIZE
 TRANSPORTS = {"auto": PYCOLL_TRANSPORT_AUTO, "tcp": PYCOLL_TRANSPORT_TCP, "shm": PYCOLL_TRANSPORT_SHM}
 
 
 cdef _bootstrap_failed(pycoll_status_t st):
     return error_for_status(st, pycoll_bootstrap_error().decode(errors="replace"))
+
+
+cdef _check_world(rank, world_size):
+    # Before any conversion to the C ints: a value beyond them is a ValueError naming the argument and the limit,
+    # not an OverflowError naming nothing.
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= world_size <= PYCOLL_MAX_WORLD_SIZE:
+        raise ValueError(f"world_size must be in [1, {PYCOLL_MAX_WORLD_SIZE}] (PYCOLL_MAX_WORLD_SIZE), "
+                         f"got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
 
 
 cdef pycoll_unique_id_t _id_from_bytes(unique_id) except *:

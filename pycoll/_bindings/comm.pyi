@@ -17,6 +17,7 @@ def error_for_status(status: int, message: str, failed_rank: int = -1) -> Except
 def shm_segment_bytes(size: int, ring_bytes: int) -> int: ...
 
 UNIQUE_ID_BYTES: int
+MAX_WORLD_SIZE: int
 TRANSPORTS: dict[str, int]
 
 def unique_id_create(ifname: str | None = None, toward: str | None = None) -> bytes: ...

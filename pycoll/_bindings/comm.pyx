@@ -119,11 +119,13 @@ cdef class NativeComm:
                      segment_bytes)
 
     @staticmethod
-    def init_rank(unique_id, int rank, int size, *, str transport="auto", double timeout=300.0, ifname=None,
+    def init_rank(unique_id, rank, size, *, str transport="auto", double timeout=300.0, ifname=None,
                   int64_t ring_bytes=0, int64_t segment_bytes=0, double spin_us=-1.0, watch=None):
         """A communicator from the C bootstrap (pycoll_comm_init_rank_config): every rank calls this with the
         same unique id (unique_id_create's bytes). transport: "auto" (shared memory within a host, TCP between
-        hosts), "tcp" or "shm"; spin_us < 0: the library's choice from how many ranks share this host's cores."""
+        hosts), "tcp" or "shm"; spin_us < 0: the library's choice from how many ranks share this host's cores.
+        size (the world size) is at most MAX_WORLD_SIZE."""
+        _check_world(rank, size)
         return _init_rank(unique_id, rank, size, transport, timeout, ifname, ring_bytes, segment_bytes, spin_us,
                           watch)
 

@@ -277,6 +277,7 @@ cdef extern from "pycoll/vendor.h" nogil:
 
 cdef extern from "pycoll/bootstrap.h" nogil:
     enum: PYCOLL_UNIQUE_ID_BYTES
+    enum: PYCOLL_MAX_WORLD_SIZE
     ctypedef struct pycoll_unique_id_t:
         char internal[PYCOLL_UNIQUE_ID_BYTES]
     ctypedef enum pycoll_transport_choice_t:

@@ -25,6 +25,11 @@ extern "C" {
 #endif
 
 #define PYCOLL_UNIQUE_ID_BYTES 128
+/* The largest world size pycoll_comm_init_rank accepts. Each rank holds a descriptor per TCP peer and per
+ * shared-memory segment of its host, and the rank serving the id one more per rank during set-up, so the
+ * process's descriptor limit (RLIMIT_NOFILE) usually binds first: set-up refuses a world size that needs more
+ * descriptors than the limit allows (PYCOLL_ERR_INVALID, naming both) before it waits for anyone. */
+#define PYCOLL_MAX_WORLD_SIZE 65536
 
 /* Plain bytes: copy it, write it to a file, send it anywhere. */
 typedef struct pycoll_unique_id {
@@ -41,7 +46,7 @@ PYCOLL_API const char *pycoll_bootstrap_error(void);
 /* Joins the job as `rank` of `world_size`, every wait ending by timeout_s: connects to the id's address,
  * registers, learns every rank's address and host, and builds the transports -- shared memory between the
  * ranks of a host, authenticated TCP sockets between hosts. Errors: PYCOLL_ERR_INVALID (bad arguments, an id
- * that is not one, ranks disagreeing on the world size or claiming one rank twice), PYCOLL_ERR_TIMEOUT (names
+ * that is not one, a world size above PYCOLL_MAX_WORLD_SIZE or needing more descriptors than RLIMIT_NOFILE, ranks disagreeing on the world size or claiming one rank twice), PYCOLL_ERR_TIMEOUT (names
  * the ranks that did not come), PYCOLL_ERR_PEER_FAILURE (a rank failed or died during set-up: every rank
  * learns which and why), PYCOLL_ERR_AUTH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_INTERRUPTED (config's should_stop). The message: pycoll_bootstrap_error(). */
 PYCOLL_API pycoll_status_t pycoll_comm_init_rank(pycoll_comm_t **comm, int32_t world_size, pycoll_unique_id_t id,
