@@ -23,6 +23,7 @@ typedef struct comm_call {
     pycoll_accuracy_t accuracy;
     int32_t root; /* -1 where the collective has none; send/recv: the peer */
     uint32_t tag; /* send/recv */
+    uint32_t thread; /* the caller's thread tag (pycoll_set_thread_tag), taken when the call is made */
     /* The _V collectives' per-rank counts (size entries; count is then their sum), else NULL. The caller's
      * array, not a copy: like the buffers it must stay valid until the collective completes. */
     const int64_t *counts;

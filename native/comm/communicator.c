@@ -334,6 +334,23 @@ pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
     return PYCOLL_OK;
 }
 
+/* Each thread's tag, stamped on the collectives it calls (comm.h). */
+static _Thread_local uint32_t thread_tag;
+static _Thread_local int thread_tagged;
+
+void pycoll_set_thread_tag(uint32_t tag)
+{
+    thread_tag = tag & 0xffffffu; /* the descriptor has 24 bits for it */
+    thread_tagged = 1;
+}
+
+uint32_t pycoll_thread_tag(int *is_set)
+{
+    if (is_set)
+        *is_set = thread_tagged;
+    return thread_tag;
+}
+
 /* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
 static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
@@ -352,7 +369,9 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
                                .count = call->counts ? counts_fingerprint(call->counts, p2p->size) : call->count,
                                .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
                                .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)call->accuracy, .group = comm->group};
+                               .accuracy = (uint8_t)call->accuracy, .group = comm->group,
+                               .thread = {(uint8_t)call->thread, (uint8_t)(call->thread >> 8),
+                                          (uint8_t)(call->thread >> 16)}};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
@@ -454,8 +473,11 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
 }
 
 /* A blocking collective: its turn after every queued one, then run on the caller's thread. */
-static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
+static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *made)
 {
+    comm_call_t tagged = *made;
+    tagged.thread = thread_tag;
+    const comm_call_t *call = &tagged;
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
     if (st == PYCOLL_OK && comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))

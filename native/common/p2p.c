@@ -118,6 +118,16 @@ pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycol
     if (theirs->seq == mine->seq) {
         if (!same_call(theirs, mine))
             return name_both(p2p, peer, mine, theirs, context, "");
+        if (pycoll_desc_thread(theirs) != pycoll_desc_thread(mine)) {
+            char a[160];
+            pycoll_describe_coll(mine, a, sizeof a);
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, peer,
+                                   "collective mismatch%s: rank %d called %s from thread #%06x, but rank %d called "
+                                   "it from thread #%06x: threads that share a communicator took their turns in "
+                                   "different orders on the two ranks (a thread's tag hashes its name)",
+                                   context, (int)p2p->rank, a, (unsigned)pycoll_desc_thread(mine), (int)peer,
+                                   (unsigned)pycoll_desc_thread(theirs));
+        }
         if (theirs_prev && !same_call(theirs_prev, mine_prev))
             return name_both(p2p, peer, mine_prev, theirs_prev, context, "");
         return name_both(p2p, peer, mine, theirs, context,

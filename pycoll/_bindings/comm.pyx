@@ -59,6 +59,16 @@ def shm_segment_bytes(int size, int64_t ring_bytes):
     return pycoll_shm_segment_bytes(size, ring_bytes)
 
 
+cdef int _tag_this_thread() except -1:
+    """Tag the calling thread's collectives with a hash of its name, once per thread (pycoll_set_thread_tag):
+    threads named alike on every rank correspond, so ranks whose threads take turns in different orders meet
+    as a MismatchError instead of combining the wrong buffers."""
+    import threading
+    import zlib
+    pycoll_set_thread_tag(zlib.crc32(threading.current_thread().name.encode(errors="replace")) & 0xffffff)
+    return 0
+
+
 cdef class NativeComm:
     """One pycoll_comm_t. Collectives take raw addresses and element counts."""
     cdef pycoll_comm_t *comm
@@ -156,11 +166,15 @@ cdef class NativeComm:
             self.comm = NULL
 
     cdef pycoll_comm_t *_enter(self) except NULL:
+        cdef int tagged
         if self.comm == NULL:
             raise CommunicatorClosed("communicator is closed")
         if self.busy:
             raise RuntimeError("another thread is running a collective on this communicator; "
                                "use one communicator per thread")
+        pycoll_thread_tag(&tagged)
+        if not tagged:
+            _tag_this_thread()
         self.busy = True
         return self.comm
 
