@@ -10,6 +10,11 @@
 #include "pycoll/comm.h"
 
 #define COMM_ERROR_LEN (PYCOLL_ERROR_LEN + 64) /* room for a prefix before the transport's message */
+/* The groups of a communicator's point-to-point messages and of pycoll's own calls on it (the cost model
+ * broadcast during init): its group xor these, distinct from every split's group (those are hashes) and from
+ * its own, so that neither takes a number in the user's sequence of collectives. */
+#define P2P_GROUP_SALT 0x9e3779b9u
+#define INTERNAL_GROUP_SALT 0x7f4a7c15u
 
 /* One collective as the caller asked for it, so a blocking call and a queued one run the same code. */
 typedef struct comm_call {
@@ -69,6 +74,8 @@ struct pycoll_comm {
     coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
     pycoll_comm_options_t options;
     uint64_t seq;
+    int internal;          /* pycoll_comm_set_internal: calls now are pycoll's own */
+    uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
     int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */

@@ -258,6 +258,17 @@ cdef class NativeComm:
             st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
         self._leave(st)
 
+    def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
+        """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
+        collective stays #1."""
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        pycoll_comm_set_internal(c, 1)
+        with nogil:
+            st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
+        pycoll_comm_set_internal(c, 0)
+        self._leave(st)
+
     def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root, int accuracy):
         cdef pycoll_comm_t *c = self._enter()
         cdef pycoll_status_t st

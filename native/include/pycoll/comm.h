@@ -100,6 +100,11 @@ PYCOLL_API void pycoll_set_thread_tag(uint32_t tag);
 /* The calling thread's tag, and whether one was set (*is_set may be NULL). */
 PYCOLL_API uint32_t pycoll_thread_tag(int *is_set);
 
+/* While `internal` is non-zero, comm's calls are the library's own (the Python binding's cost-model broadcast
+ * during init), made alike on every rank: they are numbered apart from the caller's collectives (whose first
+ * stays #1) and messages call them internal. */
+PYCOLL_API void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal);
+
 /* sendbuf == recvbuf is in place. */
 PYCOLL_API pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                   int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,

@@ -95,6 +95,9 @@ static inline int pycoll_same_slot(const pycoll_coll_desc_t *a, const pycoll_col
     return a->group == b->group && a->seq == b->seq;
 }
 
+/* The thread tag of the library's own calls (pycoll_comm_set_internal), never a caller's. */
+#define PYCOLL_THREAD_INTERNAL 0xffffffu
+
 static inline uint32_t pycoll_desc_thread(const pycoll_coll_desc_t *d)
 {
     return (uint32_t)d->thread[0] | (uint32_t)d->thread[1] << 8 | (uint32_t)d->thread[2] << 16;
@@ -114,7 +117,11 @@ typedef struct pycoll_request {
     uint32_t tag;      /* must match between the send and its receive; a different tag is a mismatch */
     uint8_t is_send;
     uint8_t complete;  /* set by the transport */
-    uint8_t reserved[6];
+    /* Set by the communicator on a blocking receive that its caller waits for alone (nothing else can be
+     * posted on this rank until it completes): a peer that waits the same way for this rank is a cycle. */
+    uint8_t sole_wait;
+    uint8_t reserved;
+    uint32_t stuck_epoch; /* transport-private (common/request_queue.c): the stuck wait it is part of */
     int64_t progress;  /* transport-private: bytes moved so far */
     struct pycoll_request *next; /* transport-private: queue link */
 } pycoll_request_t;
