@@ -26,8 +26,9 @@ cd "$root/tests"
 # (native/comm/progress.c), subgroups and point-to-point messages with real processes, and the vendor plugins'
 # C code against the strict fake libraries, and pycoll.jax's XLA FFI handlers on hand-built call frames
 # (jaxlib itself aborts at import under the ASan runtime, so the jitted tests skip here), and the C bootstrap
-# (native/bootstrap: registration, floods, forged secrets, failures every rank hears of).
+# (native/bootstrap: registration, floods, forged secrets, failures every rank hears of), and the argument,
+# thread-tag and cycle checks (overlapping buffers, threads taking turns, ranks receiving from each other first).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
   test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py test_collectives_more.py test_vendor_strict.py \
-  test_jax_ffi.py test_bootstrap.py test_hosts.py "$@"
+  test_jax_ffi.py test_bootstrap.py test_hosts.py test_overlap.py test_threads.py test_cycles.py "$@"

@@ -75,6 +75,7 @@ struct pycoll_comm {
     pycoll_comm_options_t options;
     uint64_t seq;
     int internal;          /* pycoll_comm_set_internal: calls now are pycoll's own */
+    pthread_t owner;       /* the thread that made it: its calls carry no thread tag (comm.h) */
     uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
@@ -92,6 +93,10 @@ struct pycoll_comm {
 /* live_comms.c: every communicator is registered once made (cannot fail) and removed first thing in destroy,
  * which waits there for the callers that acquired it by number (pycoll_comm_acquire). */
 void comm_live_add(pycoll_comm_t *comm);
+/* Whether this process holds communicators of several ranks (of one job, run as threads, or of several). */
+int comm_several_ranks(void);
+/* communicator.c: the thread tag (comm.h) a call made now on comm carries. */
+uint32_t comm_caller_tag(const pycoll_comm_t *comm);
 void comm_live_remove(pycoll_comm_t *comm);
 
 /* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),

@@ -103,6 +103,7 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         free(comm);
         return status;
     }
+    comm->owner = pthread_self();
     comm_live_add(comm);
     *out = comm;
     return PYCOLL_OK;
@@ -353,6 +354,15 @@ uint32_t pycoll_thread_tag(int *is_set)
     return thread_tag;
 }
 
+uint32_t comm_caller_tag(const pycoll_comm_t *comm)
+{
+    /* A process that is several ranks runs them on threads named as it likes: their names say nothing about
+     * which thread of another rank corresponds (comm.h). */
+    if (pthread_equal(pthread_self(), comm->owner) || comm_several_ranks())
+        return 0;
+    return thread_tag;
+}
+
 void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
 {
     progress_wait_turn(comm, 0); /* queued calls keep what they were called as */
@@ -486,7 +496,7 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
 static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *made)
 {
     comm_call_t tagged = *made;
-    tagged.thread = thread_tag;
+    tagged.thread = comm_caller_tag(comm);
     const comm_call_t *call = &tagged;
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);

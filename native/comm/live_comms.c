@@ -10,6 +10,9 @@
 #include "common/p2p_share.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Whether this process holds communicators of several ranks (ranks run as threads of one process), under lock;
+ * read without it by comm_several_ranks. */
+static atomic_int several_ranks;
 static pthread_cond_t released = PTHREAD_COND_INITIALIZER;
 static pycoll_comm_t *head;
 static uint64_t last_id;
@@ -66,6 +69,22 @@ static int name_group(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t
 static pthread_once_t namer_once = PTHREAD_ONCE_INIT;
 static void install_namer(void) { p2p_set_group_namer(name_group); }
 
+/* Recount several_ranks (lock held): made by pycoll_comm_create (not splits), of two different ranks. */
+static void count_ranks(void)
+{
+    int32_t seen = -1;
+    int several = 0;
+    for (const pycoll_comm_t *c = head; c && !several; c = c->live_next) {
+        if (c->view)
+            continue;
+        several = seen >= 0 && c->p2p->rank != seen;
+        seen = c->p2p->rank;
+    }
+    atomic_store_explicit(&several_ranks, several, memory_order_relaxed);
+}
+
+int comm_several_ranks(void) { return atomic_load_explicit(&several_ranks, memory_order_relaxed); }
+
 void comm_live_add(pycoll_comm_t *comm)
 {
     pthread_once(&namer_once, install_namer);
@@ -76,6 +95,7 @@ void comm_live_add(pycoll_comm_t *comm)
     if (head)
         head->live_prev = comm;
     head = comm;
+    count_ranks();
     pthread_mutex_unlock(&lock);
 }
 
@@ -91,6 +111,7 @@ void comm_live_remove(pycoll_comm_t *comm)
         head = comm->live_next;
     if (comm->live_next)
         comm->live_next->live_prev = comm->live_prev;
+    count_ranks();
     pthread_mutex_unlock(&lock);
 }
 

@@ -24,15 +24,14 @@ int pycoll_queue_probe(const pycoll_p2p_t *p2p, pycoll_peer_queues_t *q, int r)
 }
 
 /* Have q's peer's next STATE frame say `tag`, even where the peer was told about this collective already
- * (point-to-point calls share one descriptor: each stuck wait is news). Returns whether a STATE frame must be
- * queued; one already queued and not started (its header is written when it starts) says it instead. */
+ * (point-to-point calls share one descriptor: each stuck wait is news). Returns whether one must be queued.
+ * Not while a STATE frame is still queued: it may sit ahead of messages sent since, so it cannot speak for
+ * everything sent before now (the cycle is then left to the deadline). */
 static int tag_next_state(pycoll_peer_queues_t *q, uint32_t tag)
 {
-    q->next_probe_tag = tag;
-    if (q->probe_queued) {
-        q->probe.tag = tag;
+    if (q->probe_queued)
         return 0;
-    }
+    q->next_probe_tag = tag;
     q->probed_slot = 0;
     return 1;
 }

@@ -90,12 +90,15 @@ PYCOLL_API pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *co
 
 /* Threads. A communicator runs one call at a time; threads that take turns on it must do so in the same order
  * on every rank, or rank 0's k-th collective (from thread A) would meet rank 1's k-th (from thread B) and
- * silently combine the wrong buffers. So every collective carries its calling thread's tag (24 bits), set
- * per thread with pycoll_set_thread_tag (0 until then): ranks that run one collective from differently tagged
- * threads fail with PYCOLL_ERR_MISMATCH naming both tags. The Python binding tags each thread with a hash of
- * its name (threading.current_thread().name at the thread's first call), so threads named alike on every rank
- * correspond. The tag of a non-blocking call is taken when it is started. Point-to-point messages carry no tag
- * (a send and its receive match by peer, tag and length). */
+ * silently combine the wrong buffers. So every collective carries its calling thread's tag (24 bits): none (0)
+ * from the thread that made the communicator (pycoll_comm_create, or the split), else the tag set per thread
+ * with pycoll_set_thread_tag (0 until then). Ranks that run one collective from differently tagged threads
+ * fail with PYCOLL_ERR_MISMATCH naming both tags. The Python binding tags each thread with a hash of its name
+ * (threading.current_thread().name at the thread's first call), so threads named alike on every rank
+ * correspond. A process that holds communicators of several ranks (ranks run as threads of one process) tags
+ * nothing: there threads are ranks, named as the program likes. The tag of a non-blocking call is taken when
+ * it is started. Point-to-point messages carry no tag (a send and its
+ * receive match by peer, tag and length). */
 PYCOLL_API void pycoll_set_thread_tag(uint32_t tag);
 /* The calling thread's tag, and whether one was set (*is_set may be NULL). */
 PYCOLL_API uint32_t pycoll_thread_tag(int *is_set);
