@@ -14,7 +14,7 @@ backend = backend_fixture(["shm", "tcp"])
 def test_threads_taking_turns_in_opposite_orders_raise_mismatch_never_wrong_data(backend, mode):
     with_mode = f"opposite 20 {mode}"
     reports = scenario_reports(2, "threads_worker.py", with_mode, timeout=20)
-    for rank, rep in reports.items():
+    for rep in reports.values():
         assert rep["wrong"] == 0, rep
         assert rep["right"] == 0, rep  # the very first slot already pairs A with B
         # The first error breaks the communicator: the calls after it are refused.
