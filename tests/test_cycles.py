@@ -43,14 +43,10 @@ def test_the_users_first_collective_is_number_one_not_the_internal_init_broadcas
 
 
 @pytest.mark.timeout(60)
-def test_an_order_mismatch_names_communicators_by_their_members():
+def test_an_order_mismatch_names_communicators_by_their_members(monkeypatch):
     # Over TCP: there every wait sees the other communicator's frames (see test_split's order test for shm).
-    import os
-    os.environ["PYCOLL_BACKEND"] = "tcp"
-    try:
-        reports = run(3, "group_order", timeout=10)
-    finally:
-        del os.environ["PYCOLL_BACKEND"]
+    monkeypatch.setenv("PYCOLL_BACKEND", "tcp")
+    reports = run(3, "group_order", timeout=10)
     messages = [rep["message"] for rep in reports.values() if rep["outcome"] == "MismatchError"]
     named = [m for m in messages if "order mismatch" in m]
     assert named, reports
