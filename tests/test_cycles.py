@@ -53,3 +53,30 @@ def test_an_order_mismatch_names_communicators_by_their_members(monkeypatch):
     for m in named:
         assert "group [0, 2]" in m and "the communicator of all 3 ranks" in m, m
         assert "2654435769" not in m and "group #" not in m, m
+
+
+def test_pycolls_internal_calls_are_labelled_as_such_in_messages():
+    """The descriptor of init's cost-model broadcast (thread tag PYCOLL_THREAD_INTERNAL, numbered apart) as
+    every error message describes it."""
+    import ctypes
+
+    import pycoll
+
+    class Desc(ctypes.Structure):  # pycoll_coll_desc_t (pycoll/p2p.h), 40 bytes
+        _fields_ = [("seq", ctypes.c_uint64), ("history", ctypes.c_uint64), ("count", ctypes.c_int64),
+                    ("root", ctypes.c_int32), ("coll", ctypes.c_uint8), ("dtype", ctypes.c_uint8),
+                    ("op", ctypes.c_uint8), ("algorithm", ctypes.c_uint8), ("accuracy", ctypes.c_uint8),
+                    ("thread", ctypes.c_uint8 * 3), ("group", ctypes.c_uint32)]
+
+    assert ctypes.sizeof(Desc) == 40
+    lib = ctypes.CDLL(pycoll.get_library())
+    out = ctypes.create_string_buffer(256)
+
+    def describe(thread):
+        d = Desc(seq=1, count=16, root=0, coll=3, dtype=7, algorithm=1, thread=(ctypes.c_uint8 * 3)(*thread))
+        lib.pycoll_describe_coll(ctypes.byref(d), out, ctypes.c_size_t(len(out)))
+        return out.value.decode()
+
+    assert describe((0xff, 0xff, 0xff)) == ("pycoll's internal #1 broadcast(float64 x 16, root=0) "
+                                           "(made by init on every rank)")
+    assert describe((0, 0, 0)) == "#1 broadcast(float64 x 16, root=0)"
