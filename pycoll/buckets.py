@@ -17,6 +17,7 @@ import operator
 import numpy as np
 
 from pycoll.buffers import as_buffer
+from pycoll.comm import check_no_overlap
 from pycoll.dtypes import DTYPES
 from pycoll.work import wait_all
 
@@ -41,6 +42,19 @@ def _bytes_of(buf):
     if buf.nbytes == 0:
         return np.empty(0, np.uint8)
     return np.ctypeslib.as_array(ctypes.cast(buf.ptr, ctypes.POINTER(ctypes.c_uint8)), shape=(buf.nbytes,))
+
+
+def _check_disjoint(buffers):
+    """ValueError naming two arrays that share memory: each one's result is copied back into it, so shared
+    bytes would get whichever copy came last. Sorted by address, one pass (models register thousands)."""
+    reach = None  # of the arrays seen so far, the one that ends last
+    for i in sorted(range(len(buffers)), key=lambda k: buffers[k].ptr):
+        if reach is not None:
+            first, second = sorted((reach, i))
+            check_no_overlap(buffers[first], f"arrays[{first}]", buffers[second], f"arrays[{second}]",
+                             "GradientBuckets", in_place=False)
+        if reach is None or buffers[i].ptr + buffers[i].nbytes > buffers[reach].ptr + buffers[reach].nbytes:
+            reach = i
 
 
 def _bucket_bytes(bucket_bytes):
@@ -107,6 +121,7 @@ class GradientBuckets:
             if buf.memory != "host":
                 raise TypeError(f"arrays[{i}] is in {buf.memory} memory; GradientBuckets takes host memory for now")
             self._buffers.append(buf)
+        _check_disjoint(self._buffers)
         self._buckets = self._pack(bucket_bytes)
         self._slot = {}  # array index -> (bucket, byte offset)
         self._slot_bytes = [None] * len(self._buffers)  # array index -> its bytes in its bucket

@@ -42,6 +42,24 @@ def _close_at_exit():
                              f"{type(exc).__name__}: {exc}\n")
 
 
+def check_no_overlap(a, name_a, b, name_b, what, in_place):
+    """ValueError naming both when Buffers a and b share memory. Exact aliasing (the same start and the same
+    bytes) passes where `in_place` says the call runs in place; any other overlap would have the collective
+    read what it already overwrote (or the reverse), silently wrong. The one copy of this rule: every
+    collective's arguments and GradientBuckets' arrays pass through it."""
+    if a.memory != b.memory or a.device_id != b.device_id or not a.nbytes or not b.nbytes:
+        return
+    if not (a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes):
+        return
+    if in_place and a.ptr == b.ptr and a.nbytes == b.nbytes:
+        return
+    where = (f"{name_a} is bytes [{a.ptr:#x}, {a.ptr + a.nbytes:#x}), {name_b} is bytes "
+             f"[{b.ptr:#x}, {b.ptr + b.nbytes:#x})")
+    rule = ("only the very same memory (in place) may be shared" if in_place
+            else f"{what} is not in place: pass separate memory")
+    raise ValueError(f"{name_b} overlaps {name_a} in {what} ({where}); {rule}")
+
+
 class Communicator:
     """A group of ranks that run collectives together. Create with pycoll.init()."""
 
@@ -158,19 +176,21 @@ class Communicator:
         if a.dtype != b.dtype:
             raise TypeError(f"{name_b} has dtype {DTYPE_NAMES[b.dtype]} but {name_a} has {DTYPE_NAMES[a.dtype]}")
 
-    def _result_buffer(self, send, out):
-        """Where a reduction's result goes: x itself (in place) or out, which must match x."""
+    def _result_buffer(self, send, out, what):
+        """Where a reduction's result goes: x itself (in place) or out, which must match x (and be x's memory
+        exactly or none of it)."""
         if out is None:
             return send
         recv = self._buffer(out, "out", writable=True)
         self._same_dtype(send, recv, "x", "out")
         if recv.count != send.count:
             raise ValueError(f"out has {recv.count} elements but x has {send.count}")
+        check_no_overlap(send, "x", recv, "out", what, in_place=True)
         return recv
 
-    def _blocks(self, x, out, whole):
-        """Buffers of x and out, one dtype, where `whole` ("x" or "out") holds one block per rank, each the
-        length of the other."""
+    def _blocks(self, x, out, whole, what):
+        """Buffers of x and out, one dtype, in separate memory, where `whole` ("x" or "out") holds one block per
+        rank, each the length of the other."""
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)
         self._same_dtype(send, recv, "x", "out")
@@ -178,6 +198,7 @@ class Communicator:
         if big.count != self._size * small.count:
             raise ValueError(f"{whole} must hold size * len({part}) = {self._size} * {small.count} elements, "
                              f"got {big.count}")
+        check_no_overlap(send, "x", recv, "out", what, in_place=False)
         return send, recv
 
     def _root(self, root):
@@ -242,7 +263,7 @@ class Communicator:
             return x if out is None else out
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
-        recv = self._result_buffer(send, out)
+        recv = self._result_buffer(send, out, "all_reduce")
         args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
         result = x if out is None else out
         if self._async(async_op):
@@ -260,7 +281,7 @@ class Communicator:
                 self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
             return out
         engine = self._engine_or_raise()
-        send, recv = self._blocks(x, out, whole="x")
+        send, recv = self._blocks(x, out, whole="x", what="reduce_scatter")
         args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
         if self._async(async_op):
             return self._start("reduce_scatter", args, out, (x, out))
@@ -277,7 +298,7 @@ class Communicator:
         if fast is not None and async_op is False and self._ran(self._run(fast.all_gather, x, out)):
             return out
         engine = self._engine_or_raise()
-        send, recv = self._blocks(x, out, whole="out")
+        send, recv = self._blocks(x, out, whole="out", what="all_gather")
         if self._async(async_op):
             return self._start("all_gather", (send, recv), out, (x, out))
         self.last_algorithm = self._run(engine.all_gather, send, recv)
@@ -304,7 +325,7 @@ class Communicator:
         engine = self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
-        recv = self._result_buffer(send, out) if self._rank == root else None
+        recv = self._result_buffer(send, out, "reduce") if self._rank == root else None
         args = (send, recv, self._op(op), root, self._accuracy(accuracy))
         result = x if out is None else out
         if self._async(async_op):
@@ -430,6 +451,7 @@ class Communicator:
         self._same_dtype(send, recv, "x", "out")
         self._counted(send, "x", int(counts[self._rank]), f"counts[{self._rank}]")
         self._counted(recv, "out", int(counts.sum()), "sum(counts)")
+        check_no_overlap(send, "x", recv, "out", "all_gather with counts", in_place=False)
         if self._async(async_op):
             return self._start("all_gather_v", (send, recv, counts), out, (x, out, counts))
         self.last_algorithm = self._run(engine.all_gather_v, send, recv, counts)
@@ -443,6 +465,7 @@ class Communicator:
         self._same_dtype(send, recv, "x", "out")
         self._counted(send, "x", int(counts.sum()), "sum(counts)")
         self._counted(recv, "out", int(counts[self._rank]), f"counts[{self._rank}]")
+        check_no_overlap(send, "x", recv, "out", "reduce_scatter with counts", in_place=False)
         # "auto" is the ring here, whatever PYCOLL_ALGORITHM says for the even collectives.
         if algorithm != "auto" and algorithm_name(algorithm) != "ring":
             raise ValueError(f"algorithm: reduce_scatter with counts runs the ring only, got {algorithm!r}")
@@ -462,8 +485,7 @@ class Communicator:
         if send.count % self._size:
             raise ValueError(f"x must hold size * k elements (size {self._size}), got {send.count}")
         self._counted(recv, "out", send.count, "len(x)")
-        if send.count and send.ptr < recv.ptr + recv.nbytes and recv.ptr < send.ptr + send.nbytes:
-            raise ValueError("out must not overlap x (all_to_all is not in place)")
+        check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
         args = (send, recv, send.count // self._size)
         if self._async(async_op):
             return self._start("all_to_all", args, out, (x, out))
@@ -483,6 +505,7 @@ class Communicator:
             recv = self._buffer(out, "out", writable=True)
             self._same_dtype(send, recv, "x", "out")
             self._counted(recv, "out", self._size * send.count, f"size * len(x) = {self._size} * {send.count}")
+            check_no_overlap(send, "x", recv, "out", "gather", in_place=False)
         if self._async(async_op):
             return self._start("gather", (send, recv, root), out, (x, out))
         self.last_algorithm = self._run(engine.gather, send, recv, root)
@@ -501,6 +524,7 @@ class Communicator:
             send = self._buffer(x, "x", writable=False)
             self._same_dtype(send, recv, "x", "out")
             self._counted(send, "x", self._size * recv.count, f"size * len(out) = {self._size} * {recv.count}")
+            check_no_overlap(send, "x", recv, "out", "scatter", in_place=False)
         if self._async(async_op):
             return self._start("scatter", (send, recv, root), out, (x, out))
         self.last_algorithm = self._run(engine.scatter, send, recv, root)

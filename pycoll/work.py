@@ -8,7 +8,9 @@ result, references to the arrays until the collective completes, and done-callba
 When callbacks run: the progress thread never runs Python, so a callback runs in the Python thread that first
 sees the Work complete -- in wait(), is_completed(), exception() or wait_all() -- or at once, in
 add_done_callback() itself, when the Work has already completed. Each runs once, in the order added; one that
-raises is logged (logger "pycoll") and does not stop the others.
+raises an Exception is logged (logger "pycoll") and does not stop the others. One that raises any other
+BaseException (KeyboardInterrupt, SystemExit) does not stop them either: every callback still runs, and the
+first such exception is re-raised after the last of them, from the call that ran them.
 """
 
 from __future__ import annotations
@@ -81,8 +83,15 @@ class Work:
             callbacks, self._callbacks = self._callbacks, []
         if self._error is not None and self._on_error is not None:
             self._on_error(self._error)
+        interrupted = None
         for fn in callbacks:
-            self._call(fn)
+            try:
+                self._call(fn)
+            except BaseException as exc:  # noqa: BLE001 -- re-raised below, once every callback has run
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
         return True
 
     def _call(self, fn):

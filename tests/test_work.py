@@ -62,6 +62,49 @@ def test_a_callback_that_raises_is_logged_and_the_others_still_run(comm, caplog)
     assert seen == [w] and "done-callback raised" in caplog.text
 
 
+class _Gate:
+    """A handle that completes when the test says so: callbacks are added while the Work is pending."""
+    algorithm = None
+
+    def __init__(self):
+        self.open = False
+
+    def wait(self, timeout):
+        return self.open
+
+    def done(self):
+        return self.open
+
+    def error(self):
+        return None
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_every_callback_runs_and_the_first_base_exception_is_raised_after_them(interrupt):
+    gate = _Gate()
+    w = Work(gate, "result", None)
+    seen = []
+
+    def stop(tag):
+        def callback(_):
+            seen.append(tag)
+            raise interrupt(tag)
+        return callback
+
+    w.add_done_callback(seen.append)
+    w.add_done_callback(stop("first"))
+    w.add_done_callback(seen.append)
+    w.add_done_callback(stop("second"))
+    w.add_done_callback(seen.append)
+    gate.open = True
+    with pytest.raises(interrupt) as caught:
+        w.wait()
+    assert caught.value.args == ("first",)
+    assert seen == [w, "first", w, "second", w]
+    assert w.wait() == "result"  # the callbacks ran once; the Work itself succeeded
+    assert seen == [w, "first", w, "second", w]
+
+
 def test_a_dropped_work_keeps_its_array_alive_until_the_collective_completed(comm):
     x = np.ones(1 << 16)
     alive = weakref.ref(x)

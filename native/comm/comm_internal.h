@@ -10,6 +10,11 @@
 #include "pycoll/comm.h"
 
 #define COMM_ERROR_LEN (PYCOLL_ERROR_LEN + 64) /* room for a prefix before the transport's message */
+/* The groups of a communicator's point-to-point messages and of pycoll's own calls on it (the cost model
+ * broadcast during init): its group xor these, distinct from every split's group (those are hashes) and from
+ * its own, so that neither takes a number in the user's sequence of collectives. */
+#define P2P_GROUP_SALT 0x9e3779b9u
+#define INTERNAL_GROUP_SALT 0x7f4a7c15u
 
 /* One collective as the caller asked for it, so a blocking call and a queued one run the same code. */
 typedef struct comm_call {
@@ -23,6 +28,7 @@ typedef struct comm_call {
     pycoll_accuracy_t accuracy;
     int32_t root; /* -1 where the collective has none; send/recv: the peer */
     uint32_t tag; /* send/recv */
+    uint32_t thread; /* the caller's thread tag (pycoll_set_thread_tag), taken when the call is made */
     /* The _V collectives' per-rank counts (size entries; count is then their sum), else NULL. The caller's
      * array, not a copy: like the buffers it must stay valid until the collective completes. */
     const int64_t *counts;
@@ -68,6 +74,9 @@ struct pycoll_comm {
     coll_ctx_t ctx; /* p2p, segment size and the algorithms' scratch, kept between collectives */
     pycoll_comm_options_t options;
     uint64_t seq;
+    int internal;          /* pycoll_comm_set_internal: calls now are pycoll's own */
+    pthread_t owner;       /* the thread that made it: its calls carry no thread tag (comm.h) */
+    uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
     int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
@@ -84,6 +93,10 @@ struct pycoll_comm {
 /* live_comms.c: every communicator is registered once made (cannot fail) and removed first thing in destroy,
  * which waits there for the callers that acquired it by number (pycoll_comm_acquire). */
 void comm_live_add(pycoll_comm_t *comm);
+/* Whether this process holds communicators of several ranks (of one job, run as threads, or of several). */
+int comm_several_ranks(void);
+/* communicator.c: the thread tag (comm.h) a call made now on comm carries. */
+uint32_t comm_caller_tag(const pycoll_comm_t *comm);
 void comm_live_remove(pycoll_comm_t *comm);
 
 /* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),

@@ -103,6 +103,7 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
         free(comm);
         return status;
     }
+    comm->owner = pthread_self();
     comm_live_add(comm);
     *out = comm;
     return PYCOLL_OK;
@@ -336,6 +337,40 @@ pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
     return PYCOLL_OK;
 }
 
+/* Each thread's tag, stamped on the collectives it calls (comm.h). */
+static _Thread_local uint32_t thread_tag;
+static _Thread_local int thread_tagged;
+
+void pycoll_set_thread_tag(uint32_t tag)
+{
+    thread_tag = tag & 0xffffffu; /* the descriptor has 24 bits for it */
+    if (thread_tag == PYCOLL_THREAD_INTERNAL)
+        thread_tag--;
+    thread_tagged = 1;
+}
+
+uint32_t pycoll_thread_tag(int *is_set)
+{
+    if (is_set)
+        *is_set = thread_tagged;
+    return thread_tag;
+}
+
+uint32_t comm_caller_tag(const pycoll_comm_t *comm)
+{
+    /* A process that is several ranks runs them on threads named as it likes: their names say nothing about
+     * which thread of another rank corresponds (comm.h). */
+    if (pthread_equal(pthread_self(), comm->owner) || comm_several_ranks())
+        return 0;
+    return thread_tag;
+}
+
+void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
+{
+    progress_wait_turn(comm, 0); /* queued calls keep what they were called as */
+    comm->internal = internal != 0;
+}
+
 /* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
 static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
@@ -350,11 +385,15 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
         pycoll_decide_algorithm_hosts(&comm->model, call->coll, call->algorithm, p2p->size, comm->hosts,
                                       comm->max_local, call->count * (int64_t)pycoll_dtype_size(call->dtype),
                                       p2p->ops->native);
-    pycoll_coll_desc_t desc = {.seq = ++comm->seq, .history = pycoll_history_next(&p2p->desc),
+    const uint32_t thread = comm->internal ? PYCOLL_THREAD_INTERNAL : call->thread;
+    pycoll_coll_desc_t desc = {.seq = comm->internal ? ++comm->internal_seq : ++comm->seq,
+                               .history = pycoll_history_next(&p2p->desc),
                                .count = call->counts ? counts_fingerprint(call->counts, p2p->size) : call->count,
                                .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
                                .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)call->accuracy, .group = comm->group};
+                               .accuracy = (uint8_t)call->accuracy,
+                               .group = comm->internal ? comm->group ^ INTERNAL_GROUP_SALT : comm->group,
+                               .thread = {(uint8_t)thread, (uint8_t)(thread >> 8), (uint8_t)(thread >> 16)}};
     p2p->prev_desc = p2p->desc;
     p2p->desc = desc;
     p2p->deadline_ns = pycoll_now_ns() + (int64_t)(comm->options.timeout_s * 1e9);
@@ -456,8 +495,11 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
 }
 
 /* A blocking collective: its turn after every queued one, then run on the caller's thread. */
-static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
+static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *made)
 {
+    comm_call_t tagged = *made;
+    tagged.thread = comm_caller_tag(comm);
+    const comm_call_t *call = &tagged;
     comm->error[0] = 0;
     pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
     if (st == PYCOLL_OK && comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))

@@ -3,16 +3,91 @@
  * it gets it only while it exists, and destroy waits for it to be released. The number is an id that is never
  * reused, not the address, which a later communicator may get. An intrusive list: registering cannot fail. */
 #include <pthread.h>
+#include <stdio.h>
 
 #include "comm/comm_internal.h"
+#include "comm/group_view.h"
+#include "common/p2p_share.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Whether this process holds communicators of several ranks (ranks run as threads of one process), under lock;
+ * read without it by comm_several_ranks. */
+static atomic_int several_ranks;
 static pthread_cond_t released = PTHREAD_COND_INITIALIZER;
 static pycoll_comm_t *head;
 static uint64_t last_id;
 
+/* "group [0, 2]": a split's members as the job numbers them (its view's members are the root's ranks); the
+ * communicator made by init is every rank. */
+static void write_members(const pycoll_comm_t *c, char *out, size_t len)
+{
+    const int32_t n = c->p2p->size;
+    if (!c->view) {
+        snprintf(out, len, "the communicator of all %d ranks", (int)n);
+        return;
+    }
+    size_t used = (size_t)snprintf(out, len, "group [");
+    for (int32_t i = 0; i < n && used < len; i++) {
+        if (i == 8 && n > 9) {
+            used += (size_t)snprintf(out + used, len - used, ", ... %d more", (int)(n - i));
+            break;
+        }
+        used += (size_t)snprintf(out + used, len - used, i ? ", %d" : "%d", (int)c->view->members[i]);
+    }
+    if (used < len)
+        snprintf(out + used, len - used, "]");
+}
+
+/* p2p_group_namer_t: the communicator of p2p's family whose collectives (or point-to-point messages, or
+ * pycoll's own calls) carry `group`. */
+static int name_group(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t len)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    const comm_family_t *family = NULL;
+    for (const pycoll_comm_t *c = head; c && !family; c = c->live_next)
+        if (c->p2p == p2p || c->family->transport == p2p)
+            family = c->family;
+    for (const pycoll_comm_t *c = head; c && family && !found; c = c->live_next) {
+        if (c->family != family)
+            continue;
+        const char *what = c->group == group                         ? ""
+                           : (c->group ^ P2P_GROUP_SALT) == group      ? "point-to-point messages of "
+                           : (c->group ^ INTERNAL_GROUP_SALT) == group ? "pycoll's internal calls on "
+                                                                       : NULL;
+        if (!what)
+            continue;
+        char members[80];
+        write_members(c, members, sizeof members);
+        snprintf(out, len, "%s%s", what, members);
+        found = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+static pthread_once_t namer_once = PTHREAD_ONCE_INIT;
+static void install_namer(void) { p2p_set_group_namer(name_group); }
+
+/* Recount several_ranks (lock held): made by pycoll_comm_create (not splits), of two different ranks. */
+static void count_ranks(void)
+{
+    int32_t seen = -1;
+    int several = 0;
+    for (const pycoll_comm_t *c = head; c && !several; c = c->live_next) {
+        if (c->view)
+            continue;
+        several = seen >= 0 && c->p2p->rank != seen;
+        seen = c->p2p->rank;
+    }
+    atomic_store_explicit(&several_ranks, several, memory_order_relaxed);
+}
+
+int comm_several_ranks(void) { return atomic_load_explicit(&several_ranks, memory_order_relaxed); }
+
 void comm_live_add(pycoll_comm_t *comm)
 {
+    pthread_once(&namer_once, install_namer);
     pthread_mutex_lock(&lock);
     comm->live_id = ++last_id;
     comm->live_prev = NULL;
@@ -20,6 +95,7 @@ void comm_live_add(pycoll_comm_t *comm)
     if (head)
         head->live_prev = comm;
     head = comm;
+    count_ranks();
     pthread_mutex_unlock(&lock);
 }
 
@@ -35,6 +111,7 @@ void comm_live_remove(pycoll_comm_t *comm)
         head = comm->live_next;
     if (comm->live_next)
         comm->live_next->live_prev = comm->live_prev;
+    count_ranks();
     pthread_mutex_unlock(&lock);
 }
 

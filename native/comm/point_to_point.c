@@ -11,9 +11,6 @@
 #include "comm/group_view.h"
 #include "common/p2p_share.h"
 
-/* Distinct from every split's group (those are hashes) and from the communicator's own. */
-#define P2P_GROUP_SALT 0x9e3779b9u
-
 pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, char *error, size_t error_len)
 {
     pycoll_status_t st = comm_usable(comm, error, error_len);
@@ -72,6 +69,7 @@ pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *call, char 
     pycoll_request_t req;
     pycoll_request_t *reqs[1] = {&req};
     st = comm_p2p_post(comm, call, &req);
+    req.sole_wait = !req.is_send; /* the caller's thread waits for it alone (transports read it in the wait) */
     if (st == PYCOLL_OK)
         st = comm->p2p->ops->wait(comm->p2p, reqs, 1);
     return comm_p2p_end(comm, &saved, st);

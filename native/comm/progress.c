@@ -368,6 +368,7 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
     }
     work->comm = comm;
     work->call = *call;
+    work->call.thread = comm_caller_tag(comm); /* the caller's: the progress thread runs it */
     work->spin_ns = comm->options.spin_ns;
     work->algorithm = PYCOLL_ALGO_AUTO;
     work->failed_rank = -1;

@@ -139,6 +139,7 @@ pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t ke
     pthread_mutex_lock(&comm->family->progress.lock);
     comm->family->refs++;
     pthread_mutex_unlock(&comm->family->progress.lock);
+    child->owner = pthread_self();
     comm_live_add(child);
     *out = child;
     return PYCOLL_OK;

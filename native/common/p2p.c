@@ -1,5 +1,7 @@
 /* Transport-independent parts of the point-to-point interface: error recording and blocking helpers. */
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -95,18 +97,30 @@ static pycoll_status_t name_both(pycoll_p2p_t *p2p, int32_t peer, const pycoll_c
 
 _Static_assert(sizeof(pycoll_coll_desc_t) == 40, "the descriptor is sent as is: its size is part of the wire format");
 
+static _Atomic(p2p_group_namer_t) group_namer;
+
+void p2p_set_group_namer(p2p_group_namer_t namer) { atomic_store(&group_namer, namer); }
+
+void p2p_group_name(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t len)
+{
+    p2p_group_namer_t namer = atomic_load(&group_namer);
+    if (!namer || !namer(p2p, group, out, len))
+        snprintf(out, len, "group #%08x", (unsigned)group);
+}
+
 /* Rank `peer` is in `theirs`, a collective of another communicator of this family (desc.group differs), where
  * this rank needs it in its current one: the two called the family's communicators in different orders. */
 static pycoll_status_t order_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs)
 {
-    char a[160], b[160];
+    char a[160], b[160], ga[96], gb[96];
     pycoll_describe_coll(&p2p->desc, a, sizeof a);
     pycoll_describe_coll(theirs, b, sizeof b);
+    p2p_group_name(p2p, p2p->desc.group, ga, sizeof ga);
+    p2p_group_name(p2p, theirs->group, gb, sizeof gb);
     return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, peer,
-                           "collective order mismatch: rank %d is in %s on communicator group %u, but rank %d is in "
-                           "%s on group %u; ranks that share several communicators (a parent and its splits) must "
-                           "call collectives on them in the same order", (int)p2p->rank, a, (unsigned)p2p->desc.group,
-                           (int)peer, b, (unsigned)theirs->group);
+                           "collective order mismatch: rank %d is in %s on %s, but rank %d is in %s on %s; ranks "
+                           "that share several communicators (a parent and its splits) must call collectives on them "
+                           "in the same order", (int)p2p->rank, a, ga, (int)peer, b, gb);
 }
 
 pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycoll_coll_desc_t *theirs,
@@ -118,6 +132,16 @@ pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, const pycol
     if (theirs->seq == mine->seq) {
         if (!same_call(theirs, mine))
             return name_both(p2p, peer, mine, theirs, context, "");
+        if (pycoll_desc_thread(theirs) != pycoll_desc_thread(mine)) {
+            char a[160];
+            pycoll_describe_coll(mine, a, sizeof a);
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_MISMATCH, peer,
+                                   "collective mismatch%s: rank %d called %s from thread #%06x, but rank %d called "
+                                   "it from thread #%06x: threads that share a communicator took their turns in "
+                                   "different orders on the two ranks (a thread's tag hashes its name)",
+                                   context, (int)p2p->rank, a, (unsigned)pycoll_desc_thread(mine), (int)peer,
+                                   (unsigned)pycoll_desc_thread(theirs));
+        }
         if (theirs_prev && !same_call(theirs_prev, mine_prev))
             return name_both(p2p, peer, mine_prev, theirs_prev, context, "");
         return name_both(p2p, peer, mine, theirs, context,

@@ -14,4 +14,12 @@ void p2p_share_collective(pycoll_p2p_t *to, const pycoll_p2p_t *from);
  * (the first error is the cause). Returns to->status. */
 pycoll_status_t p2p_adopt_error(pycoll_p2p_t *to, const pycoll_p2p_t *from);
 
+/* Messages name a communicator of a family by its members ("group [0, 2]"), not by its group id: the
+ * communicator layer, which knows the members, installs the function that does it (native/comm/live_comms.c).
+ * It writes the name of `group` (a pycoll_coll_desc_t.group seen on p2p, the family's transport) into out and
+ * returns 1, or returns 0 when it knows no such group; without one installed, p2p_group_name writes the id. */
+typedef int (*p2p_group_namer_t)(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t len);
+void p2p_set_group_namer(p2p_group_namer_t namer);
+void p2p_group_name(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t len);
+
 #endif

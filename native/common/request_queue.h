@@ -59,6 +59,8 @@ typedef struct pycoll_peer_queues {
      * waits_for, so a rank that times out waiting for this peer can name the rank at the end of the chain. */
     uint64_t waits_for_slot;
     int32_t waits_for;
+    uint32_t stuck_epochs;  /* this rank's sole-wait receives from this peer that told it they are stuck */
+    uint32_t next_probe_tag; /* what the next STATE frame says besides its descriptor (request_queue.c) */
 } pycoll_peer_queues_t;
 
 /* The queues of rank r in an array of peer structs of `stride` bytes that begin with them. */
@@ -73,6 +75,11 @@ int pycoll_queue_probe(const pycoll_p2p_t *p2p, pycoll_peer_queues_t *q, int r);
  * for this rank in this collective (they can then name whom this rank waits for when they time out). */
 void pycoll_probe_peers(const pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, void *peers, size_t stride,
                         void (*tell)(void *t, int r), void *t);
+/* A STATE frame h from rank r (q its queues; waiting_for: whom this rank's blocked wait waits for, or -1):
+ * checked against this rank's collective, remembered for the timeout message, and a cycle of two ranks that
+ * each receive from the other before sending named as such. *tell: queue r a STATE frame of this rank's. */
+pycoll_status_t pycoll_on_peer_state(pycoll_p2p_t *p2p, pycoll_peer_queues_t *q, int r, const void *h,
+                                     int finalizing, int waiting_for, int *tell);
 /* Forget every queued request (after an abort, or at close). */
 void pycoll_drop_queues(void *peers, size_t stride, int size);
 

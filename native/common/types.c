@@ -44,7 +44,21 @@ const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
     return (unsigned)accuracy < PYCOLL_NUM_ACCURACIES ? names[accuracy] : "?";
 }
 
+static void describe_call(const pycoll_coll_desc_t *d, char *out, size_t len);
+
 void pycoll_describe_coll(const pycoll_coll_desc_t *d, char *out, size_t len)
+{
+    if (pycoll_desc_thread(d) != PYCOLL_THREAD_INTERNAL || d->seq == 0) {
+        describe_call(d, out, len);
+        return;
+    }
+    /* Numbered apart from the caller's collectives: not the caller's "#1 broadcast". */
+    char call[160];
+    describe_call(d, call, sizeof call);
+    snprintf(out, len, "pycoll's internal %s (made by init on every rank)", call);
+}
+
+static void describe_call(const pycoll_coll_desc_t *d, char *out, size_t len)
 {
     const char *acc = pycoll_accuracy_name((pycoll_accuracy_t)d->accuracy);
     char root[24] = "";

@@ -236,14 +236,12 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;
-        pycoll_status_t st = pycoll_frame_check_state(&t->base, r, h, t->finalizing);
-        if (st != PYCOLL_OK)
-            return st;
-        peer->q.waits_for_slot = pycoll_slot_key(&h->desc);
-        peer->q.waits_for = h->failed_rank;
-        if (pycoll_same_slot(&h->desc, &t->base.desc) && t->waiting_for >= 0 && t->waiting_for != r)
+        int tell_peer;
+        pycoll_status_t st = pycoll_on_peer_state(&t->base, &peer->q, r, h, t->finalizing, t->waiting_for,
+                                                  &tell_peer);
+        if (tell_peer)
             queue_probe(t, r);
-        return PYCOLL_OK;
+        return st;
     }
     if (t->finalizing)
         return pycoll_frame_data_at_close(&t->base, r, h);

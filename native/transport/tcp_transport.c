@@ -143,15 +143,12 @@ static void queue_probe(tcp_transport_t *t, int r);
 static pycoll_status_t on_state(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
-    const pycoll_coll_desc_t *theirs = &peer->recv_hdr.desc;
-    pycoll_status_t st = pycoll_frame_check_state(&t->base, r, &peer->recv_hdr, t->finalizing);
-    if (st != PYCOLL_OK)
-        return st;
-    peer->q.waits_for_slot = pycoll_slot_key(theirs);
-    peer->q.waits_for = peer->recv_hdr.failed_rank;
-    if (pycoll_same_slot(theirs, &t->base.desc) && t->waiting_for >= 0 && t->waiting_for != r)
+    int tell_peer;
+    pycoll_status_t st = pycoll_on_peer_state(&t->base, &peer->q, r, &peer->recv_hdr, t->finalizing,
+                                              t->waiting_for, &tell_peer);
+    if (tell_peer)
         queue_probe(t, r);
-    return PYCOLL_OK;
+    return st;
 }
 
 /* A header is complete: decide what it is. *consumed is set for frames that carry nothing for a receive.

@@ -59,6 +59,16 @@ def shm_segment_bytes(int size, int64_t ring_bytes):
     return pycoll_shm_segment_bytes(size, ring_bytes)
 
 
+cdef int _tag_this_thread() except -1:
+    """Tag the calling thread's collectives with a hash of its name, once per thread (pycoll_set_thread_tag):
+    threads named alike on every rank correspond, so ranks whose threads take turns in different orders meet
+    as a MismatchError instead of combining the wrong buffers."""
+    import threading
+    import zlib
+    pycoll_set_thread_tag(zlib.crc32(threading.current_thread().name.encode(errors="replace")) & 0xffffff)
+    return 0
+
+
 cdef class NativeComm:
     """One pycoll_comm_t. Collectives take raw addresses and element counts."""
     cdef pycoll_comm_t *comm
@@ -158,11 +168,15 @@ cdef class NativeComm:
             self.comm = NULL
 
     cdef pycoll_comm_t *_enter(self) except NULL:
+        cdef int tagged
         if self.comm == NULL:
             raise CommunicatorClosed("communicator is closed")
         if self.busy:
             raise RuntimeError("another thread is running a collective on this communicator; "
                                "use one communicator per thread")
+        pycoll_thread_tag(&tagged)
+        if not tagged:
+            _tag_this_thread()
         self.busy = True
         return self.comm
 
@@ -244,6 +258,17 @@ cdef class NativeComm:
         cdef pycoll_status_t st
         with nogil:
             st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
+        self._leave(st)
+
+    def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
+        """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
+        collective stays #1."""
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        pycoll_comm_set_internal(c, 1)
+        with nogil:
+            st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
+        pycoll_comm_set_internal(c, 0)
         self._leave(st)
 
     def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root, int accuracy):

@@ -4,8 +4,8 @@
 # (pycoll.comm.Communicator) turns each argument into a Buffer and checks each name in Python, about 2 us a
 # call. FastPath takes the case nearly every call is -- C-contiguous NumPy arrays of a dtype the backend
 # takes, with argument names the communicator has already accepted once -- and does the lookups on C data.
-# Anything else (another array type, an unknown name, a read-only or strided array, mismatched out=) it
-# declines by returning None, and the general path runs, checks and explains: the two paths never disagree
+# Anything else (another array type, an unknown name, a read-only or strided array, a mismatched or overlapping
+# out=) it declines by returning None, and the general path runs, checks and explains: the two paths never disagree
 # about what is valid, because the tables here are built by asking the general path's own checks.
 
 from cpython.buffer cimport PyBUF_STRIDES, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
@@ -18,8 +18,17 @@ cdef object _NDARRAY = _np.ndarray
 cdef struct host_array:
     uintptr_t ptr
     int64_t count
+    int64_t nbytes
     int dtype      # pycoll dtype id
     bint writable
+
+
+cdef inline bint _shares_memory(const host_array *a, const host_array *b) noexcept:
+    """Whether a and b overlap other than as exactly the same memory: the general path's check_no_overlap
+    (pycoll.comm) then explains. Exact aliasing is left to the caller (in place for some collectives only)."""
+    if a.nbytes == 0 or b.nbytes == 0:
+        return False
+    return a.ptr < b.ptr + <uintptr_t>b.nbytes and b.ptr < a.ptr + <uintptr_t>a.nbytes
 
 
 cdef class FastPath:
@@ -67,6 +76,7 @@ cdef class FastPath:
             out.dtype = self.dtype_of_format[<unsigned char>view.format[0]]
             out.ptr = <uintptr_t>view.buf
             out.count = view.len // view.itemsize
+            out.nbytes = view.len
             out.writable = not view.readonly
             return out.dtype >= 0
         finally:
@@ -96,6 +106,8 @@ cdef class FastPath:
         """x and out of one dtype, out writable, the `whole` one holding size blocks the other's length."""
         if not self._view(x, send) or not self._view(out, recv) or not recv.writable or recv.dtype != send.dtype:
             return False
+        if _shares_memory(send, recv):
+            return False
         if x_whole:
             return send.count == <int64_t>self.size * recv.count
         return recv.count == <int64_t>self.size * send.count
@@ -112,7 +124,7 @@ cdef class FastPath:
             if not recv.writable:
                 return None
         elif not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
-                or recv.count != send.count:
+                or recv.count != send.count or (recv.ptr != send.ptr and _shares_memory(&send, &recv)):
             return None
         c = self.native._enter()
         with nogil:

@@ -133,6 +133,9 @@ cdef extern from "pycoll/pycoll.h" nogil:
     const char *pycoll_comm_error(const pycoll_comm_t *comm)
     int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm)
     pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm)
+    void pycoll_set_thread_tag(uint32_t tag) nogil
+    void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
+    uint32_t pycoll_thread_tag(int *is_set) nogil
     pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                            pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
                                            pycoll_accuracy_t accuracy)

@@ -216,7 +216,7 @@ def _share_cost_model(native, rank, world_size, backend, defaults=None):
     model = (load(backend) or defaults) if rank == 0 else None
     values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
     if world_size > 1:
-        native.broadcast(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)
+        native.broadcast_internal(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)
     if not np.isnan(values[0]):
         native.set_cost_model(values)
 

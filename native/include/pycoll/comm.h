@@ -88,6 +88,26 @@ PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);
 /* The algorithm the last collective ran (AUTO resolved). */
 PYCOLL_API pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm);
 
+/* Threads. A communicator runs one call at a time; threads that take turns on it must do so in the same order
+ * on every rank, or rank 0's k-th collective (from thread A) would meet rank 1's k-th (from thread B) and
+ * silently combine the wrong buffers. So every collective carries its calling thread's tag (24 bits): none (0)
+ * from the thread that made the communicator (pycoll_comm_create, or the split), else the tag set per thread
+ * with pycoll_set_thread_tag (0 until then). Ranks that run one collective from differently tagged threads
+ * fail with PYCOLL_ERR_MISMATCH naming both tags. The Python binding tags each thread with a hash of its name
+ * (threading.current_thread().name at the thread's first call), so threads named alike on every rank
+ * correspond. A process that holds communicators of several ranks (ranks run as threads of one process) tags
+ * nothing: there threads are ranks, named as the program likes. The tag of a non-blocking call is taken when
+ * it is started. Point-to-point messages carry no tag (a send and its
+ * receive match by peer, tag and length). */
+PYCOLL_API void pycoll_set_thread_tag(uint32_t tag);
+/* The calling thread's tag, and whether one was set (*is_set may be NULL). */
+PYCOLL_API uint32_t pycoll_thread_tag(int *is_set);
+
+/* While `internal` is non-zero, comm's calls are the library's own (the Python binding's cost-model broadcast
+ * during init), made alike on every rank: they are numbered apart from the caller's collectives (whose first
+ * stays #1) and messages call them internal. */
+PYCOLL_API void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal);
+
 /* sendbuf == recvbuf is in place. */
 PYCOLL_API pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                   int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,

@@ -78,7 +78,10 @@ typedef struct pycoll_coll_desc {
     uint8_t op;     /* pycoll_op_t */
     uint8_t algorithm; /* pycoll_algorithm_t, resolved (never AUTO) */
     uint8_t accuracy;  /* pycoll_accuracy_t */
-    uint8_t reserved[3];
+    /* The calling thread's tag (pycoll_set_thread_tag, comm.h), 24 bits little-endian; 0 where none was set.
+     * Ranks whose threads take turns on one communicator in different orders run a slot from differently
+     * tagged threads: that is a mismatch, where without the tag the calls would look identical. */
+    uint8_t thread[3];
     /* The communicator it runs on: 0 for one made by pycoll_comm_create, an id every member of a split agrees
      * on otherwise (pycoll_comm_split). Messages of every communicator in a family travel over the root's
      * connections, in each rank's call order; seq and history count per group. */
@@ -90,6 +93,14 @@ typedef struct pycoll_coll_desc {
 static inline int pycoll_same_slot(const pycoll_coll_desc_t *a, const pycoll_coll_desc_t *b)
 {
     return a->group == b->group && a->seq == b->seq;
+}
+
+/* The thread tag of the library's own calls (pycoll_comm_set_internal), never a caller's. */
+#define PYCOLL_THREAD_INTERNAL 0xffffffu
+
+static inline uint32_t pycoll_desc_thread(const pycoll_coll_desc_t *d)
+{
+    return (uint32_t)d->thread[0] | (uint32_t)d->thread[1] << 8 | (uint32_t)d->thread[2] << 16;
 }
 
 /* One number per collective slot, for "once per collective" bookkeeping in transports. */
@@ -106,7 +117,11 @@ typedef struct pycoll_request {
     uint32_t tag;      /* must match between the send and its receive; a different tag is a mismatch */
     uint8_t is_send;
     uint8_t complete;  /* set by the transport */
-    uint8_t reserved[6];
+    /* Set by the communicator on a blocking receive that its caller waits for alone (nothing else can be
+     * posted on this rank until it completes): a peer that waits the same way for this rank is a cycle. */
+    uint8_t sole_wait;
+    uint8_t reserved;
+    uint32_t stuck_epoch; /* transport-private (common/request_queue.c): the stuck wait it is part of */
     int64_t progress;  /* transport-private: bytes moved so far */
     struct pycoll_request *next; /* transport-private: queue link */
 } pycoll_request_t;
