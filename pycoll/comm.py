@@ -42,17 +42,21 @@ def _close_at_exit():
                              f"{type(exc).__name__}: {exc}\n")
 
 
-def check_no_overlap(a, name_a, b, name_b, what, in_place):
+def check_no_overlap(a, name_a, b, name_b, what, in_place, own_block=None):
     """ValueError naming both when Buffers a and b share memory. Exact aliasing (the same start and the same
-    bytes) passes where `in_place` says the call runs in place; any other overlap would have the collective
-    read what it already overwrote (or the reverse), silently wrong. The one copy of this rule: every
-    collective's arguments and GradientBuckets' arrays pass through it."""
+    bytes) passes where `in_place` says the call runs in place; so does `a` being exactly b's block at byte
+    offset `own_block`, where the collective copies a into that block before it writes anything else (an
+    all-gather in place, as NCCL and torch's FSDP use it). Any other overlap would have the collective read what
+    it already overwrote (or the reverse), silently wrong. The one copy of this rule: every collective's
+    arguments and GradientBuckets' arrays pass through it."""
     if a.memory != b.memory or a.device_id != b.device_id or not a.nbytes or not b.nbytes:
         return
     if not (a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes):
         return
     if in_place and a.ptr == b.ptr and a.nbytes == b.nbytes:
         return
+    if own_block is not None and a.ptr == b.ptr + own_block:
+        return  # a lies within b (it overlaps b and starts inside it), so its length is one block
     where = (f"{name_a} is bytes [{a.ptr:#x}, {a.ptr + a.nbytes:#x}), {name_b} is bytes "
              f"[{b.ptr:#x}, {b.ptr + b.nbytes:#x})")
     rule = ("only the very same memory (in place) may be shared" if in_place
@@ -198,7 +202,9 @@ class Communicator:
         if big.count != self._size * small.count:
             raise ValueError(f"{whole} must hold size * len({part}) = {self._size} * {small.count} elements, "
                              f"got {big.count}")
-        check_no_overlap(send, "x", recv, "out", what, in_place=False)
+        # all_gather copies x into its own block of out first, then writes only out: x may be that block.
+        own_block = self._rank * send.nbytes if whole == "out" else None
+        check_no_overlap(send, "x", recv, "out", what, in_place=False, own_block=own_block)
         return send, recv
 
     def _root(self, root):

@@ -25,3 +25,4 @@ def test_partly_overlapping_out_and_x_raise_value_error_naming_both_and_in_place
             else:
                 assert message.startswith("out overlaps x in "), (name, message)
         assert rep["in_place_ok"] and rep["async_in_place_ok"] and rep["reduce_in_place_ok"], rep
+        assert rep["all_gather_in_place_ok"], rep

@@ -61,6 +61,11 @@ y = np.full(n, rank + 1.0)
 comm.all_reduce(y[:], out=y, async_op=True).wait(timeout)
 root_buf = np.full(n, rank + 1.0)
 comm.reduce(root_buf, root=0, out=root_buf[:] if rank == 0 else None)
+# all_gather in place, as NCCL defines it and torch's FSDP uses it: x is exactly this rank's block of out.
+gathered = np.zeros(size * n)
+gathered[rank * n:(rank + 1) * n] = rank + 1.0
+comm.all_gather(gathered[rank * n:(rank + 1) * n], gathered)
+report["all_gather_in_place_ok"] = bool(np.all(gathered == np.repeat(np.arange(1.0, size + 1), n)))
 report["async_in_place_ok"] = bool(np.all(y == size * (size + 1) // 2))
 report["reduce_in_place_ok"] = bool(np.all(root_buf == (size * (size + 1) // 2 if rank == 0 else rank + 1.0)))
 comm.close()
