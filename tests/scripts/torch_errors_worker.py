@@ -1,7 +1,7 @@
 """One rank of the torch error tests, started by multiproc.Ranks: a pycoll group with a 1 s timeout in which
 rank 1 enters no collective, so each of rank 0's calls fails by pycoll's deadline. Rank 0 reports, per call,
 what reached it: the exception's type and message, how long the call took, and whether the tensor changed.
-Rank 1 waits on torch's store for rank 0 to finish."""
+Rank 1 waits on torch's store for rank 0 to finish, and says it heard."""
 
 import json
 import os
@@ -41,7 +41,10 @@ if rank == 0:
     report["future_then"] = outcome(lambda: work.get_future().then(lambda f: f.value()).wait())
     print(json.dumps(report), flush=True)
     store.set("done", "1")
+    # Rank 0 hosts the store: it stays until rank 1 has heard, or rank 1's wait would lose its connection.
+    store.wait(["heard"], timedelta(seconds=60))
 else:
     store.wait(["done"], timedelta(seconds=60))
+    store.set("heard", "1")
     print(json.dumps({"rank": rank}), flush=True)
 os._exit(0)  # the communicator has failed; nothing more to say to the peer
