@@ -118,3 +118,24 @@ def test_an_older_driver_falls_back_to_cumemalloc_freed_every_call(older_driver)
         assert allocs and len(allocs) == len(frees), log
         assert _lines(reduce_log, "cuMemAlloc "), reduce_log
         assert live == {"all_reduce": 0, "all_reduce again": 0, "reduce": 0, "close": 0}, live
+
+
+def test_the_fake_refuses_a_free_on_another_stream_and_a_second_free(tmp_path):
+    """The checks above are not vacuous: the fake driver refuses what a wrong pairing would do."""
+    fake = ctypes.CDLL(build_fake_cuda_driver(tmp_path))
+    fake.cuMemAllocAsync.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_void_p]
+    fake.cuMemFreeAsync.argtypes = [ctypes.c_uint64, ctypes.c_void_p]
+    fake.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    ctx = ctypes.c_void_p()
+    assert fake.cuInit(0) == 0 and fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert fake.cuCtxPushCurrent_v2(ctx) == 0
+    block = ctypes.c_uint64()
+    assert fake.cuMemAllocAsync(ctypes.byref(block), 64, 0x1) == 0 and fake.fake_cuda_live() == 1
+    assert fake.cuMemFreeAsync(block, 0x2) == 1  # CUDA_ERROR_INVALID_VALUE: another stream
+    assert fake.cuMemFree_v2(block) == 1  # not cuMemAlloc's
+    assert fake.cuMemFreeAsync(block, 0x1) == 0 and fake.fake_cuda_live() == 0
+    assert fake.cuMemFreeAsync(block, 0x1) == 1  # freed twice
+    assert fake.cuCtxPopCurrent_v2(None) == 0
+    (tmp_path / "old").mkdir()
+    old = ctypes.CDLL(build_fake_cuda_driver(tmp_path / "old", async_alloc=False))
+    assert not hasattr(old, "cuMemAllocAsync") and not hasattr(old, "cuMemFreeAsync")
