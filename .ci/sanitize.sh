@@ -30,7 +30,7 @@ cd "$root/tests"
 # (jaxlib itself aborts at import under the ASan runtime, so the jitted tests skip here), and the C bootstrap
 # (native/bootstrap: registration, floods, forged secrets, failures every rank hears of), shared-memory faults
 # (peers that leave quietly, corrupt and fuzzed shared fields: the checks must hold without a stray access), and
-# pycoll's CUDA kernels' compile path (the real NVRTC) and context handling (a fake CUDA driver);
+# pycoll's CUDA kernels' compile path (the real NVRTC), context handling and device scratch (a fake CUDA driver);
 # and close() bounded while a collective is in flight and no other rank closes;
 # and threads taking turns, overlapping buffers, point-to-point cycles.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
@@ -39,3 +39,8 @@ cd "$root/tests"
   test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py test_hosts.py test_cuda_nvrtc.py \
   test_cuda_context.py test_cuda_devices.py test_close.py test_vendor_p2p_groups.py test_vendor_async.py \
   test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py "$@"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider test_cuda_context.py test_cuda_devices.py test_close.py \
+  test_vendor_p2p_groups.py test_vendor_async.py test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py \
+  test_threads.py test_cycles.py test_cuda_scratch.py test_shm_faults.py test_async.py test_work.py test_buckets.py \
+  test_split.py test_point_to_point.py test_collectives_more.py test_vendor_strict.py test_jax_ffi.py \
+  test_bootstrap.py test_hosts.py test_cuda_nvrtc.py "$@"

@@ -50,13 +50,15 @@ def compiler(language: str = "c") -> str:
     unavailable(f"no {language} compiler")
 
 
-def build_fake_cuda_driver(out_dir: Path) -> str:
-    """tests/fakes/fake_cuda_driver.c built into out_dir (skips the test where there is no C compiler)."""
+def build_fake_cuda_driver(out_dir: Path, async_alloc: bool = True) -> str:
+    """tests/fakes/fake_cuda_driver.c built into out_dir (skips the test where there is no C compiler); without
+    async_alloc, a driver older than CUDA 11.2: no cuMemAllocAsync / cuMemFreeAsync."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build the fake CUDA driver")
     out = out_dir / "libfake_cuda.so"
     source = Path(__file__).resolve().parent / "fakes" / "fake_cuda_driver.c"
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(out),
+    old = [] if async_alloc else ["-DFAKE_CUDA_NO_ASYNC_ALLOC"]
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", *old, "-shared", "-fPIC", "-o", str(out),
                     str(source), "-lpthread"], check=True)
     return str(out)

@@ -202,6 +202,7 @@ def test_cuda_runtime_driver_and_nvrtc_declarations_match_the_real_headers(tmp_p
         '#include "pycoll/vendor.h"', _renamed_nccl_api(), f'#include "{CUDA_API}"', *checks,
         "#define CHECK(field, symbol, ret, params) SAME_ABI(symbol, ret(*) params);",
         "PYCOLL_NVRTC_FUNCTIONS(CHECK)", "PYCOLL_CUDA_DRIVER_FUNCTIONS(CHECK)",
+        "PYCOLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(CHECK)",
         'static_assert(PYCOLL_CUDA_SUCCESS_RESULT == CUDA_SUCCESS, "CUDA_SUCCESS");',
         'static_assert(PYCOLL_CU_ERROR_NOT_READY == CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY");',
         "static_assert(PYCOLL_CU_DEVICE_ATTRIBUTE_CC_MAJOR == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "

@@ -45,6 +45,13 @@
     X(mem_free, cuMemFree_v2, int, (uint64_t ptr))                                                              \
     X(stream_query, cuStreamQuery, int, (void *stream))
 
+/* Optional (CUDA 11.2 and newer drivers): stream-ordered allocation from the device's memory pool. Where the
+ * driver has them, scratch is allocated and freed on the collective's stream (no host wait before a free, and the
+ * memory goes back to the pool, where the framework's allocator can have it); else cuMemAlloc / cuMemFree. */
+#define PYCOLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                                                   \
+    X(mem_alloc_async, cuMemAllocAsync, int, (uint64_t *ptr, size_t nbytes, void *stream))                      \
+    X(mem_free_async, cuMemFreeAsync, int, (uint64_t ptr, void *stream))
+
 /* cuda.h's values (checked against it with the functions). */
 #define PYCOLL_CUDA_SUCCESS_RESULT 0                     /* CUDA_SUCCESS */
 #define PYCOLL_CU_ERROR_NOT_READY 600                    /* CUDA_ERROR_NOT_READY */

@@ -1,6 +1,7 @@
 /* The CUDA memory table (algorithms/reduction.h): the elementwise kernels as CUDA C compiled at run time with
  * NVRTC to a CUBIN for the buffer's device, launched through the CUDA driver API on the collective's stream in
- * that device's primary context; copies with cuMemcpyAsync, scratch with cuMemAlloc / cuMemFree. libnvrtc and
+ * that device's primary context; copies with cuMemcpyAsync, scratch stream-ordered (cuMemAllocAsync /
+ * cuMemFreeAsync on the collective's stream; cuMemAlloc / cuMemFree where the driver is older). libnvrtc and
  * libcuda are dlopen'ed like NCCL (the candidates come from Python: pycoll/plugins/nccl.py), so pycoll builds and
  * imports without CUDA.
  *
@@ -171,6 +172,7 @@ static struct {
 } nvrtc;
 static struct {
     PYCOLL_CUDA_DRIVER_FUNCTIONS(DECLARE_FUNCTION)
+    PYCOLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(DECLARE_FUNCTION) /* NULL where the driver lacks them */
 } cu;
 #undef DECLARE_FUNCTION
 
@@ -213,6 +215,14 @@ pycoll_status_t pycoll_cuda_kernels_load(int32_t library, const char *path, char
     pycoll_status_t st = vendor_library_open(&libraries[library], path, error, error_len);
     if (st == PYCOLL_OK && library == 0)
         preload_nvrtc_builtins(path);
+    if (st == PYCOLL_OK && library == 1 && !cu.mem_alloc_async) { /* the first driver loaded stays */
+#define OPTIONAL_SYMBOL(field, symbol, ret, params)                                                                 \
+    *VENDOR_SLOT(cu.field) = vendor_optional_symbol(&libraries[1], #symbol);
+        PYCOLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(OPTIONAL_SYMBOL)
+#undef OPTIONAL_SYMBOL
+        if (!cu.mem_alloc_async || !cu.mem_free_async) /* both or neither: a block is freed the way it came */
+            cu.mem_alloc_async = NULL, cu.mem_free_async = NULL;
+    }
     return st;
 }
 
@@ -565,23 +575,36 @@ static pycoll_status_t k_copy(void *dst, const void *src, int64_t nbytes)
     return r == 0 ? PYCOLL_OK : (failed(r, "cuMemcpyAsync failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
 }
 
+/* Stream-ordered where the driver can (from the pool of the stream's device, usable by the work queued after it
+ * on the bound stream), else cuMemAlloc. The table's scratch lives one collective (scratch_per_call): it is
+ * freed on the stream it was allocated on, and never held between calls beside the framework's allocator. */
 static void *k_alloc(int64_t nbytes)
 {
     if (enter() != 0)
         return NULL;
     uint64_t p = 0;
-    int r = cu.mem_alloc(&p, (size_t)(nbytes > 0 ? nbytes : 1));
+    const size_t n = (size_t)(nbytes > 0 ? nbytes : 1);
+    int r = cu.mem_alloc_async ? cu.mem_alloc_async(&p, n, bound_stream) : cu.mem_alloc(&p, n);
     leave();
-    return r == 0 ? (void *)(uintptr_t)p : (failed(r, "cuMemAlloc failed (CUresult %d)%s", NULL), NULL);
+    if (r != 0)
+        failed(r, cu.mem_alloc_async ? "cuMemAllocAsync failed (CUresult %d)%s" : "cuMemAlloc failed (CUresult %d)%s",
+               NULL);
+    return r == 0 ? (void *)(uintptr_t)p : NULL;
 }
 
-/* Work queued on the stream may still use the block: wait for the stream first (cuMemFree does not order with
- * it), polling until the collective's deadline; past it the block is leaked rather than freed under a kernel
- * (the collective has failed by then, and the communicator is broken). */
+/* Stream-ordered: the block goes back to the pool once the work queued before it on the stream is done, with no
+ * host wait. Else work queued on the stream may still use the block: wait for the stream first (cuMemFree does
+ * not order with it), polling until the collective's deadline; past it the block is leaked rather than freed
+ * under a kernel (the collective has failed by then, and the communicator is broken). */
 static void k_free(void *p)
 {
     if (!p || enter() != 0)
         return;
+    if (cu.mem_free_async) {
+        cu.mem_free_async((uint64_t)(uintptr_t)p, bound_stream);
+        leave();
+        return;
+    }
     const int64_t deadline = bound_p2p ? bound_p2p->deadline_ns : pycoll_now_ns();
     int r;
     while ((r = cu.stream_query(bound_stream)) == PYCOLL_CU_ERROR_NOT_READY && pycoll_now_ns() < deadline)
@@ -592,7 +615,8 @@ static void k_free(void *p)
 }
 
 static const pycoll_memory_kernels_t cuda_kernels = {
-    "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free, k_last_error};
+    "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free, k_last_error,
+    1 /* scratch_per_call */};
 
 const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf, char *why,
                                                  size_t why_len)

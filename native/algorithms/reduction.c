@@ -20,7 +20,7 @@ static void *host_alloc(int64_t nbytes)
 
 static const pycoll_memory_kernels_t host_kernels = {
     "host", pycoll_reduce_into, pycoll_reduce, pycoll_scale_avg, pycoll_compensated_load,
-    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free, NULL};
+    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free, NULL, 0};
 
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p)
 {

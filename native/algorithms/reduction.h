@@ -41,6 +41,13 @@ typedef struct pycoll_memory_kernels {
     /* Optional (NULL: the status says it all): the detail of this thread's last failure ("NVRTC could not
      * compile ...: <log>"), appended to the error a failed entry records. */
     const char *(*last_error)(void);
+    /* Fields added later go here, after every earlier one (tables written before them leave them zero). */
+    /* 1: the table's scratch lives one collective: the communicator frees its workspace at the end of every call
+     * (comm_workspace_call_end), on the thread and stream the call ran on. A device table sets it, so that no
+     * device memory is held between collectives beside the framework's allocator and a stream-ordered block is
+     * freed on the stream it was allocated on; 0 (the host's): the workspace is kept until the communicator
+     * closes (see comm_workspace). */
+    int scratch_per_call;
 } pycoll_memory_kernels_t;
 
 /* p2p->kernels, or the host table where the transport set none. */

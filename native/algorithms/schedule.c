@@ -91,6 +91,12 @@ void comm_workspace_release(coll_ctx_t *ctx)
     ctx->workspace_kernels = NULL;
 }
 
+void comm_workspace_call_end(coll_ctx_t *ctx)
+{
+    if (ctx->workspace_kernels && ctx->workspace_kernels->scratch_per_call)
+        comm_workspace_release(ctx);
+}
+
 void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what)
 {
     /* even 0 bytes gets a real (1-byte) block */

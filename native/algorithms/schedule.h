@@ -112,6 +112,8 @@ void data_free(pycoll_p2p_t *p2p, void *p);
 void *comm_workspace(coll_ctx_t *ctx, int64_t nbytes, const char *what);
 /* Frees the workspace through the table that allocated it (the communicator's destroy). */
 void comm_workspace_release(coll_ctx_t *ctx);
+/* The end of a collective: frees the workspace where its table's scratch lives one call (scratch_per_call). */
+void comm_workspace_call_end(coll_ctx_t *ctx);
 
 /* Post one request; a zero-length one is left complete without touching the transport (both sides compute
  * the same lengths, so they skip the same messages). */

@@ -488,10 +488,14 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     if (st != PYCOLL_OK)
         return st;
     *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
-    if (!comm->view)
-        return dispatch(comm, call, error, error_len, *ran);
-    group_view_enter(comm->view); /* the root's transport carries this split's collective */
-    return group_view_leave(comm->view, dispatch(comm, call, error, error_len, *ran));
+    if (!comm->view) {
+        st = dispatch(comm, call, error, error_len, *ran);
+    } else {
+        group_view_enter(comm->view); /* the root's transport carries this split's collective */
+        st = group_view_leave(comm->view, dispatch(comm, call, error, error_len, *ran));
+    }
+    comm_workspace_call_end(&comm->ctx); /* still on the call's thread: a device table's binding holds */
+    return st;
 }
 
 /* A blocking collective: its turn after every queued one, then run on the caller's thread. */

@@ -209,7 +209,7 @@ static void g_free(void *p)
 }
 
 static const pycoll_memory_kernels_t guarded_kernels = {
-    "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free, NULL};
+    "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free, NULL, 0};
 
 const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void)
 {

@@ -4,7 +4,12 @@
  * current context (CUDA_ERROR_INVALID_CONTEXT, 201, otherwise), and a launch needs its function's module to be of
  * the current context's device (CUDA_ERROR_INVALID_HANDLE, 400, otherwise). Nothing is computed: each call is
  * logged (fake_cuda_log) for the test to read. Device compute capabilities: FAKE_CUDA_CC ("80,90": device 0 is
- * 8.0, device 1 9.0; two devices by default). */
+ * 8.0, device 1 9.0; two devices by default).
+ *
+ * Allocations are tracked (fake_cuda_live counts those not yet freed): cuMemAllocAsync records its stream, and
+ * cuMemFreeAsync refuses a block freed on another stream, one freed twice or one it never gave out (logged as
+ * "refused", CUDA_ERROR_INVALID_VALUE). Built with -DFAKE_CUDA_NO_ASYNC_ALLOC it is a driver older than CUDA 11.2,
+ * without the stream-ordered calls. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdarg.h>
@@ -38,6 +43,8 @@ static struct {
     uintptr_t start;
     size_t bytes;
     int device;
+    int allocated; /* 1: cuMemAlloc's, 2: cuMemAllocAsync's; 0: registered by the test */
+    void *stream;  /* cuMemAllocAsync's */
 } pointers[MAX_POINTERS];
 static int num_pointers;
 static fake_module_t modules[MAX_MODULES];
@@ -80,7 +87,7 @@ EXPORT void fake_cuda_register(uintptr_t ptr, size_t bytes, int device)
 {
     pthread_mutex_lock(&lock);
     if (num_pointers < MAX_POINTERS)
-        pointers[num_pointers++] = (__typeof__(pointers[0])){ptr, bytes, device};
+        pointers[num_pointers++] = (__typeof__(pointers[0])){ptr, bytes, device, 0, NULL};
     pthread_mutex_unlock(&lock);
 }
 
@@ -261,7 +268,18 @@ EXPORT int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t nbytes, void *stream
     return SUCCESS;
 }
 
-EXPORT int cuMemAlloc_v2(uint64_t *ptr, size_t nbytes)
+/* The number of blocks allocated through the driver and not yet freed. */
+EXPORT int fake_cuda_live(void)
+{
+    int live = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < num_pointers; i++)
+        live += pointers[i].allocated != 0;
+    pthread_mutex_unlock(&lock);
+    return live;
+}
+
+static int allocate(uint64_t *ptr, size_t nbytes, int how, void *stream)
 {
     fake_context_t *ctx = current();
     if (!ctx)
@@ -269,18 +287,69 @@ EXPORT int cuMemAlloc_v2(uint64_t *ptr, size_t nbytes)
     void *p = malloc(nbytes);
     if (!p)
         return 2;
-    fake_cuda_register((uintptr_t)p, nbytes, ctx->device);
+    pthread_mutex_lock(&lock);
+    if (num_pointers == MAX_POINTERS) {
+        pthread_mutex_unlock(&lock);
+        free(p);
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    }
+    pointers[num_pointers++] = (__typeof__(pointers[0])){(uintptr_t)p, nbytes, ctx->device, how, stream};
+    pthread_mutex_unlock(&lock);
     *ptr = (uintptr_t)p;
     return SUCCESS;
 }
 
-EXPORT int cuMemFree_v2(uint64_t ptr)
+/* Frees a block `how` allocated it (on `stream` for cuMemAllocAsync's): INVALID_VALUE for anything else. */
+static int release(uint64_t ptr, int how, void *stream, const char *call)
 {
     if (!current())
         return INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    int i = 0;
+    while (i < num_pointers && !(pointers[i].allocated && pointers[i].start == ptr))
+        i++;
+    const char *why = i == num_pointers ? "not allocated (or freed twice)"
+                      : pointers[i].allocated != how ? "allocated by the other call"
+                      : how == 2 && pointers[i].stream != stream ? "allocated on another stream" : NULL;
+    if (!why)
+        pointers[i] = pointers[--num_pointers];
+    pthread_mutex_unlock(&lock);
+    if (why) {
+        logf_("%s refused: %#llx %s", call, (unsigned long long)ptr, why);
+        return INVALID_VALUE;
+    }
     free((void *)(uintptr_t)ptr);
+    logf_("%s stream=%p", call, stream);
     return SUCCESS;
 }
+
+EXPORT int cuMemAlloc_v2(uint64_t *ptr, size_t nbytes)
+{
+    int r = allocate(ptr, nbytes, 1, NULL);
+    if (r == SUCCESS)
+        logf_("cuMemAlloc device=%d bytes=%zu", current()->device, nbytes);
+    return r;
+}
+
+EXPORT int cuMemFree_v2(uint64_t ptr)
+{
+    return release(ptr, 1, NULL, "cuMemFree");
+}
+
+#ifndef FAKE_CUDA_NO_ASYNC_ALLOC
+EXPORT int cuMemAllocAsync(uint64_t *ptr, size_t nbytes, void *stream)
+{
+    int r = allocate(ptr, nbytes, 2, stream);
+    if (r == SUCCESS)
+        logf_("cuMemAllocAsync device=%d bytes=%zu stream=%p", current()->device, nbytes, stream);
+    return r;
+}
+
+EXPORT int cuMemFreeAsync(uint64_t ptr, void *stream)
+{
+    return release(ptr, 2, stream, "cuMemFreeAsync");
+}
+#endif
 
 EXPORT int cuStreamQuery(void *stream)
 {
