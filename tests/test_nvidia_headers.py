@@ -68,9 +68,15 @@ def _symbol_slots(table):
     shared = re.search(r'VENDOR_SHARED_SYMBOLS\("(\w+)",\s*V,\s*(\w+)\)', body)
     if shared:
         prefix, broadcast_slot = shared.groups()
-        macro = re.search(r"#define VENDOR_SHARED_SYMBOLS.*?\n\n", VENDOR_COMMON.read_text(), re.S).group(0)
-        for name, slot in re.findall(r'prefix "(\w+)",\s*VENDOR_SLOT\(([\w.]+)\)', macro):
-            pairs.append((prefix + name, broadcast_slot if slot == "broadcast_slot" else slot))
+        # VENDOR_SHARED_SYMBOLS(prefix, V, broadcast_slot) names some symbols itself and passes its own slots
+        # (destroy_slot: V.destroy) to VENDOR_COLLECTIVE_SYMBOLS for the rest.
+        common = _strip_comments(VENDOR_COMMON.read_text())
+        macros = "".join(re.search(rf"#define {name}\(.*?\n\n", common, re.S).group(0)
+                         for name in ("VENDOR_SHARED_SYMBOLS", "VENDOR_COLLECTIVE_SYMBOLS"))
+        passed = re.search(r"VENDOR_COLLECTIVE_SYMBOLS\(prefix,\s*V,\s*([\w.]+),\s*broadcast_slot\)", macros)
+        slots = {"broadcast_slot": broadcast_slot, "destroy_slot": passed.group(1) if passed else "V.destroy"}
+        for name, slot in re.findall(r'prefix "(\w+)",\s*VENDOR_SLOT\(([\w.]+)\)', macros):
+            pairs.append((prefix + name, slots.get(slot, slot)))
     assert pairs, table
     return pairs
 

@@ -77,5 +77,6 @@ typedef int (*pycoll_nccl_fn_cuda_malloc)(void **ptr, size_t size);
 typedef int (*pycoll_nccl_fn_cuda_memset)(void *ptr, int value, size_t count);
 typedef int (*pycoll_nccl_fn_cuda_pointer_get_attributes)(pycoll_cuda_pointer_attributes_t *attributes,
                                                           const void *ptr);
+typedef int (*pycoll_nccl_fn_cuda_event_create_with_flags)(void **event, unsigned flags);
 
 #endif

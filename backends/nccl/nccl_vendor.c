@@ -34,7 +34,7 @@ static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm,
 
 /* The events behind collectives that return once enqueued (vendor_async.c): without timing, the cheapest kind
  * (cudaEventDisableTiming, 2), as torch's ProcessGroupNCCL records them. */
-static int (*cuda_event_create_with_flags)(void **event, unsigned flags);
+static pycoll_nccl_fn_cuda_event_create_with_flags cuda_event_create_with_flags;
 static int event_create(void **event)
 {
     return cuda_event_create_with_flags(event, 2);
