@@ -214,14 +214,15 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
 }
 
 /* Whether a header read from shared memory is one a peer could have sent: a data frame of a non-negative
- * length, or a STATE (no payload) naming a rank of this job or none. */
-static int frame_is_sane(const pycoll_frame_header_t *h, int32_t size)
+ * length, or a STATE (no payload; the rank it names is checked with every transport's STATE, in
+ * pycoll_on_peer_state). */
+static int frame_is_sane(const pycoll_frame_header_t *h)
 {
     if (h->magic != PYCOLL_FRAME_MAGIC)
         return 0;
     if (h->kind == FRAME_DATA)
         return h->nbytes >= 0;
-    return h->kind == FRAME_STATE && h->nbytes == 0 && h->failed_rank >= -1 && h->failed_rank < size;
+    return h->kind == FRAME_STATE && h->nbytes == 0;
 }
 
 /* A header was read: decide what it is. *consumed for frames that carry nothing for a receive. */
@@ -230,7 +231,7 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
     shm_peer_t *peer = &t->peers[r];
     const pycoll_frame_header_t *h = &peer->recv_hdr;
     *consumed = 0;
-    if (!frame_is_sane(h, t->base.size))
+    if (!frame_is_sane(h))
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;
