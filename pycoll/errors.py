@@ -14,7 +14,8 @@ class Timeout(PycollError, TimeoutError):
 
 
 class PeerFailure(PycollError):
-    """A peer died, closed its connection or aborted. ``rank`` names it (None when unknown)."""
+    """A peer died, closed its connection or aborted. ``rank`` names it (None when unknown). A peer's own error
+    (its bad argument, its memory, an OS call) is a PeerFailure on the other ranks, saying what it reported."""
 
     def __init__(self, message, rank=None):
         super().__init__(message)

@@ -20,6 +20,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SHM_DIR = "/dev/shm"
+# The pid of every rank process Ranks started, in order. The bootstrap names a segment after the process that
+# created it ("pycoll-<pid>-<job tag>-<rank>"), so a test finds its own segments by its ranks' pids: other jobs
+# on the machine create and remove theirs meanwhile.
+STARTED_PIDS = []
+
+
+def segments_of(pids):
+    """The names in /dev/shm of the segments that processes `pids` created."""
+    prefixes = tuple(f"pycoll-{pid}-" for pid in pids)
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(prefixes)}
+
+
+@pytest.fixture
+def no_segment_left():
+    """Whatever the test does to its ranks, none of the segments they (or this process) created is left in
+    /dev/shm afterwards. Only this test's own: another job's segments coming or going do not fail it."""
+    first, own_before = len(STARTED_PIDS), segments_of([os.getpid()])
+    yield
+    assert segments_of([os.getpid(), *STARTED_PIDS[first:]]) - own_before == set()
+
+
 class Ranks:
     """N processes of one job. Use as a context manager: every process is killed on exit."""
 
@@ -39,6 +61,7 @@ class Ranks:
             self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
                                                env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                text=True))
+            STARTED_PIDS.append(self.procs[-1].pid)
 
     def __enter__(self):
         return self

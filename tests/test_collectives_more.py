@@ -3,13 +3,12 @@ broadcast_object / all_gather_object. Exact on integer data for N = 1..8 on the 
 pycoll_comm_* calls production makes) and over real processes (tcp and shm); async variants; bad arguments
 refused before anything is sent; ranks that disagree on counts raise instead of hanging or misreading."""
 
-import os
 import re
 
 import numpy as np
 import pytest
+from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
 
-from multiproc import Ranks
 from pycoll import MismatchError
 from pycoll._bindings import abi
 from pycoll.algorithms import COLL_ALGORITHMS
@@ -116,13 +115,6 @@ def _run(n, scenario, backend, env=None, timeout=30):
     env = dict(env or {}, PYCOLL_BACKEND=backend)
     with Ranks(n, "more_colls_worker.py", scenario, env=env, timeout=timeout) as ranks:
         return ranks.reports(deadline_s=timeout + 30)
-
-
-@pytest.fixture
-def no_segment_left():
-    before = {f for f in os.listdir("/dev/shm") if f.startswith("pycoll-")}
-    yield
-    assert {f for f in os.listdir("/dev/shm") if f.startswith("pycoll-")} - before == set()
 
 
 @pytest.mark.timeout(120)

@@ -3,37 +3,23 @@ default, which picks it there). The fault and mismatch scenarios are test_comm_t
 memory: they must behave exactly as over TCP. Plus what only shared memory has: rings smaller than a message,
 and segments that never outlive the job in /dev/shm."""
 
-import os
-
 import pytest
-
 import test_comm_tcp as over_tcp
-from multiproc import Ranks
+from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture; importers take it from here)
+
 # These scenarios of test_comm_tcp.py take no arguments: collected here as they are, they run over shared memory
 # (shm_backend below applies to every test of this module).
-from test_comm_tcp import (test_close_waits_for_a_slow_rank_at_most_the_linger,  # noqa: F401
-                           test_ctrl_c_interrupts_a_blocked_collective_promptly,
-                           test_peer_that_closes_its_communicator_is_named_quickly,
-                           test_stopped_peer_makes_the_others_time_out_at_the_deadline)
-
-SHM_DIR = "/dev/shm"
+from test_comm_tcp import (  # noqa: F401
+    test_close_waits_for_a_slow_rank_at_most_the_linger,
+    test_ctrl_c_interrupts_a_blocked_collective_promptly,
+    test_peer_that_closes_its_communicator_is_named_quickly,
+    test_stopped_peer_makes_the_others_time_out_at_the_deadline,
+)
 
 
 @pytest.fixture(autouse=True)
 def shm_backend(monkeypatch):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
-
-
-def _segments():
-    return {name for name in os.listdir(SHM_DIR) if name.startswith("pycoll-")}
-
-
-@pytest.fixture
-def no_segment_left():
-    """Whatever the test does to its ranks, none of their segments is left in /dev/shm afterwards."""
-    before = _segments()
-    yield
-    assert _segments() - before == set()
 
 
 @pytest.mark.timeout(120)

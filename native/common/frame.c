@@ -122,21 +122,54 @@ pycoll_status_t pycoll_frame_on_goodbye(pycoll_p2p_t *p2p, int32_t r, const pyco
     return PYCOLL_OK;
 }
 
+/* What a peer's own error was, in words, for the PeerFailure that reports it here. */
+static const char *remote_status_phrase(uint32_t status)
+{
+    switch (status) {
+    case PYCOLL_ERR_INVALID:
+        return "invalid argument";
+    case PYCOLL_ERR_UNSUPPORTED:
+        return "unsupported call";
+    case PYCOLL_ERR_SYSTEM:
+        return "system error";
+    case PYCOLL_ERR_NOMEM:
+        return "out of memory";
+    case PYCOLL_ERR_CLOSED:
+        return "communicator closed";
+    case PYCOLL_ERR_INTERRUPTED:
+        return "interrupted";
+    default:
+        return "aborted";
+    }
+}
+
 pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                          const char *text, int finalizing)
 {
-    uint32_t status = h->tag;
-    /* A peer that was interrupted (or sent nonsense) has, for this rank, simply gone away. */
-    if (status == PYCOLL_OK || status >= PYCOLL_ERR_INTERRUPTED)
-        status = PYCOLL_ERR_PEER_FAILURE;
+    const uint32_t status = h->tag;
+    const char *what = text && text[0] ? text : "peer aborted";
+    /* The rank an abort names is a rank of this job or none: anything else is a corrupt or forged frame, and the
+     * sender is the one at fault. */
+    if (h->failed_rank < -1 || h->failed_rank >= p2p->size)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r,
+                               "rank %d sent a corrupt abort naming rank %d, which is not a rank of 0..%d (its "
+                               "text: %.200s)", (int)r, (int)h->failed_rank, (int)p2p->size - 1, what);
     /* At close, every collective of this rank completed; only a disagreement about them is its business (a
      * peer failing because this rank left is not). */
     if (finalizing && status != PYCOLL_ERR_MISMATCH)
         return PYCOLL_OK;
     /* A peer that aborted because of a peer failure names the failed rank; otherwise the aborting rank. */
-    int32_t failed = h->failed_rank >= 0 ? h->failed_rank : r;
-    return pycoll_p2p_fail(p2p, (pycoll_status_t)status, failed, "%s (reported by rank %d)",
-                           text && text[0] ? text : "peer aborted", (int)r);
+    const int32_t failed = h->failed_rank >= 0 ? h->failed_rank : r;
+    /* Errors about the job (a rank gone, ranks disagreeing, a wait past the deadline) are this rank's too. Any
+     * other status is the peer's own fault -- its bad argument, its memory, its OS -- and never this rank's
+     * ValueError or MemoryError: here it is the peer that failed. */
+    if (status == PYCOLL_ERR_PEER_FAILURE || status == PYCOLL_ERR_MISMATCH || status == PYCOLL_ERR_TIMEOUT)
+        return pycoll_p2p_fail(p2p, (pycoll_status_t)status, failed, "%s (reported by rank %d)", what, (int)r);
+    if (failed != r)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, failed, "rank %d failed: %s there: %s (reported by "
+                               "rank %d)", (int)failed, remote_status_phrase(status), what, (int)r);
+    return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d failed: %s there: %s", (int)r,
+                           remote_status_phrase(status), what);
 }
 
 void pycoll_frame_timeout(pycoll_p2p_t *p2p, int32_t waited, uint64_t waits_for_slot, int32_t waits_for)

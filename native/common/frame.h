@@ -70,7 +70,10 @@ pycoll_status_t pycoll_frame_check_request(pycoll_p2p_t *p2p, const pycoll_reque
 /* ... and a peer still there (last: the header last read from it, its GOODBYE once departed). */
 pycoll_status_t pycoll_frame_check_peer(pycoll_p2p_t *p2p, int32_t r, peer_state_t state,
                                         const pycoll_frame_header_t *last);
-/* Adopt the error of rank r's ABORT (h, its NUL-terminated text). At close only a disagreement counts. */
+/* Adopt the error of rank r's ABORT (h, its NUL-terminated text). At close only a disagreement counts. A peer
+ * failure, disagreement or timeout is adopted as such; any other status (the peer's bad argument, memory, OS
+ * call) is a PYCOLL_ERR_PEER_FAILURE naming the peer and what it reported, never this rank's own error. An
+ * abort naming a rank outside the job is a corrupt frame: PYCOLL_ERR_PEER_FAILURE naming its sender. */
 pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pycoll_frame_header_t *h,
                                          const char *text, int finalizing);
 /* The timeout error for a wait on rank `waited`, which said (waits_for_slot, waits_for) in its last STATE:

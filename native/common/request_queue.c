@@ -74,6 +74,10 @@ pycoll_status_t pycoll_on_peer_state(pycoll_p2p_t *p2p, pycoll_peer_queues_t *q,
 {
     const pycoll_frame_header_t *h = header;
     *tell = 0;
+    /* Whom r waits for is printed and compared, never trusted: a rank of this job or none. */
+    if (h->failed_rank < -1 || h->failed_rank >= p2p->size)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_PEER_FAILURE, r, "rank %d sent a corrupt state frame naming rank %d, "
+                               "which is not a rank of 0..%d", r, (int)h->failed_rank, (int)p2p->size - 1);
     pycoll_status_t st = pycoll_frame_check_state(p2p, r, h, finalizing);
     if (st != PYCOLL_OK)
         return st;

@@ -195,9 +195,7 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
         text[sizeof text - 1] = 0;
         h.kind = FRAME_ABORT;
         h.tag = (uint32_t)c->status;
-        h.failed_rank = c->failed_rank;
-        if (h.failed_rank < -1 || h.failed_rank >= t->base.size)
-            return peer_lost(t, r, "wrote a corrupt failed rank into shared memory");
+        h.failed_rank = c->failed_rank; /* checked where every transport's aborts are: frame.c */
         peer->state = PEER_DEAD;
         return pycoll_frame_adopt_abort(&t->base, r, &h, text, t->finalizing);
     }
@@ -216,14 +214,15 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
 }
 
 /* Whether a header read from shared memory is one a peer could have sent: a data frame of a non-negative
- * length, or a STATE (no payload) naming a rank of this job or none. */
-static int frame_is_sane(const pycoll_frame_header_t *h, int32_t size)
+ * length, or a STATE (no payload; the rank it names is checked with every transport's STATE, in
+ * pycoll_on_peer_state). */
+static int frame_is_sane(const pycoll_frame_header_t *h)
 {
     if (h->magic != PYCOLL_FRAME_MAGIC)
         return 0;
     if (h->kind == FRAME_DATA)
         return h->nbytes >= 0;
-    return h->kind == FRAME_STATE && h->nbytes == 0 && h->failed_rank >= -1 && h->failed_rank < size;
+    return h->kind == FRAME_STATE && h->nbytes == 0;
 }
 
 /* A header was read: decide what it is. *consumed for frames that carry nothing for a receive. */
@@ -232,7 +231,7 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
     shm_peer_t *peer = &t->peers[r];
     const pycoll_frame_header_t *h = &peer->recv_hdr;
     *consumed = 0;
-    if (!frame_is_sane(h, t->base.size))
+    if (!frame_is_sane(h))
         return peer_lost(t, r, "wrote a corrupt frame into shared memory");
     if (h->kind == FRAME_STATE) {
         *consumed = 1;

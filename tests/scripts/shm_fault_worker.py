@@ -7,6 +7,8 @@ Scenarios:
          (TEST_ALGORITHM) they entered before (TEST_ORDER=waiting) or after (after); every line carries
          CLOCK_MONOTONIC times (one clock for every process of the host) so the test can measure the latency
   poke   rank 1 writes one bad value (TEST_FIELD) into a shared field, then every rank runs a collective
+  forge  rank 1 marks the rings it writes aborted with a status (TEST_STATUS) and failed rank
+         (TEST_FAILED_RANK) of its choosing: what a rank that lies in its abort would write
   fuzz   rank 1 writes random values into every shared field of one family (TEST_FIELDS) from a thread while
          every rank runs collectives, until an error or TEST_FUZZ_S seconds
 
@@ -221,6 +223,21 @@ try:
             time.sleep(0.5)  # the others read the value before rank 1 writes its own again
         comm.all_reduce(x, algorithm=algorithm)
         comm.barrier()
+        report["ok"] = True
+    elif scenario == "forge":
+        x = np.ones(16, dtype=np.float32)
+        comm.all_reduce(x, algorithm="ring")
+        if rank == 1:
+            seg = Segments(size, rank, ring_bytes)
+            for (inode, sender), ctrl in seg.rings.items():
+                if sender != rank or inode == seg.own:
+                    continue  # only the rings rank 1 writes into (they live in the others' segments)
+                store(ctrl + RING_FIELDS["status"][0], 4, int(os.environ["TEST_STATUS"]))
+                store(ctrl + RING_FIELDS["failed_rank"][0], 4, int(os.environ["TEST_FAILED_RANK"]))
+                store(ctrl + RING_FIELDS["text"][0], 32, b"forged by rank 1".ljust(32, b"\0"))
+                store(ctrl + RING_FIELDS["closed"][0], 4, 2)  # RING_ABORT, last: the others read it first
+            time.sleep(0.5)
+        comm.all_reduce(x, algorithm="ring")
         report["ok"] = True
     elif scenario == "fuzz":
         family, seed = os.environ["TEST_FIELDS"], int(os.environ.get("TEST_SEED", "1"))

@@ -1,0 +1,36 @@
+"""One rank of test_peer_reports.py: `python peer_report_worker.py bad_argument`. Rank 1 calls the native
+all-reduce with a NULL buffer (a bad argument the Python layer would have caught: the C algorithm finds it, and
+rank 1 aborts with PYCOLL_ERR_INVALID, telling the others) while ranks 0 and 2 run the same ring all-reduce.
+Prints one JSON line, the report: the error type, message and rank each rank raised."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import pycoll
+
+report = {"scenario": sys.argv[1]}
+comm = None
+try:
+    comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "10")))
+    report["rank"] = comm.rank
+    x = np.ones(16, dtype=np.float32)
+    comm.all_reduce(x, algorithm="ring")  # connected and working
+    if comm.rank == 1:
+        # dtype 6 = float32, op 0 = sum, algorithm 1 = ring, accuracy 0 = fast (pycoll/types.h): the same
+        # collective the others call, with no buffer.
+        comm._engine.native.all_reduce(0, 0, 16, 6, 0, 1, 0)
+    else:
+        comm.all_reduce(x, algorithm="ring")
+    report["ok"] = True
+except Exception as exc:  # noqa: BLE001 -- the test judges the type
+    report.update(error=type(exc).__name__, message=str(exc), failed_rank=getattr(exc, "rank", None))
+sys.stdout.write(json.dumps(report) + "\n")
+sys.stdout.flush()
+if comm is not None:
+    try:
+        comm.close()
+    except pycoll.PycollError:
+        pass
