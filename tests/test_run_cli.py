@@ -229,15 +229,17 @@ def test_store_and_mesh_under_torchrun(tmp_path):
 
 def test_the_rank_that_failed_first_is_named_not_the_lowest(tmp_path):
     # Rank 2 fails; ranks 0, 1 and 3 fail 5 ms later, like the peers of a crashed rank: usually inside one of
-    # the launcher's polling intervals. The kernel's exit order is read through pidfds, which on a loaded
-    # machine keeps it in about 29 of 30 jobs (a rank-order scan: 0 of 15), so two jobs of three must name it.
+    # the launcher's polling intervals. The kernel's exit order is read through pidfds, which keeps it in most
+    # jobs (about 12 of 13 here with the machine otherwise idle, fewer when other work holds the cores, since the
+    # launcher's thread must run within those 5 ms); a rank-order scan names rank 0 in nearly every job. So three
+    # jobs of at most five must name rank 2.
     named = []
-    for attempt in range(3):
+    for attempt in range(5):
         out = tmp_path / str(attempt)
         out.mkdir()
         result = _pycoll("run", "-n", "4", os.path.join(SCRIPTS, "fail_first.py"), str(out), "2", cwd=tmp_path)
         named.append(result.returncode == 7 and
                      "pycoll run: rank 2 exited with code 7; stopping the other ranks" in result.stderr)
-        if sum(named) == 2:
+        if sum(named) == 3:
             break
-    assert sum(named) >= 2, named
+    assert sum(named) >= 3, named
