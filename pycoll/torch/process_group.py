@@ -102,6 +102,12 @@ def _same_dtype(tensors, name):
         raise TypeError(f"{name}: every tensor must have one dtype, got {sorted(map(str, dtypes))}")
 
 
+def _overlap(a, b):
+    """Whether contiguous tensors a and b share any byte."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 class _Staging:
     """The buffers pycoll is handed -- contiguous, bools as bytes -- and, for the caller's tensors that are not
     contiguous, the copies back that finish() makes once the collective has completed (gloo's copy in and out)."""
@@ -109,8 +115,14 @@ class _Staging:
     def __init__(self):
         self._back = []
 
-    def input(self, t, name):
-        return _raw(_tensor(t, name).contiguous())
+    def input(self, t, name, *, apart_from=None):
+        """`apart_from`: the call's output, which pycoll's collectives that are not in place must not share
+        memory with; an input inside it (FSDP gathers each rank's shard from its own block of the output, as
+        NCCL allows) is copied out first."""
+        buf = _raw(_tensor(t, name).contiguous())
+        if apart_from is not None and _overlap(buf, apart_from):
+            buf = buf.clone()
+        return buf
 
     def output(self, t, name, *, in_place=False):
         """A buffer for result `t`; `in_place`: its values are the call's input too (all_reduce)."""
@@ -431,8 +443,10 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._same_length(outputs, inputs, "all_gather_single_coalesced")
         stage = _Staging()
         engine = self._engine(*outputs, *inputs)
-        works = [engine.all_gather(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
-                                   async_op=True) for i, (out, x) in enumerate(zip(outputs, inputs))]
+        works = []
+        for i, (out, x) in enumerate(zip(outputs, inputs)):
+            recv = stage.output(out, f"outputs[{i}]")
+            works.append(engine.all_gather(stage.input(x, f"inputs[{i}]", apart_from=recv), recv, async_op=True))
         return self._work(works, outputs, stage.finish)
 
     @_collective
@@ -440,9 +454,11 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._same_length(outputs, inputs, "reduce_scatter_single_coalesced")
         stage = _Staging()
         engine = self._engine(*outputs, *inputs)
-        works = [engine.reduce_scatter(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
-                                       _op_name(opts, x.dtype), async_op=True)
-                 for i, (out, x) in enumerate(zip(outputs, inputs))]
+        works = []
+        for i, (out, x) in enumerate(zip(outputs, inputs)):
+            recv = stage.output(out, f"outputs[{i}]")
+            works.append(engine.reduce_scatter(stage.input(x, f"inputs[{i}]", apart_from=recv), recv,
+                                               _op_name(opts, x.dtype), async_op=True))
         return self._work(works, outputs, stage.finish)
 
     _allgather_base = all_gather_single
