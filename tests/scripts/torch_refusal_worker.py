@@ -55,7 +55,7 @@ report = {"rank": rank}
 for case in (all_reduce_band, broadcast_sizes, all_gather_short_list, all_gather_into_tensor_size,
              async_all_reduce_bool_avg):
     group = dist.new_group(timeout=TIMEOUT)  # a fresh communicator: a failed one stays failed
-    report[case.__name__] = outcome(lambda: case(group))
+    report[case.__name__] = outcome(lambda case=case, group=group: case(group))
 
 group = dist.new_group(timeout=TIMEOUT)
 report["both_refuse"] = outcome(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BXOR, group=group))
