@@ -26,6 +26,7 @@ for product and min).
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import os
 import queue
@@ -49,6 +50,10 @@ _BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
 # The tag of the point-to-point messages of an uneven all-to-all: the count exchange before them is a
 # collective, so every send and receive of the caller's own has completed by then and none can be confused.
 _ALL_TO_ALL_TAG = 0xFFFF_FF00
+# Where a rank that refuses a collective leaves its reason for the others (torch's store of the group), and the
+# name of the thread that enters its stand-in barrier (pycoll tags each thread's collectives with its name).
+_REFUSED_KEY = "pycoll-refused"
+_REFUSAL_THREAD = "pycoll-torch-refusal"
 
 
 def _op_name(opts, dtype):
@@ -57,7 +62,8 @@ def _op_name(opts, dtype):
         if reduce_op == op:
             break
     else:
-        raise ValueError(f"reduceOp: pycoll has no {reduce_op} (it has sum, product, min, max, avg)")
+        name = getattr(getattr(reduce_op, "op", reduce_op), "name", reduce_op)  # ReduceOp wraps a RedOpType
+        raise ValueError(f"reduceOp: pycoll has no {name} (it has SUM, PRODUCT, MIN, MAX, AVG)")
     if dtype != torch.bool:
         return name
     if name not in _BOOL_OPS:
@@ -96,6 +102,12 @@ def _same_dtype(tensors, name):
         raise TypeError(f"{name}: every tensor must have one dtype, got {sorted(map(str, dtypes))}")
 
 
+def _overlap(a, b):
+    """Whether contiguous tensors a and b share any byte."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 class _Staging:
     """The buffers pycoll is handed -- contiguous, bools as bytes -- and, for the caller's tensors that are not
     contiguous, the copies back that finish() makes once the collective has completed (gloo's copy in and out)."""
@@ -103,8 +115,14 @@ class _Staging:
     def __init__(self):
         self._back = []
 
-    def input(self, t, name):
-        return _raw(_tensor(t, name).contiguous())
+    def input(self, t, name, *, apart_from=None):
+        """`apart_from`: the call's output, which pycoll's collectives that are not in place must not share
+        memory with; an input inside it (FSDP gathers each rank's shard from its own block of the output, as
+        NCCL allows) is copied out first."""
+        buf = _raw(_tensor(t, name).contiguous())
+        if apart_from is not None and _overlap(buf, apart_from):
+            buf = buf.clone()
+        return buf
 
     def output(self, t, name, *, in_place=False):
         """A buffer for result `t`; `in_place`: its values are the call's input too (all_reduce)."""
@@ -195,24 +213,29 @@ class PycollWork(dist.Work):
 class _Completer:
     """The thread that completes a group's PycollWorks, in call order."""
 
-    def __init__(self):
+    def __init__(self, explain=lambda call, error: error):
+        """`explain(call, error)`: the error to report for a collective that failed with MismatchError (the
+        group looks for a peer that refused that call)."""
+        self._explain = explain
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
 
-    def add(self, works, work, finish):
+    def add(self, works, work, finish, call=None):
         """Complete `work` once every pycoll Work in `works` has; finish() first, on success (copies a result
-        out of a staging buffer)."""
-        self._queue.put((works, work, finish))
+        out of a staging buffer). `call`: the group's number of the collective, None for point-to-point."""
+        self._queue.put((works, work, finish, call))
 
     def _run(self):
         # Idle until the next item or the stop sentinel (stop() sends it); each wait is bounded by the
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
-            works, work, finish = item
+            works, work, finish, call = item
             try:
                 pycoll.wait_all(works)
                 finish()
+            except MismatchError as exc:
+                work.complete(self._explain(call, exc) if call is not None else exc)
             except Timeout as exc:
                 # Said as c10d's backends say it, which callers (torch's own tests) look for.
                 error = Timeout(f"{exc} (the group's timeout expired)", exc.rank)
@@ -230,6 +253,26 @@ class _Completer:
 
 def _not_supported(op, instead):
     raise NotImplementedError(f"{op}: the pycoll torch backend does not have it; {instead}")
+
+
+def _collective(method):
+    """A collective every rank of the group enters: numbered (the key of a refusal's reason), and an argument
+    this rank refuses (ValueError, TypeError) fails the call on every rank at once (`_refuse`), not only here.
+    A collective implemented by another one counts once."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if self._in_call is not None:
+            return method(self, *args, **kwargs)
+        self._calls += 1
+        self._in_call = self._calls
+        try:
+            return method(self, *args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            self._refuse(exc)
+            raise
+        finally:
+            self._in_call = None
+    return call
 
 
 def _split_counts(t, splits, size, name):
@@ -262,7 +305,9 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._group_desc = ""
         self._p2p_lock = threading.Lock()
         self._taken = [0] * size  # messages received (or claimed) from each peer, named or any source
-        self._completer = _Completer()
+        self._calls = 0  # collectives called so far (_collective), the same count on every rank
+        self._in_call = None
+        self._completer = _Completer(self._explain)
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -301,10 +346,49 @@ class PycollProcessGroup(dist.ProcessGroup):
     def _work(self, pycoll_works, value, finish):
         work = PycollWork(value)
         works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
-        self._completer.add(works, work, finish)
+        self._completer.add(works, work, finish, self._in_call)
         return work
 
+    # -- a collective one rank cannot serve -------------------------------------------------------------------
+    # The rank that refuses its arguments raises at once; the others would wait for it until the group's
+    # timeout. So the refusing rank still takes the collective's slot, with a barrier entered from a thread of
+    # its own name: where another rank entered the real collective, the two differ (another collective, or a
+    # barrier from another thread, since pycoll tags each thread's collectives with its name), and pycoll's
+    # mismatch detection fails both within moments -- breaking the communicator, as any failed collective
+    # does. Where every rank refused alike, every rank runs that barrier, it completes, and the group stays
+    # usable. The reason goes to torch's store first, so the others' MismatchError can name it.
+    def _refuse(self, error):
+        if self._store is not None:
+            key = f"{_REFUSED_KEY}/{self._in_call}/{self.rank()}"
+            self._store.set(key, f"{type(error).__name__}: {error}")
+            self._store.check([key])  # a round trip: the reason is in the store before any peer can look
+        marker = threading.Thread(target=self._refusal_barrier, name=_REFUSAL_THREAD, daemon=True)
+        marker.start()
+        marker.join()  # bounded by the group's timeout, as every pycoll collective
+
+    def _refusal_barrier(self):
+        try:
+            self.comm.barrier()
+        except pycoll.PycollError:
+            pass  # the mismatch the peers were meant to meet; this rank raises its own reason
+
+    def _explain(self, call, error):
+        """The error of collective number `call`, which failed with MismatchError: the reason of a peer that
+        refused it, where one did (its key in the store), else `error` itself."""
+        if self._store is None:
+            return error
+        for r in range(self.size()):
+            key = f"{_REFUSED_KEY}/{call}/{r}"
+            if r != self.rank() and self._store.check([key]):
+                reason = self._store.get(key).decode(errors="replace")
+                explained = MismatchError(f"rank {r} refused this collective (the group's call #{call}), so "
+                                          f"every rank fails it: {reason}")
+                explained.__cause__ = error
+                return explained
+        return error
+
     # -- reductions, broadcast, barrier ----------------------------------------------------------------------
+    @_collective
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "allreduce")
         stage = _Staging()
@@ -312,6 +396,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         return self._work(self._engine(t).all_reduce(buf, _op_name(opts, t.dtype), async_op=True), tensors,
                           stage.finish)
 
+    @_collective
     def allreduce_coalesced(self, tensors, opts=None):
         stage = _Staging()
         engine = self._engine(*tensors)
@@ -319,12 +404,14 @@ class PycollProcessGroup(dist.ProcessGroup):
                                    async_op=True) for i, t in enumerate(tensors)]
         return self._work(works, tensors, stage.finish)
 
+    @_collective
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "broadcast")
         stage = _Staging()
         buf = stage.output(t, "tensor", in_place=True)
         return self._work(self._engine(t).broadcast(buf, _root(opts), async_op=True), tensors, stage.finish)
 
+    @_collective
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
         stage = _Staging()
@@ -332,37 +419,46 @@ class PycollProcessGroup(dist.ProcessGroup):
         work = self._engine(t).reduce(buf, _root(opts), _op_name(opts, t.dtype), async_op=True)
         return self._work(work, tensors, stage.finish)
 
+    @_collective
     def barrier(self, opts=None):
         return self._work(self.comm.barrier(async_op=True), [], _Staging().finish)
 
     # -- what FSDP uses: flat tensors gathered and reduce-scattered --------------------------------------------
     # torch 2.13 calls them *_single (all_gather_single, ...); earlier versions by the older names, kept as
     # aliases below so either finds them.
+    @_collective
     def all_gather_single(self, output, input, opts=None):
         """dist.all_gather_single (all_gather_into_tensor): output holds size * input.numel() elements, block r
         from rank r."""
         return self.all_gather_single_coalesced([output], [input], opts)
 
+    @_collective
     def reduce_scatter_single(self, output, input, opts=None):
         """dist.reduce_scatter_single (reduce_scatter_tensor): input holds size * output.numel() elements; rank
         r gets block r reduced."""
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
+    @_collective
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         self._same_length(outputs, inputs, "all_gather_single_coalesced")
         stage = _Staging()
         engine = self._engine(*outputs, *inputs)
-        works = [engine.all_gather(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
-                                   async_op=True) for i, (out, x) in enumerate(zip(outputs, inputs))]
+        works = []
+        for i, (out, x) in enumerate(zip(outputs, inputs)):
+            recv = stage.output(out, f"outputs[{i}]")
+            works.append(engine.all_gather(stage.input(x, f"inputs[{i}]", apart_from=recv), recv, async_op=True))
         return self._work(works, outputs, stage.finish)
 
+    @_collective
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         self._same_length(outputs, inputs, "reduce_scatter_single_coalesced")
         stage = _Staging()
         engine = self._engine(*outputs, *inputs)
-        works = [engine.reduce_scatter(stage.input(x, f"inputs[{i}]"), stage.output(out, f"outputs[{i}]"),
-                                       _op_name(opts, x.dtype), async_op=True)
-                 for i, (out, x) in enumerate(zip(outputs, inputs))]
+        works = []
+        for i, (out, x) in enumerate(zip(outputs, inputs)):
+            recv = stage.output(out, f"outputs[{i}]")
+            works.append(engine.reduce_scatter(stage.input(x, f"inputs[{i}]", apart_from=recv), recv,
+                                               _op_name(opts, x.dtype), async_op=True))
         return self._work(works, outputs, stage.finish)
 
     _allgather_base = all_gather_single
@@ -381,6 +477,7 @@ class PycollProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{name}: one list of {self.size()} tensors expected")
         return tensor_lists[0]
 
+    @_collective
     def allgather(self, output_lists, inputs, opts=None):
         x = _one(inputs, "allgather")
         outs = self._rank_list(output_lists, "allgather output_tensor_list")
@@ -389,6 +486,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         work = self._engine(x, *outs).all_gather(stage.input(x, "input_tensor"), flat, async_op=True)
         return self._work(work, output_lists, stage.finish)
 
+    @_collective
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         """dist.all_gather_coalesced: output_lists[r][i] gets rank r's inputs[i]; one all-gather of them all."""
         if len(output_lists) != self.size() or any(len(outs) != len(inputs) for outs in output_lists):
@@ -400,6 +498,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         work = self._engine(*inputs).all_gather(flat_in, flat_out, async_op=True)
         return self._work(work, output_lists, stage.finish)
 
+    @_collective
     def reduce_scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "reduce_scatter")
         ins = self._rank_list(input_lists, "reduce_scatter input_list")
@@ -488,6 +587,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         return works
 
     # -- rooted ------------------------------------------------------------------------------------------------
+    @_collective
     def gather(self, output_lists, inputs, opts=None):
         x = _one(inputs, "gather")
         root = _root(opts)
@@ -498,6 +598,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         work = self._engine(x).gather(stage.input(x, "tensor"), flat, root, async_op=True)
         return self._work(work, output_lists, stage.finish)
 
+    @_collective
     def scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "scatter")
         root = _root(opts)
