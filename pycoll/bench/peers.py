@@ -159,7 +159,8 @@ class GlooPeer(Peer):
 
 
 class MpiPeer(Peer):
-    """Open MPI under mpirun: `mca` are the settings that choose its transports."""
+    """Open MPI under mpirun: `mca` are the settings that choose its transports. Its ranks run with
+    PYTHONSAFEPATH, so that `-m` from a source checkout's root still imports the installed pycoll."""
 
     dtypes = ("int8", "uint8", "int32", "int64", "float32", "float64")  # no float16/bfloat16 in MPI-3
 
@@ -178,7 +179,7 @@ class MpiPeer(Peer):
         cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", *self.mca,
                sys.executable, "-m", "pycoll.bench.peers", self.name, config_path, result_path]
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")
         proc = subprocess.run(cmd, env=env, timeout=timeout)
         if proc.returncode != 0:
             raise launch.RankFailed(f"mpirun exited with code {proc.returncode}")
@@ -231,7 +232,8 @@ class PrefixMpiPeer(Peer):
                result_path]
         path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
         # No pinning, as for Open MPI above (Intel MPI pins by default; MPICH's hydra does not).
-        env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", I_MPI_PIN="0")
+        env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
+                   I_MPI_PIN="0")
         proc = subprocess.run(cmd, env=env, timeout=timeout)
         if proc.returncode != 0:
             raise launch.RankFailed(f"{mpiexec} exited with code {proc.returncode}")
