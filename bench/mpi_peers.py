@@ -35,7 +35,8 @@ def command(world, args):
 def run_once(world, args, json_path):
     cmd = [sys.executable, "-m", *command(world, args), "--json", str(json_path)]
     # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"),
+                          check=False)
     print(proc.stdout, flush=True)
     if proc.returncode != 0:
         raise SystemExit(f"pycoll bench exited with {proc.returncode}")
@@ -104,10 +105,10 @@ def main():
     if not args.from_json:
         doc.append(f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it "
                    f"started, {os.getloadavg()[0]:.1f} at the end.")
-    doc += ["", "Method: pycoll bench's (float32 sum, out of place; each iteration after a barrier; a rank's median; "
-            "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
-            "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
-            "package's mpiexec, unpinned), gloo (torch.distributed over TCP loopback).", ""]
+    doc += ["", ("Method: pycoll bench's (float32 sum, out of place; each iteration after a barrier; a rank's median; "
+                 "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
+                 "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
+                 "package's mpiexec, unpinned), gloo (torch.distributed over TCP loopback)."), ""]
     for world in worlds:
         doc += [table(runs[world], world, args.collective), ""]
     Path(args.out).write_text("\n".join(doc))

@@ -234,7 +234,7 @@ class PrefixMpiPeer(Peer):
         # No pinning, as for Open MPI above (Intel MPI pins by default; MPICH's hydra does not).
         env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                    I_MPI_PIN="0")
-        proc = subprocess.run(cmd, env=env, timeout=timeout)
+        proc = subprocess.run(cmd, env=env, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise launch.RankFailed(f"{mpiexec} exited with code {proc.returncode}")
 
