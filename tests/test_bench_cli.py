@@ -342,7 +342,7 @@ def test_mpi_prefix_without_compare_is_refused(monkeypatch, capsys):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["impi", "mpich"])
-@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce"])
 def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     if peers.PEERS[name].unavailable():
         pytest.skip(peers.PEERS[name].unavailable())
@@ -354,6 +354,22 @@ def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     assert "# time ratio" in proc.stdout, proc.stdout
     rows = [r for r in json.loads(out_json.read_text()) if r["backend"] == name]
     assert [(r["collective"], r["bytes"], r["wrong"]) for r in rows] == [(collective, 64, 0), (collective, 256, 0)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+def test_compare_runs_every_collective_on_the_peers(collective, tmp_path):
+    names = [n for n in ("gloo", "mpi") if not peers.PEERS[n].unavailable()]
+    if not names:
+        pytest.skip("neither torch nor Open MPI's mpirun with mpi4py here")
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "256", "-e", "256", *FAST, "--collective", collective, "--compare",
+                   ",".join(names), "--json", str(out_json), env=env, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out_json.read_text())
+    assert sorted((r["backend"], r["collective"], r["wrong"]) for r in rows if r["backend"] != "cpu") \
+        == [(n, collective, 0) for n in names]
 
 
 @pytest.mark.timeout(90)
