@@ -137,6 +137,8 @@ def test_references_of_every_collective():
     assert np.array_equal(ref("all_gather", 0), np.concatenate(inputs))
     assert np.array_equal(ref("broadcast", 0), inputs[1])
     assert ref("reduce", 0) is None and np.array_equal(ref("reduce", 1), total)
+    # all_to_all: rank 1 holds block 1 (elements 2..3) of every rank's input, in rank order
+    assert np.array_equal(ref("all_to_all", 1), np.concatenate([inputs[r][2:4] for r in range(world)]))
 
 
 # -- the CLI on 2 real ranks ------------------------------------------------------------------------------
@@ -251,7 +253,7 @@ def test_sweep_covers_every_dtype_op_algorithm_and_accuracy(tmp_path):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
 def test_other_collectives_are_checked_too(tmp_path, collective):
     out = tmp_path / "rows.json"
     proc = run_cli("-n", "2", "-b", "64", "-e", "512", "-f", "8", *FAST, "--collective", collective,
@@ -299,6 +301,7 @@ def test_peers_run_only_what_they_support():
     assert peers.peer_config(peers.PEERS["mpi"], dict(config, dtypes=["bfloat16"]))[0] is None
     got, why = peers.peer_config(peers.PEERS["gloo"], dict(config, collective="broadcast"))
     assert why is None and got["collective"] == "broadcast"
+    assert "--compare runs all_reduce" in peers.peer_config(peers.PEERS["mpi"], dict(config, collective="gather"))[1]
 
 
 @pytest.mark.timeout(10)
@@ -342,7 +345,7 @@ def test_mpi_prefix_without_compare_is_refused(monkeypatch, capsys):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["impi", "mpich"])
-@pytest.mark.parametrize("collective", ["all_reduce", "reduce"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
 def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     if peers.PEERS[name].unavailable():
         pytest.skip(peers.PEERS[name].unavailable())
@@ -357,7 +360,7 @@ def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
 def test_compare_runs_every_collective_on_the_peers(collective, tmp_path):
     names = [n for n in ("gloo", "mpi") if not peers.PEERS[n].unavailable()]
     if not names:

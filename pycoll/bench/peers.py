@@ -69,6 +69,10 @@ class _GlooComm:
         self.dist.reduce(self._tensor(x), dst=root, op=self.ops[op])
         return x
 
+    def all_to_all(self, x, out):
+        self.dist.all_to_all_single(self._tensor(out), self._tensor(x))
+        return out
+
     def all_gather(self, x, out):
         # all_gather_single replaces all_gather_into_tensor in recent torch releases.
         gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
@@ -119,6 +123,10 @@ class _MpiComm:
 
     def all_gather(self, x, out):
         self.comm.Allgather(x, out)
+        return out
+
+    def all_to_all(self, x, out):
+        self.comm.Alltoall(x, out)
         return out
 
     def barrier(self):
@@ -257,8 +265,14 @@ PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", 
                               PrefixMpiPeer("impi"), PrefixMpiPeer("mpich"))}
 
 
+# What the peers' adapters above run (every collective the bench times but the uneven and rooted-vector ones).
+PEER_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+
+
 def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
     """The sweep's config restricted to what the peer can run, or (None, why it cannot run any of it)."""
+    if config["collective"] not in PEER_COLLECTIVES:
+        return None, f"--compare runs {', '.join(PEER_COLLECTIVES)}"
     dtypes = [d for d in config["dtypes"] if d in peer.dtypes]
     ops = [o for o in config["ops"] if o in peer.ops]
     if not dtypes or not ops:
