@@ -137,6 +137,8 @@ def test_references_of_every_collective():
     assert np.array_equal(ref("all_gather", 0), np.concatenate(inputs))
     assert np.array_equal(ref("broadcast", 0), inputs[1])
     assert ref("reduce", 0) is None and np.array_equal(ref("reduce", 1), total)
+    # all_to_all: rank 1 holds block 1 (elements 2..3) of every rank's input, in rank order
+    assert np.array_equal(ref("all_to_all", 1), np.concatenate([inputs[r][2:4] for r in range(world)]))
 
 
 # -- the CLI on 2 real ranks ------------------------------------------------------------------------------
@@ -251,7 +253,7 @@ def test_sweep_covers_every_dtype_op_algorithm_and_accuracy(tmp_path):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
 def test_other_collectives_are_checked_too(tmp_path, collective):
     out = tmp_path / "rows.json"
     proc = run_cli("-n", "2", "-b", "64", "-e", "512", "-f", "8", *FAST, "--collective", collective,
@@ -297,7 +299,80 @@ def test_peers_run_only_what_they_support():
     got, why = peers.peer_config(peers.PEERS["mpi"], config)
     assert why is None and got["dtypes"] == ["float32"] and got["ops"] == ["sum"]
     assert peers.peer_config(peers.PEERS["mpi"], dict(config, dtypes=["bfloat16"]))[0] is None
-    assert "all_reduce only" in peers.peer_config(peers.PEERS["gloo"], dict(config, collective="broadcast"))[1]
+    got, why = peers.peer_config(peers.PEERS["gloo"], dict(config, collective="broadcast"))
+    assert why is None and got["collective"] == "broadcast"
+    assert "--compare runs all_reduce" in peers.peer_config(peers.PEERS["mpi"], dict(config, collective="gather"))[1]
+
+
+@pytest.mark.timeout(10)
+def test_mpi_prefix_sets_where_each_mpi_lives(monkeypatch, tmp_path):
+    for var in peers.PREFIX_ENV.values():
+        monkeypatch.setenv(var, "")  # restored after the test, which set_prefixes changes
+    peers.set_prefixes(f"impi={tmp_path / 'i'}, mpich={tmp_path / 'm'}")
+    assert os.environ["PYCOLL_BENCH_IMPI"] == str(tmp_path / "i")
+    assert os.environ["PYCOLL_BENCH_MPICH"] == str(tmp_path / "m")
+    for bad in ("openmpi=/x", "impi", "impi="):
+        with pytest.raises(ValueError, match="--mpi-prefix"):
+            peers.set_prefixes(bad)
+
+
+@pytest.mark.timeout(10)
+def test_a_missing_packaged_mpi_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.delenv("PYCOLL_BENCH_MPICH", raising=False)
+    why = peers.PEERS["mpich"].unavailable()
+    assert "PYCOLL_BENCH_MPICH is not set" in why and "pip install mpich mpi4py" in why, why
+    monkeypatch.setenv("PYCOLL_BENCH_IMPI", str(tmp_path))  # an empty environment: no mpiexec there
+    why = peers.PEERS["impi"].unavailable()
+    assert "mpiexec is missing" in why and "pip install impi-rt mpi4py" in why, why
+
+
+@pytest.mark.timeout(60)
+def test_compare_skips_a_packaged_mpi_not_installed(monkeypatch, tmp_path, capfd):
+    monkeypatch.setenv("PYCOLL_BENCH_IMPI", "")  # restored after the test, which --mpi-prefix changes
+    status = bench_cli.main(["-n", "2", "-b", "8", "-e", "8", *FAST, "--compare", "impi",
+                             "--mpi-prefix", f"impi={tmp_path}"])
+    out = capfd.readouterr().out
+    assert status == 0
+    assert "--compare impi: skipped:" in out and "pip install impi-rt mpi4py" in out, out
+
+
+@pytest.mark.timeout(10)
+def test_mpi_prefix_without_compare_is_refused(monkeypatch, capsys):
+    monkeypatch.setenv("PYCOLL_BENCH_IMPI", "")
+    assert bench_cli.main(["-n", "2", "--mpi-prefix", "impi=/x"]) == 2
+    assert "--mpi-prefix" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["impi", "mpich"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
+def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
+    if peers.PEERS[name].unavailable():
+        pytest.skip(peers.PEERS[name].unavailable())
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "64", "-e", "256", "-f", "4", *FAST, "--collective", collective,
+                   "--compare", name, "--json", str(out_json), env=env, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    assert "# time ratio" in proc.stdout, proc.stdout
+    rows = [r for r in json.loads(out_json.read_text()) if r["backend"] == name]
+    assert [(r["collective"], r["bytes"], r["wrong"]) for r in rows] == [(collective, 64, 0), (collective, 256, 0)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
+def test_compare_runs_every_collective_on_the_peers(collective, tmp_path):
+    names = [n for n in ("gloo", "mpi") if not peers.PEERS[n].unavailable()]
+    if not names:
+        pytest.skip("neither torch nor Open MPI's mpirun with mpi4py here")
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "-b", "256", "-e", "256", *FAST, "--collective", collective, "--compare",
+                   ",".join(names), "--json", str(out_json), env=env, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out_json.read_text())
+    assert sorted((r["backend"], r["collective"], r["wrong"]) for r in rows if r["backend"] != "cpu") \
+        == [(n, collective, 0) for n in names]
 
 
 @pytest.mark.timeout(90)

@@ -107,6 +107,10 @@ def reference(collective: str, op: str, input_of, count: int, rank: int, world: 
         return _widen(input_of(root), exact_type)
     if collective == "all_gather":
         return np.concatenate([_widen(input_of(r), exact_type) for r in range(world)])
+    if collective == "all_to_all":  # block r of every rank's input, in rank order
+        block = count // world
+        return np.concatenate([_widen(input_of(r)[rank * block:(rank + 1) * block], exact_type)
+                               for r in range(world)])
     if collective == "reduce" and rank != root:
         return None
     reduced = _reduce((input_of(r) for r in range(world)), op, world, exact_type)

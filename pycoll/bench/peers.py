@@ -1,5 +1,6 @@
 """The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py: `mpi` is Open MPI with its default
-transports (shared memory between the ranks of a host), `mpi-tcp` Open MPI over TCP only.
+transports (shared memory between the ranks of a host), `mpi-tcp` Open MPI over TCP only, `impi` Intel MPI (the
+`impi-rt` package) and `mpich` MPICH (the `mpich` package), each from its own environment (PREFIX_ENV).
 
 Each peer is wrapped in a small adapter with the Communicator methods the sweep uses, so the very same
 worker.run_cases times it: barrier, one timed call, per-rank median, medians gathered with the peer itself,
@@ -52,6 +53,26 @@ class _GlooComm:
         self.dist.all_reduce(self._tensor(x), op=self.ops[op])
         return x
 
+    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
+        self.dist.reduce_scatter_tensor(self._tensor(out), self._tensor(x), op=self.ops[op])
+        return out
+
+    def broadcast(self, x, root=0):
+        self.dist.broadcast(self._tensor(x), src=root)
+        return x
+
+    def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
+        # gloo reduces in place, into x on the root: out-of-place is a copy first, as for all_reduce.
+        if out is not None:
+            np.copyto(out, x)
+            x = out
+        self.dist.reduce(self._tensor(x), dst=root, op=self.ops[op])
+        return x
+
+    def all_to_all(self, x, out):
+        self.dist.all_to_all_single(self._tensor(out), self._tensor(x))
+        return out
+
     def all_gather(self, x, out):
         # all_gather_single replaces all_gather_into_tensor in recent torch releases.
         gather = getattr(self.dist, "all_gather_single", None) or self.dist.all_gather_into_tensor
@@ -71,12 +92,12 @@ class _MpiComm:
     def __init__(self, name):
         from mpi4py import MPI
 
-        self.backend = name  # "mpi" or "mpi-tcp": the label of its rows
+        self.backend = name  # "mpi", "mpi-tcp", "impi" or "mpich": the label of its rows
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
-        self.last_algorithm = "ompi-tuned" if "Open MPI" in MPI.Get_library_version() else "mpi"
+        self.last_algorithm = "ompi-tuned" if "Open MPI" in MPI.Get_library_version() else name
 
     def all_reduce(self, x, op="sum", *, out=None, algorithm="auto", accuracy="fast"):
         if out is None:
@@ -85,8 +106,27 @@ class _MpiComm:
         self.comm.Allreduce(x, out, op=self.ops[op])
         return out
 
+    def reduce_scatter(self, x, out, op="sum", *, algorithm="auto", accuracy="fast"):
+        self.comm.Reduce_scatter_block(x, out, op=self.ops[op])
+        return out
+
+    def broadcast(self, x, root=0):
+        self.comm.Bcast(x, root=root)
+        return x
+
+    def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast"):
+        if out is None:
+            self.comm.Reduce(self.MPI.IN_PLACE if self.rank == root else x, x, op=self.ops[op], root=root)
+            return x
+        self.comm.Reduce(x, out, op=self.ops[op], root=root)
+        return out
+
     def all_gather(self, x, out):
         self.comm.Allgather(x, out)
+        return out
+
+    def all_to_all(self, x, out):
+        self.comm.Alltoall(x, out)
         return out
 
     def barrier(self):
@@ -127,7 +167,8 @@ class GlooPeer(Peer):
 
 
 class MpiPeer(Peer):
-    """Open MPI under mpirun: `mca` are the settings that choose its transports."""
+    """Open MPI under mpirun: `mca` are the settings that choose its transports. Its ranks run with
+    PYTHONSAFEPATH, so that `-m` from a source checkout's root still imports the installed pycoll."""
 
     dtypes = ("int8", "uint8", "int32", "int64", "float32", "float64")  # no float16/bfloat16 in MPI-3
 
@@ -146,22 +187,92 @@ class MpiPeer(Peer):
         cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", *self.mca,
                sys.executable, "-m", "pycoll.bench.peers", self.name, config_path, result_path]
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")
         proc = subprocess.run(cmd, env=env, timeout=timeout)
         if proc.returncode != 0:
             raise launch.RankFailed(f"mpirun exited with code {proc.returncode}")
 
 
+# Where each MPI from the package index lives: a virtual environment (or any prefix) holding that MPI and
+# mpi4py for this Python, e.g. `python -m venv DIR && DIR/bin/pip install impi-rt mpi4py`.
+PREFIX_ENV = {"impi": "PYCOLL_BENCH_IMPI", "mpich": "PYCOLL_BENCH_MPICH"}
+PREFIX_PACKAGE = {"impi": "impi-rt", "mpich": "mpich"}
+
+
+def install_hint(name: str) -> str:
+    return (f"python -m venv DIR && DIR/bin/pip install {PREFIX_PACKAGE[name]} mpi4py, then "
+            f"{PREFIX_ENV[name]}=DIR or --mpi-prefix {name}=DIR")
+
+
+class PrefixMpiPeer(Peer):
+    """An MPI installed from its package (impi-rt, mpich) into a prefix: that prefix's mpiexec starts this Python
+    (which has pycoll), with the prefix's mpi4py ahead on the path and pointed at the prefix's libmpi (mpi4py's
+    wheels load the MPI library named by MPI4PY_LIBMPI)."""
+
+    dtypes = MpiPeer.dtypes
+
+    def __init__(self, name):
+        self.name = name
+
+    def prefix(self) -> str | None:
+        return os.environ.get(PREFIX_ENV[self.name]) or None
+
+    def paths(self) -> tuple[str, str, str]:
+        """(mpiexec, libmpi, site-packages) under the prefix."""
+        prefix = self.prefix()
+        site = os.path.join(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+        return os.path.join(prefix, "bin", "mpiexec"), os.path.join(prefix, "lib", "libmpi.so.12"), site
+
+    def unavailable(self):
+        prefix = self.prefix()
+        if prefix is None:
+            return f"{PREFIX_ENV[self.name]} is not set (install: {install_hint(self.name)})"
+        mpiexec, libmpi, site = self.paths()
+        for path, what in ((mpiexec, PREFIX_PACKAGE[self.name]), (libmpi, PREFIX_PACKAGE[self.name]),
+                           (os.path.join(site, "mpi4py"), "mpi4py")):
+            if not os.path.exists(path):
+                return f"{path} is missing: {what} is not installed in {prefix} (install: {install_hint(self.name)})"
+        return None
+
+    def launch(self, n, config_path, result_path, timeout):
+        mpiexec, libmpi, site = self.paths()
+        cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "pycoll.bench.peers", self.name, config_path,
+               result_path]
+        path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+        # No pinning, as for Open MPI above (Intel MPI pins by default; MPICH's hydra does not).
+        env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
+                   I_MPI_PIN="0")
+        proc = subprocess.run(cmd, env=env, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise launch.RankFailed(f"{mpiexec} exited with code {proc.returncode}")
+
+
+def set_prefixes(text: str) -> None:
+    """--mpi-prefix impi=DIR,mpich=DIR: sets PREFIX_ENV for this process (and so for the peers' jobs);
+    ValueError naming --mpi-prefix on a bad entry."""
+    for item in (t.strip() for t in text.split(",")):
+        name, sep, path = item.partition("=")
+        if not sep or name not in PREFIX_ENV or not path:
+            raise ValueError(f"--mpi-prefix: expected NAME=DIR with NAME one of {', '.join(PREFIX_ENV)}, "
+                             f"got {item!r}")
+        os.environ[PREFIX_ENV[name]] = os.path.abspath(os.path.expanduser(path))
+
+
 # mpi-tcp: TCP only (btl tcp,self: no shared memory), like pycoll's and gloo's loopback sockets; ob1 so that the
 # btl setting is what moves the bytes. mpi: whatever Open MPI picks by default (shared memory on one host).
 MPI_TCP_ONLY = ("--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo")
-PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", MPI_TCP_ONLY))}
+PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", MPI_TCP_ONLY),
+                              PrefixMpiPeer("impi"), PrefixMpiPeer("mpich"))}
+
+
+# What the peers' adapters above run (every collective the bench times but the uneven and rooted-vector ones).
+PEER_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
 
 
 def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
     """The sweep's config restricted to what the peer can run, or (None, why it cannot run any of it)."""
-    if config["collective"] != "all_reduce":
-        return None, "--compare runs all_reduce only"
+    if config["collective"] not in PEER_COLLECTIVES:
+        return None, f"--compare runs {', '.join(PEER_COLLECTIVES)}"
     dtypes = [d for d in config["dtypes"] if d in peer.dtypes]
     ops = [o for o in config["ops"] if o in peer.ops]
     if not dtypes or not ops:

@@ -74,10 +74,10 @@ def parse_list(text: str, choices, name: str) -> list[str]:
 
 
 def count_for(collective: str, nbytes: int, itemsize: int, world: int) -> int:
-    """Elements of the size-defining buffer: the whole input of reduce_scatter and the whole output of
-    all_gather (as nccl-tests), so they hold a multiple of the world size."""
+    """Elements of the size-defining buffer: the whole input of reduce_scatter and all_to_all and the whole output
+    of all_gather (as nccl-tests), so they hold a multiple of the world size."""
     count = nbytes // itemsize
-    if collective in ("reduce_scatter", "all_gather"):
+    if collective in ("reduce_scatter", "all_gather", "all_to_all"):
         count -= count % world
     return count
 

@@ -53,7 +53,7 @@ def bus_factor(collective: str, world: int) -> float:
     busbw is comparable to the hardware's bandwidth whatever the world size (the nccl-tests definitions)."""
     if collective == "all_reduce":
         return 2.0 * (world - 1) / world
-    if collective in ("reduce_scatter", "all_gather"):
+    if collective in ("reduce_scatter", "all_gather", "all_to_all"):
         return (world - 1) / world
     if collective in ("broadcast", "reduce"):
         return 1.0

@@ -145,6 +145,8 @@ def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
         return comm.broadcast(x, root=root)
     if collective == "reduce":
         return comm.reduce(x, root=root, op=op, out=out, accuracy=accuracy)
+    if collective == "all_to_all":
+        return comm.all_to_all(x, out)
     raise ValueError(f"collective: unknown {collective!r}")
 
 

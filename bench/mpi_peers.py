@@ -1,0 +1,119 @@
+"""Produce bench/results/mpi_peers.md: pycoll (auto) beside Open MPI, Intel MPI (impi-rt), MPICH (mpich) and gloo,
+one collective, float32 sum, measured side by side: each run is one `pycoll bench --compare mpi,impi,mpich,gloo`
+(pycoll, then each peer), the runs repeated so that the tools interleave, and the median of the runs reported.
+
+    PYCOLL_BENCH_IMPI=DIR PYCOLL_BENCH_MPICH=DIR python bench/mpi_peers.py [--worlds 2] [--runs 3] [-b 4] [-e 16M]
+        [-f 4] [--collective all_reduce] [--from-json RUN.json,RUN.json,...] [--out bench/results/mpi_peers.md]
+
+--from-json tabulates runs already made with the command this prints (their JSON files) instead of running.
+docs/benchmarks.md says how to install the MPIs.
+"""
+
+import importlib.metadata
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
+
+COLUMNS = (("cpu", "pycoll (auto)"), ("impi", "Intel MPI"), ("mpich", "MPICH"), ("mpi", "Open MPI"),
+           ("gloo", "gloo"))
+PEERS = "mpi,impi,mpich,gloo"
+
+
+def command(world, args):
+    return ["pycoll", "bench", "-n", str(world), "--collective", args.collective, "-b", args.b, "-e", args.e,
+            "-f", str(args.f), "-d", "float32", "-o", "sum", "--compare", PEERS]
+
+
+def run_once(world, args, json_path):
+    cmd = [sys.executable, "-m", *command(world, args), "--json", str(json_path)]
+    # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"),
+                          check=False)
+    print(proc.stdout, flush=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"pycoll bench exited with {proc.returncode}")
+    return json.loads(Path(json_path).read_text())
+
+
+def mpi_versions():
+    """The packaged MPIs' versions, from the environments the bench uses."""
+    out = []
+    for var, pkg in (("PYCOLL_BENCH_IMPI", "impi-rt"), ("PYCOLL_BENCH_MPICH", "mpich")):
+        prefix = os.environ.get(var)
+        if not prefix:
+            out.append(f"{pkg}: {var} not set")
+            continue
+        site = Path(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+        dists = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions(path=[str(site)])}
+        out.append(f"{pkg} {dists.get(pkg, '?')} with mpi4py {dists.get('mpi4py', '?')} ({var}={prefix})")
+    return "- " + "; ".join(out)
+
+
+def table(runs, world, collective):
+    cells = {}
+    for rows in runs:
+        for r in rows:
+            if r["world"] == world and r["collective"] == collective:
+                cells.setdefault((r["bytes"], r["backend"]), []).append(r["time_us"])
+    lines = [f"### {collective}, {world} ranks: time (us; the slowest rank's median, median of {len(runs)} runs)",
+             "", "| size | " + " | ".join(label for _, label in COLUMNS) + " | best peer / pycoll |",
+             "|---:|" + "---:|" * (len(COLUMNS) + 1)]
+    for nbytes in sorted({b for b, _ in cells}):
+        med = {k: statistics.median(cells[(nbytes, k)]) for k, _ in COLUMNS if (nbytes, k) in cells}
+        best = min((k for k in med if k != "cpu"), key=med.get, default=None)
+        row = [_fmt_size(nbytes)] + [f"{med[k]:.1f}" if k in med else "-" for k, _ in COLUMNS]
+        row.append(f"{med[best] / med['cpu']:.2f} ({dict(COLUMNS)[best]})" if best and "cpu" in med else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    wrong = sum(r["wrong"] for rows in runs for r in rows if r["world"] == world)
+    return "\n".join(lines + ["", f"#wrong over every row of every run: {wrong}."])
+
+
+def main():
+    p = sweep_arguments(__doc__, "mpi_peers.md", runs=True)
+    p.set_defaults(worlds="2", e="16M")
+    p.add_argument("--collective", default="all_reduce")
+    p.add_argument("--from-json", default=None, help="comma-separated JSON files of runs already made")
+    args = p.parse_args()
+    start, load = time.monotonic(), os.getloadavg()
+    worlds = [int(w) for w in args.worlds.split(",")]
+    runs = {w: [] for w in worlds}
+    if args.from_json:
+        if len(worlds) != 1:
+            raise SystemExit("--from-json: give one --worlds, the world size of those runs")
+        runs[worlds[0]] = [json.loads(Path(f).read_text()) for f in args.from_json.split(",")]
+        how = (f"Tabulated by `python bench/mpi_peers.py --worlds {args.worlds} -b {args.b} -e {args.e} -f {args.f} "
+               f"--collective {args.collective} --from-json ...` from {len(runs[worlds[0]])} runs, one after the "
+               f"other, of:")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.runs):
+                for world in worlds:
+                    runs[world].append(run_once(world, args, Path(tmp) / f"w{world}-{i}.json"))
+        how = (f"Produced by `python bench/mpi_peers.py --worlds {args.worlds} --runs {args.runs} -b {args.b} "
+               f"-e {args.e} -f {args.f} --collective {args.collective}` in {time.monotonic() - start:.0f} s; each "
+               f"of these ran {args.runs} times, alternating:")
+    doc = [f"# {args.collective} on one host: pycoll beside Intel MPI, MPICH, Open MPI and gloo", "", how, "",
+           *[f"    {' '.join(command(w, args))}" for w in worlds], "", machine(), mpi_versions()]
+    if not args.from_json:
+        doc.append(f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it "
+                   f"started, {os.getloadavg()[0]:.1f} at the end.")
+    doc += ["", ("Method: pycoll bench's (float32 sum, out of place; each iteration after a barrier; a rank's median; "
+                 "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
+                 "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
+                 "package's mpiexec, unpinned), gloo (torch.distributed over TCP loopback)."), ""]
+    for world in worlds:
+        doc += [table(runs[world], world, args.collective), ""]
+    Path(args.out).write_text("\n".join(doc))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
