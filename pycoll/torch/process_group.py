@@ -446,7 +446,12 @@ class PycollProcessGroup(dist.ProcessGroup):
         works = []
         for i, (out, x) in enumerate(zip(outputs, inputs)):
             recv = stage.output(out, f"outputs[{i}]")
-            works.append(engine.all_gather(stage.input(x, f"inputs[{i}]", apart_from=recv), recv, async_op=True))
+            send = _raw(_tensor(x, f"inputs[{i}]").contiguous())
+            # pycoll's all_gather runs in place when the input is exactly this rank's block of the output (as
+            # FSDP2 calls it); any other overlap is copied out first.
+            if send.data_ptr() != recv.data_ptr() + self.rank() * send.numel() * send.element_size():
+                send = stage.input(x, f"inputs[{i}]", apart_from=recv)
+            works.append(engine.all_gather(send, recv, async_op=True))
         return self._work(works, outputs, stage.finish)
 
     @_collective
