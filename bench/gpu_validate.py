@@ -4,7 +4,8 @@
 
 NEVER RUN YET: written without a GPU (none was available where pycoll was developed); its first run on a GPU
 machine is its first test. It refuses to run (exit code 2, nothing written) where there is no usable GPU: no
-PyTorch with CUDA, no visible device, or pycoll's nccl backend unusable (pycoll.backends() says why).
+PyTorch with CUDA, fewer than 2 visible devices, or pycoll's nccl backend unusable (pycoll.backends() says why).
+The report opens with a PASS or FAIL for each part.
 
 What it does, each part in fresh processes (one rank per GPU, N = every visible GPU unless --nproc):
 1. versions: NVIDIA driver, CUDA (driver and runtime), NCCL (pycoll's and PyTorch's), NVRTC, the GPUs;
@@ -51,6 +52,9 @@ def preflight():
         return "PyTorch is not installed (pip install torch, a CUDA build)"
     if not torch.cuda.is_available():
         return f"PyTorch sees no CUDA device (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
+    if torch.cuda.device_count() < 2:
+        # One rank per GPU: with one, there is no collective to check and no peer to kill.
+        return f"it needs at least 2 GPUs, one per rank, and PyTorch sees {torch.cuda.device_count()}"
     return None
 
 
@@ -290,11 +294,46 @@ def run_ranks(part, nproc, quick, timeout):
         return results
 
 
+# Compensated mode's promise on ill-conditioned float32 data: a few ulps whatever the size (fast mode's error
+# grows with N and the data; it is reported, not judged).
+COMPENSATED_MAX_ULPS = 4.0
+
+
+def verdicts(parts):
+    """Each part's pass or fail, with why: the first run on a GPU must say plainly whether pycoll works there.
+    `parts[part][rank]` is that rank's rows, or a dict saying how it failed."""
+    def judge(part, is_bad, good, bad_text):
+        failed = [r for r, rows in parts[part].items() if isinstance(rows, dict)]
+        if failed:
+            return False, f"ranks {failed} failed"
+        bad = [row for row in parts[part].get(0, []) if is_bad(row)]
+        return not bad, f"{len(bad)} {bad_text}" if bad else good
+
+    out = {
+        "correctness": judge("correctness", lambda r: not r.get("equal"), "every case equal to torch's",
+                             "cases not equal to torch's"),
+        "algorithms": judge("algorithms", lambda r: "error" in r or (
+            r["accuracy"] == "compensated" and r["max_ulps"] > COMPENSATED_MAX_ULPS),
+            f"every algorithm ran; compensated within {COMPENSATED_MAX_ULPS} ulps",
+            f"rows with an error or compensated over {COMPENSATED_MAX_ULPS} ulps"),
+        "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream",
+                         "collectives ran before the side stream's kernel"),
+    }
+    # The last rank exits on purpose; every other rank must have raised, not hung or returned.
+    last = max(parts["killed"], default=0)
+    survivors = [rows for r, rows in parts["killed"].items() if r != last]
+    raised = [rows[0]["raised"] if isinstance(rows, list) and rows else None for rows in survivors]
+    out["killed"] = (bool(survivors) and all(raised), f"the survivors raised {raised}")
+    return out
+
+
 def report(args, info, parts, bench_table):
     lines = ["# pycoll on NVIDIA GPUs: validation", "",
              f"`python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
     lines += [f"- {k}: {v}" for k, v in info.items()]
+    lines += ["", "## Verdict", ""]
+    lines += [f"- {part}: {'PASS' if ok else 'FAIL'} ({why})" for part, (ok, why) in verdicts(parts).items()]
     for title, key in (("Correctness against torch.distributed (NCCL)", "correctness"),
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),

@@ -32,6 +32,16 @@ def test_device_option_reaches_the_config():
 
 
 @pytest.mark.timeout(60)
+def test_the_device_defaults_to_the_memory_the_backend_takes():
+    # `pycoll bench --backend nccl` must get CUDA arrays without --device (it failed with host arrays).
+    assert bench_cli._device_for(["nccl"], None) == "cuda"
+    assert bench_cli._device_for(["hccl"], None) == "npu"
+    assert bench_cli._device_for(["cpu", "tcp"], None) == "cpu"
+    assert bench_cli._device_for(["nccl"], "cpu") == "cpu"  # named: the user's choice, refused later if wrong
+    with pytest.raises(ValueError, match="--device: backends nccl, tcp take different memory"):
+        bench_cli._device_for(["nccl", "tcp"], None)
+
+
 def test_unknown_device_is_refused_by_the_parser():
     proc = run_cli("--device", "tpu")
     assert proc.returncode != 0 and "--device" in proc.stderr, proc.stderr

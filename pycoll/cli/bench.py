@@ -58,9 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "or mpirun; rank 0 prints)")
     ranks.add_argument("--backend", default=None, help="backend(s), comma-separated (default: what pycoll.init() uses, "
                             "PYCOLL_BACKEND or cpu)")
-    ranks.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"),
+    ranks.add_argument("--device", default=None, choices=("cpu", "cuda", "npu"),
                        help="where the arrays live: cpu (NumPy), cuda (torch, else CuPy) or npu (torch_npu), on "
-                            "the device LOCAL_RANK names; cuda/npu time with device events (default cpu)")
+                            "the device LOCAL_RANK names; cuda/npu time with device events (default: the "
+                            "backends' memory: cuda for nccl, npu for hccl, else cpu)")
     ranks.add_argument("--timeout", type=float, default=3600.0,
                        help="seconds before a launched job is stopped (default 3600)")
 
@@ -147,6 +148,7 @@ def _config(args) -> dict:
     if not backends:
         raise ValueError("--backend: empty list")
     _check_backends(backends, algorithms)
+    args.device = _device_for(backends, args.device)
     size_list = sweep.sizes(sweep.parse_size(args.minbytes, "-b"), sweep.parse_size(args.maxbytes, "-e"),
                             args.stepfactor)
     return {"collective": args.collective, "backends": backends, "algorithms": algorithms,
@@ -154,6 +156,21 @@ def _config(args) -> dict:
             "dtypes": sweep.parse_list(args.dtype, sweep.DTYPES, "-d"),
             "ops": sweep.parse_list(args.op, sweep.OPS, "-o"), "sizes": size_list, "iters": args.iters,
             "warmup": args.warmup, "root": args.root or 0, "seed": args.seed, "device": args.device}
+
+
+# The memory each vendor backend takes; every other backend takes host memory.
+_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
+
+
+def _device_for(backends, device):
+    """--device, or where none is given the memory the backends take (one kind for every backend of the run)."""
+    kinds = {_BACKEND_DEVICE.get(b, "cpu") for b in backends}
+    if device is not None:
+        return device
+    if len(kinds) > 1:
+        raise ValueError(f"--device: backends {', '.join(backends)} take different memory "
+                         f"({', '.join(sorted(kinds))}); run them separately, or name --device")
+    return kinds.pop()
 
 
 def _check_backends(backends, algorithms) -> None:
