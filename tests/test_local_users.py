@@ -222,6 +222,24 @@ def test_file_store_is_private_and_refuses_values_without_the_secret(tmp_path):
     assert all(v.startswith("PermissionError") for v in report.values()), report
 
 
+def test_the_jobs_secret_reaches_a_file_store_handed_to_init(tmp_path):
+    # init(store=FileStore(...), secret=...) or PYCOLL_SECRET: the rendezvous's values are authenticated even
+    # though the FileStore was made without the secret (they were stored bare before).
+    from types import SimpleNamespace
+
+    from pycoll.rendezvous.store import RENDEZVOUS_PREFIX, rendezvous
+
+    path = tmp_path / "store"
+    _, meeting = rendezvous(SimpleNamespace(rank=0, world_size=2), FileStore(path, timeout=5.0), secret=b"job")
+    assert meeting is not None
+    key = f"{RENDEZVOUS_PREFIX}/arrivals"
+    assert int(FileStore(path, timeout=5.0, secret=b"job").get(key)) == 1
+    with pytest.raises(AuthenticationError, match="fails the secret check"):
+        FileStore(path, timeout=5.0, secret=b"another").get(key)
+    own = FileStore(path, timeout=5.0, secret=b"own")
+    assert own.with_secret(b"job") is own  # a store's own secret is kept
+
+
 def test_file_store_refuses_a_directory_others_can_reach(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -516,6 +516,12 @@ class FileStore:
         os.close(user_secret.open_private_directory(
             self.path, follow_symlinks=True, remedy="chmod 700 it, or name a new directory (FileStore creates it)"))
 
+    def with_secret(self, secret):
+        """This store authenticated with ``secret`` where it has none of its own (init's secret or PYCOLL_SECRET
+        reaches a FileStore handed to init, as it reaches the TCP store)."""
+        return self if self._secret is not None or secret is None else FileStore(self.path, self.timeout,
+                                                                                 secret=secret)
+
     def _file(self, raw_key):
         return os.path.join(self.path, hashlib.sha256(raw_key).hexdigest())
 
@@ -717,6 +723,8 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
     more reached the previous rendezvous's server while rank 0 was closing it, and reconnects until the new
     one is up; so does one whose first request that closing server cut off."""
     if store is not None:
+        if isinstance(store, FileStore):
+            store = store.with_secret(secret)
         return None, Rendezvous(store, _next_generation(store, launch.world_size))
     if launch.world_size == 1:
         return None, None

@@ -308,6 +308,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._calls = 0  # collectives called so far (_collective), the same count on every rank
         self._in_call = None
         self._completer = _Completer(self._explain)
+        self._coalesced = None  # the Works issued inside torch's _coalescing_manager(device=...), else None
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -347,7 +348,39 @@ class PycollProcessGroup(dist.ProcessGroup):
         work = PycollWork(value)
         works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
         self._completer.add(works, work, finish, self._in_call)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
         return work
+
+    # -- torch's _coalescing_manager(device=...) ----------------------------------------------------------------
+    # Every collective already starts without waiting, in call order, so a coalesced batch needs no batching of
+    # its own: the ops inside run as they are called, and the Work the manager waits for (or hands back with
+    # async_ops) completes when the last of them has, failing with the first error among them.
+    def _start_coalescing(self, device):
+        if self._coalesced is not None:
+            raise ValueError("_start_coalescing: this group is already coalescing (a coalescing manager is open)")
+        self._coalesced = []
+
+    def _end_coalescing(self, device):
+        if self._coalesced is None:
+            raise ValueError("_end_coalescing: this group is not coalescing (no _start_coalescing before it)")
+        works, self._coalesced = self._coalesced, None
+        whole = PycollWork([w.result() for w in works])
+        left = [len(works)]
+        lock = threading.Lock()
+
+        def one_done(_):
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            whole.complete(next((w.exception() for w in works if w.exception() is not None), None))
+
+        for w in works:
+            w._settle.add_done_callback(one_done)
+        if not works:
+            whole.complete()
+        return whole
 
     # -- a collective one rank cannot serve -------------------------------------------------------------------
     # The rank that refuses its arguments raises at once; the others would wait for it until the group's

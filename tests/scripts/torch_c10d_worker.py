@@ -174,6 +174,30 @@ def the_ops_gloo_has(rank, size):
     t = torch.ones(2)
     dist.all_reduce(t)
     check("all_reduce after the refusals", t, torch.full((2,), float(size)))
+    coalescing_manager(rank, size)
+
+
+def coalescing_manager(rank, size):
+    """torch's _coalescing_manager with a device: the ops inside run, the manager's Work covers them all
+    (blocking, and handed back with async_ops)."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    cpu = torch.device("cpu")
+    a, b = torch.full((3,), rank + 1.0), torch.full((2,), 10.0 * rank)
+    with _coalescing_manager(device=cpu):
+        dist.all_reduce(a)
+        dist.broadcast(b, src=1)
+    check("coalesced all_reduce", a, torch.full((3,), size * (size + 1) / 2))
+    check("coalesced broadcast", b, torch.full((2,), 10.0))
+    outs = [torch.empty(2) for _ in range(size)]
+    c = torch.full((4,), 1.0)
+    with _coalescing_manager(device=cpu, async_ops=True) as cm:
+        dist.all_gather(outs, torch.full((2,), float(rank)))
+        dist.all_reduce(c)
+    cm.wait()
+    check("coalesced async all_gather", torch.stack(outs), torch.arange(size, dtype=torch.float32)[:, None]
+          .expand(size, 2))
+    check("coalesced async all_reduce", c, torch.full((4,), float(size)))
 
 
 scenario = sys.argv[1]
