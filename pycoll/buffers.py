@@ -11,7 +11,6 @@ import numpy as np
 
 from pycoll._bindings.buffer import DLPackTensor, host_view, take_dlpack
 from pycoll.dtypes import DTYPES, dtype_id, unsupported_dtype
-from pycoll.plugins.device_arrays import device_buffer, is_torch_device_tensor
 
 # DLPack device types (DLDeviceType in dlpack.h): what kind of memory a tensor lives in.
 _DLPACK_CPU = 1            # kDLCPU
@@ -95,8 +94,8 @@ def as_buffer(x, *, name: str = "x", writable: bool = False) -> Buffer:
     """A Buffer over x's memory, or TypeError/ValueError naming `name`."""
     if isinstance(x, np.ndarray):
         buf = _from_numpy(x, x, name)
-    elif is_torch_device_tensor(x):  # before DLPack's device query and the CUDA array interface: see there
-        buf = device_buffer(x, name)
+    elif _is_torch_device_tensor(x):  # before DLPack's device query and the CUDA array interface: see there
+        buf = _from_torch_device_tensor(x, name)
     elif hasattr(x, "__cuda_array_interface__"):
         buf = _from_cuda_array_interface(x, name)
     else:
@@ -208,3 +207,61 @@ def _from_npu_tensor(t, name: str) -> Buffer:
     return Buffer(ptr=int(t.data_ptr()), count=int(t.numel()), dtype=dtype_id(dtype_name, name),
                   itemsize=int(t.element_size()), memory="npu", device_id=int(t.device.index or 0),
                   readonly=False, owner=t)
+
+
+# ---- PyTorch device tensors (CUDA, and torch_npu's NPU), checked before the generic paths, because those go
+# wrong on them:
+# - `__dlpack_device__()` of a torch_npu tensor raises in torch (its device is torch's "privateuse1"), so an NPU
+#   tensor is recognised by its `device.type` before anything asks DLPack;
+# - torch's `__cuda_array_interface__` describes bfloat16 as `"<V2"` (older torch: no entry), which is no dtype,
+#   so a CUDA tensor is read through DLPack first, whose dtype codes include bfloat16;
+# - a tensor that requires grad is refused by torch's exporters with torch's own error: pycoll refuses it first,
+#   with a TypeError naming the argument and what to pass instead (writing a collective's result into it behind
+#   autograd's back would be wrong anyway).
+
+
+def _is_torch_device_tensor(x) -> bool:
+    """A torch tensor on a CUDA or NPU device (cheap: no torch import)."""
+    if type(x).__module__.partition(".")[0] != "torch":
+        return False
+    return getattr(getattr(x, "device", None), "type", None) in ("cuda", "npu")
+
+
+def _from_torch_device_tensor(x, name: str):
+    """The Buffer of a torch CUDA or NPU tensor (_is_torch_device_tensor), or TypeError/ValueError naming `name`."""
+    if getattr(x, "requires_grad", False) is True:
+        raise TypeError(f"{name} requires grad: pass {name}.detach() (a collective writes its result in place, "
+                        f"which autograd cannot follow)")
+    if x.device.type == "npu":
+        return _from_npu_tensor(x, name)
+    return _cuda_buffer(x, name)
+
+
+def _capsule(x):
+    """x's DLPack capsule with no stream synchronisation (stream=-1: pycoll queues on torch's current stream
+    itself, vendor.current_stream), the versioned one where torch can give it."""
+    for kwargs in ({"stream": -1, "max_version": (1, 0)}, {"stream": -1}, {}):
+        try:
+            return x.__dlpack__(**kwargs)
+        except TypeError:  # an older torch takes fewer keywords
+            continue
+    return x.__dlpack__()
+
+
+def _cuda_buffer(x, name: str):
+    try:
+        t = take_dlpack(_capsule(x))
+    except Exception as exc:
+        raise TypeError(f"{name}: {type(x).__name__} cannot be exported through DLPack "
+                        f"({type(exc).__name__}: {exc})") from exc
+    if t.device_type not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+        raise TypeError(f"{name}: a CUDA tensor exported DLPack device type {t.device_type}, not CUDA memory")
+    if not t.contiguous:
+        raise _not_contiguous(name, t.byte_strides, t.shape)
+    ident = DTYPES.get(t.dtype)
+    if ident is None:
+        raise unsupported_dtype(t.dtype, name)
+    # torch tensors are always writable (a legacy capsule cannot say so); the tensor keeps its memory alive and
+    # names the stream the collective goes on.
+    return Buffer(ptr=t.address, count=t.count, dtype=ident, itemsize=t.itemsize, memory="cuda",
+                  device_id=t.device_id, readonly=False, owner=x)

@@ -59,7 +59,7 @@ def _start_rank(rank, world, unique_id_hex="", timeout=10.0):
 
 
 def _job_tag(unique_id):
-    """What every segment name of the job carries (native/bootstrap/init_rank.c, segment_name)."""
+    """What every segment name of the job carries (native/bootstrap/init_segments.c, segment_name)."""
     return unique_id[ID_JOB:ID_JOB + 8].hex()
 
 

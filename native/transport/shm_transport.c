@@ -92,8 +92,8 @@ struct shm_transport {
      * over every rank of the job, and a job spread over hosts reaches the absent ones another way). */
     pycoll_p2p_ops_t ops;
     struct pollfd *pidfds;    /* check_liveness: per rank, its pidfd while it is open, else -1 */
-    int64_t next_liveness_ns; /* shm_progress: when it next checks that peers live */
-    int64_t probed_wait;      /* shm_progress: the start of the last wait whose peers were probed */
+    int64_t next_liveness_ns; /* wait_pass: when it next checks that peers live */
+    int64_t probed_wait;      /* wait_pass: the start of the last wait whose peers were probed */
 };
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -412,35 +412,57 @@ static void check_parked_headers(shm_transport_t *t)
     }
 }
 
-pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
+/* One pass of a wait that began at started_ns, never sleeping: moves every ring; when nothing moved, tells the
+ * peers concerned which collective this rank is in once the wait is long (once per wait), reports the timeout at
+ * the deadline and, every LIVENESS_EVERY_NS, checks that the peers live. Returns whether anything moved. The one
+ * pass of both shm_wait_until (which sleeps between passes) and ops->progress (the routed transport's). A peer
+ * another transport reaches (absent here) may be the one waited for: its owner reports its timeout. */
+static int wait_pass(shm_transport_t *t, const shm_wait_cond_t *cond, int64_t started_ns)
 {
     pycoll_p2p_t *p2p = &t->base;
     check_parked_headers(t);
+    if (progress_all(t))
+        return 1;
+    if (p2p->status != PYCOLL_OK)
+        return 0;
+    const int32_t waited = cond->pending_peer(cond->arg);
+    if (waited < 0 && cond->ready(cond->arg)) {
+        t->waiting_for = -1;
+        return 0; /* a wait already over (the routed transport's other child completed it) reports nothing */
+    }
+    const int64_t now = pycoll_now_ns();
+    const int long_wait = now - started_ns >= PYCOLL_PROBE_AFTER_NS;
+    t->waiting_for = long_wait ? waited : -1;
+    if (long_wait && t->probed_wait != started_ns) {
+        t->probed_wait = started_ns;
+        cond->probe(cond->arg);
+    }
+    if (now >= p2p->deadline_ns && (waited < 0 || t->peers[waited].state != PEER_ABSENT)) {
+        pycoll_frame_timeout(p2p, waited, waited >= 0 ? t->peers[waited].q.waits_for_slot : 0,
+                             waited >= 0 ? t->peers[waited].q.waits_for : -1);
+        return 0;
+    }
+    if (now >= t->next_liveness_ns) {
+        t->next_liveness_ns = now + LIVENESS_EVERY_NS;
+        check_liveness(t);
+    }
+    return 0;
+}
+
+pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
+{
+    pycoll_p2p_t *p2p = &t->base;
     const int64_t started = pycoll_now_ns();
     idle_wait_t idle = idle_wait_start(p2p, started);
-    int64_t next_check = started + LIVENESS_EVERY_NS, next_interrupt = started + INTERRUPT_EVERY_NS;
-    int probed = 0;
+    int64_t next_interrupt = started + INTERRUPT_EVERY_NS;
     while (p2p->status == PYCOLL_OK && !cond->ready(cond->arg)) {
-        if (progress_all(t)) {
+        if (wait_pass(t, cond, started)) {
             idle_wait_moved(&idle);
             continue;
         }
-        int64_t now = pycoll_now_ns();
-        if (!probed && now - started >= PYCOLL_PROBE_AFTER_NS) {
-            probed = 1;
-            t->waiting_for = cond->pending_peer(cond->arg);
-            cond->probe(cond->arg);
-        }
-        if (now >= p2p->deadline_ns) {
-            const int32_t waited = cond->pending_peer(cond->arg);
-            pycoll_frame_timeout(p2p, waited, waited >= 0 ? t->peers[waited].q.waits_for_slot : 0,
-                                 waited >= 0 ? t->peers[waited].q.waits_for : -1);
+        if (p2p->status != PYCOLL_OK)
             break;
-        }
-        if (now >= next_check) {
-            next_check = now + LIVENESS_EVERY_NS;
-            check_liveness(t);
-        }
+        int64_t now = pycoll_now_ns();
         if (now >= next_interrupt) {
             next_interrupt = now + INTERRUPT_EVERY_NS;
             if (idle_wait_interrupted(p2p))
@@ -495,35 +517,14 @@ static pycoll_status_t shm_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     return shm_wait_until(impl(p2p), &cond);
 }
 
-/* ops->progress (p2p.h): one pass of shm_wait that never sleeps. reqs may include requests to peers another
- * transport reaches (absent here): they count for whom this rank waits, and their owner reports their timeout. */
+/* ops->progress (p2p.h): one pass of shm_wait. */
 static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns)
 {
-    shm_transport_t *t = impl(p2p);
     if (p2p->status != PYCOLL_OK)
         return 0;
-    check_parked_headers(t);
-    if (progress_all(t))
-        return 1;
-    const int32_t waited = pycoll_first_pending_peer(reqs, n);
-    t->waiting_for = -1;
-    if (waited < 0 || p2p->status != PYCOLL_OK)
-        return 0;
-    int64_t now = pycoll_now_ns();
-    if (now - started_ns >= PYCOLL_PROBE_AFTER_NS) {
-        t->waiting_for = waited;
-        if (t->probed_wait != started_ns) {
-            t->probed_wait = started_ns; /* once per wait, as shm_wait */
-            pycoll_probe_peers(&t->base, reqs, n, t->peers, sizeof *t->peers, tell, t);
-        }
-    }
-    if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
-        pycoll_frame_timeout(p2p, waited, t->peers[waited].q.waits_for_slot, t->peers[waited].q.waits_for);
-    if (now >= t->next_liveness_ns) {
-        t->next_liveness_ns = now + LIVENESS_EVERY_NS;
-        check_liveness(t);
-    }
-    return 0;
+    request_wait_t w = {impl(p2p), reqs, n};
+    shm_wait_cond_t cond = {requests_complete, request_pending_peer, probe_request_peers, &w};
+    return wait_pass(impl(p2p), &cond, started_ns);
 }
 
 /* ---- closing ---- */

@@ -62,7 +62,7 @@ typedef struct tcp_transport {
     int finalizing;       /* in finalize: peers closing is expected; any data left unreceived is a mismatch */
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
-    int64_t probed_wait;  /* tcp_progress: the start of the last wait whose peers were probed */
+    int64_t probed_wait;  /* wait_pass: the start of the last wait whose peers were probed */
 } tcp_transport_t;
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
@@ -407,49 +407,68 @@ static void on_events(tcp_transport_t *t, const struct epoll_event *events, int 
     }
 }
 
+/* One pass of a wait that began at started_ns: acts on what epoll reports within timeout_ms (0: never sleeps);
+ * when nothing came, tells the peers waited for which collective this rank is in once the wait is long (once per
+ * wait) and reports the timeout at the deadline. Returns epoll_wait's count: > 0 when something moved, -1 when a
+ * signal interrupted it. The one pass of both tcp_wait (which chooses how long each pass may sleep) and
+ * ops->progress (the routed transport's). reqs may include requests to peers another transport reaches (absent
+ * here): they count for whom this rank waits, and their owner reports their timeout. */
+static int wait_pass(tcp_transport_t *t, pycoll_request_t *const *reqs, int n, int64_t started_ns, int timeout_ms)
+{
+    pycoll_p2p_t *p2p = &t->base;
+    struct epoll_event events[64];
+    check_parked_headers(t);
+    int k = epoll_wait(t->epfd, events, 64, timeout_ms);
+    if (k < 0 && errno != EINTR) {
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
+        return k;
+    }
+    if (k > 0) {
+        on_events(t, events, k);
+        return k;
+    }
+    const int32_t waited = pycoll_first_pending_peer(reqs, n);
+    t->waiting_for = -1;
+    if (waited < 0)
+        return k;
+    int64_t now = pycoll_now_ns();
+    if (now - started_ns >= PROBE_AFTER_NS) {
+        t->waiting_for = waited;
+        if (t->probed_wait != started_ns) {
+            t->probed_wait = started_ns;
+            probe_peers(t, reqs, n);
+        }
+    }
+    if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
+        fail_timeout(t, reqs, n);
+    return k;
+}
+
 static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     tcp_transport_t *t = impl(p2p);
-    struct epoll_event events[64];
-    check_parked_headers(t);
     /* Polling first saves the sleep/wake-up of a blocking epoll_wait (tens of microseconds, more than a small
      * message takes to arrive); it is only worth it while the ranks are not short of cores. */
     const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
-    int probed = 0;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
-        int64_t now = pycoll_now_ns();
-        if (!probed && now - started >= PROBE_AFTER_NS) {
-            probed = 1;
-            probe_peers(t, reqs, n);
-            continue;
-        }
-        int64_t left_ns = p2p->deadline_ns - now;
-        if (left_ns <= 0) {
-            fail_timeout(t, reqs, n);
-            break;
-        }
+        int64_t now = pycoll_now_ns(), left_ns = p2p->deadline_ns - now;
         /* Cap each sleep so a deadline is noticed promptly even without events. */
-        int timeout_ms = (int)(left_ns / 1000000 + 1);
-        if (timeout_ms > 100)
-            timeout_ms = 100;
+        int timeout_ms = left_ns <= 0 ? 0 : left_ns >= 100000000 ? 100 : (int)(left_ns / 1000000 + 1);
         const int spinning = now < spin_until;
         if (spinning)
             timeout_ms = 0;
-        int k = epoll_wait(t->epfd, events, 64, timeout_ms);
+        int k = wait_pass(t, reqs, n, started, timeout_ms);
+        if (p2p->status != PYCOLL_OK)
+            break;
         /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
         if (spinning && k == 0)
             sched_yield();
-        if (k < 0 && errno != EINTR) {
-            pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
-            break;
-        }
         if (p2p->check_interrupt && (k < 0 || (k == 0 && timeout_ms > 0)) &&
             p2p->check_interrupt(p2p->interrupt_ctx)) {
             pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
                             (int)p2p->rank);
             break;
         }
-        on_events(t, events, k);
     }
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
@@ -459,39 +478,13 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     return PYCOLL_OK;
 }
 
-/* ops->progress (p2p.h): one pass of tcp_wait that never sleeps. reqs may include requests to peers another
- * transport reaches (absent here): they count for whom this rank waits, and their owner reports their timeout. */
+/* ops->progress (p2p.h): one pass of tcp_wait that never sleeps. */
 static int tcp_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns)
 {
     tcp_transport_t *t = impl(p2p);
-    struct epoll_event events[64];
     if (p2p->status != PYCOLL_OK || t->epfd < 0)
         return 0;
-    check_parked_headers(t);
-    int k = epoll_wait(t->epfd, events, 64, 0);
-    if (k < 0 && errno != EINTR) {
-        pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_wait: %s", strerror(errno));
-        return 0;
-    }
-    if (k > 0) {
-        on_events(t, events, k);
-        return 1;
-    }
-    const int32_t waited = pycoll_first_pending_peer(reqs, n);
-    t->waiting_for = -1;
-    if (waited < 0)
-        return 0;
-    int64_t now = pycoll_now_ns();
-    if (now - started_ns >= PROBE_AFTER_NS) {
-        t->waiting_for = waited;
-        if (t->probed_wait != started_ns) {
-            t->probed_wait = started_ns; /* once per wait, as tcp_wait */
-            probe_peers(t, reqs, n);
-        }
-    }
-    if (now >= p2p->deadline_ns && t->peers[waited].state != PEER_ABSENT)
-        fail_timeout(t, reqs, n);
-    return 0;
+    return wait_pass(t, reqs, n, started_ns, 0) > 0;
 }
 
 /* Blocking write with a deadline, for the abort path only. */

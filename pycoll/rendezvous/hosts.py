@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pycoll.rendezvous.store import gather
+from pycoll.rendezvous.store_gather import gather
 
 HOSTS_KEY = "pycoll/hosts"
 

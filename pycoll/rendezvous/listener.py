@@ -1,4 +1,4 @@
-"""The non-blocking server core shared by the rendezvous store (store.py) and the peer listeners
+"""The non-blocking server core shared by the rendezvous store (store_server.py) and the peer listeners
 (connections.py): one thread, one selector, every handshake a state machine (handshake.ServerHandshake), so
 thousands of silent connections cost a few hundred bytes each and no thread.
 

@@ -1,0 +1,140 @@
+/* pycoll_comm_init_rank's connections: the loop that accepts and authenticates connections on a listener
+ * while watching established ones (registration and the mesh both wait in it), and the connecting side. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap/init_rank.h"
+
+void init_note_dropped(boot_state_t *s, const char *why)
+{
+    s->dropped++;
+    snprintf(s->dropped_why, sizeof s->dropped_why, "%.120s", why);
+}
+
+void init_dropped_clause(const boot_state_t *s, char *out, size_t len)
+{
+    if (s->dropped)
+        snprintf(out, len, "; %d connection%s dropped (last: %s)", s->dropped, s->dropped == 1 ? "" : "s",
+                 s->dropped_why);
+    else
+        out[0] = 0;
+}
+
+pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
+                                  const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what)
+{
+    boot_conn_t *pending = calloc(MAX_PENDING, sizeof *pending);
+    struct pollfd *fds = calloc((size_t)(1 + MAX_PENDING + n_watch), sizeof *fds);
+    int *watching = malloc((size_t)(n_watch > 0 ? n_watch : 1) * sizeof *watching);
+    pycoll_status_t st = PYCOLL_OK;
+    int n = 0;
+    if (!pending || !fds || !watching)
+        st = init_fail(s, PYCOLL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; watching && i < n_watch; i++)
+        watching[i] = watch[i];
+    while (st == PYCOLL_OK && !done(s)) {
+        double now = boot_now(), wake = s->deadline;
+        if (now >= s->deadline) {
+            st = init_fail(s, PYCOLL_ERR_TIMEOUT, "%s", timeout_what);
+            break;
+        }
+        if (boot_should_stop()) {
+            st = init_fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            wake = pending[i].deadline < wake ? pending[i].deadline : wake;
+        int nfds = 0;
+        fds[nfds++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+        for (int32_t i = 0; i < n_watch; i++)
+            fds[nfds++] = (struct pollfd){.fd = watching[i], .events = POLLIN};
+        if (wake - now > BOOT_CHECK_S)
+            wake = now + BOOT_CHECK_S;
+        int k = poll(fds, (nfds_t)nfds, (int)((wake - now) * 1000) + 1);
+        if (k < 0 && errno != EINTR) {
+            st = init_fail(s, PYCOLL_ERR_SYSTEM, "poll: %s", strerror(errno));
+            break;
+        }
+        for (int32_t i = 0; i < n_watch && st == PYCOLL_OK; i++)
+            if (watching[i] >= 0 && fds[1 + n + i].revents) {
+                int stop = 0;
+                st = on_watch(s, watching[i], i, &stop);
+                if (stop)
+                    watching[i] = -1;
+            }
+        now = boot_now();
+        for (int i = 0; i < n && st == PYCOLL_OK;) {
+            char why[160];
+            int r = now > pending[i].deadline ? -1 : boot_server_step(&pending[i], &s->auth, kind, extra, why,
+                                                                     sizeof why);
+            if (now > pending[i].deadline)
+                snprintf(why, sizeof why, "silent for %.0f s during the handshake", BOOT_HANDSHAKE_S);
+            if (r == 0) {
+                i++;
+                continue;
+            }
+            int taken = 0;
+            if (r > 0)
+                st = admit(s, &pending[i], &taken);
+            else
+                init_note_dropped(s, why);
+            if (!taken)
+                close(pending[i].fd);
+            pending[i] = pending[--n];
+        }
+        /* A flood of silent connections must not keep a rank out: at the bound the oldest handshake makes room
+         * (a rank it evicts connects again; a rank's own handshake takes milliseconds). */
+        for (int accepted = 0, fd; st == PYCOLL_OK && (fds[0].revents & POLLIN) && accepted < MAX_PENDING &&
+                                   (fd = boot_accept(listen_fd)) >= 0;
+             accepted++) {
+            if (n == MAX_PENDING) {
+                int oldest = -1;
+                for (int i = 0; i < n; i++)
+                    if (!boot_conn_authenticated(&pending[i]) &&
+                        (oldest < 0 || pending[i].deadline < pending[oldest].deadline))
+                        oldest = i;
+                if (oldest < 0) { /* every one of them is a rank of the job: never dropped */
+                    close(fd);
+                    break;
+                }
+                close(pending[oldest].fd);
+                init_note_dropped(s, "evicted while too many connections were in their handshake");
+                pending[oldest] = pending[--n];
+            }
+            boot_conn_start(&pending[n++], fd, now);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        close(pending[i].fd);
+    free(pending);
+    free(fds);
+    free(watching);
+    return st;
+}
+
+/* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
+ * a connection closed before the ACK is worth another try, until the deadline. */
+pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
+                                                  const char *what, int *fd)
+{
+    const struct timespec pause = {0, 20 * 1000 * 1000};
+    for (;;) {
+        pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
+        if (st == PYCOLL_OK)
+            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, s->error,
+                                       BOOT_ERROR_LEN);
+        if (st == PYCOLL_ERR_PEER_FAILURE && boot_should_stop())
+            return init_fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
+        if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline)
+            return st;
+        init_close_fd(fd);
+        nanosleep(&pause, NULL);
+    }
+}
