@@ -1,17 +1,18 @@
 """Names of the algorithms and accuracy modes and their ids, bound from the C ABI (pycoll._bindings.abi), and
-which algorithms each collective has (native/algorithms/decision.c's tables)."""
+which algorithms each collective has (the algorithm table, native/algorithms/table.c)."""
 
 import os
 
-from pycoll._bindings.abi import ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES
+from pycoll._bindings.abi import (ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES, HOST_ALGORITHMS,
+                                  NATIVE_ALGORITHMS)
 
-__all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "NATIVE_ONLY", "algorithm_name",
-           "default_algorithm", "accuracy_name", "segment_bytes_from_env"]
+__all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "HOST_ALGORITHMS", "NATIVE_ONLY",
+           "algorithm_name", "default_algorithm", "accuracy_name", "segment_bytes_from_env"]
 
 ACCURACY_ALIASES = {"kahan": "compensated"}
 # Algorithms a transport runs itself (p2p.h's native collectives), so only backends over that transport have
 # them: "shm", the shared-memory transport's collectives.
-NATIVE_ONLY = ("shm",)
+NATIVE_ONLY = NATIVE_ALGORITHMS
 
 
 def algorithm_name(algorithm, default="auto") -> str:

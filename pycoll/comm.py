@@ -16,8 +16,8 @@ import numpy as np
 
 from pycoll import plugins
 from pycoll.rendezvous import launch_env
-from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, accuracy_name, algorithm_name,
-                               default_algorithm)
+from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, COLL_ALGORITHMS, accuracy_name,
+                               algorithm_name, default_algorithm)
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
@@ -112,8 +112,12 @@ class Communicator:
                 dtypes[np.dtype(name).name] = DTYPE_IDS[name]
             except TypeError:  # a dtype NumPy does not know without ml_dtypes (bfloat16): the general path's
                 pass
+        # The fast path takes one table for all_reduce and reduce_scatter: a name both map to the same id ("auto"
+        # differs where PYCOLL_ALGORITHM names an all-reduce-only algorithm: the general path handles it then).
+        all_reduce, reduce_scatter = (accepted(lambda name, c=c: self._algorithm(name, c), ["auto", *ALGORITHMS],
+                                               ALGORITHMS) for c in ("all_reduce", "reduce_scatter"))
         return {"ops": accepted(self._op, OP_NAMES, range(len(OP_NAMES))),
-                "algorithms": accepted(self._algorithm, ["auto", *ALGORITHMS], ALGORITHMS),
+                "algorithms": {name: i for name, i in all_reduce.items() if reduce_scatter.get(name, i) == i},
                 "accuracies": accepted(self._accuracy, [*ACCURACIES, *ACCURACY_ALIASES], ACCURACIES),
                 "dtypes": dtypes}
 
@@ -162,8 +166,11 @@ class Communicator:
             raise ValueError(f"op: backend {self.backend!r} does not support {OP_NAMES[oid]!r}")
         return oid
 
-    def _algorithm(self, algorithm):
-        name = algorithm_name(algorithm, self._default_algorithm)
+    def _algorithm(self, algorithm, collective):
+        # PYCOLL_ALGORITHM stands for "auto" only where the collective has it (e.g. recursive_doubling is an
+        # all-reduce only); a name the caller passes is the caller's, refused by a collective without it.
+        default = self._default_algorithm
+        name = algorithm_name(algorithm, default if default in COLL_ALGORITHMS[collective] else "auto")
         if name not in self._backend.algorithms:
             raise ValueError(f"algorithm: backend {self.backend!r} does not support {name!r}; "
                              f"it has {', '.join(self._backend.algorithms)}")
@@ -270,7 +277,7 @@ class Communicator:
         engine = self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
         recv = self._result_buffer(send, out, "all_reduce")
-        args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
+        args = (send, recv, self._op(op), self._algorithm(algorithm, "all_reduce"), self._accuracy(accuracy))
         result = x if out is None else out
         if self._async(async_op):
             return self._start("all_reduce", args, result, (x, out))
@@ -288,7 +295,7 @@ class Communicator:
             return out
         engine = self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="x", what="reduce_scatter")
-        args = (send, recv, self._op(op), self._algorithm(algorithm), self._accuracy(accuracy))
+        args = (send, recv, self._op(op), self._algorithm(algorithm, "reduce_scatter"), self._accuracy(accuracy))
         if self._async(async_op):
             return self._start("reduce_scatter", args, out, (x, out))
         self.last_algorithm = self._run(engine.reduce_scatter, *args)
@@ -343,7 +350,7 @@ class Communicator:
         """Return once every rank has entered the barrier (with async_op=True: a Work that completes then)."""
         if self._async(async_op):
             return self._start("barrier", (), None, None)
-        self._run(self._engine_or_raise().barrier)
+        self.last_algorithm = self._run(self._engine_or_raise().barrier)
 
     # -- point to point ---------------------------------------------------------------------------------------
     def _peer(self, peer, name):

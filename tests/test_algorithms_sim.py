@@ -423,15 +423,12 @@ def test_auto_runs_the_chosen_algorithm():
 
 
 @pytest.mark.timeout(30)
-def test_a_collective_without_the_algorithm_falls_back_to_its_first():
-    """recursive_doubling exists only as an all-reduce: reduce_scatter runs its table's fallback, the ring;
-    the gathers and rooted collectives have the ring only (decision.c)."""
+def test_a_collective_without_the_algorithm_refuses_it_naming_what_it_has():
+    """recursive_doubling exists only as an all-reduce: reduce_scatter refuses it before anything is sent (no
+    silent fallback), and says which it runs as. (The other collectives take no algorithm argument.)"""
     inputs = integer_inputs(4, 8, np.int32, "sum")
-    ran = []
-    outs = simulate("reduce_scatter", inputs, algorithm="recursive_doubling", algorithms_out=ran)
-    assert ran == ["ring"] * 4
-    want = expected(inputs, np.int32, "sum")
-    for r, out in enumerate(outs):
-        np.testing.assert_array_equal(out, want[2 * r:2 * r + 2])
-    simulate("all_gather", inputs, algorithm="mesh", algorithms_out=ran)
-    assert ran == ["ring"] * 4
+    with pytest.raises(ValueError) as info:
+        simulate("reduce_scatter", inputs, algorithm="recursive_doubling")
+    for e in info.value.rank_errors:
+        assert isinstance(e, ValueError), info.value.rank_errors
+        assert "recursive_doubling has no reduce_scatter; it runs as ring, halving_doubling, mesh" in str(e)

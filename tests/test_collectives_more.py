@@ -25,11 +25,13 @@ def uneven(size, scale):
     return [0 if (r == 1 and size > 2) else scale * (r + 1) + r for r in range(size)]
 
 
-def test_new_collectives_have_ids_after_the_old_ones_and_one_schedule_each():
+def test_new_collectives_have_ids_after_the_old_ones_and_their_schedules():
     ids = [abi.COLLECTIVES[c] for c in NEW]
     assert ids == list(range(ids[0], ids[0] + len(NEW))) and ids[0] > abi.COLLECTIVES["barrier"]
-    for coll in NEW:  # all_to_all also runs as the shared-memory transport's own
-        assert COLL_ALGORITHMS[coll] == (("ring", "shm") if coll == "all_to_all" else ("ring",))
+    # all_to_all also runs as the shared-memory transport's own; gather and scatter as a tree or flat by size
+    want = {"all_to_all": ("pairwise", "shm"), "gather": ("binomial_tree", "flat"),
+            "scatter": ("binomial_tree", "flat"), "all_gather_v": ("ring",), "reduce_scatter_v": ("ring",)}
+    assert {coll: COLL_ALGORITHMS[coll] for coll in NEW} == want
 
 
 # -- simulator: N = 1..8 ------------------------------------------------------------------------------------
@@ -127,6 +129,40 @@ def test_new_collectives_exact_over_processes(backend, n, no_segment_left):
     for r, rep in _run(n, "exact", backend, env, timeout=60).items():
         assert rep.get("ok"), rep
         assert rep["backend"] == backend
+
+
+def _expected_algorithms(backend, size):
+    """What each collective must report running (the algorithm table, table.c, and its decision)."""
+    shm = backend == "shm"
+    want = {}
+    for n in (8, 1 << 15):
+        small = size * n * 4 <= 64 * 1024  # the trees' bound, on the bytes at the root
+        want |= {f"broadcast {n}": "shm" if shm else "binomial_tree",
+                 f"reduce {n}": "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
+                 f"all_gather {n}": "ring", f"all_gather_v {n}": "ring", f"reduce_scatter_v {n}": "ring",
+                 f"all_to_all {n}": "shm" if shm else "pairwise",
+                 f"gather {n}": "binomial_tree" if small else "flat", f"scatter {n}": "binomial_tree" if small else "flat",
+                 f"barrier {n}": "shm" if shm else "dissemination"}
+        for name in COLL_ALGORITHMS["all_reduce"]:
+            if name == "shm" and not shm:
+                continue
+            want[f"all_reduce {n} {name}"] = name
+            want[f"reduce_scatter {n} {name}"] = name if name in COLL_ALGORITHMS["reduce_scatter"] else "refused"
+    return want
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["tcp", "shm"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_last_algorithm_names_what_ran_for_every_collective_over_processes(backend, n, no_segment_left):
+    want = _expected_algorithms(backend, n)
+    for r, rep in _run(n, "last_algorithm", backend, timeout=60).items():
+        assert rep.get("ok"), rep
+        ran = rep["ran"]
+        auto = {k: ran.pop(k) for k in list(ran) if k.endswith(" auto")}
+        assert ran == want, (r, {k: (ran.get(k), want.get(k)) for k in set(ran) | set(want) if ran.get(k) != want.get(k)})
+        for key, name in auto.items():  # auto reports the entry it resolved to, one the collective has
+            assert name in COLL_ALGORITHMS[key.split()[0]], (key, name)
 
 
 @pytest.mark.timeout(150)

@@ -23,13 +23,24 @@ def test_each_collective_lists_the_algorithms_it_has():
     assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling",
                                              "hierarchical", "shm")
     assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh")
-    for coll in ("all_gather", "reduce"):
+    for coll in ("all_gather", "all_gather_v", "reduce_scatter_v"):
         assert COLL_ALGORITHMS[coll] == ("ring",)
-    for coll in ("broadcast", "barrier"):  # the shared-memory transport runs its own
-        assert COLL_ALGORITHMS[coll] == ("ring", "shm")
+    assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather")
+    for coll in ("gather", "scatter"):
+        assert COLL_ALGORITHMS[coll] == ("binomial_tree", "flat")
+    # the shared-memory transport runs its own, listed last: never a collective's fallback
+    assert COLL_ALGORITHMS["broadcast"] == ("binomial_tree", "shm")
+    assert COLL_ALGORITHMS["barrier"] == ("dissemination", "shm")
+    assert COLL_ALGORITHMS["all_to_all"] == ("pairwise", "shm")
     assert set(COLL_ALGORITHMS) == set(abi.COLLECTIVES)
     for algorithms in COLL_ALGORITHMS.values():
         assert "auto" not in algorithms and set(algorithms) <= set(ALGORITHMS)
+    # every algorithm serves some collective: no name without a schedule
+    assert {a for algorithms in COLL_ALGORITHMS.values() for a in algorithms} == set(ALGORITHMS) - {"auto"}
+
+
+def test_algorithm_traits_come_from_the_table():
+    assert abi.NATIVE_ALGORITHMS == ("shm",) and abi.HOST_ALGORITHMS == ("hierarchical",)
 
 
 def test_comm_create_refuses_a_transport_of_another_p2p_version():

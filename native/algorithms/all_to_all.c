@@ -9,7 +9,7 @@
 
 enum { ALL_TO_ALL_IN_FLIGHT = 8 };
 
-pycoll_status_t all_to_all_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+pycoll_status_t pairwise_all_to_all(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;

@@ -3,7 +3,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 
-pycoll_status_t barrier_run(coll_ctx_t *ctx)
+pycoll_status_t dissemination_barrier(coll_ctx_t *ctx)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;

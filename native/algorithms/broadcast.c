@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-pycoll_status_t broadcast_run(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root)
+pycoll_status_t binomial_tree_broadcast(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_collective_args(p2p, "broadcast", buf, count, dtype, PYCOLL_SUM);

@@ -5,6 +5,7 @@
  * most messages, still wins for large buffers. The textbook counts miss what an implementation adds (the
  * ring's per-step synchronisation, mesh's N-1 streams sharing a link), so each algorithm's latency and
  * bandwidth parts carry a factor fitted to measured times. */
+#include "algorithms/table.h"
 #include "pycoll/comm.h"
 
 #include <math.h>
@@ -23,7 +24,7 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
      * the ring takes over from about 1.5 MiB, not above 4 MiB. A model linear in the bytes, with factors
      * shared by every world size, cannot have both (at 2 ranks and 4 MiB the ring measured 8.5 ms, slower
      * per byte than its 64 ms at 64 MiB). */
-    static const double latency[PYCOLL_NUM_ALGOS] = {
+    static const double latency[PYCOLL_COST_MODEL_ALGOS] = {
         [PYCOLL_ALGO_RING] = 2.5,
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.25,
         [PYCOLL_ALGO_MESH] = 1.0,
@@ -33,14 +34,14 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
          * model (pycoll/plugins/shm.py). */
         [PYCOLL_ALGO_SHM] = 0.05,
     };
-    static const double bandwidth[PYCOLL_NUM_ALGOS] = {
+    static const double bandwidth[PYCOLL_COST_MODEL_ALGOS] = {
         [PYCOLL_ALGO_RING] = 1.8,
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.8,
         [PYCOLL_ALGO_MESH] = 10.0,
         [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 3.5,
         [PYCOLL_ALGO_SHM] = 0.5,
     };
-    for (int a = 0; a < PYCOLL_NUM_ALGOS; a++) {
+    for (int a = 0; a < PYCOLL_COST_MODEL_ALGOS; a++) {
         model->latency_scale[a] = latency[a];
         model->bandwidth_scale[a] = bandwidth[a];
     }
@@ -59,62 +60,106 @@ static int32_t pow2_floor(int32_t n)
     return p;
 }
 
+/* Non-powers of two fold in and out: one extra exchange of the whole buffer in, one out, one extra reduction.
+ * Sets the power of two below size, its log2, and the fold's terms. */
+static void fold_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *p, double *steps,
+                       double *fold_latency, double *fold_bandwidth)
+{
+    const double n = (double)nbytes;
+    *p = pow2_floor(size);
+    *steps = log2(*p);
+    *fold_latency = *p == size ? 0.0 : 2.0 * model->alpha_s;
+    *fold_bandwidth = *p == size ? 0.0 : 2.0 * n * model->beta_s_per_byte + n * model->gamma_s_per_byte;
+}
+
+void ring_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
+                     double *bandwidth_s)
+{
+    const double N = size, n = (double)nbytes;
+    *latency_s = 2.0 * (N - 1) * model->alpha_s;
+    /* At the default segment size: a communicator with another one is predicted as with the default (the
+     * exposed last segment matters only where the ring wins by far anyway). */
+    *bandwidth_s = 2.0 * (N - 1) / N * n * model->beta_s_per_byte +
+                   fmin(n / N, (double)PYCOLL_DEFAULT_SEGMENT_BYTES) * model->gamma_s_per_byte;
+}
+
+void halving_doubling_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
+                                 double *bandwidth_s)
+{
+    double p, steps, fold_latency, fold_bandwidth;
+    fold_terms(model, size, nbytes, &p, &steps, &fold_latency, &fold_bandwidth);
+    const double n = (double)nbytes;
+    *latency_s = 2.0 * steps * model->alpha_s + fold_latency;
+    *bandwidth_s = 2.0 * (p - 1) / p * n * model->beta_s_per_byte + (p - 1) / p * n * model->gamma_s_per_byte +
+                   fold_bandwidth;
+}
+
+void mesh_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
+                     double *bandwidth_s)
+{
+    const double N = size, n = (double)nbytes, a = model->alpha_s;
+    /* Two rounds, but N-1 messages leave each rank per round: their start-up costs add up on the sender
+     * (counted here as a quarter of alpha each) and the N-1 streams share one link. */
+    *latency_s = 2.0 * a + 2.0 * (N - 2) * 0.25 * a;
+    *bandwidth_s = 2.0 * (N - 1) / N * n * model->beta_s_per_byte + (N - 1) / N * n * model->gamma_s_per_byte;
+}
+
+void recursive_doubling_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes,
+                                   double *latency_s, double *bandwidth_s)
+{
+    double p, steps, fold_latency, fold_bandwidth;
+    fold_terms(model, size, nbytes, &p, &steps, &fold_latency, &fold_bandwidth);
+    const double n = (double)nbytes;
+    *latency_s = steps * model->alpha_s + fold_latency;
+    *bandwidth_s = steps * (n * model->beta_s_per_byte + n * model->gamma_s_per_byte) + fold_bandwidth;
+}
+
+/* On one host hierarchical has no textbook terms of its own (it is the ring there): only the host-aware
+ * prediction below weighs it. */
+void hierarchical_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
+                             double *bandwidth_s)
+{
+    (void)model, (void)size, (void)nbytes;
+    *latency_s = *bandwidth_s = INFINITY;
+}
+
+void shm_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
+                    double *bandwidth_s)
+{
+    const double N = size, n = (double)nbytes;
+    /* The shared-memory transport's own (shm_collectives.c): two flag synchronisations (no messages), each
+     * rank copies the others' ranges in and out once and reduces its own range over all N inputs. */
+    *latency_s = 2.0 * model->alpha_s;
+    *bandwidth_s = 2.0 * (N - 1) / N * n * model->beta_s_per_byte + n * model->gamma_s_per_byte;
+}
+
 void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm, int32_t size,
                                   int64_t nbytes, double *latency_s, double *bandwidth_s)
 {
     *latency_s = *bandwidth_s = 0.0;
     if (size <= 1)
         return;
-    const double a = model->alpha_s, b = model->beta_s_per_byte, g = model->gamma_s_per_byte;
-    const double N = size, n = (double)nbytes;
-    const double p = pow2_floor(size), steps = log2(p);
-    /* Non-powers of two: one extra exchange of the whole buffer in, one out, one extra reduction. */
-    const double fold_latency = p == size ? 0.0 : 2.0 * a;
-    const double fold_bandwidth = p == size ? 0.0 : 2.0 * n * b + n * g;
-    switch (algorithm) {
-    case PYCOLL_ALGO_RING:
-        *latency_s = 2.0 * (N - 1) * a;
-        /* At the default segment size: a communicator with another one is predicted as with the default (the
-         * exposed last segment matters only where the ring wins by far anyway). */
-        *bandwidth_s = 2.0 * (N - 1) / N * n * b + fmin(n / N, (double)PYCOLL_DEFAULT_SEGMENT_BYTES) * g;
-        return;
-    case PYCOLL_ALGO_HALVING_DOUBLING:
-        *latency_s = 2.0 * steps * a + fold_latency;
-        *bandwidth_s = 2.0 * (p - 1) / p * n * b + (p - 1) / p * n * g + fold_bandwidth;
-        return;
-    case PYCOLL_ALGO_MESH:
-        /* Two rounds, but N-1 messages leave each rank per round: their start-up costs add up on the sender
-         * (counted here as a quarter of alpha each) and the N-1 streams share one link. */
-        *latency_s = 2.0 * a + 2.0 * (N - 2) * 0.25 * a;
-        *bandwidth_s = 2.0 * (N - 1) / N * n * b + (N - 1) / N * n * g;
-        return;
-    case PYCOLL_ALGO_RECURSIVE_DOUBLING:
-        *latency_s = steps * a + fold_latency;
-        *bandwidth_s = steps * (n * b + n * g) + fold_bandwidth;
-        return;
-    case PYCOLL_ALGO_SHM:
-        /* The shared-memory transport's own (shm_collectives.c): two flag synchronisations (no messages), each
-         * rank copies the others' ranges in and out once and reduces its own range over all N inputs. */
-        *latency_s = 2.0 * a;
-        *bandwidth_s = 2.0 * (N - 1) / N * n * b + n * g;
-        return;
-    default:
+    const coll_algorithm_t *a = algorithm_entry(algorithm);
+    if (a && a->cost_terms)
+        a->cost_terms(model, size, nbytes, latency_s, bandwidth_s);
+    else
         *latency_s = *bandwidth_s = INFINITY;
-    }
 }
 
-/* A factor of 0 is the textbook formula's 1 (see algorithms.h). */
-static double scale_or_one(double factor) { return factor > 0.0 ? factor : 1.0; }
+/* A factor of 0 is the textbook formula's 1 (see algorithms.h); ids past the model's slots have none. */
+static double scale_or_one(const double *factors, pycoll_algorithm_t algorithm)
+{
+    const double factor = (unsigned)algorithm < PYCOLL_COST_MODEL_ALGOS ? factors[algorithm] : 0.0;
+    return factor > 0.0 ? factor : 1.0;
+}
 
 double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm, int32_t size,
                                    int64_t nbytes)
 {
     double latency_s, bandwidth_s;
     pycoll_all_reduce_cost_terms(model, algorithm, size, nbytes, &latency_s, &bandwidth_s);
-    if ((unsigned)algorithm >= PYCOLL_NUM_ALGOS)
-        return INFINITY;
-    return scale_or_one(model->latency_scale[algorithm]) * latency_s +
-           scale_or_one(model->bandwidth_scale[algorithm]) * bandwidth_s;
+    return scale_or_one(model->latency_scale, algorithm) * latency_s +
+           scale_or_one(model->bandwidth_scale, algorithm) * bandwidth_s;
 }
 
 double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
@@ -122,14 +167,14 @@ double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycol
 {
     if (hosts <= 1)
         return pycoll_predict_all_reduce_s(model, algorithm, size, nbytes);
-    if ((unsigned)algorithm >= PYCOLL_NUM_ALGOS)
+    if (!algorithm_entry(algorithm))
         return INFINITY;
     /* The network's constants (never faster than the host's). */
     pycoll_cost_model_t net = *model;
     net.alpha_s = fmax(model->alpha_s, model->inter_alpha_s);
     net.beta_s_per_byte = fmax(model->beta_s_per_byte, model->inter_beta_s_per_byte);
-    const double ring_latency = scale_or_one(model->latency_scale[PYCOLL_ALGO_RING]);
-    const double ring_bandwidth = scale_or_one(model->bandwidth_scale[PYCOLL_ALGO_RING]);
+    const double ring_latency = scale_or_one(model->latency_scale, PYCOLL_ALGO_RING);
+    const double ring_bandwidth = scale_or_one(model->bandwidth_scale, PYCOLL_ALGO_RING);
     double latency_s, bandwidth_s;
     if (algorithm != PYCOLL_ALGO_HIERARCHICAL) {
         /* A flat schedule waits on the network at every step. The ring crosses it on one edge per host; the
@@ -137,8 +182,8 @@ double pycoll_predict_all_reduce_hosts_s(const pycoll_cost_model_t *model, pycol
         pycoll_all_reduce_cost_terms(&net, algorithm, size, nbytes, &latency_s, &bandwidth_s);
         if (algorithm != PYCOLL_ALGO_RING)
             bandwidth_s *= max_local;
-        return scale_or_one(model->latency_scale[algorithm]) * latency_s +
-               scale_or_one(model->bandwidth_scale[algorithm]) * bandwidth_s;
+        return scale_or_one(model->latency_scale, algorithm) * latency_s +
+               scale_or_one(model->bandwidth_scale, algorithm) * bandwidth_s;
     }
     if (max_local <= 1)
         return INFINITY; /* one rank per host: the ring over the hosts */

@@ -1,75 +1,10 @@
-/* Choosing apart from doing (as Open MPI's coll/tuned keeps its decision files apart from coll/base): which
- * algorithms each collective has, one {id, name} table per collective as UCC lists them, and the rules that
- * pick one -- the cost model for "auto", the fallback for an algorithm a collective lacks. The communicator
- * asks here; the algorithm files only run what they are given. */
-#include "pycoll/algorithms.h"
+/* Choosing apart from doing (as Open MPI's coll/tuned keeps its decision files apart from coll/base): the rules
+ * that pick a collective's algorithm from the algorithm table (table.c) -- the cost model or the size rule for
+ * "auto", the transport's own collectives where it has them, the fallback for an algorithm a collective lacks.
+ * The communicator asks here; the algorithm files only run what they are given. */
+#include "algorithms/table.h"
 
 #include <stddef.h>
-
-#define ALGO(id, name) {id, name}
-
-/* The fallback first: bandwidth-optimal and defined for every world size. */
-static const pycoll_algorithm_info_t all_reduce_algos[] = {
-    ALGO(PYCOLL_ALGO_RING, "ring"),
-    ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
-    ALGO(PYCOLL_ALGO_MESH, "mesh"),
-    ALGO(PYCOLL_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"),
-    ALGO(PYCOLL_ALGO_HIERARCHICAL, "hierarchical"),
-    ALGO(PYCOLL_ALGO_SHM, "shm"),
-};
-/* The first halves of the all-reduce schedules that have one (recursive doubling exchanges whole buffers). */
-static const pycoll_algorithm_info_t reduce_scatter_algos[] = {
-    ALGO(PYCOLL_ALGO_RING, "ring"),
-    ALGO(PYCOLL_ALGO_HALVING_DOUBLING, "halving_doubling"),
-    ALGO(PYCOLL_ALGO_MESH, "mesh"),
-};
-/* The ring only: the gather, broadcast, reduce and barrier schedules are fixed (reduce.c, broadcast.c,
- * barrier.c pick their shape by size internally), and descriptors name them "ring". */
-static const pycoll_algorithm_info_t ring_only[] = {
-    ALGO(PYCOLL_ALGO_RING, "ring"),
-};
-/* The fixed schedules, or the shared-memory transport's own where it runs them. */
-static const pycoll_algorithm_info_t ring_or_shm[] = {
-    ALGO(PYCOLL_ALGO_RING, "ring"),
-    ALGO(PYCOLL_ALGO_SHM, "shm"),
-};
-
-#define TABLE(t) {t, (int32_t)(sizeof t / sizeof t[0])}
-
-static const struct {
-    const pycoll_algorithm_info_t *algos;
-    int32_t count;
-} tables[PYCOLL_NUM_COLLS] = {
-    [PYCOLL_COLL_ALL_REDUCE] = TABLE(all_reduce_algos),
-    [PYCOLL_COLL_REDUCE_SCATTER] = TABLE(reduce_scatter_algos),
-    [PYCOLL_COLL_ALL_GATHER] = TABLE(ring_only),
-    [PYCOLL_COLL_BROADCAST] = TABLE(ring_or_shm),
-    [PYCOLL_COLL_REDUCE] = TABLE(ring_only),
-    [PYCOLL_COLL_BARRIER] = TABLE(ring_or_shm),
-    /* One schedule each (pairwise exchange, flat gather/scatter, ring over uneven blocks), named "ring"; the
-     * pairwise exchange or the shared-memory transport's own all-to-all. */
-    [PYCOLL_COLL_ALL_TO_ALL] = TABLE(ring_or_shm),
-    [PYCOLL_COLL_GATHER] = TABLE(ring_only),
-    [PYCOLL_COLL_SCATTER] = TABLE(ring_only),
-    [PYCOLL_COLL_ALL_GATHER_V] = TABLE(ring_only),
-    [PYCOLL_COLL_REDUCE_SCATTER_V] = TABLE(ring_only),
-};
-
-const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
-{
-    const int known = (unsigned)coll < PYCOLL_NUM_COLLS;
-    if (count)
-        *count = known ? tables[coll].count : 0;
-    return known ? tables[coll].algos : NULL;
-}
-
-static int has_algorithm(pycoll_coll_t coll, pycoll_algorithm_t algorithm)
-{
-    for (int32_t i = 0; i < tables[coll].count; i++)
-        if (tables[coll].algos[i].id == (int32_t)algorithm)
-            return 1;
-    return 0;
-}
 
 /* The algorithm a transport's native table (p2p.h) runs `coll` as, or AUTO where it has no entry for it. */
 static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *native, pycoll_coll_t coll)
@@ -84,21 +19,29 @@ static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *na
 }
 
 /* A native algorithm runs only where a transport supplies it: never a candidate otherwise. */
-static int is_native_only(pycoll_algorithm_t algorithm) { return algorithm == PYCOLL_ALGO_SHM; }
+static int is_native_only(const coll_algorithm_t *a) { return (a->traits & PYCOLL_ALGO_TRAIT_NATIVE) != 0; }
+
+/* The first entry serving coll: its fallback. */
+static const coll_algorithm_t *fallback(pycoll_coll_t coll)
+{
+    for (int32_t i = 0; i < algorithm_table_len; i++)
+        if (algorithm_serves(&algorithm_table[i], coll))
+            return &algorithm_table[i];
+    return NULL;
+}
 
 pycoll_algorithm_t pycoll_choose_all_reduce_hosts(const pycoll_cost_model_t *model, int32_t size, int32_t hosts,
                                                   int32_t max_local, int64_t nbytes, pycoll_algorithm_t native)
 {
-    const pycoll_algorithm_info_t *algos = all_reduce_algos;
-    pycoll_algorithm_t best = (pycoll_algorithm_t)algos[0].id;
+    pycoll_algorithm_t best = fallback(PYCOLL_COLL_ALL_REDUCE)->id;
     double best_s = pycoll_predict_all_reduce_hosts_s(model, best, size, hosts, max_local, nbytes);
-    for (int32_t i = 1; i < tables[PYCOLL_COLL_ALL_REDUCE].count; i++) {
-        const pycoll_algorithm_t id = (pycoll_algorithm_t)algos[i].id;
-        if (is_native_only(id) && id != native)
+    for (int32_t i = 0; i < algorithm_table_len; i++) {
+        const coll_algorithm_t *a = &algorithm_table[i];
+        if (a->id == best || !a->all_reduce || !a->cost_terms || (is_native_only(a) && a->id != native))
             continue;
-        double s = pycoll_predict_all_reduce_hosts_s(model, id, size, hosts, max_local, nbytes);
+        double s = pycoll_predict_all_reduce_hosts_s(model, a->id, size, hosts, max_local, nbytes);
         if (s < best_s) {
-            best = id;
+            best = a->id;
             best_s = s;
         }
     }
@@ -110,24 +53,45 @@ pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, in
     return pycoll_choose_all_reduce_hosts(model, size, 1, size, nbytes, PYCOLL_ALGO_AUTO);
 }
 
+/* The size rule of the collectives the cost model does not weigh: the first non-native entry whose
+ * auto_max_bytes admits the bytes at the root (a gather's or scatter's whole buffer, the others' count). One
+ * rank moves nothing: its first entry. */
+static pycoll_algorithm_t choose_by_size(pycoll_coll_t coll, int32_t size, int64_t nbytes)
+{
+    const int whole_buffer = coll == PYCOLL_COLL_GATHER || coll == PYCOLL_COLL_SCATTER;
+    const int64_t root_bytes = !whole_buffer ? nbytes : nbytes > INT64_MAX / size ? INT64_MAX : nbytes * size;
+    for (int32_t i = 0; i < algorithm_table_len; i++) {
+        const coll_algorithm_t *a = &algorithm_table[i];
+        if (algorithm_serves(a, coll) && !is_native_only(a) &&
+            (size == 1 || a->auto_max_bytes == 0 || root_bytes <= a->auto_max_bytes))
+            return a->id;
+    }
+    return fallback(coll)->id;
+}
+
 pycoll_algorithm_t pycoll_decide_algorithm_hosts(const pycoll_cost_model_t *model, pycoll_coll_t coll,
                                                  pycoll_algorithm_t requested, int32_t size, int32_t hosts,
                                                  int32_t max_local, int64_t nbytes,
                                                  const pycoll_native_collectives_t *native)
 {
-    if ((unsigned)coll >= PYCOLL_NUM_COLLS || tables[coll].count == 0)
+    const coll_algorithm_t *first = (unsigned)coll < PYCOLL_NUM_COLLS ? fallback(coll) : NULL;
+    if (!first)
         return PYCOLL_ALGO_RING; /* an id without a table (never read past it): the fixed schedules' name */
     const pycoll_algorithm_t own = native_algorithm(native, coll);
     pycoll_algorithm_t algorithm = requested;
     if (algorithm == PYCOLL_ALGO_AUTO) {
+        /* reduce_scatter's schedules are the all-reduce's first halves: it follows the all-reduce's choice. */
         if (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER)
             algorithm = pycoll_choose_all_reduce_hosts(model, size, hosts, max_local, nbytes, own);
         else if (own != PYCOLL_ALGO_AUTO)
             algorithm = own; /* the fixed schedules' one alternative: the transport's own */
+        else
+            algorithm = choose_by_size(coll, size, nbytes);
     }
-    if (is_native_only(algorithm) && algorithm != own)
-        algorithm = PYCOLL_ALGO_AUTO; /* this collective has no native entry here: its fallback */
-    return has_algorithm(coll, algorithm) ? algorithm : (pycoll_algorithm_t)tables[coll].algos[0].id;
+    const coll_algorithm_t *a = algorithm_entry(algorithm);
+    if (!a || !algorithm_serves(a, coll) || (is_native_only(a) && algorithm != own))
+        return first->id; /* a collective without it (or a transport without it): its fallback */
+    return algorithm;
 }
 
 pycoll_algorithm_t pycoll_decide_algorithm(const pycoll_cost_model_t *model, pycoll_coll_t coll,

@@ -1,15 +1,13 @@
-/* Gather and scatter. Small messages: a binomial tree over ranks relative to the root (ceil(log2 N) steps; a
- * rank forwards its whole subtree's blocks as one message), so the root handles log2 N messages instead of N-1.
- * Large ones: flat -- the root posts all N-1 transfers at once and waits for them together, so they overlap on
- * its links, and no block crosses more than one link (the tree would carry half the data through each level). */
+/* Gather and scatter, two schedules each (the decision picks by size, decision.c). binomial_tree, for small
+ * messages: a tree over ranks relative to the root (ceil(log2 N) steps; a rank forwards its whole subtree's
+ * blocks as one message), so the root handles log2 N messages instead of N-1. flat, for large ones: the root
+ * posts all N-1 transfers at once and waits for them together, so they overlap on its links, and no block
+ * crosses more than one link (the tree would carry half the data through each level). */
 #include "algorithms/collectives.h"
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 
 #include <stdlib.h>
-
-/* Below this many bytes in all (size blocks) the tree's log2 N latency wins, as for reduce (reduce.c). */
-enum { GATHER_TREE_MAX_BYTES = 64 * 1024 };
 
 /* How many consecutive relative ranks the subtree of relative rank vr covers (vr itself first): its lowest
  * set bit, cut at the end; everything for the root. */
@@ -139,16 +137,24 @@ static pycoll_status_t check_rooted(pycoll_p2p_t *p2p, const char *what, const v
     return PYCOLL_OK;
 }
 
-pycoll_status_t gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                           pycoll_dtype_t dtype, int32_t root)
+pycoll_status_t binomial_tree_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, int32_t root)
+{
+    pycoll_p2p_t *p2p = ctx->p2p;
+    pycoll_status_t status = check_rooted(p2p, "gather", sendbuf, recvbuf, count, dtype, root);
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    return tree_gather(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
+}
+
+pycoll_status_t flat_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                            pycoll_dtype_t dtype, int32_t root)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_rooted(p2p, "gather", sendbuf, recvbuf, count, dtype, root);
     if (status != PYCOLL_OK || count == 0)
         return status;
     const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
-    if (p2p->size * block <= GATHER_TREE_MAX_BYTES)
-        return tree_gather(p2p, sendbuf, recvbuf, block, root);
     if (p2p->rank != root) {
         pycoll_request_t req;
         status = post_request(p2p, &req, true, root, (void *)sendbuf, block, phase_tag(TAG_GATHER, 0));
@@ -161,16 +167,24 @@ pycoll_status_t gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, 
                                : root_transfers(p2p, false, out, block, phase_tag(TAG_GATHER, 0), "gather");
 }
 
-pycoll_status_t scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                            pycoll_dtype_t dtype, int32_t root)
+pycoll_status_t binomial_tree_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                      pycoll_dtype_t dtype, int32_t root)
+{
+    pycoll_p2p_t *p2p = ctx->p2p;
+    pycoll_status_t status = check_rooted(p2p, "scatter", recvbuf, sendbuf, count, dtype, root);
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    return tree_scatter(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
+}
+
+pycoll_status_t flat_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                             pycoll_dtype_t dtype, int32_t root)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     pycoll_status_t status = check_rooted(p2p, "scatter", recvbuf, sendbuf, count, dtype, root);
     if (status != PYCOLL_OK || count == 0)
         return status;
     const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
-    if (p2p->size * block <= GATHER_TREE_MAX_BYTES)
-        return tree_scatter(p2p, sendbuf, recvbuf, block, root);
     if (p2p->rank != root) {
         pycoll_request_t req;
         status = post_request(p2p, &req, false, root, recvbuf, block, phase_tag(TAG_SCATTER, 0));

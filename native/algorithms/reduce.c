@@ -1,12 +1,10 @@
-/* Reduce to a root. Small buffers: a binomial tree (ceil(log2 N) steps, each node combining its children in
- * a fixed order). Large buffers: ring reduce-scatter, then every rank sends its finished block to the root
- * (each rank sends about 1/N of the data N-1 times plus once, instead of the whole buffer per tree level). */
+/* Reduce to a root, two schedules (the decision picks by size, decision.c). binomial_tree: ceil(log2 N) steps,
+ * each node combining its children in a fixed order. scatter_gather: ring reduce-scatter, then every rank sends
+ * its finished block to the root (each rank sends about 1/N of the data N-1 times plus once, instead of the
+ * whole buffer per tree level). */
 #include "algorithms/phases.h"
 
 #include <stdlib.h>
-
-/* Below this the tree's log2 N latency wins over the ring's N-1 steps (see cost_model.c's alpha/beta). */
-enum { REDUCE_TREE_MAX_BYTES = 64 * 1024 };
 
 static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, void *recvbuf, int64_t count,
                                    int32_t root)
@@ -41,8 +39,8 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
     return status;
 }
 
-static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
-                                             void *recvbuf, int64_t count, int32_t root)
+static pycoll_status_t ring_then_gather(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
+                                        void *recvbuf, int64_t count, int32_t root)
 {
     pycoll_p2p_t *p2p = red->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
@@ -72,23 +70,48 @@ static pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const reduction_t 
     return status;
 }
 
-pycoll_status_t reduce_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                           pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+/* What both reduce schedules do first. Returns false, with *status set, when there is nothing more to do. */
+static bool reduce_setup(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype,
+                         pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy, reduction_t *red,
+                         pycoll_status_t *status)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "reduce", sendbuf, count, dtype, op);
-    if (status != PYCOLL_OK)
-        return status;
-    if (root < 0 || root >= p2p->size)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: root %d is not a rank of 0..%d", (int)root,
-                               (int)p2p->size - 1);
-    if (p2p->rank == root && count > 0 && !recvbuf)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: recvbuf is NULL on the root");
+    *status = check_collective_args(p2p, "reduce", sendbuf, count, dtype, op);
+    if (*status != PYCOLL_OK)
+        return false;
+    if (root < 0 || root >= p2p->size) {
+        *status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: root %d is not a rank of 0..%d", (int)root,
+                                  (int)p2p->size - 1);
+        return false;
+    }
+    if (p2p->rank == root && count > 0 && !recvbuf) {
+        *status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: recvbuf is NULL on the root");
+        return false;
+    }
     if (count == 0)
-        return PYCOLL_OK;
+        return false;
+    reduction_init(red, p2p, dtype, op, accuracy);
+    return true;
+}
+
+pycoll_status_t binomial_tree_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
     reduction_t red;
-    reduction_init(&red, p2p, dtype, op, accuracy);
-    if (count * (int64_t)red.dsize <= REDUCE_TREE_MAX_BYTES || p2p->size == 1)
+    pycoll_status_t status;
+    if (!reduce_setup(ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy, &red, &status))
+        return status;
+    return tree_reduce(&red, sendbuf, recvbuf, count, root);
+}
+
+pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                      pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
+    reduction_t red;
+    pycoll_status_t status;
+    if (!reduce_setup(ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy, &red, &status))
+        return status;
+    if (ctx->p2p->size == 1) /* nothing to scatter: the tree's one-rank path rounds and scales */
         return tree_reduce(&red, sendbuf, recvbuf, count, root);
-    return scatter_gather_reduce(ctx, &red, sendbuf, recvbuf, count, root);
+    return ring_then_gather(ctx, &red, sendbuf, recvbuf, count, root);
 }

@@ -4,41 +4,61 @@
 
 #include <stdlib.h>
 
-/* `algorithm` is what the decision (decision.c) returned for reduce_scatter: one of that table's. */
-pycoll_status_t reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
-                                   pycoll_accuracy_t accuracy)
+/* What every reduce_scatter schedule does first. Returns false, with *status set, when there is nothing more to
+ * do (an error or no data). */
+static bool reduce_scatter_setup(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                 pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red,
+                                 pycoll_status_t *status)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_send_recv_args(p2p, "reduce_scatter", sendbuf, recvbuf, count, dtype, op);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
-    reduction_t red;
-    reduction_init(&red, p2p, dtype, op, accuracy);
-    const block_layout_t layout = equal_blocks(count);
-    if (p2p->size == 1)
-        algorithm = PYCOLL_ALGO_RING; /* nothing to exchange: the ring's one-rank path just rounds and scales */
-    switch (algorithm) {
-    case PYCOLL_ALGO_RING: {
-        /* sendbuf is read-only: the partials travel through work. */
-        void *work = comm_workspace(ctx, p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
-        if (!work)
-            return PYCOLL_ERR_NOMEM;
-        return ring_reduce_scatter_blocks(ctx, &red, sendbuf, work, layout, recvbuf);
-    }
-    case PYCOLL_ALGO_HALVING_DOUBLING:
-        return halving_doubling_reduce_scatter(ctx, &red, sendbuf, recvbuf, count);
-    case PYCOLL_ALGO_MESH:
-        return mesh_reduce_scatter_blocks(ctx, &red, sendbuf, layout, recvbuf);
-    default:
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1,
-                               "reduce_scatter: no %s schedule (pycoll_coll_algorithms lists them)",
-                               pycoll_algorithm_name(algorithm));
-    }
+    *status = check_send_recv_args(ctx->p2p, "reduce_scatter", sendbuf, recvbuf, count, dtype, op);
+    if (*status != PYCOLL_OK || count == 0)
+        return false;
+    reduction_init(red, ctx->p2p, dtype, op, accuracy);
+    return true;
 }
 
-/* The ring (all_gather's only entry in decision.c): bandwidth-optimal, and a gather has nothing to halve. */
-pycoll_status_t all_gather_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+pycoll_status_t ring_reduce_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                    pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    reduction_t red;
+    pycoll_status_t status;
+    if (!reduce_scatter_setup(ctx, sendbuf, recvbuf, count, dtype, op, accuracy, &red, &status))
+        return status;
+    /* sendbuf is read-only: the partials travel through work. */
+    void *work = comm_workspace(ctx, ctx->p2p->size * count * (int64_t)red.wsize, "ring reduce_scatter");
+    if (!work)
+        return PYCOLL_ERR_NOMEM;
+    return ring_reduce_scatter_blocks(ctx, &red, sendbuf, work, equal_blocks(count), recvbuf);
+}
+
+/* One rank has nothing to exchange: the ring's one-rank path just rounds and scales, for every schedule. */
+pycoll_status_t halving_doubling_reduce_scatter_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf,
+                                                    int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+                                                    pycoll_accuracy_t accuracy)
+{
+    if (ctx->p2p->size == 1)
+        return ring_reduce_scatter(ctx, sendbuf, recvbuf, count, dtype, op, accuracy);
+    reduction_t red;
+    pycoll_status_t status;
+    if (!reduce_scatter_setup(ctx, sendbuf, recvbuf, count, dtype, op, accuracy, &red, &status))
+        return status;
+    return halving_doubling_reduce_scatter(ctx, &red, sendbuf, recvbuf, count);
+}
+
+pycoll_status_t mesh_reduce_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                    pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    if (ctx->p2p->size == 1)
+        return ring_reduce_scatter(ctx, sendbuf, recvbuf, count, dtype, op, accuracy);
+    reduction_t red;
+    pycoll_status_t status;
+    if (!reduce_scatter_setup(ctx, sendbuf, recvbuf, count, dtype, op, accuracy, &red, &status))
+        return status;
+    return mesh_reduce_scatter_blocks(ctx, &red, sendbuf, equal_blocks(count), recvbuf);
+}
+
+/* The ring (all_gather's only schedule): bandwidth-optimal, and a gather has nothing to halve. */
+pycoll_status_t ring_all_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;

@@ -19,7 +19,7 @@ static block_layout_t counted_blocks(pycoll_p2p_t *p2p, const int64_t *counts, i
     return (block_layout_t){.counts = counts, .offsets = *offsets};
 }
 
-pycoll_status_t all_gather_v_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
+pycoll_status_t ring_all_gather_v(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
                                  pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
@@ -44,7 +44,7 @@ pycoll_status_t all_gather_v_run(coll_ctx_t *ctx, const void *sendbuf, void *rec
     return status;
 }
 
-pycoll_status_t reduce_scatter_v_run(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
+pycoll_status_t ring_reduce_scatter_v(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, const int64_t *counts,
                                      pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
@@ -58,7 +58,7 @@ pycoll_status_t reduce_scatter_v_run(coll_ctx_t *ctx, const void *sendbuf, void 
     if (status == PYCOLL_OK && total > 0) {
         reduction_t red;
         reduction_init(&red, p2p, dtype, op, accuracy);
-        /* sendbuf is read-only: the partials travel through the workspace, as in reduce_scatter_run. */
+        /* sendbuf is read-only: the partials travel through the workspace, as in ring_reduce_scatter. */
         void *work = comm_workspace(ctx, total * (int64_t)red.wsize, "ring reduce_scatter_v");
         status = work ? ring_reduce_scatter_blocks(ctx, &red, sendbuf, work, layout, recvbuf) : PYCOLL_ERR_NOMEM;
     }

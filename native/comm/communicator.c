@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms/collectives.h"
+#include "algorithms/table.h"
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
@@ -275,6 +275,18 @@ static int64_t counts_fingerprint(const int64_t *counts, int32_t size)
     return (int64_t)(h & (uint64_t)INT64_MAX);
 }
 
+/* Never a silent fallback: the caller named an algorithm this collective does not have. */
+static pycoll_status_t algorithm_not_served(const comm_call_t *call, char *error, size_t error_len)
+{
+    int32_t n = 0;
+    const pycoll_algorithm_info_t *has = pycoll_coll_algorithms(call->coll, &n);
+    int used = snprintf(error, error_len, "algorithm %s has no %s; it runs as",
+                        pycoll_algorithm_name(call->algorithm), pycoll_coll_name(call->coll));
+    for (int32_t i = 0; i < n && used > 0 && (size_t)used < error_len; i++)
+        used += snprintf(error + used, error_len - (size_t)used, "%s %s", i ? "," : "", has[i].name);
+    return PYCOLL_ERR_INVALID;
+}
+
 /* Argument errors do not break the communicator: they are caught before anything is sent, identically on
  * every rank that made them. */
 pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
@@ -311,6 +323,9 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *ca
                  "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
         return PYCOLL_ERR_INVALID;
     }
+    if (call->algorithm != PYCOLL_ALGO_AUTO && !comm_call_is_p2p(call) &&
+        !algorithm_serves(algorithm_entry(call->algorithm), call->coll))
+        return algorithm_not_served(call, error, error_len);
     if (call->coll == PYCOLL_COLL_ALL_GATHER_V || call->coll == PYCOLL_COLL_REDUCE_SCATTER_V)
         return check_counts(call->counts, comm->p2p->size, error, error_len);
     return PYCOLL_OK;
@@ -412,69 +427,44 @@ pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st)
     return PYCOLL_OK;
 }
 
-/* Whether the collective begin() stamped resolved to the transport's native table (p2p.h). */
-static int runs_native(const pycoll_comm_t *comm)
-{
-    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
-    return native && comm->p2p->desc.algorithm == (uint8_t)native->algorithm;
-}
-
-static pycoll_status_t run_all_reduce(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
-{
-    if (runs_native(comm))
-        return comm_finish(comm, comm->p2p->ops->native->all_reduce(comm->p2p, call->sendbuf, call->recvbuf,
-                                                                    call->count, call->dtype, call->op,
-                                                                    call->accuracy));
-    const pycoll_algorithm_t algorithm = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
-    all_reduce_fn fn = all_reduce_algorithm(algorithm);
-    if (!fn) {
-        snprintf(error, error_len, "algorithm %s has no all-reduce", pycoll_algorithm_name(algorithm));
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
-    /* Through the transport's memory table: the buffers may be device memory. */
-    pycoll_status_t st = memory_copy(comm->p2p, call->recvbuf, call->sendbuf,
-                                     call->count * (int64_t)pycoll_dtype_size(call->dtype), "all_reduce");
-    return comm_finish(comm, st != PYCOLL_OK ? st : fn(&comm->ctx, call->recvbuf, call->count, call->dtype, call->op,
-                                                  call->accuracy));
-}
-
+/* The collective begin() stamped, run by the schedule its algorithm's table entry (table.c) has for it. */
 static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                                 pycoll_algorithm_t algorithm)
 {
     coll_ctx_t *ctx = &comm->ctx;
+    const coll_algorithm_t *a = algorithm_entry(algorithm);
+    if (!a || !algorithm_serves(a, call->coll)) {
+        snprintf(error, error_len, "algorithm %s has no %s", pycoll_algorithm_name(algorithm),
+                 pycoll_coll_name(call->coll));
+        return PYCOLL_ERR_UNSUPPORTED;
+    }
     switch (call->coll) {
     case PYCOLL_COLL_ALL_REDUCE:
-        return run_all_reduce(comm, call, error, error_len);
+        return comm_finish(comm, a->all_reduce(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
+                                               call->accuracy));
     case PYCOLL_COLL_REDUCE_SCATTER:
-        return comm_finish(comm, reduce_scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
-                                               call->op, algorithm, call->accuracy));
+        return comm_finish(comm, a->reduce_scatter(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
+                                                   call->op, call->accuracy));
     case PYCOLL_COLL_ALL_GATHER:
-        return comm_finish(comm, all_gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+        return comm_finish(comm, a->all_gather(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_BROADCAST:
-        if (runs_native(comm))
-            return comm_finish(comm, comm->p2p->ops->native->broadcast(comm->p2p, call->recvbuf, call->count,
-                                                                       call->dtype, call->root));
-        return comm_finish(comm, broadcast_run(ctx, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, a->broadcast(ctx, call->recvbuf, call->count, call->dtype, call->root));
     case PYCOLL_COLL_REDUCE:
-        return comm_finish(comm, reduce_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
-                                       call->root, call->accuracy));
+        return comm_finish(comm, a->reduce(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
+                                           call->root, call->accuracy));
     case PYCOLL_COLL_BARRIER:
-        return comm_finish(comm, runs_native(comm) ? comm->p2p->ops->native->barrier(comm->p2p) : barrier_run(ctx));
+        return comm_finish(comm, a->barrier(ctx));
     case PYCOLL_COLL_ALL_TO_ALL:
-        if (runs_native(comm))
-            return comm_finish(comm, comm->p2p->ops->native->all_to_all(comm->p2p, call->sendbuf, call->recvbuf,
-                                                                        call->count, call->dtype));
-        return comm_finish(comm, all_to_all_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+        return comm_finish(comm, a->all_to_all(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
     case PYCOLL_COLL_GATHER:
-        return comm_finish(comm, gather_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, a->gather(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
     case PYCOLL_COLL_SCATTER:
-        return comm_finish(comm, scatter_run(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
-                                             call->root));
+        return comm_finish(comm, a->scatter(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
     case PYCOLL_COLL_ALL_GATHER_V:
-        return comm_finish(comm, all_gather_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
+        return comm_finish(comm, a->all_gather_v(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
     case PYCOLL_COLL_REDUCE_SCATTER_V:
-        return comm_finish(comm, reduce_scatter_v_run(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
-                                                      call->op, call->accuracy));
+        return comm_finish(comm, a->reduce_scatter_v(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
+                                                     call->op, call->accuracy));
     default:
         snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
         return PYCOLL_ERR_INVALID;

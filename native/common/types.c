@@ -21,14 +21,6 @@ const char *pycoll_op_name(pycoll_op_t op)
     return (unsigned)op < PYCOLL_NUM_OPS ? names[op] : "?";
 }
 
-const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
-{
-    /* Id 5 is reserved (p2p.h): its NULL reads as an unknown id. */
-    static const char *const names[PYCOLL_NUM_ALGOS] = {"auto", "ring", "halving_doubling", "mesh",
-                                                        "recursive_doubling", "hierarchical", "shm"};
-    return (unsigned)algorithm < PYCOLL_NUM_ALGOS ? names[algorithm] : "?";
-}
-
 const char *pycoll_coll_name(pycoll_coll_t coll)
 {
     static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",

@@ -1,5 +1,5 @@
 """Type stubs for pycoll._bindings.abi: the ids and names of the C enums (native/include/pycoll/types.h) and
-decision.c's per-collective algorithm tables, bound from C once."""
+the algorithm table (native/algorithms/table.c), bound from C once."""
 
 DTYPES: dict[str, int]
 OPS: dict[str, int]
@@ -7,6 +7,8 @@ ALGORITHMS: dict[str, int]
 ACCURACIES: dict[str, int]
 COLLECTIVES: dict[str, int]
 COLL_ALGORITHMS: dict[str, tuple[str, ...]]
+NATIVE_ALGORITHMS: tuple[str, ...]
+HOST_ALGORITHMS: tuple[str, ...]
 ALGO_AUTO: int
 P2P_VERSION: int
 DEFAULT_SEGMENT_BYTES: int

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The ids and names of libpycoll's enums, read from the C library once at import (as mpi4py binds MPI's
+"""The ids and names of libpycoll's enums (native/include/pycoll/ids.h, types.h) and its algorithm table, read from the C library once at import (as mpi4py binds MPI's
 constants from C rather than retyping them): every Python module takes dtype, op, algorithm, accuracy and
 collective ids from here, so the C headers are their one source of truth."""
 
@@ -47,8 +47,14 @@ cdef tuple _coll_algorithms(int coll):
     return tuple(table[i].name.decode() for i in range(n))
 
 
-# collective name -> the algorithms it has (decision.c's tables), its fallback first; "auto" not listed
+# collective name -> the algorithms it has (the algorithm table, table.c), its fallback first; "auto" not listed
 COLL_ALGORITHMS = {name: _coll_algorithms(ident) for name, ident in COLLECTIVES.items()}
+# Algorithms that run only as a transport's own collectives (p2p.h's native table), and those that span hosts
+# by the host map (the ring on one host): the table's traits.
+NATIVE_ALGORITHMS = tuple(name for name, ident in ALGORITHMS.items()
+                          if pycoll_algorithm_traits(<pycoll_algorithm_t>ident) & PYCOLL_ALGO_TRAIT_NATIVE)
+HOST_ALGORITHMS = tuple(name for name, ident in ALGORITHMS.items()
+                        if pycoll_algorithm_traits(<pycoll_algorithm_t>ident) & PYCOLL_ALGO_TRAIT_HOSTS)
 
 ALGO_AUTO = PYCOLL_ALGO_AUTO
 P2P_VERSION = PYCOLL_P2P_VERSION

@@ -15,10 +15,9 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
         PYCOLL_COLL_SCATTER, PYCOLL_COLL_ALL_GATHER_V, PYCOLL_COLL_REDUCE_SCATTER_V, PYCOLL_NUM_COLLS
+    # The algorithm ids are bound by number only (pycoll._bindings.abi names them from the algorithm table).
     ctypedef enum pycoll_algorithm_t:
-        PYCOLL_ALGO_AUTO, PYCOLL_ALGO_RING, PYCOLL_ALGO_HALVING_DOUBLING, PYCOLL_ALGO_MESH,
-        PYCOLL_ALGO_RECURSIVE_DOUBLING, PYCOLL_ALGO_HIERARCHICAL, PYCOLL_ALGO_SHM,
-        PYCOLL_NUM_ALGOS
+        PYCOLL_ALGO_AUTO, PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
         PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
 
@@ -82,12 +81,16 @@ cdef extern from "pycoll/pycoll.h" nogil:
     const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
 
     # algorithms.h
+    enum: PYCOLL_COST_MODEL_ALGOS
+    enum: PYCOLL_ALGO_TRAIT_NATIVE
+    enum: PYCOLL_ALGO_TRAIT_HOSTS
+    uint32_t pycoll_algorithm_traits(pycoll_algorithm_t algorithm)
     ctypedef struct pycoll_cost_model_t:
         double alpha_s
         double beta_s_per_byte
         double gamma_s_per_byte
-        double latency_scale[PYCOLL_NUM_ALGOS]
-        double bandwidth_scale[PYCOLL_NUM_ALGOS]
+        double latency_scale[PYCOLL_COST_MODEL_ALGOS]
+        double bandwidth_scale[PYCOLL_COST_MODEL_ALGOS]
         double inter_alpha_s
         double inter_beta_s_per_byte
     void pycoll_default_cost_model(pycoll_cost_model_t *model)

@@ -181,8 +181,8 @@ def default_cost_model():
     cdef int a
     pycoll_default_cost_model(&model)
     return ([model.alpha_s, model.beta_s_per_byte, model.gamma_s_per_byte]
-            + [model.latency_scale[a] for a in range(<int>PYCOLL_NUM_ALGOS)]
-            + [model.bandwidth_scale[a] for a in range(<int>PYCOLL_NUM_ALGOS)])
+            + [model.latency_scale[a] for a in range(<int>PYCOLL_COST_MODEL_ALGOS)]
+            + [model.bandwidth_scale[a] for a in range(<int>PYCOLL_COST_MODEL_ALGOS)])
 
 
 def choose_all_reduce(int32_t size, int64_t nbytes, model=None):

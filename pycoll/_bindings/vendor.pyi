@@ -4,10 +4,10 @@ and streams are integers; dtype and op are pycoll ids."""
 from typing import NoReturn
 from typing_extensions import Self, disjoint_base
 
+from pycoll._bindings.abi import ALGORITHMS as ALGORITHMS
 from pycoll._bindings.comm import error_for_status as error_for_status
 from pycoll.errors import BackendUnavailable as BackendUnavailable, CommunicatorClosed as CommunicatorClosed
 
-ALGORITHM_IDS: dict[str, int]
 SUM: int
 AVG: int
 FLOAT_DTYPES: frozenset[int]

@@ -6,6 +6,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from pycoll._bindings.libpycoll cimport *
 
+from pycoll._bindings.abi import ALGORITHMS
 from pycoll._bindings.comm import error_for_status
 from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
@@ -21,11 +22,6 @@ cdef extern from "pycoll/vendor.h" nogil:
 
 cdef enum:
     ERROR_LEN = 512
-
-# pycoll's algorithms by name, for its own schedules over a vendor's send/recv (VendorComm.own).
-ALGORITHM_IDS = {"auto": PYCOLL_ALGO_AUTO, "ring": PYCOLL_ALGO_RING,
-                 "halving_doubling": PYCOLL_ALGO_HALVING_DOUBLING, "mesh": PYCOLL_ALGO_MESH,
-                 "recursive_doubling": PYCOLL_ALGO_RECURSIVE_DOUBLING}
 
 # pycoll's ids the vendor engine needs, bound from the C headers.
 SUM = PYCOLL_SUM
@@ -320,7 +316,7 @@ cdef class VendorComm:
         `algorithm` and `accuracy` over the vendor's send/recv: for what the vendor cannot run itself. Returns
         the algorithm that ran."""
         cdef int k = ("all_reduce", "reduce_scatter", "reduce").index(kind)
-        cdef pycoll_algorithm_t algo = <pycoll_algorithm_t>ALGORITHM_IDS[algorithm]
+        cdef pycoll_algorithm_t algo = <pycoll_algorithm_t>ALGORITHMS[algorithm]
         cdef pycoll_accuracy_t acc = PYCOLL_ACCURACY_COMPENSATED if accuracy == "compensated" else PYCOLL_ACCURACY_FAST
         self._native(stream, send)
         cdef pycoll_comm_t *n = self._native(stream, recv)

@@ -15,8 +15,8 @@ COLLECTIVES = tuple(name for name in abi.COLLECTIVES if name != "barrier")
 DTYPES = tuple(abi.DTYPES)
 OPS = tuple(abi.OPS)
 ACCURACIES = tuple(abi.ACCURACIES)
-# Collectives with more than one algorithm (decision.c's tables); the others always run their single one.
-TAKES_ALGORITHM = tuple(name for name in COLLECTIVES if len(abi.COLL_ALGORITHMS[name]) > 1)
+# Collectives that take an algorithm argument; the others run what auto picks (the algorithm table's size rule).
+TAKES_ALGORITHM = ("all_reduce", "reduce_scatter")
 TAKES_OP = ("all_reduce", "reduce_scatter", "reduce")
 TAKES_ACCURACY = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -102,7 +102,9 @@ class Case:
 def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
     """Every combination that means something: collectives without an op/algorithm/accuracy get one case."""
     ops = ops if collective in TAKES_OP else ["-"]
-    algorithms = algorithms if collective in TAKES_ALGORITHM else ["auto"]
+    # Only the names this collective has (the algorithm table): a sweep over "all" skips the others' schedules.
+    algorithms = [a for a in algorithms if a == "auto" or a in abi.COLL_ALGORITHMS[collective]] \
+        if collective in TAKES_ALGORITHM else ["auto"]
     accuracies = accuracies if collective in TAKES_ACCURACY else ["fast"]
     out = []
     for dtype in dtypes:

@@ -15,6 +15,7 @@ import importlib.util
 import os
 
 from pycoll import plugins
+from pycoll.algorithms import COLL_ALGORITHMS, HOST_ALGORITHMS, NATIVE_ONLY
 from pycoll.errors import BackendUnavailable
 from pycoll.plugins.vendor import VendorBackend, library_candidates, load_first, load_libraries
 
@@ -29,9 +30,12 @@ NCCL_ALGORITHMS = {
     "auto": None,
     "ring": "Ring",
 }
+# pycoll's schedules of each collective that NCCL lacks, from its algorithm table: not the transport's own
+# (NCCL is the transport) and not those that span hosts by a host map (a vendor communicator has none).
 NCCL_OWN_ALGORITHMS = {
-    "all_reduce": ("halving_doubling", "recursive_doubling", "mesh"),
-    "reduce_scatter": ("halving_doubling", "mesh"),  # pycoll has no recursive-doubling reduce_scatter
+    coll: tuple(name for name in COLL_ALGORITHMS[coll]
+                if name not in NCCL_ALGORITHMS and name not in NATIVE_ONLY and name not in HOST_ALGORITHMS)
+    for coll in ("all_reduce", "reduce_scatter")
 }
 
 
@@ -107,7 +111,7 @@ class NcclBackend(VendorBackend):
     algorithm_env = "NCCL_ALGO"
     algorithm_settings = NCCL_ALGORITHMS
     own_algorithms = NCCL_OWN_ALGORITHMS
-    algorithms = ("auto", "ring", "halving_doubling", "recursive_doubling", "mesh")
+    algorithms = tuple(dict.fromkeys([*NCCL_ALGORITHMS, *(a for own in NCCL_OWN_ALGORITHMS.values() for a in own)]))
     accuracies = ("fast", "compensated")
     # NCCL reduces every pycoll dtype with every op (nccl.h: ncclBfloat16 and ncclAvg since 2.10): nothing refused.
     refusals = ()

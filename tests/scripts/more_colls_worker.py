@@ -5,6 +5,8 @@ ran to its report (the test reads the JSON).
 exact      all_to_all, gather, scatter, all_gather / reduce_scatter with counts, their async_op variants and the
            objects, exact on integer data; TEST_BIG_COUNT adds a large message.
 bad_input  every argument error raises before anything is sent, and the communicator still works afterwards.
+last_algorithm  every collective reports the algorithm table's entry that ran (auto's choice by size, each name
+           all_reduce and reduce_scatter claim); a name a collective lacks raises ValueError. Reports "ran".
 counts_mismatch  rank 1 passes other counts (of the same total) than the rest: every rank raises (with
            TEST_ZERO the last rank passes all zeros too).
 """
@@ -44,7 +46,7 @@ def check_exact(comm, k, big=False):
     want = np.concatenate([values(i, size * k)[rank * k:(rank + 1) * k] for i in range(size)])
     assert np.array_equal(out, want), ("all_to_all", k)
     # Over shared memory auto runs the transport's own all-to-all (slots, in rounds); elsewhere the pairwise one.
-    assert size == 1 or comm.last_algorithm == ("shm" if comm.backend == "shm" else "ring"), comm.last_algorithm
+    assert size == 1 or comm.last_algorithm == ("shm" if comm.backend == "shm" else "pairwise"), comm.last_algorithm
     # gather / scatter on every root
     for root in range(size):
         mine = values(rank, k, salt=root).astype(np.int32)
@@ -176,6 +178,42 @@ def check_bad_input(comm):
     comm.all_gather(np.full(counts[rank], rank, np.int64), whole, counts=counts)
     assert np.array_equal(whole, np.repeat(np.arange(size), counts))
 
+def check_last_algorithm(comm):
+    """Run each collective at a small and a large size (int32: 32 B and 128 KiB a block) and each algorithm
+    all_reduce has on both collectives that take one; return what last_algorithm said for each ("refused" where
+    reduce_scatter raised ValueError, which it must do exactly for the names its table entry lacks)."""
+    from pycoll.algorithms import COLL_ALGORITHMS, NATIVE_ONLY
+
+    rank, size = comm.rank, comm.size
+    ran = {}
+    for n in (8, 1 << 15):
+        x = np.ones(n, np.int32)
+        out = np.zeros(size * n, np.int32)
+        for coll, call in (("broadcast", lambda: comm.broadcast(x.copy(), root=size - 1)),
+                           ("reduce", lambda: comm.reduce(x, root=0, out=np.zeros(n, np.int32))),
+                           ("all_gather", lambda: comm.all_gather(x, out)),
+                           ("all_gather_v", lambda: comm.all_gather(x, out, counts=[n] * size)),
+                           ("reduce_scatter_v", lambda: comm.reduce_scatter(out.copy(), x.copy(), counts=[n] * size)),
+                           ("all_to_all", lambda: comm.all_to_all(np.ones(size * n, np.int32), out)),
+                           ("gather", lambda: comm.gather(x, out if rank == 0 else None, root=0)),
+                           ("scatter", lambda: comm.scatter(out if rank == 0 else None, x.copy(), root=0)),
+                           ("barrier", comm.barrier)):
+            comm.last_algorithm = None
+            call()
+            ran[f"{coll} {n}"] = comm.last_algorithm
+        for name in ("auto", *COLL_ALGORITHMS["all_reduce"]):
+            if name in NATIVE_ONLY and comm.backend != "shm":
+                continue
+            comm.all_reduce(x.copy(), algorithm=name)
+            ran[f"all_reduce {n} {name}"] = comm.last_algorithm
+            try:
+                comm.reduce_scatter(np.ones(size * n, np.int32), x.copy(), algorithm=name)
+                ran[f"reduce_scatter {n} {name}"] = comm.last_algorithm
+            except ValueError as exc:  # every rank alike, before anything was sent: the communicator goes on
+                assert f"{name} has no reduce_scatter" in str(exc), exc
+                ran[f"reduce_scatter {n} {name}"] = "refused"
+    return ran
+
 
 try:
     comm = pycoll.init(timeout=timeout)
@@ -190,6 +228,9 @@ try:
             check_exact(comm, big, big=True)
         check_async(comm)
         check_objects(comm)
+        report["ok"] = True
+    elif scenario == "last_algorithm":
+        report["ran"] = check_last_algorithm(comm)
         report["ok"] = True
     elif scenario == "bad_input":
         check_bad_input(comm)

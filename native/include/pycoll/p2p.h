@@ -4,7 +4,7 @@
 #ifndef PYCOLL_P2P_H
 #define PYCOLL_P2P_H
 
-#include "pycoll/types.h"
+#include "pycoll/ids.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,49 +20,6 @@ extern "C" {
  *    a transport compares collectives by (group, seq), never by seq alone (common/frame.h's helpers). */
 #define PYCOLL_P2P_VERSION 5
 #define PYCOLL_ERROR_LEN 512
-
-/* What a collective is, as every rank must agree on it. Transports stamp it on each message so a receiver
- * can tell a peer that called something else (PYCOLL_ERR_MISMATCH naming both sides) instead of hanging. */
-typedef enum pycoll_coll {
-    PYCOLL_COLL_ALL_REDUCE = 0,
-    PYCOLL_COLL_REDUCE_SCATTER = 1,
-    PYCOLL_COLL_ALL_GATHER = 2,
-    PYCOLL_COLL_BROADCAST = 3,
-    PYCOLL_COLL_REDUCE = 4,
-    PYCOLL_COLL_BARRIER = 5,
-    /* Point-to-point messages (pycoll_comm_send / recv). Not numbered among the collectives: each carries a
-     * descriptor of this kind with seq 0 and its communicator's point-to-point group, so that only tag and
-     * length are matched between sender and receiver, and a message met in the middle of a collective is
-     * named as an order disagreement. */
-    PYCOLL_COLL_SEND_RECV = 6,
-    /* Issue #14. The _V ones take per-rank counts; their descriptor's count is a fingerprint of the counts
-     * (communicator.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
-    PYCOLL_COLL_ALL_TO_ALL = 7,
-    PYCOLL_COLL_GATHER = 8,
-    PYCOLL_COLL_SCATTER = 9,
-    PYCOLL_COLL_ALL_GATHER_V = 10,
-    PYCOLL_COLL_REDUCE_SCATTER_V = 11,
-    PYCOLL_NUM_COLLS
-} pycoll_coll_t;
-
-typedef enum pycoll_algorithm {
-    PYCOLL_ALGO_AUTO = 0,
-    PYCOLL_ALGO_RING = 1,
-    PYCOLL_ALGO_HALVING_DOUBLING = 2,
-    PYCOLL_ALGO_MESH = 3,
-    PYCOLL_ALGO_RECURSIVE_DOUBLING = 4,
-    PYCOLL_ALGO_HIERARCHICAL = 5,
-    /* The shared-memory transport's native collectives (native/transport/shm_collectives.c): run only over a
-     * transport whose ops->native table has the collective. */
-    PYCOLL_ALGO_SHM = 6,
-    PYCOLL_NUM_ALGOS
-} pycoll_algorithm_t;
-
-typedef enum pycoll_accuracy {
-    PYCOLL_ACCURACY_FAST = 0,
-    PYCOLL_ACCURACY_COMPENSATED = 1,
-    PYCOLL_NUM_ACCURACIES
-} pycoll_accuracy_t;
 
 typedef struct pycoll_coll_desc {
     uint64_t seq;   /* collectives called on this communicator so far */
@@ -244,10 +201,6 @@ PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
  * (blocks not yet freed), "corrupt" (guard violations); -1 for an unknown name. */
 PYCOLL_API const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void);
 PYCOLL_API int64_t pycoll_guarded_memory_count(const char *entry);
-/* Names of the ids above ("?" for an unknown id): the one list every binding takes them from. */
-PYCOLL_API const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm);
-PYCOLL_API const char *pycoll_coll_name(pycoll_coll_t coll);
-PYCOLL_API const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #ifndef PYCOLL_H
 #define PYCOLL_H
 #include "pycoll/types.h"
+#include "pycoll/ids.h"
 #include "pycoll/kernels.h"
 #include "pycoll/p2p.h"
 #include "pycoll/algorithms.h"

@@ -1,0 +1,154 @@
+/* The algorithm table: every algorithm's id, name, schedules and weighing in one row (table.h). A new algorithm
+ * is its schedule file, its id (ids.h) and one row here; a collective it serves is one more field of its row. */
+#include "algorithms/table.h"
+
+#include "algorithms/reduction.h"
+
+#include <pthread.h>
+
+/* pycoll's all-reduce schedules work in place: the table's all-reduce copies the input to the output first,
+ * through the transport's memory table (the buffers may be device memory). */
+#define IN_PLACE_ALL_REDUCE(schedule)                                                                             \
+    static pycoll_status_t schedule##_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,   \
+                                           pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)     \
+    {                                                                                                             \
+        pycoll_status_t st = memory_copy(ctx->p2p, recvbuf, sendbuf,                                              \
+                                         count * (int64_t)pycoll_dtype_size(dtype), "all_reduce");               \
+        return st != PYCOLL_OK ? st : schedule(ctx, recvbuf, count, dtype, op, accuracy);                         \
+    }
+IN_PLACE_ALL_REDUCE(ring_all_reduce)
+IN_PLACE_ALL_REDUCE(halving_doubling_all_reduce)
+IN_PLACE_ALL_REDUCE(mesh_all_reduce)
+IN_PLACE_ALL_REDUCE(recursive_doubling_all_reduce)
+IN_PLACE_ALL_REDUCE(hierarchical_all_reduce)
+
+/* A transport's own collectives (p2p.h's native table), which the decision picks only where the transport has
+ * the collective: the communicator has checked the arguments and stamped the descriptor, as they expect. */
+static pycoll_status_t native_all_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                         pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    return ctx->p2p->ops->native->all_reduce(ctx->p2p, sendbuf, recvbuf, count, dtype, op, accuracy);
+}
+
+static pycoll_status_t native_broadcast(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                        int32_t root)
+{
+    return ctx->p2p->ops->native->broadcast(ctx->p2p, buf, count, dtype, root);
+}
+
+static pycoll_status_t native_barrier(coll_ctx_t *ctx) { return ctx->p2p->ops->native->barrier(ctx->p2p); }
+
+static pycoll_status_t native_all_to_all(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                         pycoll_dtype_t dtype)
+{
+    return ctx->p2p->ops->native->all_to_all(ctx->p2p, sendbuf, recvbuf, count, dtype);
+}
+
+/* Below this many bytes at the root the trees' log2 N latency wins over the ring's N-1 steps (reduce) and over
+ * the root's N-1 overlapped transfers (gather, scatter). */
+enum { TREE_MAX_BYTES = 64 * 1024 };
+
+const coll_algorithm_t algorithm_table[] = {
+    /* Bandwidth-optimal and defined for every world size: the fallback of every collective it serves. */
+    {.id = PYCOLL_ALGO_RING, .name = "ring", .cost_terms = ring_cost_terms, .all_reduce = ring_all_reduce_from,
+     .reduce_scatter = ring_reduce_scatter, .all_gather = ring_all_gather, .all_gather_v = ring_all_gather_v,
+     .reduce_scatter_v = ring_reduce_scatter_v},
+    {.id = PYCOLL_ALGO_HALVING_DOUBLING, .name = "halving_doubling", .cost_terms = halving_doubling_cost_terms,
+     .all_reduce = halving_doubling_all_reduce_from, .reduce_scatter = halving_doubling_reduce_scatter_run},
+    {.id = PYCOLL_ALGO_MESH, .name = "mesh", .cost_terms = mesh_cost_terms, .all_reduce = mesh_all_reduce_from,
+     .reduce_scatter = mesh_reduce_scatter},
+    /* Exchanges whole buffers: it has no reduce-scatter half. */
+    {.id = PYCOLL_ALGO_RECURSIVE_DOUBLING, .name = "recursive_doubling",
+     .cost_terms = recursive_doubling_cost_terms, .all_reduce = recursive_doubling_all_reduce_from},
+    {.id = PYCOLL_ALGO_HIERARCHICAL, .name = "hierarchical", .traits = PYCOLL_ALGO_TRAIT_HOSTS,
+     .cost_terms = hierarchical_cost_terms, .all_reduce = hierarchical_all_reduce_from},
+    {.id = PYCOLL_ALGO_BINOMIAL_TREE, .name = "binomial_tree", .auto_max_bytes = TREE_MAX_BYTES,
+     .broadcast = binomial_tree_broadcast, .reduce = binomial_tree_reduce, .gather = binomial_tree_gather,
+     .scatter = binomial_tree_scatter},
+    {.id = PYCOLL_ALGO_SCATTER_GATHER, .name = "scatter_gather", .reduce = scatter_gather_reduce},
+    {.id = PYCOLL_ALGO_FLAT, .name = "flat", .gather = flat_gather, .scatter = flat_scatter},
+    {.id = PYCOLL_ALGO_DISSEMINATION, .name = "dissemination", .barrier = dissemination_barrier},
+    {.id = PYCOLL_ALGO_PAIRWISE, .name = "pairwise", .all_to_all = pairwise_all_to_all},
+    /* Last: never a collective's fallback, since only some transports have it. */
+    {.id = PYCOLL_ALGO_SHM, .name = "shm", .traits = PYCOLL_ALGO_TRAIT_NATIVE, .cost_terms = shm_cost_terms,
+     .all_reduce = native_all_reduce, .broadcast = native_broadcast, .barrier = native_barrier,
+     .all_to_all = native_all_to_all},
+};
+const int32_t algorithm_table_len = (int32_t)(sizeof algorithm_table / sizeof algorithm_table[0]);
+
+const coll_algorithm_t *algorithm_entry(pycoll_algorithm_t id)
+{
+    for (int32_t i = 0; i < algorithm_table_len; i++)
+        if (algorithm_table[i].id == id)
+            return &algorithm_table[i];
+    return NULL;
+}
+
+bool algorithm_serves(const coll_algorithm_t *a, pycoll_coll_t coll)
+{
+    if (!a)
+        return false;
+    switch (coll) {
+    case PYCOLL_COLL_ALL_REDUCE:
+        return a->all_reduce;
+    case PYCOLL_COLL_REDUCE_SCATTER:
+        return a->reduce_scatter;
+    case PYCOLL_COLL_ALL_GATHER:
+        return a->all_gather;
+    case PYCOLL_COLL_BROADCAST:
+        return a->broadcast;
+    case PYCOLL_COLL_REDUCE:
+        return a->reduce;
+    case PYCOLL_COLL_BARRIER:
+        return a->barrier;
+    case PYCOLL_COLL_ALL_TO_ALL:
+        return a->all_to_all;
+    case PYCOLL_COLL_GATHER:
+        return a->gather;
+    case PYCOLL_COLL_SCATTER:
+        return a->scatter;
+    case PYCOLL_COLL_ALL_GATHER_V:
+        return a->all_gather_v;
+    case PYCOLL_COLL_REDUCE_SCATTER_V:
+        return a->reduce_scatter_v;
+    default:
+        return false;
+    }
+}
+
+const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
+{
+    if (algorithm == PYCOLL_ALGO_AUTO)
+        return "auto";
+    const coll_algorithm_t *a = algorithm_entry(algorithm);
+    return a ? a->name : "?";
+}
+
+uint32_t pycoll_algorithm_traits(pycoll_algorithm_t algorithm)
+{
+    const coll_algorithm_t *a = algorithm_entry(algorithm);
+    return a ? a->traits : 0;
+}
+
+/* The per-collective lists of pycoll_coll_algorithms, derived from the table once. */
+static pycoll_algorithm_info_t coll_lists[PYCOLL_NUM_COLLS][PYCOLL_NUM_ALGOS];
+static int32_t coll_list_len[PYCOLL_NUM_COLLS];
+static pthread_once_t coll_lists_once = PTHREAD_ONCE_INIT;
+
+static void build_coll_lists(void)
+{
+    for (int c = 0; c < PYCOLL_NUM_COLLS; c++)
+        for (int32_t i = 0; i < algorithm_table_len; i++)
+            if (algorithm_serves(&algorithm_table[i], (pycoll_coll_t)c))
+                coll_lists[c][coll_list_len[c]++] =
+                    (pycoll_algorithm_info_t){(int32_t)algorithm_table[i].id, algorithm_table[i].name};
+}
+
+const pycoll_algorithm_info_t *pycoll_coll_algorithms(pycoll_coll_t coll, int32_t *count)
+{
+    const int known = (unsigned)coll < PYCOLL_NUM_COLLS;
+    pthread_once(&coll_lists_once, build_coll_lists);
+    if (count)
+        *count = known ? coll_list_len[coll] : 0;
+    return known && coll_list_len[coll] ? coll_lists[coll] : NULL;
+}
