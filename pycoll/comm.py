@@ -21,6 +21,7 @@ from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, COLL_AL
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
+from pycoll.plugins import Call
 from pycoll.work import Work
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
@@ -124,7 +125,7 @@ class Communicator:
     rank = property(lambda self: self._rank, doc="This process's rank, 0 <= rank < size.")
     size = property(lambda self: self._size, doc="The number of ranks.")
     backend = property(lambda self: self._backend.name, doc="The backend's name.")
-    transport = property(lambda self: getattr(self._engine, "transport", None) or self._backend.name,
+    transport = property(lambda self: (self._engine and self._engine.transport) or self._backend.name,
                          doc='What the collectives run over: "shm", "tcp" or "shm+tcp" for the host backends '
                              '(the C bootstrap chose it, the same on every rank), else the backend\'s name.')
     hosts = property(lambda self: self._hosts.count, doc="The number of hosts the ranks are on (rendezvous: ranks "
@@ -247,14 +248,20 @@ class Communicator:
     def _mark_failed(self, exc):
         self._failed = True
 
-    def _start(self, collective, args, result, keep):
-        """async_op=True: queue the collective (its arguments already checked) and return its Work."""
+    def _call(self, call, async_op, result, keep, *, records=True):
+        """Run a checked Call on the engine: blocking, return `result` (last_algorithm says what ran, where
+        `records`); async_op, queue it and return its Work, which keeps `keep` (the caller's arrays) alive."""
+        engine = self._engine_or_raise()
+        if not self._async(async_op):
+            algorithm = self._run(engine.run, call)
+            if records:
+                self.last_algorithm = algorithm
+            return result
         pending = self._pending
         while pending and pending[0]._handle.done():
             pending.popleft()
-        engine = self._engine_or_raise()
         try:
-            handle = engine.start(collective, *args)
+            handle = engine.run(call, True)
         except BaseException:
             self._failed = True
             raise
@@ -274,15 +281,13 @@ class Communicator:
         if fast is not None and async_op is False and \
                 self._ran(self._run(fast.all_reduce, x, op, out, algorithm, accuracy)):
             return x if out is None else out
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         send = self._buffer(x, "x", writable=out is None)
         recv = self._result_buffer(send, out, "all_reduce")
-        args = (send, recv, self._op(op), self._algorithm(algorithm, "all_reduce"), self._accuracy(accuracy))
-        result = x if out is None else out
-        if self._async(async_op):
-            return self._start("all_reduce", args, result, (x, out))
-        self.last_algorithm = self._run(engine.all_reduce, *args)
-        return result
+        call = Call("all_reduce", send, recv, op=self._op(op),
+                    algorithm=self._algorithm(algorithm, "all_reduce"),
+                    accuracy=self._accuracy(accuracy))
+        return self._call(call, async_op, x if out is None else out, (x, out))
 
     def reduce_scatter(self, x, out, op="sum", *, counts=None, algorithm="auto", accuracy="fast", async_op=False):
         """x holds size * len(out) elements; rank r gets the reduction of block r in out. With counts (size
@@ -293,13 +298,12 @@ class Communicator:
         if fast is not None and async_op is False and \
                 self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
             return out
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="x", what="reduce_scatter")
-        args = (send, recv, self._op(op), self._algorithm(algorithm, "reduce_scatter"), self._accuracy(accuracy))
-        if self._async(async_op):
-            return self._start("reduce_scatter", args, out, (x, out))
-        self.last_algorithm = self._run(engine.reduce_scatter, *args)
-        return out
+        call = Call("reduce_scatter", send, recv, op=self._op(op),
+                    algorithm=self._algorithm(algorithm, "reduce_scatter"),
+                    accuracy=self._accuracy(accuracy))
+        return self._call(call, async_op, out, (x, out))
 
     def all_gather(self, x, out, *, counts=None, async_op=False):
         """out holds size * len(x) elements; block r comes from rank r. With counts (size non-negative ints, the
@@ -310,47 +314,34 @@ class Communicator:
         fast = self._fast
         if fast is not None and async_op is False and self._ran(self._run(fast.all_gather, x, out)):
             return out
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         send, recv = self._blocks(x, out, whole="out", what="all_gather")
-        if self._async(async_op):
-            return self._start("all_gather", (send, recv), out, (x, out))
-        self.last_algorithm = self._run(engine.all_gather, send, recv)
-        return out
+        return self._call(Call("all_gather", send, recv), async_op, out, (x, out))
 
     def broadcast(self, x, root=0, *, async_op=False):
         """Copy root's x to every rank, in place."""
         fast = self._fast
         if fast is not None and async_op is False and self._ran(self._run(fast.broadcast, x, root)):
             return x
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         buf = self._buffer(x, "x", writable=True)
-        root = self._root(root)
-        if self._async(async_op):
-            return self._start("broadcast", (buf, root), x, (x,))
-        self.last_algorithm = self._run(engine.broadcast, buf, root)
-        return x
+        return self._call(Call("broadcast", recv=buf, root=self._root(root)), async_op, x, (x,))
 
     def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast", async_op=False):
         """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
         fast = self._fast
         if fast is not None and async_op is False and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
             return x
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
         recv = self._result_buffer(send, out, "reduce") if self._rank == root else None
-        args = (send, recv, self._op(op), root, self._accuracy(accuracy))
-        result = x if out is None else out
-        if self._async(async_op):
-            return self._start("reduce", args, result, (x, out))
-        self.last_algorithm = self._run(engine.reduce, *args)
-        return result
+        call = Call("reduce", send, recv, op=self._op(op), root=root, accuracy=self._accuracy(accuracy))
+        return self._call(call, async_op, x if out is None else out, (x, out))
 
     def barrier(self, *, async_op=False):
         """Return once every rank has entered the barrier (with async_op=True: a Work that completes then)."""
-        if self._async(async_op):
-            return self._start("barrier", (), None, None)
-        self.last_algorithm = self._run(self._engine_or_raise().barrier)
+        return self._call(Call("barrier"), async_op, None, None)
 
     # -- point to point ---------------------------------------------------------------------------------------
     def _peer(self, peer, name):
@@ -375,11 +366,9 @@ class Communicator:
         fast = self._fast
         if fast is not None and async_op is False and self._run(fast.send, x, dst, tag):
             return None
-        buf = self._buffer(x, "x", writable=False)
-        args = (buf, self._peer(dst, "dst"), self._tag(tag))
-        if self._async(async_op):
-            return self._start("send", args, None, (x,))
-        self._run(self._engine_or_raise().send, *args)
+        call = Call("send/recv", send=self._buffer(x, "x", writable=False), dest=self._peer(dst, "dst"),
+                    tag=self._tag(tag))
+        return self._call(call, async_op, None, (x,), records=False)
 
     def recv(self, x, src, tag=0, *, async_op=False):
         """Receive into x the next message from rank src, which must have this tag and x's length in bytes.
@@ -387,12 +376,9 @@ class Communicator:
         fast = self._fast
         if fast is not None and async_op is False and self._run(fast.recv, x, src, tag):
             return x
-        buf = self._buffer(x, "x", writable=True)
-        args = (buf, self._peer(src, "src"), self._tag(tag))
-        if self._async(async_op):
-            return self._start("recv", args, x, (x,))
-        self._run(self._engine_or_raise().recv, *args)
-        return x
+        call = Call("send/recv", recv=self._buffer(x, "x", writable=True), source=self._peer(src, "src"),
+                    tag=self._tag(tag))
+        return self._call(call, async_op, x, (x,), records=False)
 
     # -- subgroups -------------------------------------------------------------------------------------------
     def split(self, color, key=0):
@@ -457,7 +443,7 @@ class Communicator:
             raise ValueError(f"{name} must hold {what} = {expected} elements, got {buf.count}")
 
     def _all_gather_v(self, x, out, counts, async_op):
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         counts = self._counts(counts)
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)
@@ -465,13 +451,10 @@ class Communicator:
         self._counted(send, "x", int(counts[self._rank]), f"counts[{self._rank}]")
         self._counted(recv, "out", int(counts.sum()), "sum(counts)")
         check_no_overlap(send, "x", recv, "out", "all_gather with counts", in_place=False)
-        if self._async(async_op):
-            return self._start("all_gather_v", (send, recv, counts), out, (x, out, counts))
-        self.last_algorithm = self._run(engine.all_gather_v, send, recv, counts)
-        return out
+        return self._call(Call("all_gather_v", send, recv, counts=counts), async_op, out, (x, out, counts))
 
     def _reduce_scatter_v(self, x, out, op, counts, algorithm, accuracy, async_op):
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         counts = self._counts(counts)
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)
@@ -482,16 +465,14 @@ class Communicator:
         # "auto" is the ring here, whatever PYCOLL_ALGORITHM says for the even collectives.
         if algorithm != "auto" and algorithm_name(algorithm) != "ring":
             raise ValueError(f"algorithm: reduce_scatter with counts runs the ring only, got {algorithm!r}")
-        args = (send, recv, counts, self._op(op), self._accuracy(accuracy))
-        if self._async(async_op):
-            return self._start("reduce_scatter_v", args, out, (x, out, counts))
-        self.last_algorithm = self._run(engine.reduce_scatter_v, *args)
-        return out
+        call = Call("reduce_scatter_v", send, recv, op=self._op(op), accuracy=self._accuracy(accuracy),
+                    counts=counts)
+        return self._call(call, async_op, out, (x, out, counts))
 
     def all_to_all(self, x, out, *, async_op=False):
         """x and out hold size * k elements each (separate memory): block j of x goes to rank j, and block i of
         out comes from rank i. Returns out (with async_op=True a pycoll.Work whose wait() returns it)."""
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)
         self._same_dtype(send, recv, "x", "out")
@@ -499,16 +480,12 @@ class Communicator:
             raise ValueError(f"x must hold size * k elements (size {self._size}), got {send.count}")
         self._counted(recv, "out", send.count, "len(x)")
         check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
-        args = (send, recv, send.count // self._size)
-        if self._async(async_op):
-            return self._start("all_to_all", args, out, (x, out))
-        self.last_algorithm = self._run(engine.all_to_all, *args)
-        return out
+        return self._call(Call("all_to_all", send, recv), async_op, out, (x, out))
 
     def gather(self, x, out, root=0, *, async_op=False):
         """Rank r's x goes to block r of out on root, which holds size * len(x) elements; out may be None on
         the other ranks (and is not touched there). Returns out."""
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=False)
         recv = None
@@ -519,15 +496,12 @@ class Communicator:
             self._same_dtype(send, recv, "x", "out")
             self._counted(recv, "out", self._size * send.count, f"size * len(x) = {self._size} * {send.count}")
             check_no_overlap(send, "x", recv, "out", "gather", in_place=False)
-        if self._async(async_op):
-            return self._start("gather", (send, recv, root), out, (x, out))
-        self.last_algorithm = self._run(engine.gather, send, recv, root)
-        return out
+        return self._call(Call("gather", send, recv, root=root), async_op, out, (x, out))
 
     def scatter(self, x, out, root=0, *, async_op=False):
         """Block r of root's x (size * len(out) elements) goes to rank r's out; x may be None on the other
         ranks (and is not read there). Returns out."""
-        engine = self._engine_or_raise()
+        self._engine_or_raise()
         root = self._root(root)
         recv = self._buffer(out, "out", writable=True)
         send = None
@@ -538,10 +512,7 @@ class Communicator:
             self._same_dtype(send, recv, "x", "out")
             self._counted(send, "x", self._size * recv.count, f"size * len(out) = {self._size} * {recv.count}")
             check_no_overlap(send, "x", recv, "out", "scatter", in_place=False)
-        if self._async(async_op):
-            return self._start("scatter", (send, recv, root), out, (x, out))
-        self.last_algorithm = self._run(engine.scatter, send, recv, root)
-        return out
+        return self._call(Call("scatter", send, recv, root=root), async_op, out, (x, out))
 
     def broadcast_object(self, obj, root=0):
         """Root's obj (any picklable object), returned on every rank (root gets obj itself). Pickle: only
@@ -570,7 +541,7 @@ class Communicator:
         _open_communicators.discard(self)
         try:
             if engine is not None:
-                if hasattr(engine, "close_linger"):  # NativeEngine: its wait for the peers' goodbyes
+                if engine.close_linger is not None:  # its wait for the peers' goodbyes
                     engine.close_linger = min(engine.close_linger, max(deadline - time.monotonic(), 0.0))
                 engine.close()  # fails queued Works with CommunicatorClosed (native/comm/progress.c)
             self._pending.clear()
@@ -635,7 +606,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     try:
         options = {"master_addr": env.master_addr, "ifname": ifname, "secret": secret, "job_id": job_id,
                    "local_rank": env.local_rank}
-        if getattr(plugin, "finds_hosts", False):  # the C bootstrap finds them (pycoll.bootstrap)
+        if plugin.finds_hosts:  # the C bootstrap finds them (pycoll.bootstrap)
             engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
                                    options=options)
             hosts = engine.hosts
@@ -668,7 +639,7 @@ def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifna
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-    if not getattr(plugin, "finds_hosts", False):
+    if not plugin.finds_hosts:
         raise ValueError(f"init_rank creates host-memory communicators (backend cpu, shm or tcp); backend "
                          f"{backend!r} needs pycoll.init()")
     engine = plugin.create(rank=rank, world_size=world_size, store=None, timeout=float(timeout),

@@ -11,6 +11,7 @@ import pytest
 from multiproc import Ranks
 
 import pycoll
+from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import NativeComm
 
 FRAME = struct.Struct("<IIqii40s40s")  # native/common/frame.h: pycoll_frame_header_t
@@ -83,7 +84,7 @@ def test_forged_tcp_frame_is_a_peer_failure_naming_its_sender(frame, says, blame
     try:
         impostors[0].sendall(frame)
         with pytest.raises(pycoll.PeerFailure) as caught:
-            comm.barrier()
+            comm.run(COLLECTIVES["barrier"])
         assert says in str(caught.value) and caught.value.rank == blamed, caught.value
     finally:
         comm.close()

@@ -9,8 +9,9 @@ import threading
 import numpy as np
 import pytest
 
+from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import NativeComm, shm_segment_bytes
-from pycoll.algorithms import ACCURACIES, ALGORITHMS
+from pycoll.algorithms import ALGORITHMS
 from pycoll.dtypes import OPS, dtype_id
 from pycoll.errors import PycollError
 
@@ -79,8 +80,8 @@ def test_all_reduce_is_exact_over_any_host_shape(host_of, algorithm):
 
     def body(rank, comm):
         x = np.arange(count, dtype=np.int64) * (rank + 1)
-        comm.all_reduce(x.ctypes.data, results[rank].ctypes.data, count, dtype_id(np.dtype(np.int64)), OPS["sum"],
-                        ALGORITHMS[algorithm], ACCURACIES["fast"])
+        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, results[rank].ctypes.data, count, count,
+                 dtype_id(np.dtype(np.int64)), op=OPS["sum"], algorithm=ALGORITHMS[algorithm])
         comm.close(1.0)
 
     assert _on_threads(comms, body) == [None] * n
@@ -99,8 +100,8 @@ def test_a_rank_no_child_reaches_is_a_clear_error_not_a_hang():
         os.close(segment)
     x = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="rank 1 is not reachable over the tcp transport of rank 0"):
-        comm.all_reduce(x.ctypes.data, x.ctypes.data, 4, dtype_id(np.dtype(np.float32)), OPS["sum"],
-                        ALGORITHMS["ring"], ACCURACIES["fast"])
+        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, 4, 4, dtype_id(np.dtype(np.float32)),
+                 op=OPS["sum"], algorithm=ALGORITHMS["ring"])
 
 
 def test_sockets_are_closed_when_the_transport_cannot_be_made():

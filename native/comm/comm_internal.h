@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "algorithms/context.h"
-#include "pycoll/comm.h"
+#include "pycoll/call.h"
 
 #define COMM_ERROR_LEN (PYCOLL_ERROR_LEN + 64) /* room for a prefix before the transport's message */
 /* The groups of a communicator's point-to-point messages and of pycoll's own calls on it (the cost model
@@ -16,22 +16,14 @@
 #define P2P_GROUP_SALT 0x9e3779b9u
 #define INTERNAL_GROUP_SALT 0x7f4a7c15u
 
-/* One collective as the caller asked for it, so a blocking call and a queued one run the same code. */
+/* A call as the communicator runs it, checked (comm_check_call): the caller's description and what the check
+ * derived from it once, so that a blocking call and a queued one run the same code. */
 typedef struct comm_call {
-    pycoll_coll_t coll;
-    const void *sendbuf;
-    void *recvbuf;
-    int64_t count; /* as the collective's public function names it: count, recv_count or send_count */
-    pycoll_dtype_t dtype;
-    pycoll_op_t op;
-    pycoll_algorithm_t algorithm;
-    pycoll_accuracy_t accuracy;
-    int32_t root; /* -1 where the collective has none; send/recv: the peer */
-    uint32_t tag; /* send/recv */
-    uint32_t thread; /* the caller's thread tag (pycoll_set_thread_tag), taken when the call is made */
-    /* The _V collectives' per-rank counts (size entries; count is then their sum), else NULL. The caller's
-     * array, not a copy: like the buffers it must stay valid until the collective completes. */
-    const int64_t *counts;
+    pycoll_call_t args;  /* as the caller described it */
+    int64_t count;       /* the count the algorithms take: the elements of one rank's block (all_reduce, reduce,
+                          * broadcast: the whole buffer; send_recv: the message); 0 for the _v collectives */
+    int64_t desc_count;  /* what the descriptor carries: count, or the _v collectives' counts fingerprint */
+    uint32_t thread;     /* the caller's thread tag (pycoll_set_thread_tag), taken when the call is made */
 } comm_call_t;
 
 /* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the
@@ -99,10 +91,12 @@ int comm_several_ranks(void);
 uint32_t comm_caller_tag(const pycoll_comm_t *comm);
 void comm_live_remove(pycoll_comm_t *comm);
 
-/* communicator.c: check a call's arguments (no state changes; PYCOLL_ERR_INVALID with `error` saying which),
- * and run one (check, stamp, set the deadline, run the algorithm, break the communicator on failure).
- * `ran` gets the algorithm that ran. */
-pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len);
+/* call.c: check a call -- version, ids, counts against the collective, root and peer -- without changing any
+ * state (PYCOLL_ERR_INVALID with `error` saying which field), and fill *out. The one place calls are checked. */
+pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *call, comm_call_t *out, char *error,
+                                size_t error_len);
+/* communicator.c: run a checked call (stamp, set the deadline, run the algorithm, break the communicator on
+ * failure). `ran` gets the algorithm that ran. */
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran);
 /* point_to_point.c. While sends and receives of comm are in flight (between begin and end) the transport
@@ -118,7 +112,7 @@ void comm_p2p_extend_deadline(pycoll_comm_t *comm);
 pycoll_status_t comm_p2p_post(pycoll_comm_t *comm, const comm_call_t *call, pycoll_request_t *req);
 pycoll_status_t comm_p2p_end(pycoll_comm_t *comm, const comm_p2p_saved_t *saved, pycoll_status_t st);
 pycoll_status_t comm_run_p2p(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len);
-static inline int comm_call_is_p2p(const comm_call_t *call) { return call->coll == PYCOLL_COLL_SEND_RECV; }
+static inline int comm_call_is_p2p(const comm_call_t *call) { return call->args.collective == PYCOLL_COLL_SEND_RECV; }
 /* communicator.c: PYCOLL_OK when comm may run a collective now, else why not (closed, broken). */
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
 pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);

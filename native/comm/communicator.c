@@ -237,100 +237,6 @@ const char *pycoll_comm_error(const pycoll_comm_t *comm)
 
 int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm) { return comm->p2p->failed_rank; }
 
-static pycoll_status_t invalid(char *error, size_t error_len, const char *fmt, const char *what, long long value)
-{
-    snprintf(error, error_len, fmt, what, value);
-    return PYCOLL_ERR_INVALID;
-}
-
-/* The _V collectives' counts: one per rank, each >= 0, their sum small enough that its bytes -- up to 16 per
- * element as compensated partials -- fit in int64. */
-static pycoll_status_t check_counts(const int64_t *counts, int32_t size, char *error, size_t error_len)
-{
-    if (!counts)
-        return invalid(error, error_len, "%s is NULL (%lld entries expected)", "counts", size);
-    int64_t total = 0;
-    for (int32_t r = 0; r < size; r++) {
-        if (counts[r] < 0) {
-            snprintf(error, error_len, "counts[%d] must be >= 0, got %lld", (int)r, (long long)counts[r]);
-            return PYCOLL_ERR_INVALID;
-        }
-        if (counts[r] > INT64_MAX / 32 - total)
-            return invalid(error, error_len, "%s: the sum is too large (rank %lld's entry overflows it)",
-                           "counts", r);
-        total += counts[r];
-    }
-    return PYCOLL_OK;
-}
-
-/* What a _V collective's descriptor carries as its count: a fingerprint of every rank's count (FNV-1a, made
- * non-negative), so ranks that pass different counts disagree on the descriptor and meet as a mismatch
- * naming both sides (p2p.h) instead of sending blocks of lengths the receiver does not expect. */
-static int64_t counts_fingerprint(const int64_t *counts, int32_t size)
-{
-    uint64_t h = 14695981039346656037ULL;
-    for (int32_t r = 0; r < size; r++)
-        for (int byte = 0; byte < 8; byte++)
-            h = (h ^ (((uint64_t)counts[r] >> (8 * byte)) & 0xff)) * 1099511628211ULL;
-    return (int64_t)(h & (uint64_t)INT64_MAX);
-}
-
-/* Never a silent fallback: the caller named an algorithm this collective does not have. */
-static pycoll_status_t algorithm_not_served(const comm_call_t *call, char *error, size_t error_len)
-{
-    int32_t n = 0;
-    const pycoll_algorithm_info_t *has = pycoll_coll_algorithms(call->coll, &n);
-    int used = snprintf(error, error_len, "algorithm %s has no %s; it runs as",
-                        pycoll_algorithm_name(call->algorithm), pycoll_coll_name(call->coll));
-    for (int32_t i = 0; i < n && used > 0 && (size_t)used < error_len; i++)
-        used += snprintf(error + used, error_len - (size_t)used, "%s %s", i ? "," : "", has[i].name);
-    return PYCOLL_ERR_INVALID;
-}
-
-/* Argument errors do not break the communicator: they are caught before anything is sent, identically on
- * every rank that made them. */
-pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
-{
-    const int has_root = call->coll == PYCOLL_COLL_BROADCAST || call->coll == PYCOLL_COLL_REDUCE ||
-                         call->coll == PYCOLL_COLL_GATHER || call->coll == PYCOLL_COLL_SCATTER;
-    if (call->count < 0)
-        return invalid(error, error_len, "%s must be >= 0, got %lld", "count", call->count);
-    if ((unsigned)call->dtype >= PYCOLL_NUM_DTYPES)
-        return invalid(error, error_len, "%s: unknown id %lld", "dtype", call->dtype);
-    if ((unsigned)call->op >= PYCOLL_NUM_OPS)
-        return invalid(error, error_len, "%s: unknown id %lld", "op", call->op);
-    if ((unsigned)call->algorithm >= PYCOLL_NUM_ALGOS)
-        return invalid(error, error_len, "%s: unknown id %lld", "algorithm", call->algorithm);
-    if ((unsigned)call->accuracy >= PYCOLL_NUM_ACCURACIES)
-        return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
-    if (has_root && (call->root < 0 || call->root >= comm->p2p->size))
-        return invalid(error, error_len, "%s out of range: %lld", "root", call->root);
-    if (comm_call_is_p2p(call) && (call->root < 0 || call->root >= comm->p2p->size || call->root == comm->p2p->rank)) {
-        snprintf(error, error_len, "peer must be another rank of this communicator's %d, got %d (this rank is %d)",
-                 (int)comm->p2p->size, (int)call->root, (int)comm->p2p->rank);
-        return PYCOLL_ERR_INVALID;
-    }
-    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
-    if (call->algorithm == PYCOLL_ALGO_SHM && comm->view) {
-        snprintf(error, error_len, "algorithm shm runs only on the communicator made by init: a split runs pycoll's "
-                 "algorithms over the same shared memory (use algorithm=\"auto\" or name one of them)");
-        return PYCOLL_ERR_INVALID;
-    }
-    if (call->algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
-        /* Never a silent fallback: the caller asked for what this transport cannot run. */
-        snprintf(error, error_len,
-                 "algorithm shm runs only over the shared-memory transport (backend 'shm'); this communicator's "
-                 "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
-        return PYCOLL_ERR_INVALID;
-    }
-    if (call->algorithm != PYCOLL_ALGO_AUTO && !comm_call_is_p2p(call) &&
-        !algorithm_serves(algorithm_entry(call->algorithm), call->coll))
-        return algorithm_not_served(call, error, error_len);
-    if (call->coll == PYCOLL_COLL_ALL_GATHER_V || call->coll == PYCOLL_COLL_REDUCE_SCATTER_V)
-        return check_counts(call->counts, comm->p2p->size, error, error_len);
-    return PYCOLL_OK;
-}
-
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
@@ -386,27 +292,24 @@ void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
     comm->internal = internal != 0;
 }
 
-/* Check the call and stamp it on p2p: its descriptor, the history fingerprint, its deadline. */
+/* Stamp the (checked) call on p2p: its descriptor, the history fingerprint, its deadline. */
 static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
+    const pycoll_call_t *a = &call->args;
     pycoll_status_t st = comm_usable(comm, error, error_len);
     if (st != PYCOLL_OK)
         return st;
-    st = comm_check_call(comm, call, error, error_len);
-    if (st != PYCOLL_OK)
-        return st;
     const pycoll_algorithm_t algorithm =
-        pycoll_decide_algorithm_hosts(&comm->model, call->coll, call->algorithm, p2p->size, comm->hosts,
-                                      comm->max_local, call->count * (int64_t)pycoll_dtype_size(call->dtype),
+        pycoll_decide_algorithm_hosts(&comm->model, a->collective, a->algorithm, p2p->size, comm->hosts,
+                                      comm->max_local, call->count * (int64_t)pycoll_dtype_size(a->dtype),
                                       p2p->ops->native);
     const uint32_t thread = comm->internal ? PYCOLL_THREAD_INTERNAL : call->thread;
     pycoll_coll_desc_t desc = {.seq = comm->internal ? ++comm->internal_seq : ++comm->seq,
                                .history = pycoll_history_next(&p2p->desc),
-                               .count = call->counts ? counts_fingerprint(call->counts, p2p->size) : call->count,
-                               .root = call->root, .coll = (uint8_t)call->coll, .dtype = (uint8_t)call->dtype,
-                               .op = (uint8_t)call->op, .algorithm = (uint8_t)algorithm,
-                               .accuracy = (uint8_t)call->accuracy,
+                               .count = call->desc_count, .root = a->root, .coll = (uint8_t)a->collective,
+                               .dtype = (uint8_t)a->dtype, .op = (uint8_t)a->op, .algorithm = (uint8_t)algorithm,
+                               .accuracy = (uint8_t)a->accuracy,
                                .group = comm->internal ? comm->group ^ INTERNAL_GROUP_SALT : comm->group,
                                .thread = {(uint8_t)thread, (uint8_t)(thread >> 8), (uint8_t)(thread >> 16)}};
     p2p->prev_desc = p2p->desc;
@@ -432,41 +335,42 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
                                 pycoll_algorithm_t algorithm)
 {
     coll_ctx_t *ctx = &comm->ctx;
+    const pycoll_call_t *c = &call->args;
     const coll_algorithm_t *a = algorithm_entry(algorithm);
-    if (!a || !algorithm_serves(a, call->coll)) {
+    if (!a || !algorithm_serves(a, c->collective)) {
         snprintf(error, error_len, "algorithm %s has no %s", pycoll_algorithm_name(algorithm),
-                 pycoll_coll_name(call->coll));
+                 pycoll_coll_name(c->collective));
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    switch (call->coll) {
+    switch (c->collective) {
     case PYCOLL_COLL_ALL_REDUCE:
-        return comm_finish(comm, a->all_reduce(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
-                                               call->accuracy));
+        return comm_finish(comm, a->all_reduce(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op,
+                                               c->accuracy));
     case PYCOLL_COLL_REDUCE_SCATTER:
-        return comm_finish(comm, a->reduce_scatter(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype,
-                                                   call->op, call->accuracy));
+        return comm_finish(comm, a->reduce_scatter(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op,
+                                                   c->accuracy));
     case PYCOLL_COLL_ALL_GATHER:
-        return comm_finish(comm, a->all_gather(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+        return comm_finish(comm, a->all_gather(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype));
     case PYCOLL_COLL_BROADCAST:
-        return comm_finish(comm, a->broadcast(ctx, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, a->broadcast(ctx, c->recvbuf, call->count, c->dtype, c->root));
     case PYCOLL_COLL_REDUCE:
-        return comm_finish(comm, a->reduce(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->op,
-                                           call->root, call->accuracy));
+        return comm_finish(comm, a->reduce(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op, c->root,
+                                           c->accuracy));
     case PYCOLL_COLL_BARRIER:
         return comm_finish(comm, a->barrier(ctx));
     case PYCOLL_COLL_ALL_TO_ALL:
-        return comm_finish(comm, a->all_to_all(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype));
+        return comm_finish(comm, a->all_to_all(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype));
     case PYCOLL_COLL_GATHER:
-        return comm_finish(comm, a->gather(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, a->gather(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->root));
     case PYCOLL_COLL_SCATTER:
-        return comm_finish(comm, a->scatter(ctx, call->sendbuf, call->recvbuf, call->count, call->dtype, call->root));
+        return comm_finish(comm, a->scatter(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->root));
     case PYCOLL_COLL_ALL_GATHER_V:
-        return comm_finish(comm, a->all_gather_v(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype));
+        return comm_finish(comm, a->all_gather_v(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype));
     case PYCOLL_COLL_REDUCE_SCATTER_V:
-        return comm_finish(comm, a->reduce_scatter_v(ctx, call->sendbuf, call->recvbuf, call->counts, call->dtype,
-                                                     call->op, call->accuracy));
+        return comm_finish(comm, a->reduce_scatter_v(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype, c->op,
+                                                     c->accuracy));
     default:
-        snprintf(error, error_len, "unknown collective id %d", (int)call->coll);
+        snprintf(error, error_len, "unknown collective id %d", (int)c->collective);
         return PYCOLL_ERR_INVALID;
     }
 }
@@ -488,15 +392,11 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     return st;
 }
 
-/* A blocking collective: its turn after every queued one, then run on the caller's thread. */
-static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *made)
+/* A blocking call: its turn after every queued one, then run on the caller's thread. */
+static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
 {
-    comm_call_t tagged = *made;
-    tagged.thread = comm_caller_tag(comm);
-    const comm_call_t *call = &tagged;
-    comm->error[0] = 0;
-    pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
-    if (st == PYCOLL_OK && comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
+    pycoll_status_t st = PYCOLL_OK;
+    if (comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
         return st;
     if (st == PYCOLL_OK)
         st = progress_take_turn(comm, 1);
@@ -519,204 +419,15 @@ static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *made
     return st;
 }
 
-/* The calls as data: one place per collective says which argument goes where, for blocking and queued runs. */
-#define ALL_REDUCE_CALL(send, recv, n, dt, o, algo, acc)                                                          \
-    ((comm_call_t){.coll = PYCOLL_COLL_ALL_REDUCE, .sendbuf = (send), .recvbuf = (recv), .count = (n),          \
-                   .dtype = (dt), .op = (o), .algorithm = (algo), .accuracy = (acc), .root = -1})
-#define REDUCE_SCATTER_CALL(send, recv, n, dt, o, algo, acc)                                                      \
-    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE_SCATTER, .sendbuf = (send), .recvbuf = (recv), .count = (n),      \
-                   .dtype = (dt), .op = (o), .algorithm = (algo), .accuracy = (acc), .root = -1})
-#define ALL_GATHER_CALL(send, recv, n, dt)                                                                        \
-    ((comm_call_t){.coll = PYCOLL_COLL_ALL_GATHER, .sendbuf = (send), .recvbuf = (recv), .count = (n),          \
-                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
-                   .accuracy = PYCOLL_ACCURACY_FAST, .root = -1})
-#define BROADCAST_CALL(buf, n, dt, r)                                                                             \
-    ((comm_call_t){.coll = PYCOLL_COLL_BROADCAST, .sendbuf = (buf), .recvbuf = (buf), .count = (n),             \
-                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
-                   .accuracy = PYCOLL_ACCURACY_FAST, .root = (r)})
-#define REDUCE_CALL(send, recv, n, dt, o, r, acc)                                                                 \
-    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE, .sendbuf = (send), .recvbuf = (recv), .count = (n),              \
-                   .dtype = (dt), .op = (o), .algorithm = PYCOLL_ALGO_AUTO, .accuracy = (acc), .root = (r)})
-#define BARRIER_CALL()                                                                                            \
-    ((comm_call_t){.coll = PYCOLL_COLL_BARRIER, .count = 0, .dtype = PYCOLL_UINT8, .op = PYCOLL_SUM,             \
-                   .algorithm = PYCOLL_ALGO_AUTO, .accuracy = PYCOLL_ACCURACY_FAST, .root = -1})
-
-pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
-                                       pycoll_accuracy_t accuracy)
+pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, pycoll_work_t **work)
 {
-    return run_blocking(comm, &ALL_REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy));
-}
-
-pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                           pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
-{
-    return run_blocking(comm, &REDUCE_SCATTER_CALL(sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy));
-}
-
-pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
-                                       pycoll_dtype_t dtype)
-{
-    return run_blocking(comm, &ALL_GATHER_CALL(sendbuf, recvbuf, send_count, dtype));
-}
-
-pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                      int32_t root)
-{
-    return run_blocking(comm, &BROADCAST_CALL(buf, count, dtype, root));
-}
-
-pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
-{
-    return run_blocking(comm, &REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, root, accuracy));
-}
-
-pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm) { return run_blocking(comm, &BARRIER_CALL()); }
-
-pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                             pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                             pycoll_work_t **work)
-{
-    return progress_start(comm, &ALL_REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy), work);
-}
-
-pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                 int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                 pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                                 pycoll_work_t **work)
-{
-    return progress_start(
-        comm, &REDUCE_SCATTER_CALL(sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy), work);
-}
-
-pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t send_count, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return progress_start(comm, &ALL_GATHER_CALL(sendbuf, recvbuf, send_count, dtype), work);
-}
-
-pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                            int32_t root, pycoll_work_t **work)
-{
-    return progress_start(comm, &BROADCAST_CALL(buf, count, dtype, root), work);
-}
-
-pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                         pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                         pycoll_accuracy_t accuracy, pycoll_work_t **work)
-{
-    return progress_start(comm, &REDUCE_CALL(sendbuf, recvbuf, count, dtype, op, root, accuracy), work);
-}
-
-pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
-{
-    return progress_start(comm, &BARRIER_CALL(), work);
-}
-
-#define SEND_RECV_CALL(send, recv, n, dt, peer, t)                                                               \
-    ((comm_call_t){.coll = PYCOLL_COLL_SEND_RECV, .sendbuf = (send), .recvbuf = (recv), .count = (n),           \
-                   .dtype = (dt), .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO,                              \
-                   .accuracy = PYCOLL_ACCURACY_FAST, .root = (peer), .tag = (t)})
-
-pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
-                                 int32_t peer, uint32_t tag)
-{
-    return run_blocking(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag));
-}
-
-pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer,
-                                 uint32_t tag)
-{
-    return run_blocking(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag));
-}
-
-pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
-{
-    return progress_start(comm, &SEND_RECV_CALL(buf, NULL, count, dtype, peer, tag), work);
-}
-
-pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
-{
-    return progress_start(comm, &SEND_RECV_CALL(NULL, buf, count, dtype, peer, tag), work);
-}
-
-/* Issue #14's collectives: one call macro each, as above, and their blocking and non-blocking entry points. */
-#define MOVE_CALL(c, send, recv, n, dt, r, cnts)                                                                 \
-    ((comm_call_t){.coll = (c), .sendbuf = (send), .recvbuf = (recv), .count = (n), .dtype = (dt),             \
-                   .op = PYCOLL_SUM, .algorithm = PYCOLL_ALGO_AUTO, .accuracy = PYCOLL_ACCURACY_FAST,          \
-                   .root = (r), .counts = (cnts)})
-#define ALL_TO_ALL_CALL(send, recv, n, dt) MOVE_CALL(PYCOLL_COLL_ALL_TO_ALL, send, recv, n, dt, -1, NULL)
-#define GATHER_CALL(send, recv, n, dt, r) MOVE_CALL(PYCOLL_COLL_GATHER, send, recv, n, dt, r, NULL)
-#define SCATTER_CALL(send, recv, n, dt, r) MOVE_CALL(PYCOLL_COLL_SCATTER, send, recv, n, dt, r, NULL)
-#define ALL_GATHER_V_CALL(send, recv, cnts, dt) MOVE_CALL(PYCOLL_COLL_ALL_GATHER_V, send, recv, 0, dt, -1, cnts)
-#define REDUCE_SCATTER_V_CALL(send, recv, cnts, dt, o, acc)                                                      \
-    ((comm_call_t){.coll = PYCOLL_COLL_REDUCE_SCATTER_V, .sendbuf = (send), .recvbuf = (recv), .count = 0,      \
-                   .dtype = (dt), .op = (o), .algorithm = PYCOLL_ALGO_AUTO, .accuracy = (acc), .root = -1,       \
-                   .counts = (cnts)})
-
-pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype)
-{
-    return run_blocking(comm, &ALL_TO_ALL_CALL(sendbuf, recvbuf, count, dtype));
-}
-
-pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, int32_t root)
-{
-    return run_blocking(comm, &GATHER_CALL(sendbuf, recvbuf, count, dtype, root));
-}
-
-pycoll_status_t pycoll_comm_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                    pycoll_dtype_t dtype, int32_t root)
-{
-    return run_blocking(comm, &SCATTER_CALL(sendbuf, recvbuf, count, dtype, root));
-}
-
-pycoll_status_t pycoll_comm_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                         const int64_t *counts, pycoll_dtype_t dtype)
-{
-    return run_blocking(comm, &ALL_GATHER_V_CALL(sendbuf, recvbuf, counts, dtype));
-}
-
-pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
-                                             pycoll_accuracy_t accuracy)
-{
-    return run_blocking(comm, &REDUCE_SCATTER_V_CALL(sendbuf, recvbuf, counts, dtype, op, accuracy));
-}
-
-pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return progress_start(comm, &ALL_TO_ALL_CALL(sendbuf, recvbuf, count, dtype), work);
-}
-
-pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                         pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
-{
-    return progress_start(comm, &GATHER_CALL(sendbuf, recvbuf, count, dtype, root), work);
-}
-
-pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                          pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
-{
-    return progress_start(comm, &SCATTER_CALL(sendbuf, recvbuf, count, dtype, root), work);
-}
-
-pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                               const int64_t *counts, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return progress_start(comm, &ALL_GATHER_V_CALL(sendbuf, recvbuf, counts, dtype), work);
-}
-
-pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                   const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                   pycoll_accuracy_t accuracy, pycoll_work_t **work)
-{
-    return progress_start(comm, &REDUCE_SCATTER_V_CALL(sendbuf, recvbuf, counts, dtype, op, accuracy), work);
+    comm_call_t checked;
+    comm->error[0] = 0;
+    if (work)
+        *work = NULL;
+    pycoll_status_t st = comm_check_call(comm, call, &checked, comm->error, sizeof comm->error);
+    if (st != PYCOLL_OK)
+        return st;
+    checked.thread = comm_caller_tag(comm); /* the caller's, also where the progress thread runs it */
+    return work ? progress_start(comm, &checked, work) : run_blocking(comm, &checked);
 }

@@ -38,10 +38,11 @@ void comm_p2p_extend_deadline(pycoll_comm_t *comm)
 
 pycoll_status_t comm_p2p_post(pycoll_comm_t *comm, const comm_call_t *call, pycoll_request_t *req)
 {
-    const int is_send = call->sendbuf != NULL;
-    *req = (pycoll_request_t){.buf = is_send ? (void *)call->sendbuf : call->recvbuf,
-                              .nbytes = call->count * (int64_t)pycoll_dtype_size(call->dtype), .peer = call->root,
-                              .tag = call->tag, .is_send = (uint8_t)is_send};
+    const pycoll_call_t *a = &call->args;
+    const int is_send = a->dest >= 0;
+    *req = (pycoll_request_t){.buf = is_send ? (void *)a->sendbuf : a->recvbuf,
+                              .nbytes = call->count * (int64_t)pycoll_dtype_size(a->dtype), .peer = is_send ? a->dest : a->source,
+                              .tag = a->tag, .is_send = (uint8_t)is_send};
     return comm->p2p->ops->post(comm->p2p, req);
 }
 

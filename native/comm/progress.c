@@ -1,5 +1,5 @@
 /* The progress thread of a communicator family (comm_internal.h): runs non-blocking collectives
- * (pycoll_comm_start_*) of the root and its splits one at a time, in call order, with comm_run_call -- the
+ * (pycoll_comm_run with a work) of the root and its splits one at a time, in call order, with comm_run_call -- the
  * very code a blocking call runs -- so descriptors, deadlines and the first-error rule are the same; and keeps
  * non-blocking sends and receives in flight (p2p_flight_t below). It never calls back into the caller: the
  * transport's interrupt check, which may be Python's signal check, is replaced on this thread by the close's
@@ -353,9 +353,7 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
                  : "the communicator this one was split from is closed");
         return PYCOLL_ERR_CLOSED;
     }
-    pycoll_status_t st = comm_check_call(comm, call, comm->error, sizeof comm->error);
-    if (st != PYCOLL_OK)
-        return st;
+    pycoll_status_t st = PYCOLL_OK;
     pycoll_work_t *work = calloc(1, sizeof *work);
     if (!work) {
         snprintf(comm->error, sizeof comm->error, "out of memory queueing a collective");
@@ -367,8 +365,7 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
         return PYCOLL_ERR_SYSTEM;
     }
     work->comm = comm;
-    work->call = *call;
-    work->call.thread = comm_caller_tag(comm); /* the caller's: the progress thread runs it */
+    work->call = *call; /* checked, with the caller's thread tag: the progress thread runs it */
     work->spin_ns = comm->options.spin_ns;
     work->algorithm = PYCOLL_ALGO_AUTO;
     work->failed_rank = -1;

@@ -11,22 +11,11 @@
 #include <string.h>
 
 #include "jax/xla_ffi_subset.h"
-#include "pycoll/comm.h"
+#include "pycoll/call.h"
 
 PYCOLL_API pycoll_xla_handler *pycoll_jax_ffi_handler(const char *name);
 PYCOLL_API void pycoll_jax_ffi_version(int *major, int *minor);
 
-typedef enum {
-    JAX_ALL_REDUCE,
-    JAX_REDUCE_SCATTER,
-    JAX_ALL_GATHER,
-    JAX_BROADCAST,
-    JAX_REDUCE,
-    JAX_ALL_TO_ALL,
-} jax_coll_t;
-
-static const char *const coll_names[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                         "broadcast",  "reduce",         "all_to_all"};
 
 static pycoll_xla_error *fail(const pycoll_xla_call_frame *frame, int errc, const char *fmt, const char *a,
                               const char *b)
@@ -168,63 +157,53 @@ static pycoll_xla_error *answer_metadata(pycoll_xla_call_frame *frame)
     return NULL;
 }
 
+/* The call one custom call makes: its argument is the send buffer and its result the receive buffer of every
+ * collective (pycoll_comm_run checks their element counts against it), but broadcast's, which runs in place in
+ * the result. */
+static pycoll_call_t describe(pycoll_coll_t coll, const pycoll_xla_buffer *in, const pycoll_xla_buffer *out,
+                              pycoll_dtype_t dtype, int64_t op, int64_t root, int64_t accuracy, int64_t algorithm)
+{
+    pycoll_call_t call;
+    pycoll_call_init(&call, coll);
+    call.dtype = dtype;
+    call.recvbuf = out->data;
+    call.recv_count = element_count(out);
+    if (coll != PYCOLL_COLL_BROADCAST) {
+        call.sendbuf = in->data;
+        call.send_count = element_count(in);
+    }
+    if (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER || coll == PYCOLL_COLL_REDUCE) {
+        call.op = (pycoll_op_t)op;
+        call.accuracy = (pycoll_accuracy_t)accuracy;
+    }
+    if (coll == PYCOLL_COLL_ALL_REDUCE || coll == PYCOLL_COLL_REDUCE_SCATTER)
+        call.algorithm = (pycoll_algorithm_t)algorithm;
+    if (coll == PYCOLL_COLL_BROADCAST || coll == PYCOLL_COLL_REDUCE)
+        call.root = (int32_t)root;
+    return call;
+}
+
 /* The collective itself, on a communicator held (pycoll_comm_acquire) for the call. */
-static pycoll_xla_error *run_on(pycoll_xla_call_frame *frame, jax_coll_t coll, pycoll_comm_t *comm,
+static pycoll_xla_error *run_on(pycoll_xla_call_frame *frame, pycoll_coll_t coll, pycoll_comm_t *comm,
                                 const pycoll_xla_buffer *in, const pycoll_xla_buffer *out, pycoll_dtype_t dtype,
                                 int64_t op, int64_t root, int64_t accuracy, int64_t algorithm)
 {
-    const char *name = coll_names[coll];
-    int64_t size = pycoll_comm_size(comm);
-    int32_t rank = pycoll_comm_rank(comm);
-    int64_t n_in = element_count(in), n_out = element_count(out);
-    size_t esize = pycoll_dtype_size(dtype);
-    int shapes_ok;
-    switch (coll) {
-    case JAX_REDUCE_SCATTER: shapes_ok = n_in == size * n_out; break;
-    case JAX_ALL_GATHER: shapes_ok = n_out == size * n_in; break;
-    case JAX_ALL_TO_ALL: shapes_ok = n_in == n_out && n_in % size == 0; break;
-    default: shapes_ok = n_in == n_out; break;
-    }
-    if (!shapes_ok)
+    const char *name = pycoll_coll_name(coll);
+    const int32_t rank = pycoll_comm_rank(comm);
+    const int64_t n_in = element_count(in), n_out = element_count(out);
+    const size_t esize = pycoll_dtype_size(dtype);
+    if (coll == PYCOLL_COLL_BROADCAST && n_in != n_out)
         return fail(frame, PYCOLL_XLA_INVALID_ARGUMENT,
-                    "pycoll.jax %s: the argument's and result's element counts do not fit the communicator's "
-                    "size%s", name, "");
+                    "pycoll.jax %s: the argument's and result's element counts differ%s", name, "");
+    if (coll == PYCOLL_COLL_BROADCAST && rank == root && out->data != in->data && n_in > 0)
+        memcpy(out->data, in->data, (size_t)n_in * esize);
 
-    /* The collective runs on the communicator's progress thread (pycoll_comm_start_*), and this XLA thread waits
-     * for it. Measured at 2 ranks (bench/jax_jit.py, 4 B, the same loaded 2-core machine, runs alternated):
-     * 330-600 us per jitted call this way, 1100-1150 us calling the blocking pycoll_comm_* from XLA's thread.
-     * This way also never runs the caller's interrupt check (which for a communicator made in Python takes the
-     * GIL) on XLA's thread. */
+    /* The collective runs on the communicator's progress thread (a work), and this XLA thread waits for it:
+     * faster from XLA's thread than a blocking call, and it never runs the caller's interrupt check (which for a
+     * communicator made in Python takes the GIL) on XLA's thread. */
+    const pycoll_call_t call = describe(coll, in, out, dtype, op, root, accuracy, algorithm);
     pycoll_work_t *work = NULL;
-    pycoll_status_t st;
-    switch (coll) {
-    case JAX_ALL_REDUCE:
-        st = pycoll_comm_start_all_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op,
-                                          (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy, &work);
-        break;
-    case JAX_REDUCE_SCATTER:
-        st = pycoll_comm_start_reduce_scatter(comm, in->data, out->data, n_out, dtype, (pycoll_op_t)op,
-                                              (pycoll_algorithm_t)algorithm, (pycoll_accuracy_t)accuracy, &work);
-        break;
-    case JAX_ALL_GATHER:
-        st = pycoll_comm_start_all_gather(comm, in->data, out->data, n_in, dtype, &work);
-        break;
-    case JAX_BROADCAST:
-        if (rank == root && out->data != in->data && n_in > 0)
-            memcpy(out->data, in->data, (size_t)n_in * esize);
-        st = pycoll_comm_start_broadcast(comm, out->data, n_in, dtype, (int32_t)root, &work);
-        break;
-    case JAX_REDUCE:
-        st = pycoll_comm_start_reduce(comm, in->data, out->data, n_in, dtype, (pycoll_op_t)op, (int32_t)root,
-                                      (pycoll_accuracy_t)accuracy, &work);
-        break;
-    case JAX_ALL_TO_ALL:
-        st = pycoll_comm_start_all_to_all(comm, in->data, out->data, n_in / size, dtype, &work);
-        break;
-    default:
-        st = PYCOLL_ERR_INVALID;
-        break;
-    }
+    pycoll_status_t st = pycoll_comm_run(comm, &call, &work);
     char head[96];
     if (st != PYCOLL_OK) { /* refused before it started: the communicator says why */
         snprintf(head, sizeof head, "pycoll %s: %s", error_class(st), name);
@@ -242,14 +221,14 @@ static pycoll_xla_error *run_on(pycoll_xla_call_frame *frame, jax_coll_t coll, p
     }
     pycoll_work_free(work);
     /* reduce: the result on root; zeros elsewhere (what makes reduce and broadcast each other's transpose). */
-    if (coll == JAX_REDUCE && rank != root && n_out > 0)
+    if (coll == PYCOLL_COLL_REDUCE && rank != root && n_out > 0)
         memset(out->data, 0, (size_t)n_out * esize);
     return NULL;
 }
 
-static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
+static pycoll_xla_error *run(pycoll_xla_call_frame *frame, pycoll_coll_t coll)
 {
-    const char *name = coll_names[coll];
+    const char *name = pycoll_coll_name(coll);
     /* Without a usable api there is no way to report anything: XLA always passes one. */
     if (frame == NULL || frame->api == NULL ||
         frame->api->struct_size < PYCOLL_XLA_SIZE_UPTO(pycoll_xla_api, error_create) ||
@@ -324,22 +303,25 @@ static pycoll_xla_error *run(pycoll_xla_call_frame *frame, jax_coll_t coll)
     return err;
 }
 
-static pycoll_xla_error *all_reduce_handler(pycoll_xla_call_frame *f) { return run(f, JAX_ALL_REDUCE); }
-static pycoll_xla_error *reduce_scatter_handler(pycoll_xla_call_frame *f) { return run(f, JAX_REDUCE_SCATTER); }
-static pycoll_xla_error *all_gather_handler(pycoll_xla_call_frame *f) { return run(f, JAX_ALL_GATHER); }
-static pycoll_xla_error *broadcast_handler(pycoll_xla_call_frame *f) { return run(f, JAX_BROADCAST); }
-static pycoll_xla_error *reduce_handler(pycoll_xla_call_frame *f) { return run(f, JAX_REDUCE); }
-static pycoll_xla_error *all_to_all_handler(pycoll_xla_call_frame *f) { return run(f, JAX_ALL_TO_ALL); }
+static pycoll_xla_error *all_reduce_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_ALL_REDUCE); }
+static pycoll_xla_error *reduce_scatter_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_REDUCE_SCATTER); }
+static pycoll_xla_error *all_gather_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_ALL_GATHER); }
+static pycoll_xla_error *broadcast_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_BROADCAST); }
+static pycoll_xla_error *reduce_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_REDUCE); }
+static pycoll_xla_error *all_to_all_handler(pycoll_xla_call_frame *f) { return run(f, PYCOLL_COLL_ALL_TO_ALL); }
 
-/* The handler for a collective by name (coll_names), NULL for an unknown one. */
+/* The handler for a collective by name (pycoll_coll_name's), NULL for one XLA has no handler for. */
 pycoll_xla_handler *pycoll_jax_ffi_handler(const char *name)
 {
-    static pycoll_xla_handler *const handlers[] = {all_reduce_handler, reduce_scatter_handler,
-                                                   all_gather_handler, broadcast_handler,
-                                                   reduce_handler,     all_to_all_handler};
+    static const struct {
+        pycoll_coll_t coll;
+        pycoll_xla_handler *handler;
+    } handlers[] = {{PYCOLL_COLL_ALL_REDUCE, all_reduce_handler}, {PYCOLL_COLL_REDUCE_SCATTER, reduce_scatter_handler},
+                    {PYCOLL_COLL_ALL_GATHER, all_gather_handler}, {PYCOLL_COLL_BROADCAST, broadcast_handler},
+                    {PYCOLL_COLL_REDUCE, reduce_handler},         {PYCOLL_COLL_ALL_TO_ALL, all_to_all_handler}};
     for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
-        if (name != NULL && strcmp(name, coll_names[i]) == 0)
-            return handlers[i];
+        if (name != NULL && strcmp(name, pycoll_coll_name(handlers[i].coll)) == 0)
+            return handlers[i].handler;
     return NULL;
 }
 

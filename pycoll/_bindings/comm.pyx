@@ -226,95 +226,45 @@ cdef class NativeComm:
         finally:
             free(ids)
 
-    def all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,
-                   int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_all_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                        <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
-                                        <pycoll_accuracy_t>accuracy)
-        self._leave(st)
+    def run(self, int collective, uintptr_t send=0, uintptr_t recv=0, int64_t send_count=0,
+            int64_t recv_count=0, int dtype=0, *, int op=0, int algorithm=0, int accuracy=0, int root=-1,
+            int dest=-1, int source=-1, uint32_t tag=0, uintptr_t counts=0, bint async_op=False):
+        """One call (pycoll_call_t: native/include/pycoll/call.h says what each field means for each
+        collective): buffers as addresses, counts as elements of each buffer, counts (the _v collectives) as
+        the address of `size` int64 that the caller keeps alive until the call completes, as it does the
+        buffers. Blocking: None once done on this rank; async_op: the NativeWork of the call queued on the
+        progress thread."""
+        cdef pycoll_call_t call
+        pycoll_call_init(&call, <pycoll_coll_t>collective)
+        call.sendbuf, call.recvbuf = <const void *>send, <void *>recv
+        call.send_count, call.recv_count, call.counts = send_count, recv_count, <const int64_t *>counts
+        call.dtype, call.op = <pycoll_dtype_t>dtype, <pycoll_op_t>op
+        call.algorithm, call.accuracy = <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy
+        call.root, call.dest, call.source, call.tag = root, dest, source, tag
+        return self._run(&call, async_op)
 
-    def reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
-                       int algorithm, int accuracy):
+    cdef object _run(self, const pycoll_call_t *call, bint async_op):
+        """The one way a call reaches C (run() and the fast path): blocking, None; else its NativeWork."""
         cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_work_t *work = NULL
+        cdef pycoll_work_t **out = &work if async_op else NULL
         cdef pycoll_status_t st
         with nogil:
-            st = pycoll_comm_reduce_scatter(c, <const void *>send, <void *>recv, recv_count,
-                                            <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                            <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy)
+            st = pycoll_comm_run(c, call, out)
+        if async_op:
+            return _started(self, st, work)
         self._leave(st)
-
-    def all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_all_gather(c, <const void *>send, <void *>recv, send_count, <pycoll_dtype_t>dtype)
-        self._leave(st)
-
-    def broadcast(self, uintptr_t buf, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
-        self._leave(st)
+        return None
 
     def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
         """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
         collective stays #1."""
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        pycoll_comm_set_internal(c, 1)
-        with nogil:
-            st = pycoll_comm_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root)
-        pycoll_comm_set_internal(c, 0)
-        self._leave(st)
-
-    def reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root, int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                    <pycoll_op_t>op, root, <pycoll_accuracy_t>accuracy)
-        self._leave(st)
-
-    def barrier(self):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_barrier(c)
-        self._leave(st)
-
-    def send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
-        self._leave(st)
-
-    def recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag)
-        self._leave(st)
-
-    def start_send(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_send(c, <const void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
-        return _started(self, st, w)
-
-    def start_recv(self, uintptr_t buf, int64_t count, int dtype, int peer, uint32_t tag):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_recv(c, <void *>buf, count, <pycoll_dtype_t>dtype, peer, tag, &w)
-        return _started(self, st, w)
+        pycoll_comm_set_internal(self._enter(), 1)
+        self.busy = False
+        try:
+            self.run(PYCOLL_COLL_BROADCAST, 0, buf, 0, count, dtype, root=root)
+        finally:
+            pycoll_comm_set_internal(self.comm, 0)
 
     def split(self, int color, int key):
         """pycoll_comm_split: a NativeComm over this one's connections for the ranks that pass the same color
@@ -343,149 +293,6 @@ cdef class NativeComm:
         if self.comm == NULL:
             raise CommunicatorClosed("communicator is closed")
         return pycoll_comm_rank(self.comm)
-
-    # Non-blocking: each queues the collective on the progress thread and returns a NativeWork (work.pxi).
-    def start_all_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int algorithm,
-                         int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_all_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                              <pycoll_op_t>op, <pycoll_algorithm_t>algorithm,
-                                              <pycoll_accuracy_t>accuracy, &w)
-        return _started(self, st, w)
-
-    def start_reduce_scatter(self, uintptr_t send, uintptr_t recv, int64_t recv_count, int dtype, int op,
-                             int algorithm, int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_reduce_scatter(c, <const void *>send, <void *>recv, recv_count,
-                                                  <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                                  <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy, &w)
-        return _started(self, st, w)
-
-    def start_all_gather(self, uintptr_t send, uintptr_t recv, int64_t send_count, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_all_gather(c, <const void *>send, <void *>recv, send_count,
-                                              <pycoll_dtype_t>dtype, &w)
-        return _started(self, st, w)
-
-    def start_broadcast(self, uintptr_t buf, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_broadcast(c, <void *>buf, count, <pycoll_dtype_t>dtype, root, &w)
-        return _started(self, st, w)
-
-    def start_reduce(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int op, int root,
-                     int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_reduce(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype,
-                                          <pycoll_op_t>op, root, <pycoll_accuracy_t>accuracy, &w)
-        return _started(self, st, w)
-
-    def start_barrier(self):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_barrier(c, &w)
-        return _started(self, st, w)
-
-    # Issue #14's collectives. counts: the address of `size` int64 (the caller keeps the array alive until the
-    # collective completes, as it does the buffers).
-    def all_to_all(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_all_to_all(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype)
-        self._leave(st)
-
-    def gather(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_gather(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root)
-        self._leave(st)
-
-    def scatter(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_scatter(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root)
-        self._leave(st)
-
-    def all_gather_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_all_gather_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
-                                          <pycoll_dtype_t>dtype)
-        self._leave(st)
-
-    def reduce_scatter_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype, int op, int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_reduce_scatter_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
-                                              <pycoll_dtype_t>dtype, <pycoll_op_t>op, <pycoll_accuracy_t>accuracy)
-        self._leave(st)
-
-    def start_all_to_all(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_all_to_all(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, &w)
-        return _started(self, st, w)
-
-    def start_gather(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_gather(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root,
-                                          &w)
-        return _started(self, st, w)
-
-    def start_scatter(self, uintptr_t send, uintptr_t recv, int64_t count, int dtype, int root):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_scatter(c, <const void *>send, <void *>recv, count, <pycoll_dtype_t>dtype, root,
-                                           &w)
-        return _started(self, st, w)
-
-    def start_all_gather_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_all_gather_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
-                                                <pycoll_dtype_t>dtype, &w)
-        return _started(self, st, w)
-
-    def start_reduce_scatter_v(self, uintptr_t send, uintptr_t recv, uintptr_t counts, int dtype, int op,
-                               int accuracy):
-        cdef pycoll_comm_t *c = self._enter()
-        cdef pycoll_work_t *w = NULL
-        cdef pycoll_status_t st
-        with nogil:
-            st = pycoll_comm_start_reduce_scatter_v(c, <const void *>send, <void *>recv, <const int64_t *>counts,
-                                                    <pycoll_dtype_t>dtype, <pycoll_op_t>op,
-                                                    <pycoll_accuracy_t>accuracy, &w)
-        return _started(self, st, w)
 
     def close(self, double linger=0.0):
         """Idempotent. A clean close tells the peers, so they do not mistake it for a crash, and waits up to

@@ -31,6 +31,16 @@ cdef inline bint _shares_memory(const host_array *a, const host_array *b) noexce
     return a.ptr < b.ptr + <uintptr_t>b.nbytes and b.ptr < a.ptr + <uintptr_t>a.nbytes
 
 
+cdef inline void _describe(pycoll_call_t *call, pycoll_coll_t collective, const host_array *send,
+                           const host_array *recv) noexcept:
+    """call: `collective` over send and recv (NULL: a buffer this rank does not use)."""
+    pycoll_call_init(call, collective)
+    if send != NULL:
+        call.sendbuf, call.send_count, call.dtype = <const void *>send.ptr, send.count, <pycoll_dtype_t>send.dtype
+    if recv != NULL:
+        call.recvbuf, call.recv_count, call.dtype = <void *>recv.ptr, recv.count, <pycoll_dtype_t>recv.dtype
+
+
 cdef class FastPath:
     """Collectives on C-contiguous NumPy arrays with pre-accepted names, taking the arguments as the
     Communicator's methods do; each returns the algorithm that ran, or None when the call is not such a case
@@ -95,6 +105,13 @@ cdef class FastPath:
         ids[0], ids[1], ids[2] = o, a, m
         return True
 
+    cdef object _reduction(self, pycoll_call_t *call, const int *ids):
+        """Run call with the op, algorithm and accuracy ids of _names."""
+        call.op, call.algorithm, call.accuracy = <pycoll_op_t>ids[0], <pycoll_algorithm_t>ids[1], \
+            <pycoll_accuracy_t>ids[2]
+        self.native._run(call, False)
+        return self._name()
+
     cdef bint _root(self, root, int *out) except -1:
         # bool is an int subclass but no rank: type() is exact, so True goes to the general path's TypeError.
         if type(root) is not int or not 0 <= root < self.size:
@@ -114,8 +131,7 @@ cdef class FastPath:
 
     def all_reduce(self, x, op, out, algorithm, accuracy):
         cdef host_array send, recv
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int ids[3]
         if not self._names(op, algorithm, accuracy, ids) or not self._view(x, &send):
             return None
@@ -126,77 +142,53 @@ cdef class FastPath:
         elif not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
                 or recv.count != send.count or (recv.ptr != send.ptr and _shares_memory(&send, &recv)):
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_all_reduce(c, <const void *>send.ptr, <void *>recv.ptr, send.count,
-                                        <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0],
-                                        <pycoll_algorithm_t>ids[1], <pycoll_accuracy_t>ids[2])
-        self.native._leave(st)
-        return self._name()
+        _describe(&call, PYCOLL_COLL_ALL_REDUCE, &send, &recv)
+        return self._reduction(&call, ids)
 
     def broadcast(self, x, root):
         cdef host_array buf
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int r
         if not self._root(root, &r) or not self._view(x, &buf) or not buf.writable:
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_broadcast(c, <void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, r)
-        self.native._leave(st)
+        _describe(&call, PYCOLL_COLL_BROADCAST, NULL, &buf)
+        call.root = r
+        self.native._run(&call, False)
         return self._name()
 
     def reduce_scatter(self, x, out, op, algorithm, accuracy):
         cdef host_array send, recv
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int ids[3]
         if not self._names(op, algorithm, accuracy, ids) or not self._blocks(x, out, True, &send, &recv):
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_reduce_scatter(c, <const void *>send.ptr, <void *>recv.ptr, recv.count,
-                                            <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0],
-                                            <pycoll_algorithm_t>ids[1], <pycoll_accuracy_t>ids[2])
-        self.native._leave(st)
-        return self._name()
+        _describe(&call, PYCOLL_COLL_REDUCE_SCATTER, &send, &recv)
+        return self._reduction(&call, ids)
 
     def all_gather(self, x, out):
         cdef host_array send, recv
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         if not self._blocks(x, out, False, &send, &recv):
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_all_gather(c, <const void *>send.ptr, <void *>recv.ptr, send.count,
-                                        <pycoll_dtype_t>send.dtype)
-        self.native._leave(st)
+        _describe(&call, PYCOLL_COLL_ALL_GATHER, &send, &recv)
+        self.native._run(&call, False)
         return self._name()
 
     def reduce(self, x, root, op, out, accuracy):
         """Only where x is the result (out None): on the root x must be writable, elsewhere it is only read."""
         cdef host_array send
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int ids[3]
         cdef int r
-        cdef uintptr_t recv
         if out is not None or not self._names(op, "auto", accuracy, ids) or not self._root(root, &r) \
                 or not self._view(x, &send):
             return None
         is_root = r == pycoll_comm_rank(self.native.comm)
         if is_root and not send.writable:
             return None
-        recv = send.ptr if is_root else 0
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_reduce(c, <const void *>send.ptr, <void *>recv, send.count,
-                                    <pycoll_dtype_t>send.dtype, <pycoll_op_t>ids[0], r,
-                                    <pycoll_accuracy_t>ids[2])
-        self.native._leave(st)
-        return self._name()
+        _describe(&call, PYCOLL_COLL_REDUCE, &send, &send if is_root else NULL)  # in place on the root
+        call.root = r
+        return self._reduction(&call, ids)
 
     cdef bint _peer_tag(self, peer, tag, int *p, uint32_t *t) except -1:
         """peer another rank, tag in [0, 2**32): exact ints only (the general path explains the rest)."""
@@ -210,29 +202,25 @@ cdef class FastPath:
     def send(self, x, peer, tag):
         """True once sent, None to decline."""
         cdef host_array buf
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int p
         cdef uint32_t t
         if not self._peer_tag(peer, tag, &p, &t) or not self._view(x, &buf):
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_send(c, <const void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, p, t)
-        self.native._leave(st)
+        _describe(&call, PYCOLL_COLL_SEND_RECV, &buf, NULL)
+        call.dest, call.tag = p, t
+        self.native._run(&call, False)
         return True
 
     def recv(self, x, peer, tag):
         """True once received into x, None to decline."""
         cdef host_array buf
-        cdef pycoll_status_t st
-        cdef pycoll_comm_t *c
+        cdef pycoll_call_t call
         cdef int p
         cdef uint32_t t
         if not self._peer_tag(peer, tag, &p, &t) or not self._view(x, &buf) or not buf.writable:
             return None
-        c = self.native._enter()
-        with nogil:
-            st = pycoll_comm_recv(c, <void *>buf.ptr, buf.count, <pycoll_dtype_t>buf.dtype, p, t)
-        self.native._leave(st)
+        _describe(&call, PYCOLL_COLL_SEND_RECV, NULL, &buf)
+        call.source, call.tag = p, t
+        self.native._run(&call, False)
         return True

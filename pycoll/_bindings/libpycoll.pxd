@@ -13,7 +13,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
         PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
-        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
+        PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_SEND_RECV, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
         PYCOLL_COLL_SCATTER, PYCOLL_COLL_ALL_GATHER_V, PYCOLL_COLL_REDUCE_SCATTER_V, PYCOLL_NUM_COLLS
     # The algorithm ids are bound by number only (pycoll._bindings.abi names them from the algorithm table).
     ctypedef enum pycoll_algorithm_t:
@@ -139,57 +139,22 @@ cdef extern from "pycoll/pycoll.h" nogil:
     void pycoll_set_thread_tag(uint32_t tag) nogil
     void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
     uint32_t pycoll_thread_tag(int *is_set) nogil
+    # The per-collective ABI wrappers: the simulator (sim.pyx) and the vendor family (vendor.pyx) call these;
+    # NativeComm builds one pycoll_call_t (call.h below).
     pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                            pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
                                            pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
                                                pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
+    pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
+                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                       pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                            int64_t send_count, pycoll_dtype_t dtype)
     pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
                                           int32_t root)
-    pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                       pycoll_accuracy_t accuracy)
     pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
-    int32_t PYCOLL_SPLIT_NONE
-    pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
-                                     int32_t peer, uint32_t tag)
-    pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                     int32_t peer, uint32_t tag)
-    pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count,
-                                           pycoll_dtype_t dtype, int32_t peer, uint32_t tag, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                           int32_t peer, uint32_t tag, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
-    int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
-    ctypedef struct pycoll_work_t:
-        pass
-    pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                 int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                 pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                                 pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                     int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                     pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                                     pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                 int64_t send_count, pycoll_dtype_t dtype, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                                int32_t root, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                             pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                             pycoll_accuracy_t accuracy, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
-    int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
-    int pycoll_work_test(pycoll_work_t *work)
-    pycoll_status_t pycoll_work_status(pycoll_work_t *work)
-    const char *pycoll_work_error(pycoll_work_t *work)
-    int32_t pycoll_work_failed_rank(pycoll_work_t *work)
-    pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
-    void pycoll_work_free(pycoll_work_t *work)
-    # comm.h: issue #14's collectives
     pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                            pycoll_dtype_t dtype)
     pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
@@ -201,19 +166,40 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                  const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
                                                  pycoll_accuracy_t accuracy)
-    pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                 int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                             pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                              int64_t count, pycoll_dtype_t dtype, int32_t root,
-                                              pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                   const int64_t *counts, pycoll_dtype_t dtype,
-                                                   pycoll_work_t **work)
-    pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                       const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                       pycoll_accuracy_t accuracy, pycoll_work_t **work)
+    int32_t PYCOLL_SPLIT_NONE
+    pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
+    int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
+    ctypedef struct pycoll_work_t:
+        pass
+    int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
+    int pycoll_work_test(pycoll_work_t *work)
+    pycoll_status_t pycoll_work_status(pycoll_work_t *work)
+    const char *pycoll_work_error(pycoll_work_t *work)
+    int32_t pycoll_work_failed_rank(pycoll_work_t *work)
+    pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
+    void pycoll_work_free(pycoll_work_t *work)
+
+    # call.h: one call, blocking (work NULL) or not
+    enum: PYCOLL_CALL_VERSION
+    ctypedef struct pycoll_call_t:
+        uint32_t version
+        uint32_t size
+        pycoll_coll_t collective
+        pycoll_dtype_t dtype
+        const void *sendbuf
+        void *recvbuf
+        int64_t send_count
+        int64_t recv_count
+        const int64_t *counts
+        pycoll_op_t op
+        pycoll_algorithm_t algorithm
+        pycoll_accuracy_t accuracy
+        int32_t root
+        int32_t dest
+        int32_t source
+        uint32_t tag
+    void pycoll_call_init(pycoll_call_t *call, pycoll_coll_t collective)
+    pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, pycoll_work_t **work)
 
     # transports.h
     pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,

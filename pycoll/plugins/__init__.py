@@ -31,9 +31,55 @@ ALL_OPS = tuple(OPS)
 log = logging.getLogger("pycoll")
 
 
+class Call:
+    """One call as the Communicator checked it, for its engine: Python's side of the C ABI's call description
+    (pycoll_call_t, native/include/pycoll/call.h), each field meaning the same for every collective.
+    collective: its name (pycoll._bindings.abi.COLLECTIVES: "all_reduce", ..., "send/recv"); send / recv: the
+    pycoll.buffers.Buffer this rank sends from / receives into, None where it uses none (a send has no recv,
+    a receive no send, gather's recv and scatter's send off the root); op: the op id; algorithm and accuracy:
+    names; root (rooted collectives), dest (the rank a send goes to) and source (the rank a receive comes
+    from), else -1; tag: send/recv's; counts: the _v
+    collectives' C-contiguous int64 NumPy array of `size` blocks, else None."""
+
+    __slots__ = ("collective", "send", "recv", "op", "algorithm", "accuracy", "root", "dest", "source", "tag",
+                 "counts")
+
+    def __init__(self, collective, send=None, recv=None, *, op=0, algorithm="auto", accuracy="fast", root=-1,
+                 dest=-1, source=-1, tag=0, counts=None):
+        self.collective, self.send, self.recv = collective, send, recv
+        self.op, self.algorithm, self.accuracy = op, algorithm, accuracy
+        self.root, self.dest, self.source, self.tag, self.counts = root, dest, source, tag, counts
+
+    def __repr__(self):
+        return f"Call({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+
+# How Engine.run maps a call onto the per-collective methods of engines written against them (VendorEngine):
+# their arguments, in their order.
+_METHOD_ARGS = {
+    "all_reduce": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
+    "reduce_scatter": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
+    "all_gather": lambda c: (c.send, c.recv),
+    "broadcast": lambda c: (c.recv, c.root),
+    "reduce": lambda c: (c.send, c.recv, c.op, c.root, c.accuracy),
+    "barrier": lambda c: (),
+}
+
+
+def _no_point_to_point(engine, what):
+    return NotImplementedError(f"{what}: backend {getattr(engine, 'name', type(engine).__name__)} has no "
+                               "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
+
+
 class Engine:
-    """One communicator's state inside a backend. Buffers arrive as pycoll.buffers.Buffer, already checked
-    for dtype, length and memory kind by the Communicator. Each method returns the algorithm it ran."""
+    """One communicator's state inside a backend. The Communicator checks every argument (dtype, length and
+    memory kind of each buffer included) and hands the engine one Call per collective (run). What every
+    engine declares, set in its constructor:"""
+
+    transport = None    # what the collectives run over ("shm", "tcp", "shm+tcp"), None: the backend's name
+    hosts = None        # a pycoll.rendezvous.hosts.Hosts, where the backend finds the hosts (finds_hosts)
+    close_linger = None  # the most seconds close() waits for the peers' goodbyes, None: it waits for none;
+    #                      the Communicator shortens it to its own close deadline
 
     def fast_path(self, accepted):
         """Optional: an object whose all_reduce(x, op, out, algorithm, accuracy) and broadcast(x, root) run the
@@ -41,6 +87,23 @@ class Engine:
         when the engine has none. `accepted` maps each argument the communicator accepts to its id: "ops",
         "algorithms", "accuracies", "dtypes" (numpy dtype name -> id)."""
         return None
+
+    def run(self, call, async_op=False):
+        """Run `call` (a Call). Blocking: return the algorithm that ran (None for send/recv and barrier
+        is fine). async_op: start it in the background, after every call made before it, and return its
+        handle for pycoll.Work: wait(timeout) -> bool, done(), error() (the exception it failed with, or
+        None), algorithm. This default serves engines written per collective: it calls the method named after
+        the collective (all_reduce(send, recv, op, algorithm, accuracy), reduce_scatter(same),
+        all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root, accuracy), barrier()), or
+        start(name, *those arguments); engines with one path for every call (NativeEngine) override it."""
+        if call.collective == "send/recv":
+            raise _no_point_to_point(self, "send" if call.dest >= 0 else "recv")
+        method_args = _METHOD_ARGS.get(call.collective)
+        if method_args is None:
+            raise NotImplementedError(f"{type(self).__name__} has no {call.collective}")
+        if async_op:
+            return self.start(call.collective, *method_args(call))
+        return getattr(self, call.collective)(*method_args(call))
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         raise NotImplementedError
@@ -60,45 +123,17 @@ class Engine:
     def barrier(self):
         raise NotImplementedError
 
-    def send(self, buf, peer, tag):
-        raise NotImplementedError(f"send: backend {getattr(self, 'name', type(self).__name__)} has no "
-                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
-
-    def recv(self, buf, peer, tag):
-        raise NotImplementedError(f"recv: backend {getattr(self, 'name', type(self).__name__)} has no "
-                                  "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
-
     def split(self, color, key):
         """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,
         return None), over this engine's connections. Collective over this engine's ranks."""
         raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
                                   "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
 
-    # Issue #14's collectives; an engine without them refuses them (the Communicator has checked the
-    # arguments). count: the elements of one all_to_all block; counts: a C-contiguous int64 NumPy array of
-    # `size` entries.
-    def all_to_all(self, send, recv, count):
-        raise NotImplementedError(f"{type(self).__name__} has no all_to_all")
-
-    def gather(self, send, recv, root):
-        raise NotImplementedError(f"{type(self).__name__} has no gather")
-
-    def scatter(self, send, recv, root):
-        raise NotImplementedError(f"{type(self).__name__} has no scatter")
-
-    def all_gather_v(self, send, recv, counts):
-        raise NotImplementedError(f"{type(self).__name__} has no all_gather with counts")
-
-    def reduce_scatter_v(self, send, recv, counts, op, accuracy):
-        raise NotImplementedError(f"{type(self).__name__} has no reduce_scatter with counts")
-
     def start(self, collective, *args):
-        """Start `collective` ("all_reduce", ..., "barrier"; the arguments of the method of that name) in the
-        background, after every collective called before it, and return its handle for pycoll.Work:
-        wait(timeout) -> bool, done(), error() (the exception it failed with, or None), algorithm. The default
-        runs it now and returns a completed handle, so every engine takes async_op=True; engines with a
-        progress thread (NativeEngine), or whose device runs it in the background (VendorEngine: enqueued on its
-        stream, finished by the communicator's watchdog), override it."""
+        """For run(async_op=True) of engines written per collective: start `collective` with the arguments of
+        its method in the background and return its handle. The default runs it now and returns a completed
+        handle, so every engine takes async_op=True; engines whose device runs it in the background
+        (VendorEngine: enqueued on its stream, finished by the communicator's watchdog) override it."""
         from pycoll.work import CompletedHandle
 
         try:
@@ -120,6 +155,9 @@ class Backend:
     ops = ALL_OPS
     algorithms = ("auto",)
     accuracies = ("fast",)
+    # True where create() finds the hosts itself (the C bootstrap: pycoll_comm_init_rank) and sets the engine's
+    # `hosts`; False: init() exchanges them through the store first and passes options["hosts"].
+    finds_hosts = False
 
     def probe(self):
         """None when usable here, else a sentence saying why not and what to install or set."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from pycoll import plugins
+from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import FastPath, NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
 from pycoll.dtypes import dtype_id
@@ -17,90 +18,39 @@ DTYPE_FLOAT64 = dtype_id("float64")
 CLOSE_LINGER_S = 5.0
 
 
-class NativeEngine(plugins.Engine):
-    """Engine for backends whose collectives run in libpycoll (native/comm) over a pycoll_p2p_t."""
+def _memory(buf):
+    """(address, elements) of a Buffer, or (0, 0) for a buffer this rank does not use."""
+    return (0, 0) if buf is None else (buf.ptr, buf.count)
 
-    def __init__(self, native: NativeComm, timeout: float):
+
+class NativeEngine(plugins.Engine):
+    """Engine for backends whose collectives run in libpycoll (native/comm) over a pycoll_p2p_t: each Call
+    becomes one pycoll_call_t (NativeComm.run), blocking or queued on the progress thread alike."""
+
+    def __init__(self, native: NativeComm, timeout: float, *, transport=None, hosts=None):
         self.native = native
         self.timeout = timeout
         self.close_linger = min(timeout, CLOSE_LINGER_S)
+        self.transport = transport
+        self.hosts = hosts
 
     def fast_path(self, accepted):
         return FastPath(self.native, accepted["ops"], accepted["algorithms"], accepted["accuracies"],
                         accepted["dtypes"], tuple(ALGORITHMS))
 
-    def all_reduce(self, send, recv, op, algorithm, accuracy):
-        self.native.all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
-                               ACCURACIES[accuracy])
-        return self.native.last_algorithm
-
-    def reduce_scatter(self, send, recv, op, algorithm, accuracy):
-        self.native.reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
-                                   ACCURACIES[accuracy])
-        return self.native.last_algorithm
-
-    def all_gather(self, send, recv):
-        self.native.all_gather(send.ptr, recv.ptr, send.count, send.dtype)
-        return self.native.last_algorithm
-
-    def broadcast(self, buf, root):
-        self.native.broadcast(buf.ptr, buf.count, buf.dtype, root)
-        return self.native.last_algorithm
-
-    def reduce(self, send, recv, op, root, accuracy):
-        self.native.reduce(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, op, root,
-                           ACCURACIES[accuracy])
-        return self.native.last_algorithm
-
-    def barrier(self):
-        self.native.barrier()
-        return self.native.last_algorithm
-
-    def start(self, collective, *args):
-        """Queued on the communicator's progress thread (native/comm/progress.c): a NativeWork."""
-        return getattr(self, "_start_" + collective)(*args)
-
-    def _start_all_reduce(self, send, recv, op, algorithm, accuracy):
-        return self.native.start_all_reduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, ALGORITHMS[algorithm],
-                                            ACCURACIES[accuracy])
-
-    def _start_reduce_scatter(self, send, recv, op, algorithm, accuracy):
-        return self.native.start_reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op,
-                                                ALGORITHMS[algorithm], ACCURACIES[accuracy])
-
-    def _start_all_gather(self, send, recv):
-        return self.native.start_all_gather(send.ptr, recv.ptr, send.count, send.dtype)
-
-    def _start_broadcast(self, buf, root):
-        return self.native.start_broadcast(buf.ptr, buf.count, buf.dtype, root)
-
-    def _start_reduce(self, send, recv, op, root, accuracy):
-        return self.native.start_reduce(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, op,
-                                        root, ACCURACIES[accuracy])
-
-    def _start_barrier(self):
-        return self.native.start_barrier()
-
-    def send(self, buf, peer, tag):
-        self.native.send(buf.ptr, buf.count, buf.dtype, peer, tag)
-
-    def recv(self, buf, peer, tag):
-        self.native.recv(buf.ptr, buf.count, buf.dtype, peer, tag)
-
-    def _start_send(self, buf, peer, tag):
-        return self.native.start_send(buf.ptr, buf.count, buf.dtype, peer, tag)
-
-    def _start_recv(self, buf, peer, tag):
-        return self.native.start_recv(buf.ptr, buf.count, buf.dtype, peer, tag)
+    def run(self, call, async_op=False):
+        (send, send_count), (recv, recv_count) = _memory(call.send), _memory(call.recv)
+        some = call.send if call.send is not None else call.recv
+        work = self.native.run(COLLECTIVES[call.collective], send, recv, send_count, recv_count,
+                               some.dtype if some is not None else 0, op=call.op,
+                               algorithm=ALGORITHMS[call.algorithm], accuracy=ACCURACIES[call.accuracy],
+                               root=call.root, dest=call.dest, source=call.source, tag=call.tag,
+                               counts=call.counts.ctypes.data if call.counts is not None else 0, async_op=async_op)
+        return work if async_op else self.native.last_algorithm
 
     def split(self, color, key):
         child = self.native.split(color, key)
-        if child is None:
-            return None
-        engine = NativeEngine(child, self.timeout)
-        if hasattr(self, "transport"):
-            engine.transport = self.transport
-        return engine
+        return None if child is None else NativeEngine(child, self.timeout, transport=self.transport)
 
     @property
     def rank(self):
@@ -109,44 +59,6 @@ class NativeEngine(plugins.Engine):
     @property
     def parent_ranks(self):
         return self.native.parent_ranks
-
-    # Issue #14's collectives: recv (gather) / send (scatter) is None off the root; all_to_all's count is the
-    # elements of one block.
-    def all_to_all(self, send, recv, count):
-        self.native.all_to_all(send.ptr, recv.ptr, count, send.dtype)
-        return self.native.last_algorithm
-
-    def gather(self, send, recv, root):
-        self.native.gather(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, root)
-        return self.native.last_algorithm
-
-    def scatter(self, send, recv, root):
-        self.native.scatter(send.ptr if send is not None else 0, recv.ptr, recv.count, recv.dtype, root)
-        return self.native.last_algorithm
-
-    def all_gather_v(self, send, recv, counts):
-        self.native.all_gather_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype)
-        return self.native.last_algorithm
-
-    def reduce_scatter_v(self, send, recv, counts, op, accuracy):
-        self.native.reduce_scatter_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype, op, ACCURACIES[accuracy])
-        return self.native.last_algorithm
-
-    def _start_all_to_all(self, send, recv, count):
-        return self.native.start_all_to_all(send.ptr, recv.ptr, count, send.dtype)
-
-    def _start_gather(self, send, recv, root):
-        return self.native.start_gather(send.ptr, recv.ptr if recv is not None else 0, send.count, send.dtype, root)
-
-    def _start_scatter(self, send, recv, root):
-        return self.native.start_scatter(send.ptr if send is not None else 0, recv.ptr, recv.count, recv.dtype, root)
-
-    def _start_all_gather_v(self, send, recv, counts):
-        return self.native.start_all_gather_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype)
-
-    def _start_reduce_scatter_v(self, send, recv, counts, op, accuracy):
-        return self.native.start_reduce_scatter_v(send.ptr, recv.ptr, counts.ctypes.data, send.dtype, op,
-                                                  ACCURACIES[accuracy])
 
     def close(self):
         self.native.close(self.close_linger)
@@ -172,9 +84,7 @@ class TcpBackend(plugins.Backend):
                          else get_unique_id(ifname, toward=master_addr))
         native = create_native(unique_id, rank, world_size, timeout=timeout, transport=self.transport_choice,
                                ifname=ifname, watch=getattr(store, "check_failures", None))
-        engine = NativeEngine(native, timeout)
-        engine.transport = native.transport
-        engine.hosts = Hosts(native.host_of, rank)
+        engine = NativeEngine(native, timeout, transport=native.transport, hosts=Hosts(native.host_of, rank))
         try:
             _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport))
         except BaseException:

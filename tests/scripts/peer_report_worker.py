@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 import pycoll
+from pycoll._bindings.abi import ALGORITHMS, COLLECTIVES, DTYPES, OPS
 
 report = {"scenario": sys.argv[1]}
 comm = None
@@ -19,9 +20,11 @@ try:
     x = np.ones(16, dtype=np.float32)
     comm.all_reduce(x, algorithm="ring")  # connected and working
     if comm.rank == 1:
-        # dtype 6 = float32, op 0 = sum, algorithm 1 = ring, accuracy 0 = fast (pycoll/types.h): the same
-        # collective the others call, with no buffer.
-        comm._engine.native.all_reduce(0, 0, 16, 6, 0, 1, 0)
+        # The same collective the others call (pycoll_call_t: all_reduce of 16 float32, sum, ring), with no
+        # buffer.
+        native = comm._engine.native
+        native.run(COLLECTIVES["all_reduce"], 0, 0, 16, 16, DTYPES["float32"], op=OPS["sum"],
+                   algorithm=ALGORITHMS["ring"])
     else:
         comm.all_reduce(x, algorithm="ring")
     report["ok"] = True

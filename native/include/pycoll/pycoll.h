@@ -7,6 +7,7 @@
 #include "pycoll/p2p.h"
 #include "pycoll/algorithms.h"
 #include "pycoll/comm.h"
+#include "pycoll/call.h"
 #include "pycoll/transports.h"
 #include "pycoll/bootstrap.h"
 #endif
