@@ -1,4 +1,4 @@
-"""The Communicator and pycoll.init(): the user-facing API of ../shared/API.md.
+"""The Communicator and pycoll.init(): the user-facing API (docs/api.md).
 
 The Communicator checks every argument once, for every backend, then hands Buffers to the backend's engine.
 """
@@ -420,7 +420,7 @@ class Communicator:
         from pycoll.mesh import Mesh, check_shape
         return Mesh(self, check_shape(dims, self._size))
 
-    # -- issue #14: all_to_all, gather, scatter, uneven all_gather / reduce_scatter, objects ------------------
+    # -- all_to_all, gather, scatter, uneven all_gather / reduce_scatter, objects ------------------------------
     def _counts(self, counts):
         """counts as a C-contiguous int64 array: `size` non-negative integers."""
         if isinstance(counts, (str, bytes)):

@@ -126,11 +126,10 @@ def save(model: CostModel, *, world_size: int, backend=None) -> Path:
 
 def _fastest_time(fn, iters, barrier):
     """Seconds of fn, the fastest of iters runs, each after a barrier. Not the median: on a busy host the
-    times are bimodal, the algorithm's own (~20 us for 256 B at 2 ranks) or ~10 ms when a rank polling for its
-    peer keeps that peer off the core until the spin ends (pycoll.plugins.tcp.spin_us_from_env). At a load
-    average of 4 on 2 cores, most of a 50-run sample could be the slow kind, for whichever algorithm ran then,
-    and a median
-    (or a quartile: tried) then fits noise; a run cannot be faster than the algorithm allows.
+    times are bimodal, the algorithm's own or far longer when a rank polling for its peer keeps that peer off
+    the core until the spin ends (pycoll.plugins.tcp.spin_us_from_env). On a loaded host most of a sample can
+    be the slow kind, for whichever algorithm ran then, and a median (or a quartile) then fits noise; a run
+    cannot be faster than the algorithm allows.
     """
     times = []
     for _ in range(iters):

@@ -12,18 +12,17 @@
 
 void pycoll_default_cost_model(pycoll_cost_model_t *model)
 {
-    /* Loopback TCP on a small host: ~15 us per message, ~3 GB/s per stream, ~10 GB/s reduction. */
+    /* Loopback TCP on a small host (bench/results/allreduce_loopback.md): per message, per byte sent, per byte
+     * reduced. */
     model->alpha_s = 15e-6;
     model->beta_s_per_byte = 1.0 / 3e9;
     model->gamma_s_per_byte = 1.0 / 10e9;
     /* Fitted to bench/results/allreduce_loopback.md (2 cores, loopback TCP, float32 sum, 4 B..64 MiB, 2 and
      * 4 ranks): the fastest was recursive doubling (or halving-doubling) up to 16 KiB, halving-doubling from
      * 64 KiB to 1 MiB at 4 ranks and to 4 MiB at 2 ranks, the ring at 64 MiB at 2 ranks and from 4 MiB at 4
-     * ranks (e.g. 2 ranks, 256 KiB: halving-doubling 109 us, ring 246 us; 4 ranks, 16 MiB: ring 34 ms,
-     * halving-doubling 36 ms), mesh never. These factors reproduce each of those choices but one: at 2 ranks
-     * the ring takes over from about 1.5 MiB, not above 4 MiB. A model linear in the bytes, with factors
-     * shared by every world size, cannot have both (at 2 ranks and 4 MiB the ring measured 8.5 ms, slower
-     * per byte than its 64 ms at 64 MiB). */
+     * ranks, mesh never. These factors reproduce each of those choices but one: at 2 ranks the ring takes
+     * over from about 1.5 MiB, not above 4 MiB. A model linear in the bytes, with factors shared by every
+     * world size, cannot have both (at 2 ranks the ring measured slower per byte at 4 MiB than at 64 MiB). */
     static const double latency[PYCOLL_COST_MODEL_ALGOS] = {
         [PYCOLL_ALGO_RING] = 2.5,
         [PYCOLL_ALGO_HALVING_DOUBLING] = 1.25,
@@ -45,7 +44,7 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
         model->latency_scale[a] = latency[a];
         model->bandwidth_scale[a] = bandwidth[a];
     }
-    /* Between hosts: 10 Gbit/s Ethernet, ~30 us per message through both kernels' network stacks. Not
+    /* Between hosts: a 10 Gbit/s Ethernet, each message through both kernels' network stacks. Not
      * measured by `pycoll tune` (it runs on one host); what matters for the choice is that the network is
      * slower than the host, which holds for any network of the kind. */
     model->inter_alpha_s = 30e-6;

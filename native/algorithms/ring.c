@@ -3,10 +3,10 @@
  *
  * Segments and pipelining. Each block is cut into segments of PYCOLL_RING_SEGMENT_BYTES (default 512 KiB)
  * and the N-1 steps are run as one stream of (step, segment) units: segment k of step s+1 leaves as soon as
- * segment k of step s has been reduced, instead of waiting for the whole block. The size: a message costs
- * alpha (~15 us on loopback TCP) plus its bytes at ~3 GB/s, so 512 KiB (~170 us of transfer) keeps the
- * per-message overhead under 10 %, while a large buffer still splits into many units so transfer and
- * reduction overlap. RING_IN_FLIGHT receives are posted ahead: while one segment is reduced the next three
+ * segment k of step s has been reduced, instead of waiting for the whole block. The size: a message costs a
+ * fixed latency plus its bytes over the bandwidth (cost_model.c's defaults), so a segment whose transfer is
+ * about ten latencies keeps the per-message overhead small, while a large buffer still splits into many units
+ * so transfer and reduction overlap. RING_IN_FLIGHT receives are posted ahead: while one segment is reduced the next three
  * are already arriving, which hides the reduction time behind the transfer, and the receive scratch stays
  * bounded at 4 segments (2 MiB) whatever the buffer size. */
 #include "algorithms/phases.h"

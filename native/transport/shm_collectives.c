@@ -49,13 +49,12 @@
 /* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
  * do, gets small slots too, and so reaches the many-round paths with small messages). Large enough that a
  * round's two synchronisations are small next to its copies even when ranks share cores (each synchronisation
- * then waits for every rank to be scheduled: with 4 ranks on 2 busy cores, 4 MiB rounds took 64 MiB in 84 ms
- * where 1 MiB rounds took 99 ms), small enough that a round's data is still in the shared cache when the others
- * read it. */
+ * then waits for every rank to be scheduled, so fewer, larger rounds measured faster; bench/results/shm.md),
+ * small enough that a round's data is still in the shared cache when the others read it. */
 #define MAX_SLOT_BYTES (4LL << 20)
 /* Up to here (or one slot) an all-reduce is one round in which every rank reduces everything: reading N small
- * inputs costs less than the large path's second synchronisation, up to about here (2 ranks, 16 KiB: 4.8 us in
- * one round, 4.4 us in two phases; 32 KiB: 7.8 us against 7.2 us). */
+ * inputs costs less than the large path's second synchronisation, up to about here (where the two measured
+ * alike; bench/results/shm.md). */
 #define SMALL_BYTES (8LL << 10)
 /* Ranges are cut at cache lines, so no two ranks write one line. */
 #define RANGE_ALIGN_BYTES 64

@@ -24,8 +24,8 @@
  * (GOODBYE) is an error as soon as this rank needs it: a message from it, or its flags in a native collective
  * (shm_peer_open).
  *
- * Segments arrive as file descriptors opened (and already unlinked) by pycoll's rendezvous layer
- * (pycoll/plugins/shm.py), which also computes their size with pycoll_shm_segment_bytes. Each segment ends
+ * Segments arrive as file descriptors opened (and already unlinked) by the bootstrap
+ * (native/bootstrap/init_rank.c), which also computes their size with pycoll_shm_segment_bytes. Each segment ends
  * with its rank's collective area, where shm_collectives.c runs this transport's native collectives (ops->
  * native); they wait through shm_wait_until, the same loop as a message wait. */
 #include <errno.h>

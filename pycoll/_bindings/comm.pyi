@@ -38,9 +38,6 @@ class NativeComm:
     def over_tcp(rank: int, size: int, fds: Sequence[int], timeout: float, spin_us: float = 0.0,
                  segment_bytes: int = 0) -> NativeComm: ...
     @staticmethod
-    def over_shm(rank: int, size: int, fds: Sequence[int], pids: Sequence[int], ring_bytes: int, timeout: float,
-                 spin_us: float = 0.0, segment_bytes: int = 0) -> NativeComm: ...
-    @staticmethod
     def over_routed(rank: int, size: int, fds: Sequence[int], segment_fds: Sequence[int], pids: Sequence[int],
                     ring_bytes: int, timeout: float, spin_us: float = 0.0, segment_bytes: int = 0) -> NativeComm: ...
     @staticmethod

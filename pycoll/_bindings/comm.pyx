@@ -94,35 +94,12 @@ cdef class NativeComm:
         return _over(p2p, err, timeout, spin_us, segment_bytes)
 
     @staticmethod
-    def over_shm(int rank, int size, fds, pids, int64_t ring_bytes, double timeout, double spin_us=0.0,
-                 int64_t segment_bytes=0):
-        """A communicator over shared memory: fds[r] is rank r's segment of shm_segment_bytes(size,
-        ring_bytes) bytes (the caller keeps the descriptors), pids[r] its process id or 0 if unknown. The
-        other options as over_tcp."""
-        cdef char err[512]
-        cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
-        cdef int32_t *cpids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
-        cdef pycoll_p2p_t *p2p
-        if cfds == NULL or cpids == NULL:
-            free(cfds)
-            free(cpids)
-            raise MemoryError()
-        try:
-            for r in range(size):
-                cfds[r] = int(fds[r])
-                cpids[r] = int(pids[r])
-            err[0] = 0
-            p2p = pycoll_shm_transport_create(rank, size, cfds, cpids, ring_bytes, err, sizeof(err))
-        finally:
-            free(cfds)
-            free(cpids)
-        return _over(p2p, err, timeout, spin_us, segment_bytes)
-
-    @staticmethod
     def over_routed(int rank, int size, fds, segment_fds, pids, int64_t ring_bytes, double timeout,
                     double spin_us=0.0, int64_t segment_bytes=0):
         """Per-pair transports (routed_transport.pxi): shared memory with the ranks whose segment_fds[r] is
-        given (this host's), TCP with the others over fds[r]; arguments as over_shm and over_tcp."""
+        given (this host's), TCP with the others over fds[r]; segment_fds[r] is rank r's segment of
+        shm_segment_bytes(size, ring_bytes) bytes (the caller keeps the descriptors), pids[r] its process id or 0
+        if unknown; the other arguments as over_tcp."""
         cdef char err[512]
         err[0] = 0
         return _over(_routed_p2p(rank, size, fds, segment_fds, pids, ring_bytes, err), err, timeout, spin_us,

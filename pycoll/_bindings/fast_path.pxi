@@ -1,8 +1,8 @@
 # The common case of a small collective in one C-level call (included by comm.pyx, beside NativeComm).
 #
 # A small all_reduce is a few microseconds of transfer, so the Python around it matters: the general path
-# (pycoll.comm.Communicator) turns each argument into a Buffer and checks each name in Python, about 2 us a
-# call. FastPath takes the case nearly every call is -- C-contiguous NumPy arrays of a dtype the backend
+# (pycoll.comm.Communicator) turns each argument into a Buffer and checks each name in Python, as long again
+# as the transfer itself. FastPath takes the case nearly every call is -- C-contiguous NumPy arrays of a dtype the backend
 # takes, with argument names the communicator has already accepted once -- and does the lookups on C data.
 # Anything else (another array type, an unknown name, a read-only or strided array, a mismatched or overlapping
 # out=) it declines by returning None, and the general path runs, checks and explains: the two paths never disagree

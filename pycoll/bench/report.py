@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-# The keys of ../shared/API.md ("Command line"), then the extras a row carries.
+# The keys docs/api.md ("Command line") lists, then the extras a row carries.
 JSON_KEYS = ("bytes", "count", "dtype", "op", "algorithm", "accuracy", "backend", "world", "time_us", "algbw",
              "busbw", "wrong", "max_rel_err")
 EXTRA_KEYS = ("collective", "transport", "picked", "time_min_us", "time_median_us")

@@ -1,6 +1,6 @@
 """`pycoll bench`: nccl-tests style sweeps of pycoll's collectives, checked for correctness, with --compare
 against gloo and Open MPI measured the same way, and --accuracy-report (errors in ulps against the exact sum).
-See ../shared/API.md ("Command line")."""
+See docs/api.md ("Command line")."""
 
 from __future__ import annotations
 

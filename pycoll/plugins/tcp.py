@@ -100,11 +100,9 @@ class TcpBackend(plugins.Backend):
 def spin_us_from_env():
     """PYCOLL_SPIN_US, else -1: the library chooses how long a wait polls (yielding the core between polls)
     before it sleeps -- 2 ms when this host's ranks each have a core, 200 us when they share cores. A rank that
-    sleeps at once waits for the scheduler to wake it (2 ranks, 4-byte all-reduce: 105 us polling 50 us, 13-16 us
-    polling 1-10 ms); a long poll turns every scheduling hiccup into an outlier as long as the poll. Yielding
-    lets the peer being waited for run, so short polls help even when ranks share cores (4 ranks on 2 cores,
-    4-byte all-reduce: about 100 us sleeping at once, 65 us polling 100 us to 1 ms; larger messages unchanged
-    within the noise)."""
+    sleeps at once waits for the scheduler to wake it, which dominates a small collective; a long poll turns
+    every scheduling hiccup into an outlier as long as the poll. Yielding lets the peer being waited for run,
+    so short polls help even when ranks share cores (larger messages are unchanged within the noise)."""
     override = os.environ.get("PYCOLL_SPIN_US")
     if override:
         try:

@@ -1,4 +1,5 @@
-"""The handshake that opens every pycoll connection: peer data links (connections.py) and rendezvous-store clients.
+"""The handshake that opens every pycoll connection: rendezvous-store clients (peer data links
+shake hands in C, native/bootstrap/handshake.c).
 
 Wire protocol (all integers big-endian):
 

@@ -1,6 +1,6 @@
-"""The non-blocking server core shared by the rendezvous store (store_server.py) and the peer listeners
-(connections.py): one thread, one selector, every handshake a state machine (handshake.ServerHandshake), so
-thousands of silent connections cost a few hundred bytes each and no thread.
+"""The non-blocking server core of the rendezvous store (store_server.py): one thread, one selector, every
+handshake a state machine (handshake.ServerHandshake), so thousands of silent connections cost a few hundred
+bytes each and no thread.
 
 Defences against floods of connections that never authenticate:
 - connections still in the handshake ("pending") are bounded apart from admitted ones; at the bound the

@@ -191,7 +191,7 @@ PYCOLL_API pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work);
  * valid until then) and is freed afterwards. */
 PYCOLL_API void pycoll_work_free(pycoll_work_t *work);
 
-/* Issue #14's collectives, blocking and non-blocking (pycoll_comm_start_*, as above). Checked like the others:
+/* all_to_all, gather, scatter and the uneven (_v) collectives, blocking and non-blocking (pycoll_comm_start_*, as above). Checked like the others:
  * a bad argument is PYCOLL_ERR_INVALID naming it, before anything is sent, the communicator intact.
  * all_to_all: sendbuf and recvbuf hold size * count elements and must not overlap; block j of sendbuf goes to
  * rank j, block i of recvbuf comes from rank i (pairwise exchange). */

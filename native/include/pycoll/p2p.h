@@ -124,9 +124,9 @@ typedef struct pycoll_p2p_ops {
      * PYCOLL_ERR_MISMATCH (p2p->error naming both sides) when a peer's history differs or a peer's message was
      * never received; peers that are gone or slower than the deadline are not an error here. */
     pycoll_status_t (*finalize)(pycoll_p2p_t *p2p, int64_t deadline_ns);
-    /* Optional (NULL: none), added in version 4: the collectives this transport runs natively. */
+    /* Optional (NULL: none): the collectives this transport runs natively. */
     const pycoll_native_collectives_t *native;
-    /* Optional, since version 4 (NULL: the transport can only be driven by its own wait). One pass of wait
+    /* Optional (NULL: the transport can only be driven by its own wait). One pass of wait
      * that never blocks, so that a transport made of several (native/transport/routed_transport.c) can wait
      * on all of them at once: move whatever can move with every peer (ABORT, GOODBYE and STATE frames
      * included) and check that peers still live. reqs[0..n) is the caller's whole wait, also requests that
