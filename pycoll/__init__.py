@@ -30,7 +30,7 @@ _check_compiled_modules()
 del _check_compiled_modules, _os
 
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
-                           PeerFailure, PycollError, Timeout)
+                           PeerFailure, PycollError, SettingError, Timeout)
 from pycoll.comm import Communicator, backends, init, init_rank
 from pycoll.bootstrap import get_unique_id
 from pycoll.paths import get_include, get_library
@@ -46,4 +46,4 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 __all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
            "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
-           "AuthenticationError", "SUM", "PROD", "MIN", "MAX", "AVG"]
+           "AuthenticationError", "SettingError", "SUM", "PROD", "MIN", "MAX", "AVG"]

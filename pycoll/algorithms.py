@@ -1,10 +1,10 @@
 """Names of the algorithms and accuracy modes and their ids, bound from the C ABI (pycoll._bindings.abi), and
 which algorithms each collective has (the algorithm table, native/algorithms/table.c)."""
 
-import os
-
+from pycoll import settings
 from pycoll._bindings.abi import (ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES, HOST_ALGORITHMS,
                                   NATIVE_ALGORITHMS)
+from pycoll.errors import SettingError
 
 __all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "HOST_ALGORITHMS", "NATIVE_ONLY",
            "algorithm_name", "default_algorithm", "accuracy_name", "segment_bytes_from_env"]
@@ -28,9 +28,9 @@ def algorithm_name(algorithm, default="auto") -> str:
 
 def default_algorithm() -> str:
     """What algorithm="auto" means: PYCOLL_ALGORITHM when set, else "auto" (the cost model's choice)."""
-    value = os.environ.get("PYCOLL_ALGORITHM") or "auto"
+    value = settings.get("PYCOLL_ALGORITHM")
     if value not in ALGORITHMS:
-        raise ValueError(f"PYCOLL_ALGORITHM: unknown algorithm {value!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise SettingError("PYCOLL_ALGORITHM", value, "one of " + ", ".join(ALGORITHMS))
     return value
 
 
@@ -46,13 +46,4 @@ def accuracy_name(accuracy) -> str:
 def segment_bytes_from_env() -> int:
     """A communicator's default ring segment size: PYCOLL_RING_SEGMENT_BYTES when set, else the C default. Read
     here, when a communicator is created, and handed to it as an option (nothing in libpycoll reads it)."""
-    text = os.environ.get("PYCOLL_RING_SEGMENT_BYTES")
-    if not text:
-        return DEFAULT_SEGMENT_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"PYCOLL_RING_SEGMENT_BYTES must be a positive number of bytes, got {text!r}")
-    return value
+    return settings.get("PYCOLL_RING_SEGMENT_BYTES") or DEFAULT_SEGMENT_BYTES

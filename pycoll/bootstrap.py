@@ -12,8 +12,7 @@ every deadline are in C.
 
 from __future__ import annotations
 
-import os
-
+from pycoll import settings
 from pycoll._bindings.comm import UNIQUE_ID_BYTES, NativeComm, unique_id_create
 
 UNIQUE_ID_KEY = "pycoll/unique_id"
@@ -47,13 +46,13 @@ def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: floa
     whole job -- a rank that failed the secret check, rank 0's store gone -- ends the wait at once, and is the
     error raised when set-up fails for a reason that follows from it (the root closing, a rank missing)."""
     from pycoll.algorithms import segment_bytes_from_env
-    from pycoll.plugins.shm import ring_bytes_from_env
-    from pycoll.plugins.tcp import spin_us_from_env
 
+    spin_us = settings.get("PYCOLL_SPIN_US")  # unset: -1, the library's choice (pycoll_init_config_t.spin_ns)
     return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
-                                ifname=ifname or os.environ.get("PYCOLL_SOCKET_IFNAME") or None,
-                                ring_bytes=ring_bytes_from_env(), segment_bytes=segment_bytes_from_env(),
-                                spin_us=spin_us_from_env(), watch=watch)
+                                ifname=ifname or settings.get("PYCOLL_SOCKET_IFNAME"),
+                                ring_bytes=settings.get("PYCOLL_SHM_RING_BYTES") or 0,
+                                segment_bytes=segment_bytes_from_env(),
+                                spin_us=-1.0 if spin_us is None else max(0.0, spin_us), watch=watch)
 
 
 __all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native"]

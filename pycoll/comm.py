@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from pycoll import plugins
+from pycoll import plugins, settings
 from pycoll.rendezvous import launch_env
 from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, COLL_ALGORITHMS, accuracy_name,
                                algorithm_name, default_algorithm)
@@ -563,7 +563,7 @@ def backends():
 
 def default_backend():
     """The backend init() uses when given none: PYCOLL_BACKEND, else "cpu"."""
-    return os.environ.get("PYCOLL_BACKEND") or "cpu"
+    return settings.get("PYCOLL_BACKEND")
 
 
 def _secret_bytes(secret):

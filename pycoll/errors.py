@@ -36,3 +36,12 @@ class CommunicatorClosed(PycollError):
 
 class AuthenticationError(PycollError):
     """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""
+
+
+class SettingError(PycollError, ValueError):
+    """A PYCOLL_* environment variable holds a value it cannot take. ``name`` is the variable, ``value`` its
+    text and ``expects`` what it must be (pycoll config --env lists them all)."""
+
+    def __init__(self, name, value, expects):
+        super().__init__(f"{name}={value!r}: expected {expects}")
+        self.name, self.value, self.expects = name, value, expects

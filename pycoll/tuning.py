@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pycoll import settings
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.comm import COST_MODEL_LEN
 from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS
@@ -77,7 +78,7 @@ def _from_id(values):
 
 def tune_file() -> Path:
     """Where the measured model lives: PYCOLL_TUNE_FILE, else ~/.cache/pycoll/cost_model.json."""
-    override = os.environ.get("PYCOLL_TUNE_FILE")
+    override = settings.get("PYCOLL_TUNE_FILE")
     if override:
         return Path(override)
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -127,7 +128,7 @@ def save(model: CostModel, *, world_size: int, backend=None) -> Path:
 def _fastest_time(fn, iters, barrier):
     """Seconds of fn, the fastest of iters runs, each after a barrier. Not the median: on a busy host the
     times are bimodal, the algorithm's own or far longer when a rank polling for its peer keeps that peer off
-    the core until the spin ends (pycoll.plugins.tcp.spin_us_from_env). On a loaded host most of a sample can
+    the core until the spin ends (PYCOLL_SPIN_US). On a loaded host most of a sample can
     be the slow kind, for whichever algorithm ran then, and a median (or a quartile) then fits noise; a run
     cannot be faster than the algorithm allows.
     """

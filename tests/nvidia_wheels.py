@@ -1,7 +1,7 @@
 """The real NVIDIA libraries and headers from the package index (the `gpu` extra: nvidia-nccl-cu12,
 nvidia-cuda-nvrtc-cu12, nvidia-cuda-runtime-cu12), for the tests that check pycoll against them without a GPU.
 
-Where one is missing the test skips, saying what to install; with PYCOLL_REQUIRE_NVIDIA=1 (CI, after installing
+Where one is missing the test skips, saying what to install; with PYCOLL_TEST_REQUIRE_NVIDIA=1 (CI, after installing
 the extra) the skip is a failure, so CI cannot pass without running them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REQUIRE = os.environ.get("PYCOLL_REQUIRE_NVIDIA") == "1"
+REQUIRE = os.environ.get("PYCOLL_TEST_REQUIRE_NVIDIA") == "1"
 
 # wheel package -> (its directory under the `nvidia` namespace, the pip name)
 WHEELS = {"nccl": ("nccl", "nvidia-nccl-cu12"), "nvrtc": ("cuda_nvrtc", "nvidia-cuda-nvrtc-cu12"),
@@ -26,7 +26,7 @@ WHEELS = {"nccl": ("nccl", "nvidia-nccl-cu12"), "nvrtc": ("cuda_nvrtc", "nvidia-
 def unavailable(why: str):
     """Skip with a reason, or fail when the NVIDIA wheels are required."""
     if REQUIRE:
-        pytest.fail(f"PYCOLL_REQUIRE_NVIDIA=1, but {why}")
+        pytest.fail(f"PYCOLL_TEST_REQUIRE_NVIDIA=1, but {why}")
     pytest.skip(why)
 
 

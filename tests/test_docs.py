@@ -21,12 +21,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "sim", "vendor"]
+BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "settings", "sim", "vendor"]
 
 
 def need(module, reason):
-    """Import module, or skip -- unless PYCOLL_REQUIRE_DOCS=1 (CI's docs step), where a missing tool fails."""
-    if os.environ.get("PYCOLL_REQUIRE_DOCS") == "1":
+    """Import module, or skip -- unless PYCOLL_TEST_REQUIRE_DOCS=1 (CI's docs step), where a missing tool fails."""
+    if os.environ.get("PYCOLL_TEST_REQUIRE_DOCS") == "1":
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=reason)
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bootstrap/init_rank.h"
+#include "common/settings.h"
 #include "pycoll/transports.h"
 
 /* rank, world size, address, pid, pid namespace, ring bytes, transport, host, segment name */
@@ -69,7 +70,7 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
     char *error = s->error;
     const char *ifname = s->cfg.ifname, *source = "ifname";
     if (!ifname || !ifname[0]) {
-        ifname = getenv("PYCOLL_SOCKET_IFNAME");
+        ifname = setting_text(SETTING_SOCKET_IFNAME);
         source = "PYCOLL_SOCKET_IFNAME";
     }
     memset(mine, 0, sizeof *mine);

@@ -10,6 +10,7 @@
 
 #include "bootstrap/bootstrap_internal.h"
 #include "common/error_format.h"
+#include "common/settings.h"
 
 /* The id's bytes: "PCID", version u16, 0 u16, the root's address (20 bytes), job (16), secret (32), zeros. */
 static const char ID_MAGIC[4] = {'P', 'C', 'I', 'D'};
@@ -57,7 +58,7 @@ pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const char *ifna
         return pycoll_format_error(error, BOOT_ERROR_LEN, PYCOLL_ERR_INVALID, "id must not be NULL");
     const char *source = "ifname";
     if (!ifname || !ifname[0]) {
-        ifname = getenv("PYCOLL_SOCKET_IFNAME");
+        ifname = setting_text(SETTING_SOCKET_IFNAME);
         source = "PYCOLL_SOCKET_IFNAME";
     }
     boot_addr_t target, *toward_addr = NULL, addr, bound;
@@ -132,7 +133,7 @@ pycoll_status_t pycoll_unique_id_address(const pycoll_unique_id_t *id, char *tex
 
 void pycoll_host_identity(char *text, size_t len)
 {
-    const char *forced = getenv("PYCOLL_HOSTID"); /* as NCCL_HOSTID: ranks with equal values share a host */
+    const char *forced = setting_text(SETTING_HOSTID); /* as NCCL_HOSTID: ranks with equal values share a host */
     if (forced && forced[0]) {
         snprintf(text, len, "%s", forced);
         return;

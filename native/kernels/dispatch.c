@@ -1,5 +1,6 @@
 /* Run-time choice of the kernel variant, once per process, and the public element-wise entry points.
  * As in NumPy: the best variant the CPU supports, unless PYCOLL_SIMD=scalar|avx2|avx512 forces one. */
+#include "common/settings.h"
 #include "kernels/kernel_table.h"
 #include "pycoll/kernels.h"
 
@@ -29,7 +30,7 @@ static enum simd_level cpu_simd_level(void)
 /* A forced variant the CPU lacks falls back to the best it has; an unknown name is ignored. */
 static enum simd_level requested_simd_level(enum simd_level best)
 {
-    const char *forced = getenv("PYCOLL_SIMD");
+    const char *forced = setting_text(SETTING_SIMD);
     if (forced == NULL)
         return best;
     if (strcmp(forced, "scalar") == 0)

@@ -297,3 +297,17 @@ cdef extern from "pycoll/bootstrap.h" nogil:
     void pycoll_host_identity(char *text, size_t len)
     const char *pycoll_comm_transport(const pycoll_comm_t *comm)
     pycoll_status_t pycoll_comm_get_hosts(const pycoll_comm_t *comm, int32_t *host_of)
+
+cdef extern from "pycoll/settings.h" nogil:
+    ctypedef enum pycoll_setting_type_t:
+        PYCOLL_SETTING_TEXT, PYCOLL_SETTING_PATH, PYCOLL_SETTING_INT, PYCOLL_SETTING_FLOAT, PYCOLL_SETTING_FLAG,
+        PYCOLL_SETTING_CHOICE
+    ctypedef struct pycoll_setting_t:
+        const char *name
+        pycoll_setting_type_t type
+        const char *default_value
+        const char *choices
+        double min
+        int32_t power_of_two
+        const char *doc
+    const pycoll_setting_t *pycoll_settings(int32_t *count)

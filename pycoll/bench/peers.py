@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from pycoll import settings
 from pycoll.bench import launch
 from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
@@ -215,7 +216,7 @@ class PrefixMpiPeer(Peer):
         self.name = name
 
     def prefix(self) -> str | None:
-        return os.environ.get(PREFIX_ENV[self.name]) or None
+        return settings.get(PREFIX_ENV[self.name])
 
     def paths(self) -> tuple[str, str, str]:
         """(mpiexec, libmpi, site-packages) under the prefix."""

@@ -1,4 +1,5 @@
-"""`pycoll config`: where the installed C ABI is, for C and C++ programs that build against it."""
+"""`pycoll config`: where the installed C ABI is, for C and C++ programs that build against it, and the
+PYCOLL_* environment variables (--env)."""
 
 import argparse
 import os
@@ -11,7 +12,9 @@ Prints what a C or C++ program needs to build against the installed pycoll:
   PKG_CONFIG_PATH="$(pycoll config --pkg-config-path)" pkg-config --cflags --libs pycoll
   cmake -Dpycoll_DIR="$(pycoll config --cmake-dir)" ...   (then find_package(pycoll CONFIG) and
                                                            target_link_libraries(app PRIVATE pycoll::pycoll))
-Several options print their answers on one line, in the order of the options below."""
+Several options print their answers on one line, in the order of the options below.
+  pycoll config --env             every PYCOLL_* variable: its value now, its default and what it does
+  pycoll config --env markdown    the same as the README's table"""
 
 
 def _beside_library(folder):
@@ -33,14 +36,33 @@ def register(subparsers):
                         help="the directory of pycoll.pc, for PKG_CONFIG_PATH")
     parser.add_argument("--cmake-dir", action="store_true",
                         help="the directory of pycollConfig.cmake, for -Dpycoll_DIR (or CMAKE_PREFIX_PATH)")
+    parser.add_argument("--env", nargs="?", const="text", choices=("text", "markdown"),
+                        help="list pycoll's environment variables (markdown: as the README's table)")
     parser.set_defaults(func=run)
 
 
+def _print_env(form):
+    from pycoll import settings
+
+    if form == "markdown":
+        print(settings.markdown_table(), end="")
+        return 0
+    rows = [("variable", "value", "default", "meaning")] + settings.describe()
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+    for name, closest in settings.unknown():
+        print(f"{name} is not a pycoll setting" + (f" (did you mean {closest}?)" if closest else ""))
+    return 0
+
+
 def run(args):
+    if args.env:
+        return _print_env(args.env)
     chosen = [name for name in WHAT if getattr(args, name)]
     if not chosen:
-        print("pycoll config: say what to print: --cflags, --libs, --include, --library, --pkg-config-path or "
-              "--cmake-dir")
+        print("pycoll config: say what to print: --cflags, --libs, --include, --library, --pkg-config-path, "
+              "--cmake-dir or --env")
         return 2
     print(" ".join(WHAT[name]() for name in chosen))
     return 0

@@ -12,20 +12,6 @@ from pycoll.plugins.tcp import TcpBackend
 SHM_DIR = "/dev/shm"
 
 
-def ring_bytes_from_env():
-    """PYCOLL_SHM_RING_BYTES (a power of two >= 4096), else 0: the transport's default (4 MiB)."""
-    text = os.environ.get("PYCOLL_SHM_RING_BYTES")
-    if not text:
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"PYCOLL_SHM_RING_BYTES must be a number of bytes, got {text!r}") from None
-    if value < 4096 or value & (value - 1):
-        raise ValueError(f"PYCOLL_SHM_RING_BYTES must be a power of two of at least 4096, got {value}")
-    return value
-
-
 def default_cost_model():
     """auto's model over shared memory where `pycoll tune` stored none: the library's defaults are loopback
     TCP's. Fitted by bench/fit_shm_cost_model.py from `pycoll bench --backend shm --algorithm all` at 2 and 4

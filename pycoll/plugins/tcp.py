@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from pycoll import plugins
+from pycoll import plugins, settings
 from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import FastPath, NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
@@ -76,7 +74,7 @@ class TcpBackend(plugins.Backend):
     def create(self, *, rank, world_size, store, timeout, options):
         from pycoll.bootstrap import create_native, get_unique_id, share_unique_id
 
-        ifname = options.get("ifname") or os.environ.get("PYCOLL_SOCKET_IFNAME") or None
+        ifname = options.get("ifname") or settings.get("PYCOLL_SOCKET_IFNAME")
         master_addr = options.get("master_addr") or "127.0.0.1"
         unique_id = options.get("unique_id")
         if unique_id is None:
@@ -95,21 +93,6 @@ class TcpBackend(plugins.Backend):
     def cost_model_for(self, transport):
         """(backend whose `pycoll tune` model auto uses, the defaults without one) for this transport."""
         return self.name, None
-
-
-def spin_us_from_env():
-    """PYCOLL_SPIN_US, else -1: the library chooses how long a wait polls (yielding the core between polls)
-    before it sleeps -- 2 ms when this host's ranks each have a core, 200 us when they share cores. A rank that
-    sleeps at once waits for the scheduler to wake it, which dominates a small collective; a long poll turns
-    every scheduling hiccup into an outlier as long as the poll. Yielding lets the peer being waited for run,
-    so short polls help even when ranks share cores (larger messages are unchanged within the noise)."""
-    override = os.environ.get("PYCOLL_SPIN_US")
-    if override:
-        try:
-            return max(0.0, float(override))
-        except ValueError:
-            raise ValueError(f"PYCOLL_SPIN_US must be a number of microseconds, got {override!r}") from None
-    return -1.0
 
 
 def _share_cost_model(native, rank, world_size, backend, defaults=None):

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from pycoll import settings
 from pycoll.errors import BackendUnavailable, CommunicatorClosed, PycollError
 from pycoll.plugins import Backend, Engine
 
@@ -47,8 +48,8 @@ def load_libraries(libraries, loader):
 def library_candidates(env, names, dirs=()):
     """Where a library is looked for, first found wins: the path in $env when set; else each of `names` in each
     of `dirs` that exists; else the names themselves, for the system loader."""
-    if os.environ.get(env):
-        return [os.environ[env]]
+    if settings.get(env):
+        return [settings.get(env)]
     found = [os.path.join(d, n) for n in names for d in dirs if os.path.exists(os.path.join(d, n))]
     return found + list(names)
 

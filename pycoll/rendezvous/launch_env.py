@@ -26,6 +26,8 @@ import os
 import warnings
 import zlib
 
+from pycoll import settings
+
 DEFAULT_MASTER_PORT = 29500
 _DERIVED_PORT_SPAN = 10000
 _LOOPBACK = "127.0.0.1"
@@ -138,8 +140,8 @@ def warn_if_single_rank(env, rank=None, world_size=None):
 def job_id(env=None):
     """An id every rank of this job agrees on, from the launcher (None when it gives none)."""
     env = os.environ if env is None else env
-    if env.get("PYCOLL_JOB_ID"):
-        return env["PYCOLL_JOB_ID"]
+    if settings.get("PYCOLL_JOB_ID", env):
+        return settings.get("PYCOLL_JOB_ID", env)
     if env.get("TORCHELASTIC_RUN_ID"):
         return "torchrun-" + env["TORCHELASTIC_RUN_ID"]
     if env.get("OMPI_MCA_ess_base_jobid"):
@@ -152,7 +154,7 @@ def job_id(env=None):
 def job_secret(env=None):
     """The job's shared secret (PYCOLL_SECRET, set by ``pycoll run``) as bytes, or None."""
     env = os.environ if env is None else env
-    value = env.get("PYCOLL_SECRET")
+    value = settings.get("PYCOLL_SECRET", env)
     return value.encode() if value else None
 
 
@@ -166,7 +168,7 @@ def _find_launcher(env):
 def _launcher_name(launcher, env):
     if launcher.name != "env":
         return launcher.name
-    if env.get("PYCOLL_JOB_ID"):
+    if settings.get("PYCOLL_JOB_ID", env):
         return "pycoll"
     if env.get("TORCHELASTIC_RUN_ID"):
         return "torchrun"

@@ -3,12 +3,12 @@
 
 import ipaddress
 import logging
-import os
 import secrets
 import socket
 import threading
 import time
 
+from pycoll import settings
 from pycoll.errors import PycollError
 from pycoll.rendezvous import handshake, listener
 from pycoll.rendezvous.store_protocol import (
@@ -159,11 +159,7 @@ class StoreServer(listener.HandshakeServer):
 
 def max_bytes_setting(max_bytes):
     if max_bytes is None:
-        text = os.environ.get(MAX_BYTES_ENV)
-        try:
-            max_bytes = int(text) if text else DEFAULT_MAX_BYTES
-        except ValueError:
-            raise ValueError(f"{MAX_BYTES_ENV} must be a number of bytes, got {text!r}") from None
+        max_bytes = settings.get(MAX_BYTES_ENV)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
     return max_bytes
@@ -177,7 +173,7 @@ def check_wildcard(host, secret):
     address = _address(host)
     if address is None:
         return host  # _listen says what is wrong with it
-    insecure_ok = os.environ.get("PYCOLL_ALLOW_INSECURE") == "1"
+    insecure_ok = settings.get("PYCOLL_ALLOW_INSECURE")
     if address.is_unspecified and not insecure_ok:
         raise PycollError(f"refusing to host the rendezvous store on the wildcard address {host} without a "
                           "secret: anyone who can reach it could join the job. Set PYCOLL_SECRET to the same "

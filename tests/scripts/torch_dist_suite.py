@@ -19,10 +19,10 @@ import os
 import sys
 
 if __name__ == "__main__":
-    os.environ["PYCOLL_TORCH_SUITE_BACKEND"], os.environ["WORLD_SIZE"], os.environ["PYCOLL_TORCH_SUITE_START"] = \
-        sys.argv[1:4]
-BEHIND_GLOO_GATES = os.environ["PYCOLL_TORCH_SUITE_BACKEND"] == "pycoll-behind-gloo-gates"
-os.environ["BACKEND"] = "gloo" if BEHIND_GLOO_GATES else os.environ["PYCOLL_TORCH_SUITE_BACKEND"]
+    (os.environ["PYCOLL_TEST_TORCH_SUITE_BACKEND"], os.environ["WORLD_SIZE"],
+     os.environ["PYCOLL_TEST_TORCH_SUITE_START"]) = sys.argv[1:4]
+BEHIND_GLOO_GATES = os.environ["PYCOLL_TEST_TORCH_SUITE_BACKEND"] == "pycoll-behind-gloo-gates"
+os.environ["BACKEND"] = "gloo" if BEHIND_GLOO_GATES else os.environ["PYCOLL_TEST_TORCH_SUITE_BACKEND"]
 
 import torch
 from torch.testing._internal.common_distributed import DistTestCases
@@ -42,7 +42,7 @@ if BEHIND_GLOO_GATES:
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        if os.environ["PYCOLL_TORCH_SUITE_START"] == "fork":
+        if os.environ["PYCOLL_TEST_TORCH_SUITE_START"] == "fork":
             self._start_processes(torch.multiprocessing.get_context("fork").Process)
         else:
             self._spawn_processes()

@@ -10,4 +10,5 @@
 #include "pycoll/call.h"
 #include "pycoll/transports.h"
 #include "pycoll/bootstrap.h"
+#include "pycoll/settings.h"
 #endif

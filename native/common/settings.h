@@ -1,0 +1,64 @@
+/* The one list of pycoll's environment variables, in the manner of NCCL_PARAM: each line declares a variable
+ * (PYCOLL_ + its id), its type, default, allowed choices, least value, whether it must be a power of two, and
+ * a one-line doc. settings.c builds the public table (pycoll_settings) from it; C code reads a variable through
+ * setting_text / setting_flag by its id, and Python through that table (pycoll/settings.py), so neither side
+ * spells a variable's name or default again. */
+#ifndef PYCOLL_COMMON_SETTINGS_H
+#define PYCOLL_COMMON_SETTINGS_H
+#include "pycoll/settings.h"
+
+/* X(id, type, default_value, choices, min, power_of_two, doc) */
+#define PYCOLL_SETTING_LIST(X)                                                                                   \
+    X(BACKEND, TEXT, "cpu", NULL, 0, 0, "the backend init() uses when given none")                               \
+    X(ALGORITHM, TEXT, "auto", NULL, 0, 0,                                                                       \
+      "what algorithm=\"auto\" means for communicators created afterwards (auto: the cost model's choice)")     \
+    X(SOCKET_IFNAME, TEXT, NULL, NULL, 0, 0,                                                                     \
+      "the network interface to listen on (default: the address that routes to MASTER_ADDR; never 0.0.0.0)")    \
+    X(SECRET, TEXT, NULL, NULL, 0, 0,                                                                            \
+      "shared secret: store and peer connections authenticate with HMAC challenge-response (pycoll run sets a "  \
+      "random one per job)")                                                                                     \
+    X(JOB_ID, TEXT, NULL, NULL, 0, 0,                                                                            \
+      "the job's id, so that jobs sharing a host and a port keep apart (pycoll run sets a random one per job)")  \
+    X(STORE_MAX_BYTES, INT, "67108864", NULL, 1, 0,                                                              \
+      "the most the rendezvous store on rank 0 holds, keys and values together (TCPStore(max_bytes=))")          \
+    X(ALLOW_INSECURE, FLAG, "0", NULL, 0, 0,                                                                     \
+      "1 lets rank 0 host a store without a secret on a wildcard address (0.0.0.0, ::); see Security")           \
+    X(SHM_RING_BYTES, INT, NULL, NULL, 4096, 1,                                                                  \
+      "size of each shared-memory ring, one per ordered pair of local ranks (default 4 MiB); larger messages "   \
+      "stream through it")                                                                                       \
+    X(RING_SEGMENT_BYTES, INT, NULL, NULL, 1, 0,                                                                 \
+      "ring pipeline segment of communicators created afterwards (default 512 KiB; simulate(segment_bytes=) per " \
+      "run)")                                                                                                    \
+    X(SPIN_US, FLOAT, NULL, NULL, -INFINITY, 0,                                                                  \
+      "microseconds a TCP or shared-memory wait polls before sleeping (default 2000 when every local rank has a " \
+      "core, 200 when ranks share cores; a polling rank yields the core between polls)")                        \
+    X(TUNE_FILE, PATH, NULL, NULL, 0, 0, "the cost model pycoll tune writes (default ~/.cache/pycoll/cost_model.json)") \
+    X(SIMD, CHOICE, NULL, "scalar|avx2|avx512", 0, 0,                                                            \
+      "force a kernel variant (default: the best this CPU has; one it lacks falls back to that)")                \
+    X(HOSTID, TEXT, NULL, NULL, 0, 0,                                                                            \
+      "ranks with equal values share a host, as NCCL_HOSTID (default: the boot id and the IPC and network "      \
+      "namespaces)")                                                                                             \
+    X(NCCL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libnccl the nccl backend loads (default: the nvidia wheel's, then the loader's)") \
+    X(CUDART_LIBRARY, PATH, NULL, NULL, 0, 0, "the CUDA runtime library the nccl backend loads")                 \
+    X(NVRTC_LIBRARY, PATH, NULL, NULL, 0, 0, "the NVRTC library that compiles pycoll's CUDA kernels")            \
+    X(CUDA_DRIVER_LIBRARY, PATH, NULL, NULL, 0, 0, "the CUDA driver library (default: libcuda.so.1)")            \
+    X(HCCL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libhccl the hccl backend loads (default: under ASCEND_HOME_PATH)") \
+    X(ACL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libascendcl the hccl backend loads (default: under ASCEND_HOME_PATH)") \
+    X(BENCH_IMPI, PATH, NULL, NULL, 0, 0, "an environment holding impi-rt and mpi4py, for pycoll bench --compare impi") \
+    X(BENCH_MPICH, PATH, NULL, NULL, 0, 0, "an environment holding mpich and mpi4py, for pycoll bench --compare mpich") \
+    X(TEST_GUARDED_MEMORY, FLAG, "0", NULL, 0, 0,                                                                \
+      "test hook: the vendor transport's device memory table is the guarded host one (guarded_memory.c)")
+
+typedef enum {
+#define PYCOLL_SETTING_ID(id, ...) SETTING_##id,
+    PYCOLL_SETTING_LIST(PYCOLL_SETTING_ID)
+#undef PYCOLL_SETTING_ID
+    SETTING_COUNT
+} setting_id_t;
+
+/* The variable's value, else its default; NULL when neither (an empty value counts as unset). */
+const char *setting_text(setting_id_t id);
+/* 1 when a PYCOLL_SETTING_FLAG variable (or its default) is "1". */
+int setting_flag(setting_id_t id);
+
+#endif

@@ -1,0 +1,115 @@
+"""pycoll's environment variables: each PYCOLL_* variable is declared once, in libpycoll's table
+(native/common/settings.h: name, type, default, doc), and every Python read goes through get() here, so a value
+is parsed, checked and explained in one place. A value a variable cannot take is a SettingError naming the
+variable and what it expects; an unknown PYCOLL_* variable (a typo, usually) is warned about once, naming the
+closest known one. `pycoll config --env` lists them, and the README's table is markdown_table()'s output."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import warnings
+from typing import NamedTuple
+
+from pycoll._bindings.settings import SETTINGS
+from pycoll.errors import SettingError
+
+__all__ = ["Setting", "REGISTRY", "get", "unknown", "check_environment", "markdown_table", "describe"]
+
+# Variables of pycoll's own test suite and CI (PYCOLL_TEST_*): not the library's, never warned about.
+TEST_PREFIX = "PYCOLL_TEST_"
+
+
+class Setting(NamedTuple):
+    name: str
+    type: str  # "text", "path", "int", "float", "flag" or "choice"
+    default: str | None  # what an unset or empty variable means, as text; None: the doc says
+    choices: tuple
+    min: float
+    power_of_two: bool
+    doc: str
+
+    def expects(self) -> str:
+        """What a value must be, for messages."""
+        if self.type == "int":
+            what = "a whole number" if math.isinf(self.min) else f"a whole number of at least {int(self.min)}"
+            return what + (" that is a power of two" if self.power_of_two else "")
+        if self.type == "float":
+            return "a number" if math.isinf(self.min) else f"a number of at least {self.min:g}"
+        if self.type == "flag":
+            return "1 (on) or 0 (off)"
+        if self.type == "choice":
+            return "one of " + ", ".join(self.choices)
+        return "text"
+
+    def parse(self, text: str):
+        """The typed value of `text`, or SettingError."""
+        if self.type in ("text", "path"):
+            return text
+        if self.type == "flag":
+            if text not in ("0", "1"):
+                raise SettingError(self.name, text, self.expects())
+            return text == "1"
+        if self.type == "choice":
+            if text not in self.choices:
+                raise SettingError(self.name, text, self.expects())
+            return text
+        try:
+            value = int(text) if self.type == "int" else float(text)
+        except ValueError:
+            raise SettingError(self.name, text, self.expects()) from None
+        if value < self.min or (self.power_of_two and value & (value - 1)):
+            raise SettingError(self.name, text, self.expects())
+        return value
+
+
+REGISTRY = {row["name"]: Setting(**row) for row in SETTINGS}
+
+
+def get(name: str, env=None):
+    """The value of the PYCOLL_* variable `name` in `env` (default os.environ), typed by its declaration: its
+    default when unset or empty, None when it has none. The first read warns about unknown PYCOLL_* names."""
+    setting = REGISTRY[name]  # a KeyError here is a variable nobody declared in native/common/settings.h
+    check_environment()
+    text = (os.environ if env is None else env).get(name) or setting.default
+    return None if text is None else setting.parse(text)
+
+
+def unknown(env=None) -> list[tuple[str, str | None]]:
+    """(name, the closest known name or None) for each PYCOLL_* variable in `env` that no one declared."""
+    env = os.environ if env is None else env
+    return [(name, next(iter(difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)), None))
+            for name in sorted(env) if name.startswith("PYCOLL_") and name not in REGISTRY
+            and not name.startswith(TEST_PREFIX)]
+
+
+_checked = []  # once per process
+
+
+def check_environment():
+    """Warn, once per process, about each unknown PYCOLL_* variable in os.environ."""
+    if _checked:
+        return
+    _checked.append(True)
+    for name, closest in unknown():
+        hint = f"did you mean {closest}?" if closest else "`pycoll config --env` lists the known ones"
+        warnings.warn(f"{name} is not a pycoll setting and is ignored; {hint}", stacklevel=3)
+
+
+def _default_text(setting):
+    return "-" if setting.default is None else f"`{setting.default}`"
+
+
+def markdown_table() -> str:
+    """The README's table of environment variables (tests/test_settings.py keeps the two the same)."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{s.name}` | {_default_text(s)} | {s.doc} |" for s in REGISTRY.values()]
+    return "\n".join(rows) + "\n"
+
+
+def describe(env=None) -> list[tuple[str, str, str, str]]:
+    """(name, value now, default, doc) for every setting, for `pycoll config --env`."""
+    env = os.environ if env is None else env
+    return [(s.name, env.get(s.name) or "(unset)", "-" if s.default is None else s.default, s.doc)
+            for s in REGISTRY.values()]
