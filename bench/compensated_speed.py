@@ -101,8 +101,9 @@ def main(argv=None):
         f"Median of {args.iters} calls per mode after {args.warmup} warm-up calls, the two modes alternating "
         f"on the same data. ratio = compensated / fast; target <= {TARGET}. Rows over target: {len(over)}.\n",
         "Where the extra time goes: after the first step the reduce-scatter phase moves (sum, comp) pairs, twice "
-        "the bytes (the first message of ring and halving_doubling is plain values), and each combine reads 4 arrays and writes 2 where a plain sum reads 2 and writes "
-        "1; on 2 cores the ranks' processes compete for the same CPU and memory bandwidth.\n",
+        "the bytes (the first message of ring and halving_doubling is plain values), and each combine reads 4 "
+        "arrays and writes 2 where a plain sum reads 2 and writes 1; on 2 cores the ranks' processes compete for "
+        "the same CPU and memory bandwidth.\n",
         "| ranks | size | dtype | algorithm | fast ms | compensated ms | ratio |",
         "| ---: | ---: | --- | --- | ---: | ---: | ---: |",
     ]

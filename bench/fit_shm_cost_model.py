@@ -47,8 +47,8 @@ def fit(times):
                 lat, bw = sim.all_reduce_cost_terms(ALGORITHMS[name], world, nbytes, base)
                 rows.append([lat / per[name], bw / per[name]])
                 target.append(1.0)
-        (l, b), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
-        latency[name], bandwidth[name] = max(float(l), MIN_SCALE), max(float(b), MIN_SCALE)
+        (lat, b), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
+        latency[name], bandwidth[name] = max(float(lat), MIN_SCALE), max(float(b), MIN_SCALE)
     return CostModel(*CONSTANTS, latency_scale=latency, bandwidth_scale=bandwidth)
 
 

@@ -125,11 +125,11 @@ def main():
            f"Setup: two network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py); on each "
            f"host `tc qdisc add dev eth0 root {' '.join(tbf)}` (netem is not in this kernel). Ranks 0, 1 on host 0, "
            f"ranks 2, 3 on host 1 (backend cpu, transport {transport}: the two ranks of a host talk over "
-           f"{'shared memory' if 'shm' in transport else 'loopback TCP'}). {args.mib} MiB float32 sum, out of place, integer-valued data checked "
-           f"exactly on every rank.", "",
-           f"Method: {args.jobs} jobs; in each, {args.repeats} rounds of ring, hierarchical, auto interleaved, each call "
-           "after a barrier; a call's time is the slowest rank's. Per job the median of its rounds, then the median "
-           "of the jobs.", "",
+           f"{'shared memory' if 'shm' in transport else 'loopback TCP'}). {args.mib} MiB float32 sum, out of "
+           f"place, integer-valued data checked exactly on every rank.", "",
+           f"Method: {args.jobs} jobs; in each, {args.repeats} rounds of ring, hierarchical, auto interleaved, each "
+           "call after a barrier; a call's time is the slowest rank's. Per job the median of its rounds, then the "
+           "median of the jobs.", "",
            "| algorithm | median (ms) | per job (ms) | / ring |", "|---|---:|---:|---:|", *rows, "",
            f"auto ran: {', '.join(auto_ran)}. Wrong results over every call of every job: {wrong}.", ""]
     Path(args.out).write_text("\n".join(doc))

@@ -8,8 +8,9 @@ throughput at 16 MiB (float32 sum).
 Starts 2 rank processes for pycoll (pycoll.init, PYCOLL_BACKEND) and then 2 for JAX's gloo collectives
 (jax.distributed.initialize, jax_cpu_collectives_implementation=gloo, psum under shard_map over the two
 processes' CPU devices). Each method runs `calls` back-to-back calls whose results feed the next call (so they
-cannot overlap; every method averages, so the values stay 1), then waits for the last; the methods take turns within each repeat, and the table gives the
-median over repeats of the mean time per call (rank 0's; ranks wait for each other every call anyway).
+cannot overlap; every method averages, so the values stay 1), then waits for the last; the methods take turns
+within each repeat, and the table gives the median over repeats of the mean time per call (rank 0's; ranks
+wait for each other every call anyway).
 
 Methods:
   jit pycoll.jax      y = f(y), f = jax.jit(lambda x: pycoll.jax.all_reduce(x, comm, op="avg"))
@@ -248,8 +249,8 @@ def main():
           f"{args.repeats} repeats, {args.calls} calls (4 B) / {args.big_calls} calls (16 MiB) each")
     if gloo_reports is None:
         print(f"jax gloo collectives did not run here: {gloo_why}")
-    methods = ["jit pycoll.jax", "jit pycoll.jax, donated", "jit no collective", "jit ordered io_callback", "eager NumPy", "eager async+wait",
-               "eager from JAX", "jit gloo psum"]
+    methods = ["jit pycoll.jax", "jit pycoll.jax, donated", "jit no collective", "jit ordered io_callback",
+               "eager NumPy", "eager async+wait", "eager from JAX", "jit gloo psum"]
     print("\n| method | 4 B: us per call | 16 MiB: ms per call | 16 MiB: GB/s (algbw) |")
     print("|---|---:|---:|---:|")
     for m in methods:

@@ -5,18 +5,18 @@
         comm.all_reduce(x)               # in place, every rank gets the sum
 """
 
-import os as _os
-
 
 def _check_compiled_modules():
     """A clear error, not "No module named 'pycoll._bindings.abi'", where Python finds the source folder of
     pycoll (the repository root is the current directory or on sys.path) instead of the installed package."""
+    import os
+
     try:
         import pycoll._bindings.abi  # noqa: F401
     except ModuleNotFoundError as exc:
-        here = _os.path.dirname(_os.path.abspath(__file__))
-        root = _os.path.dirname(here)
-        in_source_tree = all(_os.path.exists(_os.path.join(root, name)) for name in ("pyproject.toml", "native"))
+        here = os.path.dirname(os.path.abspath(__file__))
+        root = os.path.dirname(here)
+        in_source_tree = all(os.path.exists(os.path.join(root, name)) for name in ("pyproject.toml", "native"))
         if not (in_source_tree and (exc.name or "").startswith("pycoll._bindings")):
             raise
         raise ImportError(
@@ -27,7 +27,7 @@ def _check_compiled_modules():
 
 
 _check_compiled_modules()
-del _check_compiled_modules, _os
+del _check_compiled_modules
 
 from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
                            PeerFailure, PycollError, SettingError, Timeout)

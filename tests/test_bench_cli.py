@@ -131,7 +131,10 @@ def test_references_of_every_collective():
     world, count = 3, 6
     inputs = [np.arange(count, dtype=np.int64) + 10 * r for r in range(world)]
     total = sum(inputs)
-    ref = lambda coll, rank: check.reference(coll, "sum", lambda r: inputs[r], count, rank, world, 1, np.int64)
+
+    def ref(coll, rank):
+        return check.reference(coll, "sum", lambda r: inputs[r], count, rank, world, 1, np.int64)
+
     assert np.array_equal(ref("all_reduce", 2), total)
     assert np.array_equal(ref("reduce_scatter", 2), total[4:6])
     assert np.array_equal(ref("all_gather", 0), np.concatenate(inputs))

@@ -58,7 +58,8 @@ def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_who
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (pip install pycoll[torch])")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (pip install pycoll[torch])")
 def test_ddp_torch_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float64, DDP's averaged bucket gradients: equal to the whole batch's up to the order of the summation.
     single = _check_against_one_process("ddp_torch.py", 2, rtol=1e-9, atol=1e-12)

@@ -28,7 +28,8 @@ def assert_bits_equal(got, want):
         got, want = got[~got_nan], want[~want_nan]
     bits = UINT[got.dtype.itemsize]
     mismatch = np.flatnonzero(got.view(bits) != want.view(bits))
-    assert mismatch.size == 0, f"{mismatch.size} mismatches, first at {mismatch[0]}: {got[mismatch[0]]!r} != {want[mismatch[0]]!r}"
+    assert mismatch.size == 0, \
+        f"{mismatch.size} mismatches, first at {mismatch[0]}: {got[mismatch[0]]!r} != {want[mismatch[0]]!r}"
 
 
 def random_values(rng, dtype, n):
