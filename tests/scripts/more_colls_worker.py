@@ -75,8 +75,8 @@ def check_exact(comm, k, big=False):
         for op in ("max", "min"):
             comm.reduce_scatter(values(rank, total), rs, op, counts=counts)
             red = np.maximum if op == "max" else np.minimum
-            want = red.reduce([values(r, total) for r in range(size)])
-            assert np.array_equal(rs, want[offsets[rank]:offsets[rank + 1]])
+            reduced = red.reduce([values(r, total) for r in range(size)])
+            assert np.array_equal(rs, reduced[offsets[rank]:offsets[rank + 1]])
         # compensated on floats: integers well inside float64's exact range stay exact
         fx = values(rank, total).astype(np.float64)
         fr = np.full(counts[rank], np.nan)
