@@ -141,7 +141,8 @@ def _expected_algorithms(backend, size):
                  f"reduce {n}": "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
                  f"all_gather {n}": "ring", f"all_gather_v {n}": "ring", f"reduce_scatter_v {n}": "ring",
                  f"all_to_all {n}": "shm" if shm else "pairwise",
-                 f"gather {n}": "binomial_tree" if small else "flat", f"scatter {n}": "binomial_tree" if small else "flat",
+                 f"gather {n}": "binomial_tree" if small else "flat",
+                 f"scatter {n}": "binomial_tree" if small else "flat",
                  f"barrier {n}": "shm" if shm else "dissemination"}
         for name in COLL_ALGORITHMS["all_reduce"]:
             if name == "shm" and not shm:
@@ -160,7 +161,8 @@ def test_last_algorithm_names_what_ran_for_every_collective_over_processes(backe
         assert rep.get("ok"), rep
         ran = rep["ran"]
         auto = {k: ran.pop(k) for k in list(ran) if k.endswith(" auto")}
-        assert ran == want, (r, {k: (ran.get(k), want.get(k)) for k in set(ran) | set(want) if ran.get(k) != want.get(k)})
+        assert ran == want, (r, {k: (ran.get(k), want.get(k)) for k in set(ran) | set(want)
+                                 if ran.get(k) != want.get(k)})
         for key, name in auto.items():  # auto reports the entry it resolved to, one the collective has
             assert name in COLL_ALGORITHMS[key.split()[0]], (key, name)
 
