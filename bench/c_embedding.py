@@ -78,7 +78,7 @@ def main():
                 results.setdefault(("C", nbytes), []).append(run([binary], args.ranks, workdir, nbytes, iters))
                 results.setdefault(("Python", nbytes), []).append(
                     run([sys.executable, script], args.ranks, workdir, nbytes, iters))
-    print(f"| bytes | C (us per call) | Python (us per call) | Python / C |")
+    print("| bytes | C (us per call) | Python (us per call) | Python / C |")
     print("| ---: | ---: | ---: | ---: |")
     for nbytes, _ in SIZES:
         c, py = statistics.median(results[("C", nbytes)]), statistics.median(results[("Python", nbytes)])

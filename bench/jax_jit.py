@@ -118,7 +118,6 @@ def gloo_rank(args):
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{os.environ['MASTER_PORT']}", num_processes=size,
                                process_id=rank, initialization_timeout=60)
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

@@ -133,6 +133,7 @@ def main():
         return worker(*args.worker)
     sys.path.insert(0, str(Path(__file__).parent))
     from allreduce_peers import machine
+
     from pycoll.bench import raw_socket
 
     impls = ["tcp", "shm", "mpi", "mpi-tcp"]

@@ -12,10 +12,10 @@ all-reduce however many parameter arrays the model has.
 """
 
 import jax
+from data_parallel_jax import BATCH, LEARNING_RATE, STEPS, batch, init_params, loss, main
 from jax.flatten_util import ravel_pytree
 
 import pycoll.jax as pj
-from data_parallel_jax import BATCH, LEARNING_RATE, STEPS, batch, init_params, loss, main
 
 
 def make_step(comm):

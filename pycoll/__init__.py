@@ -29,15 +29,23 @@ def _check_compiled_modules():
 _check_compiled_modules()
 del _check_compiled_modules
 
-from pycoll.errors import (AuthenticationError, BackendUnavailable, CommunicatorClosed, MismatchError,
-                           PeerFailure, PycollError, SettingError, Timeout)
-from pycoll.comm import Communicator, backends, init, init_rank
 from pycoll.bootstrap import get_unique_id
-from pycoll.paths import get_include, get_library
-from pycoll.work import Work, wait_all
 from pycoll.buckets import GradientBuckets
+from pycoll.comm import Communicator, backends, init, init_rank
+from pycoll.errors import (
+    AuthenticationError,
+    BackendUnavailable,
+    CommunicatorClosed,
+    MismatchError,
+    PeerFailure,
+    PycollError,
+    SettingError,
+    Timeout,
+)
 from pycoll.mesh import Mesh
+from pycoll.paths import get_include, get_library
 from pycoll.tree import reduce_tree
+from pycoll.work import Work, wait_all
 
 __version__ = "0.1.0"
 

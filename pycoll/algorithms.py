@@ -2,8 +2,14 @@
 which algorithms each collective has (the algorithm table, native/algorithms/table.c)."""
 
 from pycoll import settings
-from pycoll._bindings.abi import (ACCURACIES, ALGORITHMS, COLL_ALGORITHMS, DEFAULT_SEGMENT_BYTES, HOST_ALGORITHMS,
-                                  NATIVE_ALGORITHMS)
+from pycoll._bindings.abi import (
+    ACCURACIES,
+    ALGORITHMS,
+    COLL_ALGORITHMS,
+    DEFAULT_SEGMENT_BYTES,
+    HOST_ALGORITHMS,
+    NATIVE_ALGORITHMS,
+)
 from pycoll.errors import SettingError
 
 __all__ = ["ALGORITHMS", "ACCURACIES", "ACCURACY_ALIASES", "COLL_ALGORITHMS", "HOST_ALGORITHMS", "NATIVE_ONLY",

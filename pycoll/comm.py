@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import os
 import sys
 import time
 import weakref
@@ -15,13 +14,20 @@ import weakref
 import numpy as np
 
 from pycoll import plugins, settings
-from pycoll.rendezvous import launch_env
-from pycoll.algorithms import (ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, COLL_ALGORITHMS, accuracy_name,
-                               algorithm_name, default_algorithm)
+from pycoll.algorithms import (
+    ACCURACIES,
+    ACCURACY_ALIASES,
+    ALGORITHMS,
+    COLL_ALGORITHMS,
+    accuracy_name,
+    algorithm_name,
+    default_algorithm,
+)
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
 from pycoll.errors import CommunicatorClosed
 from pycoll.plugins import Call
+from pycoll.rendezvous import launch_env
 from pycoll.work import Work
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id

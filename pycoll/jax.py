@@ -28,11 +28,10 @@ except ImportError as exc:  # tests/test_jax_ffi.py checks this message with jax
 try:
     # Ordered effects, custom calls with tokens and primitive dispatch are not in jax's public modules; checked
     # against jax 0.10.2.
+    from jax._src import dispatch as _dispatch, effects as _effects
+    from jax._src.interpreters import mlir
     from jax.extend.core import Primitive
     from jax.interpreters import ad, batching
-    from jax._src import dispatch as _dispatch
-    from jax._src import effects as _effects
-    from jax._src.interpreters import mlir
 except ImportError as exc:
     raise BackendUnavailable(
         f"pycoll.jax needs jax internals that jax {jax.__version__} lacks ({exc}); it was written against jax "

@@ -15,8 +15,8 @@ rank to remove it (the bootstrap names segments "pycoll-<pid>-<job>-<rank>", nat
 import contextlib
 import ctypes
 import os
-import selectors
 import secrets
+import selectors
 import signal
 import socket
 import stat

@@ -14,8 +14,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pycoll.accuracy import (DATASETS, correctly_rounded_sum, float_dtype, format_table, make_inputs,
-                             run_accuracy_report, ulp_distance)
+from pycoll.accuracy import (
+    DATASETS,
+    correctly_rounded_sum,
+    float_dtype,
+    format_table,
+    make_inputs,
+    run_accuracy_report,
+    ulp_distance,
+)
 from pycoll.simulate import simulate
 
 ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling"]

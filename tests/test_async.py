@@ -6,7 +6,6 @@ import os
 import signal
 
 import pytest
-
 from multiproc import Ranks, backend_fixture
 
 backend = backend_fixture(["tcp", "shm"])

@@ -216,6 +216,7 @@ def test_headers_and_ratio_table_say_which_backend_was_measured():
 def test_the_plot_has_a_title_with_world_size_dtype_and_backends(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.figure
+
     from pycoll.bench import plot
 
     rows = [_row("cpu", "shm", 64, 2.0), _row("cpu", "shm", 4096, 9.0), _row("gloo", None, 64, 4.0)]

@@ -13,8 +13,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import pycoll
 from pycoll._bindings.comm import MAX_WORLD_SIZE, NativeComm, unique_id_address

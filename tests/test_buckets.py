@@ -6,9 +6,9 @@ import importlib.util
 
 import numpy as np
 import pytest
+from multiproc import Ranks, free_port
 
 import pycoll
-from multiproc import Ranks, free_port
 
 
 @pytest.fixture(scope="module")

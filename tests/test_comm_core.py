@@ -2,8 +2,7 @@
 tables, and the p2p ABI version check in pycoll_comm_create."""
 
 from pycoll import plugins
-from pycoll._bindings import abi
-from pycoll._bindings import sim as _sim
+from pycoll._bindings import abi, sim as _sim
 from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS
 from pycoll.dtypes import DTYPES, OPS
 

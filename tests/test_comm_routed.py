@@ -5,15 +5,17 @@ path does except the network namespaces of test_multihost_netns.py. The fault an
 test_comm_tcp.py's: across the two transports they must behave exactly as over one."""
 
 import pytest
-
 import test_comm_tcp as over_tcp
 from multiproc import Ranks
 from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
+
 # These scenarios of test_comm_tcp.py take no arguments and run 3 or 4 ranks: collected here as they are, they
 # run over both transports (routed_job below applies to every test of this module).
-from test_comm_tcp import (test_close_waits_for_a_slow_rank_at_most_the_linger,  # noqa: F401
-                           test_peer_that_closes_its_communicator_is_named_quickly,
-                           test_stopped_peer_makes_the_others_time_out_at_the_deadline)
+from test_comm_tcp import (  # noqa: F401
+    test_close_waits_for_a_slow_rank_at_most_the_linger,
+    test_peer_that_closes_its_communicator_is_named_quickly,
+    test_stopped_peer_makes_the_others_time_out_at_the_deadline,
+)
 
 RANKS_PER_HOST = 2
 

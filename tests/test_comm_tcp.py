@@ -6,7 +6,6 @@ import signal
 import time
 
 import pytest
-
 from multiproc import Ranks
 
 

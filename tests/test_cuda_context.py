@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from nvidia_wheels import build_fake_cuda_driver, unavailable
 
 SCRIPT = r"""

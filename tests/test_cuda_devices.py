@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fakes.vendor_harness import build_fake
 from nvidia_wheels import build_fake_cuda_driver
 

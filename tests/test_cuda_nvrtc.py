@@ -10,7 +10,6 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from nvidia_wheels import unavailable
 
 DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
@@ -127,9 +126,8 @@ def test_no_fused_multiply_add(compiled, dtype):
 def test_the_fma_check_sees_contraction(compiled):
     """The same source compiled by the same NVRTC with --fmad=true does contract (so the check above would see
     it): a control, through NVRTC directly since pycoll's path never asks for it."""
-    from pycoll.plugins.nccl import nvrtc_candidates
-
     from pycoll._bindings import vendor
+    from pycoll.plugins.nccl import nvrtc_candidates
 
     path = Path(nvrtc_candidates()[0])
     # As pycoll's loader does: NVRTC dlopens its builtins by name, which fails where dlopen is interposed (the

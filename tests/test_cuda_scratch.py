@@ -11,7 +11,6 @@ import os
 
 import numpy as np
 import pytest
-
 from fakes.vendor_harness import FakeDeviceArray, buffer, make_engine, run_ranks_ok, vendor_fixtures
 from nvidia_wheels import build_fake_cuda_driver, unavailable
 

@@ -4,7 +4,6 @@ receives that merely wait are not mistaken for one; the user's first collective 
 internal init broadcast is numbered apart); communicators are named by their members."""
 
 import pytest
-
 from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["tcp", "shm"])

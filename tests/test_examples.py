@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from multiproc import Ranks
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-
 from fakes.vendor_harness import FileStore, buffer, run_ranks_ok, vendor_fixtures, with_engine
 
 ml_dtypes = pytest.importorskip("ml_dtypes")

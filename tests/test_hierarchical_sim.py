@@ -7,13 +7,12 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from test_algorithms_sim import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
 
+from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS
 from pycoll.errors import PeerFailure, PycollError, Timeout
 from pycoll.simulate import simulate
-from pycoll._bindings import sim as _sim
-
-from test_algorithms_sim import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
 
 # Even hosts, uneven ones (3+1, 2+1, 1+2, 3+2+1), interleaved ranks, one host, and one rank per host.
 HOST_SHAPES = [

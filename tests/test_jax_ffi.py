@@ -44,6 +44,7 @@ def solo():
 def test_a_program_compiled_with_a_closed_communicator_raises_instead_of_using_freed_memory():
     import jax
     import jax.numpy as jnp
+
     import pycoll
     import pycoll.jax as pj
 
@@ -69,6 +70,7 @@ def test_a_program_compiled_with_a_closed_communicator_raises_instead_of_using_f
 def test_single_rank_every_collective_inside_jit(solo):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     x = jnp.arange(12, dtype=jnp.float32).reshape(4, 3) - 5
@@ -109,6 +111,7 @@ def test_single_rank_every_collective_inside_jit(solo):
 def test_single_rank_dtypes(solo, dtype):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
     x = jnp.arange(7).astype(dtype)
     got = jax.jit(lambda v: pj.all_reduce(v, solo, op="sum"))(x)
@@ -124,6 +127,7 @@ def test_collectives_are_threaded_on_one_token_in_program_order(solo):
     # module in the order the function made them, each consuming the token the one before produced.
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     def f(x, y):
@@ -150,6 +154,7 @@ def test_collectives_are_threaded_on_one_token_in_program_order(solo):
 def test_single_rank_gradients_follow_the_transpose_rules(solo):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
     x = jnp.arange(6.0).reshape(2, 3)
     w = jnp.linspace(-1, 1, 6).reshape(2, 3)
@@ -169,6 +174,7 @@ def test_single_rank_gradients_follow_the_transpose_rules(solo):
 @needs_jax
 def test_bad_arguments_raise_typed_errors_naming_them(solo):
     import jax.numpy as jnp
+
     import pycoll
     import pycoll.jax as pj
     x = jnp.ones(4)

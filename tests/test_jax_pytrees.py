@@ -41,6 +41,7 @@ def _custom_calls(f, *args):
 def test_elementwise_collectives_keep_the_tree(solo, jit):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     tree = _tree(0, jnp)
@@ -56,6 +57,7 @@ def test_elementwise_collectives_keep_the_tree(solo, jit):
 
 def test_elementwise_collectives_make_one_call_per_dtype_and_the_others_one_per_leaf(solo):
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     tree = _tree(0, jnp)  # float32: w, layers[0], b; int32: layers[1][0]
@@ -71,6 +73,7 @@ def test_elementwise_collectives_make_one_call_per_dtype_and_the_others_one_per_
 def test_shape_dependent_collectives_on_trees(solo):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     rows = {"a": jnp.arange(3.0).reshape(1, 3), "b": [jnp.ones((1,), jnp.int32)]}
@@ -86,6 +89,7 @@ def test_shape_dependent_collectives_on_trees(solo):
 def test_gradients_flow_through_a_tree(solo):
     import jax
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     params = {"w": jnp.arange(3.0), "v": jnp.ones((2, 2))}
@@ -105,6 +109,7 @@ def test_empty_trees_and_numpy_leaves(solo):
 
 def test_a_bad_leaf_is_named_by_its_path(solo):
     import jax.numpy as jnp
+
     import pycoll.jax as pj
 
     with pytest.raises(TypeError, match=r"x\['opt'\]\[1\] must be a JAX or NumPy array, got str"):

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from multiproc import SCRIPTS, free_port
 
 WORKER = str(SCRIPTS / "comm_worker.py")

@@ -2,7 +2,6 @@
 iproute2; only the namespaces' own addresses are used."""
 
 import pytest
-
 import test_comm_tcp as over_tcp
 from multiproc import Ranks
 from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts

@@ -6,9 +6,15 @@ import os
 
 import numpy as np
 import pytest
-
-from fakes.vendor_harness import (FakeDeviceArray, FileStore, buffer, make_engine, run_ranks_ok, vendor_fixtures,
-                                  with_engine)
+from fakes.vendor_harness import (
+    FakeDeviceArray,
+    FileStore,
+    buffer,
+    make_engine,
+    run_ranks_ok,
+    vendor_fixtures,
+    with_engine,
+)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 

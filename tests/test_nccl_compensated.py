@@ -5,8 +5,8 @@ kernels stand in for device ones). On device memory the mode says why it is unav
 
 import numpy as np
 import pytest
-
 from fakes.vendor_harness import all_reduce_error, buffer, make_engine, run_ranks_ok, vendor_fixtures, with_engine
+
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fakes.vendor_harness import build_fake
 from multiproc import SCRIPTS
 

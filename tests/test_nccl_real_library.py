@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from nvidia_wheels import wheel_dir
 
 CHECK = r"""

@@ -20,7 +20,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from nvidia_wheels import compiler, wheel_dir
 
 ROOT = Path(__file__).resolve().parents[1]

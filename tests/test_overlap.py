@@ -2,7 +2,6 @@
 with ValueError naming both, before anything is sent, over both transports; exact aliasing stays in place."""
 
 import pytest
-
 from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["shm", "tcp"])

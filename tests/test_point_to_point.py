@@ -4,7 +4,6 @@ collectives, tag and length disagreements and a message met by a collective name
 anything is sent, a dead sender reported."""
 
 import pytest
-
 from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["tcp", "shm"])

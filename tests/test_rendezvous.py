@@ -14,11 +14,11 @@ import threading
 import time
 
 import pytest
+from multiproc import SCRIPTS, Ranks
 
 import pycoll
-from multiproc import SCRIPTS, Ranks
-from pycoll.rendezvous import handshake, listener, user_secret
 from pycoll.errors import PycollError
+from pycoll.rendezvous import handshake, listener, user_secret
 from pycoll.rendezvous.launch_env import LaunchEnv
 from pycoll.rendezvous.store import FileStore, Rendezvous, TCPStore, rendezvous
 

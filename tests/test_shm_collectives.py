@@ -4,7 +4,6 @@ shared area, bitwise identical on every rank, disagreements as MismatchError, fa
 the refusal of algorithm="shm" where there is no shared memory."""
 
 import pytest
-
 import test_comm_tcp as over_tcp
 from multiproc import Ranks
 from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm

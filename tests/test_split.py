@@ -4,7 +4,6 @@ interleaved (blocking and async) as hybrid parallelism does, disagreements insid
 named instead of hanging, a dead rank reaching every group, closing, and threads."""
 
 import pytest
-
 from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["tcp", "shm", "cpu"])

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pycoll.rendezvous import handshake, user_secret
 from pycoll.errors import PeerFailure, PycollError, Timeout
+from pycoll.rendezvous import handshake, user_secret
 from pycoll.rendezvous.launch_env import LaunchEnv, detect, resolve
 from pycoll.rendezvous.store import AUTH_FAILURE_KEY, FileStore, TCPStore, create_store, gather, store_port
 

@@ -3,7 +3,6 @@ thread's name): ranks whose threads take their turns in different orders get Mis
 never another thread's data; the same order on every rank (and one thread) runs as before."""
 
 import pytest
-
 from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["shm", "tcp"])

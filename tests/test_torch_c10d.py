@@ -8,7 +8,6 @@ process with stand-in communicators, CUDA tensors routed to a NCCL communicator 
 import datetime
 
 import pytest
-
 from multiproc import Ranks
 
 torch = pytest.importorskip("torch")

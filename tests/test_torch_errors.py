@@ -4,7 +4,6 @@ own Timeout from wait() and the blocking calls; a torch future error naming it f
 the deadline, never a silent return with the tensor unchanged."""
 
 import pytest
-
 from multiproc import Ranks
 
 pytest.importorskip("torch")

@@ -4,7 +4,6 @@ ranks that disagree on a size both get MismatchError naming both calls. Where bo
 raise at once and the group stays usable. 2 real ranks; each case in a fresh group."""
 
 import pytest
-
 from multiproc import Ranks
 
 pytest.importorskip("torch")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from multiproc import SCRIPTS
 
 pytest.importorskip("torch")

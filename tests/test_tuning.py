@@ -7,9 +7,9 @@ import sys
 import time
 
 import pytest
+from multiproc import Ranks
 
 import pycoll
-from multiproc import Ranks
 from pycoll import tuning
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.comm import COST_MODEL_LEN

@@ -5,7 +5,6 @@ fake libraries (tests/fakes/fake_nccl.c, fake_hccl.c) in real processes."""
 import re
 
 import pytest
-
 from fakes.vendor_harness import fakes_fixture, job_env, probe_without_library, run_dead_peer, run_injected
 
 INJECTED = "injected by FAKE_COLL_FAIL"  # the fake NCCL's last-error text: pycoll appends it to the message

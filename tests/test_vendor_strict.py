@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-
 from fakes.vendor_harness import FakeDeviceArray, buffer, fakes_fixture, job_env, make_engine, run_ranks_ok
 
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -7,11 +7,11 @@ import weakref
 
 import numpy as np
 import pytest
+from multiproc import free_port
 
 import pycoll
 from pycoll.plugins import Engine
 from pycoll.work import CompletedHandle, Work
-from multiproc import free_port
 
 
 @pytest.fixture

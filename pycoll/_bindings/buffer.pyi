@@ -1,6 +1,7 @@
 """Type stubs for pycoll._bindings.buffer: memory addresses of arrays (the buffer protocol and DLPack capsules)."""
 
 from typing import Any
+
 from typing_extensions import disjoint_base
 
 _CODE_NAMES: dict[int, str]

@@ -5,11 +5,17 @@ algorithm and accuracy as pycoll ids (pycoll._bindings.abi)."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
 from typing_extensions import Self, disjoint_base
 
-from pycoll.errors import (AuthenticationError as AuthenticationError, CommunicatorClosed as CommunicatorClosed,
-                           MismatchError as MismatchError, PeerFailure as PeerFailure, PycollError as PycollError,
-                           Timeout as Timeout)
+from pycoll.errors import (
+    AuthenticationError as AuthenticationError,
+    CommunicatorClosed as CommunicatorClosed,
+    MismatchError as MismatchError,
+    PeerFailure as PeerFailure,
+    PycollError as PycollError,
+    Timeout as Timeout,
+)
 
 COST_MODEL_LEN: int
 

@@ -2,6 +2,7 @@
 and streams are integers; dtype and op are pycoll ids."""
 
 from typing import NoReturn
+
 from typing_extensions import Self, disjoint_base
 
 from pycoll._bindings.abi import ALGORITHMS as ALGORITHMS

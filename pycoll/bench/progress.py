@@ -47,8 +47,7 @@ class Progress:
 class _RichProgress(Progress):
     def start(self, total, title):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichBar
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn
 
         self.bar = RichBar(TextColumn("{task.fields[title]}"), BarColumn(), MofNCompleteColumn(),
                            TimeElapsedColumn(), TextColumn("{task.description}"),

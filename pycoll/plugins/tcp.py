@@ -5,7 +5,7 @@ from __future__ import annotations
 from pycoll import plugins, settings
 from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import FastPath, NativeComm
-from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY, segment_bytes_from_env
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, NATIVE_ONLY
 from pycoll.dtypes import dtype_id
 from pycoll.rendezvous.hosts import Hosts
 

@@ -13,9 +13,13 @@ from pycoll.rendezvous.file_store import FileStore
 from pycoll.rendezvous.generations import RENDEZVOUS_PREFIX, WATCH_INTERVAL, Rendezvous, get_watching, rendezvous
 from pycoll.rendezvous.store_gather import gather, missing_ranks_message
 from pycoll.rendezvous.store_protocol import (
-    AUTH_FAILURE_KEY, MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES, ProtocolError)
-from pycoll.rendezvous.store_server import (
-    DEFAULT_MAX_BYTES, FAILURE_GRACE, MAX_BYTES_ENV, MAX_CLIENTS, is_loopback)
+    AUTH_FAILURE_KEY,
+    MAX_FRAME_BYTES,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    ProtocolError,
+)
+from pycoll.rendezvous.store_server import DEFAULT_MAX_BYTES, FAILURE_GRACE, MAX_BYTES_ENV, MAX_CLIENTS, is_loopback
 from pycoll.rendezvous.tcp_store import CLOSE_LINGER, TCPStore, create_store, store_port
 
 __all__ = [

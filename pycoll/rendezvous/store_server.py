@@ -12,8 +12,23 @@ from pycoll import settings
 from pycoll.errors import PycollError
 from pycoll.rendezvous import handshake, listener
 from pycoll.rendezvous.store_protocol import (
-    AUTH_FAILURE_KEY, F64, I64, MAX_FRAME_BYTES, OP_ADD, OP_CHECK, OP_GET, OP_SET, ST_ERROR, ST_OK, ST_TIMEOUT,
-    U32, ProtocolError, decode_body, encode_frame, expect_fields)
+    AUTH_FAILURE_KEY,
+    F64,
+    I64,
+    MAX_FRAME_BYTES,
+    OP_ADD,
+    OP_CHECK,
+    OP_GET,
+    OP_SET,
+    ST_ERROR,
+    ST_OK,
+    ST_TIMEOUT,
+    U32,
+    ProtocolError,
+    decode_body,
+    encode_frame,
+    expect_fields,
+)
 
 log = logging.getLogger("pycoll")
 

@@ -9,8 +9,24 @@ import time
 from pycoll.errors import PeerFailure, PycollError, Timeout
 from pycoll.rendezvous import handshake, user_secret
 from pycoll.rendezvous.store_protocol import (
-    F64, I64, MAX_FRAME_BYTES, OP_ADD, OP_CHECK, OP_GET, OP_SET, ST_ERROR, ST_TIMEOUT, U32, ProtocolError,
-    check_timeout, decode_body, encode_frame, key_bytes, key_list, value_bytes)
+    F64,
+    I64,
+    MAX_FRAME_BYTES,
+    OP_ADD,
+    OP_CHECK,
+    OP_GET,
+    OP_SET,
+    ST_ERROR,
+    ST_TIMEOUT,
+    U32,
+    ProtocolError,
+    check_timeout,
+    decode_body,
+    encode_frame,
+    key_bytes,
+    key_list,
+    value_bytes,
+)
 from pycoll.rendezvous.store_server import StoreServer, check_wildcard, is_loopback, max_bytes_setting
 
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first

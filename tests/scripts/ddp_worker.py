@@ -8,9 +8,9 @@ import sys
 
 import torch
 import torch.distributed as dist
+from ddp_model import BATCH, STEPS, batch, make_model, train_step
 
 import pycoll.torch  # noqa: F401 -- registers the "pycoll" backend
-from ddp_model import BATCH, STEPS, batch, make_model, train_step
 
 dist.init_process_group("pycoll")
 rank, size = dist.get_rank(), dist.get_world_size()

@@ -9,8 +9,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import pycoll  # noqa: E402
 from fakes.vendor_harness import FakeDeviceArray  # noqa: E402
+
+import pycoll  # noqa: E402
 
 report = {}
 with pycoll.init(backend="nccl", timeout=30) as comm:
