@@ -95,7 +95,7 @@ class Engine:
         None), algorithm. This default serves engines written per collective: it calls the method named after
         the collective (all_reduce(send, recv, op, algorithm, accuracy), reduce_scatter(same),
         all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root, accuracy), barrier()), or
-        start(name, *those arguments); engines with one path for every call (NativeEngine) override it."""
+        ``start(name, *those arguments)``; engines with one path for every call (NativeEngine) override it."""
         if call.collective == "send/recv":
             raise _no_point_to_point(self, "send" if call.dest >= 0 else "recv")
         method_args = _METHOD_ARGS.get(call.collective)

@@ -26,7 +26,7 @@ typedef enum pycoll_coll {
      * named as an order disagreement. */
     PYCOLL_COLL_SEND_RECV = 6,
     /* The _V ones take per-rank counts; their descriptor's count is a fingerprint of the counts
-     * (communicator.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
+     * (comm/call.c), so ranks passing different counts meet as a mismatch instead of misreading data. */
     PYCOLL_COLL_ALL_TO_ALL = 7,
     PYCOLL_COLL_GATHER = 8,
     PYCOLL_COLL_SCATTER = 9,
