@@ -590,3 +590,16 @@ def test_help_lists_the_modes_and_how_to_launch():
     for text in ("--accuracy-report", "--worlds", "--processes", "--compare", "picked",
                  "pycoll run -n 2 -m pycoll bench", "(default 32M)"):
         assert text in proc.stdout, text
+
+
+def test_a_peers_own_algorithm_label_survives_the_sweeps_filter():
+    """Peers label their one schedule "default", which is not pycoll's: filtering the sweep's names by the
+    algorithm table must keep it (gloo's comparison ran 0 cases when it did not)."""
+    from pycoll.bench import sweep
+
+    kept = sweep.cases(collective="all_reduce", dtypes=["float32"], ops=["sum"], algorithms=["default"],
+                       accuracies=["fast"], size_list=[64])
+    assert [c.algorithm for c in kept] == ["default"]
+    dropped = sweep.cases(collective="reduce_scatter", dtypes=["float32"], ops=["sum"],
+                          algorithms=["recursive_doubling", "ring"], accuracies=["fast"], size_list=[64])
+    assert [c.algorithm for c in dropped] == ["ring"]

@@ -102,9 +102,10 @@ class Case:
 def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
     """Every combination that means something: collectives without an op/algorithm/accuracy get one case."""
     ops = ops if collective in TAKES_OP else ["-"]
-    # Only the names this collective has (the algorithm table): a sweep over "all" skips the others' schedules.
-    algorithms = [a for a in algorithms if a == "auto" or a in abi.COLL_ALGORITHMS[collective]] \
-        if collective in TAKES_ALGORITHM else ["auto"]
+    # Of pycoll's algorithm names, only those this collective has (the algorithm table): a sweep over "all" skips
+    # the others' schedules. A peer's own label ("default") is not pycoll's and stays.
+    algorithms = [a for a in algorithms if a not in abi.ALGORITHMS or a == "auto" or
+                  a in abi.COLL_ALGORITHMS[collective]] if collective in TAKES_ALGORITHM else ["auto"]
     accuracies = accuracies if collective in TAKES_ACCURACY else ["fast"]
     out = []
     for dtype in dtypes:
