@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from pycoll import plugins, settings
+from pycoll import fused_norm, plugins, settings
 from pycoll.algorithms import (
     ACCURACIES,
     ACCURACY_ALIASES,
@@ -448,7 +448,9 @@ class Communicator:
         if buf.count != expected:
             raise ValueError(f"{name} must hold {what} = {expected} elements, got {buf.count}")
 
-    def _all_gather_v(self, x, out, counts, async_op):
+    def _all_gather_v(self, x, out, counts, async_op, own_block=None):
+        # own_block: the byte offset of this rank's block in out, where x may be that block (the C schedule
+        # copies it first); the public all_gather passes none.
         self._engine_or_raise()
         counts = self._counts(counts)
         send = self._buffer(x, "x", writable=False)
@@ -456,7 +458,7 @@ class Communicator:
         self._same_dtype(send, recv, "x", "out")
         self._counted(send, "x", int(counts[self._rank]), f"counts[{self._rank}]")
         self._counted(recv, "out", int(counts.sum()), "sum(counts)")
-        check_no_overlap(send, "x", recv, "out", "all_gather with counts", in_place=False)
+        check_no_overlap(send, "x", recv, "out", "all_gather with counts", in_place=False, own_block=own_block)
         return self._call(Call("all_gather_v", send, recv, counts=counts), async_op, out, (x, out, counts))
 
     def _reduce_scatter_v(self, x, out, op, counts, algorithm, accuracy, async_op):
@@ -474,6 +476,38 @@ class Communicator:
         call = Call("reduce_scatter_v", send, recv, op=self._op(op), accuracy=self._accuracy(accuracy),
                     counts=counts)
         return self._call(call, async_op, out, (x, out, counts))
+
+    def all_reduce_layernorm(self, x, weight, bias, *, eps=1e-5, out=None, residual=None, algorithm="auto",
+                             accuracy="fast"):
+        """LayerNorm of (the sum of x over ranks + residual) * weight + bias, row by row, on every rank.
+
+        x: (rows, hidden) float16, bfloat16, float32 or float64; weight and bias: (hidden,); residual: x's shape,
+        the same on every rank, or None. Each rank normalises only its rows (statistics in float32, float64 for
+        float64) and the all-gather copies them, so every rank's output is bitwise identical. Returns out, a new
+        array when out is None. Rows that do not divide evenly between the ranks run the ring."""
+        return fused_norm.run(self, "layernorm", x, weight, bias, eps=eps, out=out, residual=residual,
+                              algorithm=algorithm, accuracy=accuracy, gather=True)
+
+    def all_reduce_rmsnorm(self, x, weight, *, eps=1e-6, out=None, residual=None, algorithm="auto",
+                           accuracy="fast"):
+        """RMSNorm of (the sum of x over ranks + residual) * weight, row by row, on every rank; as
+        all_reduce_layernorm otherwise."""
+        return fused_norm.run(self, "rmsnorm", x, weight, None, eps=eps, out=out, residual=residual,
+                              algorithm=algorithm, accuracy=accuracy, gather=True)
+
+    def reduce_scatter_layernorm(self, x, weight, bias, *, eps=1e-5, out=None, residual=None, algorithm="auto",
+                                 accuracy="fast"):
+        """The sequence-parallel all_reduce_layernorm: this rank gets only its rows, (count, hidden) with rank r
+        taking rows // size rows, one more where r < rows % size, from row r * (rows // size) + min(r, rows %
+        size) on. residual, where given, is this rank's rows of the residual stream (out's shape)."""
+        return fused_norm.run(self, "layernorm", x, weight, bias, eps=eps, out=out, residual=residual,
+                              algorithm=algorithm, accuracy=accuracy, gather=False)
+
+    def reduce_scatter_rmsnorm(self, x, weight, *, eps=1e-6, out=None, residual=None, algorithm="auto",
+                               accuracy="fast"):
+        """The sequence-parallel all_reduce_rmsnorm: this rank's rows only, as reduce_scatter_layernorm."""
+        return fused_norm.run(self, "rmsnorm", x, weight, None, eps=eps, out=out, residual=residual,
+                              algorithm=algorithm, accuracy=accuracy, gather=False)
 
     def all_to_all(self, x, out, *, async_op=False):
         """x and out hold size * k elements each (separate memory): block j of x goes to rank j, and block i of

@@ -11,7 +11,7 @@ cdef struct _Views:
     # The Py_buffers of one kernel call, on the caller's stack: taken by argument name with _take and all
     # released by one _release in a finally (one place for the acquire/release pairs every binding needs, at
     # no allocation -- a kernel call on a small array costs a few hundred nanoseconds in all).
-    Py_buffer views[4]
+    Py_buffer views[5]
     int held
     int64_t count  # the call's element count, from the buffer _take_counted took
 
@@ -125,6 +125,53 @@ def scale_avg(buf, int dtype, int64_t divisor):
         with nogil:
             status = pycoll_scale_avg(v.buf, views.count, <pycoll_dtype_t>dtype, divisor)
         _check_status(status, "scale_avg")
+    finally:
+        _release(&views)
+
+
+NORM_KINDS = {"layernorm": PYCOLL_NORM_LAYER, "rmsnorm": PYCOLL_NORM_RMS}
+
+
+def norm_rows(out, x, residual, weight, bias, int64_t rows, int64_t hidden, int dtype, int kind, double eps):
+    """Each of `rows` rows of `hidden` elements: out = norm(x (+ residual)) * weight (+ bias), kind a
+    NORM_KINDS value; residual and bias may be None. out may be x or residual (the same memory), nothing else."""
+    cdef Py_buffer *vo
+    cdef Py_buffer *vx
+    cdef Py_buffer *vr = NULL
+    cdef Py_buffer *vw
+    cdef Py_buffer *vb = NULL
+    cdef const void *pr = NULL
+    cdef const void *pb = NULL
+    cdef pycoll_status_t status
+    cdef _Views views
+    views.held = 0
+    if rows < 0 or hidden < 0:
+        raise ValueError(f"rows and hidden must be >= 0, got {rows} and {hidden}")
+    try:
+        vo = _take_counted(&views, out, True, "out", <pycoll_dtype_t>dtype)
+        if views.count != rows * hidden:
+            raise ValueError(f"length mismatch: out holds {views.count} elements, expected {rows} * {hidden}")
+        vx, vw = _take(&views, x, False, "x"), _take(&views, weight, False, "weight")
+        _check_same(vx, vo.len, "x")
+        _check_same(vw, hidden * pycoll_dtype_size(<pycoll_dtype_t>dtype), "weight")
+        _check_no_partial_overlap(vo, vx, "out and x")
+        _check_no_partial_overlap(vo, vw, "out and weight")
+        if residual is not None:
+            vr = _take(&views, residual, False, "residual")
+            _check_same(vr, vo.len, "residual")
+            _check_no_partial_overlap(vo, vr, "out and residual")
+            pr = vr.buf
+        if bias is not None:
+            vb = _take(&views, bias, False, "bias")
+            _check_same(vb, vw.len, "bias")
+            _check_no_partial_overlap(vo, vb, "out and bias")
+            pb = vb.buf
+        if vo.len and (vo.buf == vw.buf or (vb != NULL and vo.buf == vb.buf)):
+            raise ValueError("out must not be weight or bias")
+        with nogil:
+            status = pycoll_norm_rows(vo.buf, vx.buf, pr, vw.buf, pb, rows, hidden, <pycoll_dtype_t>dtype,
+                                      <pycoll_norm_kind_t>kind, eps)
+        _check_status(status, "norm_rows")
     finally:
         _release(&views)
 

@@ -31,6 +31,13 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_status_t pycoll_reduce(void *out, const void *a, const void *b, int64_t count, pycoll_dtype_t dtype,
                                   pycoll_op_t op)
     pycoll_status_t pycoll_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor)
+
+    # row_norm.h
+    ctypedef enum pycoll_norm_kind_t:
+        PYCOLL_NORM_LAYER, PYCOLL_NORM_RMS, PYCOLL_NUM_NORM_KINDS
+    pycoll_status_t pycoll_norm_rows(void *out, const void *x, const void *residual, const void *weight,
+                                     const void *bias, int64_t rows, int64_t hidden, pycoll_dtype_t dtype,
+                                     pycoll_norm_kind_t kind, double eps)
     pycoll_dtype_t pycoll_accumulator_dtype(pycoll_dtype_t dtype)
     pycoll_status_t pycoll_compensated_combine(void *dst_sum, void *dst_comp, const void *src_sum,
                                                const void *src_comp, int64_t count, pycoll_dtype_t dtype)

@@ -4,6 +4,7 @@
 #include "pycoll/types.h"
 #include "pycoll/ids.h"
 #include "pycoll/kernels.h"
+#include "pycoll/row_norm.h"
 #include "pycoll/p2p.h"
 #include "pycoll/algorithms.h"
 #include "pycoll/comm.h"
