@@ -166,3 +166,15 @@ def test_fsum_reference_agrees_on_gaussian_float64():
     out = run("all_reduce", inputs, "recursive_doubling")[0]
     exact = [math.fsum(float(x[i]) for x in inputs) for i in range(500)]
     assert out.tolist() == exact
+
+
+@pytest.mark.parametrize("module, cls", [("nccl", "NcclBackend"), ("hccl", "HcclBackend")])
+def test_vendor_backends_refuse_reproducible_naming_what_to_do(module, cls):
+    """Vendor collectives run on the device by the vendor's own schedules: no reproducible form there."""
+    import importlib
+    from types import SimpleNamespace
+    from pycoll.comm import Communicator
+    backend = getattr(importlib.import_module(f"pycoll.plugins.{module}"), cls)
+    assert "reproducible" not in backend.accuracies
+    with pytest.raises(ValueError, match="use backend 'cpu', 'shm' or 'tcp' with host arrays"):
+        Communicator._accuracy(SimpleNamespace(_backend=backend, backend=module), "reproducible")
