@@ -89,58 +89,69 @@ static inline void encode_one(uint64_t bits, int32_t code, fmt_t f, int64_t *out
     }
 }
 
+/* 2^e as a double, for e in [-1074, 1023] (subnormal powers included). */
+static inline double pow2(int e)
+{
+    const uint64_t bits = e >= -1022 ? (uint64_t)(e + 1023) << 52 : UINT64_C(1) << (e + 1074);
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
 /* The exact value of the limb sums s[0..L-1] (limb k worth 2^(base + 46 k)), rounded once to nearest-even at
  * the precision of f (frac + 1 bits, subnormals included), as a double that holds it exactly (or infinity). */
 static inline double decode_finite(const int64_t *s, int32_t code, fmt_t f)
 {
     const int L = f.limbs;
     const int base = code + 1 - REPRO_LIMB_BITS * L;
-    int64_t t[3];
-    uint64_t d[4 + 2] = {0}; /* two zero digits below digit 0, so the window below may read them */
-    uint64_t *digit = d + 2;
-    int neg = 0;
-    for (int k = 0; k < L; k++)
-        t[k] = s[k];
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t carry = 0;
-        for (int k = 0; k < L; k++) {
-            const int64_t v = t[k] + carry;
-            digit[k] = (uint64_t)v & LIMB_MASK;
-            carry = v >> REPRO_LIMB_BITS; /* arithmetic: floor */
+    /* The sum as hi * 2^46 + lo with 0 <= lo < 2^46: |hi| < 2^109, so 128 bits hold it whatever L. */
+    __int128 hi = L == 3 ? (__int128)s[2] * ((__int128)1 << REPRO_LIMB_BITS) + s[1] : L == 2 ? s[1] : 0;
+    hi += s[0] >> REPRO_LIMB_BITS; /* arithmetic: floor */
+    uint64_t lo = (uint64_t)s[0] & LIMB_MASK;
+    const int neg = hi < 0;
+    if (neg) { /* the magnitude: -(hi * 2^46 + lo) */
+        hi = -hi;
+        if (lo) {
+            hi -= 1;
+            lo = (UINT64_C(1) << REPRO_LIMB_BITS) - lo;
         }
-        digit[L] = (uint64_t)carry;
-        if (carry >= 0)
-            break;
-        neg = 1; /* negative: the magnitude is the sum of the negated limbs */
-        for (int k = 0; k < L; k++)
-            t[k] = -t[k];
     }
-    int top = L;
-    while (top >= 0 && digit[top] == 0)
-        top--;
-    if (top < 0)
-        return 0.0;
-    /* A 128-bit window of the digits from the top one down; what lies below it only decides ties (sticky). */
-    const int msb = REPRO_LIMB_BITS * top + bit_length(digit[top]) - 1;
-    const unsigned __int128 w = (unsigned __int128)digit[top] << 82 | (unsigned __int128)digit[top - 1] << 36 |
-                                digit[top - 2] >> 10;
-    int sticky = (digit[top - 2] & 0x3ff) != 0;
-    for (int k = 0; k < top - 2; k++)
-        sticky |= digit[k] != 0;
-    const int window_lsb = REPRO_LIMB_BITS * (top - 2) + 10;
+    const unsigned __int128 h = (unsigned __int128)hi;
+    /* A window w of the top bits, its last bit worth 2^(window_lsb + base); below it only a sticky bit. */
+    unsigned __int128 w;
+    int window_lsb, msb, sticky = 0;
+    if (h) {
+        const uint64_t top = (uint64_t)(h >> 64);
+        const int h_msb = top ? 64 + bit_length(top) - 1 : bit_length((uint64_t)h) - 1;
+        msb = REPRO_LIMB_BITS + h_msb;
+        w = h << 20 | lo >> 26; /* h < 2^108 */
+        sticky = (lo & ((UINT64_C(1) << 26) - 1)) != 0;
+        window_lsb = 26;
+    } else {
+        if (!lo)
+            return 0.0;
+        msb = bit_length(lo) - 1;
+        w = lo;
+        window_lsb = 0;
+    }
     const int min_lsb = 1 - ((1 << (f.exp_bits - 1)) - 1) - f.frac; /* the last bit of a subnormal */
     int keep_lsb = msb - f.frac;
     if (keep_lsb < min_lsb - base)
         keep_lsb = min_lsb - base;
-    const int sh = keep_lsb - window_lsb; /* >= 82 - frac > 0 */
-    uint64_t q = 0;
-    if (sh <= 128) {
+    uint64_t q;
+    const int sh = keep_lsb - window_lsb;
+    if (sh <= 0) { /* every bit kept: exact */
+        q = (uint64_t)w << -sh;
+    } else if (sh > 128) {
+        q = 0; /* below half of the last kept bit */
+    } else {
         q = sh == 128 ? 0 : (uint64_t)(w >> sh);
         const int half = (int)((w >> (sh - 1)) & 1);
         const int below = sticky || (sh > 1 && (w & (((unsigned __int128)1 << (sh - 1)) - 1)) != 0);
         q += half && (below || (q & 1));
     }
-    const double mag = ldexp((double)q, keep_lsb + base); /* q <= 2^(frac+1): exact, or infinity */
+    const int e = keep_lsb + base; /* q <= 2^(frac+1), so q * 2^e is exact, or infinity */
+    const double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
     return neg ? -mag : mag;
 }
 
