@@ -26,7 +26,7 @@ from pycoll.dtypes import DTYPES
 from pycoll.simulate import simulate
 
 __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "ulp_distance", "make_inputs",
-           "reduction_error", "run_accuracy_report", "format_table"]
+           "reduction_error", "run_accuracy_report", "reproducible_bits", "format_table"]
 
 FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
@@ -164,6 +164,36 @@ def reduction_error(outputs, inputs, dtype):
     first = np.asarray(outputs[0]).tobytes()
     identical = all(np.asarray(out).tobytes() == first for out in outputs)
     return float(dist.max(initial=0.0)), float(dist.mean()) if dist.size else 0.0, identical
+
+
+def reproducible_bits(world_sizes, dtypes=FLOAT_DTYPES, datasets=("gaussian", "mixed"), count=1024, seed=0,
+                      contributions=2):
+    """Whether accuracy="reproducible" gives the same bytes in every configuration: `contributions` arrays of a
+    data set spread over each simulated world size in a seeded order (the other ranks contributing zeros), by
+    every algorithm (hierarchical over two-rank hosts). One row per (dtype, data): {dtype, data, configs,
+    same_bits, max_ulp} (the error of those bits against the correctly rounded sum)."""
+    rows = []
+    for dtype in dtypes:
+        for dataset in datasets:
+            base = make_inputs(dataset, contributions, count, dtype, seed=seed)
+            first = None
+            configs, same = 0, True
+            for size in sorted(n for n in world_sizes if n >= contributions):
+                order = np.random.default_rng([seed, size]).permutation(size)
+                ranks = base + [np.zeros_like(base[0])] * (size - contributions)
+                inputs = [ranks[i] for i in order]
+                for algorithm in ALGORITHMS:
+                    hosts = [r // 2 for r in range(size)] if algorithm == "hierarchical" else None
+                    out = simulate("all_reduce", inputs, algorithm=algorithm, accuracy="reproducible",
+                                   hosts=hosts)
+                    if first is None:
+                        first = out[0]
+                    configs += 1
+                    same &= all(o.tobytes() == first.tobytes() for o in out)
+            max_ulp = float(ulp_distance(first, correctly_rounded_sum(base, dtype)).max(initial=0.0))
+            rows.append({"dtype": dtype, "data": dataset, "configs": configs, "same_bits": bool(same),
+                         "max_ulp": max_ulp})
+    return rows
 
 
 def _row(transport, size, algorithm, accuracy, dtype, dataset, count, error):

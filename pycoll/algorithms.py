@@ -45,7 +45,8 @@ def accuracy_name(accuracy) -> str:
         raise TypeError(f"accuracy must be a string, got {type(accuracy).__name__}")
     accuracy = ACCURACY_ALIASES.get(accuracy, accuracy)
     if accuracy not in ACCURACIES:
-        raise ValueError(f"accuracy: unknown mode {accuracy!r}; choose 'fast' or 'compensated' (alias 'kahan')")
+        raise ValueError(f"accuracy: unknown mode {accuracy!r}; choose 'fast', 'compensated' (alias 'kahan') "
+                         f"or 'reproducible'")
     return accuracy
 
 

@@ -186,7 +186,11 @@ class Communicator:
     def _accuracy(self, accuracy):
         name = accuracy_name(accuracy)
         if name not in self._backend.accuracies:
-            raise ValueError(f"accuracy: backend {self.backend!r} does not support {name!r}")
+            hint = ""
+            if name == "reproducible":  # pycoll's schedules on host memory; vendor collectives are not its own
+                hint = ("; reproducible sums run pycoll's own schedules on host memory: use backend 'cpu', 'shm' "
+                        "or 'tcp' with host arrays")
+            raise ValueError(f"accuracy: backend {self.backend!r} does not support {name!r}{hint}")
         return name
 
     @staticmethod

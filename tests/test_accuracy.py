@@ -199,6 +199,9 @@ def test_accuracy_report_script_writes_its_markdown(tmp_path):
                           cwd=tmp_path, env=dict(os.environ))
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
-    assert "Compensated rows over 1 ulp, or ranks whose results differ: 0." in text
+    assert "Compensated or reproducible rows over 1 ulp, ranks whose results differ, or reproducible bits that " \
+        "moved: 0." in text
+    assert "| float32 | mixed | 10 | yes | 0 |" in text  # reproducible: world sizes 2 and 5, five algorithms each
+    assert "| tcp | 2 | ring | reproducible | float32 | mixed | 64 |" in text
     assert "| tcp | 2 | mesh | compensated | float64 | mixed | 64 |" in text
     assert "N=5" in text

@@ -5,6 +5,7 @@
 
 #include "algorithms/table.h"
 #include "comm/comm_internal.h"
+#include "kernels/reproducible.h"
 
 void pycoll_call_init(pycoll_call_t *call, pycoll_coll_t collective)
 {
@@ -204,6 +205,31 @@ static pycoll_status_t check_algorithm(const pycoll_comm_t *comm, pycoll_coll_t 
     return PYCOLL_OK;
 }
 
+/* What reproducible mode covers (reproducible.c): sums and averages of float dtypes, by the collectives that
+ * reduce into fixed blocks. Anything else is refused rather than run in another mode: the caller asked for bits
+ * that do not move, and a silent fast sum would not give them. */
+static pycoll_status_t check_reproducible(const pycoll_call_t *call, char *error, size_t error_len)
+{
+    const pycoll_coll_t c = call->collective;
+    if (c != PYCOLL_COLL_ALL_REDUCE && c != PYCOLL_COLL_REDUCE_SCATTER && c != PYCOLL_COLL_REDUCE) {
+        snprintf(error, error_len, "accuracy reproducible: %s is not supported (all_reduce, reduce_scatter and "
+                 "reduce are; use accuracy fast or compensated)", pycoll_coll_name(c));
+        return PYCOLL_ERR_UNSUPPORTED;
+    }
+    if (call->op != PYCOLL_SUM && call->op != PYCOLL_AVG) {
+        snprintf(error, error_len, "accuracy reproducible: op %s is not supported (sum and avg are; %s is exact "
+                 "in every mode, so use accuracy fast)", pycoll_op_name(call->op), pycoll_op_name(call->op));
+        return PYCOLL_ERR_UNSUPPORTED;
+    }
+    if (!repro_limbs(call->dtype)) {
+        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (float16, bfloat16, float32 "
+                 "and float64 are; integer sums are exact in every mode, so use accuracy fast)",
+                 pycoll_dtype_name(call->dtype));
+        return PYCOLL_ERR_UNSUPPORTED;
+    }
+    return PYCOLL_OK;
+}
+
 pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *call, comm_call_t *out, char *error,
                                 size_t error_len)
 {
@@ -251,7 +277,10 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
     if ((unsigned)call->accuracy >= PYCOLL_NUM_ACCURACIES)
         return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
     *out = (comm_call_t){.args = *call};
-    pycoll_status_t st = check_rank(comm, call, error, error_len);
+    pycoll_status_t st = call->accuracy == PYCOLL_ACCURACY_REPRODUCIBLE ? check_reproducible(call, error, error_len)
+                                                                        : PYCOLL_OK;
+    if (st == PYCOLL_OK)
+        st = check_rank(comm, call, error, error_len);
     if (st == PYCOLL_OK)
         st = check_algorithm(comm, call->collective, call->algorithm, error, error_len);
     if (st == PYCOLL_OK)

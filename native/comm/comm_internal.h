@@ -73,6 +73,8 @@ struct pycoll_comm {
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
     int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
+    void *repro_space;        /* reproducible.c's codes and limbs, host memory, kept between calls */
+    int64_t repro_space_bytes;
     int finalized;
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
     /* live_comms.c: this communicator's place among those that exist, and who holds it by number. */
@@ -99,6 +101,14 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
  * failure). `ran` gets the algorithm that ran. */
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran);
+/* communicator.c: one stage of a call: stamp `stamped`'s descriptor (its seq, group and history as any call's;
+ * the decision weighs `runs`' bytes), then run `runs` -- the same call, or what a mode made of it -- by the
+ * algorithm decided. No workspace release: comm_run_call does it once the whole call is done. */
+pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, const comm_call_t *runs,
+                               char *error, size_t error_len, pycoll_algorithm_t *ran);
+/* reproducible.c: a call with accuracy reproducible (call.c checked what it covers), in two stages. */
+pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                                      pycoll_algorithm_t *ran);
 /* point_to_point.c. While sends and receives of comm are in flight (between begin and end) the transport
  * stamps comm's point-to-point descriptor on every frame; end gives the collectives theirs back, and on error
  * breaks comm (as comm_finish). comm_run_p2p: one, posted and waited for on the caller's thread. The progress

@@ -138,6 +138,7 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
     if (!comm->view)
         family->closed = 1;
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
+    free(comm->repro_space);
     /* The root's transport, or a split's view (which frees only itself). */
     comm->p2p->ops->destroy(comm->p2p);
     free(comm->parent_ranks);
@@ -292,8 +293,10 @@ void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
     comm->internal = internal != 0;
 }
 
-/* Stamp the (checked) call on p2p: its descriptor, the history fingerprint, its deadline. */
-static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len)
+/* Stamp the (checked) call on p2p: its descriptor, the history fingerprint, its deadline. data_bytes: what one
+ * rank's block weighs on the wire, for the decision. */
+static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, int64_t data_bytes, char *error,
+                             size_t error_len)
 {
     pycoll_p2p_t *p2p = comm->p2p;
     const pycoll_call_t *a = &call->args;
@@ -302,8 +305,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, char 
         return st;
     const pycoll_algorithm_t algorithm =
         pycoll_decide_algorithm_hosts(&comm->model, a->collective, a->algorithm, p2p->size, comm->hosts,
-                                      comm->max_local, call->count * (int64_t)pycoll_dtype_size(a->dtype),
-                                      p2p->ops->native);
+                                      comm->max_local, data_bytes, p2p->ops->native);
     const uint32_t thread = comm->internal ? PYCOLL_THREAD_INTERNAL : call->thread;
     pycoll_coll_desc_t desc = {.seq = comm->internal ? ++comm->internal_seq : ++comm->seq,
                                .history = pycoll_history_next(&p2p->desc),
@@ -375,19 +377,26 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
     }
 }
 
-pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
-                              pycoll_algorithm_t *ran)
+pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, const comm_call_t *runs,
+                               char *error, size_t error_len, pycoll_algorithm_t *ran)
 {
-    pycoll_status_t st = begin(comm, call, error, error_len);
+    pycoll_status_t st = begin(comm, stamped, runs->count * (int64_t)pycoll_dtype_size(runs->args.dtype), error,
+                               error_len);
     if (st != PYCOLL_OK)
         return st;
     *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
-    if (!comm->view) {
-        st = dispatch(comm, call, error, error_len, *ran);
-    } else {
-        group_view_enter(comm->view); /* the root's transport carries this split's collective */
-        st = group_view_leave(comm->view, dispatch(comm, call, error, error_len, *ran));
-    }
+    if (!comm->view)
+        return dispatch(comm, runs, error, error_len, *ran);
+    group_view_enter(comm->view); /* the root's transport carries this split's collective */
+    return group_view_leave(comm->view, dispatch(comm, runs, error, error_len, *ran));
+}
+
+pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
+                              pycoll_algorithm_t *ran)
+{
+    pycoll_status_t st = call->args.accuracy == PYCOLL_ACCURACY_REPRODUCIBLE
+                             ? comm_run_reproducible(comm, call, error, error_len, ran)
+                             : comm_run_stage(comm, call, call, error, error_len, ran);
     comm_workspace_call_end(&comm->ctx); /* still on the call's thread: a device table's binding holds */
     return st;
 }

@@ -32,7 +32,7 @@ const char *pycoll_coll_name(pycoll_coll_t coll)
 
 const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)
 {
-    static const char *const names[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated"};
+    static const char *const names[PYCOLL_NUM_ACCURACIES] = {"fast", "compensated", "reproducible"};
     return (unsigned)accuracy < PYCOLL_NUM_ACCURACIES ? names[accuracy] : "?";
 }
 

@@ -19,7 +19,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef enum pycoll_algorithm_t:
         PYCOLL_ALGO_AUTO, PYCOLL_NUM_ALGOS
     ctypedef enum pycoll_accuracy_t:
-        PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_NUM_ACCURACIES
+        PYCOLL_ACCURACY_FAST, PYCOLL_ACCURACY_COMPENSATED, PYCOLL_ACCURACY_REPRODUCIBLE, PYCOLL_NUM_ACCURACIES
 
     size_t pycoll_dtype_size(pycoll_dtype_t dtype)
     const char *pycoll_dtype_name(pycoll_dtype_t dtype)

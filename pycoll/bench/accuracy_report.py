@@ -78,5 +78,7 @@ def run(p: Plan, progress, timeout: float) -> list[dict]:
 
 
 def failures(rows) -> list[dict]:
-    """Rows that miss pycoll's promises: ranks whose results differ, or compensated mode over 1 ulp."""
-    return [r for r in rows if not r["identical"] or (r["accuracy"] == "compensated" and r["max_ulp"] > 1)]
+    """Rows that miss pycoll's promises: ranks whose results differ, or compensated or reproducible mode over
+    1 ulp."""
+    return [r for r in rows if not r["identical"] or (r["accuracy"] in ("compensated", "reproducible") and
+                                                      r["max_ulp"] > 1)]

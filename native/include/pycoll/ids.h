@@ -58,6 +58,9 @@ typedef enum pycoll_algorithm {
 typedef enum pycoll_accuracy {
     PYCOLL_ACCURACY_FAST = 0,
     PYCOLL_ACCURACY_COMPENSATED = 1,
+    /* Sums and averages of float dtypes whose bits do not depend on the world size, the rank order, the
+     * algorithm or the segment size: an exact integer form on the wire (native/comm/reproducible.c). */
+    PYCOLL_ACCURACY_REPRODUCIBLE = 2,
     PYCOLL_NUM_ACCURACIES
 } pycoll_accuracy_t;
 
