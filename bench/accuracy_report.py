@@ -17,8 +17,15 @@ import time
 import numpy as np
 
 import pycoll
-from pycoll.accuracy import (ACCURACIES, ALGORITHMS, DATASETS, FLOAT_DTYPES, format_table, reproducible_bits,
-                             run_accuracy_report)
+from pycoll.accuracy import (
+    ACCURACIES,
+    ALGORITHMS,
+    DATASETS,
+    FLOAT_DTYPES,
+    format_table,
+    reproducible_bits,
+    run_accuracy_report,
+)
 
 
 def _summary(rows):

@@ -17,7 +17,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from compensated_speed import machine
 
 MODES = ("fast", "compensated", "reproducible")

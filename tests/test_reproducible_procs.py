@@ -4,13 +4,12 @@ for all_reduce, reduce_scatter and reduce -- and the same as the simulator's."""
 
 import hashlib
 
-import numpy as np
 import pytest
-
 from multiproc import Ranks
+from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
+
 from pycoll.accuracy import make_inputs
 from pycoll.simulate import simulate
-from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 
 def simulated_digest(dtype):

@@ -173,6 +173,7 @@ def test_vendor_backends_refuse_reproducible_naming_what_to_do(module, cls):
     """Vendor collectives run on the device by the vendor's own schedules: no reproducible form there."""
     import importlib
     from types import SimpleNamespace
+
     from pycoll.comm import Communicator
     backend = getattr(importlib.import_module(f"pycoll.plugins.{module}"), cls)
     assert "reproducible" not in backend.accuracies

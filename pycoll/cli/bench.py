@@ -308,7 +308,8 @@ def _run_accuracy_report(args) -> int:
         report.to_csv(rows, args.csv, accuracy_report.KEYS)
     bad = accuracy_report.failures(rows)
     if bad:
-        return _error(f"{len(bad)} rows where ranks' results differ or compensated or reproducible mode is over 1 ulp", 1)
+        return _error(f"{len(bad)} rows where ranks' results differ or compensated or reproducible mode is over "
+                      "1 ulp", 1)
     return 0
 
 
