@@ -136,13 +136,19 @@ def _from_dlpack_host(x, name: str) -> Buffer:
     if t.device_type not in _DLPACK_HOST:
         raise TypeError(f"{name}: __dlpack__() exported memory of DLPack device type {t.device_type}, "
                         f"but __dlpack_device__() said host memory")
+    return _dlpack_buffer(t, name, memory="host", readonly=t.read_only, owner=t)
+
+
+def _dlpack_buffer(t, name: str, memory: str, readonly: bool, owner) -> Buffer:
+    """The Buffer over DLPack tensor t, whose device type the caller checked: refused unless contiguous and of
+    a dtype pycoll knows."""
     if not t.contiguous:
         raise _not_contiguous(name, t.byte_strides, t.shape)
     ident = DTYPES.get(t.dtype)
     if ident is None:
         raise unsupported_dtype(t.dtype, name)
-    return Buffer(ptr=t.address, count=t.count, dtype=ident, itemsize=t.itemsize, memory="host",
-                  device_id=t.device_id, readonly=t.read_only, owner=t)
+    return Buffer(ptr=t.address, count=t.count, dtype=ident, itemsize=t.itemsize, memory=memory,
+                  device_id=t.device_id, readonly=readonly, owner=owner)
 
 
 def _take_dlpack(x, name: str):
@@ -256,12 +262,6 @@ def _cuda_buffer(x, name: str):
                         f"({type(exc).__name__}: {exc})") from exc
     if t.device_type not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
         raise TypeError(f"{name}: a CUDA tensor exported DLPack device type {t.device_type}, not CUDA memory")
-    if not t.contiguous:
-        raise _not_contiguous(name, t.byte_strides, t.shape)
-    ident = DTYPES.get(t.dtype)
-    if ident is None:
-        raise unsupported_dtype(t.dtype, name)
     # torch tensors are always writable (a legacy capsule cannot say so); the tensor keeps its memory alive and
     # names the stream the collective goes on.
-    return Buffer(ptr=t.address, count=t.count, dtype=ident, itemsize=t.itemsize, memory="cuda",
-                  device_id=t.device_id, readonly=False, owner=x)
+    return _dlpack_buffer(t, name, memory="cuda", readonly=False, owner=x)

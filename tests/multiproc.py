@@ -114,3 +114,11 @@ def scenario_reports(n, script, scenario, timeout=30.0, ranks=None):
     """Run `script scenario` on n ranks and return the reports of `ranks` (default: all)."""
     with Ranks(n, script, scenario, timeout=timeout) as job:
         return job.reports(ranks=ranks, deadline_s=120)
+
+
+def scenario_runner(script):
+    """run(n, scenario, timeout=30.0, ranks=None): scenario_reports of `script`, for a module whose tests all
+    start the same worker script. In a test module: run = scenario_runner("p2p_worker.py")."""
+    def run(n, scenario, timeout=30.0, ranks=None):
+        return scenario_reports(n, script, scenario, timeout, ranks)
+    return run

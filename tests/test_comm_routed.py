@@ -64,18 +64,10 @@ def test_killed_peer_is_named_by_local_and_remote_ranks_within_2s(algorithm, no_
     over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["count", "collective"])
-def test_mismatch_is_reported_on_every_rank(kind):
-    over_tcp.test_mismatch_is_reported_on_every_rank(kind)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("collective, roots, then, count", [("broadcast", "0,0,1,1", "next", 4),
-                                                            ("reduce", "0,0,1,1", "close", 0),
-                                                            ("reduce", "0,2,0", "close", 300_000)])
-def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count):
-    over_tcp.test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count)
+# Two hosts of two ranks: every root case spans both transports.
+test_mismatch_is_reported_on_every_rank, test_ranks_that_disagree_on_the_root_all_raise_mismatch = (
+    over_tcp.mismatch_tests([("broadcast", "0,0,1,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
+                             ("reduce", "0,2,0", "close", 300_000)]))
 
 
 @pytest.mark.timeout(60)

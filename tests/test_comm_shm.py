@@ -52,18 +52,9 @@ def test_spin_option_reaches_the_transport():
     assert all(rep.get("ok") and rep["options"]["spin_ns"] == 50000 for rep in reports.values()), reports
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["count", "collective"])
-def test_mismatch_is_reported_on_every_rank(kind):
-    over_tcp.test_mismatch_is_reported_on_every_rank(kind)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("collective, roots, then, count", [("broadcast", "0,1", "next", 4),
-                                                            ("reduce", "0,0,1,1", "close", 0),
-                                                            ("reduce", "0,2,0", "close", 300_000)])
-def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count):
-    over_tcp.test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count)
+test_mismatch_is_reported_on_every_rank, test_ranks_that_disagree_on_the_root_all_raise_mismatch = (
+    over_tcp.mismatch_tests([("broadcast", "0,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
+                             ("reduce", "0,2,0", "close", 300_000)]))
 
 
 @pytest.mark.timeout(60)

@@ -73,6 +73,24 @@ def test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, t
         assert rep["elapsed"] < 10, rep  # not the 20 s deadline
 
 
+def mismatch_tests(root_cases):
+    """The two mismatch scenarios above, for a module that runs them over another transport: a collective that
+    differs in count or kind, and the disagreeing roots of root_cases, (collective, roots, then, count) tuples
+    the transport under test needs. The caller binds them under the same names so that pytest collects them."""
+
+    @pytest.mark.timeout(60)
+    @pytest.mark.parametrize("kind", ["count", "collective"])
+    def mismatch(kind):
+        test_mismatch_is_reported_on_every_rank(kind)
+
+    @pytest.mark.timeout(60)
+    @pytest.mark.parametrize("collective, roots, then, count", root_cases)
+    def disagreeing_roots(collective, roots, then, count):
+        test_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, then, count)
+
+    return mismatch, disagreeing_roots
+
+
 @pytest.mark.timeout(60)
 def test_close_waits_for_a_slow_rank_at_most_the_linger():
     """close() waits for the other ranks' goodbyes, but no longer than min(timeout, 5 s)."""

@@ -4,13 +4,10 @@ receives that merely wait are not mistaken for one; the user's first collective 
 internal init broadcast is numbered apart); communicators are named by their members."""
 
 import pytest
-from multiproc import backend_fixture, scenario_reports
+from multiproc import backend_fixture, scenario_runner
 
 backend = backend_fixture(["tcp", "shm"])
-
-
-def run(n, scenario, timeout=30.0):
-    return scenario_reports(n, "cycle_worker.py", scenario, timeout)
+run = scenario_runner("cycle_worker.py")
 
 
 @pytest.mark.timeout(60)

@@ -93,14 +93,20 @@ def test_npu_memory_without_a_kernel_table_is_refused_by_name(env):
         np.testing.assert_array_equal(x, np.full(8, 2, np.float32))
 
 
+def _refusal(call):
+    """None where call() runs, else the PycollError it raised as (class name, message)."""
+    try:
+        call()
+    except PycollError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
 def _refused_rank(rank, world):
     engine = make_engine("hccl", rank, world, 5.0)
     x = np.ones(8, np.float32)
-    result = None
-    try:
-        engine._comm("auto").own("all_reduce", _ptr(x), _ptr(x), 8, FLOAT32, SUM, -1, 0, "ring", "compensated")
-    except PycollError as exc:
-        result = type(exc).__name__, str(exc)
+    result = _refusal(lambda: engine._comm("auto").own("all_reduce", _ptr(x), _ptr(x), 8, FLOAT32, SUM, -1, 0,
+                                                       "ring", "compensated"))
     engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")  # still usable
     engine.close()
     return result, x
@@ -144,11 +150,8 @@ def _old_cann_rank(rank, world):
     x = np.full(4, rank + 1.0, np.float32)
     engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")
     got = np.zeros(4, np.float32)
-    try:
-        engine._comm("auto").send_recv(_ptr(x), 4, 1 - rank, _ptr(got), 4, 1 - rank, FLOAT32, 0)
-        refused = None
-    except PycollError as exc:
-        refused = type(exc).__name__, str(exc)
+    refused = _refusal(lambda: engine._comm("auto").send_recv(_ptr(x), 4, 1 - rank, _ptr(got), 4, 1 - rank,
+                                                              FLOAT32, 0))
     engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), SUM, "auto", "fast")  # still usable
     engine.close()
     return x, refused

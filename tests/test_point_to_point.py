@@ -4,13 +4,10 @@ collectives, tag and length disagreements and a message met by a collective name
 anything is sent, a dead sender reported."""
 
 import pytest
-from multiproc import backend_fixture, scenario_reports
+from multiproc import backend_fixture, scenario_runner
 
 backend = backend_fixture(["tcp", "shm"])
-
-
-def run(n, scenario, timeout=30.0, ranks=None):
-    return scenario_reports(n, "p2p_worker.py", scenario, timeout, ranks)
+run = scenario_runner("p2p_worker.py")
 
 
 @pytest.mark.timeout(120)

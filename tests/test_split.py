@@ -4,13 +4,10 @@ interleaved (blocking and async) as hybrid parallelism does, disagreements insid
 named instead of hanging, a dead rank reaching every group, closing, and threads."""
 
 import pytest
-from multiproc import backend_fixture, scenario_reports
+from multiproc import backend_fixture, scenario_runner
 
 backend = backend_fixture(["tcp", "shm", "cpu"])
-
-
-def run(n, scenario, timeout=30.0, ranks=None):
-    return scenario_reports(n, "split_worker.py", scenario, timeout, ranks)
+run = scenario_runner("split_worker.py")
 
 
 @pytest.mark.timeout(150)

@@ -46,6 +46,12 @@ def _sum_of_ones(engine, rank, dtype="float32", algorithm="auto"):
     return x.tolist(), ran
 
 
+def _every_rank_sums_exactly_on_auto(rank_fn, env):
+    """rank_fn on two ranks, each returning _sum_of_ones with the default algorithm: both sums exact."""
+    for got, ran in run_ranks_ok(rank_fn, 2, env):
+        assert got == [3.0, 3.0, 3.0] and ran == "auto"
+
+
 # ---- 1. HCCL refuses a NULL stream: the barrier (no array, no stream) uses the communicator's own ----
 
 def _hccl_barrier(rank, world):
@@ -59,8 +65,7 @@ def _hccl_barrier(rank, world):
 
 @pytest.mark.timeout(60)
 def test_hccl_barrier_never_passes_a_null_stream(hccl_env):
-    for got, ran in run_ranks_ok(_hccl_barrier, 2, hccl_env):
-        assert got == [3.0, 3.0, 3.0] and ran == "auto"
+    _every_rank_sums_exactly_on_auto(_hccl_barrier, hccl_env)
     log = _log(hccl_env)
     assert "HcclBarrier rank=0" in log and "NULL stream" not in log
 
@@ -154,8 +159,7 @@ def _hccl_algorithm(rank, world):
 
 @pytest.mark.timeout(60)
 def test_hccl_offers_only_the_algorithm_it_runs(hccl_env):
-    for got, ran in run_ranks_ok(_hccl_algorithm, 2, hccl_env):
-        assert got == [3.0, 3.0, 3.0] and ran == "auto"
+    _every_rank_sums_exactly_on_auto(_hccl_algorithm, hccl_env)
     assert _log(hccl_env).count("HcclCommInitRootInfo rank=0 ") == 1
 
 

@@ -137,61 +137,64 @@ static pycoll_status_t check_rooted(pycoll_p2p_t *p2p, const char *what, const v
     return PYCOLL_OK;
 }
 
-pycoll_status_t binomial_tree_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                                     pycoll_dtype_t dtype, int32_t root)
+/* The schedules, after the check: block is one rank's block in bytes, never 0. */
+typedef pycoll_status_t (*rooted_schedule_t)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t block,
+                                             int32_t root);
+
+/* A non-root rank's one transfer with the root in the flat schedules. */
+static pycoll_status_t with_root(pycoll_p2p_t *p2p, bool is_send, void *buf, int64_t block, int32_t root,
+                                 uint32_t tag)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_rooted(p2p, "gather", sendbuf, recvbuf, count, dtype, root);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
-    return tree_gather(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
+    pycoll_request_t req;
+    pycoll_status_t status = post_request(p2p, &req, is_send, root, buf, block, tag);
+    return status != PYCOLL_OK ? status : wait_requests(p2p, &req, 1);
 }
 
-pycoll_status_t flat_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                            pycoll_dtype_t dtype, int32_t root)
+static pycoll_status_t flat_gather_blocks(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t block,
+                                          int32_t root)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_rooted(p2p, "gather", sendbuf, recvbuf, count, dtype, root);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
-    const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
-    if (p2p->rank != root) {
-        pycoll_request_t req;
-        status = post_request(p2p, &req, true, root, (void *)sendbuf, block, phase_tag(TAG_GATHER, 0));
-        return status != PYCOLL_OK ? status : wait_requests(p2p, &req, 1);
-    }
+    if (p2p->rank != root)
+        return with_root(p2p, true, (void *)sendbuf, block, root, phase_tag(TAG_GATHER, 0));
     char *out = recvbuf;
     /* The own block first: sendbuf may lie inside recvbuf, where a receive would overwrite it. */
-    status = memory_copy(p2p, out + root * block, sendbuf, block, "gather");
+    pycoll_status_t status = memory_copy(p2p, out + root * block, sendbuf, block, "gather");
     return status != PYCOLL_OK ? status
                                : root_transfers(p2p, false, out, block, phase_tag(TAG_GATHER, 0), "gather");
 }
 
-pycoll_status_t binomial_tree_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                                      pycoll_dtype_t dtype, int32_t root)
+static pycoll_status_t flat_scatter_blocks(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t block,
+                                           int32_t root)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_rooted(p2p, "scatter", recvbuf, sendbuf, count, dtype, root);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
-    return tree_scatter(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
-}
-
-pycoll_status_t flat_scatter(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                             pycoll_dtype_t dtype, int32_t root)
-{
-    pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_rooted(p2p, "scatter", recvbuf, sendbuf, count, dtype, root);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
-    const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
-    if (p2p->rank != root) {
-        pycoll_request_t req;
-        status = post_request(p2p, &req, false, root, recvbuf, block, phase_tag(TAG_SCATTER, 0));
-        return status != PYCOLL_OK ? status : wait_requests(p2p, &req, 1);
-    }
+    if (p2p->rank != root)
+        return with_root(p2p, false, recvbuf, block, root, phase_tag(TAG_SCATTER, 0));
     const char *in = sendbuf;
     /* The own block last: recvbuf may lie inside sendbuf, over a block still to be sent. */
-    status = root_transfers(p2p, true, (char *)in, block, phase_tag(TAG_SCATTER, 0), "scatter");
+    pycoll_status_t status = root_transfers(p2p, true, (char *)in, block, phase_tag(TAG_SCATTER, 0), "scatter");
     return status != PYCOLL_OK ? status : memory_copy(p2p, recvbuf, in + root * block, block, "scatter");
 }
+
+/* Check a gather (its own block is sendbuf, the root's blocks recvbuf) or a scatter (the other way round), then
+ * run the schedule unless there is nothing to move. */
+static pycoll_status_t run_rooted(coll_ctx_t *ctx, bool gathers, rooted_schedule_t schedule, const void *sendbuf,
+                                  void *recvbuf, int64_t count, pycoll_dtype_t dtype, int32_t root)
+{
+    pycoll_p2p_t *p2p = ctx->p2p;
+    const void *mine = gathers ? sendbuf : recvbuf, *roots = gathers ? recvbuf : sendbuf;
+    pycoll_status_t status = check_rooted(p2p, gathers ? "gather" : "scatter", mine, roots, count, dtype, root);
+    if (status != PYCOLL_OK || count == 0)
+        return status;
+    return schedule(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
+}
+
+/* The four entry points of collectives.h (rooted_fn): each checks, then runs its schedule. */
+#define ROOTED_ENTRY(name, gathers, schedule)                                                                    \
+    pycoll_status_t name(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype, \
+                         int32_t root)                                                                             \
+    {                                                                                                              \
+        return run_rooted(ctx, gathers, schedule, sendbuf, recvbuf, count, dtype, root);                          \
+    }
+
+ROOTED_ENTRY(binomial_tree_gather, true, tree_gather)
+ROOTED_ENTRY(flat_gather, true, flat_gather_blocks)
+ROOTED_ENTRY(binomial_tree_scatter, false, tree_scatter)
+ROOTED_ENTRY(flat_scatter, false, flat_scatter_blocks)

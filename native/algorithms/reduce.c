@@ -6,10 +6,14 @@
 
 #include <stdlib.h>
 
-static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, void *recvbuf, int64_t count,
-                                   int32_t root)
+/* A reduce schedule, run once the check passed: red is set up and count > 0. */
+typedef pycoll_status_t (*reduce_schedule_t)(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
+                                             void *recvbuf, int64_t count, int32_t root);
+
+static pycoll_status_t tree_reduce(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf, void *recvbuf,
+                                   int64_t count, int32_t root)
 {
-    pycoll_p2p_t *p2p = red->p2p;
+    pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, vr = ring_index(p2p->rank - root, size);
     const int64_t part_bytes = count * (int64_t)red->wsize;
     char *work = data_alloc(p2p, 2 * part_bytes, "reduce");
@@ -42,7 +46,9 @@ static pycoll_status_t tree_reduce(const reduction_t *red, const void *sendbuf, 
 static pycoll_status_t ring_then_gather(coll_ctx_t *ctx, const reduction_t *red, const void *sendbuf,
                                         void *recvbuf, int64_t count, int32_t root)
 {
-    pycoll_p2p_t *p2p = red->p2p;
+    if (ctx->p2p->size == 1) /* nothing to scatter: the tree's one-rank path rounds and scales */
+        return tree_reduce(ctx, red, sendbuf, recvbuf, count, root);
+    pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t size = p2p->size, rank = p2p->rank;
     const block_layout_t layout = split_evenly(count, size);
     const int64_t own_bytes = block_count(layout, rank) * (int64_t)red->dsize;
@@ -94,24 +100,25 @@ static bool reduce_setup(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, in
     return true;
 }
 
-pycoll_status_t binomial_tree_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                                     pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+static pycoll_status_t run_reduce(coll_ctx_t *ctx, reduce_schedule_t schedule, const void *sendbuf, void *recvbuf,
+                                  int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
+                                  pycoll_accuracy_t accuracy)
 {
     reduction_t red;
     pycoll_status_t status;
     if (!reduce_setup(ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy, &red, &status))
         return status;
-    return tree_reduce(&red, sendbuf, recvbuf, count, root);
+    return schedule(ctx, &red, sendbuf, recvbuf, count, root);
+}
+
+pycoll_status_t binomial_tree_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
+    return run_reduce(ctx, tree_reduce, sendbuf, recvbuf, count, dtype, op, root, accuracy);
 }
 
 pycoll_status_t scatter_gather_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
                                       pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
 {
-    reduction_t red;
-    pycoll_status_t status;
-    if (!reduce_setup(ctx, sendbuf, recvbuf, count, dtype, op, root, accuracy, &red, &status))
-        return status;
-    if (ctx->p2p->size == 1) /* nothing to scatter: the tree's one-rank path rounds and scales */
-        return tree_reduce(&red, sendbuf, recvbuf, count, root);
-    return ring_then_gather(ctx, &red, sendbuf, recvbuf, count, root);
+    return run_reduce(ctx, ring_then_gather, sendbuf, recvbuf, count, dtype, op, root, accuracy);
 }

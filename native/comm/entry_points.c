@@ -4,10 +4,12 @@
  * communicator.c's, the same for every caller. */
 #include "comm/comm_internal.h"
 
-static pycoll_call_t described(pycoll_coll_t collective, pycoll_dtype_t dtype)
+static pycoll_call_t described(pycoll_coll_t collective, const void *sendbuf, void *recvbuf, pycoll_dtype_t dtype)
 {
     pycoll_call_t call;
     pycoll_call_init(&call, collective);
+    call.sendbuf = sendbuf;
+    call.recvbuf = recvbuf;
     call.dtype = dtype;
     return call;
 }
@@ -27,9 +29,7 @@ static int64_t blocks_of(const pycoll_comm_t *comm, int64_t count)
 static pycoll_call_t reduction(pycoll_coll_t collective, const void *sendbuf, void *recvbuf, pycoll_dtype_t dtype,
                                pycoll_op_t op, pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
 {
-    pycoll_call_t call = described(collective, dtype);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
+    pycoll_call_t call = described(collective, sendbuf, recvbuf, dtype);
     call.op = op;
     call.algorithm = algorithm;
     call.accuracy = accuracy;
@@ -57,9 +57,7 @@ static pycoll_call_t reduce_scatter_call(const pycoll_comm_t *comm, const void *
 static pycoll_call_t all_gather_call(const pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      int64_t send_count, pycoll_dtype_t dtype)
 {
-    pycoll_call_t call = described(PYCOLL_COLL_ALL_GATHER, dtype);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
+    pycoll_call_t call = described(PYCOLL_COLL_ALL_GATHER, sendbuf, recvbuf, dtype);
     call.send_count = send_count;
     call.recv_count = blocks_of(comm, send_count);
     return call;
@@ -67,8 +65,7 @@ static pycoll_call_t all_gather_call(const pycoll_comm_t *comm, const void *send
 
 static pycoll_call_t broadcast_call(void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
-    pycoll_call_t call = described(PYCOLL_COLL_BROADCAST, dtype);
-    call.recvbuf = buf;
+    pycoll_call_t call = described(PYCOLL_COLL_BROADCAST, NULL, buf, dtype);
     call.recv_count = count;
     call.root = root;
     return call;
@@ -87,9 +84,7 @@ static pycoll_call_t reduce_call(const pycoll_comm_t *comm, const void *sendbuf,
 static pycoll_call_t message_call(int is_send, const void *sendbuf, void *recvbuf, int64_t count,
                                   pycoll_dtype_t dtype, int32_t peer, uint32_t tag)
 {
-    pycoll_call_t call = described(PYCOLL_COLL_SEND_RECV, dtype);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
+    pycoll_call_t call = described(PYCOLL_COLL_SEND_RECV, sendbuf, recvbuf, dtype);
     *(is_send ? &call.send_count : &call.recv_count) = count;
     *(is_send ? &call.dest : &call.source) = peer;
     call.tag = tag;
@@ -99,9 +94,7 @@ static pycoll_call_t message_call(int is_send, const void *sendbuf, void *recvbu
 static pycoll_call_t all_to_all_call(const pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
                                      pycoll_dtype_t dtype)
 {
-    pycoll_call_t call = described(PYCOLL_COLL_ALL_TO_ALL, dtype);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
+    pycoll_call_t call = described(PYCOLL_COLL_ALL_TO_ALL, sendbuf, recvbuf, dtype);
     call.send_count = call.recv_count = blocks_of(comm, count);
     return call;
 }
@@ -110,11 +103,9 @@ static pycoll_call_t all_to_all_call(const pycoll_comm_t *comm, const void *send
 static pycoll_call_t rooted_blocks_call(const pycoll_comm_t *comm, pycoll_coll_t collective, const void *sendbuf,
                                         void *recvbuf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
-    pycoll_call_t call = described(collective, dtype);
+    pycoll_call_t call = described(collective, sendbuf, recvbuf, dtype);
     const int gathers = collective == PYCOLL_COLL_GATHER;
     const int has_blocks = root == pycoll_comm_rank(comm) || (gathers ? recvbuf != NULL : sendbuf != NULL);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
     call.send_count = gathers ? count : has_blocks ? blocks_of(comm, count) : 0;
     call.recv_count = !gathers ? count : has_blocks ? blocks_of(comm, count) : 0;
     call.root = root;
@@ -126,9 +117,7 @@ static pycoll_call_t rooted_blocks_call(const pycoll_comm_t *comm, pycoll_coll_t
 static pycoll_call_t counted_call(const pycoll_comm_t *comm, pycoll_coll_t collective, const void *sendbuf,
                                   void *recvbuf, const int64_t *counts, pycoll_dtype_t dtype)
 {
-    pycoll_call_t call = described(collective, dtype);
-    call.sendbuf = sendbuf;
-    call.recvbuf = recvbuf;
+    pycoll_call_t call = described(collective, sendbuf, recvbuf, dtype);
     call.counts = counts;
     int64_t total = 0;
     for (int32_t r = 0; counts && r < pycoll_comm_size(comm); r++)
@@ -150,167 +139,73 @@ static pycoll_call_t reduce_scatter_v_call(const pycoll_comm_t *comm, const void
     return call;
 }
 
-pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm,
-                                       pycoll_accuracy_t accuracy)
-{
-    return run(comm, all_reduce_call(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy), NULL);
-}
+/* Each collective's blocking function and its start_ twin, from its parameters (comm first) and the
+ * description both run: one signature and one description per collective, so that the twins cannot drift. */
+#define PARAMETERS(...) __VA_ARGS__
+#define BLOCKING_AND_START(name, params, ...)                                                                    \
+    pycoll_status_t pycoll_comm_##name(PARAMETERS params)                                                          \
+    {                                                                                                              \
+        return run(comm, __VA_ARGS__, NULL);                                                                       \
+    }                                                                                                              \
+    pycoll_status_t pycoll_comm_start_##name(PARAMETERS params, pycoll_work_t **work)                              \
+    {                                                                                                              \
+        return run(comm, __VA_ARGS__, work);                                                                       \
+    }
 
-pycoll_status_t pycoll_comm_start_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                             pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                             pycoll_work_t **work)
-{
-    return run(comm, all_reduce_call(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy), work);
-}
+BLOCKING_AND_START(all_reduce,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype,
+                    pycoll_op_t op, pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy),
+                   all_reduce_call(sendbuf, recvbuf, count, dtype, op, algorithm, accuracy))
 
-pycoll_status_t pycoll_comm_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                           int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                           pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy)
-{
-    return run(comm, reduce_scatter_call(comm, sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy),
-               NULL);
-}
+BLOCKING_AND_START(reduce_scatter,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t recv_count,
+                    pycoll_dtype_t dtype, pycoll_op_t op, pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy),
+                   reduce_scatter_call(comm, sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy))
 
-pycoll_status_t pycoll_comm_start_reduce_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                 int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                 pycoll_algorithm_t algorithm, pycoll_accuracy_t accuracy,
-                                                 pycoll_work_t **work)
-{
-    return run(comm, reduce_scatter_call(comm, sendbuf, recvbuf, recv_count, dtype, op, algorithm, accuracy),
-               work);
-}
+BLOCKING_AND_START(all_gather,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
+                    pycoll_dtype_t dtype),
+                   all_gather_call(comm, sendbuf, recvbuf, send_count, dtype))
 
-pycoll_status_t pycoll_comm_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t send_count,
-                                       pycoll_dtype_t dtype)
-{
-    return run(comm, all_gather_call(comm, sendbuf, recvbuf, send_count, dtype), NULL);
-}
+BLOCKING_AND_START(broadcast, (pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root),
+                   broadcast_call(buf, count, dtype, root))
 
-pycoll_status_t pycoll_comm_start_all_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t send_count, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return run(comm, all_gather_call(comm, sendbuf, recvbuf, send_count, dtype), work);
-}
+BLOCKING_AND_START(reduce,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype,
+                    pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy),
+                   reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, accuracy))
 
-pycoll_status_t pycoll_comm_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                      int32_t root)
-{
-    return run(comm, broadcast_call(buf, count, dtype, root), NULL);
-}
+BLOCKING_AND_START(barrier, (pycoll_comm_t *comm), described(PYCOLL_COLL_BARRIER, NULL, NULL, PYCOLL_UINT8))
 
-pycoll_status_t pycoll_comm_start_broadcast(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                            int32_t root, pycoll_work_t **work)
-{
-    return run(comm, broadcast_call(buf, count, dtype, root), work);
-}
+BLOCKING_AND_START(send,
+                   (pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer,
+                    uint32_t tag),
+                   message_call(1, buf, NULL, count, dtype, peer, tag))
 
-pycoll_status_t pycoll_comm_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
-{
-    return run(comm, reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, accuracy), NULL);
-}
+BLOCKING_AND_START(recv,
+                   (pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer, uint32_t tag),
+                   message_call(0, NULL, buf, count, dtype, peer, tag))
 
-pycoll_status_t pycoll_comm_start_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                         pycoll_dtype_t dtype, pycoll_op_t op, int32_t root,
-                                         pycoll_accuracy_t accuracy, pycoll_work_t **work)
-{
-    return run(comm, reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, accuracy), work);
-}
+BLOCKING_AND_START(all_to_all,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype),
+                   all_to_all_call(comm, sendbuf, recvbuf, count, dtype))
 
-pycoll_status_t pycoll_comm_barrier(pycoll_comm_t *comm)
-{
-    return run(comm, described(PYCOLL_COLL_BARRIER, PYCOLL_UINT8), NULL);
-}
+BLOCKING_AND_START(gather,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype,
+                    int32_t root),
+                   rooted_blocks_call(comm, PYCOLL_COLL_GATHER, sendbuf, recvbuf, count, dtype, root))
 
-pycoll_status_t pycoll_comm_start_barrier(pycoll_comm_t *comm, pycoll_work_t **work)
-{
-    return run(comm, described(PYCOLL_COLL_BARRIER, PYCOLL_UINT8), work);
-}
+BLOCKING_AND_START(scatter,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype,
+                    int32_t root),
+                   rooted_blocks_call(comm, PYCOLL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, root))
 
-pycoll_status_t pycoll_comm_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
-                                 int32_t peer, uint32_t tag)
-{
-    return run(comm, message_call(1, buf, NULL, count, dtype, peer, tag), NULL);
-}
+BLOCKING_AND_START(all_gather_v,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, const int64_t *counts,
+                    pycoll_dtype_t dtype),
+                   counted_call(comm, PYCOLL_COLL_ALL_GATHER_V, sendbuf, recvbuf, counts, dtype))
 
-pycoll_status_t pycoll_comm_start_send(pycoll_comm_t *comm, const void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
-{
-    return run(comm, message_call(1, buf, NULL, count, dtype, peer, tag), work);
-}
-
-pycoll_status_t pycoll_comm_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t peer,
-                                 uint32_t tag)
-{
-    return run(comm, message_call(0, NULL, buf, count, dtype, peer, tag), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_recv(pycoll_comm_t *comm, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                       int32_t peer, uint32_t tag, pycoll_work_t **work)
-{
-    return run(comm, message_call(0, NULL, buf, count, dtype, peer, tag), work);
-}
-
-pycoll_status_t pycoll_comm_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                       pycoll_dtype_t dtype)
-{
-    return run(comm, all_to_all_call(comm, sendbuf, recvbuf, count, dtype), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_all_to_all(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             int64_t count, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return run(comm, all_to_all_call(comm, sendbuf, recvbuf, count, dtype), work);
-}
-
-pycoll_status_t pycoll_comm_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                   pycoll_dtype_t dtype, int32_t root)
-{
-    return run(comm, rooted_blocks_call(comm, PYCOLL_COLL_GATHER, sendbuf, recvbuf, count, dtype, root), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_gather(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                         pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
-{
-    return run(comm, rooted_blocks_call(comm, PYCOLL_COLL_GATHER, sendbuf, recvbuf, count, dtype, root), work);
-}
-
-pycoll_status_t pycoll_comm_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                    pycoll_dtype_t dtype, int32_t root)
-{
-    return run(comm, rooted_blocks_call(comm, PYCOLL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, root), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_scatter(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,
-                                          pycoll_dtype_t dtype, int32_t root, pycoll_work_t **work)
-{
-    return run(comm, rooted_blocks_call(comm, PYCOLL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, root), work);
-}
-
-pycoll_status_t pycoll_comm_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                         const int64_t *counts, pycoll_dtype_t dtype)
-{
-    return run(comm, counted_call(comm, PYCOLL_COLL_ALL_GATHER_V, sendbuf, recvbuf, counts, dtype), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_all_gather_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                               const int64_t *counts, pycoll_dtype_t dtype, pycoll_work_t **work)
-{
-    return run(comm, counted_call(comm, PYCOLL_COLL_ALL_GATHER_V, sendbuf, recvbuf, counts, dtype), work);
-}
-
-pycoll_status_t pycoll_comm_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                             const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
-                                             pycoll_accuracy_t accuracy)
-{
-    return run(comm, reduce_scatter_v_call(comm, sendbuf, recvbuf, counts, dtype, op, accuracy), NULL);
-}
-
-pycoll_status_t pycoll_comm_start_reduce_scatter_v(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                                   const int64_t *counts, pycoll_dtype_t dtype, pycoll_op_t op,
-                                                   pycoll_accuracy_t accuracy, pycoll_work_t **work)
-{
-    return run(comm, reduce_scatter_v_call(comm, sendbuf, recvbuf, counts, dtype, op, accuracy), work);
-}
+BLOCKING_AND_START(reduce_scatter_v,
+                   (pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, const int64_t *counts,
+                    pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy),
+                   reduce_scatter_v_call(comm, sendbuf, recvbuf, counts, dtype, op, accuracy))

@@ -115,11 +115,7 @@ void group_view_enter(group_view_t *view)
     view->parent_desc = parent->desc;
     view->parent_prev_desc = parent->prev_desc;
     view->parent_spin_ns = parent->spin_ns;
-    parent->desc = p2p->desc;
-    parent->prev_desc = p2p->prev_desc;
-    parent->deadline_ns = p2p->deadline_ns;
-    parent->spin_ns = p2p->spin_ns;
-    parent->kernels = p2p->kernels;
+    p2p_share_call(parent, p2p);
     p2p_adopt_error(p2p, parent);
 }
 

@@ -30,13 +30,18 @@ pycoll_status_t pycoll_p2p_fail(pycoll_p2p_t *p2p, pycoll_status_t status, int32
     return status;
 }
 
-void p2p_share_collective(pycoll_p2p_t *to, const pycoll_p2p_t *from)
+void p2p_share_call(pycoll_p2p_t *to, const pycoll_p2p_t *from)
 {
     to->deadline_ns = from->deadline_ns;
     to->desc = from->desc;
     to->prev_desc = from->prev_desc;
     to->spin_ns = from->spin_ns;
     to->kernels = from->kernels;
+}
+
+void p2p_share_collective(pycoll_p2p_t *to, const pycoll_p2p_t *from)
+{
+    p2p_share_call(to, from);
     to->check_interrupt = from->check_interrupt;
     to->interrupt_ctx = from->interrupt_ctx;
 }

@@ -9,6 +9,9 @@
 /* What the communicator set on `from` for the collective in progress -- descriptors, deadline, spin, memory
  * table, interrupt check -- copied onto `to`. */
 void p2p_share_collective(pycoll_p2p_t *to, const pycoll_p2p_t *from);
+/* The same without the interrupt check: a group view entering its parent leaves the parent's check, the one the
+ * communicator installed there, in place. */
+void p2p_share_call(pycoll_p2p_t *to, const pycoll_p2p_t *from);
 
 /* `from`'s first error (status, failed rank, message) recorded on `to`, unless `to` already has one of its own
  * (the first error is the cause). Returns to->status. */

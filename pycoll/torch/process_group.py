@@ -471,33 +471,33 @@ class PycollProcessGroup(dist.ProcessGroup):
         r gets block r reduced."""
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
-    @_collective
-    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        self._same_length(outputs, inputs, "all_gather_single_coalesced")
+    def _pairwise(self, outputs, inputs, name, start):
+        """One Work over start(engine, stage, i, inputs[i], recv) for each pair, recv being outputs[i] as staged;
+        all on one staging and one engine."""
+        self._same_length(outputs, inputs, name)
         stage = _Staging()
         engine = self._engine(*outputs, *inputs)
-        works = []
-        for i, (out, x) in enumerate(zip(outputs, inputs)):
-            recv = stage.output(out, f"outputs[{i}]")
+        works = [start(engine, stage, i, x, stage.output(out, f"outputs[{i}]"))
+                 for i, (out, x) in enumerate(zip(outputs, inputs))]
+        return self._work(works, outputs, stage.finish)
+
+    @_collective
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        def start(engine, stage, i, x, recv):
             send = _raw(_tensor(x, f"inputs[{i}]").contiguous())
             # pycoll's all_gather runs in place when the input is exactly this rank's block of the output (as
             # FSDP2 calls it); any other overlap is copied out first.
             if send.data_ptr() != recv.data_ptr() + self.rank() * send.numel() * send.element_size():
                 send = stage.input(x, f"inputs[{i}]", apart_from=recv)
-            works.append(engine.all_gather(send, recv, async_op=True))
-        return self._work(works, outputs, stage.finish)
+            return engine.all_gather(send, recv, async_op=True)
+        return self._pairwise(outputs, inputs, "all_gather_single_coalesced", start)
 
     @_collective
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        self._same_length(outputs, inputs, "reduce_scatter_single_coalesced")
-        stage = _Staging()
-        engine = self._engine(*outputs, *inputs)
-        works = []
-        for i, (out, x) in enumerate(zip(outputs, inputs)):
-            recv = stage.output(out, f"outputs[{i}]")
-            works.append(engine.reduce_scatter(stage.input(x, f"inputs[{i}]", apart_from=recv), recv,
-                                               _op_name(opts, x.dtype), async_op=True))
-        return self._work(works, outputs, stage.finish)
+        def start(engine, stage, i, x, recv):
+            return engine.reduce_scatter(stage.input(x, f"inputs[{i}]", apart_from=recv), recv,
+                                         _op_name(opts, x.dtype), async_op=True)
+        return self._pairwise(outputs, inputs, "reduce_scatter_single_coalesced", start)
 
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single

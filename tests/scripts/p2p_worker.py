@@ -1,12 +1,12 @@
 """One rank of a point-to-point test: `python p2p_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env. Prints
 one JSON line (the last line of stdout) that the test checks; exits 0 unless the script itself broke."""
 
-import json
 import os
 import sys
 import time
 
 import numpy as np
+from worker_report import outcome, peer_failure, scenario_report
 
 import pycoll
 
@@ -23,7 +23,7 @@ def payload(n, src, step):
     return (np.arange(n, dtype=np.int64) * 31 + src * 7 + step) % 100003
 
 
-try:
+with scenario_report(report):
     if scenario == "exchange":
         # Every rank sends to the next and receives from the previous: async (posted together, any size) and
         # blocking (even ranks send first); several messages in a row keep their order; collectives between.
@@ -86,25 +86,17 @@ try:
         if rank == 0:
             comm.send(np.arange(4, dtype=np.int32), 1, tag=5)
         if rank == 1:
-            try:
+            with outcome(report):
                 if scenario == "wrong_tag":
                     comm.recv(np.empty(4, dtype=np.int32), 0, tag=6)
                 else:
                     comm.recv(np.empty(5, dtype=np.int32), 0, tag=5)
-                report["outcome"] = "no error"
-            except pycoll.PycollError as exc:
-                report["outcome"] = type(exc).__name__
-                report["message"] = str(exc)
     elif scenario == "collective_meets_message":
         # Rank 0 sends, rank 1 enters a collective instead of receiving: named as an order disagreement.
-        try:
+        with outcome(report):
             if rank == 0:
                 comm.send(np.arange(4, dtype=np.int32), 1)
             comm.all_reduce(np.ones(4, dtype=np.float32))
-            report["outcome"] = "no error"
-        except pycoll.PycollError as exc:
-            report["outcome"] = type(exc).__name__
-            report["message"] = str(exc)
     elif scenario == "bad_input":
         errors = {}
         for name, call in [("dst self", lambda: comm.send(np.ones(2), rank)),
@@ -128,17 +120,8 @@ try:
         if rank == 1:
             time.sleep(0.3)
             os._exit(0)
-        start = time.monotonic()
-        try:
+        with peer_failure(report):
             comm.recv(np.empty(8, dtype=np.float32), 1)
-            report["outcome"] = "no error"
-        except pycoll.PeerFailure as exc:
-            report["outcome"] = "PeerFailure"
-            report["failed_rank"] = exc.rank
-        report["seconds"] = time.monotonic() - start
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     comm.close()
-except pycoll.PycollError as exc:
-    report["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(report), flush=True)

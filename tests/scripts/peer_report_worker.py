@@ -3,11 +3,11 @@ all-reduce with a NULL buffer (a bad argument the Python layer would have caught
 rank 1 aborts with PYCOLL_ERR_INVALID, telling the others) while ranks 0 and 2 run the same ring all-reduce.
 Prints one JSON line, the report: the error type, message and rank each rank raised."""
 
-import json
 import os
 import sys
 
 import numpy as np
+from worker_report import report_and_close
 
 import pycoll
 from pycoll._bindings.abi import ALGORITHMS, COLLECTIVES, DTYPES, OPS
@@ -30,10 +30,4 @@ try:
     report["ok"] = True
 except Exception as exc:  # noqa: BLE001 -- the test judges the type
     report.update(error=type(exc).__name__, message=str(exc), failed_rank=getattr(exc, "rank", None))
-sys.stdout.write(json.dumps(report) + "\n")
-sys.stdout.flush()
-if comm is not None:
-    try:
-        comm.close()
-    except pycoll.PycollError:
-        pass
+report_and_close(report, comm)

@@ -3,12 +3,12 @@ SCENARIO`. Prints one JSON line {"rank", "ok", "digest", ...} and exits 0; an as
 reported in the line (the test reads it)."""
 
 import hashlib
-import json
 import os
 import sys
 import time
 
 import numpy as np
+from worker_report import report_and_close
 
 import pycoll
 from pycoll.bench.sweep import numpy_dtype
@@ -131,10 +131,4 @@ try:
 except (pycoll.PycollError, AssertionError) as exc:
     report.update(error=type(exc).__name__, message=str(exc), failed_rank=getattr(exc, "rank", None))
 report["elapsed"] = time.monotonic() - t0
-sys.stdout.write(json.dumps(report) + "\n")
-sys.stdout.flush()
-if comm is not None:
-    try:
-        comm.close()
-    except pycoll.PycollError:
-        pass
+report_and_close(report, comm)

@@ -1,13 +1,13 @@
 """One rank of a subgroup test: `python split_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env. Prints one
 JSON line (the last line of stdout) that the test checks; exits 0 unless the script itself broke."""
 
-import json
 import os
 import sys
 import threading
 import time
 
 import numpy as np
+from worker_report import outcome, peer_failure, scenario_report
 
 import pycoll
 
@@ -64,7 +64,7 @@ def check_collectives(c, tag):
     assert np.array_equal(w.wait(timeout), sum(ints(64, s) for s in seeds)), tag
 
 
-try:
+with scenario_report(report):
     if scenario == "groups":
         # Parity groups numbered by descending rank; a split where rank 0 joins nothing; nesting; by host.
         c = comm.split(rank % 2, key=-rank)
@@ -118,23 +118,15 @@ try:
     elif scenario == "mismatch":
         # Members of one group disagree about a count: both sides named, no hang.
         c = comm.split(rank % 2)
-        try:
+        with outcome(report):
             c.all_reduce(np.zeros(5 + (rank == 0), dtype=np.int64))
-            report["outcome"] = "no error"
-        except pycoll.PycollError as exc:
-            report["outcome"] = type(exc).__name__
-            report["message"] = str(exc)
     elif scenario == "order":
         # Ranks sharing two communicators call them in opposite orders: named, not a hang.
         c = comm.split(0)
         order = [c, comm] if rank == 0 else [comm, c]
-        try:
+        with outcome(report):
             for g in order:
                 g.all_reduce(np.ones(1000, dtype=np.float32))
-            report["outcome"] = "no error"
-        except pycoll.PycollError as exc:
-            report["outcome"] = type(exc).__name__
-            report["message"] = str(exc)
     elif scenario == "death":
         # The last rank dies; every member of every communicator it belongs to hears of it within 2 s.
         mesh = comm.mesh(dp=2, tp=size // 2)
@@ -144,14 +136,8 @@ try:
             os._exit(0)
         mine = [name for name in ("tp", "dp") if size - 1 in mesh[name].ranks]
         g = mesh[mine[0]] if mine else comm
-        start = time.monotonic()
-        try:
+        with peer_failure(report):
             g.all_reduce(np.ones(1 << 16, dtype=np.float32))
-            report["outcome"] = "no error"
-        except pycoll.PeerFailure as exc:
-            report["outcome"] = "PeerFailure"
-            report["failed_rank"] = exc.rank
-        report["seconds"] = time.monotonic() - start
         report["later"] = {}
         for name, g in (("parent", comm), ("tp", mesh["tp"]), ("dp", mesh["dp"])):
             try:
@@ -194,12 +180,8 @@ try:
         t.start()
         if rank == 0:
             time.sleep(0.3)
-            try:
+            with outcome(report, (ValueError, RuntimeError)):
                 c.all_reduce(np.ones(4, dtype=np.float64))
-                report["outcome"] = "no error"
-            except (ValueError, RuntimeError) as exc:
-                report["outcome"] = type(exc).__name__
-                report["message"] = str(exc)
         t.join(timeout)
         report["parent_done"] = done.is_set()
         c.all_reduce(np.ones(4, dtype=np.float64))
@@ -207,6 +189,3 @@ try:
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     comm.close()
-except pycoll.PycollError as exc:
-    report["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(report), flush=True)

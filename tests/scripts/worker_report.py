@@ -1,0 +1,59 @@
+"""What the worker scripts share about their report, the JSON line the test reads from the last line of stdout:
+the outcome of a call that is expected to fail or to meet a dead peer, and the end of a run (the scenario's
+error, the report printed, the communicator closed)."""
+
+import contextlib
+import json
+import sys
+import time
+
+import pycoll
+
+
+@contextlib.contextmanager
+def outcome(report, errors=pycoll.PycollError):
+    """The with-block's outcome into report: "no error", or the class name of the error (one of `errors`) it
+    raised, with its message under "message"."""
+    try:
+        yield
+        report["outcome"] = "no error"
+    except errors as exc:
+        report["outcome"] = type(exc).__name__
+        report["message"] = str(exc)
+
+
+@contextlib.contextmanager
+def peer_failure(report):
+    """The with-block's outcome where a peer dies during it: "no error", or "PeerFailure" with the rank it
+    names under "failed_rank"; and under "seconds" how long the block took to end."""
+    start = time.monotonic()
+    try:
+        yield
+        report["outcome"] = "no error"
+    except pycoll.PeerFailure as exc:
+        report["outcome"] = "PeerFailure"
+        report["failed_rank"] = exc.rank
+    report["seconds"] = time.monotonic() - start
+
+
+@contextlib.contextmanager
+def scenario_report(report):
+    """Around a worker's whole scenario: the pycoll error that ended it, if any, under "error", then the report
+    printed. Any other exception breaks the script itself (no report: the test fails on that)."""
+    try:
+        yield
+    except pycoll.PycollError as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(report), flush=True)
+
+
+def report_and_close(report, comm):
+    """Print the report, then close comm (None: init failed) -- the report is out even if close fails, and a
+    close that fails after the scenario's own error is not the test's concern."""
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+    if comm is not None:
+        try:
+            comm.close()
+        except pycoll.PycollError:
+            pass
