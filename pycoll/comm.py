@@ -532,14 +532,7 @@ class Communicator:
         self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=False)
-        recv = None
-        if self._rank == root:
-            if out is None:
-                raise ValueError(f"out: the root (rank {root}) needs a buffer of size * len(x) elements")
-            recv = self._buffer(out, "out", writable=True)
-            self._same_dtype(send, recv, "x", "out")
-            self._counted(recv, "out", self._size * send.count, f"size * len(x) = {self._size} * {send.count}")
-            check_no_overlap(send, "x", recv, "out", "gather", in_place=False)
+        recv = self._root_blocks(root, out, "out", send, "x", "gather")
         return self._call(Call("gather", send, recv, root=root), async_op, out, (x, out))
 
     def scatter(self, x, out, root=0, *, async_op=False):
@@ -548,15 +541,23 @@ class Communicator:
         self._engine_or_raise()
         root = self._root(root)
         recv = self._buffer(out, "out", writable=True)
-        send = None
-        if self._rank == root:
-            if x is None:
-                raise ValueError(f"x: the root (rank {root}) needs a buffer of size * len(out) elements")
-            send = self._buffer(x, "x", writable=False)
-            self._same_dtype(send, recv, "x", "out")
-            self._counted(send, "x", self._size * recv.count, f"size * len(out) = {self._size} * {recv.count}")
-            check_no_overlap(send, "x", recv, "out", "scatter", in_place=False)
+        send = self._root_blocks(root, x, "x", recv, "out", "scatter")
         return self._call(Call("scatter", send, recv, root=root), async_op, out, (x, out))
+
+    def _root_blocks(self, root, blocks, name, one, one_name, what):
+        """The root's buffer of size blocks of one's length (gather's out, scatter's x), checked; None off the
+        root, where the argument is neither read nor written."""
+        if self._rank != root:
+            return None
+        if blocks is None:
+            raise ValueError(f"{name}: the root (rank {root}) needs a buffer of size * len({one_name}) elements")
+        buf = self._buffer(blocks, name, writable=name == "out")
+        x, out = (one, buf) if name == "out" else (buf, one)
+        self._same_dtype(x, out, "x", "out")
+        self._counted(buf, name, self._size * one.count,
+                      f"size * len({one_name}) = {self._size} * {one.count}")
+        check_no_overlap(x, "x", out, "out", what, in_place=False)
+        return buf
 
     def broadcast_object(self, obj, root=0):
         """Root's obj (any picklable object), returned on every rank (root gets obj itself). Pickle: only

@@ -11,12 +11,12 @@ counts_mismatch  rank 1 passes other counts (of the same total) than the rest: e
            TEST_ZERO the last rank passes all zeros too).
 """
 
-import json
 import os
 import sys
 import time
 
 import numpy as np
+from worker_report import close_and_print
 
 import pycoll
 
@@ -263,10 +263,4 @@ except Exception as exc:  # noqa: BLE001 -- reported to the test
     import traceback
 
     report.update(ok=False, error=type(exc).__name__, message=str(exc), traceback=traceback.format_exc())
-report["elapsed"] = time.monotonic() - t0
-if comm is not None:
-    try:
-        comm.close()
-    except Exception as exc:  # noqa: BLE001
-        report.setdefault("close_error", f"{type(exc).__name__}: {exc}")
-print(json.dumps(report), flush=True)
+close_and_print(report, comm, t0)

@@ -57,3 +57,15 @@ def report_and_close(report, comm):
             comm.close()
         except pycoll.PycollError:
             pass
+
+
+def close_and_print(report, comm, started):
+    """The end of a scenario whose report keeps any close error: the time since `started` under "elapsed", comm
+    closed (None: init failed) with a failure under "close_error", then the report printed."""
+    report["elapsed"] = time.monotonic() - started
+    if comm is not None:
+        try:
+            comm.close()
+        except Exception as exc:  # noqa: BLE001 -- reported to the test
+            report.setdefault("close_error", f"{type(exc).__name__}: {exc}")
+    print(json.dumps(report), flush=True)
