@@ -96,7 +96,8 @@ ELEMENT void encode_one(uint64_t bits, int32_t code, fmt_t f, int64_t *out)
         uint64_t v = sh >= 64 || sh <= -64 ? 0 : sh >= 0 ? m << sh : m >> -sh;
         if (k < f.limbs - 1) /* the top limb keeps a carry of the rounding above */
             v &= LIMB_MASK;
-        out[k] = neg ? -(int64_t)v : (int64_t)v;
+        const uint64_t sign = -(uint64_t)neg; /* negation without a branch: the signs are random */
+        out[k] = (int64_t)((v ^ sign) - sign);
     }
 }
 
@@ -126,22 +127,20 @@ ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
     int neg, scale = 0, sticky = 0;
     if (L < 3) { /* |sum| < 2^110: one 128-bit integer holds it */
         const __int128 v = (L == 2 ? (__int128)s[1] * ((__int128)1 << REPRO_LIMB_BITS) : 0) + s[0];
+        const unsigned __int128 sign = (unsigned __int128)(v >> 127); /* all ones where negative */
         neg = v < 0;
-        M = neg ? -(unsigned __int128)v : (unsigned __int128)v;
+        M = ((unsigned __int128)v ^ sign) - sign; /* the magnitude without a branch: the signs are random */
     } else {
         /* hi * 2^46 + lo with 0 <= lo < 2^46 and |hi| < 2^110. */
         __int128 hi = (__int128)s[2] * ((__int128)1 << REPRO_LIMB_BITS) + s[1];
         hi += s[0] >> REPRO_LIMB_BITS; /* arithmetic: floor */
-        uint64_t lo = (uint64_t)s[0] & LIMB_MASK;
+        const uint64_t lo_signed = (uint64_t)s[0] & LIMB_MASK;
         neg = hi < 0;
-        if (neg) { /* the magnitude: -(hi * 2^46 + lo) */
-            hi = -hi;
-            if (lo) {
-                hi -= 1;
-                lo = (UINT64_C(1) << REPRO_LIMB_BITS) - lo;
-            }
-        }
-        const unsigned __int128 h = (unsigned __int128)hi;
+        /* The magnitude -(hi * 2^46 + lo) where negative, without a branch: (-hi - 1) * 2^46 + (2^46 - lo), or
+         * -hi * 2^46 where lo is 0. */
+        const unsigned __int128 sign = (unsigned __int128)(hi >> 127);
+        const unsigned __int128 h = (((unsigned __int128)hi ^ sign) - sign) - (sign & (lo_signed != 0));
+        const uint64_t lo = ((lo_signed ^ (uint64_t)sign) - (uint64_t)sign) & LIMB_MASK;
         if (h >> (128 - REPRO_LIMB_BITS)) { /* lo lies wholly below the 64 bits kept: only its sticky bit */
             M = h;
             scale = REPRO_LIMB_BITS;
@@ -171,8 +170,12 @@ ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
         q += (rem + half - 1 + (q & 1)) >> r;
     }
     const int e = keep_lsb + base; /* q <= 2^(frac+1), so q * 2^e is exact, or infinity */
-    const double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
-    return neg ? -mag : mag;
+    double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
+    uint64_t bits;
+    memcpy(&bits, &mag, sizeof bits);
+    bits |= (uint64_t)neg << 63; /* the sign, without a branch */
+    memcpy(&mag, &bits, sizeof mag);
+    return mag;
 }
 
 ELEMENT double decode_one(const int64_t *s, int32_t code, fmt_t f)
