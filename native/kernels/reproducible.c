@@ -21,8 +21,7 @@ typedef struct fmt {
 
 static const fmt_t F64 = {52, 11, 3}, F32 = {23, 8, 2}, F16 = {10, 5, 1}, BF16 = {7, 8, 2};
 
-/* The fields of a float's bits. The integer significand m and the exponent of its last bit (|x| = m * 2^e_lsb)
- * come out without a branch: a subnormal (biased exponent 0) has no hidden bit and the exponent of biased 1. */
+/* The fields of a float's bits. */
 static inline int field_biased(uint64_t bits, fmt_t f) { return (int)((bits >> f.frac) & ((1u << f.exp_bits) - 1)); }
 static inline uint64_t field_frac(uint64_t bits, fmt_t f) { return bits & ((UINT64_C(1) << f.frac) - 1); }
 static inline int field_neg(uint64_t bits, fmt_t f) { return (int)((bits >> (f.frac + f.exp_bits)) & 1); }
@@ -31,6 +30,7 @@ static inline int max_biased(fmt_t f) { return (1 << f.exp_bits) - 1; }
 
 static inline int bit_length(uint64_t v) { return 64 - __builtin_clzll(v); }
 
+/* The code of one element, with selects rather than a switch, so that the loop stays cheap. */
 ELEMENT int32_t code_of(uint64_t bits, fmt_t f)
 {
     const int biased = field_biased(bits, f);
@@ -47,19 +47,18 @@ enum { CLASS_ZERO, CLASS_FINITE, CLASS_INF, CLASS_NAN };
 /* bits as sign, integer significand m and the exponent of its last bit: |x| = m * 2^e_lsb. */
 ELEMENT int unpack(uint64_t bits, fmt_t f, int *neg, uint64_t *m, int *e_lsb)
 {
-    const int bias = (1 << (f.exp_bits - 1)) - 1;
-    const uint64_t frac = bits & ((UINT64_C(1) << f.frac) - 1);
-    const int biased = (int)((bits >> f.frac) & ((UINT64_C(1) << f.exp_bits) - 1));
-    *neg = (int)((bits >> (f.frac + f.exp_bits)) & 1);
-    if (biased == (1 << f.exp_bits) - 1)
+    const uint64_t frac = field_frac(bits, f);
+    const int biased = field_biased(bits, f);
+    *neg = field_neg(bits, f);
+    if (biased == max_biased(f))
         return frac ? CLASS_NAN : CLASS_INF;
     if (biased == 0) {
         *m = frac;
-        *e_lsb = 1 - bias - f.frac;
+        *e_lsb = 1 - bias_of(f) - f.frac;
         return frac ? CLASS_FINITE : CLASS_ZERO;
     }
     *m = frac | (UINT64_C(1) << f.frac);
-    *e_lsb = biased - bias - f.frac;
+    *e_lsb = biased - bias_of(f) - f.frac;
     return CLASS_FINITE;
 }
 
@@ -141,7 +140,8 @@ ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
         const unsigned __int128 sign = (unsigned __int128)(hi >> 127);
         const unsigned __int128 h = (((unsigned __int128)hi ^ sign) - sign) - (sign & (lo_signed != 0));
         const uint64_t lo = ((lo_signed ^ (uint64_t)sign) - (uint64_t)sign) & LIMB_MASK;
-        if (h >> (128 - REPRO_LIMB_BITS)) { /* lo lies wholly below the 64 bits kept: only its sticky bit */
+        if (h >> (128 - REPRO_LIMB_BITS)) { /* h * 2^46 would not fit; h alone has more bits than the window
+                                              * below takes, so lo only adds its sticky bit */
             M = h;
             scale = REPRO_LIMB_BITS;
             sticky = lo != 0;
