@@ -25,10 +25,12 @@ TARGET = 2.0
 WHERE_THE_TIME_GOES = (
     "Where the time goes: reproducible moves L int64 limbs per element (float32: 16 bytes for 4, float64: 24 "
     "for 8) plus a 4-byte exponent per element in the internal max pass, and runs three scalar per-element "
-    "kernels (exponent, encode, decode: about 1, 9 and 15-20 ns per element on this machine, measured alone "
-    "under the same load) where fast mode runs one vectorised add. The target of 2x fast from 1 MiB up is "
-    "missed in every row: the wire bytes alone are 3-5x fast's. Fewer bytes need fewer limbs (a smaller "
-    "exact range, or an adaptive L agreed in the max pass) and SIMD encode/decode kernels: not done here.")
+    "kernels (exponent, encode, decode: about 0.8, 2-3 and 7-10 ns per element on this machine, measured alone "
+    "with a C harness under the same load, branch-free on the sign; decode is the largest) where fast mode runs "
+    "one vectorised add at well under 1 ns per element. The target of 2x fast from 1 MiB up is missed in every "
+    "row: the kernels alone cost several times fast's whole call, and the wire bytes are 3-5x fast's. Reaching it "
+    "needs SIMD encode/decode kernels (AVX2/AVX-512 variants through the kernel table) and fewer bytes (fewer "
+    "limbs: a smaller exact range, or an adaptive L agreed in the max pass): not done here.")
 
 
 def rank_main(plan):

@@ -135,6 +135,22 @@ def test_subnormal_sums_round_once():
     assert run("all_reduce", inputs)[0].tolist() == [float(tiny * 2), float(tiny * 3), float(tiny)]
 
 
+# Binades of a small sum whose bits all lie in the limbs of a binade-0 element, yet above the lowest limb.
+SMALL_BINADES = {np.float32: (-45, -43), np.float64: (-84, -60)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_a_small_sum_left_by_cancellation_keeps_all_its_bits(dtype):
+    """Large contributions cancel and leave a sum far below the element's binade: every bit of it is exact in the
+    limbs, so the result must be it exactly (rounding at the large values' precision would cut its low bits)."""
+    rng = np.random.default_rng(12)
+    small = (rng.uniform(1, 2, 50) * 2.0 ** rng.integers(*SMALL_BINADES[dtype], 50)).astype(dtype)
+    big = np.full(50, 1, dtype)
+    for algorithm in ["ring", "mesh"]:
+        out = run("all_reduce", [big, small, -big], algorithm)[0]
+        assert out.tobytes() == small.tobytes(), algorithm
+
+
 @pytest.mark.parametrize("call, match", [
     (dict(coll="all_reduce", op="max"), "op max"),
     (dict(coll="all_reduce", op="prod"), "op prod"),

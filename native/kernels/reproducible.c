@@ -15,51 +15,61 @@ typedef struct fmt {
     int frac, exp_bits, limbs;
 } fmt_t;
 
+/* Every element function is forced inline into its dtype's loop, where the format is a constant: called, it
+ * would read the format at run time and keep every shift and limb loop general. */
+#define ELEMENT static inline __attribute__((always_inline))
+
 static const fmt_t F64 = {52, 11, 3}, F32 = {23, 8, 2}, F16 = {10, 5, 1}, BF16 = {7, 8, 2};
+
+/* The fields of a float's bits. */
+static inline int field_biased(uint64_t bits, fmt_t f) { return (int)((bits >> f.frac) & ((1u << f.exp_bits) - 1)); }
+static inline uint64_t field_frac(uint64_t bits, fmt_t f) { return bits & ((UINT64_C(1) << f.frac) - 1); }
+static inline int field_neg(uint64_t bits, fmt_t f) { return (int)((bits >> (f.frac + f.exp_bits)) & 1); }
+static inline int bias_of(fmt_t f) { return (1 << (f.exp_bits - 1)) - 1; }
+static inline int max_biased(fmt_t f) { return (1 << f.exp_bits) - 1; }
+
+static inline int bit_length(uint64_t v) { return 64 - __builtin_clzll(v); }
+
+/* The code of one element, with selects rather than a switch, so that the loop stays cheap. */
+ELEMENT int32_t code_of(uint64_t bits, fmt_t f)
+{
+    const int biased = field_biased(bits, f);
+    const uint64_t frac = field_frac(bits, f);
+    /* A subnormal's top bit; frac | 1 keeps clz defined, and zero is told apart below. */
+    const int sub = 1 - bias_of(f) - f.frac + bit_length(frac | 1) - 1;
+    const int32_t finite = biased ? biased - bias_of(f) : frac ? sub : REPRO_CODE_ZERO;
+    const int32_t special = frac ? REPRO_CODE_NAN : REPRO_CODE_INF;
+    return biased == max_biased(f) ? special : finite;
+}
 
 enum { CLASS_ZERO, CLASS_FINITE, CLASS_INF, CLASS_NAN };
 
 /* bits as sign, integer significand m and the exponent of its last bit: |x| = m * 2^e_lsb. */
-static inline int unpack(uint64_t bits, fmt_t f, int *neg, uint64_t *m, int *e_lsb)
+ELEMENT int unpack(uint64_t bits, fmt_t f, int *neg, uint64_t *m, int *e_lsb)
 {
-    const int bias = (1 << (f.exp_bits - 1)) - 1;
-    const uint64_t frac = bits & ((UINT64_C(1) << f.frac) - 1);
-    const int biased = (int)((bits >> f.frac) & ((UINT64_C(1) << f.exp_bits) - 1));
-    *neg = (int)((bits >> (f.frac + f.exp_bits)) & 1);
-    if (biased == (1 << f.exp_bits) - 1)
+    const uint64_t frac = field_frac(bits, f);
+    const int biased = field_biased(bits, f);
+    *neg = field_neg(bits, f);
+    if (biased == max_biased(f))
         return frac ? CLASS_NAN : CLASS_INF;
     if (biased == 0) {
         *m = frac;
-        *e_lsb = 1 - bias - f.frac;
+        *e_lsb = 1 - bias_of(f) - f.frac;
         return frac ? CLASS_FINITE : CLASS_ZERO;
     }
     *m = frac | (UINT64_C(1) << f.frac);
-    *e_lsb = biased - bias - f.frac;
+    *e_lsb = biased - bias_of(f) - f.frac;
     return CLASS_FINITE;
 }
 
-static inline int bit_length(uint64_t v) { return 64 - __builtin_clzll(v); }
-
-static inline int32_t code_of(uint64_t bits, fmt_t f)
-{
-    int neg, e_lsb = 0;
-    uint64_t m = 0;
-    switch (unpack(bits, f, &neg, &m, &e_lsb)) {
-    case CLASS_NAN: return REPRO_CODE_NAN;
-    case CLASS_INF: return REPRO_CODE_INF;
-    case CLASS_ZERO: return REPRO_CODE_ZERO;
-    default: return e_lsb + bit_length(m) - 1;
-    }
-}
-
 /* v >> s rounded to nearest, ties to even; s in [1, 63]. */
-static inline uint64_t round_shift(uint64_t v, int s)
+ELEMENT uint64_t round_shift(uint64_t v, int s)
 {
     const uint64_t q = v >> s, rem = v & ((UINT64_C(1) << s) - 1), half = UINT64_C(1) << (s - 1);
     return q + (rem > half || (rem == half && (q & 1)));
 }
 
-static inline void encode_one(uint64_t bits, int32_t code, fmt_t f, int64_t *out)
+ELEMENT void encode_one(uint64_t bits, int32_t code, fmt_t f, int64_t *out)
 {
     int neg = 0, e_lsb = 0;
     uint64_t m = 0;
@@ -85,7 +95,8 @@ static inline void encode_one(uint64_t bits, int32_t code, fmt_t f, int64_t *out
         uint64_t v = sh >= 64 || sh <= -64 ? 0 : sh >= 0 ? m << sh : m >> -sh;
         if (k < f.limbs - 1) /* the top limb keeps a carry of the rounding above */
             v &= LIMB_MASK;
-        out[k] = neg ? -(int64_t)v : (int64_t)v;
+        const uint64_t sign = -(uint64_t)neg; /* negation without a branch: the signs are random */
+        out[k] = (int64_t)((v ^ sign) - sign);
     }
 }
 
@@ -98,64 +109,76 @@ static inline double pow2(int e)
     return d;
 }
 
+static inline int msb128(unsigned __int128 v) /* v != 0 */
+{
+    const uint64_t top = (uint64_t)(v >> 64);
+    return top ? 127 - __builtin_clzll(top) : 63 - __builtin_clzll((uint64_t)v);
+}
+
 /* The exact value of the limb sums s[0..L-1] (limb k worth 2^(base + 46 k)), rounded once to nearest-even at
  * the precision of f (frac + 1 bits, subnormals included), as a double that holds it exactly (or infinity). */
-static inline double decode_finite(const int64_t *s, int32_t code, fmt_t f)
+ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
 {
     const int L = f.limbs;
     const int base = code + 1 - REPRO_LIMB_BITS * L;
-    /* The sum as hi * 2^46 + lo with 0 <= lo < 2^46: |hi| < 2^109, so 128 bits hold it whatever L. */
-    __int128 hi = L == 3 ? (__int128)s[2] * ((__int128)1 << REPRO_LIMB_BITS) + s[1] : L == 2 ? s[1] : 0;
-    hi += s[0] >> REPRO_LIMB_BITS; /* arithmetic: floor */
-    uint64_t lo = (uint64_t)s[0] & LIMB_MASK;
-    const int neg = hi < 0;
-    if (neg) { /* the magnitude: -(hi * 2^46 + lo) */
-        hi = -hi;
-        if (lo) {
-            hi -= 1;
-            lo = (UINT64_C(1) << REPRO_LIMB_BITS) - lo;
+    /* The magnitude as M * 2^scale (M < 2^128) and a sticky bit for what lies below M's last bit. */
+    unsigned __int128 M;
+    int neg, scale = 0, sticky = 0;
+    if (L < 3) { /* |sum| < 2^110: one 128-bit integer holds it */
+        const __int128 v = (L == 2 ? (__int128)s[1] * ((__int128)1 << REPRO_LIMB_BITS) : 0) + s[0];
+        const unsigned __int128 sign = (unsigned __int128)(v >> 127); /* all ones where negative */
+        neg = v < 0;
+        M = ((unsigned __int128)v ^ sign) - sign; /* the magnitude without a branch: the signs are random */
+    } else {
+        /* hi * 2^46 + lo with 0 <= lo < 2^46 and |hi| < 2^110. */
+        __int128 hi = (__int128)s[2] * ((__int128)1 << REPRO_LIMB_BITS) + s[1];
+        hi += s[0] >> REPRO_LIMB_BITS; /* arithmetic: floor */
+        const uint64_t lo_signed = (uint64_t)s[0] & LIMB_MASK;
+        neg = hi < 0;
+        /* The magnitude -(hi * 2^46 + lo) where negative, without a branch: (-hi - 1) * 2^46 + (2^46 - lo), or
+         * -hi * 2^46 where lo is 0. */
+        const unsigned __int128 sign = (unsigned __int128)(hi >> 127);
+        const unsigned __int128 h = (((unsigned __int128)hi ^ sign) - sign) - (sign & (lo_signed != 0));
+        const uint64_t lo = ((lo_signed ^ (uint64_t)sign) - (uint64_t)sign) & LIMB_MASK;
+        if (h >> (128 - REPRO_LIMB_BITS)) { /* h * 2^46 would not fit; h alone has more bits than the window
+                                              * below takes, so lo only adds its sticky bit */
+            M = h;
+            scale = REPRO_LIMB_BITS;
+            sticky = lo != 0;
+        } else {
+            M = h << REPRO_LIMB_BITS | lo;
         }
     }
-    const unsigned __int128 h = (unsigned __int128)hi;
-    /* A window w of the top bits, its last bit worth 2^(window_lsb + base); below it only a sticky bit. */
-    unsigned __int128 w;
-    int window_lsb, msb, sticky = 0;
-    if (h) {
-        const uint64_t top = (uint64_t)(h >> 64);
-        const int h_msb = top ? 64 + bit_length(top) - 1 : bit_length((uint64_t)h) - 1;
-        msb = REPRO_LIMB_BITS + h_msb;
-        w = h << 20 | lo >> 26; /* h < 2^108 */
-        sticky = (lo & ((UINT64_C(1) << 26) - 1)) != 0;
-        window_lsb = 26;
-    } else {
-        if (!lo)
-            return 0.0;
-        msb = bit_length(lo) - 1;
-        w = lo;
-        window_lsb = 0;
-    }
-    const int min_lsb = 1 - ((1 << (f.exp_bits - 1)) - 1) - f.frac; /* the last bit of a subnormal */
-    int keep_lsb = msb - f.frac;
+    if (!M)
+        return 0.0;
+    /* The top 63 bits, the rest folded into the sticky bit. */
+    const int msb = msb128(M);
+    const unsigned __int128 norm = M << (127 - msb);
+    const uint64_t top64 = (uint64_t)(norm >> 64);
+    sticky |= (uint64_t)norm != 0 || (top64 & 1);
+    const uint64_t top = top64 >> 1; /* bit 62 is the msb, worth 2^(msb + scale) in base units */
+    const int min_lsb = 1 - bias_of(f) - f.frac; /* the last bit of a subnormal */
+    int keep_lsb = msb + scale - f.frac;
     if (keep_lsb < min_lsb - base)
         keep_lsb = min_lsb - base;
-    uint64_t q;
-    const int sh = keep_lsb - window_lsb;
-    if (sh <= 0) { /* every bit kept: exact */
-        q = (uint64_t)w << -sh;
-    } else if (sh > 128) {
-        q = 0; /* below half of the last kept bit */
-    } else {
-        q = sh == 128 ? 0 : (uint64_t)(w >> sh);
-        const int half = (int)((w >> (sh - 1)) & 1);
-        const int below = sticky || (sh > 1 && (w & (((unsigned __int128)1 << (sh - 1)) - 1)) != 0);
-        q += half && (below || (q & 1));
+    const int r = keep_lsb - (msb + scale - 62); /* bits of top below the kept ones: at least 62 - frac */
+    uint64_t q = 0;
+    if (r <= 63) {
+        q = top >> r;
+        /* sticky only matters at an exact half, where it breaks the tie upward; half is never bit 0 here */
+        const uint64_t rem = (top & ((UINT64_C(1) << r) - 1)) | (uint64_t)sticky, half = UINT64_C(1) << (r - 1);
+        q += (rem + half - 1 + (q & 1)) >> r;
     }
     const int e = keep_lsb + base; /* q <= 2^(frac+1), so q * 2^e is exact, or infinity */
-    const double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
-    return neg ? -mag : mag;
+    double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
+    uint64_t bits;
+    memcpy(&bits, &mag, sizeof bits);
+    bits |= (uint64_t)neg << 63; /* the sign, without a branch */
+    memcpy(&mag, &bits, sizeof mag);
+    return mag;
 }
 
-static inline double decode_one(const int64_t *s, int32_t code, fmt_t f)
+ELEMENT double decode_one(const int64_t *s, int32_t code, fmt_t f)
 {
     if (code == REPRO_CODE_NAN)
         return NAN;
@@ -168,10 +191,13 @@ static inline double decode_one(const int64_t *s, int32_t code, fmt_t f)
     return decode_finite(s, code, f);
 }
 
-/* Loads and stores of one element's bits at any alignment. */
-static inline uint64_t load_f64(const unsigned char *p, int64_t i) { uint64_t u; memcpy(&u, p + 8 * i, 8); return u; }
-static inline uint64_t load_f32(const unsigned char *p, int64_t i) { uint32_t u; memcpy(&u, p + 4 * i, 4); return u; }
-static inline uint64_t load_u16(const unsigned char *p, int64_t i) { uint16_t u; memcpy(&u, p + 2 * i, 2); return u; }
+/* Loads and stores of one element's bits at any alignment (types the vectoriser can widen, unlike memcpy). */
+typedef uint64_t any_u64 __attribute__((may_alias));
+typedef uint32_t any_u32 __attribute__((may_alias));
+typedef uint16_t any_u16 __attribute__((may_alias));
+static inline uint64_t load_f64(const unsigned char *p, int64_t i) { return ((const any_u64 *)p)[i]; }
+static inline uint64_t load_f32(const unsigned char *p, int64_t i) { return ((const any_u32 *)p)[i]; }
+static inline uint64_t load_u16(const unsigned char *p, int64_t i) { return ((const any_u16 *)p)[i]; }
 static inline void store_f64(unsigned char *p, int64_t i, double v) { memcpy(p + 8 * i, &v, 8); }
 static inline void store_f32(unsigned char *p, int64_t i, double v) { float f = (float)v; memcpy(p + 4 * i, &f, 4); }
 static inline void store_f16(unsigned char *p, int64_t i, double v)
