@@ -351,6 +351,10 @@ class Communicator:
 
     def barrier(self, *, async_op=False):
         """Return once every rank has entered the barrier (with async_op=True: a Work that completes then)."""
+        fast = self._fast
+        if fast is not None and async_op is False:
+            self.last_algorithm = self._run(fast.barrier)
+            return None
         return self._call(Call("barrier"), async_op, None, None)
 
     # -- point to point ---------------------------------------------------------------------------------------

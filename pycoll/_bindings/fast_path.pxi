@@ -156,6 +156,12 @@ cdef class FastPath:
         self.native._run(&call, False)
         return self._name()
 
+    def barrier(self):
+        cdef pycoll_call_t call
+        _describe(&call, PYCOLL_COLL_BARRIER, NULL, NULL)
+        self.native._run(&call, False)
+        return self._name()
+
     def reduce_scatter(self, x, out, op, algorithm, accuracy):
         cdef host_array send, recv
         cdef pycoll_call_t call
