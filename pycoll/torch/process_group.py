@@ -366,20 +366,8 @@ class PycollProcessGroup(dist.ProcessGroup):
             raise ValueError("_end_coalescing: this group is not coalescing (no _start_coalescing before it)")
         works, self._coalesced = self._coalesced, None
         whole = PycollWork([w.result() for w in works])
-        left = [len(works)]
-        lock = threading.Lock()
-
-        def one_done(_):
-            with lock:
-                left[0] -= 1
-                if left[0]:
-                    return
-            whole.complete(next((w.exception() for w in works if w.exception() is not None), None))
-
-        for w in works:
-            w._settle.add_done_callback(one_done)
-        if not works:
-            whole.complete()
+        torch.futures.collect_all([w._settle for w in works]).add_done_callback(lambda _: whole.complete(
+            next((w.exception() for w in works if w.exception() is not None), None)))
         return whole
 
     # -- a collective one rank cannot serve -------------------------------------------------------------------
