@@ -4,6 +4,7 @@ import dataclasses
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -268,9 +269,10 @@ def test_gather_timeout_names_the_missing_ranks(any_store):
         gather(any_store, "g", 2, 5, b"x", timeout=0.2)
 
 
-def test_torchrun_agent_store_moves_ours_to_the_next_port(unused_port):
+def test_without_torch_the_agent_store_moves_ours_to_the_next_port(unused_port, monkeypatch):
     assert store_port(29500, {"TORCHELASTIC_USE_AGENT_STORE": "True"}) == 29501
     assert store_port(29500, {}) == 29500
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)  # import fails: no agent client
     agent = socket.create_server((HOST, unused_port))  # stands in for torchrun's agent on MASTER_PORT
     try:
         launch = LaunchEnv(0, 1, 0, HOST, unused_port, "torchrun")
@@ -279,6 +281,42 @@ def test_torchrun_agent_store_moves_ours_to_the_next_port(unused_port):
             store.set("k", b"v")
     finally:
         agent.close()
+
+
+def test_under_torchrun_rank_0_publishes_a_free_port_in_the_agent_store(unused_port):
+    torch_distributed = pytest.importorskip("torch.distributed")
+    agent = torch_distributed.TCPStore(HOST, unused_port, is_master=True, wait_for_workers=False)
+    taken = socket.create_server((HOST, unused_port + 1))  # the next port is someone else's: no matter
+    env = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2"}
+    try:
+        stores = [None, None]
+
+        def join(rank):
+            stores[rank] = create_store(LaunchEnv(rank, 2, rank, HOST, unused_port, "torchrun"), timeout=10.0,
+                                        env=env)
+
+        second = threading.Thread(target=join, args=(1,))
+        second.start()
+        join(0)
+        second.join(15)
+        assert int(agent.get("pycoll/store_port/2")) == stores[0].port == stores[1].port != unused_port + 1
+        stores[0].set("k", b"v")
+        assert stores[1].get("k") == b"v"
+    finally:
+        for store in stores[::-1]:
+            if store is not None:
+                store.close()
+        taken.close()
+
+
+def test_a_rank_whose_rank_0_never_publishes_under_torchrun_gets_a_timeout(unused_port):
+    torch_distributed = pytest.importorskip("torch.distributed")
+    agent = torch_distributed.TCPStore(HOST, unused_port, is_master=True, wait_for_workers=False)
+    launch = LaunchEnv(1, 2, 1, HOST, unused_port, "torchrun")
+    with pytest.raises(Timeout, match="did not publish the rendezvous store's port") as caught:
+        create_store(launch, timeout=0.5, env={"TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert caught.value.rank == 0
+    del agent
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """TCPStore: the rendezvous store rank 0 hosts (pycoll.rendezvous.store_server) and every rank is a client of;
 create_store makes the job's from the launcher's environment."""
 
+import datetime
 import os
 import socket
 import threading
@@ -223,21 +224,56 @@ class TCPStore:
 
 
 def store_port(master_port, env=None):
-    """The port rank 0 hosts the store on: MASTER_PORT, or MASTER_PORT + 1 under torchrun when its agent's
-    own store already listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True)."""
-    env = os.environ if env is None else env
-    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() in ("1", "true")
-    return master_port + 1 if agent_store else master_port
+    """The port rank 0 hosts the store on when no agent store can carry it: MASTER_PORT, or MASTER_PORT + 1
+    under torchrun when its agent's own store already listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE)."""
+    return master_port + 1 if _uses_agent_store(os.environ if env is None else env) else master_port
+
+
+def _uses_agent_store(env):
+    return env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() in ("1", "true")
+
+
+def _agent_store(launch, env, timeout):
+    """A client of torchrun's agent store on MASTER_PORT, through torch's own TCPStore, or None when the job has
+    no agent store or torch cannot be imported. It carries the port rank 0 picked for pycoll's store: a fixed
+    port next to the agent's may be taken by any other socket of the host."""
+    if not _uses_agent_store(env):
+        return None
+    try:
+        from torch.distributed import TCPStore as AgentStore
+    except ImportError:
+        return None
+    return AgentStore(launch.master_addr, launch.master_port, is_master=False,
+                      timeout=datetime.timedelta(seconds=timeout))
+
+
+def _port_from_agent(agent, key, timeout):
+    try:
+        return int(agent.get(key))
+    except (RuntimeError, ValueError) as exc:  # torch's store errors derive from RuntimeError
+        raise Timeout(f"rank 0 did not publish the rendezvous store's port in torchrun's agent store within "
+                      f"{timeout:g} s: {exc}", rank=0) from None
 
 
 def create_store(launch, *, timeout=300.0, secret=None, env=None):
     """The job's TCPStore from a LaunchEnv: hosted by rank 0, at the launcher's rendezvous address. Without a
     secret, a job whose ranks all run on this host (a loopback address, or the launcher says so) uses this
     user's per-host secret (pycoll.rendezvous.user_secret), so that other local users can neither read the
-    store nor join; a job over several hosts needs PYCOLL_SECRET, and is warned without one."""
-    port = store_port(launch.master_port, env)
+    store nor join; a job over several hosts needs PYCOLL_SECRET, and is warned without one. Under torchrun's
+    agent store, rank 0 hosts on a free port and publishes it there."""
+    env = os.environ if env is None else env
+    agent = _agent_store(launch, env, timeout)
+    port = store_port(launch.master_port, env) if agent is None else launch.master_port
     secret_file = None
     if secret is None and (launch.single_host or is_loopback(launch.master_addr)):
         secret, secret_file = user_secret.read_or_create(port), user_secret.secret_path(port)
+    if agent is not None:
+        key = f"pycoll/store_port/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        if launch.rank == 0:
+            store = TCPStore(launch.master_addr, 0, is_server=True, timeout=timeout, secret=secret, rank=0,
+                             secret_file=secret_file)
+            agent.set(key, str(store.port))
+            return store
+        port = _port_from_agent(agent, key, timeout)
     return TCPStore(launch.master_addr, port, is_server=launch.rank == 0, timeout=timeout, secret=secret,
                     rank=launch.rank, secret_file=secret_file)
