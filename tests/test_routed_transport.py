@@ -117,3 +117,36 @@ def test_sockets_are_closed_when_the_transport_cannot_be_made():
     finally:
         os.close(segment)
         theirs.close()
+
+
+def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
+    # The communicator remembers its decisions (native/comm/decisions.c): a new cost model or host map must
+    # change what the same call runs next, on every rank alike.
+    from pycoll import tuning
+
+    comms = _job((0, 0, 1, 1))
+    count = 4096
+    latency_bound = tuning.CostModel(1.0, 1e-15, 1e-15)  # messages dominate: the fewest steps win
+    bandwidth_bound = tuning.CostModel(1e-12, 1e-9, 1e-9)  # bytes dominate: the ring's share wins
+    seen = [[] for _ in comms]
+
+    def body(rank, comm):
+        def all_reduce():
+            x = np.full(count, rank + 1, np.int64)
+            comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, count, count,
+                     dtype_id(np.dtype(np.int64)), op=OPS["sum"])
+            assert (x == 10).all()
+            seen[rank].append(comm.last_algorithm)
+
+        comm.set_cost_model(latency_bound.as_array())
+        all_reduce()
+        all_reduce()
+        comm.set_cost_model(bandwidth_bound.as_array())
+        all_reduce()
+        comm.set_hosts([0, 0, 0, 0])  # one host now: nothing for hierarchical to save
+        all_reduce()
+        comm.close(1.0)
+
+    assert _on_threads(comms, body) == [None] * 4
+    assert all(s == seen[0] for s in seen), seen
+    assert seen[0] == ["recursive_doubling", "recursive_doubling", "hierarchical", "ring"]

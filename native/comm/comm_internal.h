@@ -56,6 +56,13 @@ typedef struct comm_family {
     int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
 } comm_family_t;
 
+/* decisions.c: one remembered decision. */
+#define COMM_DECISIONS 16
+typedef struct comm_decision {
+    int64_t nbytes;
+    uint8_t coll, requested, algorithm, known;
+} comm_decision_t;
+
 struct pycoll_comm {
     pycoll_p2p_t *p2p; /* the root's transport, or a split's view over it */
     comm_family_t *family;
@@ -70,6 +77,7 @@ struct pycoll_comm {
     pthread_t owner;       /* the thread that made it: its calls carry no thread tag (comm.h) */
     uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
+    comm_decision_t decisions[COMM_DECISIONS]; /* decisions.c: what model and host map decided lately */
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
     int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
@@ -83,6 +91,13 @@ struct pycoll_comm {
     int64_t live_holds;
     int live_closing;
 };
+
+/* decisions.c: the algorithm `coll` runs with for `nbytes` per rank when `requested` (pycoll_decide_algorithm_hosts
+ * for this communicator), remembered; forget after changing the cost model or the host map. Called within the
+ * communicator's turn (progress.c), like everything that runs a collective. */
+pycoll_algorithm_t comm_decide(pycoll_comm_t *comm, pycoll_coll_t coll, pycoll_algorithm_t requested,
+                               int64_t nbytes);
+void comm_forget_decisions(pycoll_comm_t *comm);
 
 /* live_comms.c: every communicator is registered once made (cannot fail) and removed first thing in destroy,
  * which waits there for the callers that acquired it by number (pycoll_comm_acquire). */

@@ -165,6 +165,7 @@ void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *
 {
     progress_wait_turn(comm, 0);
     comm->model = *model;
+    comm_forget_decisions(comm);
 }
 
 /* How many hosts a (validated) map names, and the most ranks any of them has; 1 and size without a map. */
@@ -209,6 +210,7 @@ pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_o
     comm->host_of = copy;
     comm->ctx.host_of = copy;
     comm_host_shape(copy, size, &comm->hosts, &comm->max_local);
+    comm_forget_decisions(comm);
     return PYCOLL_OK;
 }
 
@@ -303,9 +305,7 @@ static pycoll_status_t begin(pycoll_comm_t *comm, const comm_call_t *call, int64
     pycoll_status_t st = comm_usable(comm, error, error_len);
     if (st != PYCOLL_OK)
         return st;
-    const pycoll_algorithm_t algorithm =
-        pycoll_decide_algorithm_hosts(&comm->model, a->collective, a->algorithm, p2p->size, comm->hosts,
-                                      comm->max_local, data_bytes, p2p->ops->native);
+    const pycoll_algorithm_t algorithm = comm_decide(comm, a->collective, a->algorithm, data_bytes);
     const uint32_t thread = comm->internal ? PYCOLL_THREAD_INTERNAL : call->thread;
     pycoll_coll_desc_t desc = {.seq = comm->internal ? ++comm->internal_seq : ++comm->seq,
                                .history = pycoll_history_next(&p2p->desc),
