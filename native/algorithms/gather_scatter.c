@@ -186,7 +186,7 @@ static pycoll_status_t run_rooted(coll_ctx_t *ctx, bool gathers, rooted_schedule
     return schedule(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
 }
 
-/* The four entry points of collectives.h (rooted_fn): each checks, then runs its schedule. */
+/* The four entry points of collectives.h (rooted_schedule): each checks, then runs its schedule. */
 #define ROOTED_ENTRY(name, gathers, schedule)                                                                    \
     pycoll_status_t name(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype, \
                          int32_t root)                                                                             \

@@ -89,32 +89,93 @@ bool algorithm_serves(const coll_algorithm_t *a, pycoll_coll_t coll)
     if (!a)
         return false;
     switch (coll) {
-    case PYCOLL_COLL_ALL_REDUCE:
-        return a->all_reduce;
-    case PYCOLL_COLL_REDUCE_SCATTER:
-        return a->reduce_scatter;
-    case PYCOLL_COLL_ALL_GATHER:
-        return a->all_gather;
-    case PYCOLL_COLL_BROADCAST:
-        return a->broadcast;
-    case PYCOLL_COLL_REDUCE:
-        return a->reduce;
-    case PYCOLL_COLL_BARRIER:
-        return a->barrier;
-    case PYCOLL_COLL_ALL_TO_ALL:
-        return a->all_to_all;
-    case PYCOLL_COLL_GATHER:
-        return a->gather;
-    case PYCOLL_COLL_SCATTER:
-        return a->scatter;
-    case PYCOLL_COLL_ALL_GATHER_V:
-        return a->all_gather_v;
-    case PYCOLL_COLL_REDUCE_SCATTER_V:
-        return a->reduce_scatter_v;
+#define SERVES(ID, value, field, name, kind)                                                                   \
+    case PYCOLL_COLL_##ID:                                                                                     \
+        return a->field != NULL;
+        PYCOLL_COLLECTIVES(SERVES)
+#undef SERVES
     default:
         return false;
     }
 }
+
+/* How a schedule of each kind is called from a call description (the kinds of ids.h). */
+static inline pycoll_status_t run_reduction(reduction_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                            int64_t count)
+{
+    return run(ctx, c->sendbuf, c->recvbuf, count, c->dtype, c->op, c->accuracy);
+}
+
+static inline pycoll_status_t run_blocks(blocks_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                         int64_t count)
+{
+    return run(ctx, c->sendbuf, c->recvbuf, count, c->dtype);
+}
+
+static inline pycoll_status_t run_in_place_rooted(in_place_rooted_schedule *run, coll_ctx_t *ctx,
+                                                  const pycoll_call_t *c, int64_t count)
+{
+    return run(ctx, c->recvbuf, count, c->dtype, c->root);
+}
+
+static inline pycoll_status_t run_rooted_reduction(rooted_reduction_schedule *run, coll_ctx_t *ctx,
+                                                   const pycoll_call_t *c, int64_t count)
+{
+    return run(ctx, c->sendbuf, c->recvbuf, count, c->dtype, c->op, c->root, c->accuracy);
+}
+
+static inline pycoll_status_t run_no_data(no_data_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                          int64_t count)
+{
+    (void)c, (void)count;
+    return run(ctx);
+}
+
+static inline pycoll_status_t run_message(message_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                          int64_t count)
+{
+    (void)run, (void)ctx, (void)c, (void)count;
+    return PYCOLL_ERR_INVALID; /* never reached: no algorithm serves messages (algorithm_serves) */
+}
+
+static inline pycoll_status_t run_rooted(rooted_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                         int64_t count)
+{
+    return run(ctx, c->sendbuf, c->recvbuf, count, c->dtype, c->root);
+}
+
+static inline pycoll_status_t run_counts(counts_schedule *run, coll_ctx_t *ctx, const pycoll_call_t *c,
+                                         int64_t count)
+{
+    (void)count;
+    return run(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype);
+}
+
+static inline pycoll_status_t run_counts_reduction(counts_reduction_schedule *run, coll_ctx_t *ctx,
+                                                   const pycoll_call_t *c, int64_t count)
+{
+    (void)count;
+    return run(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype, c->op, c->accuracy);
+}
+
+/* One runner per collective: its kind's call of the algorithm's field for it. */
+#define RUNNER(ID, value, field, name, kind)                                                                   \
+    static pycoll_status_t run_##field(const coll_algorithm_t *a, coll_ctx_t *ctx, const pycoll_call_t *call,    \
+                                       int64_t count)                                                           \
+    {                                                                                                            \
+        return run_##kind(a->field, ctx, call, count);                                                           \
+    }
+PYCOLL_COLLECTIVES(RUNNER)
+#undef RUNNER
+
+#define RUNNER_ENTRY(ID, value, field, name, kind) [PYCOLL_COLL_##ID] = run_##field,
+const coll_runner_fn collective_runners[PYCOLL_NUM_COLLS] = {PYCOLL_COLLECTIVES(RUNNER_ENTRY)};
+#undef RUNNER_ENTRY
+
+/* The list's values are its enum's, dense from 0: every id below PYCOLL_NUM_COLLS has a name and a runner. */
+#define ONE(ID, value, field, name, kind) +1
+_Static_assert(0 PYCOLL_COLLECTIVES(ONE) == PYCOLL_NUM_COLLS, "PYCOLL_COLLECTIVES: ids must be 0, 1, 2, ...");
+#undef ONE
 
 const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
 {

@@ -9,9 +9,15 @@
 
 #include <stdbool.h>
 
-/* An all-reduce from sendbuf into recvbuf (sendbuf == recvbuf is in place). */
-typedef pycoll_status_t (*all_reduce_run_fn)(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
-                                             pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+#include "pycoll/call.h"
+
+/* Each collective's schedule type, from its kind (PYCOLL_COLLECTIVES, ids.h): all_to_all_schedule is
+ * blocks_schedule (collectives.h). A schedule only the table runs is declared beside its row with it
+ * (table.c: `all_to_all_schedule pairwise_all_to_all;`), so its signature is never written out again. */
+#define COLL_SCHEDULE_TYPE(ID, value, field, name, kind) typedef kind##_schedule field##_schedule;
+PYCOLL_COLLECTIVES(COLL_SCHEDULE_TYPE)
+#undef COLL_SCHEDULE_TYPE
+
 /* The textbook parts of the all-reduce cost model for one algorithm (cost_model.c), size >= 2. */
 typedef void (*cost_terms_fn)(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,
                               double *bandwidth_s);
@@ -25,18 +31,11 @@ typedef struct coll_algorithm {
      * auto_max_bytes (0: no limit) admits the bytes at the root -- UCC's "0-64k:@tree#64k-inf:@flat". */
     cost_terms_fn cost_terms;
     int64_t auto_max_bytes;
-    /* The schedule it runs per collective; NULL: it does not serve that collective. */
-    all_reduce_run_fn all_reduce;
-    reduce_scatter_fn reduce_scatter;
-    exchange_fn all_gather;
-    broadcast_fn broadcast;
-    reduce_fn reduce;
-    barrier_fn barrier;
-    exchange_fn all_to_all;
-    rooted_fn gather;
-    rooted_fn scatter;
-    all_gather_v_fn all_gather_v;
-    reduce_scatter_v_fn reduce_scatter_v;
+    /* The schedule it runs per collective, one field per line of PYCOLL_COLLECTIVES (.all_to_all, ...);
+     * NULL: it does not serve that collective. */
+#define COLL_SCHEDULE_FIELD(ID, value, field, name, kind) field##_schedule *field;
+    PYCOLL_COLLECTIVES(COLL_SCHEDULE_FIELD)
+#undef COLL_SCHEDULE_FIELD
 } coll_algorithm_t;
 
 /* The table in decision order: each collective's fallback is the first entry that serves it. */
@@ -47,6 +46,14 @@ extern const int32_t algorithm_table_len;
 const coll_algorithm_t *algorithm_entry(pycoll_algorithm_t id);
 /* Whether `algorithm` (NULL: none) has a schedule for `coll`. */
 bool algorithm_serves(const coll_algorithm_t *algorithm, pycoll_coll_t coll);
+
+/* Runs a collective by `algorithm`'s schedule for it: takes from `call` the fields its kind names (ids.h), and
+ * `count`, the count its schedule takes (comm/call.c derives it). One per collective, generated from
+ * PYCOLL_COLLECTIVES (table.c), indexed by the collective's id; the caller has checked that `algorithm`
+ * serves it (algorithm_serves) -- the one dispatch, from the communicator and the tests alike. */
+typedef pycoll_status_t (*coll_runner_fn)(const coll_algorithm_t *algorithm, coll_ctx_t *ctx,
+                                          const pycoll_call_t *call, int64_t count);
+extern const coll_runner_fn collective_runners[PYCOLL_NUM_COLLS];
 
 /* The cost model's terms per algorithm (cost_model.c). */
 void ring_cost_terms(const pycoll_cost_model_t *model, int32_t size, int64_t nbytes, double *latency_s,

@@ -336,7 +336,6 @@ pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st)
 static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                                 pycoll_algorithm_t algorithm)
 {
-    coll_ctx_t *ctx = &comm->ctx;
     const pycoll_call_t *c = &call->args;
     const coll_algorithm_t *a = algorithm_entry(algorithm);
     if (!a || !algorithm_serves(a, c->collective)) {
@@ -344,37 +343,7 @@ static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, ch
                  pycoll_coll_name(c->collective));
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    switch (c->collective) {
-    case PYCOLL_COLL_ALL_REDUCE:
-        return comm_finish(comm, a->all_reduce(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op,
-                                               c->accuracy));
-    case PYCOLL_COLL_REDUCE_SCATTER:
-        return comm_finish(comm, a->reduce_scatter(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op,
-                                                   c->accuracy));
-    case PYCOLL_COLL_ALL_GATHER:
-        return comm_finish(comm, a->all_gather(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype));
-    case PYCOLL_COLL_BROADCAST:
-        return comm_finish(comm, a->broadcast(ctx, c->recvbuf, call->count, c->dtype, c->root));
-    case PYCOLL_COLL_REDUCE:
-        return comm_finish(comm, a->reduce(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->op, c->root,
-                                           c->accuracy));
-    case PYCOLL_COLL_BARRIER:
-        return comm_finish(comm, a->barrier(ctx));
-    case PYCOLL_COLL_ALL_TO_ALL:
-        return comm_finish(comm, a->all_to_all(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype));
-    case PYCOLL_COLL_GATHER:
-        return comm_finish(comm, a->gather(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->root));
-    case PYCOLL_COLL_SCATTER:
-        return comm_finish(comm, a->scatter(ctx, c->sendbuf, c->recvbuf, call->count, c->dtype, c->root));
-    case PYCOLL_COLL_ALL_GATHER_V:
-        return comm_finish(comm, a->all_gather_v(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype));
-    case PYCOLL_COLL_REDUCE_SCATTER_V:
-        return comm_finish(comm, a->reduce_scatter_v(ctx, c->sendbuf, c->recvbuf, c->counts, c->dtype, c->op,
-                                                     c->accuracy));
-    default:
-        snprintf(error, error_len, "unknown collective id %d", (int)c->collective);
-        return PYCOLL_ERR_INVALID;
-    }
+    return comm_finish(comm, collective_runners[c->collective](a, &comm->ctx, c, call->count));
 }
 
 pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, const comm_call_t *runs,

@@ -23,10 +23,9 @@ const char *pycoll_op_name(pycoll_op_t op)
 
 const char *pycoll_coll_name(pycoll_coll_t coll)
 {
-    static const char *const names[PYCOLL_NUM_COLLS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                        "broadcast",  "reduce",         "barrier",
-                                                        "send/recv",  "all_to_all",     "gather",
-                                                        "scatter",    "all_gather_v",   "reduce_scatter_v"};
+#define COLL_NAME(ID, value, field, name, kind) [value] = name,
+    static const char *const names[PYCOLL_NUM_COLLS] = {PYCOLL_COLLECTIVES(COLL_NAME)};
+#undef COLL_NAME
     return (unsigned)coll < PYCOLL_NUM_COLLS ? names[coll] : "?";
 }
 
