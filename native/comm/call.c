@@ -68,8 +68,8 @@ static pycoll_status_t wrong_count(char *error, size_t error_len, const pycoll_c
     } while (0)
 
 /* The counts against the collective (call.h's table; total: the _v collectives' sum of counts), and the count
- * the algorithms take. A buffer a rank does
- * not use may be NULL there; its count is then 0. */
+ * the algorithms take. A buffer a rank does not use may be NULL there; its count is then 0. One case per
+ * collective: a new one adds its case here. */
 static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_t *call, int64_t total,
                                    comm_call_t *out, char *error, size_t error_len)
 {
@@ -134,9 +134,10 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
         else
             EXPECT(send_count, "0 (a receive)", 0);
         return PYCOLL_OK;
-    default:
-        return invalid(error, error_len, "%s: unknown id %lld", "collective", call->collective);
-    }
+    case PYCOLL_NUM_COLLS: /* not a collective: comm_check_call refused it before */
+        break;
+    } /* no default: -Wswitch names a collective of PYCOLL_COLLECTIVES (ids.h) that has no case here */
+    return invalid(error, error_len, "%s: unknown id %lld", "collective", call->collective);
 }
 
 static pycoll_status_t check_rank(const pycoll_comm_t *comm, const pycoll_call_t *call, char *error,
