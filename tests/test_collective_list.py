@@ -24,43 +24,45 @@ ABI_VALUES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast"
               "reduce_scatter_v": 11}
 
 K = 4  # elements per rank's block
-# Per collective: the Communicator method that reaches it, and a valid call on one rank as
-# (send elements or None, recv elements or None, extra NativeComm.run keywords).
-CASES = {
-    "all_reduce": ("all_reduce", K, K, {}),
-    "reduce_scatter": ("reduce_scatter", K, K, {}),
-    "all_gather": ("all_gather", K, K, {}),
-    "broadcast": ("broadcast", None, K, {"root": 0}),
-    "reduce": ("reduce", K, K, {"root": 0}),
-    "barrier": ("barrier", None, None, {}),
-    "send/recv": ("send", None, None, None),  # messages: no schedule, a peer needed (test_point_to_point.py)
-    "all_to_all": ("all_to_all", K, K, {}),
-    "gather": ("gather", K, K, {"root": 0}),
-    "scatter": ("scatter", K, K, {"root": 0}),
-    "all_gather_v": ("all_gather", K, K, {"counts": True}),
-    "reduce_scatter_v": ("reduce_scatter", K, K, {"counts": True}),
+# A valid call on one rank of each kind (ids.h) as (send elements or None, recv elements or None, extra
+# NativeComm.run keywords): on one rank every collective with both buffers copies send into recv.
+KIND_CALLS = {
+    "reduction": (K, K, {}),
+    "blocks": (K, K, {}),
+    "in_place_rooted": (None, K, {"root": 0}),
+    "rooted_reduction": (K, K, {"root": 0}),
+    "no_data": (None, None, {}),
+    "rooted": (K, K, {"root": 0}),
+    "counts": (K, K, {"counts": True}),
+    "counts_reduction": (K, K, {"counts": True}),
+    "message": None,  # no schedule; a peer needed (test_point_to_point.py)
 }
 
 
 def listed():
-    """(ID, value, name) of each line of PYCOLL_COLLECTIVES, as the header spells it."""
+    """(ID, value, field, name, kind) of each line of PYCOLL_COLLECTIVES, as the header spells it."""
     with open(IDS_H) as f:
         text = f.read()
-    return re.findall(r"X\((\w+), (\d+), \w+, \"([^\"]+)\", \w+\)", text)
+    return re.findall(r"X\((\w+), (\d+), (\w+), \"([^\"]+)\", (\w+)\)", text)
+
+
+LISTED = listed()
+KIND = {name: kind for _, _, _, name, kind in LISTED}
 
 
 def test_the_list_is_the_abi_and_every_binding_takes_it():
-    lines = listed()
-    assert {name: int(value) for _, value, name in lines} == ABI_VALUES
+    assert {name: int(value) for _, value, _, name, _ in LISTED} == ABI_VALUES
     assert abi.COLLECTIVES == ABI_VALUES  # names and ids reach Python from the list, in id order
-    assert [int(value) for _, value, _ in lines] == list(range(len(lines)))
+    assert [int(value) for _, value, _, _, _ in LISTED] == list(range(len(LISTED)))
 
 
-def test_every_listed_collective_has_a_case_a_method_and_a_schedule():
-    assert set(CASES) == set(abi.COLLECTIVES), "a collective of the list without a case here (add one)"
-    for name, (method, *_rest) in CASES.items():
+def test_every_listed_collective_has_a_kind_a_method_and_a_schedule():
+    for _, _, field, name, kind in LISTED:
+        assert kind in KIND_CALLS, f"{name}: kind {kind} has no call here (add one)"
+        # the _v collectives are all_gather / reduce_scatter with counts=; messages are send and recv
+        method = {"send_recv": "send"}.get(field, field.removesuffix("_v"))
         assert callable(getattr(Communicator, method, None)), f"{name}: no Communicator.{method}"
-        if name != "send/recv":
+        if kind != "message":
             assert set(COLL_ALGORITHMS[name]) - set(NATIVE_ONLY), f"{name}: no algorithm table row serves it"
 
 
@@ -71,10 +73,10 @@ def native():
     comm.close()
 
 
-@pytest.mark.parametrize("coll,algorithm", [(c, a) for c in CASES if c != "send/recv" for a in COLL_ALGORITHMS[c]
-                                            if a not in NATIVE_ONLY])
+@pytest.mark.parametrize("coll,algorithm", [(c, a) for c in abi.COLLECTIVES if KIND_CALLS.get(KIND.get(c))
+                                            for a in COLL_ALGORITHMS[c] if a not in NATIVE_ONLY])
 def test_every_schedule_of_the_table_runs_through_the_call_description(native, coll, algorithm):
-    _, send_n, recv_n, extra = CASES[coll]
+    send_n, recv_n, extra = KIND_CALLS[KIND[coll]]
     extra = dict(extra)
     send = np.arange(send_n, dtype=np.float64) + 1 if send_n is not None else None
     recv = np.zeros(recv_n, dtype=np.float64) if recv_n is not None else None
