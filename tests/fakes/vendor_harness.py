@@ -210,6 +210,43 @@ class FakeDeviceArray:
         return cai
 
 
+class FakeNpuArray:
+    """A numpy array presented as an NPU tensor, as pycoll reads torch_npu's (a device "npu:0", torch-style
+    accessors, no buffer protocol): the fake HCCL's "device" memory is host memory."""
+
+    class _Device:
+        type, index = "npu", 0
+
+        def __str__(self):
+            return "npu:0"
+
+    device = _Device()
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.dtype = arr.dtype
+
+    def __dlpack_device__(self):
+        return 12, 0  # kDLExtDev, as an NPU may report
+
+    def is_contiguous(self):
+        return self.arr.flags.c_contiguous
+
+    def data_ptr(self):
+        return self.arr.__array_interface__["data"][0]
+
+    def numel(self):
+        return self.arr.size
+
+    def element_size(self):
+        return self.arr.itemsize
+
+
+def device_array(memory, arr):
+    """arr as an array of `memory` ("host", "cuda", "npu") as the fakes take it: a device array's memory is arr's."""
+    return {"host": lambda a: a, "cuda": FakeDeviceArray, "npu": FakeNpuArray}[memory](arr)
+
+
 def buffer(arr, memory="cuda", owner=None, dtype_id=None):
     """A pycoll Buffer (duck-typed: the engines read only these fields) over a numpy array."""
     ids = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
