@@ -264,8 +264,9 @@ def _rank_main(fn, rank, world, env, queue):
         queue.put((rank, "error", (type(exc).__name__, str(exc), traceback.format_exc())))
 
 
-def run_ranks(fn, world, env, timeout=60):
-    """fn(rank, world) in `world` fresh processes with env set; {rank: ("ok", result) | ("error", info)}."""
+def run_ranks(fn, world, env, timeout=60, wait_for=None):
+    """fn(rank, world) in `world` fresh processes with env set; {rank: ("ok", result) | ("error", info)}.
+    wait_for: how many results to collect (default every rank's; fewer where a rank is meant to die)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_rank_main, args=(fn, r, world, env, queue)) for r in range(world)]
@@ -274,7 +275,7 @@ def run_ranks(fn, world, env, timeout=60):
     results = {}
     deadline = time.monotonic() + timeout
     try:
-        while len(results) < world:
+        while len(results) < (world if wait_for is None else wait_for):
             rank, status, value = queue.get(timeout=max(0.1, deadline - time.monotonic()))
             results[rank] = (status, value)
     finally:
