@@ -213,5 +213,7 @@ class IslandsEngine(Engine):
                 scratch.close()
         for engine in (self.inner, self.leaders, self.world):
             if engine is not None:
+                if engine.close_linger is not None and self.close_linger is not None:  # the communicator's bound
+                    engine.close_linger = min(engine.close_linger, self.close_linger)
                 engine.close()
         self.inner = self.leaders = None
