@@ -8,7 +8,10 @@ import functools
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,3 +242,15 @@ def test_a_killed_rank_reaches_every_island_as_peer_failure(env, victim):
         (kind, message), elapsed = value
         assert kind == "PeerFailure", (rank, kind, message)
         assert elapsed < 8.0, (rank, elapsed)
+
+
+@pytest.mark.timeout(90)
+def test_the_readme_mixed_example_runs_on_the_fakes_and_says_which_islands_it_formed(env, tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "mixed_islands.py"
+    done = subprocess.run([sys.executable, "-m", "pycoll", "run", "-n", "6", str(example)], cwd=tmp_path,
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "6 ranks formed 3 islands" in done.stdout, done.stdout
+    assert "nccl (cuda memory) on host 0, ranks [0,1]" in done.stdout, done.stdout
+    for rank, kind in enumerate(("cuda", "cuda", "npu", "npu", "host", "host")):
+        assert f"rank {rank} ({kind}, " in done.stdout and "-> [21.0, 21.0, 21.0, 21.0]" in done.stdout, done.stdout
