@@ -635,11 +635,13 @@ def _checked_backend(backend, timeout):
 
 
 def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_port=None, timeout=300.0,
-         store=None, secret=None, ifname=None, job_id=None):
+         store=None, secret=None, ifname=None, job_id=None, device=None):
     """Join a job and return its Communicator.
 
     With no rank/world_size, they come from the launcher's environment (pycoll run, torchrun, mpirun, srun).
     The rendezvous is a TCP store hosted by rank 0 at MASTER_ADDR:MASTER_PORT, or `store` (e.g. a FileStore).
+    device: with backend="auto" only, the memory this rank's arrays are in ("host", "cuda", "npu"; default
+    PYCOLL_DEVICE): ranks of one kind on one host form an island (docs/heterogeneous.md).
     """
     from pycoll.rendezvous import hosts as host_detection
     from pycoll.rendezvous.store import rendezvous
@@ -647,6 +649,9 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     if backend is None:
         backend = default_backend()
     plugin = _checked_backend(backend, timeout)
+    if device is not None and plugin.name != "auto":
+        raise ValueError(f"device: only backend 'auto' takes each rank's memory kind; backend {backend!r} takes "
+                         f"{plugin.memory} memory")
     env = launch_env.resolve(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port)
     launch_env.warn_if_single_rank(env, rank, world_size)
     secret = _secret_bytes(secret)
@@ -654,7 +659,7 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
     job_id = job_id or launch_env.job_id() or f"{env.master_addr}:{env.master_port}"
     try:
         options = {"master_addr": env.master_addr, "ifname": ifname, "secret": secret, "job_id": job_id,
-                   "local_rank": env.local_rank}
+                   "local_rank": env.local_rank, "device": device}
         if plugin.finds_hosts:  # the C bootstrap finds them (pycoll.bootstrap)
             engine = plugin.create(rank=env.rank, world_size=env.world_size, store=store, timeout=float(timeout),
                                    options=options)
@@ -667,8 +672,8 @@ def init(backend=None, *, rank=None, world_size=None, master_addr=None, master_p
         if own_store is not None:
             own_store.close()
         raise
-    return Communicator(engine, rank=env.rank, size=env.world_size, backend=plugin, store=own_store,
-                        timeout=timeout, hosts=hosts)
+    return (plugin.communicator_class or Communicator)(engine, rank=env.rank, size=env.world_size, backend=plugin,
+                                                      store=own_store, timeout=timeout, hosts=hosts)
 
 
 def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifname=None):

@@ -10,6 +10,9 @@
 /* X(id, type, default_value, choices, min, power_of_two, doc) */
 #define PYCOLL_SETTING_LIST(X)                                                                                   \
     X(BACKEND, TEXT, "cpu", NULL, 0, 0, "the backend init() uses when given none")                               \
+    X(DEVICE, CHOICE, "host", "host|cuda|npu", 0, 0,                                                             \
+      "with backend=\"auto\": the memory this rank's arrays are in (host, cuda: NCCL, npu: HCCL); init(device=) " \
+      "overrides it")                                                                                            \
     X(ALGORITHM, TEXT, "auto", NULL, 0, 0,                                                                       \
       "what algorithm=\"auto\" means for communicators created afterwards (auto: the cost model's choice)")     \
     X(SOCKET_IFNAME, TEXT, NULL, NULL, 0, 0,                                                                     \

@@ -11,6 +11,7 @@ shm          host memory, one host: the same algorithms over shared-memory rings
 cpu          the default for host memory: shm when every rank is on one host, else tcp
 nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (nccl.py and hccl.py declare
              them; vendor.py is their one engine, over libpycoll's vendor family)
+auto         each rank its own memory kind: islands of one kind, collectives across them (pycoll/islands/)
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ class Backend:
     # True where create() finds the hosts itself (the C bootstrap: pycoll_comm_init_rank) and sets the engine's
     # `hosts`; False: init() exchanges them through the store first and passes options["hosts"].
     finds_hosts = False
+    # The Communicator class init() makes for this backend's engines; None: pycoll.Communicator.
+    communicator_class = None
 
     def probe(self):
         """None when usable here, else a sentence saying why not and what to install or set."""
@@ -216,6 +219,7 @@ def _load_entry_points() -> None:
 
 def _builtin() -> None:
     # Importing a built-in backend module registers it.
+    import pycoll.plugins.auto  # noqa: F401
     import pycoll.plugins.cpu  # noqa: F401
     import pycoll.plugins.hccl  # noqa: F401
     import pycoll.plugins.nccl  # noqa: F401

@@ -325,6 +325,16 @@ EXPORT int aclrtFree(void *ptr)
     return 0;
 }
 
+/* aclrtMemcpy(dst, destMax, src, count, kind): synchronous; the fake's "device" memory is host memory, so every
+ * kind (host to device 1, device to host 2, device to device 3) is a memmove, refused past destMax as ACL does. */
+EXPORT int aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind)
+{
+    if (count > dest_max || kind < 0 || kind > 4)
+        return 107000; /* ACL_ERROR_INVALID_PARAM */
+    memmove(dst, src, count);
+    return 0;
+}
+
 EXPORT int aclrtSynchronizeStreamWithTimeout(void *stream, int32_t timeout_ms)
 {
     struct timespec start, now;

@@ -210,6 +210,43 @@ class FakeDeviceArray:
         return cai
 
 
+class FakeNpuArray:
+    """A numpy array presented as an NPU tensor, as pycoll reads torch_npu's (a device "npu:0", torch-style
+    accessors, no buffer protocol): the fake HCCL's "device" memory is host memory."""
+
+    class _Device:
+        type, index = "npu", 0
+
+        def __str__(self):
+            return "npu:0"
+
+    device = _Device()
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.dtype = arr.dtype
+
+    def __dlpack_device__(self):
+        return 12, 0  # kDLExtDev, as an NPU may report
+
+    def is_contiguous(self):
+        return self.arr.flags.c_contiguous
+
+    def data_ptr(self):
+        return self.arr.__array_interface__["data"][0]
+
+    def numel(self):
+        return self.arr.size
+
+    def element_size(self):
+        return self.arr.itemsize
+
+
+def device_array(memory, arr):
+    """arr as an array of `memory` ("host", "cuda", "npu") as the fakes take it: a device array's memory is arr's."""
+    return {"host": lambda a: a, "cuda": FakeDeviceArray, "npu": FakeNpuArray}[memory](arr)
+
+
 def buffer(arr, memory="cuda", owner=None, dtype_id=None):
     """A pycoll Buffer (duck-typed: the engines read only these fields) over a numpy array."""
     ids = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
@@ -227,8 +264,9 @@ def _rank_main(fn, rank, world, env, queue):
         queue.put((rank, "error", (type(exc).__name__, str(exc), traceback.format_exc())))
 
 
-def run_ranks(fn, world, env, timeout=60):
-    """fn(rank, world) in `world` fresh processes with env set; {rank: ("ok", result) | ("error", info)}."""
+def run_ranks(fn, world, env, timeout=60, wait_for=None):
+    """fn(rank, world) in `world` fresh processes with env set; {rank: ("ok", result) | ("error", info)}.
+    wait_for: how many results to collect (default every rank's; fewer where a rank is meant to die)."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_rank_main, args=(fn, r, world, env, queue)) for r in range(world)]
@@ -237,7 +275,7 @@ def run_ranks(fn, world, env, timeout=60):
     results = {}
     deadline = time.monotonic() + timeout
     try:
-        while len(results) < world:
+        while len(results) < (world if wait_for is None else wait_for):
             rank, status, value = queue.get(timeout=max(0.1, deadline - time.monotonic()))
             results[rank] = (status, value)
     finally:

@@ -1,0 +1,219 @@
+"""The engine behind a backend="auto" communicator: at init it builds every communicator a collective across
+islands needs and agrees with every rank on what was formed; per call it checks that every rank called the same
+thing, refuses what some island cannot run, and runs the collective's schedule (schedules.py).
+
+Built at init, in this order, each step collective over the whole job:
+1. `world`: every rank over pycoll's host transports (the cpu backend: shared memory on a host, TCP between).
+2. Every rank's memory kind, island backend, host and whether that backend is usable here, all-gathered: the
+   islands (formation.py), or BackendUnavailable on every rank naming each rank that cannot run its backend.
+3. Host islands: a split of `world`; the leaders' communicator: another split.
+4. Device islands: the vendor's communicator among the island's ranks (its id through the job's store, under
+   the island's own prefix); every rank then learns whether every island came up.
+5. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pycoll import plugins
+from pycoll.errors import BackendUnavailable, MismatchError
+from pycoll.islands import schedules
+from pycoll.islands.formation import Islands, form
+from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
+from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_for
+from pycoll.islands.store import IslandStore
+from pycoll.objects import all_gather_object
+from pycoll.plugins import ALL_DTYPES, ALL_OPS, Call, Engine
+from pycoll.plugins.vendor_capabilities import REDUCTIONS
+from pycoll.work import CompletedHandle
+
+_COLLECTIVE_IDS = {name: i for i, name in enumerate(schedules.SCHEDULES)}
+_ACCURACY_IDS = {name: i for i, name in enumerate(("fast", "compensated", "reproducible"))}
+# The call's description every rank exchanges first: collective, dtype, elements, op, root, accuracy.
+_DESCRIPTION = ("collective", "dtype", "count", "op", "root", "accuracy")
+
+
+class _HostCalls:
+    """The two collectives pycoll.objects needs, over an engine of host memory."""
+
+    def __init__(self, engine, size):
+        self._engine, self.size = engine, size
+
+    def all_gather(self, x, out, counts=None):
+        from pycoll.dtypes import dtype_id
+        kind = "all_gather" if counts is None else "all_gather_v"
+        send, recv = host_buffer(x, dtype_id(x.dtype)), host_buffer(out, dtype_id(out.dtype))
+        self._engine.run(Call(kind, send, recv, counts=None if counts is None else np.asarray(counts, np.int64)))
+        return out
+
+
+def _refusals(plugin, engine):
+    """What `plugin`'s vendor refuses on this rank's device: {(collective, dtype, op): why}."""
+    if not hasattr(plugin, "refusal"):
+        return {}
+    device = engine.vendor.device_name()
+    return {(kind, dtype, op): why
+            for kind in REDUCTIONS for d, dtype in enumerate(ALL_DTYPES) for o, op in enumerate(ALL_OPS)
+            if (why := plugin.refusal(kind, d, o, device))}
+
+
+def _describe(row):
+    collective, dtype, count, op, root, accuracy = (int(v) for v in row)
+    names = list(schedules.SCHEDULES)
+    parts = [f"{ALL_DTYPES[dtype]}" if dtype >= 0 else "", f"{count} elements" if dtype >= 0 else "",
+             f"op {ALL_OPS[op]}" if op >= 0 else "", f"root {root}" if root >= 0 else "",
+             f"accuracy {list(_ACCURACY_IDS)[accuracy]}" if accuracy > 0 else ""]
+    return f"{names[collective]}({', '.join(p for p in parts if p)})"
+
+
+class IslandsEngine(Engine):
+    """See the module's docstring. After init: `islands`, what was formed; `memory`, this rank's memory kind;
+    `dtypes` and `ops`, the names every island declares (the communicator accepts only those)."""
+
+    def __init__(self, *, rank, world_size, store, timeout, options):
+        self.rank, self.size, self.timeout = rank, world_size, float(timeout)
+        self.inner = self.leaders = None
+        self._scratch = self._host_scratch = None
+        memory = memory_kind(options.get("device"))
+        backend_name = ISLAND_BACKENDS[memory]
+        self.world = plugins.get("cpu").create(rank=rank, world_size=world_size, store=store, timeout=timeout,
+                                               options=options)
+        try:
+            self._build(memory, backend_name, store, options)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, memory, backend_name, store, options):
+        self.hosts = self.world.hosts
+        self.transport = self.world.transport
+        self.close_linger = self.world.close_linger
+        calls = _HostCalls(self.world, self.size)
+        try:
+            plugin, why = plugins.get(backend_name), None
+        except BackendUnavailable as exc:
+            plugin, why = None, str(exc)
+        declared = (tuple(plugin.dtypes), tuple(plugin.ops), tuple(plugin.accuracies)) if plugin else ((), (), ())
+        records = all_gather_object(calls, (memory, backend_name, self.hosts.host_of[self.rank], why, declared))
+        unusable = [f"rank {r} ({rec[0]} memory): {rec[3]}" for r, rec in enumerate(records) if rec[3]]
+        if unusable:
+            raise BackendUnavailable("backend 'auto': some ranks cannot run their island's backend: "
+                                     + "; ".join(unusable))
+        formed = form([rec[:3] for rec in records])
+        self.island = formed.of(self.rank)
+        self.island_rank = self.island.ranks.index(self.rank)
+        self.is_leader = self.island_rank == 0
+        host_island = memory == "host"
+        self.inner = self.world.split(self.island.index if host_island else -1, self.rank)
+        self.leaders = self.world.split(0 if self.is_leader else -1, self.island.index)
+        refused, failure = {}, None
+        if not host_island:
+            try:
+                self.inner = plugin.create(rank=self.island_rank, world_size=self.island.size,
+                                           store=IslandStore(store, f"pycoll/islands/{self.island.index}/"),
+                                           timeout=self.timeout, options={})
+                refused = _refusals(plugin, self.inner) if self.is_leader else {}
+            except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
+                failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
+        outcomes = all_gather_object(calls, (failure, refused))
+        failures = [f for f, _ in outcomes if f]
+        if failures:
+            raise BackendUnavailable("backend 'auto': an island's communicator could not be created: "
+                                     + "; ".join(failures))
+        every = {}
+        for _, island_refused in outcomes:
+            every.update(island_refused)
+        self.islands = Islands(formed.islands, every)
+        # What every island declares: the dtypes and ops the communicator accepts.
+        self.dtypes = tuple(name for name in ALL_DTYPES if all(name in rec[4][0] for rec in records))
+        self.ops = tuple(name for name in ALL_OPS if all(name in rec[4][1] for rec in records))
+        self.memory = memory
+        self._runtime = runtime_for(memory, plugin)
+        self._scratch = Scratch(self._runtime)
+        self._host_scratch = Scratch(HostRuntime())
+
+    # -- what schedules.py uses -------------------------------------------------------------------------------
+    def stage_in(self, buf, name):
+        """buf's contents in host memory: buf itself where it is host memory, else host scratch `name`."""
+        if buf.memory == "host":
+            return buf
+        staged = self._host_scratch.buffer(name, buf, buf.count)
+        self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
+        return staged
+
+    def stage_out(self, staged, buf):
+        """Host Buffer `staged` into buf (nothing where they are one memory)."""
+        if staged.ptr != buf.ptr:
+            self._runtime.to_device(buf.ptr, staged.ptr, buf.nbytes)
+
+    def copy(self, dst, src, nbytes):
+        if dst != src:
+            self._runtime.copy(dst, src, nbytes)
+
+    def scratch(self, name, like, count):
+        return self._scratch.buffer(name, like, count)
+
+    def host_scratch(self, name, like, count):
+        return self._host_scratch.buffer(name, like, count)
+
+    # -- the Engine -------------------------------------------------------------------------------------------
+    def run(self, call, async_op=False):
+        schedule = schedules.SCHEDULES.get(call.collective)
+        if schedule is None:
+            what = "send/recv" if call.collective == "send/recv" else call.collective
+            raise NotImplementedError(
+                f"{what} is not supported across islands (backend 'auto') yet; it supports "
+                f"{', '.join(schedules.SCHEDULES)}")
+        self._check_same_call(call)
+        self._check_offered(call)
+        if async_op:  # run now: the handle is complete (the steps block on host and device alike)
+            try:
+                return CompletedHandle(algorithm=schedule(self, call))
+            except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait
+                return CompletedHandle(error=exc)
+        return schedule(self, call)
+
+    def _check_same_call(self, call):
+        """Every rank's description of the call, all-gathered: MismatchError on every rank where two differ
+        (an island's vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone."""
+        some = call.send if call.send is not None else call.recv
+        count = {"all_gather": lambda: call.send.count, "reduce": lambda: call.send.count}.get(
+            call.collective, lambda: call.recv.count if call.recv is not None else 0)()
+        mine = np.array([_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
+                         call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
+                         _ACCURACY_IDS.get(call.accuracy, 0)], dtype=np.int64)
+        every = np.empty((self.size, len(_DESCRIPTION)), dtype=np.int64)
+        _HostCalls(self.world, self.size).all_gather(mine, every.reshape(-1))
+        differs = np.flatnonzero((every != every[0]).any(axis=1))
+        if differs.size:
+            other = int(differs[0])
+            raise MismatchError(f"backend 'auto': rank 0 called {_describe(every[0])} but rank {other} called "
+                                f"{_describe(every[other])}")
+
+    def _check_offered(self, call):
+        """TypeError, on every rank alike, for a reduction some island's vendor refuses (its schedule would
+        reduce there); host-staged flat reductions only copy through the vendors and are not refused."""
+        if call.collective not in REDUCTIONS or call.accuracy != "fast":
+            return
+        some = call.send if call.send is not None else call.recv
+        refused = self.islands.refused
+        why = next((refused[key] for kind in REDUCTIONS
+                    if (key := (kind, ALL_DTYPES[some.dtype], ALL_OPS[call.op])) in refused), None)
+        if why:
+            raise TypeError(f"backend 'auto': {why}; refused on every rank of the job (accuracy='compensated' "
+                            f"runs it host-staged)")
+
+    def split(self, color, key):
+        raise NotImplementedError("split: backend 'auto' has no sub-communicators across islands yet")
+
+    def close(self):
+        for scratch in (self._scratch, self._host_scratch):
+            if scratch is not None:
+                scratch.close()
+        for engine in (self.inner, self.leaders, self.world):
+            if engine is not None:
+                if engine.close_linger is not None and self.close_linger is not None:  # the communicator's bound
+                    engine.close_linger = min(engine.close_linger, self.close_linger)
+                engine.close()
+        self.inner = self.leaders = None

@@ -1,0 +1,199 @@
+"""Each collective across islands, as steps over three kinds of engine (pycoll.plugins.Engine, run with one
+Call each): `inner`, this rank's island (its vendor's collectives, or pycoll's on host memory); `leaders`, the
+islands' leaders over pycoll's host transports (on leaders only; its rank is the island's index); `world`, every
+rank over pycoll's host transports.
+
+Hierarchical (accuracy "fast"): inside each island, then between the leaders on host-staged copies, then inside
+each island again. Every rank ends with the leaders' one result, so every rank's result is bitwise identical.
+Host-staged flat (compensated and reproducible): every rank's input is copied to the host and the whole reduction
+runs as pycoll's schedule over `world`, so its accuracy holds across vendors (vendors sum in their own order).
+A job of one island runs the island's own collective (vendor-only).
+
+`ctx` (engine.IslandsEngine) gives: islands, island, island_rank, is_leader, size, inner, leaders, world, stage_in /
+stage_out (this rank's memory <-> host), copy (within this rank's memory), scratch(name, like, count) (this rank's
+memory) and host_scratch(name, like, count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pycoll import kernels
+from pycoll.accuracy import FLOAT_DTYPES, float_dtype
+from pycoll.dtypes import OPS
+from pycoll.islands.staging import host_array
+from pycoll.plugins import ALL_DTYPES, Call
+
+SUM, AVG = OPS["sum"], OPS["avg"]
+
+
+def _run(engine, collective, send=None, recv=None, **fields):
+    return engine.run(Call(collective, send, recv, **fields))
+
+
+def _bytes(buf):
+    return host_array(buf, np.uint8)
+
+
+# -- steps inside this rank's island ---------------------------------------------------------------------------
+def island_reduce(ctx, send, recv, op):
+    """The island's reduction of send onto its leader's recv (recv: the leader's only)."""
+    if ctx.island.size == 1:
+        ctx.copy(recv.ptr, send.ptr, send.nbytes)
+    else:
+        _run(ctx.inner, "reduce", send, recv if ctx.is_leader else None, op=op, root=0)
+
+
+def island_broadcast(ctx, buf, root=0):
+    if ctx.island.size > 1:
+        _run(ctx.inner, "broadcast", recv=buf, root=root)
+
+
+def island_all_gather(ctx, send, recv):
+    if ctx.island.size == 1:
+        ctx.copy(recv.ptr, send.ptr, send.nbytes)
+    else:
+        _run(ctx.inner, "all_gather", send, recv)
+
+
+def _divide(buf, size):
+    """The end of an average: host Buffer buf /= size, integers truncating toward zero."""
+    name = ALL_DTYPES[buf.dtype]
+    kernels.scale_avg(host_array(buf, float_dtype(name) if name in FLOAT_DTYPES else np.dtype(name)), size)
+
+
+def _leader_result(ctx, buf, op):
+    """The leaders' all-reduce of the leader's island result in buf (this rank's memory), in place; avg is summed
+    everywhere and divided once here, by the job's size (integers truncating toward zero)."""
+    staged = ctx.stage_in(buf, "result")
+    if len(ctx.islands) > 1:
+        _run(ctx.leaders, "all_reduce", staged, staged, op=SUM if op == AVG else op)
+    if op == AVG:
+        _divide(staged, ctx.size)
+    ctx.stage_out(staged, buf)
+
+
+# -- the collectives -------------------------------------------------------------------------------------------
+def all_reduce(ctx, call):
+    send, recv, op = call.send, call.recv, call.op
+    if call.accuracy != "fast":
+        return flat(ctx, call)
+    if len(ctx.islands) == 1 and op != AVG:
+        return _run(ctx.inner, "all_reduce", send, recv, op=op)
+    island_reduce(ctx, send, recv, SUM if op == AVG else op)
+    if ctx.is_leader:
+        _leader_result(ctx, recv, op)
+    island_broadcast(ctx, recv)
+    return "hierarchical"
+
+
+def reduce(ctx, call):
+    """An all-reduce whose result only the root keeps (the other ranks' go to scratch)."""
+    recv = call.recv if call.recv is not None else ctx.scratch("reduce", call.send, call.send.count)
+    all_reduce(ctx, Call("all_reduce", call.send, recv, op=call.op, accuracy=call.accuracy))
+    return "hierarchical" if call.accuracy == "fast" else "host-staged"
+
+
+def broadcast(ctx, call):
+    buf, root = call.recv, call.root
+    root_island = ctx.islands.of(root)
+    at_root = ctx.island.index == root_island.index
+    if at_root:
+        island_broadcast(ctx, buf, root_island.ranks.index(root))
+    if ctx.is_leader and len(ctx.islands) > 1:
+        staged = ctx.stage_in(buf, "result") if at_root else ctx.host_scratch("result", buf, buf.count)
+        _run(ctx.leaders, "broadcast", recv=staged, root=root_island.index)
+        if not at_root:
+            ctx.stage_out(staged, buf)
+    if not at_root:
+        island_broadcast(ctx, buf)
+    return "hierarchical"
+
+
+def _island_major(ctx, count):
+    """(island, its first element in island-major order): blocks of `count` elements per rank, islands in index
+    order, each island's ranks in its order."""
+    offsets, at = [], 0
+    for island in ctx.islands:
+        offsets.append((island, at))
+        at += island.size * count
+    return offsets
+
+
+def all_gather(ctx, call):
+    send, recv = call.send, call.recv
+    if len(ctx.islands) == 1:
+        return _run(ctx.inner, "all_gather", send, recv)
+    count, size = send.count, ctx.size
+    gathered = ctx.scratch("gather", send, ctx.island.size * count)
+    island_all_gather(ctx, send, gathered)
+    if ctx.is_leader:
+        staged = ctx.stage_in(gathered, "gather")
+        every = ctx.host_scratch("every", send, size * count)
+        counts = np.array([island.size * count for island in ctx.islands], dtype=np.int64)
+        _run(ctx.leaders, "all_gather_v", staged, every, counts=counts)
+        ordered = ctx.host_scratch("result", send, size * count) if recv.memory != "host" else recv
+        src, dst, block = _bytes(every), _bytes(ordered), count * send.itemsize
+        for island, at in _island_major(ctx, count):
+            for i, rank in enumerate(island.ranks):
+                start = at * send.itemsize + i * block
+                dst[rank * block:(rank + 1) * block] = src[start:start + block]
+        ctx.stage_out(ordered, recv)
+    island_broadcast(ctx, recv)
+    return "hierarchical"
+
+
+def reduce_scatter(ctx, call):
+    send, recv, op = call.send, call.recv, call.op
+    if call.accuracy != "fast":
+        return flat(ctx, call)
+    if len(ctx.islands) == 1 and op != AVG:
+        return _run(ctx.inner, "reduce_scatter", send, recv, op=op)
+    count, itemsize = recv.count, recv.itemsize
+    block = count * itemsize
+    mine = ctx.scratch("island", recv, ctx.island.size * count)
+    if ctx.is_leader:
+        whole = ctx.scratch("whole", send, send.count)
+        island_reduce(ctx, send, whole, SUM if op == AVG else op)
+        staged = _bytes(ctx.stage_in(whole, "whole"))
+        by_island = ctx.host_scratch("by_island", send, send.count)
+        dst = _bytes(by_island)
+        for island, at in _island_major(ctx, count):
+            for i, rank in enumerate(island.ranks):
+                start = at * itemsize + i * block
+                dst[start:start + block] = staged[rank * block:(rank + 1) * block]
+        reduced = ctx.host_scratch("result", recv, ctx.island.size * count)
+        counts = np.array([island.size * count for island in ctx.islands], dtype=np.int64)
+        _run(ctx.leaders, "reduce_scatter_v", by_island, reduced, op=SUM if op == AVG else op, counts=counts)
+        if op == AVG:
+            _divide(reduced, ctx.size)
+        ctx.stage_out(reduced, mine)
+    else:
+        island_reduce(ctx, send, None, SUM if op == AVG else op)
+    island_broadcast(ctx, mine)
+    ctx.copy(recv.ptr, mine.ptr + ctx.island_rank * block, block)
+    return "hierarchical"
+
+
+def barrier(ctx, call):
+    """The call's description exchange, which every call starts with, already waited for every rank."""
+    return "host"
+
+
+def flat(ctx, call):
+    """Host-staged flat: every rank's input copied to the host, pycoll's schedule over every rank, the result
+    copied back (reduce: to the root only)."""
+    send, recv = call.send, call.recv
+    staged_send = ctx.stage_in(send, "send")
+    staged_recv = None
+    if recv is not None:
+        staged_recv = staged_send if recv is send else (
+            recv if recv.memory == "host" else ctx.host_scratch("recv", recv, recv.count))
+    _run(ctx.world, call.collective, staged_send, staged_recv, op=call.op, accuracy=call.accuracy, root=call.root)
+    if recv is not None:
+        ctx.stage_out(staged_recv, recv)
+    return "host-staged"
+
+
+SCHEDULES = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter, "all_gather": all_gather,
+             "broadcast": broadcast, "reduce": reduce, "barrier": barrier}

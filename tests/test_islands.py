@@ -1,0 +1,256 @@
+"""backend="auto" across islands, in real processes on this machine: host ranks, fake-NCCL ranks and fake-HCCL
+ranks in one job (tests/fakes: the fakes' "device" memory is host memory, copied through the fakes' cudaMemcpy
+and aclrtMemcpy). Integers must be exact, compensated floats within 1 ulp of the exact sum, every rank's result
+bitwise the same; refusals and mismatches are raised on every rank alike, and a killed rank reaches every other
+rank as PeerFailure within the deadline."""
+
+import functools
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes.vendor_harness import device_array, fakes_fixture, run_ranks, run_ranks_ok
+from multiproc import free_port
+
+fakes = fakes_fixture()
+
+COUNT = 1001
+# Islands whose ranks interleave (island ranks are not contiguous in the job), each of two ranks.
+SIX = ("cuda", "host", "npu", "cuda", "host", "npu")
+THREE = ("host", "cuda", "cuda")
+
+
+@pytest.fixture
+def env(fakes, tmp_path):
+    return {**fakes("nccl"), **fakes("hccl"), "FAKE_COLL_DIR": str(tmp_path)}
+
+
+def _init(devices, port, rank, world, timeout=20.0):
+    import pycoll
+    return pycoll.init("auto", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
+                       device=devices[rank], timeout=timeout)
+
+
+def _ints(rank, count, dtype, low=-20, high=20):
+    return (np.arange(count, dtype=np.int64) * (rank + 3) % (high - low) + low).astype(dtype)
+
+
+def _floats(rank, count, dtype):
+    """Values over many decades of both signs (fewer for float16): a sum that loses digits in any plain order."""
+    rng = np.random.default_rng(rank)
+    decades = 3 if np.dtype(dtype).itemsize == 2 else 7
+    return (rng.standard_normal(count) * 10.0 ** rng.integers(-3, decades, count)).astype(dtype)
+
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def _collectives_rank(devices, port, rank, world):
+    """Every supported collective on this rank's kind of array; what each returned, and what was refused."""
+    comm = _init(devices, port, rank, world)
+    kind = devices[rank]
+
+    def on_device(arr):
+        return device_array(kind, arr)
+
+    out = {"islands": str(comm.islands), "island_ranks": [i.ranks for i in comm.islands]}
+    for name, dtype, op in (("sum", np.int32, "sum"), ("max", np.int64, "max"), ("min", np.int8, "min"),
+                            ("avg", np.int32, "avg"), ("prod", np.int32, "prod")):
+        x = _ints(rank, COUNT, dtype, *((1, 3) if op == "prod" else ()))
+        comm.all_reduce(on_device(x), op)
+        out[f"all_reduce/{name}"] = x
+    x, y = _ints(rank, COUNT, np.int64), np.zeros(COUNT, np.int64)
+    comm.all_reduce(on_device(x), out=on_device(y))
+    out["all_reduce/out"], out["all_reduce/x_kept"] = y, x
+    for op in ("sum", "avg"):
+        x, y = _ints(rank, 7 * world, np.int32), np.zeros(7, np.int32)
+        comm.reduce_scatter(on_device(x), on_device(y), op)
+        out[f"reduce_scatter/{op}"] = y
+    for dtype in (np.int32, np.float64):
+        x, y = _ints(rank, 5, dtype), np.zeros(5 * world, dtype)
+        comm.all_gather(on_device(x), on_device(y))
+        out[f"all_gather/{np.dtype(dtype).name}"] = y
+    for root in (0, 4, 5):
+        x = _ints(rank, COUNT, np.int64)
+        comm.broadcast(on_device(x), root=root)
+        out[f"broadcast/{root}"] = x
+    x = _ints(rank, COUNT, np.int32)
+    comm.reduce(on_device(x), root=5)
+    out["reduce/5"] = x
+    comm.barrier()
+    for dtype in (np.float16, np.float32, np.float64):
+        x = _floats(rank, COUNT, dtype)
+        comm.all_reduce(on_device(x), accuracy="compensated")
+        out[f"compensated/all_reduce/{np.dtype(dtype).name}"] = x
+    x, y = _floats(rank, 3 * world, np.float32), np.zeros(3, np.float32)
+    comm.reduce_scatter(on_device(x), on_device(y), accuracy="compensated")
+    out["compensated/reduce_scatter"] = y
+    x = _floats(rank, COUNT, np.float32)
+    comm.reduce(on_device(x), root=2, accuracy="compensated")
+    out["compensated/reduce/2"] = x
+    x = _ints(rank, COUNT, np.int32)
+    comm.all_reduce(on_device(x), async_op=True).wait()
+    out["async"] = x
+    # Refused before any data moves, on every rank alike: HCCL reduces no float64 and no uint8; and what does
+    # not run across islands yet.
+    out["refused/float64"] = _error(lambda: comm.all_reduce(on_device(np.ones(4, np.float64))))
+    out["refused/uint8"] = _error(lambda: comm.all_reduce(on_device(np.ones(4, np.uint8)), "max"))
+    out["refused/all_to_all"] = _error(lambda: comm.all_to_all(on_device(np.ones(world, np.int32)),
+                                                               on_device(np.ones(world, np.int32))))
+    out["refused/split"] = _error(lambda: comm.split(0))
+    x = _ints(rank, 4, np.int32)
+    comm.all_reduce(on_device(x))  # still usable
+    out["after_refusals"] = x
+    comm.close()
+    return out
+
+
+def _exact_sums(arrays):
+    """Per element: the exact sum (math.fsum), rounded once to float64."""
+    return np.array([math.fsum(column) for column in np.stack([a.astype(np.float64) for a in arrays]).T])
+
+
+def _within_one_ulp(got, arrays):
+    exact = _exact_sums(arrays)
+    nearest = exact.astype(got.dtype)
+    return np.all(np.abs(got.astype(np.float64) - exact) <= np.spacing(np.abs(nearest)).astype(np.float64))
+
+
+def _trunc_div(total, n):
+    return np.where(total < 0, -(np.abs(total) // n), total // n)
+
+
+def _check_collectives(outs, devices):
+    world = len(devices)
+    ranks = range(world)
+    for rank in ranks:
+        assert outs[rank]["islands"] == outs[0]["islands"]
+    for key in outs[0]:
+        if isinstance(outs[0][key], np.ndarray):
+            for rank in ranks:  # every rank bitwise the same (but what each rank keeps of its own)
+                if not key.startswith(("reduce", "compensated/reduce", "all_reduce/x_kept")):
+                    assert outs[rank][key].tobytes() == outs[0][key].tobytes(), (key, rank)
+    ints = {dtype: [_ints(r, COUNT, dtype).astype(np.int64) for r in ranks] for dtype in (np.int32, np.int64)}
+    got = outs[0]
+    np.testing.assert_array_equal(got["all_reduce/sum"], sum(ints[np.int32]).astype(np.int32))
+    np.testing.assert_array_equal(got["all_reduce/max"], np.max(ints[np.int64], axis=0))
+    np.testing.assert_array_equal(got["all_reduce/min"], np.min([_ints(r, COUNT, np.int8) for r in ranks], axis=0))
+    np.testing.assert_array_equal(got["all_reduce/avg"], _trunc_div(sum(ints[np.int32]), world))
+    np.testing.assert_array_equal(got["all_reduce/prod"],
+                                  np.prod([_ints(r, COUNT, np.int64, 1, 3) for r in ranks], axis=0))
+    np.testing.assert_array_equal(got["all_reduce/out"], sum(ints[np.int64]))
+    for rank in ranks:
+        np.testing.assert_array_equal(outs[rank]["all_reduce/x_kept"], ints[np.int64][rank])
+        whole = sum(_ints(r, 7 * world, np.int64) for r in ranks)[rank * 7:(rank + 1) * 7]
+        np.testing.assert_array_equal(outs[rank]["reduce_scatter/sum"], whole)
+        np.testing.assert_array_equal(outs[rank]["reduce_scatter/avg"], _trunc_div(whole, world))
+    for dtype in ("int32", "float64"):
+        np.testing.assert_array_equal(got[f"all_gather/{dtype}"],
+                                      np.concatenate([_ints(r, 5, dtype) for r in ranks]))
+    for root in (0, 4, 5):
+        np.testing.assert_array_equal(got[f"broadcast/{root}"], ints[np.int64][root])
+    np.testing.assert_array_equal(outs[5]["reduce/5"], sum(ints[np.int32]))
+    for rank in range(5):
+        np.testing.assert_array_equal(outs[rank]["reduce/5"], ints[np.int32][rank])  # off the root: unchanged
+    for dtype in ("float16", "float32", "float64"):
+        assert _within_one_ulp(got[f"compensated/all_reduce/{dtype}"], [_floats(r, COUNT, dtype) for r in ranks])
+    for rank in ranks:
+        whole = [_floats(r, 3 * world, np.float32)[rank * 3:(rank + 1) * 3] for r in ranks]
+        assert _within_one_ulp(outs[rank]["compensated/reduce_scatter"], whole)
+    assert _within_one_ulp(outs[2]["compensated/reduce/2"], [_floats(r, COUNT, np.float32) for r in ranks])
+    np.testing.assert_array_equal(got["async"], sum(ints[np.int32]))
+    np.testing.assert_array_equal(got["after_refusals"], sum(_ints(r, 4, np.int64) for r in ranks))
+
+
+@pytest.mark.timeout(90)
+def test_two_nccl_two_hccl_two_host_ranks_run_every_collective_exactly(env):
+    outs = run_ranks_ok(functools.partial(_collectives_rank, SIX, free_port()), len(SIX), env, timeout=80)
+    assert outs[0]["island_ranks"] == [(0, 3), (1, 4), (2, 5)]
+    assert "nccl (cuda memory) on host 0, ranks [0,3]" in outs[0]["islands"]
+    assert "hccl (npu memory) on host 0, ranks [2,5]" in outs[0]["islands"]
+    _check_collectives(outs, SIX)
+    for rank, out in enumerate(outs):
+        assert out["refused/float64"][0] == "TypeError" and "HCCL" in out["refused/float64"][1], out
+        assert out["refused/uint8"][0] == "TypeError" and "uint8" in out["refused/uint8"][1], out
+        assert out["refused/all_to_all"][0] == "NotImplementedError", out
+        assert "across islands" in out["refused/all_to_all"][1]
+        assert out["refused/split"][0] == "NotImplementedError", out
+
+
+def _small_mix_rank(devices, port, rank, world):
+    """One host rank and two NCCL ranks: no HCCL, so float64 reduces; then ranks that disagree on a count."""
+    comm = _init(devices, port, rank, world)
+    kind = devices[rank]
+    x = _floats(rank, COUNT, np.float64)
+    comm.all_reduce(device_array(kind, x))
+    y = _ints(rank, 6, np.int32)
+    gathered = np.zeros(6 * world, np.int32)
+    comm.all_gather(device_array(kind, y), device_array(kind, gathered))
+    mismatch = _error(lambda: comm.all_reduce(device_array(kind, np.ones(8 if rank != 2 else 4, np.int32))))
+    z = np.full(3, rank + 1, np.int32)
+    comm.all_reduce(device_array(kind, z))  # the mismatch was caught before any data moved
+    comm.close()
+    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z,
+            "islands": [(i.backend, i.ranks) for i in comm.islands]}
+
+
+@pytest.mark.timeout(60)
+def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
+    outs = run_ranks_ok(functools.partial(_small_mix_rank, THREE, free_port()), 3, env, timeout=50)
+    assert outs[0]["islands"] == [("cpu", (0,)), ("nccl", (1, 2))]
+    for out in outs:
+        assert out["float64"].tobytes() == outs[0]["float64"].tobytes()
+        np.testing.assert_array_equal(out["gathered"], np.concatenate([_ints(r, 6, np.int32) for r in range(3)]))
+        kind, message = out["mismatch"]
+        assert kind == "MismatchError", out["mismatch"]
+        assert "8 elements" in message and "rank 2" in message and "4 elements" in message, message
+        np.testing.assert_array_equal(out["after"], np.full(3, 6))
+    np.testing.assert_allclose(outs[0]["float64"], sum(_floats(r, COUNT, np.float64) for r in range(3)),
+                               rtol=1e-12, atol=1e-9)
+
+
+def _killed_rank(devices, port, victim, rank, world):
+    comm = _init(devices, port, rank, world, timeout=8.0)
+    x = np.ones(COUNT, np.float32)
+    comm.all_reduce(device_array(devices[rank], x))
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    error = _error(lambda: comm.all_reduce(device_array(devices[rank], x)))
+    return error, time.monotonic() - start
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("victim", [3, 2], ids=["nccl-member", "hccl-leader"])
+def test_a_killed_rank_reaches_every_island_as_peer_failure(env, victim):
+    results = run_ranks(functools.partial(_killed_rank, SIX, free_port(), victim), len(SIX), env, timeout=40,
+                        wait_for=len(SIX) - 1)
+    assert victim not in results
+    for rank, (status, value) in results.items():
+        assert status == "ok", value
+        (kind, message), elapsed = value
+        assert kind == "PeerFailure", (rank, kind, message)
+        assert elapsed < 8.0, (rank, elapsed)
+
+
+@pytest.mark.timeout(90)
+def test_the_readme_mixed_example_runs_on_the_fakes_and_says_which_islands_it_formed(env, tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "mixed_islands.py"
+    done = subprocess.run([sys.executable, "-m", "pycoll", "run", "-n", "6", str(example)], cwd=tmp_path,
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "6 ranks formed 3 islands" in done.stdout, done.stdout
+    assert "nccl (cuda memory) on host 0, ranks [0,1]" in done.stdout, done.stdout
+    for rank, kind in enumerate(("cuda", "cuda", "npu", "npu", "host", "host")):
+        assert f"rank {rank} ({kind}, " in done.stdout and "-> [21.0, 21.0, 21.0, 21.0]" in done.stdout, done.stdout
