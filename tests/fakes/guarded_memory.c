@@ -37,7 +37,7 @@ static const uint64_t MAGIC = 0x70636f6c6c677264ull; /* "pcollgrd" */
 typedef struct block {
     uint64_t magic;
     int64_t nbytes;
-    struct block *prev, *next; /* the live blocks, to bound-check ranges */
+    struct block *next; /* the live blocks, to bound-check ranges and to know our own at free */
     unsigned char front[CANARY_BYTES];
 } block_t; /* the data follows, then CANARY_BYTES of back canary */
 
@@ -168,10 +168,7 @@ static void *g_alloc(int64_t nbytes)
     memset(data_of(b) + nbytes, CANARY, CANARY_BYTES);
     call_once(&lock_once, init_lock);
     mtx_lock(&lock);
-    b->prev = NULL;
     b->next = live;
-    if (live)
-        live->prev = b;
     live = b;
     mtx_unlock(&lock);
     counts[G_ALLOC]++;
@@ -187,17 +184,13 @@ static void g_free(void *p)
     block_t *b = (block_t *)p - 1;
     call_once(&lock_once, init_lock);
     mtx_lock(&lock);
-    block_t *found = live;
-    while (found && found != b)
-        found = found->next;
-    if (found) {
-        if (b->prev)
-            b->prev->next = b->next;
-        else
-            live = b->next;
-        if (b->next)
-            b->next->prev = b->prev;
-    }
+    /* free walks the list anyway, to know the block for one of its own: a singly linked list unlinks as it goes */
+    block_t **at = &live;
+    while (*at && *at != b)
+        at = &(*at)->next;
+    block_t *found = *at;
+    if (found)
+        *at = b->next;
     mtx_unlock(&lock);
     if (!found || b->magic != MAGIC || !canaries_intact(b)) {
         counts[G_CORRUPT]++; /* not one of ours, or overrun: leak it rather than free what we do not own */
