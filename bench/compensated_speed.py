@@ -95,14 +95,21 @@ def machine():
             f"{platform.python_version()}, numpy {np.__version__}, pycoll {pycoll.__version__}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def job_parser(doc, iters, warmup, out):
+    """The options of a speed benchmark run as jobs of ranks: world sizes, timed and warm-up rounds, where the
+    table goes, and the hidden --rank its ranks are started with."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("-n", type=int, nargs="*", default=[2, 4], help="world sizes")
-    parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 4, 16, 64])
-    parser.add_argument("--iters", type=int, default=7)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--out", default="bench/results/compensated_speed.md")
+    parser.add_argument("--iters", type=int, default=iters)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--out", default=out)
     parser.add_argument("--rank", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    parser = job_parser(__doc__, iters=7, warmup=2, out="bench/results/compensated_speed.md")
+    parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 4, 16, 64])
     args = parser.parse_args(argv)
     if args.rank:
         return rank_main(json.loads(args.rank))

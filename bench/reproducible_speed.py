@@ -9,13 +9,12 @@ the machine is doing; each time is the median over iterations of rank 0's wall t
 of its all-reduce. Target: reproducible <= 2x fast from 1 MiB up.
 """
 
-import argparse
 import json
 import os
 import sys
 import time
 
-from compensated_speed import machine, median_times, rank_rows, run_job
+from compensated_speed import job_parser, machine, median_times, rank_rows, run_job
 
 MODES = ("fast", "compensated", "reproducible")
 DTYPES = ("float32", "float64")
@@ -44,15 +43,10 @@ def size_name(kib):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, nargs="*", default=[2, 4], help="world sizes")
+    parser = job_parser(__doc__, iters=5, warmup=1, out="bench/results/reproducible.md")
     parser.add_argument("--sizes-kib", type=int, nargs="*", default=[1, 64, 1024, 4096, 16384, 65536])
     parser.add_argument("--backend", default="shm")
     parser.add_argument("--algorithm", default="auto")
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", default="bench/results/reproducible.md")
-    parser.add_argument("--rank", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank:
         return rank_main(json.loads(args.rank))
