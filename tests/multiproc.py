@@ -110,6 +110,12 @@ def backend_fixture(names):
     return backend
 
 
+def assert_all_ok(reports):
+    """Every rank's report says "ok" (the first that does not is shown)."""
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+
+
 def scenario_reports(n, script, scenario, timeout=30.0, ranks=None):
     """Run `script scenario` on n ranks and return the reports of `ranks` (default: all)."""
     with Ranks(n, script, scenario, timeout=timeout) as job:
