@@ -128,3 +128,10 @@ def scenario_runner(script):
     def run(n, scenario, timeout=30.0, ranks=None):
         return scenario_reports(n, script, scenario, timeout, ranks)
     return run
+
+
+def scenario_module(script, backends):
+    """For a module whose tests all start the same worker script, each test once per backend: the fixture
+    `backend` (backend_fixture) and run (scenario_runner). In a test module:
+    backend, run = scenario_module("p2p_worker.py", ["tcp", "shm"])."""
+    return backend_fixture(backends), scenario_runner(script)

@@ -4,10 +4,9 @@ collectives, tag and length disagreements and a message met by a collective name
 anything is sent, a dead sender reported."""
 
 import pytest
-from multiproc import assert_all_ok, backend_fixture, scenario_runner
+from multiproc import assert_all_ok, scenario_module
 
-backend = backend_fixture(["tcp", "shm"])
-run = scenario_runner("p2p_worker.py")
+backend, run = scenario_module("p2p_worker.py", ["tcp", "shm"])
 
 
 @pytest.mark.timeout(120)

@@ -4,10 +4,9 @@ interleaved (blocking and async) as hybrid parallelism does, disagreements insid
 named instead of hanging, a dead rank reaching every group, closing, and threads."""
 
 import pytest
-from multiproc import assert_all_ok, backend_fixture, scenario_runner
+from multiproc import assert_all_ok, scenario_module
 
-backend = backend_fixture(["tcp", "shm", "cpu"])
-run = scenario_runner("split_worker.py")
+backend, run = scenario_module("split_worker.py", ["tcp", "shm", "cpu"])
 
 
 @pytest.mark.timeout(150)
