@@ -9,25 +9,18 @@ busy machine), serial, overlapped, their ratio, the best ratio possible (max(all
 how long issuing the async call took.
 """
 
-import argparse
 import statistics
 import time
 
 import numpy as np
+from rank_timing import job_line, repeats_parser, timed
 
 import pycoll
 
 
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = repeats_parser(__doc__)
     parser.add_argument("--mib", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     with pycoll.init() as comm:
         x = np.ones(args.mib << 18, np.float32)
@@ -61,8 +54,7 @@ def main():
         if comm.rank == 0:
             med = {k: statistics.median(v) * 1e3 for k, v in
                    (("alone", alone), ("slept", slept), ("serial", serial), ("overlapped", overlapped))}
-            print(f"{comm.size} ranks, backend {comm.backend} ({getattr(comm._engine, 'transport', comm.backend)}), "
-                  f"{args.mib} MiB float32 sum, wait {wait_s * 1e3:.1f} ms, median of {args.repeats}")
+            print(f"{job_line(comm)}, {args.mib} MiB float32 sum, wait {wait_s * 1e3:.1f} ms, median of {args.repeats}")
             print("| all_reduce alone (ms) | wait alone (ms) | serial: all_reduce + wait (ms) | "
                   "overlapped: async + wait (ms) | overlapped / serial | best possible | issuing async_op=True (us) |")
             print("|---:|---:|---:|---:|---:|---:|---:|")

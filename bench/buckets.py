@@ -9,11 +9,10 @@ identical results (checked every step).
 Rank 0 prints a Markdown table of median step times and the ratios to per-array all-reduces.
 """
 
-import argparse
 import statistics
-import time
 
 import numpy as np
+from rank_timing import job_line, repeats_parser, timed
 
 import pycoll
 
@@ -21,8 +20,7 @@ SHAPES = [(64,), (256, 4), (17,), (32, 32), (1,), (512,), (8, 8, 8), (1000,), (3
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
+    parser = repeats_parser(__doc__)
     parser.add_argument("--bucket-mib", type=float, default=25)
     args = parser.parse_args()
     with pycoll.init() as comm:
@@ -61,18 +59,16 @@ def main():
         for repeat in range(args.repeats + 2):
             for name, step in steps.items():
                 comm.barrier()
-                start = time.perf_counter()
-                step()
+                elapsed = timed(step)
                 if repeat >= 2:  # the first two are warm-up
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(elapsed)
             for a, b, c, d in zip(per_array, async_arrays, bucketed, tree_out):
                 assert np.array_equal(a, b) and np.array_equal(a, c) and np.array_equal(a, d), "results differ"
         if comm.rank == 0:
             base = statistics.median(times["per-array all_reduce"])
             nbytes = sum(d.nbytes for d in data)
-            print(f"{comm.size} ranks, backend {comm.backend} ({getattr(comm._engine, 'transport', comm.backend)}), "
-                  f"{len(data)} float32 arrays, {nbytes / 1024:.0f} KiB in all, {buckets.bucket_count} bucket(s), "
-                  f"median of {args.repeats} steps; results identical in every step")
+            print(f"{job_line(comm)}, {len(data)} float32 arrays, {nbytes / 1024:.0f} KiB in all, "
+                  f"{buckets.bucket_count} bucket(s), median of {args.repeats} steps; results identical in every step")
             print("| method | step (ms) | / per-array all_reduce |")
             print("|---|---:|---:|")
             for name, samples in times.items():

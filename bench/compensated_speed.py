@@ -23,39 +23,58 @@ DTYPES = ("float32", "float64")
 TARGET = 1.8
 
 
-def rank_main(plan):
+def median_times(comm, x, modes, algorithm, plan):
+    """Rank's median seconds from a barrier to the end of an all-reduce of a copy of x, per accuracy mode, the
+    modes alternating call by call after plan["warmup"] rounds, over plan["iters"] rounds."""
+    times = {mode: [] for mode in modes}
+    for i in range(plan["warmup"] + plan["iters"]):
+        for mode in modes:
+            y = x.copy()
+            comm.barrier()
+            t0 = time.perf_counter()
+            comm.all_reduce(y, algorithm=algorithm, accuracy=mode)
+            if i >= plan["warmup"]:
+                times[mode].append(time.perf_counter() - t0)
+    return {mode: float(np.median(samples)) for mode, samples in times.items()}
+
+
+def rank_rows(plan, sizes, rows_of):
+    """One rank's part of a job: for each size (its label -> bytes) and each of plan["dtypes"], the rows
+    rows_of(comm, label, dtype, x) gives, x this rank's standard normal data; rank 0 writes them to plan["out"]."""
     import pycoll
 
     rows = []
     with pycoll.init(timeout=300.0) as comm:
         rng = np.random.default_rng(comm.rank)
-        for mib in plan["sizes_mib"]:
+        for label, nbytes in sizes.items():
             for dtype in plan["dtypes"]:
-                x = rng.standard_normal((mib << 20) // np.dtype(dtype).itemsize).astype(dtype)
-                for algorithm in plan["algorithms"]:
-                    times = {"fast": [], "compensated": []}
-                    for i in range(plan["warmup"] + plan["iters"]):
-                        for accuracy in ("fast", "compensated"):
-                            y = x.copy()
-                            comm.barrier()
-                            t0 = time.perf_counter()
-                            comm.all_reduce(y, algorithm=algorithm, accuracy=accuracy)
-                            if i >= plan["warmup"]:
-                                times[accuracy].append(time.perf_counter() - t0)
-                    fast, comp = (float(np.median(times[a])) for a in ("fast", "compensated"))
-                    rows.append({"world": comm.size, "mib": mib, "dtype": dtype, "algorithm": algorithm,
-                                 "fast_ms": fast * 1e3, "compensated_ms": comp * 1e3, "ratio": comp / fast})
+                x = rng.standard_normal(nbytes // np.dtype(dtype).itemsize).astype(dtype)
+                rows += rows_of(comm, label, dtype, x)
         if comm.rank == 0:
             with open(plan["out"], "w") as f:
                 json.dump(rows, f)
 
 
-def run(world, plan):
+def rank_main(plan):
+    def rows_of(comm, mib, dtype, x):
+        rows = []
+        for algorithm in plan["algorithms"]:
+            s = median_times(comm, x, ("fast", "compensated"), algorithm, plan)
+            rows.append({"world": comm.size, "mib": mib, "dtype": dtype, "algorithm": algorithm,
+                         "fast_ms": s["fast"] * 1e3, "compensated_ms": s["compensated"] * 1e3,
+                         "ratio": s["compensated"] / s["fast"]})
+        return rows
+
+    rank_rows(plan, {mib: mib << 20 for mib in plan["sizes_mib"]}, rows_of)
+
+
+def run_job(script, world, plan, timeout):
+    """Run script's rank_main(plan) over `world` ranks; the rows rank 0 wrote."""
     from pycoll.launcher import launch
 
     with tempfile.TemporaryDirectory(prefix="pycoll-speed-") as tmp:
         plan = dict(plan, out=os.path.join(tmp, "rows.json"))
-        code = launch([sys.executable, os.path.abspath(__file__), "--rank", json.dumps(plan)], world, timeout=1200)
+        code = launch([sys.executable, os.path.abspath(script), "--rank", json.dumps(plan)], world, timeout=timeout)
         if code != 0:
             raise SystemExit(f"the {world}-rank job exited with {code}")
         with open(plan["out"]) as f:
@@ -76,14 +95,21 @@ def machine():
             f"{platform.python_version()}, numpy {np.__version__}, pycoll {pycoll.__version__}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def job_parser(doc, iters, warmup, out):
+    """The options of a speed benchmark run as jobs of ranks: world sizes, timed and warm-up rounds, where the
+    table goes, and the hidden --rank its ranks are started with."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("-n", type=int, nargs="*", default=[2, 4], help="world sizes")
-    parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 4, 16, 64])
-    parser.add_argument("--iters", type=int, default=7)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--out", default="bench/results/compensated_speed.md")
+    parser.add_argument("--iters", type=int, default=iters)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--out", default=out)
     parser.add_argument("--rank", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    parser = job_parser(__doc__, iters=7, warmup=2, out="bench/results/compensated_speed.md")
+    parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 4, 16, 64])
     args = parser.parse_args(argv)
     if args.rank:
         return rank_main(json.loads(args.rank))
@@ -91,7 +117,7 @@ def main(argv=None):
     plan = {"sizes_mib": args.sizes_mib, "dtypes": list(DTYPES), "algorithms": list(ALGORITHMS),
             "iters": args.iters, "warmup": args.warmup}
     start = time.monotonic()
-    rows = [row for world in args.n for row in run(world, plan)]
+    rows = [row for world in args.n for row in run_job(__file__, world, plan, timeout=1200)]
     command = "python bench/compensated_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     over = [r for r in rows if r["ratio"] > TARGET]
     lines = [

@@ -9,15 +9,12 @@ the machine is doing; each time is the median over iterations of rank 0's wall t
 of its all-reduce. Target: reproducible <= 2x fast from 1 MiB up.
 """
 
-import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
-import numpy as np
-from compensated_speed import machine
+from compensated_speed import job_parser, machine, median_times, rank_rows, run_job
 
 MODES = ("fast", "compensated", "reproducible")
 DTYPES = ("float32", "float64")
@@ -34,42 +31,11 @@ WHERE_THE_TIME_GOES = (
 
 
 def rank_main(plan):
-    import pycoll
+    def rows_of(comm, kib, dtype, x):
+        ms = {mode: s * 1e3 for mode, s in median_times(comm, x, MODES, plan["algorithm"], plan).items()}
+        return [{"world": comm.size, "kib": kib, "dtype": dtype, "ms": ms, "ratio": ms["reproducible"] / ms["fast"]}]
 
-    rows = []
-    with pycoll.init(timeout=300.0) as comm:
-        rng = np.random.default_rng(comm.rank)
-        for kib in plan["sizes_kib"]:
-            for dtype in plan["dtypes"]:
-                x = rng.standard_normal((kib << 10) // np.dtype(dtype).itemsize).astype(dtype)
-                times = {mode: [] for mode in MODES}
-                for i in range(plan["warmup"] + plan["iters"]):
-                    for mode in MODES:
-                        y = x.copy()
-                        comm.barrier()
-                        t0 = time.perf_counter()
-                        comm.all_reduce(y, algorithm=plan["algorithm"], accuracy=mode)
-                        if i >= plan["warmup"]:
-                            times[mode].append(time.perf_counter() - t0)
-                ms = {mode: float(np.median(times[mode])) * 1e3 for mode in MODES}
-                rows.append({"world": comm.size, "kib": kib, "dtype": dtype, "ms": ms,
-                             "ratio": ms["reproducible"] / ms["fast"]})
-        if comm.rank == 0:
-            with open(plan["out"], "w") as f:
-                json.dump(rows, f)
-
-
-def run(world, plan, backend):
-    from pycoll.launcher import launch
-
-    with tempfile.TemporaryDirectory(prefix="pycoll-repro-") as tmp:
-        plan = dict(plan, out=os.path.join(tmp, "rows.json"))
-        os.environ["PYCOLL_BACKEND"] = backend
-        code = launch([sys.executable, os.path.abspath(__file__), "--rank", json.dumps(plan)], world, timeout=1800)
-        if code != 0:
-            raise SystemExit(f"the {world}-rank job exited with {code}")
-        with open(plan["out"]) as f:
-            return json.load(f)
+    rank_rows(plan, {kib: kib << 10 for kib in plan["sizes_kib"]}, rows_of)
 
 
 def size_name(kib):
@@ -77,15 +43,10 @@ def size_name(kib):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, nargs="*", default=[2, 4], help="world sizes")
+    parser = job_parser(__doc__, iters=5, warmup=1, out="bench/results/reproducible.md")
     parser.add_argument("--sizes-kib", type=int, nargs="*", default=[1, 64, 1024, 4096, 16384, 65536])
     parser.add_argument("--backend", default="shm")
     parser.add_argument("--algorithm", default="auto")
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", default="bench/results/reproducible.md")
-    parser.add_argument("--rank", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank:
         return rank_main(json.loads(args.rank))
@@ -94,7 +55,8 @@ def main(argv=None):
             "iters": args.iters, "warmup": args.warmup}
     load = os.getloadavg()[0]
     start = time.monotonic()
-    rows = [row for world in args.n for row in run(world, plan, args.backend)]
+    os.environ["PYCOLL_BACKEND"] = args.backend
+    rows = [row for world in args.n for row in run_job(__file__, world, plan, timeout=1800)]
     command = "python bench/reproducible_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     over = [r for r in rows if r["kib"] >= 1024 and r["ratio"] > TARGET]
     lines = [

@@ -110,15 +110,15 @@ def _counts_per_rank(counts, size):
 
 
 def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
-             algorithms_out=None, guarded_memory=False, hosts=None, counts=None):
+             algorithms_out=None, memory_table=0, hosts=None, counts=None):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
     the exception's rank_errors lists each rank's own error (or None). segment_bytes is every rank's
     communicator option (None: PYCOLL_RING_SEGMENT_BYTES, else the default). A list passed as algorithms_out
-    receives the algorithm each rank's communicator ran (its last_algorithm). guarded_memory (a test hook): the
-    ranks' transports hand the schedules the guarded test memory table (pycoll/p2p.h) instead of the host's, as a
-    device transport would its device's; pycoll._bindings.sim.guarded_memory_count reads its counters. hosts: which
+    receives the algorithm each rank's communicator ran (its last_algorithm). memory_table (a test hook): the
+    address of a memory table (native/algorithms/reduction.h) the ranks' transports hand the schedules instead of
+    the host's, as a device transport would its device's (tests/fakes/guarded_memory.c); 0: the host's. hosts: which
     simulated host each rank is on (hosts[r] for rank r, any labels; None: one host), as a communicator learns
     it at rendezvous: it shapes the hierarchical all-reduce. counts: the _v collectives' per-rank element counts
     (size ints; or one list per rank, to make ranks disagree): all_gather_v's inputs[r] holds counts[r]
@@ -165,7 +165,7 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
         segment_bytes = segment_bytes_from_env()
     elif not segment_bytes > 0:
         raise ValueError(f"segment_bytes must be > 0, got {segment_bytes!r}")
-    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes), bool(guarded_memory),
+    status, message, rank_errors = _sim.run(calls, float(timeout), int(segment_bytes), int(memory_table),
                                             _host_ids(hosts, size))
     if algorithms_out is not None:
         algorithms_out[:] = [name for *_, name in rank_errors]

@@ -110,6 +110,12 @@ def backend_fixture(names):
     return backend
 
 
+def assert_all_ok(reports):
+    """Every rank's report says "ok" (the first that does not is shown)."""
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+
+
 def scenario_reports(n, script, scenario, timeout=30.0, ranks=None):
     """Run `script scenario` on n ranks and return the reports of `ranks` (default: all)."""
     with Ranks(n, script, scenario, timeout=timeout) as job:
@@ -122,3 +128,10 @@ def scenario_runner(script):
     def run(n, scenario, timeout=30.0, ranks=None):
         return scenario_reports(n, script, scenario, timeout, ranks)
     return run
+
+
+def scenario_module(script, backends):
+    """For a module whose tests all start the same worker script, each test once per backend: the fixture
+    `backend` (backend_fixture) and run (scenario_runner). In a test module:
+    backend, run = scenario_module("p2p_worker.py", ["tcp", "shm"])."""
+    return backend_fixture(backends), scenario_runner(script)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from fakes.vendor_harness import FAKES, compile_shared
 
 REQUIRE = os.environ.get("PYCOLL_TEST_REQUIRE_NVIDIA") == "1"
 
@@ -53,12 +53,8 @@ def compiler(language: str = "c") -> str:
 def build_fake_cuda_driver(out_dir: Path, async_alloc: bool = True) -> str:
     """tests/fakes/fake_cuda_driver.c built into out_dir (skips the test where there is no C compiler); without
     async_alloc, a driver older than CUDA 11.2: no cuMemAllocAsync / cuMemFreeAsync."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake CUDA driver")
-    out = out_dir / "libfake_cuda.so"
-    source = Path(__file__).resolve().parent / "fakes" / "fake_cuda_driver.c"
     old = [] if async_alloc else ["-DFAKE_CUDA_NO_ASYNC_ALLOC"]
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", *old, "-shared", "-fPIC", "-o", str(out),
-                    str(source), "-lpthread"], check=True)
-    return str(out)
+    out = compile_shared(out_dir / "libfake_cuda.so", [FAKES / "fake_cuda_driver.c"], old)
+    if out is None:
+        pytest.skip("no C compiler to build the fake CUDA driver")
+    return out

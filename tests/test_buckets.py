@@ -6,7 +6,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from multiproc import Ranks, free_port
+from multiproc import Ranks, assert_all_ok, free_port
 
 import pycoll
 
@@ -75,8 +75,7 @@ def test_buckets_give_the_per_array_all_reduce_results_on_every_rank(n, bucket_b
     with Ranks(n, "buckets_worker.py", env={"TEST_BUCKET_BYTES": str(bucket_bytes), "TEST_ARRAY_KIND": kind}) \
             as ranks:
         reports = ranks.reports()
-    for rep in reports.values():
-        assert rep.get("ok"), rep
+    assert_all_ok(reports)
     assert len({rep["buckets"] for rep in reports.values()}) == 1
 
 

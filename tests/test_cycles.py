@@ -4,10 +4,9 @@ receives that merely wait are not mistaken for one; the user's first collective 
 internal init broadcast is numbered apart); communicators are named by their members."""
 
 import pytest
-from multiproc import backend_fixture, scenario_runner
+from multiproc import scenario_module
 
-backend = backend_fixture(["tcp", "shm"])
-run = scenario_runner("cycle_worker.py")
+backend, run = scenario_module("cycle_worker.py", ["tcp", "shm"])
 
 
 @pytest.mark.timeout(60)

@@ -3,7 +3,8 @@ HcclBatchSendRecv, so pycoll_vendor_send_recv and pycoll's own schedules (native
 over NCCL; the symbols older CANN lacks (HcclGetErrorString, HcclGetCommAsyncError, HcclBatchSendRecv) are
 optional; newer HcclResult codes are named; teardown threads set the ACL context first. Against the fake
 libhccl (tests/fakes/fake_hccl.c) in real processes. Its "NPU" memory is host memory, which pycoll's
-guarded test memory table (PYCOLL_TEST_GUARDED_MEMORY) stands in for a device kernel table on."""
+guarded test memory table (tests/fakes/guarded_memory.c, through PYCOLL_TEST_MEMORY_TABLE) stands in for a device
+kernel table on."""
 
 import functools
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import guarded_memory
 from fakes.vendor_harness import (
     buffer,
     fake_library_env,
@@ -28,6 +30,11 @@ SUM = 0
 BUFFER = 16 * 1024
 
 fake_env, env = vendor_fixtures("hccl")
+
+
+def _guarded_table():
+    """The variable that makes the guarded test table the transport's table for "NPU" memory."""
+    return {guarded_memory.VARIABLE: guarded_memory.library_path()}
 
 
 def _ptr(a):
@@ -76,7 +83,7 @@ def _own_rank(rank, world):
 @pytest.mark.parametrize("world", [2, 3])
 def test_own_schedules_and_compensated_ring_run_over_hccl(env, world):
     outs = run_ranks_ok(_own_rank, world,
-                        dict(env, FAKE_P2P_BUFFER_BYTES=str(BUFFER), PYCOLL_TEST_GUARDED_MEMORY="1"), timeout=80)
+                        dict(env, FAKE_P2P_BUFFER_BYTES=str(BUFFER), **_guarded_table()), timeout=80)
     expected = sum((np.arange(COUNT) % 89 + r).astype(np.float64) for r in range(world)).astype(np.float32)
     for out in outs:
         for algorithm, (ran, y) in out.items():
@@ -196,7 +203,7 @@ def _abort_behind_a_stuck_task(rank, world):
 
 @pytest.mark.timeout(60)
 def test_transport_abort_is_bounded_like_every_teardown(old_cann_env, tmp_path):
-    env = dict(job_env(old_cann_env, tmp_path), PYCOLL_TEST_GUARDED_MEMORY="1", FAKE_DEADLOCK_S="8")
+    env = dict(job_env(old_cann_env, tmp_path), FAKE_DEADLOCK_S="8", **_guarded_table())
     error, elapsed = run_ranks_ok(_abort_behind_a_stuck_task, 2, env, timeout=50)[0]
     assert error is not None, error  # the refused group failed the schedule
     assert elapsed < 5.0, elapsed  # the destroy was left to finish alone after the timeout (2 s), not 8 s

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from multiproc import Ranks
+from multiproc import Ranks, assert_all_ok
 from test_c_embedding import _run, example  # noqa: F401 -- the compiled examples/c_allreduce.c
 
 from pycoll.errors import AuthenticationError, PycollError
@@ -154,8 +154,7 @@ def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, mon
     assert report["read id without a secret"].startswith("AuthenticationError"), report
     assert report["join with a guessed secret"].startswith("AuthenticationError"), report
     assert report["silent connections"] == len(ports), report
-    for rep in reports.values():
-        assert rep.get("ok"), rep
+    assert_all_ok(reports)
     # Under the listeners' 5 s handshake deadline: nobody waited for the silent connections to be dropped.
     assert reports[1]["init_s"] < 4.0, reports[1]
 

@@ -1,6 +1,6 @@
 """The C schedules touch collective data only through the transport's memory table (native/algorithms/
 reduction.h): every copy, every kernel and every data scratch buffer. Checked on the simulated transport with the
-guarded test table (native/transport/guarded_memory.c: the host kernels behind counters, allocations poisoned with
+guarded test table (tests/fakes/guarded_memory.c: the host kernels behind counters, allocations poisoned with
 all-ones bits and fenced by canaries) standing in for a device one, for every collective, algorithm and accuracy:
 the bits equal the host table's, every block the table handed out is returned intact, no kernel or copy runs past
 a block, and the table was used. (tests/test_nccl_compensated.py does the same over the vendor transport.)"""
@@ -10,25 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes.guarded_memory import ENTRIES, counts, table_address
 
-from pycoll._bindings.sim import guarded_memory_count
 from pycoll.accuracy import make_inputs
 from pycoll.simulate import simulate
 
-ENTRIES = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
-           "compensated_store", "reduce_into", "reduce", "scale_avg")
-
-
-def _counts():
-    return {entry: guarded_memory_count(entry) for entry in ENTRIES}
-
 
 def _run(coll, inputs, **kwargs):
-    before = _counts()
-    guarded = simulate(coll, inputs, guarded_memory=True, **kwargs)
-    after = _counts()
+    before = counts()
+    guarded = simulate(coll, inputs, memory_table=table_address(), **kwargs)
+    after = counts()
     host = simulate(coll, inputs, **kwargs)
-    assert _counts() == after, "the host table went through the guarded one"
+    assert counts() == after, "the host table went through the guarded one"
     for rank, (g, h) in enumerate(zip(guarded, host)):
         if h is None:
             assert g is None

@@ -3,8 +3,11 @@ communicator over the vendor transport (backends/common/vendor_p2p.c: ncclSend/n
 the fake libnccl (tests/fakes/fake_nccl.c) in real processes, whose "device" memory is host memory (the host
 kernels stand in for device ones). On device memory the mode says why it is unavailable."""
 
+import os
+
 import numpy as np
 import pytest
+from fakes import guarded_memory
 from fakes.vendor_harness import all_reduce_error, buffer, make_engine, run_ranks_ok, vendor_fixtures, with_engine
 
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
@@ -149,18 +152,16 @@ def test_cuda_library_without_its_symbols_is_refused_naming_them(env):
 
 # ---- every data copy and data scratch buffer through the transport's memory table ----
 
-GUARDED = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
-           "compensated_store", "reduce_into", "reduce", "scale_avg")
 BIG = 40_000  # float32 x 40 000 = 160 KB: past reduce's 64 KiB tree limit, so its scatter-gather runs
 
 
 def _guarded_counts():
-    from pycoll._bindings.sim import guarded_memory_count
-    return {entry: guarded_memory_count(entry) for entry in GUARDED}
+    """The counts of the guarded table the rank's transport is given (PYCOLL_TEST_MEMORY_TABLE)."""
+    return guarded_memory.counts(os.environ[guarded_memory.VARIABLE])
 
 
 def _delta(before, after):
-    return {entry: after[entry] - before[entry] for entry in GUARDED}
+    return {entry: after[entry] - before[entry] for entry in guarded_memory.ENTRIES}
 
 
 def _every_compensated_collective(rank, world):
@@ -222,17 +223,18 @@ def test_device_memory_runs_every_data_copy_and_scratch_through_the_memory_table
     C ring's."""
     from pycoll.simulate import simulate
     world = 4
-    guarded = run_ranks_ok(_every_compensated_collective, world,
-                           dict(env, FAKE_CUDA_MEMORY_TYPE="2", PYCOLL_TEST_GUARDED_MEMORY="1"), timeout=110)
-    (tmp_path / "host_store").mkdir()  # a second job: its own rendezvous store
-    host = run_ranks_ok(_every_compensated_collective, world, dict(env, STORE_DIR=str(tmp_path / "host_store")),
-                        timeout=110)
+    table = {guarded_memory.VARIABLE: guarded_memory.library_path()}
+    guarded = run_ranks_ok(_every_compensated_collective, world, dict(env, FAKE_CUDA_MEMORY_TYPE="2", **table),
+                           timeout=110)
+    (tmp_path / "host_store").mkdir()  # a second job: its own rendezvous store; host memory, the table offered
+    host = run_ranks_ok(_every_compensated_collective, world,
+                        dict(env, STORE_DIR=str(tmp_path / "host_store"), **table), timeout=110)
     for rank in range(world):
         out, calls, final = guarded[rank]
         host_out, host_calls, host_final = host[rank]
         for key, value in out.items():
             assert value.tobytes() == host_out[key].tobytes(), (rank, key)  # bitwise the host path's
-            assert host_calls[key] == dict.fromkeys(GUARDED, 0), key  # host memory: the host table
+            assert host_calls[key] == dict.fromkeys(guarded_memory.ENTRIES, 0), key  # host memory: the host table
             c = calls[key]
             assert c["corrupt"] == 0, (rank, key, c)
             # The ring's receive slots (and on first use the communicator's workspace) come from the table.

@@ -4,24 +4,21 @@ collectives, tag and length disagreements and a message met by a collective name
 anything is sent, a dead sender reported."""
 
 import pytest
-from multiproc import backend_fixture, scenario_runner
+from multiproc import assert_all_ok, scenario_module
 
-backend = backend_fixture(["tcp", "shm"])
-run = scenario_runner("p2p_worker.py")
+backend, run = scenario_module("p2p_worker.py", ["tcp", "shm"])
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_exchanges_of_every_size_arrive_exactly_and_in_order(backend, n):
-    for rep in run(n, "exchange").values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(n, "exchange"))
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_pipeline_passes_activations_forward_and_gradients_back(backend, n):
-    for rep in run(n, "pipeline").values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(n, "pipeline"))
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from fakes.guarded_memory import table_address
 
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 from pycoll.errors import PycollError
@@ -156,12 +157,14 @@ def test_a_small_sum_left_by_cancellation_keeps_all_its_bits(dtype):
     (dict(coll="all_reduce", op="prod"), "op prod"),
     (dict(coll="reduce_scatter_v", counts=[3, 2, 3]), "reduce_scatter_v is not supported"),
     (dict(coll="all_reduce", dtype=np.int32), "dtype int32"),
-    (dict(coll="all_reduce", guarded_memory=True), "host memory only"),
+    (dict(coll="all_reduce", device_memory=True), "host memory only"),
 ])
 def test_refusals_are_typed_and_leave_nothing_sent(call, match):
     call = dict(call)
     dtype = call.pop("dtype", np.float32)
     coll = call.pop("coll")
+    if call.pop("device_memory", False):  # a table other than the host's, as a device transport hands over
+        call["memory_table"] = table_address()
     inputs = [np.ones(8, dtype)] * 3
     with pytest.raises(PycollError) as caught:
         simulate(coll, inputs, accuracy="reproducible", **call)

@@ -5,7 +5,7 @@ the refusal of algorithm="shm" where there is no shared memory."""
 
 import pytest
 import test_comm_tcp as over_tcp
-from multiproc import Ranks
+from multiproc import Ranks, assert_all_ok
 from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 
@@ -21,8 +21,7 @@ def test_all_reduce_broadcast_and_barrier_are_exact_and_identical_on_every_rank(
     """64 KiB rings make 64 KiB slots: messages of one, two and three rounds stay small."""
     env = {"PYCOLL_SHM_RING_BYTES": "65536", "TEST_ROUNDS": "3"}
     reports = _run(n, "matrix", env=env, timeout=120)
-    for rep in reports.values():
-        assert rep.get("ok"), rep
+    assert_all_ok(reports)
     assert len({rep["digest"] for rep in reports.values()}) == 1, reports
 
 

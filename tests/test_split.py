@@ -4,31 +4,27 @@ interleaved (blocking and async) as hybrid parallelism does, disagreements insid
 named instead of hanging, a dead rank reaching every group, closing, and threads."""
 
 import pytest
-from multiproc import backend_fixture, scenario_runner
+from multiproc import assert_all_ok, scenario_module
 
-backend = backend_fixture(["tcp", "shm", "cpu"])
-run = scenario_runner("split_worker.py")
+backend, run = scenario_module("split_worker.py", ["tcp", "shm", "cpu"])
 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_splits_number_their_members_and_run_every_collective_exactly(backend, n):
-    for rep in run(n, "groups").values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(n, "groups"))
 
 
 @pytest.mark.timeout(180)
 def test_a_pp_dp_tp_mesh_of_8_ranks_has_the_right_groups_and_they_interleave_with_the_parent(backend):
     if backend == "cpu":
         pytest.skip("cpu is shm on one host: covered by the shm case")
-    for rep in run(8, "mesh", timeout=60).values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(8, "mesh", timeout=60))
 
 
 @pytest.mark.timeout(90)
 def test_a_mesh_of_4_ranks_interleaves_its_groups_with_the_parent(backend):
-    for rep in run(4, "mesh").values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(4, "mesh"))
 
 
 @pytest.mark.timeout(90)
@@ -78,8 +74,7 @@ def test_closing_a_split_keeps_the_family_and_closing_the_parent_closes_its_spli
 
 @pytest.mark.timeout(60)
 def test_a_split_keeps_the_communicator_it_came_from_alive(backend):
-    for rep in run(2, "orphan").values():
-        assert rep.get("ok"), rep
+    assert_all_ok(run(2, "orphan"))
 
 
 @pytest.mark.timeout(60)

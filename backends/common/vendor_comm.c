@@ -14,7 +14,6 @@
 #include <time.h>
 
 #include "common/error_format.h"
-#include "common/settings.h"
 #include "vendor_common.h"
 
 /* Longest single stream wait, for a vendor whose wait blocks: remote errors are noticed while a collective is
@@ -412,7 +411,6 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     c->state.failed_rank = -1;
     c->timeout_ns = seconds_to_ns(timeout_s);
     c->device = -1;
-    c->guarded_memory = setting_flag(SETTING_TEST_GUARDED_MEMORY);
     int64_t deadline = pycoll_now_ns() + c->timeout_ns;
     const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
     int r = v->comm_init(&c->comm, size, id, rank);

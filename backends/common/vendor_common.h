@@ -11,6 +11,10 @@
 
 /* The address of a vendor struct entry as a symbol's slot. */
 #define VENDOR_SLOT(entry) ((void (**)(void))&(entry))
+/* A library a vendor or pycoll loads at run time (pycoll_vendor_library_t), not loaded yet: what it is in messages,
+ * what a missing symbol means (or NULL), and its array of symbols, counted here. */
+#define VENDOR_LIBRARY(what, requirement, symbols)                                                               \
+    {(what), (requirement), (symbols), (int32_t)(sizeof(symbols) / sizeof((symbols)[0])), NULL}
 
 /* The symbols both vendors name alike -- their prefix ("nccl", "Hccl") and the same name -- and whose
  * signatures fill the same entries of the vendor struct V, so that one list serves both symbol tables.
@@ -59,9 +63,6 @@ struct pycoll_vendor_comm {
     pthread_t watchdog;
     int watchdog_started, watchdog_stop;
     pthread_cond_t watchdog_wake;  /* new work, or stop */
-    /* Test hook, read once at creation (PYCOLL_TEST_GUARDED_MEMORY): device memory gets guarded_memory.c's
-     * counting, guarding host table (native/transport/guarded_memory.c) instead of a device one (the fake libraries' device memory is host memory). */
-    int guarded_memory;
 };
 
 /* The address of `name` in the loaded library lib, or NULL: for a symbol some versions of a library lack (a

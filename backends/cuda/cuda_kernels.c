@@ -184,10 +184,8 @@ static const pycoll_vendor_symbol_t driver_symbols[] = {PYCOLL_CUDA_DRIVER_FUNCT
 #undef DRIVER_SYMBOL
 
 static pycoll_vendor_library_t libraries[2] = {
-    {"NVRTC (libnvrtc)", "CUDA 11.2 or newer is needed", nvrtc_symbols,
-     (int32_t)(sizeof nvrtc_symbols / sizeof nvrtc_symbols[0]), NULL},
-    {"the CUDA driver (libcuda)", "CUDA 11.2 or newer is needed", driver_symbols,
-     (int32_t)(sizeof driver_symbols / sizeof driver_symbols[0]), NULL},
+    VENDOR_LIBRARY("NVRTC (libnvrtc)", "CUDA 11.2 or newer is needed", nvrtc_symbols),
+    VENDOR_LIBRARY("the CUDA driver (libcuda)", "CUDA 11.2 or newer is needed", driver_symbols),
 };
 
 /* NVRTC dlopens its builtins (libnvrtc-builtins.so.X.Y) by name at the first compile, found through its own

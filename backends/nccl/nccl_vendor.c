@@ -132,10 +132,8 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .code_label = "code",
     .num_libraries = 2,
     /* ncclGetLastError (2.13), non-blocking init and ncclCommFinalize (2.14) set the oldest NCCL we accept. */
-    .libraries = {{"NCCL", "NCCL 2.14 or newer is needed", nccl_symbols,
-                   sizeof nccl_symbols / sizeof nccl_symbols[0], NULL},
-                  {"the CUDA runtime", NULL, cudart_symbols, sizeof cudart_symbols / sizeof cudart_symbols[0],
-                   NULL}},
+    .libraries = {VENDOR_LIBRARY("NCCL", "NCCL 2.14 or newer is needed", nccl_symbols),
+                  VENDOR_LIBRARY("the CUDA runtime", NULL, cudart_symbols)},
     .status_of = status_of,
     .result_names = result_names,
     .num_result_names = sizeof result_names / sizeof result_names[0],

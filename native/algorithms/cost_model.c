@@ -23,26 +23,21 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
      * ranks, mesh never. These factors reproduce each of those choices but one: at 2 ranks the ring takes
      * over from about 1.5 MiB, not above 4 MiB. A model linear in the bytes, with factors shared by every
      * world size, cannot have both (at 2 ranks the ring measured slower per byte at 4 MiB than at 64 MiB). */
-    static const double latency[PYCOLL_COST_MODEL_ALGOS] = {
-        [PYCOLL_ALGO_RING] = 2.5,
-        [PYCOLL_ALGO_HALVING_DOUBLING] = 1.25,
-        [PYCOLL_ALGO_MESH] = 1.0,
-        [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 0.75,
+    static const struct {
+        double latency, bandwidth;
+    } scale[PYCOLL_COST_MODEL_ALGOS] = {
+        [PYCOLL_ALGO_RING] = {2.5, 1.8},
+        [PYCOLL_ALGO_HALVING_DOUBLING] = {1.25, 1.8},
+        [PYCOLL_ALGO_MESH] = {1.0, 10.0},
+        [PYCOLL_ALGO_RECURSIVE_DOUBLING] = {0.75, 3.5},
         /* Only a transport with native shared-memory collectives offers it (never TCP). With these constants
          * it wins at every size, as measured (bench/results/shm.md); pycoll's shm backend loads its own fitted
          * model (pycoll/plugins/shm.py). */
-        [PYCOLL_ALGO_SHM] = 0.05,
-    };
-    static const double bandwidth[PYCOLL_COST_MODEL_ALGOS] = {
-        [PYCOLL_ALGO_RING] = 1.8,
-        [PYCOLL_ALGO_HALVING_DOUBLING] = 1.8,
-        [PYCOLL_ALGO_MESH] = 10.0,
-        [PYCOLL_ALGO_RECURSIVE_DOUBLING] = 3.5,
-        [PYCOLL_ALGO_SHM] = 0.5,
+        [PYCOLL_ALGO_SHM] = {0.05, 0.5},
     };
     for (int a = 0; a < PYCOLL_COST_MODEL_ALGOS; a++) {
-        model->latency_scale[a] = latency[a];
-        model->bandwidth_scale[a] = bandwidth[a];
+        model->latency_scale[a] = scale[a].latency;
+        model->bandwidth_scale[a] = scale[a].bandwidth;
     }
     /* Between hosts: a 10 Gbit/s Ethernet, each message through both kernels' network stacks. Not
      * measured by `pycoll tune` (it runs on one host); what matters for the choice is that the network is

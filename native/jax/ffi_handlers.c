@@ -30,48 +30,33 @@ static pycoll_xla_error *fail(const pycoll_xla_call_frame *frame, int errc, cons
     return frame->api->error_create(&args);
 }
 
-static int errc_for(pycoll_status_t status)
-{
-    switch (status) {
-    case PYCOLL_ERR_INVALID:
-        return PYCOLL_XLA_INVALID_ARGUMENT;
-    case PYCOLL_ERR_UNSUPPORTED:
-        return PYCOLL_XLA_UNIMPLEMENTED;
-    case PYCOLL_ERR_TIMEOUT:
-        return PYCOLL_XLA_DEADLINE_EXCEEDED;
-    case PYCOLL_ERR_PEER_FAILURE:
-        return PYCOLL_XLA_UNAVAILABLE;
-    case PYCOLL_ERR_MISMATCH:
-    case PYCOLL_ERR_CLOSED:
-        return PYCOLL_XLA_FAILED_PRECONDITION;
-    case PYCOLL_ERR_NOMEM:
-    case PYCOLL_ERR_BUSY:
-        return PYCOLL_XLA_RESOURCE_EXHAUSTED;
-    case PYCOLL_ERR_INTERRUPTED:
-        return PYCOLL_XLA_CANCELLED;
-    default:
-        return PYCOLL_XLA_INTERNAL;
-    }
-}
+/* What a pycoll status becomes across XLA's FFI: XLA's error code, and the pycoll exception class
+ * (pycoll._bindings.comm.error_for_status) named at the head of the message so that pycoll.jax can raise the
+ * same type. A status not listed is XLA's INTERNAL; one without a class, a PycollError. */
+static const struct {
+    int errc;
+    const char *error_class;
+} for_status[] = {
+    [PYCOLL_ERR_INVALID] = {PYCOLL_XLA_INVALID_ARGUMENT, "ValueError"},
+    [PYCOLL_ERR_UNSUPPORTED] = {PYCOLL_XLA_UNIMPLEMENTED, NULL},
+    [PYCOLL_ERR_TIMEOUT] = {PYCOLL_XLA_DEADLINE_EXCEEDED, "Timeout"},
+    [PYCOLL_ERR_PEER_FAILURE] = {PYCOLL_XLA_UNAVAILABLE, "PeerFailure"},
+    [PYCOLL_ERR_MISMATCH] = {PYCOLL_XLA_FAILED_PRECONDITION, "MismatchError"},
+    [PYCOLL_ERR_CLOSED] = {PYCOLL_XLA_FAILED_PRECONDITION, "CommunicatorClosed"},
+    [PYCOLL_ERR_NOMEM] = {PYCOLL_XLA_RESOURCE_EXHAUSTED, NULL},
+    [PYCOLL_ERR_INTERRUPTED] = {PYCOLL_XLA_CANCELLED, NULL},
+    [PYCOLL_ERR_BUSY] = {PYCOLL_XLA_RESOURCE_EXHAUSTED, NULL},
+};
 
-/* The pycoll exception class a status becomes in Python (pycoll._bindings.comm.error_for_status), named at the
- * head of the message so that pycoll.jax can raise the same type. */
-static const char *error_class(pycoll_status_t status)
+/* The error of collective `name`, which failed with st: "pycoll <class>: <name>: <detail>". */
+static pycoll_xla_error *fail_status(const pycoll_xla_call_frame *frame, pycoll_status_t st, const char *name,
+                                     const char *detail)
 {
-    switch (status) {
-    case PYCOLL_ERR_TIMEOUT:
-        return "Timeout";
-    case PYCOLL_ERR_PEER_FAILURE:
-        return "PeerFailure";
-    case PYCOLL_ERR_MISMATCH:
-        return "MismatchError";
-    case PYCOLL_ERR_CLOSED:
-        return "CommunicatorClosed";
-    case PYCOLL_ERR_INVALID:
-        return "ValueError";
-    default:
-        return "PycollError";
-    }
+    const int listed = (int)st > 0 && (size_t)st < sizeof for_status / sizeof for_status[0] && for_status[st].errc;
+    const char *error_class = listed && for_status[st].error_class ? for_status[st].error_class : "PycollError";
+    char head[96];
+    snprintf(head, sizeof head, "pycoll %s: %s", error_class, name);
+    return fail(frame, listed ? for_status[st].errc : PYCOLL_XLA_INTERNAL, "%s: %s", head, detail);
 }
 
 static int to_pycoll_dtype(int32_t xla, pycoll_dtype_t *out)
@@ -204,18 +189,14 @@ static pycoll_xla_error *run_on(pycoll_xla_call_frame *frame, pycoll_coll_t coll
     const pycoll_call_t call = describe(coll, in, out, dtype, op, root, accuracy, algorithm);
     pycoll_work_t *work = NULL;
     pycoll_status_t st = pycoll_comm_run(comm, &call, &work);
-    char head[96];
-    if (st != PYCOLL_OK) { /* refused before it started: the communicator says why */
-        snprintf(head, sizeof head, "pycoll %s: %s", error_class(st), name);
-        return fail(frame, errc_for(st), "%s: %s", head, pycoll_comm_error(comm));
-    }
+    if (st != PYCOLL_OK) /* refused before it started: the communicator says why */
+        return fail_status(frame, st, name, pycoll_comm_error(comm));
     /* Every collective has the communicator's deadline, after which it fails: this loop ends. */
     while (!pycoll_work_wait(work, 1.0)) {
     }
     st = pycoll_work_status(work);
     if (st != PYCOLL_OK) {
-        snprintf(head, sizeof head, "pycoll %s: %s", error_class(st), name);
-        pycoll_xla_error *err = fail(frame, errc_for(st), "%s: %s", head, pycoll_work_error(work));
+        pycoll_xla_error *err = fail_status(frame, st, name, pycoll_work_error(work));
         pycoll_work_free(work);
         return err;
     }

@@ -69,32 +69,29 @@
 DEFINE_ROW_KERNELS(float, f32)
 DEFINE_ROW_KERNELS(double, f64)
 
+/* One float16 or bfloat16 element as float32 (exact for both). dtype is the same for a whole row: the compiler
+ * takes the test out of the loops below. */
+static inline float half_to_f32(uint16_t h, pycoll_dtype_t dtype)
+{
+    return dtype == PYCOLL_FLOAT16 ? pycoll_f16_to_f32(h) : pycoll_bf16_to_f32(h);
+}
+
 /* A row widened to float32, plus the residual's row where there is one (float32 rows come here only with a
  * residual: without one they are used where they lie). */
 static void widen_row(float *restrict dst, const void *src, const void *residual, int64_t n, pycoll_dtype_t dtype)
 {
-    const uint16_t *h = src, *r = residual;
-    switch (dtype) {
-    case PYCOLL_FLOAT16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = pycoll_f16_to_f32(h[i]);
-        if (r)
-            for (int64_t i = 0; i < n; i++)
-                dst[i] += pycoll_f16_to_f32(r[i]);
-        return;
-    case PYCOLL_BFLOAT16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = pycoll_bf16_to_f32(h[i]);
-        if (r)
-            for (int64_t i = 0; i < n; i++)
-                dst[i] += pycoll_bf16_to_f32(r[i]);
-        return;
-    default: {
+    if (dtype != PYCOLL_FLOAT16 && dtype != PYCOLL_BFLOAT16) {
         const float *x = src, *rf = residual;
         for (int64_t i = 0; i < n; i++)
             dst[i] = x[i] + rf[i];
+        return;
     }
-    }
+    const uint16_t *h = src, *r = residual;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = half_to_f32(h[i], dtype);
+    if (r)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] += half_to_f32(r[i], dtype);
 }
 
 static void narrow_row(void *dst, const float *src, int64_t n, pycoll_dtype_t dtype)

@@ -15,26 +15,21 @@ include "cost_model.pxi"
 from pycoll.errors import AuthenticationError, CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
 
 
+# The exception class of each pycoll_status_t; any other status is a PycollError.
+_ERROR_CLASSES = {PYCOLL_ERR_TIMEOUT: Timeout, PYCOLL_ERR_PEER_FAILURE: PeerFailure,
+                  PYCOLL_ERR_MISMATCH: MismatchError, PYCOLL_ERR_CLOSED: CommunicatorClosed,
+                  PYCOLL_ERR_INVALID: ValueError, PYCOLL_ERR_NOMEM: MemoryError, PYCOLL_ERR_BUSY: RuntimeError,
+                  PYCOLL_ERR_AUTH: AuthenticationError}
+
+
 def error_for_status(int status, str message, int failed_rank=-1):
     """The exception for a pycoll_status_t: the one place status codes become Python errors (native
-    communicators, vendor bindings and the simulator all use it)."""
-    if status == PYCOLL_ERR_TIMEOUT:
-        return Timeout(message, rank=failed_rank if failed_rank >= 0 else None)
-    if status == PYCOLL_ERR_PEER_FAILURE:
-        return PeerFailure(message, rank=failed_rank if failed_rank >= 0 else None)
-    if status == PYCOLL_ERR_MISMATCH:
-        return MismatchError(message)
-    if status == PYCOLL_ERR_CLOSED:
-        return CommunicatorClosed(message)
-    if status == PYCOLL_ERR_INVALID:
-        return ValueError(message)
-    if status == PYCOLL_ERR_NOMEM:
-        return MemoryError(message)
-    if status == PYCOLL_ERR_BUSY:
-        return RuntimeError(message)
-    if status == PYCOLL_ERR_AUTH:
-        return AuthenticationError(message)
-    return PycollError(message)
+    communicators, vendor bindings and the simulator all use it). Timeout and PeerFailure carry the rank that
+    failed (None: unknown)."""
+    cls = _ERROR_CLASSES.get(status, PycollError)
+    if cls is Timeout or cls is PeerFailure:
+        return cls(message, rank=failed_rank if failed_rank >= 0 else None)
+    return cls(message)
 
 
 cdef extern from "Python.h":

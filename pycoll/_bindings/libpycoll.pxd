@@ -81,8 +81,6 @@ cdef extern from "pycoll/pycoll.h" nogil:
         int64_t spin_ns
         const void *kernels
     int64_t pycoll_now_ns()
-    const void *pycoll_guarded_memory_kernels()
-    int64_t pycoll_guarded_memory_count(const char *entry)
     const char *pycoll_algorithm_name(pycoll_algorithm_t algorithm)
     const char *pycoll_coll_name(pycoll_coll_t coll)
     const char *pycoll_accuracy_name(pycoll_accuracy_t accuracy)

@@ -40,7 +40,7 @@ cdef struct rank_call:
 cdef struct sim_job:
     rank_call *calls
     pycoll_comm_options_t options
-    bint guarded_memory  # a test hook: the guarded host memory table (p2p.h) stands in for a device one
+    const void *memory_table  # every rank's p2p->kernels (algorithms/reduction.h); NULL: the host's
     int32_t *host_of     # which simulated host each rank is on (pycoll_comm_set_hosts), NULL: one host
 
 cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept nogil:
@@ -76,8 +76,8 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     cdef pycoll_comm_t *comm = NULL
     cdef pycoll_status_t st = PYCOLL_OK
     c.error[0] = 0
-    if job.guarded_memory:
-        p2p.kernels = pycoll_guarded_memory_kernels()
+    if job.memory_table != NULL:
+        p2p.kernels = job.memory_table
     if c.coll == CRASH_CALL:
         st = PYCOLL_ERR_SYSTEM
     elif c.coll != SKIP_CALL:
@@ -99,10 +99,10 @@ cdef pycoll_status_t run_rank(pycoll_p2p_t *p2p, void *arg, int32_t rank) noexce
     return st
 
 
-def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memory=False, hosts=None):
+def run(list calls, double timeout_s, int64_t segment_bytes=0, uintptr_t memory_table=0, hosts=None):
     """Run one collective per rank; calls[r] = (coll, sendbuf address, recvbuf address, count, dtype id,
     op id, algorithm id, accuracy id, root[, counts address: `size` int64, for the _V collectives]). Every rank's communicator gets timeout_s and segment_bytes
-    (0: the default); guarded_memory: every transport's memory table is the guarded test one; hosts (None: one
+    (0: the default); memory_table: the address of every transport's memory table (0: the host's); hosts (None: one
     host) is every rank's host map, hosts[r] the host of rank r. Returns (status, message, per-rank (status,
     failed_rank, message, algorithm name))."""
     cdef int32_t size = len(calls)
@@ -112,7 +112,7 @@ def run(list calls, double timeout_s, int64_t segment_bytes=0, bint guarded_memo
     pycoll_comm_options_init(&job.options)
     job.options.timeout_s = timeout_s
     job.options.segment_bytes = segment_bytes
-    job.guarded_memory = guarded_memory
+    job.memory_table = <const void *>memory_table
     job.host_of = NULL
     if hosts is not None and len(hosts) != size:
         raise ValueError(f"hosts: {len(hosts)} entries for {size} ranks")
@@ -235,7 +235,3 @@ def all_reduce_cost_terms(int algorithm, int32_t size, int64_t nbytes, model=Non
     pycoll_all_reduce_cost_terms(&m, <pycoll_algorithm_t>algorithm, size, nbytes, &latency_s, &bandwidth_s)
     return latency_s, bandwidth_s
 
-
-def guarded_memory_count(str entry):
-    """Test hook: this process's calls to one entry of the guarded test memory table (p2p.h); -1 if unknown."""
-    return pycoll_guarded_memory_count(entry.encode())

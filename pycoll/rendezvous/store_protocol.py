@@ -31,6 +31,14 @@ def encode_frame(code, *fields):
     return U32.pack(len(body)) + body
 
 
+def frame_length(data, offset=0):
+    """The body length the frame header at data[offset:] gives, refused outside [1, MAX_FRAME_BYTES]."""
+    (length,) = U32.unpack_from(data, offset)
+    if length == 0 or length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame length {length} outside [1, {MAX_FRAME_BYTES}]")
+    return length
+
+
 def decode_body(body):
     if not body:
         raise ProtocolError("empty frame")

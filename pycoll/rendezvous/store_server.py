@@ -28,6 +28,7 @@ from pycoll.rendezvous.store_protocol import (
     decode_body,
     encode_frame,
     expect_fields,
+    frame_length,
 )
 
 log = logging.getLogger("pycoll")
@@ -109,9 +110,7 @@ class StoreServer(listener.HandshakeServer):
         if len(conn.inbuf) > MAX_FRAME_BYTES + U32.size:
             raise ProtocolError(f"more than {MAX_FRAME_BYTES} bytes sent without waiting for a reply")
         while conn in self.admitted and conn.waiting is None and len(conn.inbuf) >= U32.size:
-            (length,) = U32.unpack_from(conn.inbuf)
-            if length == 0 or length > MAX_FRAME_BYTES:
-                raise ProtocolError(f"frame length {length} outside [1, {MAX_FRAME_BYTES}]")
+            length = frame_length(conn.inbuf)
             if len(conn.inbuf) < U32.size + length:
                 return
             body = bytes(conn.inbuf[U32.size:U32.size + length])

@@ -12,7 +12,6 @@ from pycoll.rendezvous import handshake, user_secret
 from pycoll.rendezvous.store_protocol import (
     F64,
     I64,
-    MAX_FRAME_BYTES,
     OP_ADD,
     OP_CHECK,
     OP_GET,
@@ -20,10 +19,10 @@ from pycoll.rendezvous.store_protocol import (
     ST_ERROR,
     ST_TIMEOUT,
     U32,
-    ProtocolError,
     check_timeout,
     decode_body,
     encode_frame,
+    frame_length,
     key_bytes,
     key_list,
     value_bytes,
@@ -152,9 +151,7 @@ class TCPStore:
         sock.settimeout(self.timeout if wait is None else wait + _REPLY_MARGIN)
         try:
             sock.sendall(frame)
-            (length,) = U32.unpack(self._recv(sock, U32.size))
-            if length == 0 or length > MAX_FRAME_BYTES:
-                raise ProtocolError(f"the store sent a frame of {length} bytes")
+            length = frame_length(self._recv(sock, U32.size))
             status, reply = decode_body(self._recv(sock, length))
         except (socket.timeout, OSError, PycollError) as exc:
             self._discard(sock)  # the stream may be mid-frame: it cannot be used again

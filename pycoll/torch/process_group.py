@@ -498,17 +498,18 @@ class PycollProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{name}: {len(outputs)} outputs for {len(inputs)} inputs")
 
     # -- the list forms: staged through one flat tensor, copied in (and out, by the completer thread) ----------
-    def _rank_list(self, tensor_lists, name):
+    def _rank_list(self, tensor_lists, coll, arg, flatten):
+        """The one list of a tensor per rank that argument `arg` of `coll` holds, and that list as one flat buffer
+        through flatten (a _Staging's flat_outputs or flat_inputs)."""
         if len(tensor_lists) != 1 or len(tensor_lists[0]) != self.size():
-            raise ValueError(f"{name}: one list of {self.size()} tensors expected")
-        return tensor_lists[0]
+            raise ValueError(f"{coll} {arg}: one list of {self.size()} tensors expected")
+        return tensor_lists[0], flatten(tensor_lists[0], arg)
 
     @_collective
     def allgather(self, output_lists, inputs, opts=None):
         x = _one(inputs, "allgather")
-        outs = self._rank_list(output_lists, "allgather output_tensor_list")
         stage = _Staging()
-        flat = stage.flat_outputs(outs, "output_tensor_list")
+        outs, flat = self._rank_list(output_lists, "allgather", "output_tensor_list", stage.flat_outputs)
         work = self._engine(x, *outs).all_gather(stage.input(x, "input_tensor"), flat, async_op=True)
         return self._work(work, output_lists, stage.finish)
 
@@ -527,9 +528,8 @@ class PycollProcessGroup(dist.ProcessGroup):
     @_collective
     def reduce_scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "reduce_scatter")
-        ins = self._rank_list(input_lists, "reduce_scatter input_list")
         stage = _Staging()
-        flat = stage.flat_inputs(ins, "input_list")
+        ins, flat = self._rank_list(input_lists, "reduce_scatter", "input_list", stage.flat_inputs)
         work = self._engine(out, *ins).reduce_scatter(flat, stage.output(out, "output"), _op_name(opts, out.dtype),
                                                       async_op=True)
         return self._work(work, outputs, stage.finish)
@@ -613,25 +613,27 @@ class PycollProcessGroup(dist.ProcessGroup):
         return works
 
     # -- rooted ------------------------------------------------------------------------------------------------
+    def _root_list(self, tensor_lists, opts, coll, flatten):
+        """A rooted collective's root, and its list of a tensor per rank (<coll>_list) as one flat buffer through
+        flatten on the root, None elsewhere."""
+        root = _root(opts)
+        if self.rank() != root:
+            return root, None
+        return root, self._rank_list(tensor_lists, coll, f"{coll}_list", flatten)[1]
+
     @_collective
     def gather(self, output_lists, inputs, opts=None):
         x = _one(inputs, "gather")
-        root = _root(opts)
         stage = _Staging()
-        flat = None
-        if self.rank() == root:
-            flat = stage.flat_outputs(self._rank_list(output_lists, "gather gather_list"), "gather_list")
+        root, flat = self._root_list(output_lists, opts, "gather", stage.flat_outputs)
         work = self._engine(x).gather(stage.input(x, "tensor"), flat, root, async_op=True)
         return self._work(work, output_lists, stage.finish)
 
     @_collective
     def scatter(self, outputs, input_lists, opts=None):
         out = _one(outputs, "scatter")
-        root = _root(opts)
         stage = _Staging()
-        flat = None
-        if self.rank() == root:
-            flat = stage.flat_inputs(self._rank_list(input_lists, "scatter scatter_list"), "scatter_list")
+        root, flat = self._root_list(input_lists, opts, "scatter", stage.flat_inputs)
         work = self._engine(out).scatter(flat, stage.output(out, "tensor"), root, async_op=True)
         return self._work(work, outputs, stage.finish)
 

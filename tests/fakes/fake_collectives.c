@@ -658,15 +658,21 @@ int fake_comm_async_error(fake_comm_t *c)
     return e;
 }
 
+/* j at the end of the list *head .. *tail (both NULL: empty). */
+static void append(fake_job_t **head, fake_job_t **tail, fake_job_t *j)
+{
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
 static void push(fake_job_t *j)
 {
     fake_comm_t *c = j->comm;
     pthread_mutex_lock(&c->lock);
-    if (c->tail)
-        c->tail->next = j;
-    else
-        c->head = j;
-    c->tail = j;
+    append(&c->head, &c->tail, j);
     pthread_cond_signal(&c->cond);
     pthread_mutex_unlock(&c->lock);
 }
@@ -748,11 +754,7 @@ void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, s
         push(j);
         return;
     }
-    if (group_tail)
-        group_tail->next = j;
-    else
-        group_head = j;
-    group_tail = j;
+    append(&group_head, &group_tail, j);
 }
 
 void fake_comm_set_mismatch_error(fake_comm_t *c, int code)

@@ -25,18 +25,22 @@ LIBRARY_VARIABLES = {"nccl": ("PYCOLL_NCCL_LIBRARY", "PYCOLL_CUDART_LIBRARY"),
                      "hccl": ("PYCOLL_HCCL_LIBRARY", "PYCOLL_ACL_LIBRARY")}
 
 
-def build_fake(name: str, out_dir: Path, defines=()) -> str:
-    """Compile fake_<name>.c (with -D each of defines) into a shared library in out_dir; None when there is no C
-    compiler."""
+def compile_shared(out: Path, sources, flags=(), libs=()) -> str:
+    """Compile sources into the shared library out with the system C compiler, warnings as errors; None when
+    there is no C compiler."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         return None
-    out = out_dir / f"libfake_{name}.so"
-    sources = [FAKES / f"fake_{name}.c", FAKES / "fake_vendor.c", FAKES / "fake_collectives.c"]
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    *(f"-D{d}" for d in defines), "-o", str(out), *map(str, sources), "-lpthread", "-lm"],
-                   check=True)
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags, "-o", str(out),
+                    *map(str, sources), *libs, "-lpthread", "-lm"], check=True)
     return str(out)
+
+
+def build_fake(name: str, out_dir: Path, defines=()) -> str:
+    """Compile fake_<name>.c (with -D each of defines) into a shared library in out_dir; None when there is no C
+    compiler."""
+    sources = [FAKES / f"fake_{name}.c", FAKES / "fake_vendor.c", FAKES / "fake_collectives.c"]
+    return compile_shared(out_dir / f"libfake_{name}.so", sources, [f"-D{d}" for d in defines])
 
 
 def fake_library_env(name: str, out_dir: Path, defines=()) -> dict:

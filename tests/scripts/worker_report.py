@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import time
+import traceback
 
 import pycoll
 
@@ -34,6 +35,38 @@ def peer_failure(report):
         report["outcome"] = "PeerFailure"
         report["failed_rank"] = exc.rank
     report["seconds"] = time.monotonic() - start
+
+
+def expect(exc_type, words, fn, *args, **kwargs):
+    """fn(*args, **kwargs) raises exc_type with every one of words in its message."""
+    try:
+        fn(*args, **kwargs)
+    except exc_type as exc:
+        for w in words:
+            assert w in str(exc), (w, str(exc))
+        return
+    raise AssertionError(f"no {exc_type.__name__} for {words}")
+
+
+@contextlib.contextmanager
+def refusal(report):
+    """Around calls that every rank must refuse: the error's class name and message into report, or "ok" when
+    the block ran to its end (the test fails on that)."""
+    try:
+        yield
+        report["ok"] = True
+    except pycoll.PycollError as exc:
+        report.update(error=type(exc).__name__, message=str(exc))
+
+
+@contextlib.contextmanager
+def failure_reported(report):
+    """Around a worker's whole scenario: any exception that ends it into report ("ok" false, its class name,
+    message and traceback), for the test to show."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 -- reported to the test
+        report.update(ok=False, error=type(exc).__name__, message=str(exc), traceback=traceback.format_exc())
 
 
 @contextlib.contextmanager

@@ -195,13 +195,6 @@ PYCOLL_API pycoll_status_t pycoll_p2p_mismatch(pycoll_p2p_t *p2p, int32_t peer, 
                                                const pycoll_coll_desc_t *theirs_prev, const char *context);
 /* The history fingerprint after `desc`: what the next collective's desc.history must be on every rank. */
 PYCOLL_API uint64_t pycoll_history_next(const pycoll_coll_desc_t *desc);
-/* Test hooks: a memory table (p2p->kernels) that is the host's behind counters and guarded allocations
- * (native/transport/guarded_memory.c), standing in for a device table where there is no device, and the calls
- * this process made so far to one of its entries: "copy", "alloc", "free", "compensated_load", ..., "live"
- * (blocks not yet freed), "corrupt" (guard violations); -1 for an unknown name. */
-PYCOLL_API const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void);
-PYCOLL_API int64_t pycoll_guarded_memory_count(const char *entry);
-
 #ifdef __cplusplus
 }
 #endif

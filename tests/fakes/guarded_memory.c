@@ -1,8 +1,9 @@
-/* A test double for a device memory table (algorithms/reduction.h): the host kernels, each call counted, and
- * guarded allocations. The vendor transport uses it for "device" memory when PYCOLL_TEST_GUARDED_MEMORY is set
- * at communicator creation (backends/common/vendor_comm.c) -- against the fake libnccl, whose device memory is
- * host memory -- and the simulator on request (pycoll.simulate(..., guarded_memory=True)), so a test without
- * a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
+/* A test double for a device memory table (native/algorithms/reduction.h): the host kernels, each call counted,
+ * and guarded allocations. Built by the tests into a shared library of its own (tests/fakes/guarded_memory.py),
+ * never into libpycoll. The vendor transport uses it for "device" memory when PYCOLL_TEST_MEMORY_TABLE names
+ * that library (backends/common/vendor_p2p.c) -- against the fake libnccl and libhccl, whose device memory is
+ * host memory -- and the simulator when given its address (pycoll.simulate(..., memory_table=)), so a test
+ * without a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
  * transport's table, as a real device table needs:
  * - a block from alloc is poisoned (all bits set: NaN in every float dtype), so a schedule that read scratch it
  *   had not written through the table would change the result's bits;
@@ -11,7 +12,7 @@
  * - every range a kernel or copy is given that starts inside a live block must end inside it ("corrupt"
  *   otherwise);
  * - "live" counts blocks not yet freed: 0 once the communicator is destroyed.
- * pycoll_guarded_memory_count reads the counters. Not for production: it is the host path, slower. */
+ * pycoll_guarded_memory_count reads the counters. */
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,7 +37,7 @@ static const uint64_t MAGIC = 0x70636f6c6c677264ull; /* "pcollgrd" */
 typedef struct block {
     uint64_t magic;
     int64_t nbytes;
-    struct block *prev, *next; /* the live blocks, to bound-check ranges */
+    struct block *next; /* the live blocks, to bound-check ranges and to know our own at free */
     unsigned char front[CANARY_BYTES];
 } block_t; /* the data follows, then CANARY_BYTES of back canary */
 
@@ -167,10 +168,7 @@ static void *g_alloc(int64_t nbytes)
     memset(data_of(b) + nbytes, CANARY, CANARY_BYTES);
     call_once(&lock_once, init_lock);
     mtx_lock(&lock);
-    b->prev = NULL;
     b->next = live;
-    if (live)
-        live->prev = b;
     live = b;
     mtx_unlock(&lock);
     counts[G_ALLOC]++;
@@ -186,17 +184,13 @@ static void g_free(void *p)
     block_t *b = (block_t *)p - 1;
     call_once(&lock_once, init_lock);
     mtx_lock(&lock);
-    block_t *found = live;
-    while (found && found != b)
-        found = found->next;
-    if (found) {
-        if (b->prev)
-            b->prev->next = b->next;
-        else
-            live = b->next;
-        if (b->next)
-            b->next->prev = b->prev;
-    }
+    /* free walks the list anyway, to know the block for one of its own: a singly linked list unlinks as it goes */
+    block_t **at = &live;
+    while (*at && *at != b)
+        at = &(*at)->next;
+    block_t *found = *at;
+    if (found)
+        *at = b->next;
     mtx_unlock(&lock);
     if (!found || b->magic != MAGIC || !canaries_intact(b)) {
         counts[G_CORRUPT]++; /* not one of ours, or overrun: leak it rather than free what we do not own */
@@ -211,11 +205,14 @@ static void g_free(void *p)
 static const pycoll_memory_kernels_t guarded_kernels = {
     "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free, NULL, 0};
 
-const struct pycoll_memory_kernels *pycoll_guarded_memory_kernels(void)
+/* The table, under the name the vendor transport looks up in the library PYCOLL_TEST_MEMORY_TABLE names. */
+const pycoll_memory_kernels_t *pycoll_test_memory_table(void)
 {
     return &guarded_kernels;
 }
 
+/* The calls this process made so far to one entry of the table: "copy", "alloc", "free", "compensated_load",
+ * ..., "live" (blocks not yet freed), "corrupt" (guard violations); -1 for an unknown name. */
 int64_t pycoll_guarded_memory_count(const char *entry)
 {
     for (int i = 0; i < G_NUM; i++)

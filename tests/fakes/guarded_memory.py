@@ -1,0 +1,58 @@
+"""The guarded test memory table (guarded_memory.c), which stands in for a device memory table where there is no
+device, built with the system C compiler into a shared library of its own (libpycoll does not carry it): its
+address for pycoll.simulate(memory_table=), its path for PYCOLL_TEST_MEMORY_TABLE (the vendor transport), and
+the calls a process made to each of its entries."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from fakes.vendor_harness import FAKES, compile_shared
+
+VARIABLE = "PYCOLL_TEST_MEMORY_TABLE"
+ENTRIES = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
+           "compensated_store", "reduce_into", "reduce", "scale_avg")
+
+
+@functools.cache
+def library_path() -> str:
+    """The library, built once per process, against the installed libpycoll's kernels and the source tree's
+    internal headers (skips the test where there is no C compiler)."""
+    from pycoll import paths
+
+    out_dir = Path(tempfile.mkdtemp(prefix="pycoll-guarded-memory-"))
+    atexit.register(shutil.rmtree, out_dir, True)
+    native = FAKES.parent.parent / "native"
+    lib_dir = Path(paths.get_library()).parent
+    out = compile_shared(out_dir / "libguarded_memory.so", [FAKES / "guarded_memory.c"],
+                         [f"-I{native}", f"-I{native / 'include'}"],
+                         [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}", "-lpycoll"])
+    if out is None:
+        pytest.skip("no C compiler to build the guarded test memory table")
+    return out
+
+
+def _load(path: str | None) -> ctypes.CDLL:
+    # The same path as the vendor transport's dlopen gives the same loaded library, so the same counters.
+    lib = ctypes.CDLL(path or library_path())
+    lib.pycoll_test_memory_table.restype = ctypes.c_void_p
+    lib.pycoll_guarded_memory_count.restype = ctypes.c_int64
+    return lib
+
+
+def table_address() -> int:
+    """The table's address, for pycoll.simulate(memory_table=)."""
+    return _load(None).pycoll_test_memory_table()
+
+
+def counts(path: str | None = None) -> dict:
+    """This process's calls so far to each entry of the table in the library at path (None: the one built
+    here): "live" is the blocks not yet freed, "corrupt" the guard violations."""
+    lib = _load(path)
+    return {entry: lib.pycoll_guarded_memory_count(entry.encode()) for entry in ENTRIES}
