@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pycoll.tuning import time_each
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from fakes.vendor_harness import build_fake, device_array, run_ranks_ok  # noqa: E402
@@ -29,13 +31,7 @@ MIXED = ("cuda", "npu", "host")  # one rank per island: the step between islands
 
 
 def _timed(fn, barrier, iters):
-    times = []
-    for _ in range(iters):
-        barrier()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(time_each(fn, iters, barrier))
 
 
 def _mixed_rank(devices, port, iters, rank, world):

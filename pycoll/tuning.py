@@ -132,13 +132,18 @@ def _fastest_time(fn, iters, barrier):
     be the slow kind, for whichever algorithm ran then, and a median (or a quartile) then fits noise; a run
     cannot be faster than the algorithm allows.
     """
+    return min(time_each(fn, iters, barrier))
+
+
+def time_each(fn, iters, barrier):
+    """Seconds of each of iters runs of fn, each run after barrier()."""
     times = []
     for _ in range(iters):
         barrier()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
 
 
 def _measure_constants(comm):

@@ -14,6 +14,16 @@ import pytest
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
+def raised(fn, errors=Exception):
+    """None where fn() returns, else what it raised as (class name, message): a rank's outcome, in a form its
+    report can carry to the test."""
+    try:
+        fn()
+    except errors as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

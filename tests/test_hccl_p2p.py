@@ -22,6 +22,7 @@ from fakes.vendor_harness import (
     run_ranks_ok,
     vendor_fixtures,
 )
+from multiproc import raised
 
 from pycoll.errors import PycollError
 
@@ -102,11 +103,7 @@ def test_npu_memory_without_a_kernel_table_is_refused_by_name(env):
 
 def _refusal(call):
     """None where call() runs, else the PycollError it raised as (class name, message)."""
-    try:
-        call()
-    except PycollError as exc:
-        return type(exc).__name__, str(exc)
-    return None
+    return raised(call, PycollError)
 
 
 def _refused_rank(rank, world):

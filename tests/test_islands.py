@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakes.vendor_harness import device_array, fakes_fixture, run_ranks, run_ranks_ok
-from multiproc import free_port
+from multiproc import free_port, raised
 
 fakes = fakes_fixture()
 
@@ -46,14 +46,6 @@ def _floats(rank, count, dtype):
     rng = np.random.default_rng(rank)
     decades = 3 if np.dtype(dtype).itemsize == 2 else 7
     return (rng.standard_normal(count) * 10.0 ** rng.integers(-3, decades, count)).astype(dtype)
-
-
-def _error(fn):
-    try:
-        fn()
-    except Exception as exc:
-        return type(exc).__name__, str(exc)
-    return None
 
 
 def _collectives_rank(devices, port, rank, world):
@@ -104,11 +96,11 @@ def _collectives_rank(devices, port, rank, world):
     out["async"] = x
     # Refused before any data moves, on every rank alike: HCCL reduces no float64 and no uint8; and what does
     # not run across islands yet.
-    out["refused/float64"] = _error(lambda: comm.all_reduce(on_device(np.ones(4, np.float64))))
-    out["refused/uint8"] = _error(lambda: comm.all_reduce(on_device(np.ones(4, np.uint8)), "max"))
-    out["refused/all_to_all"] = _error(lambda: comm.all_to_all(on_device(np.ones(world, np.int32)),
+    out["refused/float64"] = raised(lambda: comm.all_reduce(on_device(np.ones(4, np.float64))))
+    out["refused/uint8"] = raised(lambda: comm.all_reduce(on_device(np.ones(4, np.uint8)), "max"))
+    out["refused/all_to_all"] = raised(lambda: comm.all_to_all(on_device(np.ones(world, np.int32)),
                                                                on_device(np.ones(world, np.int32))))
-    out["refused/split"] = _error(lambda: comm.split(0))
+    out["refused/split"] = raised(lambda: comm.split(0))
     x = _ints(rank, 4, np.int32)
     comm.all_reduce(on_device(x))  # still usable
     out["after_refusals"] = x
@@ -197,7 +189,7 @@ def _small_mix_rank(devices, port, rank, world):
     y = _ints(rank, 6, np.int32)
     gathered = np.zeros(6 * world, np.int32)
     comm.all_gather(device_array(kind, y), device_array(kind, gathered))
-    mismatch = _error(lambda: comm.all_reduce(device_array(kind, np.ones(8 if rank != 2 else 4, np.int32))))
+    mismatch = raised(lambda: comm.all_reduce(device_array(kind, np.ones(8 if rank != 2 else 4, np.int32))))
     z = np.full(3, rank + 1, np.int32)
     comm.all_reduce(device_array(kind, z))  # the mismatch was caught before any data moved
     comm.close()
@@ -227,7 +219,7 @@ def _killed_rank(devices, port, victim, rank, world):
     if rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
-    error = _error(lambda: comm.all_reduce(device_array(devices[rank], x)))
+    error = raised(lambda: comm.all_reduce(device_array(devices[rank], x)))
     return error, time.monotonic() - start
 
 
