@@ -16,6 +16,7 @@ docs/benchmarks.md says how to install the MPIs.
 import importlib.metadata
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -118,8 +119,9 @@ def main():
                             runs[world].append(run_once(world, coll, args, json_path, args.baseline, peers=False))
                         runs[world].append(run_once(world, coll, args, json_path))
         baseline = f" --baseline {args.baseline}" if args.baseline else ""
+        peers = shlex.quote(args.peers)
         how = (f"Produced by `python bench/mpi_peers.py --worlds {args.worlds} --runs {args.runs} -b {args.b} "
-               f"-e {args.e} -f {args.f} --collective {args.collective} --peers {args.peers}{baseline}` in "
+               f"-e {args.e} -f {args.f} --collective {args.collective} --peers {peers}{baseline}` in "
                f"{time.monotonic() - start:.0f} s; each of these ran {args.runs} times, alternating"
                f"{' (each after the same run of the baseline pycoll, without --compare)' if baseline else ''}:")
     doc = [f"# {args.collective} on one host: pycoll beside Intel MPI, MPICH, Open MPI and gloo", "", how, "",
