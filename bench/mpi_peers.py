@@ -1,10 +1,14 @@
 """Produce bench/results/mpi_peers.md: pycoll (auto) beside Open MPI, Intel MPI (impi-rt), MPICH (mpich) and gloo,
-one collective, float32 sum, measured side by side: each run is one `pycoll bench --compare mpi,impi,mpich,gloo`
-(pycoll, then each peer), the runs repeated so that the tools interleave, and the median of the runs reported.
+float32 sum, measured side by side: each run is one `pycoll bench --compare mpi,impi,mpich,gloo` (pycoll, then
+each peer) per world size and collective, the runs repeated so that the tools interleave, and the median of the
+runs reported.
 
     PYCOLL_BENCH_IMPI=DIR PYCOLL_BENCH_MPICH=DIR python bench/mpi_peers.py [--worlds 2] [--runs 3] [-b 4] [-e 16M]
-        [-f 4] [--collective all_reduce] [--from-json RUN.json,RUN.json,...] [--out bench/results/mpi_peers.md]
+        [-f 4] [--collective all_reduce[,reduce_scatter,...]] [--peers mpi,impi,mpich,gloo]
+        [--baseline PYTHON] [--from-json RUN.json,RUN.json,...] [--out bench/results/mpi_peers.md]
 
+--baseline: another installation of pycoll (its venv's python, e.g. one built from main) measured alone before
+each comparison run, as a "pycoll before" column: a change's before and after, interleaved with the peers.
 --from-json tabulates runs already made with the command this prints (their JSON files) instead of running.
 docs/benchmarks.md says how to install the MPIs.
 """
@@ -12,6 +16,7 @@ docs/benchmarks.md says how to install the MPIs.
 import importlib.metadata
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -22,25 +27,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
 
-COLUMNS = (("cpu", "pycoll (auto)"), ("impi", "Intel MPI"), ("mpich", "MPICH"), ("mpi", "Open MPI"),
-           ("gloo", "gloo"))
+COLUMNS = (("cpu", "pycoll (auto)"), ("before", "pycoll before"), ("impi", "Intel MPI"), ("mpich", "MPICH"),
+           ("mpi", "Open MPI"), ("gloo", "gloo"))
 PEERS = "mpi,impi,mpich,gloo"
 
 
-def command(world, args):
-    return ["pycoll", "bench", "-n", str(world), "--collective", args.collective, "-b", args.b, "-e", args.e,
-            "-f", str(args.f), "-d", "float32", "-o", "sum", "--compare", PEERS]
+def command(world, collective, args, peers=True):
+    compare = ["--compare", args.peers] if peers and args.peers else []
+    return ["pycoll", "bench", "-n", str(world), "--collective", collective, "-b", args.b, "-e", args.e,
+            "-f", str(args.f), "-d", "float32", "-o", "sum", *compare]
 
 
-def run_once(world, args, json_path):
-    cmd = [sys.executable, "-m", *command(world, args), "--json", str(json_path)]
+def run_once(world, collective, args, json_path, python=sys.executable, peers=True):
+    """One `pycoll bench` run's rows; python: the interpreter whose pycoll runs (--baseline's: its rows are
+    labelled "before", and it runs no peers)."""
+    cmd = [python, "-m", *command(world, collective, args, peers), "--json", str(json_path)]
     # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"),
                           check=False)
     print(proc.stdout, flush=True)
     if proc.returncode != 0:
         raise SystemExit(f"pycoll bench exited with {proc.returncode}")
-    return json.loads(Path(json_path).read_text())
+    rows = json.loads(Path(json_path).read_text())
+    return rows if python == sys.executable else [dict(r, backend="before") for r in rows]
 
 
 def mpi_versions():
@@ -63,27 +72,35 @@ def table(runs, world, collective):
         for r in rows:
             if r["world"] == world and r["collective"] == collective:
                 cells.setdefault((r["bytes"], r["backend"]), []).append(r["time_us"])
-    lines = [f"### {collective}, {world} ranks: time (us; the slowest rank's median, median of {len(runs)} runs)",
-             "", "| size | " + " | ".join(label for _, label in COLUMNS) + " | best peer / pycoll |",
-             "|---:|" + "---:|" * (len(COLUMNS) + 1)]
+    columns = [(k, label) for k, label in COLUMNS if any(key == k for _, key in cells)]
+    before = any(k == "before" for k, _ in columns)
+    lines = [f"### {collective}, {world} ranks: time (us; the slowest rank's median, median of the runs)",
+             "", "| size | " + " | ".join(label for _, label in columns) + " | best peer / pycoll |" +
+             (" before / pycoll |" if before else ""), "|---:|" + "---:|" * (len(columns) + 1 + before)]
     for nbytes in sorted({b for b, _ in cells}):
-        med = {k: statistics.median(cells[(nbytes, k)]) for k, _ in COLUMNS if (nbytes, k) in cells}
-        best = min((k for k in med if k != "cpu"), key=med.get, default=None)
-        row = [_fmt_size(nbytes)] + [f"{med[k]:.1f}" if k in med else "-" for k, _ in COLUMNS]
+        med = {k: statistics.median(cells[(nbytes, k)]) for k, _ in columns if (nbytes, k) in cells}
+        best = min((k for k in med if k not in ("cpu", "before")), key=med.get, default=None)
+        row = [_fmt_size(nbytes)] + [f"{med[k]:.1f}" if k in med else "-" for k, _ in columns]
         row.append(f"{med[best] / med['cpu']:.2f} ({dict(COLUMNS)[best]})" if best and "cpu" in med else "-")
+        if before:
+            row.append(f"{med['before'] / med['cpu']:.2f}" if "before" in med and "cpu" in med else "-")
         lines.append("| " + " | ".join(row) + " |")
-    wrong = sum(r["wrong"] for rows in runs for r in rows if r["world"] == world)
+    wrong = sum(r["wrong"] for rows in runs for r in rows if r["world"] == world and r["collective"] == collective)
     return "\n".join(lines + ["", f"#wrong over every row of every run: {wrong}."])
 
 
 def main():
     p = sweep_arguments(__doc__, "mpi_peers.md", runs=True)
     p.set_defaults(worlds="2", e="16M")
-    p.add_argument("--collective", default="all_reduce")
+    p.add_argument("--collective", default="all_reduce", help="collective(s), comma-separated")
+    p.add_argument("--peers", default=PEERS, help=f"what --compare runs (default {PEERS}; '': none)")
+    p.add_argument("--baseline", default=None, metavar="PYTHON",
+                   help="the python of another pycoll installation, measured alone before each run")
     p.add_argument("--from-json", default=None, help="comma-separated JSON files of runs already made")
     args = p.parse_args()
     start, load = time.monotonic(), os.getloadavg()
     worlds = [int(w) for w in args.worlds.split(",")]
+    collectives = args.collective.split(",")
     runs = {w: [] for w in worlds}
     if args.from_json:
         if len(worlds) != 1:
@@ -96,12 +113,20 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.runs):
                 for world in worlds:
-                    runs[world].append(run_once(world, args, Path(tmp) / f"w{world}-{i}.json"))
+                    for coll in collectives:
+                        json_path = Path(tmp) / f"w{world}-{coll}-{i}.json"
+                        if args.baseline:
+                            runs[world].append(run_once(world, coll, args, json_path, args.baseline, peers=False))
+                        runs[world].append(run_once(world, coll, args, json_path))
+        baseline = f" --baseline {args.baseline}" if args.baseline else ""
+        peers = shlex.quote(args.peers)
         how = (f"Produced by `python bench/mpi_peers.py --worlds {args.worlds} --runs {args.runs} -b {args.b} "
-               f"-e {args.e} -f {args.f} --collective {args.collective}` in {time.monotonic() - start:.0f} s; each "
-               f"of these ran {args.runs} times, alternating:")
+               f"-e {args.e} -f {args.f} --collective {args.collective} --peers {peers}{baseline}` in "
+               f"{time.monotonic() - start:.0f} s; each of these ran {args.runs} times, alternating"
+               f"{' (each after the same run of the baseline pycoll, without --compare)' if baseline else ''}:")
     doc = [f"# {args.collective} on one host: pycoll beside Intel MPI, MPICH, Open MPI and gloo", "", how, "",
-           *[f"    {' '.join(command(w, args))}" for w in worlds], "", machine(), mpi_versions()]
+           *[f"    {' '.join(command(w, c, args))}" for w in worlds for c in collectives], "", machine(),
+           mpi_versions()]
     if not args.from_json:
         doc.append(f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it "
                    f"started, {os.getloadavg()[0]:.1f} at the end.")
@@ -109,8 +134,9 @@ def main():
                  "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
                  "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
                  "package's mpiexec, unpinned), gloo (torch.distributed over TCP loopback)."), ""]
-    for world in worlds:
-        doc += [table(runs[world], world, args.collective), ""]
+    for coll in collectives:
+        for world in worlds:
+            doc += [table(runs[world], world, coll), ""]
     Path(args.out).write_text("\n".join(doc))
     print(f"wrote {args.out}")
 

@@ -21,8 +21,7 @@ def test_ids_come_from_c_in_id_order():
 def test_each_collective_lists_the_algorithms_it_has():
     assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling",
                                              "hierarchical", "shm")
-    assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh")
-    for coll in ("all_gather", "all_gather_v", "reduce_scatter_v"):
+    for coll in ("all_gather_v", "reduce_scatter_v"):
         assert COLL_ALGORITHMS[coll] == ("ring",)
     assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather")
     for coll in ("gather", "scatter"):
@@ -31,6 +30,8 @@ def test_each_collective_lists_the_algorithms_it_has():
     assert COLL_ALGORITHMS["broadcast"] == ("binomial_tree", "shm")
     assert COLL_ALGORITHMS["barrier"] == ("dissemination", "shm")
     assert COLL_ALGORITHMS["all_to_all"] == ("pairwise", "shm")
+    assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh", "shm")
+    assert COLL_ALGORITHMS["all_gather"] == ("ring", "shm")
     assert set(COLL_ALGORITHMS) == set(abi.COLLECTIVES)
     for algorithms in COLL_ALGORITHMS.values():
         assert "auto" not in algorithms and set(algorithms) <= set(ALGORITHMS)

@@ -1,7 +1,8 @@
 """The shared-memory transport's native collectives (algorithm "shm": native/transport/shm_collectives.c) with
 real processes: exact on integer data for every dtype, op and accuracy at sizes around every boundary of the
 shared area, bitwise identical on every rank, disagreements as MismatchError, faults as over the rings, and
-the refusal of algorithm="shm" where there is no shared memory."""
+the refusal of algorithm="shm" where there is no shared memory -- for all_reduce, broadcast and barrier, and
+for reduce_scatter and all_gather."""
 
 import pytest
 import test_comm_tcp as over_tcp
@@ -44,9 +45,34 @@ def test_disagreement_is_a_mismatch_on_every_rank(kind, count):
     assert any("rank 1" in rep["message"] for rep in reports.values()), reports
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_reduce_scatter_and_all_gather_are_exact_on_every_rank(n, no_segment_left):
+    """64 KiB rings make 64 KiB slots, so the counts reach the many-round paths."""
+    reports = _run(n, "scatter_gather", env={"PYCOLL_SHM_RING_BYTES": "65536"}, timeout=120)
+    for rep in reports.values():
+        assert rep.get("ok"), rep
+    assert len({rep["digest"] for rep in reports.values()}) == 1, reports
+
+
 @pytest.mark.timeout(60)
-def test_explicit_shm_over_tcp_is_refused_naming_the_backend():
-    reports = _run(2, "explicit_over_tcp", backend="tcp")
+@pytest.mark.parametrize("collective, kind", [*(("reduce_scatter", kind) for kind in
+                                                ("count", "dtype", "op", "algorithm", "collective")),
+                                              *(("all_gather", kind) for kind in ("count", "dtype", "collective"))])
+@pytest.mark.parametrize("count", [1000, 300_000])  # one round and several
+def test_reduce_scatter_and_all_gather_disagreement_is_a_mismatch_on_every_rank(collective, kind, count):
+    reports = _run(3, "mismatch", env={"TEST_MISMATCH": kind, "TEST_COUNT": str(count),
+                                       "TEST_COLLECTIVE": collective}, timeout=20)
+    for r, rep in reports.items():
+        assert rep.get("error") == "MismatchError", (r, rep)
+        assert rep["elapsed"] < 15, rep
+    assert any("rank 1" in rep["message"] for rep in reports.values()), reports
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter"])
+def test_explicit_shm_over_tcp_is_refused_naming_the_backend(collective):
+    reports = _run(2, "explicit_over_tcp", env={"TEST_COLLECTIVE": collective}, backend="tcp")
     for rep in reports.values():
         assert rep.get("ok") and rep.get("error") == "ValueError", rep
         assert "'tcp'" in rep["message"] and "'shm'" in rep["message"], rep
@@ -62,7 +88,20 @@ def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(c
 
 
 @pytest.mark.timeout(60)
-def test_stopped_peer_makes_the_others_time_out_at_the_deadline(monkeypatch):
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("count", ["16", "1000000"])  # one round and several
+def test_killed_peer_in_reduce_scatter_or_all_gather_is_reported_within_2s(collective, count, monkeypatch,
+                                                                          no_segment_left):
+    monkeypatch.setenv("PYCOLL_BACKEND", "shm")
+    monkeypatch.setenv("TEST_COUNT", count)
+    monkeypatch.setenv("TEST_COLLECTIVE", collective)
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_stopped_peer_makes_the_others_time_out_at_the_deadline(collective, monkeypatch):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_ALGORITHM", "shm")
+    monkeypatch.setenv("TEST_COLLECTIVE", collective)
     over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()

@@ -14,7 +14,9 @@ static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *na
     const int has = (coll == PYCOLL_COLL_ALL_REDUCE && native->all_reduce) ||
                     (coll == PYCOLL_COLL_BROADCAST && native->broadcast) ||
                     (coll == PYCOLL_COLL_BARRIER && native->barrier) ||
-                    (coll == PYCOLL_COLL_ALL_TO_ALL && native->version >= 2 && native->all_to_all);
+                    (coll == PYCOLL_COLL_ALL_TO_ALL && native->version >= 2 && native->all_to_all) ||
+                    (coll == PYCOLL_COLL_REDUCE_SCATTER && native->version >= 3 && native->reduce_scatter) ||
+                    (coll == PYCOLL_COLL_ALL_GATHER && native->version >= 3 && native->all_gather);
     return has ? (pycoll_algorithm_t)native->algorithm : PYCOLL_ALGO_AUTO;
 }
 

@@ -1,6 +1,7 @@
 /* The shared-memory transport's native collectives (p2p.h's pycoll_native_collectives_t, algorithm "shm"):
- * all_reduce, broadcast and barrier through one collective area per rank, instead of pycoll's algorithms over
- * the rings, which pay a frame, a copy into the ring and a copy out of it per message and a message per step.
+ * all_reduce, reduce_scatter, all_gather, broadcast, barrier and all_to_all through one collective area per rank,
+ * instead of pycoll's algorithms over the rings, which pay a frame, a copy into the ring and a copy out of it per
+ * message and a message per step.
  *
  * Layout (shm_layout.h). Rank r's area follows the rings in its segment (shm_coll_area_bytes: whatever the
  * world size, 8 MiB + 4 KiB with the default rings): a control page with one flag block per parity, then two
@@ -25,6 +26,13 @@
  * the free range of its own slot, publishes reduced = k, and copies the other ranges out of their owners'
  * slots. Every element is reduced once, by one rank, in rank order, then copied: bitwise identical results.
  * Per rank and byte that is about two copies and one reduction read, against the rings' four copies.
+ *
+ * Reduce-scatter: rounds in which every rank copies the next piece of every block but its own into its slot,
+ * one piece per rank at cache-line boundaries, and once all have posted reduces the pieces of its own block
+ * (its own input read where it is) in rank order straight into its result: one synchronisation per round, one
+ * copy of (size - 1) / size of the input and one reduction read per byte.
+ * All-gather: rounds in which every rank copies the next piece of its block into its slot, posts, copies its
+ * own block into its result while the others arrive, and copies the others' pieces out of their slots.
  *
  * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
  * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
@@ -295,6 +303,89 @@ static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, vo
     return PYCOLL_OK;
 }
 
+/* ---- reduce-scatter and all-gather ---- */
+
+/* The bytes of each block a reduce-scatter round moves: a slot holds one piece per rank, each starting on a
+ * cache line where the slot allows it (aligned loads in the reduction), a whole number of elements. 0: a slot
+ * too small for one element per rank. */
+static int64_t block_piece_bytes(const shm_collectives_t *c, int32_t size, size_t dsize)
+{
+    const int64_t per_rank = c->slot_bytes / size;
+    const int64_t unit = per_rank >= RANGE_ALIGN_BYTES ? RANGE_ALIGN_BYTES : (int64_t)dsize;
+    return per_rank / unit * unit;
+}
+
+static pycoll_status_t shm_reduce_scatter(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                          pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    const int32_t size = p2p->size, me = p2p->rank;
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    const size_t ds = red.dsize;
+    if (size == 1)
+        return memory_copy(p2p, recvbuf, sendbuf, count * (int64_t)ds, "reduce_scatter");
+    const int64_t stride = block_piece_bytes(c, size, ds), piece = stride / (int64_t)ds;
+    if (piece < 1)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory reduce_scatter: a %lld-byte slot "
+                               "for %d ranks", (long long)c->slot_bytes, (int)size);
+    const unsigned char *send = sendbuf;
+    unsigned char *recv = recvbuf;
+    int64_t at = 0;
+    do { /* at least one round, so that an empty reduce-scatter is still checked against the others */
+        const int64_t len = count - at < piece ? count - at : piece;
+        const uint64_t round = ++c->round;
+        unsigned char *mine = slot_of(c, me, round);
+        for (int32_t j = 0; j < size && len > 0; j++)
+            if (j != me)
+                memcpy(mine + j * stride, send + ((int64_t)j * count + at) * (int64_t)ds, (size_t)len * ds);
+        pycoll_status_t st = post_and_wait(c, round);
+        if (st != PYCOLL_OK)
+            return st;
+        if (len > 0) {
+            for (int32_t r = 0; r < size; r++)
+                c->sources[r] = r == me ? send + ((int64_t)me * count + at) * (int64_t)ds
+                                        : slot_of(c, r, round) + me * stride;
+            st = reduce_sources(c, &red, recv + at * (int64_t)ds, size, len);
+            if (st != PYCOLL_OK)
+                return st;
+        }
+        at += len;
+    } while (at < count);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                      pycoll_dtype_t dtype)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    const int32_t size = p2p->size, me = p2p->rank;
+    const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
+    const unsigned char *send = sendbuf;
+    unsigned char *recv = recvbuf, *own = recv + me * block;
+    const int own_in_place = own == send; /* else they do not overlap (p2p.h) */
+    if (size == 1)
+        return own_in_place ? PYCOLL_OK : memory_copy(p2p, own, send, block, "all_gather");
+    int64_t at = 0;
+    do { /* at least one round, so that an empty all-gather is still checked against the others */
+        const int64_t len = block - at < c->slot_bytes ? block - at : c->slot_bytes;
+        const uint64_t round = ++c->round;
+        if (len > 0)
+            memcpy(slot_of(c, me, round), send + at, (size_t)len);
+        publish_posted(c, round);
+        if (len > 0 && !own_in_place) /* while the others arrive */
+            memcpy(own + at, send + at, (size_t)len);
+        pycoll_status_t st = wait_round(c, round, 0);
+        if (st != PYCOLL_OK)
+            return st;
+        for (int32_t r = 0; r < size && len > 0; r++)
+            if (r != me)
+                memcpy(recv + r * block + at, slot_of(c, r, round), (size_t)len);
+        at += len;
+    } while (at < block);
+    return PYCOLL_OK;
+}
+
 /* ---- broadcast and barrier ---- */
 
 static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count, pycoll_dtype_t dtype,
@@ -366,6 +457,8 @@ const pycoll_native_collectives_t shm_native_collectives = {
     .broadcast = shm_broadcast,
     .barrier = shm_barrier,
     .all_to_all = shm_all_to_all,
+    .reduce_scatter = shm_reduce_scatter,
+    .all_gather = shm_all_gather,
 };
 
 /* ---- set-up ---- */

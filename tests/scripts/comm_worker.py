@@ -131,9 +131,17 @@ try:
     elif scenario == "loop":
         # Collectives until something fails (a peer is killed or stopped by the test).
         x = np.ones(int(os.environ.get("TEST_COUNT", 1 << 16)), dtype=np.float32)
+        algorithm = os.environ.get("TEST_ALGORITHM", "ring")
+        collective = os.environ.get("TEST_COLLECTIVE", "all_reduce")
+        blocks = np.ones(size * len(x), dtype=np.float32)
         print(json.dumps({"rank": rank, "ready": True}), flush=True)
         while True:
-            comm.all_reduce(x, algorithm=os.environ.get("TEST_ALGORITHM", "ring"))
+            if collective == "reduce_scatter":
+                comm.reduce_scatter(blocks, x, algorithm=algorithm)
+            elif collective == "all_gather":
+                comm.all_gather(x, blocks)
+            else:
+                comm.all_reduce(x, algorithm=algorithm)
             x[:] = 1
             if rank == int(os.environ.get("TEST_VICTIM", "-1")):
                 time.sleep(0.01)

@@ -48,6 +48,31 @@ def reference(values, op, size, is_float):
     return np.minimum.reduce(values) if op == "min" else np.maximum.reduce(values)
 
 
+def piece_counts(itemsize, size):
+    """reduce_scatter's per-rank counts around its rounds (a piece of every block per slot, at 64-byte
+    boundaries) and all_gather's (a slot of one block per round), and small ones not divisible by the world
+    size."""
+    piece = SLOT_BYTES // size // 64 * 64 // itemsize
+    slot = SLOT_BYTES // itemsize
+    counts = {0, 1, size - 1, size + 1, 17, piece - 1, piece, piece + 1, 2 * piece + 1, slot - 1, slot + 1}
+    return sorted(c for c in counts if c >= 0)
+
+
+def dtype_counts(counts_of, size):
+    """(dtype, its numpy dtype, count) for every dtype of TEST_DTYPES at the counts counts_of gives for it."""
+    for dtype in os.environ.get("TEST_DTYPES", ",".join(DTYPES)).split(","):
+        np_dtype = numpy_dtype(dtype)
+        for count in counts_of(np_dtype.itemsize, size):
+            yield dtype, np_dtype, count
+
+
+def exact_ops(dtype, size):
+    """TEST_OPS whose result on inputs() is exact in dtype: avg of floats over 3 ranks is not (a third is not
+    exact in binary; the sum path is the same)."""
+    return [op for op in os.environ.get("TEST_OPS", "sum,prod,min,max,avg").split(",")
+            if not (op == "avg" and "float" in dtype and size == 3)]
+
+
 def inputs(count, rank, op):
     """Small non-negative integers, exact in every dtype whatever the op and world size (<= 4 ranks)."""
     base = np.arange(count, dtype=np.int64)
@@ -65,31 +90,26 @@ try:
         # boundary of the shared area: exact against the reference; float results (normal data) hashed so the
         # test can check they are bitwise identical on every rank.
         digest = hashlib.sha256()
-        ops = os.environ.get("TEST_OPS", "sum,prod,min,max,avg").split(",")
-        for dtype in os.environ.get("TEST_DTYPES", ",".join(DTYPES)).split(","):
-            np_dtype = numpy_dtype(dtype)
-            for count in boundary_counts(np_dtype.itemsize, size):
-                for op in ops:
-                    if op == "avg" and "float" in dtype and size == 3:
-                        continue  # a third is not exact in binary; the sum path is the same
-                    want = reference([inputs(count, r, op) for r in range(size)], op, size,
-                                     "float" in dtype).astype(np_dtype)
-                    for accuracy in ("fast", "compensated"):
-                        x = inputs(count, rank, op).astype(np_dtype)
-                        out = np.empty_like(x)
-                        comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy=accuracy)
-                        assert comm.last_algorithm == "shm", comm.last_algorithm
-                        assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
-                            (dtype, count, op, accuracy, "out of place")
-                        assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
-                        comm.all_reduce(x, op=op, algorithm="shm", accuracy=accuracy)
-                        assert np.array_equal(x.astype(np.float64), want.astype(np.float64)), \
-                            (dtype, count, op, accuracy, "in place")
-                if "float" in dtype:
-                    for accuracy in ("fast", "compensated"):
-                        f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
-                        comm.all_reduce(f, algorithm="shm", accuracy=accuracy)
-                        digest.update(f.tobytes())
+        for dtype, np_dtype, count in dtype_counts(boundary_counts, size):
+            for op in exact_ops(dtype, size):
+                want = reference([inputs(count, r, op) for r in range(size)], op, size,
+                                 "float" in dtype).astype(np_dtype)
+                for accuracy in ("fast", "compensated"):
+                    x = inputs(count, rank, op).astype(np_dtype)
+                    out = np.empty_like(x)
+                    comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy=accuracy)
+                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
+                        (dtype, count, op, accuracy, "out of place")
+                    assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
+                    comm.all_reduce(x, op=op, algorithm="shm", accuracy=accuracy)
+                    assert np.array_equal(x.astype(np.float64), want.astype(np.float64)), \
+                        (dtype, count, op, accuracy, "in place")
+            if "float" in dtype:
+                for accuracy in ("fast", "compensated"):
+                    f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
+                    comm.all_reduce(f, algorithm="shm", accuracy=accuracy)
+                    digest.update(f.tobytes())
         for count in boundary_counts(8, size):
             root = count % size
             b = np.arange(count, dtype=np.float64) if rank == root else np.zeros(count)
@@ -98,6 +118,55 @@ try:
             assert np.array_equal(b, np.arange(count, dtype=np.float64)), ("broadcast", count, root)
         comm.barrier()
         assert comm.last_algorithm == "shm", comm.last_algorithm
+        report["digest"] = digest.hexdigest()
+        report["ok"] = True
+    elif scenario == "scatter_gather":
+        # reduce_scatter for every dtype, op and accuracy, and all_gather for every dtype (out of place and
+        # from this rank's own block of the result), at counts around their rounds: exact against the
+        # reference; float sums in fast mode bitwise those of numpy in rank order; all_gather's float results
+        # hashed (every rank's must be the same).
+        digest = hashlib.sha256()
+        for dtype, np_dtype, count in dtype_counts(piece_counts, size):
+            mine = slice(rank * count, (rank + 1) * count)
+            for op in exact_ops(dtype, size):
+                want = reference([inputs(size * count, r, op) for r in range(size)], op, size,
+                                 "float" in dtype).astype(np_dtype)[mine]
+                accuracies = ["fast", "compensated"]
+                if "float" in dtype and op in ("sum", "avg"):
+                    accuracies.append("reproducible")
+                for accuracy in accuracies:
+                    x = inputs(size * count, rank, op).astype(np_dtype)
+                    out = np.full(count, 99, dtype=np_dtype)
+                    comm.reduce_scatter(x, out, op=op, algorithm="shm", accuracy=accuracy)
+                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
+                        ("reduce_scatter", dtype, count, op, accuracy)
+                    assert np.array_equal(x, inputs(size * count, rank, op).astype(np_dtype)), "input changed"
+            if dtype in ("float32", "float64"):
+                xs = [np.random.default_rng(1000 * r + count).standard_normal(size * count).astype(np_dtype)
+                      for r in range(size)]
+                want = xs[0][mine].copy()
+                for r in range(1, size):
+                    want = want + xs[r][mine]
+                out = np.empty(count, dtype=np_dtype)
+                comm.reduce_scatter(xs[rank], out, algorithm="shm")
+                assert np.array_equal(out, want), ("reduce_scatter in rank order", dtype, count)
+            x = (inputs(count, rank, "sum") + rank).astype(np_dtype)
+            want = np.concatenate([(inputs(count, r, "sum") + r) for r in range(size)]).astype(np_dtype)
+            out = np.full(size * count, 99, dtype=np_dtype)
+            comm.all_gather(x, out)
+            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), ("all_gather", dtype, count)
+            out = np.full(size * count, 99, dtype=np_dtype)
+            out[mine] = x
+            comm.all_gather(out[mine], out)
+            assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
+                ("all_gather from its own block", dtype, count)
+            if "float" in dtype:
+                f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
+                out = np.empty(size * count, dtype=np_dtype)
+                comm.all_gather(f, out)
+                digest.update(out.tobytes())
         report["digest"] = digest.hexdigest()
         report["ok"] = True
     elif scenario == "mismatch":
@@ -111,17 +180,26 @@ try:
             x = np.ones(count, dtype=np.float64)
         op = "max" if rank == 1 and kind == "op" else "sum"
         algorithm = "ring" if rank == 1 and kind == "algorithm" else "shm"
+        collective = os.environ.get("TEST_COLLECTIVE", "all_reduce")
         if rank == 1 and kind == "collective":
             comm.broadcast(x, root=0)
         elif kind == "root":
             comm.broadcast(x, root=min(rank, 1))
+        elif collective == "reduce_scatter":
+            comm.reduce_scatter(np.concatenate([x] * size), np.empty_like(x), op=op, algorithm=algorithm)
+        elif collective == "all_gather":
+            comm.all_gather(x, np.empty(size * len(x), dtype=x.dtype))
         else:
             comm.all_reduce(x, op=op, algorithm=algorithm)
         comm.barrier()
         report["ok"] = True
     elif scenario == "explicit_over_tcp":
         try:
-            comm.all_reduce(np.ones(4, dtype=np.float32), algorithm="shm")
+            if os.environ.get("TEST_COLLECTIVE") == "reduce_scatter":
+                comm.reduce_scatter(np.ones(4 * size, dtype=np.float32), np.empty(4, dtype=np.float32),
+                                    algorithm="shm")
+            else:
+                comm.all_reduce(np.ones(4, dtype=np.float32), algorithm="shm")
         except ValueError as exc:
             report.update(error=type(exc).__name__, message=str(exc))
         comm.barrier()  # the refusal left the communicator usable

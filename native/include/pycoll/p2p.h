@@ -91,7 +91,7 @@ typedef struct pycoll_p2p pycoll_p2p_t;
  * Called after the communicator checked the arguments, stamped p2p->desc (whose algorithm is `algorithm`) and
  * set p2p->deadline_ns; on error p2p->error says why, as for wait. Every rank must end with bitwise identical
  * results. */
-#define PYCOLL_NATIVE_COLLECTIVES_VERSION 2 /* 2: all_to_all appended */
+#define PYCOLL_NATIVE_COLLECTIVES_VERSION 3 /* 2: all_to_all appended; 3: reduce_scatter, all_gather */
 typedef struct pycoll_native_collectives {
     uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
     int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM), named in descriptors */
@@ -104,6 +104,14 @@ typedef struct pycoll_native_collectives {
     /* Since version 2 (read only from a table that says so): sendbuf and recvbuf hold size * count elements
      * and do not overlap; block j of sendbuf goes to rank j, block i of recvbuf comes from rank i. */
     pycoll_status_t (*all_to_all)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                  pycoll_dtype_t dtype);
+    /* Since version 3. reduce_scatter: sendbuf holds size * count elements, rank r gets the reduction of block
+     * r in recvbuf[0..count) (separate memory; op and accuracy as for all_reduce). all_gather: recvbuf holds
+     * size * count elements, block r from rank r's sendbuf[0..count); sendbuf may be this rank's own block of
+     * recvbuf, and overlaps it nowhere else. */
+    pycoll_status_t (*reduce_scatter)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                      pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+    pycoll_status_t (*all_gather)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
                                   pycoll_dtype_t dtype);
 } pycoll_native_collectives_t;
 
