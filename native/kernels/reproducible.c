@@ -319,7 +319,9 @@ repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t wo
     fmt_t f;
     if (!fmt_of(dtype, &f) || summary[REPRO_SUMMARY_LEN - 1])
         return plan; /* an infinity or NaN somewhere: the general mode's codes carry them */
-    /* The headroom of the sum over the ranks: W bits a limb, at most 2^W from each rank, at most 2^62 in all. */
+    /* The headroom of the sum over the ranks: W bits a limb, under 2^W from each rank, under 2^62 in all -- a bit
+     * below int64's range, so that decoding's carry between limbs and its int64 <-> double round trip never
+     * overflow. */
     const int bits = 62 - ceil_log2(world_size > 1 ? world_size : 1);
     const int32_t top = summary[0], bottom = -summary[1];
     if (top == 0) /* every element zero everywhere */

@@ -5,10 +5,11 @@
  * every element spans over every rank. Where that span fits in at most two limbs and no element is an infinity
  * or NaN, every element becomes the exact integer x / 2^base for one base shared by all elements, in
  * L = ceil(span / W) int64 limbs of W = 62 - ceil(log2(world size)) bits (the headroom the sum over the ranks
- * needs, no more), so that typical data travels in one limb (float32, float16) or two (float64). No conversion
- * rounds, so the result is the correctly rounded sum: the same bits as the general mode below gives the same data,
- * whatever the world size (which changes W and so L, never the value). The loops are plain C that the compiler
- * vectorises, one copy per instruction set through the kernel table (reproducible_loops.h).
+ * needs, and one bit for decoding), so that typical data travels in one limb (float32, float16) or two
+ * (float64). No conversion rounds, so the result is the correctly rounded sum: the same bits as the general mode
+ * below gives the same data, whatever the world size (which changes W and so L, never the value). The loops are
+ * plain C that the compiler vectorises, one copy per instruction set through the kernel table
+ * (reproducible_loops.h).
  *
  * General mode, for the rest (specials, or spans beyond the exact mode's limbs): a float element is
  * carried as L int64 limbs: an exact fixed-point number whose scale is set by that element's global exponent
