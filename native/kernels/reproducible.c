@@ -296,14 +296,6 @@ static int fmt_of(pycoll_dtype_t dtype, fmt_t *f)
     }
 }
 
-double repro_round_exact(__int128 v, int32_t base, pycoll_dtype_t dtype)
-{
-    fmt_t f = F64;
-    (void)fmt_of(dtype, &f);
-    const unsigned __int128 sign = (unsigned __int128)(v >> 127);
-    return round_magnitude(((unsigned __int128)v ^ sign) - sign, 0, 0, v < 0, base, f);
-}
-
 /* ceil(log2(n)) for n >= 1. */
 static int ceil_log2(int32_t n)
 {

@@ -54,10 +54,6 @@ void repro_encode_exact(const void *x, int64_t n, pycoll_dtype_t dtype, const re
 /* out[i] = the limb sums limbs[i * L ..] rounded once to nearest-even in dtype (+0.0 for zero). */
 void repro_decode_exact(const int64_t *limbs, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan,
                         void *out);
-/* v * 2^base rounded once to nearest-even in dtype (subnormals, overflow to infinity), as a double that holds it
- * exactly: the loops' exact path for what their fast conversions do not cover. */
-double repro_round_exact(__int128 v, int32_t base, pycoll_dtype_t dtype);
-
 /* Limbs per element of a float dtype (float16 1 -- every float16 sum is exact --, bfloat16 and float32 2,
  * float64 3) in the general mode; 0 for a dtype reproducible mode does not take. */
 int repro_limbs(pycoll_dtype_t dtype);

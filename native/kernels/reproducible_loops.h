@@ -34,8 +34,12 @@ static inline uint64_t bits_of_f64(double d)
     return b;
 }
 
-/* 2^e as a double, e in [-1022, 1023]. */
-static inline double pow2_normal(int32_t e) { return f64_of_bits((uint64_t)(e + 1023) << 52); }
+/* 2^e as a double, e in [-1022, 1023]; and e in [-1074, 1023] (the subnormal powers too). */
+static inline double pow2_normal(int64_t e) { return f64_of_bits((uint64_t)(e + 1023) << 52); }
+static inline double pow2_any(int64_t e)
+{
+    return f64_of_bits(e >= -1022 ? (uint64_t)(e + 1023) << 52 : UINT64_C(1) << ((e + 1074) & 63));
+}
 
 /* s (|s| < 2^62) rounded to 53 bits toward zero, its last bit set where that dropped anything: round to odd.
  * Rounding that once more to nearest, at 24 bits or fewer, is rounding s itself (Boldo and Melquiond), where
@@ -54,12 +58,6 @@ static inline float round_to_odd_f32(double d)
     const float f = (float)d;
     const uint32_t inexact = (double)f != d, away = inexact & (fabs((double)f) > fabs(d));
     return pycoll_f32_from_bits((pycoll_f32_bits(f) - away) | inexact);
-}
-
-/* The exact integer of two limb sums, s1 * 2^bits + s0, for the long way (repro_round_exact). */
-static inline __int128 two_limbs(int64_t s0, int64_t s1, int32_t bits)
-{
-    return (__int128)s1 * ((__int128)1 << bits) + s0;
 }
 
 /* The exact sum s1 * 2^bits + s0 of two limb sums, as sign and magnitude window * 2^(*exp) (plus less than one
@@ -81,6 +79,29 @@ static inline uint64_t two_limb_window(int64_t s0, int64_t s1, int32_t bits, uin
     *neg = sign & 1;
     *exp = high ? bits - lz : 0;
     return high ? (high << lz) | below | (dropped != 0) : low;
+}
+
+/* window * 2^exp (window's last bit a sticky bit where two_limb_window normalised it) rounded once to nearest-even
+ * in float64, subnormals included: the long way, for a base below the normal range, where converting the window
+ * and then scaling would round twice. The rounding bit is at least 11 bits above the sticky bit. */
+static inline double round_window_f64(uint64_t window, int64_t exp, uint64_t neg)
+{
+    if (!window)
+        return 0.0;
+    const int64_t msb = 63 - __builtin_clzll(window);
+    const int64_t keep = msb + exp - 52 > -1074 ? msb + exp - 52 : -1074; /* the result's last bit */
+    const int64_t drop = keep - exp;
+    uint64_t q;
+    if (drop <= 0) {
+        q = window << ((-drop) & 63); /* exact: at most 53 bits */
+    } else if (drop >= 64) {
+        q = drop == 64 && window > (UINT64_C(1) << 63); /* above half of the least subnormal */
+    } else {
+        const uint64_t rem = window & ((UINT64_C(1) << drop) - 1), half = UINT64_C(1) << (drop - 1);
+        q = window >> drop;
+        q += rem > half || (rem == half && (q & 1));
+    }
+    return f64_of_bits(bits_of_f64((double)q * pow2_any(keep)) | neg << 63); /* q <= 2^53: exact */
 }
 
 /* One float format's summary and encoders, on its bits as the unsigned type UT. */
@@ -150,8 +171,10 @@ static void f64_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
     (void)bits;
     elem_f64 *o = (elem_f64 *)out;
     if (base < -1022) {
-        for (int64_t i = 0; i < n; i++)
-            o[i] = repro_round_exact(limbs[i], base, PYCOLL_FLOAT64);
+        for (int64_t i = 0; i < n; i++) {
+            const uint64_t neg = (uint64_t)limbs[i] >> 63;
+            o[i] = round_window_f64(((uint64_t)limbs[i] ^ -neg) + neg, base, neg);
+        }
         return;
     }
     const double scale = pow2_normal(base); /* base <= 1023 - 45: the bits of a limb stay below 2^1024 */
@@ -160,14 +183,16 @@ static void f64_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
 }
 
 /* The narrower formats round to odd at 53 bits, scale exactly (base stays within [-300, 200]), and round once
- * to nearest in their own format. */
+ * to nearest in their own format (the 16-bit ones through float, rounded to odd again). */
+static inline double odd_f64_of_limb(int64_t limb, double scale) { return round_to_odd_f64(limb) * scale; }
+
 static void f32_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     (void)bits;
     elem_f32 *o = (elem_f32 *)out;
     const double scale = pow2_normal(base);
     for (int64_t i = 0; i < n; i++)
-        o[i] = (float)(round_to_odd_f64(limbs[i]) * scale);
+        o[i] = (float)odd_f64_of_limb(limbs[i], scale);
 }
 
 static void f16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
@@ -176,7 +201,7 @@ static void f16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
     elem_u16 *o = (elem_u16 *)out;
     const double scale = pow2_normal(base);
     for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_f16(round_to_odd_f32(round_to_odd_f64(limbs[i]) * scale));
+        o[i] = pycoll_f32_to_f16(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));
 }
 
 static void bf16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
@@ -185,15 +210,19 @@ static void bf16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t 
     elem_u16 *o = (elem_u16 *)out;
     const double scale = pow2_normal(base);
     for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_bf16(round_to_odd_f32(round_to_odd_f64(limbs[i]) * scale));
+        o[i] = pycoll_f32_to_bf16(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));
 }
 
 static void f64_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     elem_f64 *o = (elem_f64 *)out;
     if (base < -1022) { /* a result could be subnormal: the window's conversion would round twice */
-        for (int64_t i = 0; i < n; i++)
-            o[i] = repro_round_exact(two_limbs(limbs[2 * i], limbs[2 * i + 1], bits), base, PYCOLL_FLOAT64);
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t neg;
+            int64_t exp;
+            const uint64_t window = two_limb_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);
+            o[i] = round_window_f64(window, base + exp, neg);
+        }
         return;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -201,42 +230,41 @@ static void f64_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t b
         int64_t exp;
         const uint64_t window = two_limb_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);
         /* rounded once by the conversion; the scale, within [base, base + 62], is exact or overflows */
-        const double mag = (double)window * pow2_normal((int32_t)(base + exp));
+        const double mag = (double)window * pow2_normal(base + exp);
         o[i] = f64_of_bits(bits_of_f64(mag) | neg << 63);
     }
+}
+
+/* Two limbs of a narrower format: the window with two bits off (sticky kept) to stay below 2^62, rounded to odd
+ * at 53 bits and scaled exactly (within the normal doubles), signed. */
+static inline double odd_f64_of_limbs(int64_t s0, int64_t s1, int32_t bits, int32_t base)
+{
+    uint64_t neg;
+    int64_t exp;
+    const uint64_t window = two_limb_window(s0, s1, bits, &neg, &exp);
+    const int64_t quarter = (int64_t)((window >> 2) | ((window & 3) != 0));
+    return f64_of_bits(bits_of_f64(round_to_odd_f64(quarter) * pow2_normal(base + exp + 2)) | neg << 63);
 }
 
 static void f32_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     elem_f32 *o = (elem_f32 *)out;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t neg;
-        int64_t exp;
-        const uint64_t window = two_limb_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);
-        /* two bits off (sticky kept) to stay below 2^62, rounded to odd at 53 bits, scaled exactly (the scale
-         * stays within the normal doubles), rounded once to float */
-        const int64_t quarter = (int64_t)((window >> 2) | ((window & 3) != 0));
-        const double mag = round_to_odd_f64(quarter) * pow2_normal((int32_t)(base + exp + 2));
-        o[i] = (float)f64_of_bits(bits_of_f64(mag) | neg << 63);
-    }
+    for (int64_t i = 0; i < n; i++)
+        o[i] = (float)odd_f64_of_limbs(limbs[2 * i], limbs[2 * i + 1], bits, base);
 }
 
-/* Two limbs of a 16-bit format (bfloat16 spanning more than one limb; float16 never does): the long way, exact
- * in float, so the narrowing does not round again. */
 static void f16_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     elem_u16 *o = (elem_u16 *)out;
     for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_f16(
-            (float)repro_round_exact(two_limbs(limbs[2 * i], limbs[2 * i + 1], bits), base, PYCOLL_FLOAT16));
+        o[i] = pycoll_f32_to_f16(round_to_odd_f32(odd_f64_of_limbs(limbs[2 * i], limbs[2 * i + 1], bits, base)));
 }
 
 static void bf16_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     elem_u16 *o = (elem_u16 *)out;
     for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_bf16(
-            (float)repro_round_exact(two_limbs(limbs[2 * i], limbs[2 * i + 1], bits), base, PYCOLL_BFLOAT16));
+        o[i] = pycoll_f32_to_bf16(round_to_odd_f32(odd_f64_of_limbs(limbs[2 * i], limbs[2 * i + 1], bits, base)));
 }
 
 #define REPRO_ROW(name)                                                                                       \
