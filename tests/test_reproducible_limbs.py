@@ -118,6 +118,28 @@ def test_float16_always_fits_one_limb():
         assert out.tobytes() == want.tobytes()
 
 
+def double_rounding_traps(dtype):
+    """Sums exactly half an ulp above a value, plus a little far below: 1 + ulp/2 + tiny, whose correct rounding
+    is 1 + ulp, where rounding first at 53 (or 24) bits makes a tie that rounds to even, to 1."""
+    frac = FRAC[dtype]
+    t = DTYPES[dtype]
+    tiny = {"float64": -100, "float32": -59, "bfloat16": -59, "float16": -24}[dtype]
+    first = np.array([1.0, 1.0, -1.0, 2.0 ** 3], t)
+    second = np.array([2.0 ** -(frac + 1), 2.0 ** -(frac + 1), -(2.0 ** -(frac + 1)), 2.0 ** (2 - frac)], t)
+    third = np.array([2.0 ** tiny, -(2.0 ** tiny), -(2.0 ** tiny), 2.0 ** tiny], t)
+    return [first, second, third]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
+def test_no_double_rounding(dtype):
+    inputs = double_rounding_traps(dtype)
+    want = correctly_rounded_sum(inputs, dtype)
+    assert want[0] != 1 and want[1] == 1  # the traps are set
+    for size in (3, 4, 33):
+        out = simulate("all_reduce", padded(inputs, size, seed=size), accuracy="reproducible")[0]
+        assert out.tobytes() == want.tobytes(), (size, out, want)
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
 def test_overflow_and_zeros_without_specials(dtype):
     """With no infinity or NaN in the data the exact mode runs: a sum past the format's largest finite value is
