@@ -19,15 +19,16 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 COMPENSATED = ("pycoll_compensated_load", "pycoll_compensated_combine", "pycoll_compensated_store")
+REPRODUCIBLE = ("pycoll_repro_summary", "pycoll_repro_encode", "pycoll_repro_decode")
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_source_for_every_dtype(dtype):
     source = vendor.cuda_kernel_source(DTYPES[dtype])
     assert f"kernels for {dtype} " in source
-    for kernel in ("pycoll_reduce", "pycoll_scale_avg") + COMPENSATED:
+    for kernel in ("pycoll_reduce", "pycoll_scale_avg") + COMPENSATED + REPRODUCIBLE:
         assert f'extern "C" __global__ void {kernel}(' in source
-    # The compensated kernels compile only for float dtypes (KIND != 0).
+    # The compensated and reproducible kernels compile only for float dtypes (KIND != 0).
     assert ("#define KIND 0" in source) == (dtype not in FLOATS)
 
 
@@ -37,12 +38,18 @@ def test_no_source_for_an_unknown_dtype():
 
 # A host shim for what NVRTC provides: one thread of one block, the bit casts, and the PTX conversions.
 SHIM = r"""
+#include <cmath>
 #include <cstring>
 #include <cstdint>
+using std::fabs;
 struct dim { unsigned x; };
 static const dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+static inline int atomicMax(int *p, int v) { int old = *p; *p = v > old ? v : old; return old; }
 #define __device__
 #define __global__
 """
@@ -115,3 +122,74 @@ def test_kernels_compiled_for_the_host_match_the_host_kernels(tmp_path, dtype):
         lib.pycoll_compensated_store(_p(got), _p(s1), _p(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
         kernels.compensated_store(want, ws, wc, divisor)
         assert got.tobytes() == want.tobytes(), divisor
+
+
+def _reproducible_plan(summary, dtype, size):
+    """kernels/reproducible.c's repro_plan restated: (limbs, bits, base) of the exact mode, or None for the
+    general mode (which has no device kernels)."""
+    frac, exp_bits, general_limbs = {"float16": (10, 5, 1), "bfloat16": (7, 8, 2), "float32": (23, 8, 2),
+                                     "float64": (52, 11, 3)}[dtype]
+    top, minus_bottom, special = summary
+    bits = 62 - (size - 1).bit_length()
+    if special:
+        return None
+    if top == 0:
+        return 1, bits, 0
+    span = top + minus_bottom + frac + 1
+    if span > 46 * general_limbs or span > 2 * bits:
+        return None
+    limbs = -(-span // bits)
+    return limbs, bits, top - ((1 << (exp_bits - 1)) - 1) + 1 - bits * limbs
+
+
+def _reproducible_cases(dtype):
+    from test_reproducible_limbs import double_rounding_traps, edges, spanning
+
+    t = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    big = ml_dtypes.finfo(t).max
+    cases = [make_inputs(name, size, 257, dtype, seed=size) for name in ("gaussian", "mixed") for size in (2, 3, 9)]
+    cases += [spanning(dtype, span, seed=span) for span in edges(dtype) or [11, 20, 29]]
+    cases.append(double_rounding_traps(dtype))
+    cases.append([np.array([big, -big, big, 0, -0.0, 1], t), np.array([big, -big, -big, 0, -0.0, -1], t)])
+    if dtype == "float64":  # results below the normal range: the long way (one limb, then two)
+        tiny = np.float64(5e-324)
+        for largest in (-1019, -960):
+            x = np.arange(-40, 40) * tiny
+            x[0] = 2.0 ** largest
+            cases.append([x, -x[::-1] + 3 * tiny, np.full_like(x, 2.0 ** -1021)])
+    return cases
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path, dtype):
+    """The device's exact mode -- summary, encode on every rank, the limbs summed as int64 (the int64 program's
+    pycoll_reduce), decode -- gives the bytes of the host's reproducible all_reduce of the same data."""
+    from pycoll.simulate import simulate
+
+    lib = _host_library(tmp_path, dtype)
+    emask = (1 << {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}[dtype]) - 1
+    ran = 0
+    for inputs in _reproducible_cases(dtype):
+        inputs = [np.ascontiguousarray(x) for x in inputs]
+        n = len(inputs[0])
+        summary = np.array([0, -emask, 0], np.int32)
+        for x in inputs:
+            lib.pycoll_repro_summary(_p(x), ctypes.c_longlong(n), _p(summary))
+        plan = _reproducible_plan(summary.tolist(), dtype, len(inputs))
+        if plan is None:
+            continue
+        limbs, bits, base = plan
+        total = np.zeros(n * limbs, np.int64)
+        for x in inputs:
+            encoded = np.empty(n * limbs, np.int64)
+            lib.pycoll_repro_encode(_p(x), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
+                                    ctypes.c_int(limbs), _p(encoded))
+            total += encoded
+        got = np.empty_like(inputs[0])
+        lib.pycoll_repro_decode(_p(total), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
+                                ctypes.c_int(limbs), _p(got))
+        want = simulate("all_reduce", inputs, accuracy="reproducible")[0]
+        assert got.tobytes() == want.tobytes(), (len(inputs), plan, np.flatnonzero(got.view(np.uint8) !=
+                                                                                   want.view(np.uint8))[:5])
+        ran += 1
+    assert ran >= 10, ran  # the rest are the general mode's (infinities)

@@ -2,7 +2,8 @@
 compile path (pycoll_cuda_kernels_compile: the one a launch uses, with the library loaded as the NCCL backend
 loads it): a CUBIN for every architecture pycoll targets, for every dtype (each dtype's program holds every op),
 the target clamped to what NVRTC supports, PTX only for a device newer than NVRTC, and no fused multiply-add
-anywhere (TwoSum's and Dekker's error terms need each product rounded on its own)."""
+anywhere (TwoSum's and Dekker's error terms need each product rounded on its own). The float dtypes' programs
+carry accuracy="reproducible"'s exact-mode kernels too (test_cuda_kernel_source.py checks their arithmetic)."""
 
 import ctypes
 import re
@@ -98,6 +99,7 @@ def test_every_dtype_compiles_to_a_cubin(compiled, sm):
         names = {b"pycoll_reduce", b"pycoll_scale_avg"}
         if dtype in FLOATS:
             names |= {b"pycoll_compensated_load", b"pycoll_compensated_combine", b"pycoll_compensated_store"}
+            names |= {b"pycoll_repro_summary", b"pycoll_repro_encode", b"pycoll_repro_decode"}
         for name in names:
             assert name + b"\0" in image, (dtype, name)
 
@@ -117,6 +119,7 @@ def test_no_fused_multiply_add(compiled, dtype):
     ptx = image.decode()
     functions = _ptx_functions(ptx)
     assert "pycoll_compensated_combine" in functions and "pycoll_compensated_store" in functions
+    assert "pycoll_repro_decode" in functions  # its scaling products must stay apart from the sums around them
     for name, body in functions.items():
         assert not re.search(r"\bfma\.", body), f"{dtype}: {name} has a fused multiply-add"
     # The store divides the (sum, comp) pair (divide_pair, two_product): products and sums to fuse are there.

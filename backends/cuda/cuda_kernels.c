@@ -127,6 +127,98 @@ static const char kernel_template[] =
     "  }\n}\n"
     "#endif\n";
 
+/* accuracy="reproducible"'s exact mode (native/kernels/reproducible.h): the summary, encode and decode of
+ * native/kernels/reproducible_loops.h, operation for operation on the elements' bits (integer shifts and masks,
+ * int64 <-> double conversions, round to odd), so that a device's limbs and results have the host's bits; the
+ * limbs combine with the int64 program's pycoll_reduce (op sum). The general mode (an infinity or NaN, or a span
+ * beyond two limbs) has no device kernels. summary starts as {0, -(2^exponent bits - 1), 0}. */
+static const char repro_template[] =
+    "#if KIND != 0\n"
+    "typedef unsigned long long u64;\n"
+    "#if IS_F64\n#define R_FRAC 52\n#define R_EXP 11\ntypedef u64 RB;\n"
+    "#elif KIND == 1\n#define R_FRAC 23\n#define R_EXP 8\ntypedef u32 RB;\n"
+    "#elif KIND == 2\n#define R_FRAC 10\n#define R_EXP 5\ntypedef u16 RB;\n"
+    "#else\n#define R_FRAC 7\n#define R_EXP 8\ntypedef u16 RB;\n#endif\n"
+    "#define R_EMASK ((1u << R_EXP) - 1u)\n#define R_BIAS ((1 << (R_EXP - 1)) - 1)\n"
+    "__device__ static inline double r_f64(u64 b) { return __longlong_as_double((i64)b); }\n"
+    "__device__ static inline u64 r_bits(double d) { return (u64)__double_as_longlong(d); }\n"
+    "__device__ static inline double r_pow2(i64 e) { return r_f64((u64)(e + 1023) << 52); }\n"
+    "__device__ static inline double r_pow2_any(i64 e) { return r_f64(e >= -1022 ? (u64)(e + 1023) << 52"
+    " : 1ull << ((e + 1074) & 63)); }\n"
+    /* round to odd at 53 bits, then at 24 (see round_to_odd_f64 / round_to_odd_f32) */
+    "__device__ static inline double r_odd_f64(i64 s) { double d = (double)s; i64 below = s - (i64)d;\n"
+    "  u64 inexact = below != 0, away = inexact & (u64)((below ^ s) < 0);"
+    " return r_f64((r_bits(d) - away) | inexact); }\n"
+    "__device__ static inline float r_odd_f32(double d) { float f = (float)d; u32 inexact = (double)f != d;\n"
+    "  u32 away = inexact & (u32)(fabs((double)f) > fabs(d));"
+    " return __uint_as_float((__float_as_uint(f) - away) | inexact); }\n"
+    /* two_limb_window */
+    "__device__ static inline u64 r_window(i64 s0, i64 s1, int bits, u64 *neg, i64 *exp) {\n"
+    "  u64 mask = (1ull << bits) - 1, low_signed = (u64)s0 & mask; i64 high_signed = s1 + (s0 >> bits);\n"
+    "  u64 sign = (u64)(high_signed >> 63);\n"
+    "  u64 high = (((u64)high_signed ^ sign) - sign) - (sign & (u64)(low_signed != 0));\n"
+    "  u64 low = ((low_signed ^ sign) - sign) & mask; i64 lz = __clzll((i64)(high | 1));\n"
+    "  u64 below = lz >= bits ? low << ((lz - bits) & 63) : low >> ((bits - lz) & 63);\n"
+    "  u64 dropped = lz >= bits ? 0 : low << ((lz - bits) & 63);\n"
+    "  *neg = sign & 1; *exp = high ? bits - lz : 0;\n"
+    "  return high ? (high << lz) | below | (u64)(dropped != 0) : low; }\n"
+    /* round_window_f64 */
+    "__device__ static inline double r_round_window(u64 window, i64 exp, u64 neg) {\n"
+    "  if (!window) return 0.0;\n"
+    "  i64 msb = 63 - __clzll((i64)window), keep = msb + exp - 52 > -1074 ? msb + exp - 52 : -1074;\n"
+    "  i64 drop = keep - exp; u64 q;\n"
+    "  if (drop <= 0) q = window << ((-drop) & 63);\n"
+    "  else if (drop >= 64) q = drop == 64 && window > (1ull << 63);\n"
+    "  else { u64 rem = window & ((1ull << drop) - 1), half = 1ull << (drop - 1); q = window >> drop;"
+    " q += rem > half || (rem == half && (q & 1)); }\n"
+    "  return r_f64(r_bits((double)q * r_pow2_any(keep)) | neg << 63); }\n"
+    "extern \"C\" __global__ void pycoll_repro_summary(const RB *x, i64 n, int *summary) {\n"
+    "  u32 top = 0, bottom = R_EMASK, widest = 0;\n"
+    "  FOR_EACH(i, n) { RB b = x[i]; u32 biased = (u32)((b >> R_FRAC) & R_EMASK);\n"
+    "    u32 eb = biased + (biased == 0);\n"
+    "    bool counted = (RB)(b << 1) != 0 && biased != R_EMASK;\n"
+    "    if (counted && eb > top) top = eb;\n"
+    "    if (counted && eb < bottom) bottom = eb;\n"
+    "    if (biased > widest) widest = biased; }\n"
+    "  atomicMax(summary, (int)top); atomicMax(summary + 1, -(int)bottom);\n"
+    "  atomicMax(summary + 2, (int)(widest == R_EMASK));\n"
+    "}\n"
+    "extern \"C\" __global__ void pycoll_repro_encode(const RB *x, i64 n, int base, int bits, int limbs, i64 *out) {\n"
+    "  i64 shift = -(i64)base - R_BIAS - R_FRAC; u64 mask = (1ull << bits) - 1;\n"
+    "  FOR_EACH(i, n) { u64 b = x[i], biased = (b >> R_FRAC) & R_EMASK;\n"
+    "    i64 s = (i64)(biased | (u64)(biased == 0)) + shift;\n"
+    "    u64 m = (b & ((1ull << R_FRAC) - 1)) | ((u64)(biased != 0) << R_FRAC);\n"
+    "    u64 sign = 0ull - (b >> (R_FRAC + R_EXP));\n"
+    "    if (limbs == 1) { out[i] = (i64)(((m << (s & 63)) ^ sign) - sign); continue; }\n"
+    "    u64 lo = s < bits ? (m << (s & 63)) & mask : 0;\n"
+    "    u64 hi = s >= bits ? m << ((s - bits) & 63) : m >> ((bits - s) & 63);\n"
+    "    out[2 * i] = (i64)((lo ^ sign) - sign); out[2 * i + 1] = (i64)((hi ^ sign) - sign); }\n"
+    "}\n"
+    "extern \"C\" __global__ void pycoll_repro_decode(const i64 *limbs, i64 n, int base, int bits, int nlimbs,\n"
+    "                                                 T *out) {\n"
+    "  FOR_EACH(i, n) { double x;\n"
+    "#if IS_F64\n"
+    "    u64 neg, window; i64 exp = 0;\n"
+    "    if (nlimbs == 1) { neg = (u64)limbs[i] >> 63; window = ((u64)limbs[i] ^ (0ull - neg)) + neg; }\n"
+    "    else window = r_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);\n"
+    "    if (base < -1022) x = r_round_window(window, base + exp, neg);\n"
+    "    else if (nlimbs == 1) x = (double)limbs[i] * r_pow2(base);\n"
+    "    else x = r_f64(r_bits((double)window * r_pow2(base + exp)) | neg << 63);\n"
+    "    out[i] = x;\n"
+    "#else\n"
+    "    if (nlimbs == 1) x = r_odd_f64(limbs[i]) * r_pow2(base);\n"
+    "    else { u64 neg; i64 exp; u64 w = r_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);\n"
+    "      double odd = r_odd_f64((i64)((w >> 2) | (u64)((w & 3) != 0)));\n"
+    "      x = r_f64(r_bits(odd * r_pow2(base + exp + 2)) | neg << 63); }\n"
+    "#if KIND == 1\n"
+    "    out[i] = (float)x;\n"
+    "#else\n"
+    "    out[i] = STORE(r_odd_f32(x));\n"
+    "#endif\n"
+    "#endif\n"
+    "  }\n}\n"
+    "#endif\n";
+
 typedef struct dtype_types {
     const char *t, *a, *u, *w;
     int kind;
@@ -157,10 +249,10 @@ int64_t pycoll_cuda_kernel_source(pycoll_dtype_t dtype, char *out, size_t len)
     int n = snprintf(out, len,
                      "/* pycoll's kernels for %s (backends/cuda/cuda_kernels.c) */\n"
                      "#define KIND %d\n#define IS_F64 %d\n"
-                     "%.*s#define T %s\n#define A %s\n#define U %s\n#define W %s\n%s",
+                     "%.*s#define T %s\n#define A %s\n#define U %s\n#define W %s\n%s%s",
                      pycoll_dtype_name(dtype), ty.kind, dtype == PYCOLL_FLOAT64,
                      (int)(strstr(kernel_template, "__device__") - kernel_template), kernel_template, ty.t, ty.a,
-                     ty.u, ty.w, strstr(kernel_template, "__device__"));
+                     ty.u, ty.w, strstr(kernel_template, "__device__"), repro_template);
     return n < 0 ? -1 : (int64_t)n;
 }
 

@@ -1,9 +1,11 @@
 /* accuracy="reproducible": a sum whose bits are the same whatever the world size, rank order, algorithm and
- * segment size. Two stages, each a collective of its own through the ordinary dispatch:
- *   1. an all_reduce max of every element's exponent code (kernels/reproducible.h), stamped as one of pycoll's
- *      internal calls (the communicator's internal group and numbering, as the cost-model exchange at init), so
- *      errors and mismatches name it as such; max is exact, so any algorithm agrees;
- *   2. the caller's collective, with its own descriptor (dtype, count, accuracy as called), run on int64 limbs
+ * segment size. Each stage is a collective of its own through the ordinary dispatch:
+ *   1. an all_reduce max of each rank's summary (kernels/reproducible.h: the binades its elements span, and
+ *      whether any is not finite), stamped as one of pycoll's internal calls (the communicator's internal group
+ *      and numbering, as the cost-model exchange at init), so that errors and mismatches name it as such; max is
+ *      exact, so every rank draws the same plan from it: the exact mode's limbs, or the general mode;
+ *   2. the general mode only: an internal all_reduce max of every element's exponent code;
+ *   3. the caller's collective, with its own descriptor (dtype, count, accuracy as called), run on int64 limbs
  *      with op sum by the algorithm the caller chose: integer sums are associative, so every schedule adds
  *      the same integers.
  * Then each result element is rounded once from its exact limb sum (avg: and divided by the world size). */
@@ -32,6 +34,27 @@ static void *repro_space(pycoll_comm_t *comm, int64_t nbytes)
 
 static int64_t round8(int64_t bytes) { return (bytes + 7) / 8 * 8; }
 
+/* An all_reduce max of n int32 in place, as one of pycoll's internal calls numbered apart from the caller's. */
+static pycoll_status_t internal_max(pycoll_comm_t *comm, const comm_call_t *call, int32_t *values, int64_t n,
+                                    char *error, size_t error_len)
+{
+    comm_call_t max = *call;
+    max.args.collective = PYCOLL_COLL_ALL_REDUCE;
+    max.args.dtype = PYCOLL_INT32;
+    max.args.op = PYCOLL_MAX;
+    max.args.algorithm = PYCOLL_ALGO_AUTO;
+    max.args.accuracy = PYCOLL_ACCURACY_FAST;
+    max.args.root = -1;
+    max.args.sendbuf = max.args.recvbuf = values;
+    max.args.send_count = max.args.recv_count = max.count = max.desc_count = n;
+    const int was_internal = comm->internal;
+    comm->internal = 1;
+    pycoll_algorithm_t ran;
+    pycoll_status_t st = comm_run_stage(comm, &max, &max, error, error_len, &ran);
+    comm->internal = was_internal;
+    return st;
+}
+
 pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                                       pycoll_algorithm_t *ran)
 {
@@ -43,17 +66,27 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
                  p2p->kernels->memory ? p2p->kernels->memory : "device");
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    const int64_t limbs = repro_limbs(a->dtype);
     const int is_root = a->root == p2p->rank;
-    /* in: the elements this rank contributes (each needs a code); out: those it receives, from code `first`. */
+    /* in: the elements this rank contributes; out: those it receives, from element `first`. */
     const int64_t in = a->send_count;
     int64_t out = call->count, first = 0;
     if (a->collective == PYCOLL_COLL_REDUCE_SCATTER)
         first = (int64_t)p2p->rank * call->count;
     if (a->collective == PYCOLL_COLL_REDUCE && !is_root)
         out = 0;
+
+    /* 1. The summary, agreed by max over the ranks, and the plan every rank draws from it. */
+    int32_t summary[REPRO_SUMMARY_LEN];
+    repro_summarize(a->sendbuf, in, a->dtype, summary);
+    pycoll_status_t st = internal_max(comm, call, summary, REPRO_SUMMARY_LEN, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    const repro_plan_t plan = repro_plan(summary, a->dtype, p2p->size);
+    const int general = plan.limbs == 0;
+    const int64_t limbs = general ? repro_limbs(a->dtype) : plan.limbs;
+
     const int in_place = a->collective == PYCOLL_COLL_ALL_REDUCE; /* the limbs are summed where they were made */
-    const int64_t code_bytes = round8(in * (int64_t)sizeof(int32_t)), send_bytes = in * limbs * 8;
+    const int64_t code_bytes = general ? round8(in * (int64_t)sizeof(int32_t)) : 0, send_bytes = in * limbs * 8;
     const int64_t recv_bytes = in_place ? 0 : out * limbs * 8;
     char *space = repro_space(comm, code_bytes + send_bytes + recv_bytes + 8);
     if (!space) {
@@ -65,27 +98,18 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     int64_t *send_limbs = (int64_t *)(space + code_bytes);
     int64_t *recv_limbs = in_place ? send_limbs : (int64_t *)(space + code_bytes + send_bytes);
 
-    /* 1. Every element's exponent code, agreed by max over the ranks: pycoll's internal call. */
-    repro_exponents(a->sendbuf, in, a->dtype, codes);
-    comm_call_t exponents = *call;
-    exponents.args.collective = PYCOLL_COLL_ALL_REDUCE;
-    exponents.args.dtype = PYCOLL_INT32;
-    exponents.args.op = PYCOLL_MAX;
-    exponents.args.algorithm = PYCOLL_ALGO_AUTO;
-    exponents.args.accuracy = PYCOLL_ACCURACY_FAST;
-    exponents.args.root = -1;
-    exponents.args.sendbuf = exponents.args.recvbuf = codes;
-    exponents.args.send_count = exponents.args.recv_count = exponents.count = exponents.desc_count = in;
-    const int was_internal = comm->internal;
-    comm->internal = 1;
-    pycoll_algorithm_t exponents_ran;
-    pycoll_status_t st = comm_run_stage(comm, &exponents, &exponents, error, error_len, &exponents_ran);
-    comm->internal = was_internal;
-    if (st != PYCOLL_OK)
-        return st;
+    /* 2. The general mode: every element's exponent code, agreed by max over the ranks. */
+    if (general) {
+        repro_exponents(a->sendbuf, in, a->dtype, codes);
+        st = internal_max(comm, call, codes, in, error, error_len);
+        if (st != PYCOLL_OK)
+            return st;
+        repro_encode(a->sendbuf, codes, in, a->dtype, send_limbs);
+    } else {
+        repro_encode_exact(a->sendbuf, in, a->dtype, &plan, send_limbs);
+    }
 
-    /* 2. The caller's collective on the limbs, under the caller's descriptor. */
-    repro_encode(a->sendbuf, codes, in, a->dtype, send_limbs);
+    /* 3. The caller's collective on the limbs, under the caller's descriptor. */
     comm_call_t sums = *call;
     sums.args.dtype = PYCOLL_INT64;
     sums.args.op = PYCOLL_SUM;
@@ -99,8 +123,11 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     if (st != PYCOLL_OK || out == 0)
         return st;
 
-    /* 3. Each element rounded once, then the one division of avg. */
-    repro_decode(recv_limbs, codes + first, out, a->dtype, a->recvbuf);
+    /* Each element rounded once, then the one division of avg. */
+    if (general)
+        repro_decode(recv_limbs, codes + first, out, a->dtype, a->recvbuf);
+    else
+        repro_decode_exact(recv_limbs, out, a->dtype, &plan, a->recvbuf);
     if (a->op == PYCOLL_AVG)
         st = pycoll_scale_avg(a->recvbuf, out, a->dtype, p2p->size);
     return st;

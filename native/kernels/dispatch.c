@@ -44,12 +44,18 @@ static void choose_active_table(void)
 {
     enum simd_level level = requested_simd_level(cpu_simd_level());
     pycoll_scalar_kernels(&active_table);
+    pycoll_scalar_repro_kernels(&active_table);
 #ifdef PYCOLL_HAVE_X86
     /* AVX-512 builds on the AVX2 table: entries it does not widen keep their AVX2 kernels. */
-    if (level >= SIMD_AVX2)
+    if (level >= SIMD_AVX2) {
         pycoll_avx2_kernels(&active_table);
-    if (level >= SIMD_AVX512)
+        pycoll_avx2_repro_kernels(&active_table);
+    }
+    if (level >= SIMD_AVX512) {
         pycoll_avx512_kernels(&active_table);
+        if (__builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+            pycoll_avx512_repro_kernels(&active_table);
+    }
 #else
     (void)level;
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/half_float.h"
+#include "kernels/kernel_table.h"
 
 #define LIMB_MASK ((UINT64_C(1) << REPRO_LIMB_BITS) - 1)
 
@@ -115,8 +116,41 @@ static inline int msb128(unsigned __int128 v) /* v != 0 */
     return top ? 127 - __builtin_clzll(top) : 63 - __builtin_clzll((uint64_t)v);
 }
 
-/* The exact value of the limb sums s[0..L-1] (limb k worth 2^(base + 46 k)), rounded once to nearest-even at
- * the precision of f (frac + 1 bits, subnormals included), as a double that holds it exactly (or infinity). */
+/* M * 2^(base + scale), with `sticky` standing for nonzero bits below M's last one and `neg` for the sign, rounded
+ * once to nearest-even at the precision of f (frac + 1 bits, subnormals included), as a double that holds it
+ * exactly (or infinity). */
+ELEMENT double round_magnitude(unsigned __int128 M, int scale, int sticky, int neg, int base, fmt_t f)
+{
+    if (!M)
+        return 0.0;
+    /* The top 63 bits, the rest folded into the sticky bit. */
+    const int msb = msb128(M);
+    const unsigned __int128 norm = M << (127 - msb);
+    const uint64_t top64 = (uint64_t)(norm >> 64);
+    sticky |= (uint64_t)norm != 0 || (top64 & 1);
+    const uint64_t top = top64 >> 1; /* bit 62 is the msb, worth 2^(msb + scale) in base units */
+    const int min_lsb = 1 - bias_of(f) - f.frac; /* the last bit of a subnormal */
+    int keep_lsb = msb + scale - f.frac;
+    if (keep_lsb < min_lsb - base)
+        keep_lsb = min_lsb - base;
+    const int r = keep_lsb - (msb + scale - 62); /* bits of top below the kept ones: at least 62 - frac */
+    uint64_t q = 0;
+    if (r <= 63) {
+        q = top >> r;
+        /* sticky only matters at an exact half, where it breaks the tie upward; half is never bit 0 here */
+        const uint64_t rem = (top & ((UINT64_C(1) << r) - 1)) | (uint64_t)sticky, half = UINT64_C(1) << (r - 1);
+        q += (rem + half - 1 + (q & 1)) >> r;
+    }
+    const int e = keep_lsb + base; /* q <= 2^(frac+1), so q * 2^e is exact, or infinity */
+    double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
+    uint64_t bits;
+    memcpy(&bits, &mag, sizeof bits);
+    bits |= (uint64_t)neg << 63; /* the sign, without a branch */
+    memcpy(&mag, &bits, sizeof mag);
+    return mag;
+}
+
+/* The exact value of the limb sums s[0..L-1] (limb k worth 2^(base + 46 k)), rounded once (round_magnitude). */
 ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
 {
     const int L = f.limbs;
@@ -149,33 +183,7 @@ ELEMENT double decode_finite(const int64_t *s, int32_t code, fmt_t f)
             M = h << REPRO_LIMB_BITS | lo;
         }
     }
-    if (!M)
-        return 0.0;
-    /* The top 63 bits, the rest folded into the sticky bit. */
-    const int msb = msb128(M);
-    const unsigned __int128 norm = M << (127 - msb);
-    const uint64_t top64 = (uint64_t)(norm >> 64);
-    sticky |= (uint64_t)norm != 0 || (top64 & 1);
-    const uint64_t top = top64 >> 1; /* bit 62 is the msb, worth 2^(msb + scale) in base units */
-    const int min_lsb = 1 - bias_of(f) - f.frac; /* the last bit of a subnormal */
-    int keep_lsb = msb + scale - f.frac;
-    if (keep_lsb < min_lsb - base)
-        keep_lsb = min_lsb - base;
-    const int r = keep_lsb - (msb + scale - 62); /* bits of top below the kept ones: at least 62 - frac */
-    uint64_t q = 0;
-    if (r <= 63) {
-        q = top >> r;
-        /* sticky only matters at an exact half, where it breaks the tie upward; half is never bit 0 here */
-        const uint64_t rem = (top & ((UINT64_C(1) << r) - 1)) | (uint64_t)sticky, half = UINT64_C(1) << (r - 1);
-        q += (rem + half - 1 + (q & 1)) >> r;
-    }
-    const int e = keep_lsb + base; /* q <= 2^(frac+1), so q * 2^e is exact, or infinity */
-    double mag = e > 1023 ? (q ? INFINITY : 0.0) : (double)q * pow2(e);
-    uint64_t bits;
-    memcpy(&bits, &mag, sizeof bits);
-    bits |= (uint64_t)neg << 63; /* the sign, without a branch */
-    memcpy(&mag, &bits, sizeof mag);
-    return mag;
+    return round_magnitude(M, scale, sticky, neg, base, f);
 }
 
 ELEMENT double decode_one(const int64_t *s, int32_t code, fmt_t f)
@@ -275,4 +283,65 @@ void repro_decode(const int64_t *limbs, const int32_t *code, int64_t n, pycoll_d
     case PYCOLL_BFLOAT16: bf16_decode(limbs, code, n, out); break;
     default: break;
     }
+}
+
+static int fmt_of(pycoll_dtype_t dtype, fmt_t *f)
+{
+    switch (dtype) {
+    case PYCOLL_FLOAT64: *f = F64; return 1;
+    case PYCOLL_FLOAT32: *f = F32; return 1;
+    case PYCOLL_FLOAT16: *f = F16; return 1;
+    case PYCOLL_BFLOAT16: *f = BF16; return 1;
+    default: return 0;
+    }
+}
+
+/* ceil(log2(n)) for n >= 1. */
+static int ceil_log2(int32_t n)
+{
+    int bits = 0;
+    while (bits < 31 && (INT32_C(1) << bits) < n)
+        bits++;
+    return bits;
+}
+
+repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t world_size)
+{
+    repro_plan_t plan = {0, REPRO_LIMB_BITS, 0};
+    fmt_t f;
+    if (!fmt_of(dtype, &f) || summary[REPRO_SUMMARY_LEN - 1])
+        return plan; /* an infinity or NaN somewhere: the general mode's codes carry them */
+    /* The headroom of the sum over the ranks: W bits a limb, under 2^W from each rank, under 2^62 in all -- a bit
+     * below int64's range, so that decoding's carry between limbs and its int64 <-> double round trip never
+     * overflow. */
+    const int bits = 62 - ceil_log2(world_size > 1 ? world_size : 1);
+    const int32_t top = summary[0], bottom = -summary[1];
+    if (top == 0) /* every element zero everywhere */
+        return (repro_plan_t){1, bits, 0};
+    /* Every element's bits lie in [bottom - bias - frac, top - bias]: this many bits. */
+    const int32_t span = top - bottom + f.frac + 1;
+    /* Beyond the general mode's exact range the general mode rounds, and its bits are the result's; beyond two
+     * limbs the exact mode's decoding would need more than 128-bit integers. */
+    if (span > REPRO_LIMB_BITS * f.limbs || span > 2 * bits || bits < REPRO_LIMB_BITS)
+        return plan;
+    plan.limbs = (span + bits - 1) / bits;
+    plan.bits = bits;
+    plan.base = top - bias_of(f) + 1 - bits * plan.limbs;
+    return plan;
+}
+
+void repro_summarize(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary)
+{
+    pycoll_active_kernels()->repro[dtype].summary(x, n, summary);
+}
+
+void repro_encode_exact(const void *x, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan, int64_t *limbs)
+{
+    pycoll_active_kernels()->repro[dtype].encode[plan->limbs - 1](x, n, plan->base, plan->bits, limbs);
+}
+
+void repro_decode_exact(const int64_t *limbs, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan,
+                        void *out)
+{
+    pycoll_active_kernels()->repro[dtype].decode[plan->limbs - 1](limbs, n, plan->base, plan->bits, out);
 }

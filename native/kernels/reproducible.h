@@ -1,4 +1,17 @@
-/* Internal: the kernels of accuracy="reproducible" (native/comm/reproducible.c runs them). A float element is
+/* Internal: the kernels of accuracy="reproducible" (native/comm/reproducible.c runs them), in two modes.
+ *
+ * Exact mode, where the data allows it: one small all_reduce max of each rank's summary (repro_summarize: the
+ * largest and smallest binade of its finite nonzero elements, and whether any is not finite) bounds the bits
+ * every element spans over every rank. Where that span fits in at most two limbs and no element is an infinity
+ * or NaN, every element becomes the exact integer x / 2^base for one base shared by all elements, in
+ * L = ceil(span / W) int64 limbs of W = 62 - ceil(log2(world size)) bits (the headroom the sum over the ranks
+ * needs, and one bit for decoding), so that typical data travels in one limb (float32, float16) or two
+ * (float64). No conversion rounds, so the result is the correctly rounded sum: the same bits as the general mode
+ * below gives the same data, whatever the world size (which changes W and so L, never the value). The loops are
+ * plain C that the compiler vectorises, one copy per instruction set through the kernel table
+ * (reproducible_loops.h).
+ *
+ * General mode, for the rest (specials, or spans beyond the exact mode's limbs): a float element is
  * carried as L int64 limbs: an exact fixed-point number whose scale is set by that element's global exponent
  * (the binade of max |x| over every rank, agreed beforehand by an all_reduce max of the codes below). Each limb
  * holds REPRO_LIMB_BITS bits, leaving 16 bits of headroom, so the integer sum of up to 65536 ranks' limbs never
@@ -23,8 +36,26 @@
  * whatever the order they meet in. Each count is at most the rank limit, 65536 < 2^24. */
 #define REPRO_NEG_INF_SHIFT 24
 
+/* The summary of one rank's elements, combined over the ranks by an all_reduce max: [0] the largest biased
+ * exponent (subnormals counted as 1) of a finite nonzero element, 0 where there is none; [1] minus the smallest;
+ * [2] 1 where an element is an infinity or NaN. */
+#define REPRO_SUMMARY_LEN 3
+void repro_summarize(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary);
+
+/* How the exact mode carries the elements: `limbs` limbs (0: the general mode instead) of `bits` bits, limb k
+ * worth 2^(base + bits * k). */
+typedef struct repro_plan {
+    int32_t limbs, bits, base;
+} repro_plan_t;
+/* The plan of the combined summary, the same on every rank. */
+repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t world_size);
+/* limbs[i * L + k] = limb k of x[i] / 2^base (exact). */
+void repro_encode_exact(const void *x, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan, int64_t *limbs);
+/* out[i] = the limb sums limbs[i * L ..] rounded once to nearest-even in dtype (+0.0 for zero). */
+void repro_decode_exact(const int64_t *limbs, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan,
+                        void *out);
 /* Limbs per element of a float dtype (float16 1 -- every float16 sum is exact --, bfloat16 and float32 2,
- * float64 3); 0 for a dtype reproducible mode does not take. */
+ * float64 3) in the general mode; 0 for a dtype reproducible mode does not take. */
 int repro_limbs(pycoll_dtype_t dtype);
 
 /* code[i] = this rank's code of x[i]. */
