@@ -377,22 +377,18 @@ class Communicator:
         receive must name the same tag and length (else MismatchError naming both). Blocking: returns once x
         may be reused. Sends and receives started with async_op=True one after another are posted together,
         so an exchange (each rank sends to and receives from the other) cannot deadlock."""
-        fast = self._fast
-        if fast is not None and async_op is False and self._run(fast.send, x, dst, tag):
+        if self._fast is not None and async_op is False and self._run(self._fast.send, x, dst, tag):
             return None
-        call = Call("send/recv", send=self._buffer(x, "x", writable=False), dest=self._peer(dst, "dst"),
-                    tag=self._tag(tag))
-        return self._call(call, async_op, None, (x,), records=False)
+        message = dict(send=self._buffer(x, "x", writable=False), dest=self._peer(dst, "dst"))
+        return self._call(Call("send/recv", tag=self._tag(tag), **message), async_op, None, (x,), records=False)
 
     def recv(self, x, src, tag=0, *, async_op=False):
         """Receive into x the next message from rank src, which must have this tag and x's length in bytes.
         Returns x (with async_op=True, a Work whose wait() returns it)."""
-        fast = self._fast
-        if fast is not None and async_op is False and self._run(fast.recv, x, src, tag):
+        if self._fast is not None and async_op is False and self._run(self._fast.recv, x, src, tag):
             return x
-        call = Call("send/recv", recv=self._buffer(x, "x", writable=True), source=self._peer(src, "src"),
-                    tag=self._tag(tag))
-        return self._call(call, async_op, x, (x,), records=False)
+        message = dict(recv=self._buffer(x, "x", writable=True), source=self._peer(src, "src"))
+        return self._call(Call("send/recv", tag=self._tag(tag), **message), async_op, x, (x,), records=False)
 
     # -- subgroups -------------------------------------------------------------------------------------------
     def split(self, color, key=0):

@@ -25,15 +25,19 @@ def supported_variants():
     return variants
 
 
+def run_under_variant(variant, args, timeout):
+    """`python *args` with PYCOLL_SIMD=variant, from tests/ so that the installed pycoll is imported, not the
+    source folder; skips the variant this process runs already."""
+    if variant == kernels.simd_name():
+        pytest.skip("the default variant runs in this process")
+    return subprocess.run([sys.executable, *args], cwd=HERE, env=dict(os.environ, PYCOLL_SIMD=variant),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.skipif("PYCOLL_SIMD" in os.environ, reason="already running under a forced variant")
 @pytest.mark.parametrize("variant", supported_variants())
 @pytest.mark.timeout(90)
 def test_kernels_under_variant(variant):
-    if variant == kernels.simd_name():
-        pytest.skip("the default variant runs in this process")
-    env = dict(os.environ, PYCOLL_SIMD=variant)
     tests = [os.path.join(HERE, name) for name in ("test_kernels.py", "test_kernels_compensated.py")]
-    # Run from tests/ so the installed pycoll is imported, not the source folder.
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                            cwd=HERE, env=env, capture_output=True, text=True, timeout=85)
+    result = run_under_variant(variant, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], 85)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

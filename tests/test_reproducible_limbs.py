@@ -9,15 +9,12 @@ variant of the loops."""
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
-from test_kernels_variants import supported_variants
+from test_kernels_variants import run_under_variant, supported_variants
 
-from pycoll import kernels
 from pycoll.accuracy import correctly_rounded_sum
 from pycoll.simulate import simulate
 
@@ -194,11 +191,8 @@ def digests():
 @pytest.mark.parametrize("variant", supported_variants())
 @pytest.mark.timeout(120)
 def test_every_simd_variant_gives_the_same_bits(variant):
-    if variant == kernels.simd_name():
-        pytest.skip("the default variant runs in this process")
     here = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, "-P", "-c", VARIANT_DIGESTS, here], cwd=here, capture_output=True,
-                          env=dict(os.environ, PYCOLL_SIMD=variant), text=True, timeout=110)
+    done = run_under_variant(variant, ["-P", "-c", VARIANT_DIGESTS, here], 110)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     theirs = json.loads(done.stdout.split("DIGESTS ", 1)[1])
     assert theirs == digests()

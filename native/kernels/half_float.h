@@ -4,21 +4,12 @@
 #define PYCOLL_HALF_FLOAT_H
 
 #include <stdint.h>
-#include <string.h>
 
-static inline uint32_t pycoll_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float pycoll_f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* The bits of a float or double, and back (C11 reads a union member as the bytes another wrote). */
+static inline uint32_t pycoll_f32_bits(float f) { return ((union { float f; uint32_t u; }){.f = f}).u; }
+static inline float pycoll_f32_from_bits(uint32_t u) { return ((union { float f; uint32_t u; }){.u = u}).f; }
+static inline uint64_t pycoll_f64_bits(double d) { return ((union { double d; uint64_t u; }){.d = d}).u; }
+static inline double pycoll_f64_from_bits(uint64_t u) { return ((union { double d; uint64_t u; }){.u = u}).d; }
 
 static inline float pycoll_f16_to_f32(uint16_t h)
 {

@@ -21,24 +21,12 @@ typedef uint16_t elem_u16 __attribute__((aligned(1), may_alias));
 typedef double elem_f64 __attribute__((aligned(1), may_alias));
 typedef float elem_f32 __attribute__((aligned(1), may_alias));
 
-static inline double f64_of_bits(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof d);
-    return d;
-}
-static inline uint64_t bits_of_f64(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof b);
-    return b;
-}
 
 /* 2^e as a double, e in [-1022, 1023]; and e in [-1074, 1023] (the subnormal powers too). */
-static inline double pow2_normal(int64_t e) { return f64_of_bits((uint64_t)(e + 1023) << 52); }
+static inline double pow2_normal(int64_t e) { return pycoll_f64_from_bits((uint64_t)(e + 1023) << 52); }
 static inline double pow2_any(int64_t e)
 {
-    return f64_of_bits(e >= -1022 ? (uint64_t)(e + 1023) << 52 : UINT64_C(1) << ((e + 1074) & 63));
+    return pycoll_f64_from_bits(e >= -1022 ? (uint64_t)(e + 1023) << 52 : UINT64_C(1) << ((e + 1074) & 63));
 }
 
 /* s (|s| < 2^62) rounded to 53 bits toward zero, its last bit set where that dropped anything: round to odd.
@@ -49,7 +37,7 @@ static inline double round_to_odd_f64(int64_t s)
     const double d = (double)s;
     const int64_t below = s - (int64_t)d; /* exact: d is an integer of at most 62 bits */
     const uint64_t inexact = below != 0, away = inexact & ((below ^ s) < 0);
-    return f64_of_bits((bits_of_f64(d) - away) | inexact);
+    return pycoll_f64_from_bits((pycoll_f64_bits(d) - away) | inexact);
 }
 
 /* d rounded to float to odd, for the 16-bit formats (11 and 8 bits, at most 22 below float's 24). */
@@ -101,7 +89,7 @@ static inline double round_window_f64(uint64_t window, int64_t exp, uint64_t neg
         q = window >> drop;
         q += rem > half || (rem == half && (q & 1));
     }
-    return f64_of_bits(bits_of_f64((double)q * pow2_any(keep)) | neg << 63); /* q <= 2^53: exact */
+    return pycoll_f64_from_bits(pycoll_f64_bits((double)q * pow2_any(keep)) | neg << 63); /* q <= 2^53: exact */
 }
 
 /* One float format's summary and encoders, on its bits as the unsigned type UT. */
@@ -195,23 +183,18 @@ static void f32_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
         o[i] = (float)odd_f64_of_limb(limbs[i], scale);
 }
 
-static void f16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
-{
-    (void)bits;
-    elem_u16 *o = (elem_u16 *)out;
-    const double scale = pow2_normal(base);
-    for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_f16(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));
-}
-
-static void bf16_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
-{
-    (void)bits;
-    elem_u16 *o = (elem_u16 *)out;
-    const double scale = pow2_normal(base);
-    for (int64_t i = 0; i < n; i++)
-        o[i] = pycoll_f32_to_bf16(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));
-}
+/* float16 and bfloat16 differ only in their rounding from float32. */
+#define HALF_DECODE1(name, from_f32)                                                                             \
+    static void name(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)                    \
+    {                                                                                                            \
+        (void)bits;                                                                                              \
+        elem_u16 *o = (elem_u16 *)out;                                                                           \
+        const double scale = pow2_normal(base);                                                                  \
+        for (int64_t i = 0; i < n; i++)                                                                          \
+            o[i] = from_f32(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));                                 \
+    }
+HALF_DECODE1(f16_decode1, pycoll_f32_to_f16)
+HALF_DECODE1(bf16_decode1, pycoll_f32_to_bf16)
 
 static void f64_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
@@ -231,7 +214,7 @@ static void f64_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t b
         const uint64_t window = two_limb_window(limbs[2 * i], limbs[2 * i + 1], bits, &neg, &exp);
         /* rounded once by the conversion; the scale, within [base, base + 62], is exact or overflows */
         const double mag = (double)window * pow2_normal(base + exp);
-        o[i] = f64_of_bits(bits_of_f64(mag) | neg << 63);
+        o[i] = pycoll_f64_from_bits(pycoll_f64_bits(mag) | neg << 63);
     }
 }
 
@@ -243,7 +226,7 @@ static inline double odd_f64_of_limbs(int64_t s0, int64_t s1, int32_t bits, int3
     int64_t exp;
     const uint64_t window = two_limb_window(s0, s1, bits, &neg, &exp);
     const int64_t quarter = (int64_t)((window >> 2) | ((window & 3) != 0));
-    return f64_of_bits(bits_of_f64(round_to_odd_f64(quarter) * pow2_normal(base + exp + 2)) | neg << 63);
+    return pycoll_f64_from_bits(pycoll_f64_bits(round_to_odd_f64(quarter) * pow2_normal(base + exp + 2)) | neg << 63);
 }
 
 static void f32_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
