@@ -186,6 +186,8 @@ def _small_mix_rank(devices, port, rank, world):
     kind = devices[rank]
     x = _floats(rank, COUNT, np.float64)
     comm.all_reduce(device_array(kind, x))
+    leaders = comm._engine.leaders  # on leaders: the communicator the step between islands ran on
+    crossing = (leaders.transport, leaders.native.last_algorithm) if leaders is not None else None
     y = _ints(rank, 6, np.int32)
     gathered = np.zeros(6 * world, np.int32)
     comm.all_gather(device_array(kind, y), device_array(kind, gathered))
@@ -193,7 +195,7 @@ def _small_mix_rank(devices, port, rank, world):
     z = np.full(3, rank + 1, np.int32)
     comm.all_reduce(device_array(kind, z))  # the mismatch was caught before any data moved
     comm.close()
-    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z,
+    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z, "crossing": crossing,
             "islands": [(i.backend, i.ranks) for i in comm.islands]}
 
 
@@ -201,6 +203,9 @@ def _small_mix_rank(devices, port, rank, world):
 def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
     outs = run_ranks_ok(functools.partial(_small_mix_rank, THREE, free_port()), 3, env, timeout=50)
     assert outs[0]["islands"] == [("cpu", (0,)), ("nccl", (1, 2))]
+    # The leaders (ranks 0 and 1) have a host communicator of their own, which on one host runs the shared-memory
+    # transport's own collectives (a split of the job's would run pycoll's generic schedules); rank 2 has none.
+    assert [out["crossing"] for out in outs] == [("shm", "shm"), ("shm", "shm"), None]
     for out in outs:
         assert out["float64"].tobytes() == outs[0]["float64"].tobytes()
         np.testing.assert_array_equal(out["gathered"], np.concatenate([_ints(r, 6, np.int32) for r in range(3)]))

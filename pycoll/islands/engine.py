@@ -6,10 +6,11 @@ Built at init, in this order, each step collective over the whole job:
 1. `world`: every rank over pycoll's host transports (the cpu backend: shared memory on a host, TCP between).
 2. Every rank's memory kind, island backend, host and whether that backend is usable here, all-gathered: the
    islands (formation.py), or BackendUnavailable on every rank naming each rank that cannot run its backend.
-3. Host islands: a split of `world`; the leaders' communicator: another split.
-4. Device islands: the vendor's communicator among the island's ranks (its id through the job's store, under
-   the island's own prefix); every rank then learns whether every island came up.
-5. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
+3. The leaders' communicator (on leaders), then each island's: pycoll's host transports for a host island, the
+   vendor's for a device island, each bootstrapped afresh through the job's store under a prefix of its own
+   (not splits of `world`: a fresh host communicator on one host runs the shared-memory transport's own
+   collectives); every rank then learns whether every island came up.
+4. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from pycoll import plugins
+from pycoll.dtypes import OPS, dtype_id
 from pycoll.errors import BackendUnavailable, MismatchError
 from pycoll.islands import schedules
 from pycoll.islands.formation import Islands, form
@@ -32,6 +34,10 @@ _COLLECTIVE_IDS = {name: i for i, name in enumerate(schedules.SCHEDULES)}
 _ACCURACY_IDS = {name: i for i, name in enumerate(("fast", "compensated", "reproducible"))}
 # The call's description every rank exchanges first: collective, dtype, elements, op, root, accuracy.
 _DESCRIPTION = ("collective", "dtype", "count", "op", "root", "accuracy")
+_FIELDS = len(_DESCRIPTION)
+# Where each island's communicator and the leaders' exchange their ids in the job's store: a prefix each, as a
+# vendor or host engine names its keys the same in every communicator it makes.
+ISLAND_PREFIX, LEADERS_PREFIX = "pycoll/islands/", "pycoll/islands/leaders/"
 
 
 class _HostCalls:
@@ -41,11 +47,18 @@ class _HostCalls:
         self._engine, self.size = engine, size
 
     def all_gather(self, x, out, counts=None):
-        from pycoll.dtypes import dtype_id
         kind = "all_gather" if counts is None else "all_gather_v"
         send, recv = host_buffer(x, dtype_id(x.dtype)), host_buffer(out, dtype_id(out.dtype))
         self._engine.run(Call(kind, send, recv, counts=None if counts is None else np.asarray(counts, np.int64)))
         return out
+
+
+def _host_engine(store, prefix, rank, size, timeout, options):
+    """A communicator of pycoll's host transports among `size` ranks, bootstrapped afresh through the job's store
+    under `prefix`, as init(backend="cpu") makes one: on one host it runs the shared-memory transport's own
+    collectives, where a split of `world` would run pycoll's generic schedules over a view of world's ranks."""
+    return plugins.get("cpu").create(rank=rank, world_size=size, store=IslandStore(store, prefix), timeout=timeout,
+                                     options=options)
 
 
 def _refusals(plugin, engine):
@@ -104,18 +117,21 @@ class IslandsEngine(Engine):
         self.island = formed.of(self.rank)
         self.island_rank = self.island.ranks.index(self.rank)
         self.is_leader = self.island_rank == 0
-        host_island = memory == "host"
-        self.inner = self.world.split(self.island.index if host_island else -1, self.rank)
-        self.leaders = self.world.split(0 if self.is_leader else -1, self.island.index)
         refused, failure = {}, None
-        if not host_island:
-            try:
+        try:
+            # Leaders first, on every leader: a member waits for its leader only in its island's set-up below.
+            if self.is_leader:
+                self.leaders = _host_engine(store, LEADERS_PREFIX, self.island.index, len(formed.islands),
+                                            self.timeout, options)
+            prefix = f"{ISLAND_PREFIX}{self.island.index}/"
+            if memory == "host":
+                self.inner = _host_engine(store, prefix, self.island_rank, self.island.size, self.timeout, options)
+            else:
                 self.inner = plugin.create(rank=self.island_rank, world_size=self.island.size,
-                                           store=IslandStore(store, f"pycoll/islands/{self.island.index}/"),
-                                           timeout=self.timeout, options={})
+                                           store=IslandStore(store, prefix), timeout=self.timeout, options={})
                 refused = _refusals(plugin, self.inner) if self.is_leader else {}
-            except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
-                failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
+            failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
         outcomes = all_gather_object(calls, (failure, refused))
         failures = [f for f, _ in outcomes if f]
         if failures:
@@ -132,6 +148,10 @@ class IslandsEngine(Engine):
         self._runtime = runtime_for(memory, plugin)
         self._scratch = Scratch(self._runtime)
         self._host_scratch = Scratch(HostRuntime())
+        # The description every call exchanges first, beside its negation: made once, reused by every call.
+        self._description = np.empty(2 * _FIELDS, dtype=np.int64)
+        described = host_buffer(self._description, dtype_id("int64"))
+        self._agreement = Call("all_reduce", described, described, op=OPS["max"])
 
     # -- what schedules.py uses -------------------------------------------------------------------------------
     def stage_in(self, buf, name):
@@ -175,21 +195,28 @@ class IslandsEngine(Engine):
         return schedule(self, call)
 
     def _check_same_call(self, call):
-        """Every rank's description of the call, all-gathered: MismatchError on every rank where two differ
-        (an island's vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone."""
+        """Whether every rank called the same thing: MismatchError on every rank where two differ (an island's
+        vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone. One all-reduce (max) of
+        each rank's description beside its negation -- a fixed 96 bytes whatever the job's size -- says whether
+        all agree (the max of the description equals minus the max of its negation); only when they do not is
+        every rank's description all-gathered, to name one that differs."""
         some = call.send if call.send is not None else call.recv
-        count = {"all_gather": lambda: call.send.count, "reduce": lambda: call.send.count}.get(
-            call.collective, lambda: call.recv.count if call.recv is not None else 0)()
-        mine = np.array([_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
-                         call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
-                         _ACCURACY_IDS.get(call.accuracy, 0)], dtype=np.int64)
-        every = np.empty((self.size, len(_DESCRIPTION)), dtype=np.int64)
+        count = (call.send.count if call.collective in ("all_gather", "reduce")
+                 else call.recv.count if call.recv is not None else 0)
+        desc = self._description
+        desc[:_FIELDS] = (_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
+                          call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
+                          _ACCURACY_IDS.get(call.accuracy, 0))
+        mine = desc[:_FIELDS].copy()
+        np.negative(mine, out=desc[_FIELDS:])
+        self.world.run(self._agreement)
+        if np.array_equal(desc[:_FIELDS], -desc[_FIELDS:]):
+            return
+        every = np.empty((self.size, _FIELDS), dtype=np.int64)
         _HostCalls(self.world, self.size).all_gather(mine, every.reshape(-1))
-        differs = np.flatnonzero((every != every[0]).any(axis=1))
-        if differs.size:
-            other = int(differs[0])
-            raise MismatchError(f"backend 'auto': rank 0 called {_describe(every[0])} but rank {other} called "
-                                f"{_describe(every[other])}")
+        other = int(np.flatnonzero((every != every[0]).any(axis=1))[0])
+        raise MismatchError(f"backend 'auto': rank 0 called {_describe(every[0])} but rank {other} called "
+                            f"{_describe(every[other])}")
 
     def _check_offered(self, call):
         """TypeError, on every rank alike, for a reduction some island's vendor refuses (its schedule would
