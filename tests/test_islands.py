@@ -241,6 +241,42 @@ def test_a_killed_rank_reaches_every_island_as_peer_failure(env, victim):
         assert elapsed < 8.0, (rank, elapsed)
 
 
+def _killed_in_vendor_step_rank(devices, port, victim, rank, world):
+    """The victim passes the call's check, then dies inside its island's first step: its island peers are then
+    waiting inside their vendor's collective, which only the deadline would end."""
+    comm = _init(devices, port, rank, world, timeout=TIMEOUT_S)
+    x = np.ones(COUNT, np.float32)
+    comm.all_reduce(device_array(devices[rank], x))
+    if rank == victim:
+        inner = comm._engine.inner
+
+        def dying(call, async_op=False):
+            time.sleep(0.5)  # the peers are inside their vendor's wait by now
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        inner.run = dying
+    start = time.monotonic()
+    error = _error(lambda: comm.all_reduce(device_array(devices[rank], x)))
+    return error, time.monotonic() - start
+
+
+TIMEOUT_S = 20.0
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("victim", [3, 2], ids=["nccl-member", "hccl-leader"])
+def test_a_rank_killed_inside_a_vendor_step_reaches_every_rank_as_peer_failure_long_before_the_deadline(
+        env, victim):
+    results = run_ranks(functools.partial(_killed_in_vendor_step_rank, SIX, free_port(), victim), len(SIX), env,
+                        timeout=60, wait_for=len(SIX) - 1)
+    assert victim not in results
+    for rank, (status, value) in results.items():
+        assert status == "ok", value
+        (kind, message), elapsed = value
+        assert kind == "PeerFailure", (rank, kind, message)
+        assert elapsed < TIMEOUT_S / 4, (rank, elapsed, message)
+
+
 @pytest.mark.timeout(90)
 def test_the_readme_mixed_example_runs_on_the_fakes_and_says_which_islands_it_formed(env, tmp_path):
     example = Path(__file__).resolve().parent.parent / "examples" / "mixed_islands.py"

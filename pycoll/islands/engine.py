@@ -19,8 +19,9 @@ import numpy as np
 
 from pycoll import plugins
 from pycoll.dtypes import OPS, dtype_id
-from pycoll.errors import BackendUnavailable, MismatchError
+from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, Timeout
 from pycoll.islands import schedules
+from pycoll.islands.failures import IslandWatch
 from pycoll.islands.formation import Islands, form
 from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
 from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_for
@@ -86,8 +87,9 @@ class IslandsEngine(Engine):
 
     def __init__(self, *, rank, world_size, store, timeout, options):
         self.rank, self.size, self.timeout = rank, world_size, float(timeout)
-        self.inner = self.leaders = None
+        self.inner = self.leaders = self._watch = None
         self._scratch = self._host_scratch = None
+        self._broken = False
         memory = memory_kind(options.get("device"))
         backend_name = ISLAND_BACKENDS[memory]
         self.world = plugins.get("cpu").create(rank=rank, world_size=world_size, store=store, timeout=timeout,
@@ -118,6 +120,8 @@ class IslandsEngine(Engine):
         self.island_rank = self.island.ranks.index(self.rank)
         self.is_leader = self.island_rank == 0
         refused, failure = {}, None
+        watched = memory != "host" and self.island.size > 1
+        self._watch = IslandWatch(self.rank) if watched else None
         try:
             # Leaders first, on every leader: a member waits for its leader only in its island's set-up below.
             if self.is_leader:
@@ -132,14 +136,16 @@ class IslandsEngine(Engine):
                 refused = _refusals(plugin, self.inner) if self.is_leader else {}
         except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
             failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
-        outcomes = all_gather_object(calls, (failure, refused))
-        failures = [f for f, _ in outcomes if f]
+        outcomes = all_gather_object(calls, (failure, refused, self._watch.identity if watched else None))
+        failures = [f for f, _, _ in outcomes if f]
         if failures:
             raise BackendUnavailable("backend 'auto': an island's communicator could not be created: "
                                      + "; ".join(failures))
         every = {}
-        for _, island_refused in outcomes:
+        for _, island_refused, _ in outcomes:
             every.update(island_refused)
+        if watched:
+            self._watch.start([outcomes[r][2] for r in self.island.ranks if r != self.rank], self._peer_failed)
         self.islands = Islands(formed.islands, every)
         # What every island declares: the dtypes and ops the communicator accepts.
         self.dtypes = tuple(name for name in ALL_DTYPES if all(name in rec[4][0] for rec in records))
@@ -185,14 +191,51 @@ class IslandsEngine(Engine):
             raise NotImplementedError(
                 f"{what} is not supported across islands (backend 'auto') yet; it supports "
                 f"{', '.join(schedules.SCHEDULES)}")
-        self._check_same_call(call)
+        self._reporting(self._check_same_call, call)
         self._check_offered(call)
         if async_op:  # run now: the handle is complete (the steps block on host and device alike)
             try:
-                return CompletedHandle(algorithm=schedule(self, call))
+                return CompletedHandle(algorithm=self._reporting(schedule, self, call))
             except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait
                 return CompletedHandle(error=exc)
-        return schedule(self, call)
+        return self._reporting(schedule, self, call)
+
+    # -- failures ---------------------------------------------------------------------------------------------
+    def _reporting(self, step, *args):
+        """step(*args); a job-wide failure out of it (PeerFailure, Timeout) is passed on before it is raised."""
+        try:
+            return step(*args)
+        except (PeerFailure, Timeout) as exc:
+            self._break(exc)
+            raise
+
+    def _break(self, exc):
+        """This rank leaves the collective on `exc`: the ranks still waiting on it learn of it now, not at their
+        deadline. Its island peers waiting inside their vendor's collective get the watch's notice (failures.py)
+        and abort theirs; ranks waiting on it in a host step see it close its host communicators (without
+        lingering: they raise PeerFailure naming it). Its own vendor communicator is marked failed, so closing
+        does not wait on peers that aborted theirs. The communicator is unusable afterwards, as after any
+        PeerFailure."""
+        if self._broken:
+            return
+        self._broken = True
+        reason = f"rank {self.rank} left the collective on {type(exc).__name__}: {exc}"
+        if self._watch is not None:
+            self._watch.notify(-1, reason)
+        if hasattr(self.inner, "request_abort"):
+            self.inner.request_abort(-1, reason)
+        for engine in (self.leaders, self.inner, self.world):
+            native = getattr(engine, "native", None)
+            if native is not None:
+                try:
+                    native.close(0.0)
+                except PycollError:  # what a broken communicator reports at close: the failure is raised already
+                    pass
+
+    def _peer_failed(self, rank, reason):
+        """The watch's thread: an island peer died or failed out of a step; the vendor call waiting on it (or the
+        next) raises PeerFailure saying `reason`."""
+        self.inner.request_abort(self.island.ranks.index(rank) if rank in self.island.ranks else -1, reason)
 
     def _check_same_call(self, call):
         """Whether every rank called the same thing: MismatchError on every rank where two differ (an island's
@@ -235,6 +278,8 @@ class IslandsEngine(Engine):
         raise NotImplementedError("split: backend 'auto' has no sub-communicators across islands yet")
 
     def close(self):
+        if self._watch is not None:  # first: its goodbye tells the peers that this rank's exit is no failure
+            self._watch.close()
         for scratch in (self._scratch, self._host_scratch):
             if scratch is not None:
                 scratch.close()
