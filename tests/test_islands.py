@@ -188,6 +188,11 @@ def _small_mix_rank(devices, port, rank, world):
     comm.all_reduce(device_array(kind, x))
     leaders = comm._engine.leaders  # on leaders: the communicator the step between islands ran on
     crossing = (leaders.transport, leaders.native.last_algorithm) if leaders is not None else None
+    # Past one staging segment: the leaders' all-reduce runs in segments, pipelined with the copies (the last
+    # one partial); avg divides each segment.
+    from pycoll.islands.schedules import STAGING_SEGMENT_BYTES
+    large = _ints(rank, 2 * STAGING_SEGMENT_BYTES // 4 + 12345, np.int32)
+    comm.all_reduce(device_array(kind, large), "avg")
     y = _ints(rank, 6, np.int32)
     gathered = np.zeros(6 * world, np.int32)
     comm.all_gather(device_array(kind, y), device_array(kind, gathered))
@@ -195,7 +200,7 @@ def _small_mix_rank(devices, port, rank, world):
     z = np.full(3, rank + 1, np.int32)
     comm.all_reduce(device_array(kind, z))  # the mismatch was caught before any data moved
     comm.close()
-    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z, "crossing": crossing,
+    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z, "crossing": crossing, "large": large,
             "islands": [(i.backend, i.ranks) for i in comm.islands]}
 
 
@@ -213,6 +218,8 @@ def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
         assert kind == "MismatchError", out["mismatch"]
         assert "8 elements" in message and "rank 2" in message and "4 elements" in message, message
         np.testing.assert_array_equal(out["after"], np.full(3, 6))
+        count = len(out["large"])
+        np.testing.assert_array_equal(out["large"], _trunc_div(sum(_ints(r, count, np.int64) for r in range(3)), 3))
     np.testing.assert_allclose(outs[0]["float64"], sum(_floats(r, COUNT, np.float64) for r in range(3)),
                                rtol=1e-12, atol=1e-9)
 

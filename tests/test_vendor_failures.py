@@ -9,8 +9,16 @@ import time
 
 import numpy as np
 import pytest
-from fakes.vendor_harness import (buffer, fakes_fixture, job_env, make_engine, probe_without_library, run_dead_peer,
-                                  run_injected, run_ranks)
+from fakes.vendor_harness import (
+    buffer,
+    fakes_fixture,
+    job_env,
+    make_engine,
+    probe_without_library,
+    run_dead_peer,
+    run_injected,
+    run_ranks,
+)
 
 INJECTED = "injected by FAKE_COLL_FAIL"  # the fake NCCL's last-error text: pycoll appends it to the message
 

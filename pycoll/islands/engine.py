@@ -160,13 +160,21 @@ class IslandsEngine(Engine):
         self._agreement = Call("all_reduce", described, described, op=OPS["max"])
 
     # -- what schedules.py uses -------------------------------------------------------------------------------
+    def staging(self, buf, name):
+        """Where buf is staged in host memory, not yet copied: buf itself where it is host memory, else host
+        scratch `name`."""
+        return buf if buf.memory == "host" else self._host_scratch.buffer(name, buf, buf.count)
+
     def stage_in(self, buf, name):
         """buf's contents in host memory: buf itself where it is host memory, else host scratch `name`."""
-        if buf.memory == "host":
-            return buf
-        staged = self._host_scratch.buffer(name, buf, buf.count)
-        self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
+        staged = self.staging(buf, name)
+        self.copy_in(staged, buf)
         return staged
+
+    def copy_in(self, staged, buf):
+        """buf into host Buffer `staged` (nothing where they are one memory)."""
+        if staged.ptr != buf.ptr:
+            self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
 
     def stage_out(self, staged, buf):
         """Host Buffer `staged` into buf (nothing where they are one memory)."""
