@@ -263,7 +263,7 @@ def _killed_in_vendor_step_rank(devices, port, victim, rank, world):
 
         inner.run = dying
     start = time.monotonic()
-    error = _error(lambda: comm.all_reduce(device_array(devices[rank], x)))
+    error = raised(lambda: comm.all_reduce(device_array(devices[rank], x)))
     return error, time.monotonic() - start
 
 
