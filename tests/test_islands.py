@@ -186,6 +186,13 @@ def _small_mix_rank(devices, port, rank, world):
     kind = devices[rank]
     x = _floats(rank, COUNT, np.float64)
     comm.all_reduce(device_array(kind, x))
+    leaders = comm._engine.leaders  # on leaders: the communicator the step between islands ran on
+    crossing = (leaders.transport, leaders.native.last_algorithm) if leaders is not None else None
+    # Past one staging segment: the leaders' all-reduce runs in segments, pipelined with the copies (the last
+    # one partial); avg divides each segment.
+    from pycoll.islands.schedules import STAGING_SEGMENT_BYTES
+    large = _ints(rank, 2 * STAGING_SEGMENT_BYTES // 4 + 12345, np.int32)
+    comm.all_reduce(device_array(kind, large), "avg")
     y = _ints(rank, 6, np.int32)
     gathered = np.zeros(6 * world, np.int32)
     comm.all_gather(device_array(kind, y), device_array(kind, gathered))
@@ -193,7 +200,7 @@ def _small_mix_rank(devices, port, rank, world):
     z = np.full(3, rank + 1, np.int32)
     comm.all_reduce(device_array(kind, z))  # the mismatch was caught before any data moved
     comm.close()
-    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z,
+    return {"float64": x, "gathered": gathered, "mismatch": mismatch, "after": z, "crossing": crossing, "large": large,
             "islands": [(i.backend, i.ranks) for i in comm.islands]}
 
 
@@ -201,6 +208,9 @@ def _small_mix_rank(devices, port, rank, world):
 def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
     outs = run_ranks_ok(functools.partial(_small_mix_rank, THREE, free_port()), 3, env, timeout=50)
     assert outs[0]["islands"] == [("cpu", (0,)), ("nccl", (1, 2))]
+    # The leaders (ranks 0 and 1) have a host communicator of their own, which on one host runs the shared-memory
+    # transport's own collectives (a split of the job's would run pycoll's generic schedules); rank 2 has none.
+    assert [out["crossing"] for out in outs] == [("shm", "shm"), ("shm", "shm"), None]
     for out in outs:
         assert out["float64"].tobytes() == outs[0]["float64"].tobytes()
         np.testing.assert_array_equal(out["gathered"], np.concatenate([_ints(r, 6, np.int32) for r in range(3)]))
@@ -208,6 +218,8 @@ def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
         assert kind == "MismatchError", out["mismatch"]
         assert "8 elements" in message and "rank 2" in message and "4 elements" in message, message
         np.testing.assert_array_equal(out["after"], np.full(3, 6))
+        count = len(out["large"])
+        np.testing.assert_array_equal(out["large"], _trunc_div(sum(_ints(r, count, np.int64) for r in range(3)), 3))
     np.testing.assert_allclose(outs[0]["float64"], sum(_floats(r, COUNT, np.float64) for r in range(3)),
                                rtol=1e-12, atol=1e-9)
 
@@ -234,6 +246,42 @@ def test_a_killed_rank_reaches_every_island_as_peer_failure(env, victim):
         (kind, message), elapsed = value
         assert kind == "PeerFailure", (rank, kind, message)
         assert elapsed < 8.0, (rank, elapsed)
+
+
+def _killed_in_vendor_step_rank(devices, port, victim, rank, world):
+    """The victim passes the call's check, then dies inside its island's first step: its island peers are then
+    waiting inside their vendor's collective, which only the deadline would end."""
+    comm = _init(devices, port, rank, world, timeout=TIMEOUT_S)
+    x = np.ones(COUNT, np.float32)
+    comm.all_reduce(device_array(devices[rank], x))
+    if rank == victim:
+        inner = comm._engine.inner
+
+        def dying(call, async_op=False):
+            time.sleep(0.5)  # the peers are inside their vendor's wait by now
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        inner.run = dying
+    start = time.monotonic()
+    error = raised(lambda: comm.all_reduce(device_array(devices[rank], x)))
+    return error, time.monotonic() - start
+
+
+TIMEOUT_S = 20.0
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("victim", [3, 2], ids=["nccl-member", "hccl-leader"])
+def test_a_rank_killed_inside_a_vendor_step_reaches_every_rank_as_peer_failure_long_before_the_deadline(
+        env, victim):
+    results = run_ranks(functools.partial(_killed_in_vendor_step_rank, SIX, free_port(), victim), len(SIX), env,
+                        timeout=60, wait_for=len(SIX) - 1)
+    assert victim not in results
+    for rank, (status, value) in results.items():
+        assert status == "ok", value
+        (kind, message), elapsed = value
+        assert kind == "PeerFailure", (rank, kind, message)
+        assert elapsed < TIMEOUT_S / 4, (rank, elapsed, message)
 
 
 @pytest.mark.timeout(90)

@@ -2,10 +2,24 @@
 the vendor's teardown), every vendor result an injected failure can give, and a missing library. Against the
 fake libraries (tests/fakes/fake_nccl.c, fake_hccl.c) in real processes."""
 
+import functools
 import re
+import threading
+import time
 
+import numpy as np
 import pytest
-from fakes.vendor_harness import fakes_fixture, job_env, probe_without_library, run_dead_peer, run_injected
+from fakes.vendor_harness import (
+    buffer,
+    fakes_fixture,
+    job_env,
+    make_engine,
+    probe_without_library,
+    run_dead_peer,
+    run_injected,
+    run_ranks,
+)
+from multiproc import raised
 
 INJECTED = "injected by FAKE_COLL_FAIL"  # the fake NCCL's last-error text: pycoll appends it to the message
 
@@ -32,6 +46,39 @@ def test_dead_peer_times_out_and_tears_the_communicator_down(env, vendor, accura
     timed_out, closed = run_dead_peer(vendor, env, deadline, accuracy=accuracy)
     assert re.search(timed_out_text, timed_out) and "earlier error" in closed
     assert teardown in open(env["FAKE_COLL_LOG"]).read()
+
+
+ABORT_DEADLINE_S = 4.0
+
+
+def _aborted_rank(vendor, accuracy, rank, world):
+    """Rank 1 never calls; rank 0's all_reduce waits on it until another thread requests an abort (a failure seen
+    elsewhere, as backend "auto" passes one on). Rank 0 returns the error, how long the call took, and what the
+    next call raised."""
+    engine = make_engine(vendor, rank, world, ABORT_DEADLINE_S)
+    if rank == 1:
+        return None
+    x = np.ones(4, np.float64 if accuracy == "compensated" else np.float32)
+    threading.Timer(0.3, engine.request_abort, (1, "rank 1 is gone (noticed elsewhere)")).start()
+    outcomes = []
+    for _ in range(2):
+        start = time.monotonic()
+        outcomes.append((raised(lambda: engine.all_reduce(buffer(x), buffer(x), 0, "auto", accuracy)),
+                         time.monotonic() - start))
+    engine.close()
+    return outcomes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("vendor, accuracy", [("nccl", "fast"), ("nccl", "compensated"), ("hccl", "fast")],
+                         ids=["nccl", "nccl-compensated", "hccl"])
+def test_an_abort_requested_from_another_thread_ends_the_stuck_call_as_peer_failure(env, vendor, accuracy):
+    status, value = run_ranks(functools.partial(_aborted_rank, vendor, accuracy), 2, env)[0]
+    assert status == "ok", value
+    ((kind, message), elapsed), ((next_kind, next_message), _) = value
+    assert kind == "PeerFailure" and "rank 1 is gone (noticed elsewhere)" in message, (kind, message)
+    assert 0.25 < elapsed < ABORT_DEADLINE_S / 2, elapsed
+    assert next_kind == "CommunicatorClosed" and "earlier error" in next_message, (next_kind, next_message)
 
 
 # vendor, accuracy, FAKE_COLL_FAIL, the exception raised, what its message names

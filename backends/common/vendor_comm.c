@@ -299,10 +299,40 @@ static void poll_pause(int64_t started_ns)
     nanosleep(&ts, NULL);
 }
 
+void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *c, int32_t failed_rank, const char *reason)
+{
+    int none = 0;
+    if (!c || !atomic_compare_exchange_strong(&c->abort_state, &none, 1))
+        return;
+    c->abort_rank = failed_rank;
+    snprintf(c->abort_reason, sizeof c->abort_reason, "%s", reason ? reason : "a peer failed");
+    atomic_store(&c->abort_state, 2);
+}
+
+/* An abort requested from another thread, taken by the call (or watchdog) holding the lock: the communicator
+ * fails with it. A vendor with an abort of its own (ncclCommAbort) is aborted now, which stops the device work
+ * stuck on the peer; one whose abort is its destroy (HCCL) is left to teardown, where that destroy is bounded
+ * -- it waits behind the stuck work, and the caller should hear of the failure now, not seconds later.
+ * PYCOLL_OK where none is pending (or it is still being written). */
+static pycoll_status_t take_abort_request(pycoll_vendor_comm_t *c, const char *what)
+{
+    if (atomic_load(&c->abort_state) != 2 || c->state.status != PYCOLL_OK)
+        return PYCOLL_OK;
+    pycoll_status_t st = pycoll_p2p_fail(&c->state, PYCOLL_ERR_PEER_FAILURE, c->abort_rank,
+                                         "%s: %s on rank %d of %d was aborted: %s", c->v->name, what,
+                                         (int)c->state.rank, (int)c->state.size, c->abort_reason);
+    if (c->v->abort != c->v->destroy)
+        vendor_abort_now(c);
+    return st;
+}
+
 /* The vendor's asynchronous state: 1 while still in progress, 0 when done, or the error it recorded (which
- * aborts the communicator at once: vendor_fail_result). */
+ * aborts the communicator at once: vendor_fail_result); first, an abort requested from another thread. */
 pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
 {
+    pycoll_status_t requested = take_abort_request(c, what);
+    if (requested != PYCOLL_OK)
+        return requested;
     int state = 0;
     int r = c->v->async_error(c->comm, &state);
     if (r != 0)
@@ -520,6 +550,9 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
                              int *vd, int *vo)
 {
     const pycoll_vendor_t *v = c->v;
+    pycoll_status_t requested = take_abort_request(c, "the call");
+    if (requested != PYCOLL_OK)
+        return requested;
     if (c->state.status != PYCOLL_OK)
         return PYCOLL_ERR_CLOSED; /* c->state.error still says why it broke */
     if (count < 0)

@@ -5,6 +5,7 @@
 #define PYCOLL_BACKENDS_VENDOR_COMMON_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "pycoll/vendor.h"
@@ -63,6 +64,11 @@ struct pycoll_vendor_comm {
     pthread_t watchdog;
     int watchdog_started, watchdog_stop;
     pthread_cond_t watchdog_wake;  /* new work, or stop */
+    /* pycoll_vendor_comm_request_abort, from any thread: abort_state goes 0 -> 1 (one writer fills the rest)
+     * -> 2 (ready; every wait loop of a call, and the watchdog, then fails the communicator with it). */
+    atomic_int abort_state;
+    int32_t abort_rank;
+    char abort_reason[448];
 };
 
 /* The address of `name` in the loaded library lib, or NULL: for a symbol some versions of a library lack (a
@@ -100,8 +106,8 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
 /* The deadline passed on `what`: abort, and the Timeout error recorded. */
 pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what);
-/* The vendor's asynchronous state: 1 in *in_progress while still in progress; an error it recorded breaks (and
- * aborts) the communicator. */
+/* The vendor's asynchronous state: 1 in *in_progress while still in progress; an error it recorded, or an abort
+ * requested from another thread (pycoll_vendor_comm_request_abort), breaks (and aborts) the communicator. */
 pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress);
 
 /* vendor_async.c. The lock every call holds (vendor_comm_lock/unlock); the work of a call enqueued in async

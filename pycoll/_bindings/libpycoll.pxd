@@ -243,6 +243,7 @@ cdef extern from "pycoll/vendor.h" nogil:
     const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm)
     int32_t pycoll_vendor_comm_device(const pycoll_vendor_comm_t *comm)
     void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *comm, double timeout_s)
+    void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *comm, int32_t failed_rank, const char *reason)
     pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
                                              int64_t count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
     pycoll_status_t pycoll_vendor_reduce_scatter(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,

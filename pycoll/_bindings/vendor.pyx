@@ -223,6 +223,14 @@ cdef class VendorComm:
         if st != PYCOLL_OK:
             raise_status(st, _text(pycoll_vendor_comm_error(self.comm)))
 
+    def request_abort(self, int32_t failed_rank, str reason):
+        """From any thread: the call waiting on this communicator (else the next one) fails with PeerFailure
+        naming `failed_rank` (-1: none) and saying `reason`, and the communicator is aborted; nothing once it is
+        closed. Called with the GIL held, so close() cannot free the communicator under it."""
+        cdef bytes text = reason.encode("utf-8", "replace")
+        if self.comm != NULL:
+            pycoll_vendor_comm_request_abort(self.comm, failed_rank, text)
+
     @property
     def device(self):
         """The device the communicator runs on (-1 where the vendor does not say)."""

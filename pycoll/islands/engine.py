@@ -6,10 +6,11 @@ Built at init, in this order, each step collective over the whole job:
 1. `world`: every rank over pycoll's host transports (the cpu backend: shared memory on a host, TCP between).
 2. Every rank's memory kind, island backend, host and whether that backend is usable here, all-gathered: the
    islands (formation.py), or BackendUnavailable on every rank naming each rank that cannot run its backend.
-3. Host islands: a split of `world`; the leaders' communicator: another split.
-4. Device islands: the vendor's communicator among the island's ranks (its id through the job's store, under
-   the island's own prefix); every rank then learns whether every island came up.
-5. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
+3. The leaders' communicator (on leaders), then each island's: pycoll's host transports for a host island, the
+   vendor's for a device island, each bootstrapped afresh through the job's store under a prefix of its own
+   (not splits of `world`: a fresh host communicator on one host runs the shared-memory transport's own
+   collectives); every rank then learns whether every island came up.
+4. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from pycoll import plugins
-from pycoll.errors import BackendUnavailable, MismatchError
+from pycoll.dtypes import OPS, dtype_id
+from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, Timeout
 from pycoll.islands import schedules
+from pycoll.islands.failures import IslandWatch
 from pycoll.islands.formation import Islands, form
 from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
 from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_for
@@ -32,6 +35,10 @@ _COLLECTIVE_IDS = {name: i for i, name in enumerate(schedules.SCHEDULES)}
 _ACCURACY_IDS = {name: i for i, name in enumerate(("fast", "compensated", "reproducible"))}
 # The call's description every rank exchanges first: collective, dtype, elements, op, root, accuracy.
 _DESCRIPTION = ("collective", "dtype", "count", "op", "root", "accuracy")
+_FIELDS = len(_DESCRIPTION)
+# Where each island's communicator and the leaders' exchange their ids in the job's store: a prefix each, as a
+# vendor or host engine names its keys the same in every communicator it makes.
+ISLAND_PREFIX, LEADERS_PREFIX = "pycoll/islands/", "pycoll/islands/leaders/"
 
 
 class _HostCalls:
@@ -41,11 +48,18 @@ class _HostCalls:
         self._engine, self.size = engine, size
 
     def all_gather(self, x, out, counts=None):
-        from pycoll.dtypes import dtype_id
         kind = "all_gather" if counts is None else "all_gather_v"
         send, recv = host_buffer(x, dtype_id(x.dtype)), host_buffer(out, dtype_id(out.dtype))
         self._engine.run(Call(kind, send, recv, counts=None if counts is None else np.asarray(counts, np.int64)))
         return out
+
+
+def _host_engine(store, prefix, rank, size, timeout, options):
+    """A communicator of pycoll's host transports among `size` ranks, bootstrapped afresh through the job's store
+    under `prefix`, as init(backend="cpu") makes one: on one host it runs the shared-memory transport's own
+    collectives, where a split of `world` would run pycoll's generic schedules over a view of world's ranks."""
+    return plugins.get("cpu").create(rank=rank, world_size=size, store=IslandStore(store, prefix), timeout=timeout,
+                                     options=options)
 
 
 def _refusals(plugin, engine):
@@ -73,8 +87,9 @@ class IslandsEngine(Engine):
 
     def __init__(self, *, rank, world_size, store, timeout, options):
         self.rank, self.size, self.timeout = rank, world_size, float(timeout)
-        self.inner = self.leaders = None
+        self.inner = self.leaders = self._watch = None
         self._scratch = self._host_scratch = None
+        self._broken = False
         memory = memory_kind(options.get("device"))
         backend_name = ISLAND_BACKENDS[memory]
         self.world = plugins.get("cpu").create(rank=rank, world_size=world_size, store=store, timeout=timeout,
@@ -104,26 +119,33 @@ class IslandsEngine(Engine):
         self.island = formed.of(self.rank)
         self.island_rank = self.island.ranks.index(self.rank)
         self.is_leader = self.island_rank == 0
-        host_island = memory == "host"
-        self.inner = self.world.split(self.island.index if host_island else -1, self.rank)
-        self.leaders = self.world.split(0 if self.is_leader else -1, self.island.index)
         refused, failure = {}, None
-        if not host_island:
-            try:
+        watched = memory != "host" and self.island.size > 1
+        self._watch = IslandWatch(self.rank) if watched else None
+        try:
+            # Leaders first, on every leader: a member waits for its leader only in its island's set-up below.
+            if self.is_leader:
+                self.leaders = _host_engine(store, LEADERS_PREFIX, self.island.index, len(formed.islands),
+                                            self.timeout, options)
+            prefix = f"{ISLAND_PREFIX}{self.island.index}/"
+            if memory == "host":
+                self.inner = _host_engine(store, prefix, self.island_rank, self.island.size, self.timeout, options)
+            else:
                 self.inner = plugin.create(rank=self.island_rank, world_size=self.island.size,
-                                           store=IslandStore(store, f"pycoll/islands/{self.island.index}/"),
-                                           timeout=self.timeout, options={})
+                                           store=IslandStore(store, prefix), timeout=self.timeout, options={})
                 refused = _refusals(plugin, self.inner) if self.is_leader else {}
-            except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
-                failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
-        outcomes = all_gather_object(calls, (failure, refused))
-        failures = [f for f, _ in outcomes if f]
+        except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
+            failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
+        outcomes = all_gather_object(calls, (failure, refused, self._watch.identity if watched else None))
+        failures = [f for f, _, _ in outcomes if f]
         if failures:
             raise BackendUnavailable("backend 'auto': an island's communicator could not be created: "
                                      + "; ".join(failures))
         every = {}
-        for _, island_refused in outcomes:
+        for _, island_refused, _ in outcomes:
             every.update(island_refused)
+        if watched:
+            self._watch.start([outcomes[r][2] for r in self.island.ranks if r != self.rank], self._peer_failed)
         self.islands = Islands(formed.islands, every)
         # What every island declares: the dtypes and ops the communicator accepts.
         self.dtypes = tuple(name for name in ALL_DTYPES if all(name in rec[4][0] for rec in records))
@@ -132,15 +154,27 @@ class IslandsEngine(Engine):
         self._runtime = runtime_for(memory, plugin)
         self._scratch = Scratch(self._runtime)
         self._host_scratch = Scratch(HostRuntime())
+        # The description every call exchanges first, beside its negation: made once, reused by every call.
+        self._description = np.empty(2 * _FIELDS, dtype=np.int64)
+        described = host_buffer(self._description, dtype_id("int64"))
+        self._agreement = Call("all_reduce", described, described, op=OPS["max"])
 
     # -- what schedules.py uses -------------------------------------------------------------------------------
+    def staging(self, buf, name):
+        """Where buf is staged in host memory, not yet copied: buf itself where it is host memory, else host
+        scratch `name`."""
+        return buf if buf.memory == "host" else self._host_scratch.buffer(name, buf, buf.count)
+
     def stage_in(self, buf, name):
         """buf's contents in host memory: buf itself where it is host memory, else host scratch `name`."""
-        if buf.memory == "host":
-            return buf
-        staged = self._host_scratch.buffer(name, buf, buf.count)
-        self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
+        staged = self.staging(buf, name)
+        self.copy_in(staged, buf)
         return staged
+
+    def copy_in(self, staged, buf):
+        """buf into host Buffer `staged` (nothing where they are one memory)."""
+        if staged.ptr != buf.ptr:
+            self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
 
     def stage_out(self, staged, buf):
         """Host Buffer `staged` into buf (nothing where they are one memory)."""
@@ -165,31 +199,75 @@ class IslandsEngine(Engine):
             raise NotImplementedError(
                 f"{what} is not supported across islands (backend 'auto') yet; it supports "
                 f"{', '.join(schedules.SCHEDULES)}")
-        self._check_same_call(call)
+        self._reporting(self._check_same_call, call)
         self._check_offered(call)
         if async_op:  # run now: the handle is complete (the steps block on host and device alike)
             try:
-                return CompletedHandle(algorithm=schedule(self, call))
+                return CompletedHandle(algorithm=self._reporting(schedule, self, call))
             except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait
                 return CompletedHandle(error=exc)
-        return schedule(self, call)
+        return self._reporting(schedule, self, call)
+
+    # -- failures ---------------------------------------------------------------------------------------------
+    def _reporting(self, step, *args):
+        """step(*args); a job-wide failure out of it (PeerFailure, Timeout) is passed on before it is raised."""
+        try:
+            return step(*args)
+        except (PeerFailure, Timeout) as exc:
+            self._break(exc)
+            raise
+
+    def _break(self, exc):
+        """This rank leaves the collective on `exc`: the ranks still waiting on it learn of it now, not at their
+        deadline. Its island peers waiting inside their vendor's collective get the watch's notice (failures.py)
+        and abort theirs; ranks waiting on it in a host step see it close its host communicators (without
+        lingering: they raise PeerFailure naming it). Its own vendor communicator is marked failed, so closing
+        does not wait on peers that aborted theirs. The communicator is unusable afterwards, as after any
+        PeerFailure."""
+        if self._broken:
+            return
+        self._broken = True
+        reason = f"rank {self.rank} left the collective on {type(exc).__name__}: {exc}"
+        if self._watch is not None:
+            self._watch.notify(-1, reason)
+        if hasattr(self.inner, "request_abort"):
+            self.inner.request_abort(-1, reason)
+        for engine in (self.leaders, self.inner, self.world):
+            native = getattr(engine, "native", None)
+            if native is not None:
+                try:
+                    native.close(0.0)
+                except PycollError:  # what a broken communicator reports at close: the failure is raised already
+                    pass
+
+    def _peer_failed(self, rank, reason):
+        """The watch's thread: an island peer died or failed out of a step; the vendor call waiting on it (or the
+        next) raises PeerFailure saying `reason`."""
+        self.inner.request_abort(self.island.ranks.index(rank) if rank in self.island.ranks else -1, reason)
 
     def _check_same_call(self, call):
-        """Every rank's description of the call, all-gathered: MismatchError on every rank where two differ
-        (an island's vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone."""
+        """Whether every rank called the same thing: MismatchError on every rank where two differ (an island's
+        vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone. One all-reduce (max) of
+        each rank's description beside its negation -- a fixed 96 bytes whatever the job's size -- says whether
+        all agree (the max of the description equals minus the max of its negation); only when they do not is
+        every rank's description all-gathered, to name one that differs."""
         some = call.send if call.send is not None else call.recv
-        count = {"all_gather": lambda: call.send.count, "reduce": lambda: call.send.count}.get(
-            call.collective, lambda: call.recv.count if call.recv is not None else 0)()
-        mine = np.array([_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
-                         call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
-                         _ACCURACY_IDS.get(call.accuracy, 0)], dtype=np.int64)
-        every = np.empty((self.size, len(_DESCRIPTION)), dtype=np.int64)
+        count = (call.send.count if call.collective in ("all_gather", "reduce")
+                 else call.recv.count if call.recv is not None else 0)
+        desc = self._description
+        desc[:_FIELDS] = (_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
+                          call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
+                          _ACCURACY_IDS.get(call.accuracy, 0))
+        mine = desc[:_FIELDS].copy()
+        np.negative(mine, out=desc[_FIELDS:])
+        self.world.run(self._agreement)
+        if np.array_equal(desc[:_FIELDS], -desc[_FIELDS:]):
+            return
+        every = np.empty((self.size, _FIELDS), dtype=np.int64)
         _HostCalls(self.world, self.size).all_gather(mine, every.reshape(-1))
-        differs = np.flatnonzero((every != every[0]).any(axis=1))
-        if differs.size:
-            other = int(differs[0])
-            raise MismatchError(f"backend 'auto': rank 0 called {_describe(every[0])} but rank {other} called "
-                                f"{_describe(every[other])}")
+        other = int(np.flatnonzero((every != every[0]).any(axis=1))[0])
+        raise MismatchError(f"backend 'auto': rank 0 called {_describe(every[0])} but rank {other} called "
+                            f"{_describe(every[other])}")
 
     def _check_offered(self, call):
         """TypeError, on every rank alike, for a reduction some island's vendor refuses (its schedule would
@@ -208,6 +286,8 @@ class IslandsEngine(Engine):
         raise NotImplementedError("split: backend 'auto' has no sub-communicators across islands yet")
 
     def close(self):
+        if self._watch is not None:  # first: its goodbye tells the peers that this rank's exit is no failure
+            self._watch.close()
         for scratch in (self._scratch, self._host_scratch):
             if scratch is not None:
                 scratch.close()

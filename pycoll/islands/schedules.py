@@ -10,11 +10,14 @@ runs as pycoll's schedule over `world`, so its accuracy holds across vendors (ve
 A job of one island runs the island's own collective (vendor-only).
 
 `ctx` (engine.IslandsEngine) gives: islands, island, island_rank, is_leader, size, inner, leaders, world, stage_in /
-stage_out (this rank's memory <-> host), copy (within this rank's memory), scratch(name, like, count) (this rank's
-memory) and host_scratch(name, like, count).
+stage_out (this rank's memory <-> host), staging (the host Buffer a buffer is staged in) and copy_in (a copy into
+it), copy (within this rank's memory), scratch(name, like, count) (this rank's memory) and host_scratch(name,
+like, count).
 """
 
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 
@@ -25,6 +28,10 @@ from pycoll.islands.staging import host_array
 from pycoll.plugins import ALL_DTYPES, Call
 
 SUM, AVG = OPS["sum"], OPS["avg"]
+# The leaders' all-reduce of more bytes than this runs in segments of this size, pipelined with the staging
+# copies (_leader_result): large enough that a segment's fixed cost (a host collective's latency, a copy call)
+# stays small beside its transfer, small enough that a large buffer has several segments to overlap.
+STAGING_SEGMENT_BYTES = 4 << 20
 
 
 def _run(engine, collective, send=None, recv=None, **fields):
@@ -62,12 +69,59 @@ def _divide(buf, size):
     kernels.scale_avg(host_array(buf, float_dtype(name) if name in FLOAT_DTYPES else np.dtype(name)), size)
 
 
+def _segments(buf, segment_bytes):
+    """(first element, elements) of each segment of at most segment_bytes covering buf, in order."""
+    per = max(1, segment_bytes // buf.itemsize)
+    return [(first, min(per, buf.count - first)) for first in range(0, buf.count, per)] or [(0, 0)]
+
+
+def _part(buf, first, count):
+    return buf._replace(ptr=buf.ptr + first * buf.itemsize, count=count)
+
+
 def _leader_result(ctx, buf, op):
     """The leaders' all-reduce of the leader's island result in buf (this rank's memory), in place; avg is summed
-    everywhere and divided once here, by the job's size (integers truncating toward zero)."""
-    staged = ctx.stage_in(buf, "result")
-    if len(ctx.islands) > 1:
-        _run(ctx.leaders, "all_reduce", staged, staged, op=SUM if op == AVG else op)
+    everywhere and divided once here, by the job's size (integers truncating toward zero).
+
+    Past one segment (STAGING_SEGMENT_BYTES, the same on every leader, so every leader runs the same
+    all-reduces), each segment's all-reduce is started on the leaders' communicator's progress thread as soon as
+    the segment is on the host, and the segment before it is copied back while it runs: the copies to and from
+    the device overlap the step between islands. Every leader segments alike, host leaders (no copies) too."""
+    staged = ctx.staging(buf, "result")
+    host_op = SUM if op == AVG else op
+    segments = _segments(buf, STAGING_SEGMENT_BYTES)
+    if len(ctx.islands) == 1 or len(segments) == 1:
+        ctx.copy_in(staged, buf)
+        if len(ctx.islands) > 1:
+            _run(ctx.leaders, "all_reduce", staged, staged, op=host_op)
+        _finish_segment(ctx, staged, buf, op)
+        return
+    running = collections.deque()
+    try:
+        for first, count in segments:
+            part, staged_part = _part(buf, first, count), _part(staged, first, count)
+            ctx.copy_in(staged_part, part)
+            work = ctx.leaders.run(Call("all_reduce", staged_part, staged_part, op=host_op), async_op=True)
+            running.append((staged_part, part, work))
+            if len(running) > 1:
+                _finish_running(ctx, running.popleft(), op)
+        while running:
+            _finish_running(ctx, running.popleft(), op)
+    finally:
+        for _, _, work in running:  # after a failure: the host buffers stay in use until each started one ends
+            work.wait(None)
+
+
+def _finish_running(ctx, segment, op):
+    staged, buf, work = segment
+    work.wait(None)
+    error = work.error()
+    if error is not None:
+        raise error
+    _finish_segment(ctx, staged, buf, op)
+
+
+def _finish_segment(ctx, staged, buf, op):
     if op == AVG:
         _divide(staged, ctx.size)
     ctx.stage_out(staged, buf)

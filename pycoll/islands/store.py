@@ -1,6 +1,7 @@
-"""The store view an island's vendor communicator exchanges its unique id through. A vendor engine names its
-keys after the vendor and its own count of communicators, so two islands of one vendor (on two hosts) would both
-write "rank 0's id" under one key: each island gets its own prefix."""
+"""The store view an island's communicator (and the leaders') exchanges its unique id through. An engine names its
+keys the same in every communicator it makes (a vendor's after the vendor and its own count of communicators, a
+host one's "pycoll/unique_id"), so two islands would both write "rank 0's id" under one key: each communicator
+gets its own prefix."""
 
 from __future__ import annotations
 
@@ -21,3 +22,10 @@ class IslandStore:
         if self._store is None:
             return self._local[key]
         return self._store.get(self._prefix + key, timeout)
+
+    def check_failures(self):
+        """What the job's store recorded for the whole job (a rank that failed the secret check), raised: the
+        host bootstrap's wait ends at once."""
+        check = getattr(self._store, "check_failures", None)
+        if check is not None:
+            check()

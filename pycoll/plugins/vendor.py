@@ -313,6 +313,12 @@ class VendorEngine(Engine):
         self._call(self._comm("auto"), "barrier", framework_stream(self.backend.memory))
         return self._resolved("auto")
 
+    def request_abort(self, failed_rank, reason):
+        """From any thread: a peer failure learned of elsewhere (pycoll/islands/failures.py). The call waiting on
+        any of this engine's communicators, else the next, raises PeerFailure saying `reason` (VendorComm's)."""
+        for comm in list(self._comms.values()):
+            comm.request_abort(failed_rank, reason)
+
     def close(self):
         self._closed = True
         comms, self._comms = self._comms, {}

@@ -189,6 +189,15 @@ PYCOLL_API const char *pycoll_vendor_comm_error(const pycoll_vendor_comm_t *comm
 /* The device the communicator runs on; -1 where the vendor does not say. */
 PYCOLL_API int32_t pycoll_vendor_comm_device(const pycoll_vendor_comm_t *comm);
 PYCOLL_API void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *comm, double timeout_s);
+/* A peer failure this process learned of by other means than the vendor (a host transport, a peer process that
+ * exited), to end the wait of a collective stuck on that peer now rather than at its deadline. From any thread,
+ * while comm is alive: the call waiting on comm (within milliseconds; a blocking stream wait within its slice),
+ * or else the next call, fails with PYCOLL_ERR_PEER_FAILURE and `reason`, naming `failed_rank` (-1: none); the
+ * communicator is broken, and aborted at once where the vendor has an abort of its own (NCCL), else at
+ * teardown (HCCL, whose abort is its destroy: behind a task stuck on a dead peer it waits until the bounded
+ * teardown gives up). Only the first request counts. */
+PYCOLL_API void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *comm, int32_t failed_rank,
+                                                 const char *reason);
 
 PYCOLL_API pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
