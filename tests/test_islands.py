@@ -94,18 +94,79 @@ def _collectives_rank(devices, port, rank, world):
     x = _ints(rank, COUNT, np.int32)
     comm.all_reduce(on_device(x), async_op=True).wait()
     out["async"] = x
+    _host_staged_collectives(comm, rank, world, on_device, out)
     # Refused before any data moves, on every rank alike: HCCL reduces no float64 and no uint8; and what does
     # not run across islands yet.
     out["refused/float64"] = raised(lambda: comm.all_reduce(on_device(np.ones(4, np.float64))))
     out["refused/uint8"] = raised(lambda: comm.all_reduce(on_device(np.ones(4, np.uint8)), "max"))
-    out["refused/all_to_all"] = raised(lambda: comm.all_to_all(on_device(np.ones(world, np.int32)),
-                                                               on_device(np.ones(world, np.int32))))
     out["refused/split"] = raised(lambda: comm.split(0))
     x = _ints(rank, 4, np.int32)
     comm.all_reduce(on_device(x))  # still usable
     out["after_refusals"] = x
     comm.close()
     return out
+
+
+# The counts= forms' blocks: uneven, one rank's empty.
+COUNTS = (3, 0, 2, 5, 1, 4)
+
+
+def _host_staged_collectives(comm, rank, world, on_device, out):
+    """What runs host-staged flat across islands: all_to_all, gather, scatter, the counts= forms, send/recv (a
+    ring: blocking, then an async exchange); then ranks that disagree on the counts."""
+    x, y = _ints(rank, 4 * world, np.int32), np.zeros(4 * world, np.int32)
+    comm.all_to_all(on_device(x), on_device(y))
+    out["all_to_all"] = y
+    root = 4
+    y = np.zeros(3 * world, np.int64) if rank == root else None
+    comm.gather(on_device(_ints(rank, 3, np.int64)), on_device(y) if y is not None else None, root=root)
+    out["gather/4"] = y if y is not None else np.zeros(0)
+    x, y = (_ints(rank, 2 * world, np.int8) if rank == 2 else None), np.zeros(2, np.int8)
+    comm.scatter(on_device(x) if x is not None else None, on_device(y), root=2)
+    out["scatter/2"] = y
+    y = np.zeros(sum(COUNTS), np.int32)
+    comm.all_gather(on_device(_ints(rank, COUNTS[rank], np.int32)), on_device(y), counts=COUNTS)
+    out["all_gather_v"] = y
+    y = np.zeros(COUNTS[rank], np.int64)
+    comm.reduce_scatter(on_device(_ints(rank, sum(COUNTS), np.int64)), on_device(y), "max", counts=COUNTS)
+    out["reduce_scatter_v/max"] = y
+    right, left = (rank + 1) % world, (rank - 1) % world
+    y = np.zeros(5, np.int64)
+    if rank % 2:
+        comm.recv(on_device(y), left, tag=7)
+        comm.send(on_device(_ints(rank, 5, np.int64)), right, tag=7)
+    else:
+        comm.send(on_device(_ints(rank, 5, np.int64)), right, tag=7)
+        comm.recv(on_device(y), left, tag=7)
+    out["send/recv"] = y
+    y = np.zeros(5, np.int64)
+    works = [comm.recv(on_device(y), right, async_op=True), comm.send(on_device(_ints(rank, 5, np.int64)), left,
+                                                                      async_op=True)]
+    for work in works:
+        work.wait()
+    out["send/recv/async"] = y
+    mine = (2, 1) + COUNTS[2:] if rank == 3 else COUNTS  # rank 3's own block is the same length in both
+    out["mismatch/counts"] = raised(lambda: comm.all_gather(
+        on_device(_ints(rank, mine[rank], np.int32)), on_device(np.zeros(sum(mine), np.int32)), counts=mine))
+
+
+def _check_host_staged(outs, world):
+    ranks = range(world)
+    for rank in ranks:
+        got = outs[rank]
+        np.testing.assert_array_equal(got["all_to_all"], np.concatenate(
+            [_ints(r, 4 * world, np.int32)[rank * 4:(rank + 1) * 4] for r in ranks]))
+        np.testing.assert_array_equal(got["scatter/2"], _ints(2, 2 * world, np.int8)[rank * 2:(rank + 1) * 2])
+        np.testing.assert_array_equal(got["all_gather_v"], np.concatenate([_ints(r, COUNTS[r], np.int32)
+                                                                           for r in ranks]))
+        first = sum(COUNTS[:rank])
+        np.testing.assert_array_equal(got["reduce_scatter_v/max"], np.max(
+            [_ints(r, sum(COUNTS), np.int64)[first:first + COUNTS[rank]] for r in ranks], axis=0))
+        np.testing.assert_array_equal(got["send/recv"], _ints((rank - 1) % world, 5, np.int64))
+        np.testing.assert_array_equal(got["send/recv/async"], _ints((rank + 1) % world, 5, np.int64))
+        kind, message = got["mismatch/counts"]
+        assert kind == "MismatchError" and "rank 3" in message and "counts" in message, got["mismatch/counts"]
+    np.testing.assert_array_equal(outs[4]["gather/4"], np.concatenate([_ints(r, 3, np.int64) for r in ranks]))
 
 
 def _exact_sums(arrays):
@@ -131,7 +192,8 @@ def _check_collectives(outs, devices):
     for key in outs[0]:
         if isinstance(outs[0][key], np.ndarray):
             for rank in ranks:  # every rank bitwise the same (but what each rank keeps of its own)
-                if not key.startswith(("reduce", "compensated/reduce", "all_reduce/x_kept")):
+                if not key.startswith(("reduce", "compensated/reduce", "all_reduce/x_kept", "all_to_all",
+                                       "gather", "scatter", "send/recv")):
                     assert outs[rank][key].tobytes() == outs[0][key].tobytes(), (key, rank)
     ints = {dtype: [_ints(r, COUNT, dtype).astype(np.int64) for r in ranks] for dtype in (np.int32, np.int64)}
     got = outs[0]
@@ -163,6 +225,7 @@ def _check_collectives(outs, devices):
     assert _within_one_ulp(outs[2]["compensated/reduce/2"], [_floats(r, COUNT, np.float32) for r in ranks])
     np.testing.assert_array_equal(got["async"], sum(ints[np.int32]))
     np.testing.assert_array_equal(got["after_refusals"], sum(_ints(r, 4, np.int64) for r in ranks))
+    _check_host_staged(outs, world)
 
 
 @pytest.mark.timeout(90)
@@ -175,9 +238,8 @@ def test_two_nccl_two_hccl_two_host_ranks_run_every_collective_exactly(env):
     for rank, out in enumerate(outs):
         assert out["refused/float64"][0] == "TypeError" and "HCCL" in out["refused/float64"][1], out
         assert out["refused/uint8"][0] == "TypeError" and "uint8" in out["refused/uint8"][1], out
-        assert out["refused/all_to_all"][0] == "NotImplementedError", out
-        assert "across islands" in out["refused/all_to_all"][1]
         assert out["refused/split"][0] == "NotImplementedError", out
+        assert "across islands" in out["refused/split"][1], out
 
 
 def _small_mix_rank(devices, port, rank, world):

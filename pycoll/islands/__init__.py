@@ -10,6 +10,7 @@ formation.py       who is in which island, the same description on every rank (C
 store.py           the store view each island's vendor communicator exchanges its id through
 staging.py         copies between device and host memory, and device scratch, through the vendor's runtime
 schedules.py       each collective across islands, as steps over the islands' and the leaders' engines
+messages.py        send and recv across islands, on host-staged copies over every rank's host communicator
 engine.py          the engine behind a backend="auto" communicator: builds the communicators, checks each call
 communicator.py    the Communicator of backend="auto" (its `islands`)
 """

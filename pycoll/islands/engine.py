@@ -15,12 +15,14 @@ Built at init, in this order, each step collective over the whole job:
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from pycoll import plugins
 from pycoll.dtypes import OPS, dtype_id
 from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, Timeout
-from pycoll.islands import schedules
+from pycoll.islands import messages, schedules
 from pycoll.islands.failures import IslandWatch
 from pycoll.islands.formation import Islands, form
 from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
@@ -33,8 +35,13 @@ from pycoll.work import CompletedHandle
 
 _COLLECTIVE_IDS = {name: i for i, name in enumerate(schedules.SCHEDULES)}
 _ACCURACY_IDS = {name: i for i, name in enumerate(("fast", "compensated", "reproducible"))}
-# The call's description every rank exchanges first: collective, dtype, elements, op, root, accuracy.
-_DESCRIPTION = ("collective", "dtype", "count", "op", "root", "accuracy")
+# The call's description every rank exchanges first: collective, dtype, elements, op, root, accuracy, and a
+# checksum of the counts of the counts= forms (a whole array, which every rank must pass alike).
+_DESCRIPTION = ("collective", "dtype", "count", "op", "root", "accuracy", "counts")
+# The collectives whose send buffer has the length every rank passes alike (their recv's differs by rank, or is
+# the root's only).
+_COUNTED_BY_SEND = ("all_gather", "reduce", "gather", "reduce_scatter_v")
+_REDUCING = REDUCTIONS + ("reduce_scatter_v",)
 _FIELDS = len(_DESCRIPTION)
 # Where each island's communicator and the leaders' exchange their ids in the job's store: a prefix each, as a
 # vendor or host engine names its keys the same in every communicator it makes.
@@ -73,11 +80,12 @@ def _refusals(plugin, engine):
 
 
 def _describe(row):
-    collective, dtype, count, op, root, accuracy = (int(v) for v in row)
+    collective, dtype, count, op, root, accuracy, counts = (int(v) for v in row)
     names = list(schedules.SCHEDULES)
     parts = [f"{ALL_DTYPES[dtype]}" if dtype >= 0 else "", f"{count} elements" if dtype >= 0 else "",
              f"op {ALL_OPS[op]}" if op >= 0 else "", f"root {root}" if root >= 0 else "",
-             f"accuracy {list(_ACCURACY_IDS)[accuracy]}" if accuracy > 0 else ""]
+             f"accuracy {list(_ACCURACY_IDS)[accuracy]}" if accuracy > 0 else "",
+             f"counts #{counts:08x}" if counts >= 0 else ""]
     return f"{names[collective]}({', '.join(p for p in parts if p)})"
 
 
@@ -193,12 +201,9 @@ class IslandsEngine(Engine):
 
     # -- the Engine -------------------------------------------------------------------------------------------
     def run(self, call, async_op=False):
-        schedule = schedules.SCHEDULES.get(call.collective)
-        if schedule is None:
-            what = "send/recv" if call.collective == "send/recv" else call.collective
-            raise NotImplementedError(
-                f"{what} is not supported across islands (backend 'auto') yet; it supports "
-                f"{', '.join(schedules.SCHEDULES)}")
+        if call.collective == "send/recv":
+            return self._reporting(messages.run, self, call, async_op)
+        schedule = schedules.SCHEDULES[call.collective]
         self._reporting(self._check_same_call, call)
         self._check_offered(call)
         if async_op:  # run now: the handle is complete (the steps block on host and device alike)
@@ -248,16 +253,17 @@ class IslandsEngine(Engine):
     def _check_same_call(self, call):
         """Whether every rank called the same thing: MismatchError on every rank where two differ (an island's
         vendor would otherwise hang or reduce garbage), PeerFailure where a rank is gone. One all-reduce (max) of
-        each rank's description beside its negation -- a fixed 96 bytes whatever the job's size -- says whether
+        each rank's description beside its negation -- a fixed 112 bytes whatever the job's size -- says whether
         all agree (the max of the description equals minus the max of its negation); only when they do not is
         every rank's description all-gathered, to name one that differs."""
         some = call.send if call.send is not None else call.recv
-        count = (call.send.count if call.collective in ("all_gather", "reduce")
+        count = (call.send.count if call.collective in _COUNTED_BY_SEND
                  else call.recv.count if call.recv is not None else 0)
         desc = self._description
         desc[:_FIELDS] = (_COLLECTIVE_IDS[call.collective], some.dtype if some is not None else -1, count,
-                          call.op if some is not None and call.collective in REDUCTIONS else -1, call.root,
-                          _ACCURACY_IDS.get(call.accuracy, 0))
+                          call.op if some is not None and call.collective in _REDUCING else -1, call.root,
+                          _ACCURACY_IDS.get(call.accuracy, 0),
+                          zlib.crc32(call.counts.tobytes()) if call.counts is not None else -1)
         mine = desc[:_FIELDS].copy()
         np.negative(mine, out=desc[_FIELDS:])
         self.world.run(self._agreement)

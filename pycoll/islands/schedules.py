@@ -236,18 +236,22 @@ def barrier(ctx, call):
 
 def flat(ctx, call):
     """Host-staged flat: every rank's input copied to the host, pycoll's schedule over every rank, the result
-    copied back (reduce: to the root only)."""
+    copied back. What a rank has no buffer for (reduce's and gather's result off the root, scatter's input off
+    the root) is neither staged nor copied."""
     send, recv = call.send, call.recv
-    staged_send = ctx.stage_in(send, "send")
+    staged_send = ctx.stage_in(send, "send") if send is not None else None
     staged_recv = None
     if recv is not None:
-        staged_recv = staged_send if recv is send else (
-            recv if recv.memory == "host" else ctx.host_scratch("recv", recv, recv.count))
-    _run(ctx.world, call.collective, staged_send, staged_recv, op=call.op, accuracy=call.accuracy, root=call.root)
+        staged_recv = staged_send if recv is send else ctx.staging(recv, "recv")
+    _run(ctx.world, call.collective, staged_send, staged_recv, op=call.op, accuracy=call.accuracy, root=call.root,
+         counts=call.counts)
     if recv is not None:
         ctx.stage_out(staged_recv, recv)
     return "host-staged"
 
 
+# Every collective across islands; those with no schedule of their own run host-staged flat (they move data
+# without reducing it, or reduce on uneven blocks, so no island's vendor step would shorten them much).
 SCHEDULES = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter, "all_gather": all_gather,
-             "broadcast": broadcast, "reduce": reduce, "barrier": barrier}
+             "broadcast": broadcast, "reduce": reduce, "barrier": barrier, "all_to_all": flat, "gather": flat,
+             "scatter": flat, "all_gather_v": flat, "reduce_scatter_v": flat}
