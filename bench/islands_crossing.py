@@ -88,7 +88,8 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="pycoll-islands-bench-"))
     nccl, hccl = build_fake("nccl", tmp), build_fake("hccl", tmp)
     env = dict(PYCOLL_NCCL_LIBRARY=nccl, PYCOLL_CUDART_LIBRARY=nccl, PYCOLL_HCCL_LIBRARY=hccl,
-               PYCOLL_ACL_LIBRARY=hccl, FAKE_COLL_DIR=str(tmp), PYTHONSAFEPATH="1")
+               PYCOLL_ACL_LIBRARY=hccl, FAKE_COLL_DIR=str(tmp), PYTHONSAFEPATH="1",
+               PYCOLL_ISLANDS_CROSSING="hierarchical")  # the whole all-reduce is the hierarchical one at every size
     started, load = time.monotonic(), os.getloadavg()
     crossing, whole, copy, host = [], [], [], []
     for _ in range(args.runs):

@@ -24,6 +24,7 @@ COUNT = 1001
 # Islands whose ranks interleave (island ranks are not contiguous in the job), each of two ranks.
 SIX = ("cuda", "host", "npu", "cuda", "host", "npu")
 THREE = ("host", "cuda", "cuda")
+HIERARCHICAL = {"PYCOLL_ISLANDS_CROSSING": "hierarchical"}
 
 
 @pytest.fixture
@@ -242,6 +243,86 @@ def test_two_nccl_two_hccl_two_host_ranks_run_every_collective_exactly(env):
         assert "across islands" in out["refused/split"][1], out
 
 
+def _crossing_rank(devices, port, rank, world):
+    """Fast-mode reductions across islands as PYCOLL_ISLANDS_CROSSING says; what ran, and what this rank's model
+    picks for a small and a large call."""
+    comm = _init(devices, port, rank, world)
+    on_device = functools.partial(device_array, devices[rank])
+    out = {}
+    for op, dtype in (("sum", np.int32), ("avg", np.int32), ("max", np.int64)):
+        x = _ints(rank, COUNT, dtype)
+        comm.all_reduce(on_device(x), op)
+        out[f"all_reduce/{op}"] = (x, comm.last_algorithm)
+    x = _ints(rank, COUNT, np.int64)
+    comm.reduce(on_device(x), root=4)
+    out["reduce/4"] = (x, comm.last_algorithm)
+    y = np.zeros(7, np.int32)
+    comm.reduce_scatter(on_device(_ints(rank, 7 * world, np.int32)), on_device(y), "min")
+    out["reduce_scatter/min"] = (y, comm.last_algorithm)
+    model = comm._engine.crossing
+    out["model"] = (model, model.choose(COUNT * 4), model.choose(COUNT * 8), model.choose(7 * world * 4))
+    comm.close()
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("crossing", ["hierarchical", "host-staged", "auto"])
+def test_a_fast_reduction_crosses_islands_as_the_setting_or_the_model_says_exactly_and_alike_on_every_rank(
+        env, crossing):
+    outs = run_ranks_ok(functools.partial(_crossing_rank, SIX, free_port()), len(SIX),
+                        {**env, "PYCOLL_ISLANDS_CROSSING": crossing}, timeout=80)
+    world, ranks = len(SIX), range(len(SIX))
+    model, small, large, scattered = outs[0]["model"]
+    assert model.forced == crossing
+    assert all(out["model"] == outs[0]["model"] for out in outs)  # one model, one choice on every rank
+    expected = {"all_reduce/sum": small, "all_reduce/avg": small, "all_reduce/max": large, "reduce/4": large,
+                "reduce_scatter/min": scattered}
+    if crossing != "auto":
+        assert set(expected.values()) == {crossing}
+    for rank in ranks:
+        for key, ran in expected.items():
+            assert outs[rank][key][1] == ran, (rank, key, outs[rank][key][1])
+    ints32 = [_ints(r, COUNT, np.int32).astype(np.int64) for r in ranks]
+    ints64 = [_ints(r, COUNT, np.int64) for r in ranks]
+    for rank in ranks:
+        np.testing.assert_array_equal(outs[rank]["all_reduce/sum"][0], sum(ints32))
+        np.testing.assert_array_equal(outs[rank]["all_reduce/avg"][0], _trunc_div(sum(ints32), world))
+        np.testing.assert_array_equal(outs[rank]["all_reduce/max"][0], np.max(ints64, axis=0))
+        np.testing.assert_array_equal(outs[rank]["reduce_scatter/min"][0], np.min(
+            [_ints(r, 7 * world, np.int32)[rank * 7:(rank + 1) * 7] for r in ranks], axis=0))
+    np.testing.assert_array_equal(outs[4]["reduce/4"][0], sum(ints64))
+
+
+def test_the_crossing_model_picks_host_staged_for_small_calls_and_hierarchical_for_large_ones():
+    from pycoll.islands.crossing import CrossingModel
+    gib = float(1 << 30)
+    # Three islands of two: two of devices staging at 10 GiB/s, one of host ranks; host memory at 10 GiB/s.
+    model = CrossingModel(((2, "cuda", 10 * gib), (2, "host", math.inf), (2, "npu", 10 * gib)), 10 * gib, 4 << 20)
+    sizes = [1 << k for k in range(8, 31)]
+    for staging in (10 * gib, gib / 10):  # over PCIe; and copies a hundred times slower
+        model = model._replace(islands=tuple((size, memory, staging if memory != "host" else math.inf)
+                                             for size, memory, _ in model.islands))
+        choices = [model.choose(n) for n in sizes]
+        assert choices[0] == "host-staged"  # two vendor steps saved
+        assert choices[-1] == "hierarchical"  # three islands' bytes through host memory, not six ranks'
+        crossover = choices.index("hierarchical")
+        assert set(choices[crossover:]) == {"hierarchical"}, (staging, list(zip(sizes, choices)))
+    for forced in ("hierarchical", "host-staged"):
+        assert model._replace(forced=forced).choose(1024) == model._replace(forced=forced).choose(64 << 20) == forced
+
+
+def _disagreeing_crossing_rank(devices, port, rank, world):
+    os.environ["PYCOLL_ISLANDS_CROSSING"] = "host-staged" if rank == 2 else "hierarchical"
+    return raised(lambda: _init(devices, port, rank, world))
+
+
+@pytest.mark.timeout(60)
+def test_ranks_setting_different_crossings_get_value_error_on_every_rank(env):
+    results = run_ranks_ok(functools.partial(_disagreeing_crossing_rank, THREE, free_port()), 3, env, timeout=50)
+    for kind, message in results:
+        assert kind == "ValueError" and "PYCOLL_ISLANDS_CROSSING" in message and "rank 2" in message, message
+
+
 def _small_mix_rank(devices, port, rank, world):
     """One host rank and two NCCL ranks: no HCCL, so float64 reduces; then ranks that disagree on a count."""
     comm = _init(devices, port, rank, world)
@@ -250,6 +331,7 @@ def _small_mix_rank(devices, port, rank, world):
     comm.all_reduce(device_array(kind, x))
     leaders = comm._engine.leaders  # on leaders: the communicator the step between islands ran on
     crossing = (leaders.transport, leaders.native.last_algorithm) if leaders is not None else None
+    assert comm.last_algorithm == "hierarchical"
     # Past one staging segment: the leaders' all-reduce runs in segments, pipelined with the copies (the last
     # one partial); avg divides each segment.
     from pycoll.islands.schedules import STAGING_SEGMENT_BYTES
@@ -268,7 +350,9 @@ def _small_mix_rank(devices, port, rank, world):
 
 @pytest.mark.timeout(60)
 def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
-    outs = run_ranks_ok(functools.partial(_small_mix_rank, THREE, free_port()), 3, env, timeout=50)
+    # Hierarchical whatever the crossing model would pick: the step between islands is what it looks at.
+    outs = run_ranks_ok(functools.partial(_small_mix_rank, THREE, free_port()), 3, {**env, **HIERARCHICAL},
+                        timeout=50)
     assert outs[0]["islands"] == [("cpu", (0,)), ("nccl", (1, 2))]
     # The leaders (ranks 0 and 1) have a host communicator of their own, which on one host runs the shared-memory
     # transport's own collectives (a split of the job's would run pycoll's generic schedules); rank 2 has none.
@@ -336,8 +420,9 @@ TIMEOUT_S = 20.0
 @pytest.mark.parametrize("victim", [3, 2], ids=["nccl-member", "hccl-leader"])
 def test_a_rank_killed_inside_a_vendor_step_reaches_every_rank_as_peer_failure_long_before_the_deadline(
         env, victim):
-    results = run_ranks(functools.partial(_killed_in_vendor_step_rank, SIX, free_port(), victim), len(SIX), env,
-                        timeout=60, wait_for=len(SIX) - 1)
+    # Hierarchical whatever the crossing model would pick: the island's vendor step is where the victim dies.
+    results = run_ranks(functools.partial(_killed_in_vendor_step_rank, SIX, free_port(), victim), len(SIX),
+                        {**env, **HIERARCHICAL}, timeout=60, wait_for=len(SIX) - 1)
     assert victim not in results
     for rank, (status, value) in results.items():
         assert status == "ok", value

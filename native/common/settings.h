@@ -13,6 +13,9 @@
     X(DEVICE, CHOICE, "host", "host|cuda|npu", 0, 0,                                                             \
       "with backend=\"auto\": the memory this rank's arrays are in (host, cuda: NCCL, npu: HCCL); init(device=) " \
       "overrides it")                                                                                            \
+    X(ISLANDS_CROSSING, CHOICE, "auto", "auto|hierarchical|host-staged", 0, 0,                                   \
+      "with backend=\"auto\": how a fast-mode reduction crosses islands (auto: the cost model's choice by bytes; " \
+      "every rank must set it alike)")                                                                           \
     X(ALGORITHM, TEXT, "auto", NULL, 0, 0,                                                                       \
       "what algorithm=\"auto\" means for communicators created afterwards (auto: the cost model's choice)")     \
     X(SOCKET_IFNAME, TEXT, NULL, NULL, 0, 0,                                                                     \

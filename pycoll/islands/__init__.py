@@ -11,6 +11,7 @@ store.py           the store view each island's vendor communicator exchanges it
 staging.py         copies between device and host memory, and device scratch, through the vendor's runtime
 schedules.py       each collective across islands, as steps over the islands' and the leaders' engines
 messages.py        send and recv across islands, on host-staged copies over every rank's host communicator
+crossing.py        hierarchical or host-staged flat for a fast-mode reduction: a cost model of the call's bytes
 engine.py          the engine behind a backend="auto" communicator: builds the communicators, checks each call
 communicator.py    the Communicator of backend="auto" (its `islands`)
 """

@@ -5,11 +5,13 @@ thing, refuses what some island cannot run, and runs the collective's schedule (
 Built at init, in this order, each step collective over the whole job:
 1. `world`: every rank over pycoll's host transports (the cpu backend: shared memory on a host, TCP between).
 2. Every rank's memory kind, island backend, host and whether that backend is usable here, all-gathered: the
-   islands (formation.py), or BackendUnavailable on every rank naming each rank that cannot run its backend.
+   islands (formation.py), or BackendUnavailable on every rank naming each rank that cannot run its backend;
+   and each rank's PYCOLL_ISLANDS_CROSSING, which must agree (ValueError on every rank where it does not).
 3. The leaders' communicator (on leaders), then each island's: pycoll's host transports for a host island, the
    vendor's for a device island, each bootstrapped afresh through the job's store under a prefix of its own
    (not splits of `world`: a fresh host communicator on one host runs the shared-memory transport's own
-   collectives); every rank then learns whether every island came up.
+   collectives), and each leader's probe of its staging copies (crossing.py); every rank then learns whether
+   every island came up, and every probe, so every rank builds the same crossing model.
 4. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
 """
 
@@ -19,10 +21,10 @@ import zlib
 
 import numpy as np
 
-from pycoll import plugins
+from pycoll import plugins, settings
 from pycoll.dtypes import OPS, dtype_id
-from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, Timeout
-from pycoll.islands import messages, schedules
+from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, SettingError, Timeout
+from pycoll.islands import crossing, messages, schedules
 from pycoll.islands.failures import IslandWatch
 from pycoll.islands.formation import Islands, form
 from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
@@ -67,6 +69,28 @@ def _host_engine(store, prefix, rank, size, timeout, options):
     collectives, where a split of `world` would run pycoll's generic schedules over a view of world's ranks."""
     return plugins.get("cpu").create(rank=rank, world_size=size, store=IslandStore(store, prefix), timeout=timeout,
                                      options=options)
+
+
+def _crossing_setting():
+    """PYCOLL_ISLANDS_CROSSING on this rank, or what is wrong with it (raised on every rank, not just here)."""
+    try:
+        return settings.get("PYCOLL_ISLANDS_CROSSING"), None
+    except SettingError as exc:
+        return None, str(exc)
+
+
+def _agreed_crossing(seen):
+    """The crossing every rank set (each rank's (value, error)), or ValueError on every rank: ranks deciding
+    differently would run different schedules and hang."""
+    errors = [f"rank {r}: {error}" for r, (_, error) in enumerate(seen) if error]
+    if errors:
+        raise ValueError("backend 'auto': " + "; ".join(errors))
+    values = [value for value, _ in seen]
+    other = next((r for r, value in enumerate(values) if value != values[0]), None)
+    if other is not None:
+        raise ValueError(f"backend 'auto': PYCOLL_ISLANDS_CROSSING must be the same on every rank: rank 0 has "
+                         f"{values[0]!r}, rank {other} {values[other]!r}")
+    return values[0]
 
 
 def _refusals(plugin, engine):
@@ -118,16 +142,18 @@ class IslandsEngine(Engine):
         except BackendUnavailable as exc:
             plugin, why = None, str(exc)
         declared = (tuple(plugin.dtypes), tuple(plugin.ops), tuple(plugin.accuracies)) if plugin else ((), (), ())
-        records = all_gather_object(calls, (memory, backend_name, self.hosts.host_of[self.rank], why, declared))
+        records = all_gather_object(calls, (memory, backend_name, self.hosts.host_of[self.rank], why, declared,
+                                            _crossing_setting()))
         unusable = [f"rank {r} ({rec[0]} memory): {rec[3]}" for r, rec in enumerate(records) if rec[3]]
         if unusable:
             raise BackendUnavailable("backend 'auto': some ranks cannot run their island's backend: "
                                      + "; ".join(unusable))
+        forced = _agreed_crossing([rec[5] for rec in records])
         formed = form([rec[:3] for rec in records])
         self.island = formed.of(self.rank)
         self.island_rank = self.island.ranks.index(self.rank)
         self.is_leader = self.island_rank == 0
-        refused, failure = {}, None
+        refused, failure, probed = {}, None, None
         watched = memory != "host" and self.island.size > 1
         self._watch = IslandWatch(self.rank) if watched else None
         try:
@@ -142,24 +168,30 @@ class IslandsEngine(Engine):
                 self.inner = plugin.create(rank=self.island_rank, world_size=self.island.size,
                                            store=IslandStore(store, prefix), timeout=self.timeout, options={})
                 refused = _refusals(plugin, self.inner) if self.is_leader else {}
+            self._runtime = runtime_for(memory, plugin)
+            probed = crossing.probe(self._runtime) if self.is_leader else None
         except Exception as exc:  # noqa: BLE001 -- every rank learns of it below
             failure = f"rank {self.rank} ({backend_name}): {type(exc).__name__}: {exc}"
-        outcomes = all_gather_object(calls, (failure, refused, self._watch.identity if watched else None))
-        failures = [f for f, _, _ in outcomes if f]
+        outcomes = all_gather_object(calls, (failure, refused, self._watch.identity if watched else None, probed))
+        failures = [f for f, _, _, _ in outcomes if f]
         if failures:
             raise BackendUnavailable("backend 'auto': an island's communicator could not be created: "
                                      + "; ".join(failures))
         every = {}
-        for _, island_refused, _ in outcomes:
+        for _, island_refused, _, _ in outcomes:
             every.update(island_refused)
         if watched:
             self._watch.start([outcomes[r][2] for r in self.island.ranks if r != self.rank], self._peer_failed)
         self.islands = Islands(formed.islands, every)
+        # From the leaders' probes, which every rank now holds alike: every rank decides each call alike.
+        leaders = [outcomes[island.ranks[0]][3] for island in formed.islands]
+        self.crossing = crossing.CrossingModel(
+            tuple((island.size, island.memory, copy) for island, (copy, _) in zip(formed.islands, leaders)),
+            min(host for _, host in leaders), schedules.STAGING_SEGMENT_BYTES, forced)
         # What every island declares: the dtypes and ops the communicator accepts.
         self.dtypes = tuple(name for name in ALL_DTYPES if all(name in rec[4][0] for rec in records))
         self.ops = tuple(name for name in ALL_OPS if all(name in rec[4][1] for rec in records))
         self.memory = memory
-        self._runtime = runtime_for(memory, plugin)
         self._scratch = Scratch(self._runtime)
         self._host_scratch = Scratch(HostRuntime())
         # The description every call exchanges first, beside its negation: made once, reused by every call.

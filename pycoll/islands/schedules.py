@@ -5,14 +5,16 @@ rank over pycoll's host transports.
 
 Hierarchical (accuracy "fast"): inside each island, then between the leaders on host-staged copies, then inside
 each island again. Every rank ends with the leaders' one result, so every rank's result is bitwise identical.
-Host-staged flat (compensated and reproducible): every rank's input is copied to the host and the whole reduction
-runs as pycoll's schedule over `world`, so its accuracy holds across vendors (vendors sum in their own order).
+Host-staged flat (compensated and reproducible; in fast mode where the crossing model picks it for the call's
+bytes, and the collectives with no hierarchical schedule): every rank's input is copied to the host and the
+whole collective runs as pycoll's schedule over `world`, so its accuracy holds across vendors (vendors sum in
+their own order).
 A job of one island runs the island's own collective (vendor-only).
 
 `ctx` (engine.IslandsEngine) gives: islands, island, island_rank, is_leader, size, inner, leaders, world, stage_in /
 stage_out (this rank's memory <-> host), staging (the host Buffer a buffer is staged in) and copy_in (a copy into
-it), copy (within this rank's memory), scratch(name, like, count) (this rank's memory) and host_scratch(name,
-like, count).
+it), copy (within this rank's memory), scratch(name, like, count) (this rank's memory), host_scratch(name, like,
+count), and crossing (crossing.CrossingModel, the same on every rank).
 """
 
 from __future__ import annotations
@@ -128,9 +130,17 @@ def _finish_segment(ctx, staged, buf, op):
 
 
 # -- the collectives -------------------------------------------------------------------------------------------
+def _host_staged(ctx, call):
+    """Whether a reduction runs host-staged flat: always for compensated and reproducible; in fast mode across
+    islands, where the crossing model (crossing.py, the same on every rank) picks it for the call's bytes."""
+    if call.accuracy != "fast":
+        return True
+    return len(ctx.islands) > 1 and ctx.crossing.choose(call.send.nbytes) == "host-staged"
+
+
 def all_reduce(ctx, call):
     send, recv, op = call.send, call.recv, call.op
-    if call.accuracy != "fast":
+    if _host_staged(ctx, call):
         return flat(ctx, call)
     if len(ctx.islands) == 1 and op != AVG:
         return _run(ctx.inner, "all_reduce", send, recv, op=op)
@@ -142,10 +152,11 @@ def all_reduce(ctx, call):
 
 
 def reduce(ctx, call):
-    """An all-reduce whose result only the root keeps (the other ranks' go to scratch)."""
+    """Hierarchical: an all-reduce whose result only the root keeps (the other ranks' go to scratch)."""
+    if _host_staged(ctx, call):
+        return flat(ctx, call)
     recv = call.recv if call.recv is not None else ctx.scratch("reduce", call.send, call.send.count)
-    all_reduce(ctx, Call("all_reduce", call.send, recv, op=call.op, accuracy=call.accuracy))
-    return "hierarchical" if call.accuracy == "fast" else "host-staged"
+    return all_reduce(ctx, Call("all_reduce", call.send, recv, op=call.op, accuracy=call.accuracy))
 
 
 def broadcast(ctx, call):
@@ -199,7 +210,7 @@ def all_gather(ctx, call):
 
 def reduce_scatter(ctx, call):
     send, recv, op = call.send, call.recv, call.op
-    if call.accuracy != "fast":
+    if _host_staged(ctx, call):
         return flat(ctx, call)
     if len(ctx.islands) == 1 and op != AVG:
         return _run(ctx.inner, "reduce_scatter", send, recv, op=op)
