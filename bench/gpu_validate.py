@@ -16,7 +16,10 @@ What it does, each part in fresh processes (one rank per GPU, N = every visible 
 4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
    current, must wait for it;
 5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the timeout;
-6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing).
+6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing);
+7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
+   every collective across the two islands, integers exact against NumPy on every rank (mixed_checks(); the
+   same checks run on this machine's fake NCCL in tests/test_gpu_validate.py, which is all they have run on).
 """
 
 from __future__ import annotations
@@ -256,8 +259,118 @@ def worker_torch_bench(quick):
     return rows
 
 
+def _ints(rank, n, dtype):
+    import numpy as np
+
+    return (np.arange(n, dtype=np.int64) * (rank + 3) % 40 - 20).astype(dtype)
+
+
+# Across islands: small (the crossing model's flat side) and past one staging segment (its hierarchical side).
+MIXED_SIZES = (1001, 2**20 + 3)
+
+
+def mixed_checks(comm, to_rank, to_numpy):
+    """Every collective across islands on this rank's kind of array (to_rank: a NumPy array -> one; to_numpy:
+    back), each checked exactly against NumPy: rows of {"check", "equal", "ran"} (or "error")."""
+    import numpy as np
+
+    rank, size = comm.rank, comm.size
+    rows = []
+
+    def check(name, run, want):
+        row = {"check": name}
+        try:
+            got = run()
+            row["equal"] = bool(got is None and want is None or np.array_equal(to_numpy(got), want))
+            row["ran"] = comm.last_algorithm
+        except Exception as exc:  # noqa: BLE001 -- reported in the table
+            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        rows.append(row)
+
+    every = range(size)
+    for n in MIXED_SIZES:
+        total = sum(_ints(r, n, np.int64) for r in every)
+        check(f"all_reduce sum int32 n={n}", lambda: comm.all_reduce(to_rank(_ints(rank, n, np.int32))),
+              total.astype(np.int32))
+        check(f"all_reduce avg int32 n={n}", lambda: comm.all_reduce(to_rank(_ints(rank, n, np.int32)), "avg"),
+              np.where(total < 0, -(-total // size), total // size).astype(np.int32))
+        check(f"all_reduce max int64 n={n}", lambda: comm.all_reduce(to_rank(_ints(rank, n, np.int64)), "max"),
+              np.max([_ints(r, n, np.int64) for r in every], axis=0))
+    check("reduce root=last", lambda: comm.reduce(to_rank(_ints(rank, 1001, np.int64)), root=size - 1),
+          sum(_ints(r, 1001, np.int64) for r in every) if rank == size - 1 else _ints(rank, 1001, np.int64))
+    whole = sum(_ints(r, 7 * size, np.int64) for r in every)
+    check("reduce_scatter sum", lambda: comm.reduce_scatter(to_rank(_ints(rank, 7 * size, np.int32)),
+                                                            to_rank(np.zeros(7, np.int32))),
+          whole[7 * rank:7 * (rank + 1)].astype(np.int32))
+    check("all_gather", lambda: comm.all_gather(to_rank(_ints(rank, 5, np.int32)), to_rank(np.zeros(5 * size,
+                                                                                                     np.int32))),
+          np.concatenate([_ints(r, 5, np.int32) for r in every]))
+    check("broadcast root=0", lambda: comm.broadcast(to_rank(_ints(rank, 1001, np.int64)), root=0),
+          _ints(0, 1001, np.int64))
+    check("all_to_all", lambda: comm.all_to_all(to_rank(_ints(rank, 3 * size, np.int32)),
+                                                to_rank(np.zeros(3 * size, np.int32))),
+          np.concatenate([_ints(r, 3 * size, np.int32)[3 * rank:3 * (rank + 1)] for r in every]))
+    root = size - 1
+    check("gather root=last", lambda: comm.gather(
+        to_rank(_ints(rank, 4, np.int32)), to_rank(np.zeros(4 * size, np.int32)) if rank == root else None, root=root),
+        np.concatenate([_ints(r, 4, np.int32) for r in every]) if rank == root else None)
+    check("scatter root=0", lambda: comm.scatter(to_rank(_ints(0, 4 * size, np.int32)) if rank == 0 else None,
+                                                 to_rank(np.zeros(4, np.int32)), root=0),
+          _ints(0, 4 * size, np.int32)[4 * rank:4 * (rank + 1)])
+    counts = [r % 3 + 1 for r in every]
+    check("all_gather counts=", lambda: comm.all_gather(to_rank(_ints(rank, counts[rank], np.int32)),
+                                                        to_rank(np.zeros(sum(counts), np.int32)), counts=counts),
+          np.concatenate([_ints(r, counts[r], np.int32) for r in every]))
+    first = sum(counts[:rank])
+    check("reduce_scatter counts= max", lambda: comm.reduce_scatter(
+        to_rank(_ints(rank, sum(counts), np.int64)), to_rank(np.zeros(counts[rank], np.int64)), "max", counts=counts),
+        np.max([_ints(r, sum(counts), np.int64)[first:first + counts[rank]] for r in every], axis=0))
+
+    def ring():
+        got = to_rank(np.zeros(5, np.int64))
+        works = [comm.recv(got, (rank - 1) % size, async_op=True),
+                 comm.send(to_rank(_ints(rank, 5, np.int64)), (rank + 1) % size, async_op=True)]
+        for work in works:
+            work.wait()
+        return got
+
+    check("send/recv ring", ring, _ints((rank - 1) % size, 5, np.int64))
+    return rows
+
+
+def worker_mixed(quick):
+    """The first MIXED_GPUS ranks on their GPU (cuda tensors), the others host ranks (NumPy arrays): one
+    backend="auto" communicator across both."""
+    import numpy as np
+    import torch
+
+    import pycoll
+
+    rank = int(os.environ["RANK"])
+    on_gpu = rank < int(os.environ["MIXED_GPUS"])
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    comm = pycoll.init(backend="auto", device="cuda" if on_gpu else "host", timeout=120.0)
+
+    def to_rank(arr):
+        return torch.from_numpy(np.ascontiguousarray(arr)).cuda() if on_gpu else arr
+
+    def to_numpy(arr):
+        if on_gpu:
+            torch.cuda.synchronize()
+            return arr.cpu().numpy()
+        return arr
+
+    rows = mixed_checks(comm, to_rank, to_numpy)
+    rows.append({"islands": str(comm.islands)})
+    comm.close()
+    return rows
+
+
 WORKERS = {"correctness": worker_correctness, "algorithms": worker_algorithms, "streams": worker_streams,
-           "killed": worker_killed, "torch_bench": worker_torch_bench}
+           "killed": worker_killed, "torch_bench": worker_torch_bench, "mixed": worker_mixed}
+# The mixed run's host ranks, beside one rank per GPU.
+MIXED_HOST_RANKS = 2
 
 
 def _free_port():
@@ -266,12 +379,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(part, nproc, quick, timeout):
+def run_ranks(part, nproc, quick, timeout, env=None):
     """Start nproc ranks of `part` (own processes, not pycoll run: a killed rank must not end the others); each
-    rank's rows, or its failure."""
+    rank's rows, or its failure. env: more variables for every rank."""
     with tempfile.TemporaryDirectory() as tmp:
         base = dict(os.environ, WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=str(_free_port()), TORCH_PORT=str(_free_port()), PYTHONSAFEPATH="1")
+                    MASTER_PORT=str(_free_port()), TORCH_PORT=str(_free_port()), PYTHONSAFEPATH="1", **(env or {}))
         procs = []
         for r in range(nproc):
             env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
@@ -324,7 +437,21 @@ def verdicts(parts):
     survivors = [rows for r, rows in parts["killed"].items() if r != last]
     raised = [rows[0]["raised"] if isinstance(rows, list) and rows else None for rows in survivors]
     out["killed"] = (bool(survivors) and all(raised), f"the survivors raised {raised}")
+    if "mixed" in parts:
+        out["mixed"] = mixed_verdict(parts["mixed"])
     return out
+
+
+def mixed_verdict(ranks):
+    """(ok, why) of the mixed run: every rank ran, and every check of every rank was equal (each rank checks its
+    own result: they differ by rank)."""
+    failed = [r for r, rows in ranks.items() if isinstance(rows, dict)]
+    if failed or not ranks:
+        return False, f"ranks {failed} failed"
+    bad = [(r, row["check"]) for r, rows in ranks.items() for row in rows if "check" in row and not row.get("equal")]
+    checks = sum(1 for row in ranks[0] if "check" in row)
+    return (not bad, f"{len(bad)} (rank, check) not equal or not run: {bad[:8]}" if bad
+            else f"{checks} checks equal on every rank")
 
 
 def report(args, info, parts, bench_table):
@@ -338,13 +465,16 @@ def report(args, info, parts, bench_table):
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),
                        ("A rank killed during a 1 GiB all-reduce", "killed"),
-                       ("torch.distributed NCCL all-reduce (CUDA events)", "torch_bench")):
+                       ("torch.distributed NCCL all-reduce (CUDA events)", "torch_bench"),
+                       ("A mixed job: GPU ranks and host ranks, backend=\"auto\"", "mixed")):
+        if key not in parts:
+            continue
         lines += ["", f"## {title}", ""]
         for rank, rows in sorted(parts[key].items()):
             if isinstance(rows, dict):
                 lines += [f"- rank {rank} failed (exit {rows['exit']}):", "", "```", rows["output"], "```"]
                 continue
-            if rank != 0 and key != "killed":
+            if rank != 0 and key not in ("killed", "mixed"):
                 continue  # every rank holds the same result; rank 0 speaks for them
             if key == "correctness":
                 bad = [r for r in rows if not r.get("equal")]
@@ -387,6 +517,9 @@ def main(argv=None):
     for part in ("correctness", "algorithms", "streams", "killed", "torch_bench"):
         print(f"gpu_validate: {part} on {args.nproc} ranks", file=sys.stderr)
         parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout)
+    print(f"gpu_validate: mixed on {args.nproc} GPU ranks and {MIXED_HOST_RANKS} host ranks", file=sys.stderr)
+    parts["mixed"] = run_ranks("mixed", args.nproc + MIXED_HOST_RANKS, args.quick, args.timeout,
+                               env={"MIXED_GPUS": str(args.nproc)})
     bench = subprocess.run([sys.executable, "-m", "pycoll", "bench", "-n", str(args.nproc), "--backend", "nccl",
                             "--device", "cuda", "-b", "1K", "-e", "64M" if args.quick else "1G", "-f", "4"],
                            capture_output=True, text=True, timeout=args.timeout)

@@ -1,11 +1,15 @@
 """bench/gpu_validate.py, the end-to-end validation of a GPU machine, refuses clearly where there is no usable GPU:
-exit code 2, the reason on stderr, and no results file written (it has never run on a GPU: see its docstring)."""
+exit code 2, the reason on stderr, and no results file written (it has never run on a GPU: see its docstring).
+Its verdicts and report are checked on stand-in results, and its mixed part's checks on the fake NCCL."""
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fakes.vendor_harness import device_array, fakes_fixture, run_ranks_ok
+from multiproc import free_port
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_validate.py"
 
@@ -67,3 +71,44 @@ def test_the_report_judges_every_part():
     args = type("Args", (), {"nproc": 2, "quick": True})()
     text = report(args, {"gpu": "stand-in"}, _parts(streams={0: [{"ok": False}], 1: []}), "table")
     assert "- streams: FAIL" in text and "- correctness: PASS" in text
+
+
+# The mixed part's checks, run as on a GPU machine (two GPU ranks, two host ranks, backend="auto") but on the fake
+# NCCL: the part's own code, but for the torch tensors its GPU ranks pass there.
+fakes = fakes_fixture()
+MIXED = ("cuda", "cuda", "host", "host")
+
+
+def _mixed_rank(port, rank, world):
+    import pycoll
+
+    kind = MIXED[rank]
+    comm = pycoll.init("auto", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
+                       device=kind, timeout=30.0)
+    rows = _validate_module().mixed_checks(comm, lambda arr: device_array(kind, arr),
+                                           lambda arr: getattr(arr, "arr", arr))
+    comm.close()
+    return rows
+
+
+@pytest.mark.timeout(90)
+def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_result(fakes, tmp_path):
+    module = _validate_module()
+    results = run_ranks_ok(functools.partial(_mixed_rank, free_port()), len(MIXED),
+                           {**fakes("nccl"), "FAKE_COLL_DIR": str(tmp_path)}, timeout=80)
+    ranks = dict(enumerate(results))
+    ok, why = module.mixed_verdict(ranks)
+    assert ok, why
+    names = [row["check"] for row in ranks[0]]
+    for collective in ("all_reduce", "reduce_scatter counts=", "all_to_all", "gather", "scatter", "send/recv"):
+        assert any(name.startswith(collective) for name in names), (collective, names)
+    assert {row["ran"] for row in ranks[0] if row["check"].startswith("all_reduce")} <= {"hierarchical",
+                                                                                         "host-staged"}
+    wrong = {**ranks, 3: [dict(row, equal=False) if row["check"] == "all_to_all" else row for row in ranks[3]]}
+    ok, why = module.mixed_verdict(wrong)
+    assert not ok and "(3, 'all_to_all')" in why, why
+    ok, why = module.mixed_verdict({**ranks, 2: {"exit": 1, "output": "boom"}})
+    assert not ok and "ranks [2] failed" in why
+    args = type("Args", (), {"nproc": 2, "quick": True})()
+    text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong), "table")
+    assert "- mixed: FAIL" in text and "A mixed job" in text
