@@ -382,7 +382,7 @@ def _killed_rank(devices, port, victim, rank, world):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("victim", [3, 2], ids=["nccl-member", "hccl-leader"])
+@pytest.mark.parametrize("victim", [3, 2, 4], ids=["nccl-member", "hccl-leader", "host-member"])
 def test_a_killed_rank_reaches_every_island_as_peer_failure(env, victim):
     results = run_ranks(functools.partial(_killed_rank, SIX, free_port(), victim), len(SIX), env, timeout=40,
                         wait_for=len(SIX) - 1)
