@@ -138,12 +138,21 @@ def _host_staged(ctx, call):
     return len(ctx.islands) > 1 and ctx.crossing.choose(call.send.nbytes) == "host-staged"
 
 
-def all_reduce(ctx, call):
-    send, recv, op = call.send, call.recv, call.op
+def _without_crossing(ctx, call):
+    """What a reduction runs as when it crosses no island -- host-staged flat where _host_staged picks it, the
+    island's own collective in a one-island job (avg aside: it divides by the whole job's size) -- or None."""
     if _host_staged(ctx, call):
         return flat(ctx, call)
-    if len(ctx.islands) == 1 and op != AVG:
-        return _run(ctx.inner, "all_reduce", send, recv, op=op)
+    if len(ctx.islands) == 1 and call.op != AVG:
+        return _run(ctx.inner, call.collective, call.send, call.recv, op=call.op)
+    return None
+
+
+def all_reduce(ctx, call):
+    ran = _without_crossing(ctx, call)
+    if ran is not None:
+        return ran
+    send, recv, op = call.send, call.recv, call.op
     island_reduce(ctx, send, recv, SUM if op == AVG else op)
     if ctx.is_leader:
         _leader_result(ctx, recv, op)
@@ -175,14 +184,15 @@ def broadcast(ctx, call):
     return "hierarchical"
 
 
-def _island_major(ctx, count):
-    """(island, its first element in island-major order): blocks of `count` elements per rank, islands in index
-    order, each island's ranks in its order."""
-    offsets, at = [], 0
+def _block_places(ctx, block):
+    """(island-major offset, rank-major offset) of each rank's block of `block` bytes: island-major is islands
+    in index order, each island's ranks in its order (what the leaders' _v collectives carry); rank-major is
+    the job's rank order (what the caller's buffer holds)."""
+    at = 0
     for island in ctx.islands:
-        offsets.append((island, at))
-        at += island.size * count
-    return offsets
+        for rank in island.ranks:
+            yield at, rank * block
+            at += block
 
 
 def all_gather(ctx, call):
@@ -199,21 +209,18 @@ def all_gather(ctx, call):
         _run(ctx.leaders, "all_gather_v", staged, every, counts=counts)
         ordered = ctx.host_scratch("result", send, size * count) if recv.memory != "host" else recv
         src, dst, block = _bytes(every), _bytes(ordered), count * send.itemsize
-        for island, at in _island_major(ctx, count):
-            for i, rank in enumerate(island.ranks):
-                start = at * send.itemsize + i * block
-                dst[rank * block:(rank + 1) * block] = src[start:start + block]
+        for island_major, rank_major in _block_places(ctx, block):
+            dst[rank_major:rank_major + block] = src[island_major:island_major + block]
         ctx.stage_out(ordered, recv)
     island_broadcast(ctx, recv)
     return "hierarchical"
 
 
 def reduce_scatter(ctx, call):
+    ran = _without_crossing(ctx, call)
+    if ran is not None:
+        return ran
     send, recv, op = call.send, call.recv, call.op
-    if _host_staged(ctx, call):
-        return flat(ctx, call)
-    if len(ctx.islands) == 1 and op != AVG:
-        return _run(ctx.inner, "reduce_scatter", send, recv, op=op)
     count, itemsize = recv.count, recv.itemsize
     block = count * itemsize
     mine = ctx.scratch("island", recv, ctx.island.size * count)
@@ -223,10 +230,8 @@ def reduce_scatter(ctx, call):
         staged = _bytes(ctx.stage_in(whole, "whole"))
         by_island = ctx.host_scratch("by_island", send, send.count)
         dst = _bytes(by_island)
-        for island, at in _island_major(ctx, count):
-            for i, rank in enumerate(island.ranks):
-                start = at * itemsize + i * block
-                dst[start:start + block] = staged[rank * block:(rank + 1) * block]
+        for island_major, rank_major in _block_places(ctx, block):
+            dst[island_major:island_major + block] = staged[rank_major:rank_major + block]
         reduced = ctx.host_scratch("result", recv, ctx.island.size * count)
         counts = np.array([island.size * count for island in ctx.islands], dtype=np.int64)
         _run(ctx.leaders, "reduce_scatter_v", by_island, reduced, op=SUM if op == AVG else op, counts=counts)
