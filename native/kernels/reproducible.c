@@ -241,15 +241,21 @@ DEFINE_KERNELS(f32, F32, load_f32, store_f32)
 DEFINE_KERNELS(f16, F16, load_u16, store_f16)
 DEFINE_KERNELS(bf16, BF16, load_u16, store_bf16)
 
-int repro_limbs(pycoll_dtype_t dtype)
+static int fmt_of(pycoll_dtype_t dtype, fmt_t *f)
 {
     switch (dtype) {
-    case PYCOLL_FLOAT64: return F64.limbs;
-    case PYCOLL_FLOAT32: return F32.limbs;
-    case PYCOLL_FLOAT16: return F16.limbs;
-    case PYCOLL_BFLOAT16: return BF16.limbs;
+    case PYCOLL_FLOAT64: *f = F64; return 1;
+    case PYCOLL_FLOAT32: *f = F32; return 1;
+    case PYCOLL_FLOAT16: *f = F16; return 1;
+    case PYCOLL_BFLOAT16: *f = BF16; return 1;
     default: return 0;
     }
+}
+
+int repro_limbs(pycoll_dtype_t dtype)
+{
+    fmt_t f;
+    return fmt_of(dtype, &f) ? f.limbs : 0;
 }
 
 void repro_exponents(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *code)
@@ -282,17 +288,6 @@ void repro_decode(const int64_t *limbs, const int32_t *code, int64_t n, pycoll_d
     case PYCOLL_FLOAT16: f16_decode(limbs, code, n, out); break;
     case PYCOLL_BFLOAT16: bf16_decode(limbs, code, n, out); break;
     default: break;
-    }
-}
-
-static int fmt_of(pycoll_dtype_t dtype, fmt_t *f)
-{
-    switch (dtype) {
-    case PYCOLL_FLOAT64: *f = F64; return 1;
-    case PYCOLL_FLOAT32: *f = F32; return 1;
-    case PYCOLL_FLOAT16: *f = F16; return 1;
-    case PYCOLL_BFLOAT16: *f = BF16; return 1;
-    default: return 0;
     }
 }
 
