@@ -267,13 +267,12 @@ class IslandsEngine(Engine):
         reason = f"rank {self.rank} left the collective on {type(exc).__name__}: {exc}"
         if self._watch is not None:
             self._watch.notify(-1, reason)
-        if hasattr(self.inner, "request_abort"):
+        if self.inner is not None:
             self.inner.request_abort(-1, reason)
         for engine in (self.leaders, self.inner, self.world):
-            native = getattr(engine, "native", None)
-            if native is not None:
+            if engine is not None and engine.native is not None:
                 try:
-                    native.close(0.0)
+                    engine.native.close(0.0)
                 except PycollError:  # what a broken communicator reports at close: the failure is raised already
                     pass
 

@@ -81,6 +81,7 @@ class Engine:
     hosts = None        # a pycoll.rendezvous.hosts.Hosts, where the backend finds the hosts (finds_hosts)
     close_linger = None  # the most seconds close() waits for the peers' goodbyes, None: it waits for none;
     #                      the Communicator shortens it to its own close deadline
+    native = None       # the host engines' NativeComm (pycoll/_bindings/comm.pyx), None for the vendor ones
 
     def fast_path(self, accepted):
         """Optional: an object whose all_reduce(x, op, out, algorithm, accuracy) and broadcast(x, root) run the
@@ -88,6 +89,11 @@ class Engine:
         when the engine has none. `accepted` maps each argument the communicator accepts to its id: "ops",
         "algorithms", "accuracies", "dtypes" (numpy dtype name -> id)."""
         return None
+
+    def request_abort(self, failed_rank, reason):
+        """Optional, from any thread: a peer failure learnt of elsewhere (failed_rank -1 where unknown). Where an
+        engine can, the call waiting on it, else the next, raises PeerFailure saying `reason`; by default its
+        waits end at their deadline, as any wait on a departed peer does."""
 
     def run(self, call, async_op=False):
         """Run `call` (a Call). Blocking: return the algorithm that ran (None for send/recv and barrier
