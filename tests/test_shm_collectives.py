@@ -34,6 +34,15 @@ def test_every_op_of_every_dtype_with_the_default_slots(n):
     assert all(rep.get("ok") for rep in reports.values()), reports
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_reproducible_all_reduce_is_exact_and_the_ring_algorithms_bits(n, no_segment_left):
+    """The exact mode's limbs encoded into the slots and decoded once summed: 64 KiB slots put messages of one,
+    two and three rounds within reach."""
+    reports = _run(n, "reproducible", env={"PYCOLL_SHM_RING_BYTES": "65536", "TEST_ROUNDS": "3"}, timeout=200)
+    assert_all_ok(reports)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["count", "dtype", "op", "algorithm", "collective", "root"])
 @pytest.mark.parametrize("count", [1000, 300_000])  # the one-round path and the two-phase rounds

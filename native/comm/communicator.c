@@ -360,6 +360,28 @@ pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, 
     return group_view_leave(comm->view, dispatch(comm, runs, error, error_len, *ran));
 }
 
+const pycoll_native_collectives_t *comm_coded_native(pycoll_comm_t *comm, pycoll_algorithm_t requested,
+                                                     int64_t word_bytes)
+{
+    const pycoll_native_collectives_t *native = comm->p2p->ops->native;
+    if (comm->view || comm->p2p->kernels || !native || native->version < 4 || !native->all_reduce_coded)
+        return NULL;
+    const pycoll_algorithm_t decided = comm_decide(comm, PYCOLL_COLL_ALL_REDUCE, requested, word_bytes);
+    return (int32_t)decided == native->algorithm ? native : NULL;
+}
+
+pycoll_status_t comm_run_coded_stage(pycoll_comm_t *comm, const pycoll_native_collectives_t *native,
+                                     const comm_call_t *stamped, int64_t word_bytes, const pycoll_int64_codec_t *codec,
+                                     char *error, size_t error_len, pycoll_algorithm_t *ran)
+{
+    pycoll_status_t st = begin(comm, stamped, word_bytes, error, error_len);
+    if (st != PYCOLL_OK)
+        return st;
+    *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
+    const pycoll_call_t *a = &stamped->args;
+    return comm_finish(comm, native->all_reduce_coded(comm->p2p, a->sendbuf, a->recvbuf, stamped->count, codec));
+}
+
 pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                               pycoll_algorithm_t *ran)
 {

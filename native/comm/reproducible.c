@@ -55,6 +55,42 @@ static pycoll_status_t internal_max(pycoll_comm_t *comm, const comm_call_t *call
     return st;
 }
 
+/* The exact mode's limbs as a transport's coded words (p2p.h's pycoll_int64_codec_t). */
+typedef struct exact_codec {
+    pycoll_dtype_t dtype;
+    repro_plan_t plan;
+} exact_codec_t;
+
+static void exact_encode(const void *ctx, const void *elems, int64_t n, int64_t *words)
+{
+    const exact_codec_t *e = ctx;
+    repro_encode_exact(elems, n, e->dtype, &e->plan, words);
+}
+
+static void exact_decode(const void *ctx, const int64_t *sums, int64_t n, void *elems)
+{
+    const exact_codec_t *e = ctx;
+    repro_decode_exact(sums, n, e->dtype, &e->plan, elems);
+}
+
+/* Stage 3 of an exact-mode all_reduce handed whole to the transport: it encodes each piece on its way into
+ * shared memory and decodes each element once summed, where the other stages would make three passes over
+ * separate limb arrays. The same integers are summed, so the same bits come out. */
+static pycoll_status_t coded_all_reduce(pycoll_comm_t *comm, const pycoll_native_collectives_t *native,
+                                        const comm_call_t *call, const repro_plan_t *plan, char *error,
+                                        size_t error_len, pycoll_algorithm_t *ran)
+{
+    const pycoll_call_t *a = &call->args;
+    const exact_codec_t ctx = {a->dtype, *plan};
+    const pycoll_int64_codec_t codec = {.words = plan->limbs, .elem_bytes = (int32_t)pycoll_dtype_size(a->dtype),
+                                        .encode = exact_encode, .decode = exact_decode, .ctx = &ctx};
+    pycoll_status_t st = comm_run_coded_stage(comm, native, call, call->count * plan->limbs * 8, &codec, error,
+                                              error_len, ran);
+    if (st == PYCOLL_OK && a->op == PYCOLL_AVG)
+        st = pycoll_scale_avg(a->recvbuf, call->count, a->dtype, comm->p2p->size);
+    return st;
+}
+
 pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                                       pycoll_algorithm_t *ran)
 {
@@ -84,6 +120,12 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     const repro_plan_t plan = repro_plan(summary, a->dtype, p2p->size);
     const int general = plan.limbs == 0;
     const int64_t limbs = general ? repro_limbs(a->dtype) : plan.limbs;
+
+    if (!general && a->collective == PYCOLL_COLL_ALL_REDUCE) {
+        const pycoll_native_collectives_t *native = comm_coded_native(comm, a->algorithm, in * limbs * 8);
+        if (native)
+            return coded_all_reduce(comm, native, call, &plan, error, error_len, ran);
+    }
 
     const int in_place = a->collective == PYCOLL_COLL_ALL_REDUCE; /* the limbs are summed where they were made */
     const int64_t code_bytes = general ? round8(in * (int64_t)sizeof(int32_t)) : 0, send_bytes = in * limbs * 8;

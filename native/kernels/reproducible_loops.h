@@ -153,6 +153,24 @@ REPRO_ENCODERS(f32, elem_u32, uint32_t, 23, 8)
 REPRO_ENCODERS(f16, elem_u16, uint16_t, 10, 5)
 REPRO_ENCODERS(bf16, elem_u16, uint16_t, 7, 8)
 
+#ifdef __AVX512DQ__
+/* float32 in one limb where the hardware converts double to int64 in vectors: x / 2^base is an integer below
+ * 2^62 (the plan's promise), so widening to double, scaling by a power of two (-base stays within float32's
+ * reach of the normal doubles) and converting are each exact, the same integers as the bit loop's in a third of
+ * its instructions. */
+static void f32_encode1_converting(const void *x, int64_t n, int32_t base, int32_t bits, int64_t *limbs)
+{
+    (void)bits;
+    const elem_f32 *p = (const elem_f32 *)x;
+    const double scale = pow2_normal(-(int64_t)base);
+    for (int64_t i = 0; i < n; i++)
+        limbs[i] = (int64_t)((double)p[i] * scale);
+}
+#define F32_ENCODE1 f32_encode1_converting
+#else
+#define F32_ENCODE1 f32_encode1
+#endif
+
 /* One limb: float64 converts it and scales exactly (a base below the normal range goes the long way). */
 static void f64_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
@@ -260,6 +278,7 @@ void REPRO_LOOPS_TABLE(pycoll_kernel_table_t *t)
 {
     t->repro[PYCOLL_FLOAT64] = REPRO_ROW(f64);
     t->repro[PYCOLL_FLOAT32] = REPRO_ROW(f32);
+    t->repro[PYCOLL_FLOAT32].encode[0] = F32_ENCODE1;
     t->repro[PYCOLL_FLOAT16] = REPRO_ROW(f16);
     t->repro[PYCOLL_BFLOAT16] = REPRO_ROW(bf16);
 }

@@ -303,6 +303,135 @@ static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, vo
     return PYCOLL_OK;
 }
 
+/* ---- all-reduce of coded elements (p2p.h's pycoll_int64_codec_t) ----
+ *
+ * The large all-reduce's rounds on int64 words that exist only in shared memory: the copy-in encodes, the
+ * owner of a range sums the words of every rank in rank order a piece at a time (its own encoded into local
+ * scratch as it goes) and decodes the piece into its slot, and the copy-out moves decoded elements. So the
+ * words cross memory once, and the caller's elements are read once and written once, as in a plain all-reduce,
+ * instead of an encode pass, an all-reduce on arrays of words, and a decode pass. */
+
+/* Elements of one coded piece: its words fill the scratch a compensated piece would. */
+static int64_t coded_piece_elems(const pycoll_int64_codec_t *codec)
+{
+    return PIECE_ELEMS * MAX_PARTIAL_BYTES / 8 / codec->words;
+}
+
+/* out[0..count) = decode(sum of every rank's words), the sources in c->sources; a NULL source is this rank's,
+ * encoded from own[0..count) a piece at a time. */
+static pycoll_status_t reduce_coded(shm_collectives_t *c, const reduction_t *sum, const pycoll_int64_codec_t *codec,
+                                    const unsigned char *own, unsigned char *out, int64_t count)
+{
+    const int32_t n = p2p_of(c)->size, words = codec->words;
+    const int64_t piece = coded_piece_elems(codec);
+    const void *from[2];
+    for (int64_t at = 0; at < count; at += piece) {
+        const int64_t len = count - at < piece ? count - at : piece;
+        if (own)
+            codec->encode(codec->ctx, own + at * codec->elem_bytes, len, c->tmp);
+        for (int32_t r = 0; r < 2; r++)
+            from[r] = c->sources[r] ? (const int64_t *)c->sources[r] + at * words : c->tmp;
+        pycoll_status_t st = reduction_add_plains(sum, c->part, from[0], from[1], NULL, len * words);
+        for (int32_t r = 2; r < n && st == PYCOLL_OK; r++)
+            st = reduction_combine_plain(sum, c->part, c->sources[r] ? (const int64_t *)c->sources[r] + at * words
+                                                                      : c->tmp, NULL, len * words);
+        if (st != PYCOLL_OK)
+            return st;
+        codec->decode(codec->ctx, c->part, len, out + at * codec->elem_bytes);
+    }
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t all_reduce_coded_small(shm_collectives_t *c, const reduction_t *sum,
+                                              const pycoll_int64_codec_t *codec, const void *sendbuf, void *recvbuf,
+                                              int64_t count)
+{
+    const pycoll_p2p_t *p2p = p2p_of(c);
+    const uint64_t round = ++c->round;
+    if (count > 0)
+        codec->encode(codec->ctx, sendbuf, count, (int64_t *)slot_of(c, p2p->rank, round));
+    pycoll_status_t st = post_and_wait(c, round);
+    if (st != PYCOLL_OK || count == 0)
+        return st;
+    for (int32_t r = 0; r < p2p->size; r++)
+        c->sources[r] = slot_of(c, r, round);
+    return reduce_coded(c, sum, codec, NULL, recvbuf, count);
+}
+
+/* all_reduce_round with words in the slots: ranges are cut in words, a range's result is decoded elements at
+ * the start of its owner's range. */
+static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const reduction_t *sum,
+                                              const pycoll_int64_codec_t *codec, const unsigned char *send,
+                                              unsigned char *recv, int64_t count)
+{
+    const pycoll_p2p_t *p2p = p2p_of(c);
+    const int32_t me = p2p->rank, size = p2p->size;
+    const size_t wb = (size_t)codec->words * 8, eb = (size_t)codec->elem_bytes;
+    const uint64_t round = ++c->round;
+    unsigned char *mine = slot_of(c, me, round);
+    int64_t lo, hi;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, wb, &lo, &hi);
+        if (j != me && hi > lo)
+            codec->encode(codec->ctx, send + lo * eb, hi - lo, (int64_t *)(mine + lo * wb));
+    }
+    pycoll_status_t st = post_and_wait(c, round);
+    if (st != PYCOLL_OK)
+        return st;
+    range_of(me, size, count, wb, &lo, &hi);
+    for (int32_t r = 0; r < size; r++)
+        c->sources[r] = r == me ? NULL : slot_of(c, r, round) + lo * wb;
+    if (hi > lo) {
+        st = reduce_coded(c, sum, codec, send + lo * eb, mine + lo * wb, hi - lo);
+        if (st != PYCOLL_OK)
+            return st;
+        memcpy(recv + lo * eb, mine + lo * wb, (size_t)(hi - lo) * eb);
+    }
+    atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
+    st = wait_round(c, round, 1);
+    if (st != PYCOLL_OK)
+        return st;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, wb, &lo, &hi);
+        if (j != me && hi > lo)
+            memcpy(recv + lo * eb, slot_of(c, j, round) + lo * wb, (size_t)(hi - lo) * eb);
+    }
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t shm_all_reduce_coded(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                            const pycoll_int64_codec_t *codec)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    reduction_t sum;
+    reduction_init(&sum, p2p, PYCOLL_INT64, PYCOLL_SUM, PYCOLL_ACCURACY_FAST);
+    const int64_t wb = (int64_t)codec->words * 8, eb = codec->elem_bytes;
+    if (codec->words < 1 || (int64_t)PIECE_ELEMS * MAX_PARTIAL_BYTES < wb || eb < 1 || c->slot_bytes < wb)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory coded all_reduce: %d words of "
+                               "%lld-byte elements in a %lld-byte slot", (int)codec->words, (long long)eb,
+                               (long long)c->slot_bytes);
+    if (p2p->size == 1) { /* the same rounding as any world size: through the words */
+        const int64_t piece = coded_piece_elems(codec);
+        for (int64_t at = 0; at < count; at += piece) {
+            const int64_t len = count - at < piece ? count - at : piece;
+            codec->encode(codec->ctx, (const unsigned char *)sendbuf + at * eb, len, c->tmp);
+            codec->decode(codec->ctx, c->tmp, len, (unsigned char *)recvbuf + at * eb);
+        }
+        return PYCOLL_OK;
+    }
+    if (count * wb <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
+        return all_reduce_coded_small(c, &sum, codec, sendbuf, recvbuf, count);
+    const int64_t per_round = c->slot_bytes / wb;
+    for (int64_t at = 0; at < count; at += per_round) {
+        pycoll_status_t st = all_reduce_coded_round(c, &sum, codec, (const unsigned char *)sendbuf + at * eb,
+                                                    (unsigned char *)recvbuf + at * eb,
+                                                    count - at < per_round ? count - at : per_round);
+        if (st != PYCOLL_OK)
+            return st;
+    }
+    return PYCOLL_OK;
+}
+
 /* ---- reduce-scatter and all-gather ---- */
 
 /* The bytes of each block a reduce-scatter round moves: a slot holds one piece per rank, each starting on a
@@ -459,6 +588,7 @@ const pycoll_native_collectives_t shm_native_collectives = {
     .all_to_all = shm_all_to_all,
     .reduce_scatter = shm_reduce_scatter,
     .all_gather = shm_all_gather,
+    .all_reduce_coded = shm_all_reduce_coded,
 };
 
 /* ---- set-up ---- */

@@ -169,6 +169,34 @@ try:
                 digest.update(out.tobytes())
         report["digest"] = digest.hexdigest()
         report["ok"] = True
+    elif scenario == "reproducible":
+        # accuracy="reproducible" all_reduce through the transport's coded all-reduce (the exact mode's limbs
+        # encoded into shared memory and decoded once summed): exact on integer data, in and out of place, at
+        # counts around every boundary of the shared area in elements and in limbs (8 or 16 bytes each);
+        # gaussian data bitwise the ring algorithm's (which sums separate limb arrays), in one limb and two.
+        floats = [d for d in os.environ.get("TEST_DTYPES", ",".join(DTYPES)).split(",") if "float" in d]
+        for dtype in floats:
+            np_dtype = numpy_dtype(dtype)
+            counts = sorted(set().union(*(boundary_counts(k, size) for k in (np_dtype.itemsize, 8, 16))))
+            for count in counts:
+                for op in [op for op in ("sum", "avg") if op in exact_ops(dtype, size)]:
+                    want = reference([inputs(count, r, op) for r in range(size)], op, size, True)
+                    x = inputs(count, rank, op).astype(np_dtype)
+                    out = np.full_like(x, 99)
+                    comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy="reproducible")
+                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    assert np.array_equal(out.astype(np.float64), want.astype(np_dtype).astype(np.float64)), \
+                        (dtype, count, op, "out of place")
+                    assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
+                    comm.all_reduce(x, op=op, algorithm="shm", accuracy="reproducible")
+                    assert np.array_equal(x, out), (dtype, count, op, "in place")
+                scale = 1e-3 if dtype == "float16" else 1.0  # float16 sums stay finite
+                g = (np.random.default_rng(1000 * rank + count).standard_normal(count) * scale).astype(np_dtype)
+                coded, ring = np.empty_like(g), np.empty_like(g)
+                comm.all_reduce(g, out=coded, algorithm="shm", accuracy="reproducible")
+                comm.all_reduce(g, out=ring, algorithm="ring", accuracy="reproducible")
+                assert coded.tobytes() == ring.tobytes(), (dtype, count, "shm and ring differ")
+        report["ok"] = True
     elif scenario == "mismatch":
         # Rank 1 calls something else than the others (TEST_MISMATCH), all over the native collectives.
         kind = os.environ["TEST_MISMATCH"]

@@ -91,7 +91,22 @@ typedef struct pycoll_p2p pycoll_p2p_t;
  * Called after the communicator checked the arguments, stamped p2p->desc (whose algorithm is `algorithm`) and
  * set p2p->deadline_ns; on error p2p->error says why, as for wait. Every rank must end with bitwise identical
  * results. */
-#define PYCOLL_NATIVE_COLLECTIVES_VERSION 3 /* 2: all_to_all appended; 3: reduce_scatter, all_gather */
+#define PYCOLL_NATIVE_COLLECTIVES_VERSION 4 /* 2: all_to_all appended; 3: reduce_scatter, all_gather;
+                                              * 4: all_reduce_coded */
+
+/* Elements carried as int64 words for an exact sum (accuracy="reproducible"'s limbs): encode turns n of the
+ * caller's elements into n * words int64, decode n elements' summed words into n result elements. Integer sums
+ * do not depend on their order, so a transport may encode and decode any piece at any time: it encodes on the
+ * way into its own buffers and decodes each element once summed, instead of three passes over separate limb
+ * arrays. */
+typedef struct pycoll_int64_codec {
+    int32_t words;        /* int64 words per element */
+    int32_t elem_bytes;   /* bytes of one of the caller's elements */
+    void (*encode)(const void *ctx, const void *elems, int64_t n, int64_t *words);
+    void (*decode)(const void *ctx, const int64_t *sums, int64_t n, void *elems);
+    const void *ctx;
+} pycoll_int64_codec_t;
+
 typedef struct pycoll_native_collectives {
     uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
     int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM), named in descriptors */
@@ -113,6 +128,11 @@ typedef struct pycoll_native_collectives {
                                       pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
     pycoll_status_t (*all_gather)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
                                   pycoll_dtype_t dtype);
+    /* Since version 4: an all-reduce whose elements are summed exactly as codec's int64 words: every rank's
+     * recvbuf[i] = decode(sum over the ranks of encode(sendbuf[i])). sendbuf == recvbuf is in place. Host
+     * memory only. */
+    pycoll_status_t (*all_reduce_coded)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                        const pycoll_int64_codec_t *codec);
 } pycoll_native_collectives_t;
 
 typedef struct pycoll_p2p_ops {
