@@ -121,14 +121,14 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
  * algorithm decided. No workspace release: comm_run_call does it once the whole call is done. */
 pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, const comm_call_t *runs,
                                char *error, size_t error_len, pycoll_algorithm_t *ran);
-/* communicator.c: an all-reduce whose elements travel as codec's int64 words (p2p.h's all_reduce_coded).
- * comm_coded_native: the transport's native table where the decision for `word_bytes` of words is its own
- * all-reduce and it takes them coded, else NULL. comm_run_coded_stage: that all-reduce of the call `stamped`,
- * stamped and decided as comm_run_stage. */
+/* communicator.c: an all-reduce summed exactly through a codec (p2p.h's all_reduce_coded).
+ * comm_coded_native: the transport's native table where the decision for `wire_bytes` of the codec's wire
+ * elements is its own all-reduce and it takes a codec, else NULL. comm_run_coded_stage: that all-reduce of the
+ * call `stamped`, stamped and decided as comm_run_stage. */
 const pycoll_native_collectives_t *comm_coded_native(pycoll_comm_t *comm, pycoll_algorithm_t requested,
-                                                     int64_t word_bytes);
+                                                     int64_t wire_bytes);
 pycoll_status_t comm_run_coded_stage(pycoll_comm_t *comm, const pycoll_native_collectives_t *native,
-                                     const comm_call_t *stamped, int64_t word_bytes, const pycoll_int64_codec_t *codec,
+                                     const comm_call_t *stamped, int64_t wire_bytes, const pycoll_exact_codec_t *codec,
                                      char *error, size_t error_len, pycoll_algorithm_t *ran);
 /* reproducible.c: a call with accuracy reproducible (call.c checked what it covers), in two stages. */
 pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,

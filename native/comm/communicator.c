@@ -361,20 +361,20 @@ pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, 
 }
 
 const pycoll_native_collectives_t *comm_coded_native(pycoll_comm_t *comm, pycoll_algorithm_t requested,
-                                                     int64_t word_bytes)
+                                                     int64_t wire_bytes)
 {
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
     if (comm->view || comm->p2p->kernels || !native || native->version < 4 || !native->all_reduce_coded)
         return NULL;
-    const pycoll_algorithm_t decided = comm_decide(comm, PYCOLL_COLL_ALL_REDUCE, requested, word_bytes);
+    const pycoll_algorithm_t decided = comm_decide(comm, PYCOLL_COLL_ALL_REDUCE, requested, wire_bytes);
     return (int32_t)decided == native->algorithm ? native : NULL;
 }
 
 pycoll_status_t comm_run_coded_stage(pycoll_comm_t *comm, const pycoll_native_collectives_t *native,
-                                     const comm_call_t *stamped, int64_t word_bytes, const pycoll_int64_codec_t *codec,
+                                     const comm_call_t *stamped, int64_t wire_bytes, const pycoll_exact_codec_t *codec,
                                      char *error, size_t error_len, pycoll_algorithm_t *ran)
 {
-    pycoll_status_t st = begin(comm, stamped, word_bytes, error, error_len);
+    pycoll_status_t st = begin(comm, stamped, wire_bytes, error, error_len);
     if (st != PYCOLL_OK)
         return st;
     *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;

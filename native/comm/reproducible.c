@@ -55,36 +55,70 @@ static pycoll_status_t internal_max(pycoll_comm_t *comm, const comm_call_t *call
     return st;
 }
 
-/* The exact mode's limbs as a transport's coded words (p2p.h's pycoll_int64_codec_t). */
+/* The exact mode as a transport's exact sum (p2p.h's pycoll_exact_codec_t), by the plan: the elements go on the
+ * wire as they are and sum exactly in double (REPRO_NARROW_ONE), or as two exact doubles each (float64's
+ * REPRO_NARROW_SPLIT), or as their limbs, summed as int64 and decoded. */
 typedef struct exact_codec {
     pycoll_dtype_t dtype;
     repro_plan_t plan;
 } exact_codec_t;
 
-static void exact_encode(const void *ctx, const void *elems, int64_t n, int64_t *words)
+static void limbs_encode(const void *ctx, const void *elems, int64_t n, void *wire)
 {
     const exact_codec_t *e = ctx;
-    repro_encode_exact(elems, n, e->dtype, &e->plan, words);
+    repro_encode_exact(elems, n, e->dtype, &e->plan, wire);
 }
 
-static void exact_decode(const void *ctx, const int64_t *sums, int64_t n, void *elems)
+static void limbs_sum(const void *ctx, const void *const *wires, int32_t n_wires, int64_t n, void *elems,
+                      void *scratch)
 {
     const exact_codec_t *e = ctx;
+    const int64_t words = n * e->plan.limbs;
+    const void *sums = wires[0];
+    if (n_wires > 1) { /* integer sums: exact, and every kernel gives the same */
+        pycoll_reduce(scratch, wires[0], wires[1], words, PYCOLL_INT64, PYCOLL_SUM);
+        for (int32_t k = 2; k < n_wires; k++)
+            pycoll_reduce_into(scratch, wires[k], words, PYCOLL_INT64, PYCOLL_SUM);
+        sums = scratch;
+    }
     repro_decode_exact(sums, n, e->dtype, &e->plan, elems);
 }
 
+static void split_encode(const void *ctx, const void *elems, int64_t n, void *wire)
+{
+    repro_split_encode(elems, n, &((const exact_codec_t *)ctx)->plan, wire);
+}
+
+static void split_sum(const void *ctx, const void *const *wires, int32_t n_wires, int64_t n, void *elems,
+                      void *scratch)
+{
+    (void)ctx;
+    repro_split_sum(wires, n_wires, n, scratch, elems);
+}
+
+static void narrow_sum(const void *ctx, const void *const *wires, int32_t n_wires, int64_t n, void *elems,
+                       void *scratch)
+{
+    const exact_codec_t *e = ctx;
+    repro_sum_narrow(wires, n_wires, n, e->dtype, scratch, elems);
+}
+
 /* Stage 3 of an exact-mode all_reduce handed whole to the transport: it encodes each piece on its way into
- * shared memory and decodes each element once summed, where the other stages would make three passes over
- * separate limb arrays. The same integers are summed, so the same bits come out. */
+ * its own buffers and sums each element once there, where the other stages would make passes over separate
+ * limb arrays. The same exact sums, so the same bits. */
 static pycoll_status_t coded_all_reduce(pycoll_comm_t *comm, const pycoll_native_collectives_t *native,
                                         const comm_call_t *call, const repro_plan_t *plan, char *error,
                                         size_t error_len, pycoll_algorithm_t *ran)
 {
     const pycoll_call_t *a = &call->args;
     const exact_codec_t ctx = {a->dtype, *plan};
-    const pycoll_int64_codec_t codec = {.words = plan->limbs, .elem_bytes = (int32_t)pycoll_dtype_size(a->dtype),
-                                        .encode = exact_encode, .decode = exact_decode, .ctx = &ctx};
-    pycoll_status_t st = comm_run_coded_stage(comm, native, call, call->count * plan->limbs * 8, &codec, error,
+    const int32_t elem_bytes = (int32_t)pycoll_dtype_size(a->dtype);
+    const pycoll_exact_codec_t codec =
+        plan->narrow == REPRO_NARROW_ONE     ? (pycoll_exact_codec_t){elem_bytes, elem_bytes, NULL, narrow_sum, &ctx}
+        : plan->narrow == REPRO_NARROW_SPLIT ? (pycoll_exact_codec_t){16, elem_bytes, split_encode, split_sum, &ctx}
+                                             : (pycoll_exact_codec_t){plan->limbs * 8, elem_bytes, limbs_encode,
+                                                                      limbs_sum, &ctx};
+    pycoll_status_t st = comm_run_coded_stage(comm, native, call, call->count * codec.wire_bytes, &codec, error,
                                               error_len, ran);
     if (st == PYCOLL_OK && a->op == PYCOLL_AVG)
         st = pycoll_scale_avg(a->recvbuf, call->count, a->dtype, comm->p2p->size);
@@ -122,7 +156,9 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     const int64_t limbs = general ? repro_limbs(a->dtype) : plan.limbs;
 
     if (!general && a->collective == PYCOLL_COLL_ALL_REDUCE) {
-        const pycoll_native_collectives_t *native = comm_coded_native(comm, a->algorithm, in * limbs * 8);
+        const int64_t wire_bytes = in * (plan.narrow == REPRO_NARROW_ONE ? (int64_t)pycoll_dtype_size(a->dtype)
+                                                                          : limbs * 8);
+        const pycoll_native_collectives_t *native = comm_coded_native(comm, a->algorithm, wire_bytes);
         if (native)
             return coded_all_reduce(comm, native, call, &plan, error, error_len, ran);
     }

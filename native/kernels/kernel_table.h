@@ -17,10 +17,18 @@ typedef void (*pycoll_combine_kernel)(void *dst_sum, void *dst_comp, const void 
 typedef void (*pycoll_repro_summary_kernel)(const void *x, int64_t n, int32_t *summary);
 typedef void (*pycoll_repro_encode_kernel)(const void *x, int64_t n, int32_t base, int32_t bits, int64_t *limbs);
 typedef void (*pycoll_repro_decode_kernel)(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out);
+typedef void (*pycoll_repro_sum_kernel)(const void *const *x, int32_t n_x, int64_t n, double *acc, void *out);
+/* float64 split into two doubles at 2^grid, and pairs of sums added (reproducible.h's REPRO_NARROW_SPLIT). */
+typedef struct pycoll_repro_split_kernels {
+    void (*encode)(const double *x, int64_t n, int32_t grid, double *halves);
+    void (*sum)(const void *const *halves, int32_t n_x, int64_t n, double *acc, double *out);
+} pycoll_repro_split_kernels_t;
 typedef struct pycoll_repro_kernels {
     pycoll_repro_summary_kernel summary;
     pycoll_repro_encode_kernel encode[2];
     pycoll_repro_decode_kernel decode[2];
+    pycoll_repro_decode_kernel decode_narrow; /* one limb, every sum below 2^53 (reproducible.h's narrow plan) */
+    pycoll_repro_sum_kernel sum_narrow;
 } pycoll_repro_kernels_t;
 
 typedef struct pycoll_kernel_table {
@@ -29,6 +37,7 @@ typedef struct pycoll_kernel_table {
     pycoll_combine_kernel combine_f32;
     pycoll_combine_kernel combine_f64;
     pycoll_repro_kernels_t repro[PYCOLL_NUM_DTYPES]; /* the float dtypes' */
+    pycoll_repro_split_kernels_t repro_split;         /* float64's REPRO_NARROW_SPLIT plans */
 } pycoll_kernel_table_t;
 
 /* The table in use, chosen on first call (CPU features, PYCOLL_SIMD). */

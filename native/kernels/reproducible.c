@@ -302,17 +302,17 @@ static int ceil_log2(int32_t n)
 
 repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t world_size)
 {
-    repro_plan_t plan = {0, REPRO_LIMB_BITS, 0};
+    repro_plan_t plan = {0, REPRO_LIMB_BITS, 0, REPRO_WIDE, 0};
     fmt_t f;
     if (!fmt_of(dtype, &f) || summary[REPRO_SUMMARY_LEN - 1])
         return plan; /* an infinity or NaN somewhere: the general mode's codes carry them */
     /* The headroom of the sum over the ranks: W bits a limb, under 2^W from each rank, under 2^62 in all -- a bit
      * below int64's range, so that decoding's carry between limbs and its int64 <-> double round trip never
      * overflow. */
-    const int bits = 62 - ceil_log2(world_size > 1 ? world_size : 1);
+    const int headroom = ceil_log2(world_size > 1 ? world_size : 1), bits = 62 - headroom;
     const int32_t top = summary[0], bottom = -summary[1];
     if (top == 0) /* every element zero everywhere */
-        return (repro_plan_t){1, bits, 0};
+        return (repro_plan_t){1, bits, 0, REPRO_NARROW_ONE, 53 - headroom};
     /* Every element's bits lie in [bottom - bias - frac, top - bias]: this many bits. */
     const int32_t span = top - bottom + f.frac + 1;
     /* Beyond the general mode's exact range the general mode rounds, and its bits are the result's; beyond two
@@ -321,7 +321,19 @@ repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t wo
         return plan;
     plan.limbs = (span + bits - 1) / bits;
     plan.bits = bits;
-    plan.base = top - bias_of(f) + 1 - bits * plan.limbs;
+    /* Each rank's limb is below 2^(top - bias + 1 - base - bits * (limbs - 1)), so raising base to keep that at
+     * 2^(53 - headroom) leaves the sum of a limb below 2^53; every element's last bit stays at or above base
+     * while the span fits those bits, limbs times. */
+    const int32_t top_bit = top - bias_of(f) + 1; /* every element is below 2^top_bit */
+    plan.narrow_bits = 53 - headroom;
+    /* Sums of doubles must stay finite where the exact sum's limbs would: below 2^1023, whatever the order. */
+    const int sums_finite = dtype != PYCOLL_FLOAT64 || top_bit + headroom <= 1023;
+    if (span <= plan.narrow_bits && sums_finite) /* one limb, then */
+        plan.narrow = REPRO_NARROW_ONE;
+    else if (plan.limbs == 2 && dtype == PYCOLL_FLOAT64 && span <= 2 * plan.narrow_bits && sums_finite &&
+             top_bit - 2 * plan.narrow_bits >= -1022) /* both parts and their scales normal doubles */
+        plan.narrow = REPRO_NARROW_SPLIT;
+    plan.base = top_bit - (plan.narrow ? plan.narrow_bits : bits) * plan.limbs;
     return plan;
 }
 
@@ -338,5 +350,22 @@ void repro_encode_exact(const void *x, int64_t n, pycoll_dtype_t dtype, const re
 void repro_decode_exact(const int64_t *limbs, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan,
                         void *out)
 {
-    pycoll_active_kernels()->repro[dtype].decode[plan->limbs - 1](limbs, n, plan->base, plan->bits, out);
+    const pycoll_repro_kernels_t *k = &pycoll_active_kernels()->repro[dtype];
+    (plan->narrow == REPRO_NARROW_ONE ? k->decode_narrow : k->decode[plan->limbs - 1])(limbs, n, plan->base, plan->bits,
+                                                                                      out);
+}
+
+void repro_sum_narrow(const void *const *x, int32_t n_x, int64_t n, pycoll_dtype_t dtype, double *acc, void *out)
+{
+    pycoll_active_kernels()->repro[dtype].sum_narrow(x, n_x, n, acc, out);
+}
+
+void repro_split_encode(const double *x, int64_t n, const repro_plan_t *plan, double *halves)
+{
+    pycoll_active_kernels()->repro_split.encode(x, n, plan->base + plan->narrow_bits, halves);
+}
+
+void repro_split_sum(const void *const *halves, int32_t n_x, int64_t n, double *acc, double *out)
+{
+    pycoll_active_kernels()->repro_split.sum(halves, n_x, n, acc, out);
 }

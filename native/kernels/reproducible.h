@@ -43,9 +43,19 @@
 void repro_summarize(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary);
 
 /* How the exact mode carries the elements: `limbs` limbs (0: the general mode instead) of `bits` bits, limb k
- * worth 2^(base + bits * k). */
+ * worth 2^(base + bits * k).
+ * Narrow plans raise base as far as the span allows, to 2^(base + narrow_bits * limbs) above the largest element
+ * with narrow_bits = 53 - ceil(log2(world size)), so that sums of the ranks' limbs stay below 2^53 -- a double
+ * holds every partial sum exactly, so double additions are exact in any order:
+ *   REPRO_NARROW_ONE (one limb): the elements themselves, widened to double, sum exactly, and the limb sums
+ *     decode without the round-to-odd step a wider sum needs;
+ *   REPRO_NARROW_SPLIT (float64, two limbs, base in the normal range): each element splits exactly into two
+ *     doubles, its part at or above 2^(base + narrow_bits) and the rest; each part sums exactly, and one double
+ *     addition of the two sums rounds the result once.
+ * The same results as the limbs, in fewer instructions. */
+enum { REPRO_WIDE, REPRO_NARROW_ONE, REPRO_NARROW_SPLIT };
 typedef struct repro_plan {
-    int32_t limbs, bits, base;
+    int32_t limbs, bits, base, narrow, narrow_bits;
 } repro_plan_t;
 /* The plan of the combined summary, the same on every rank. */
 repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t world_size);
@@ -54,6 +64,13 @@ void repro_encode_exact(const void *x, int64_t n, pycoll_dtype_t dtype, const re
 /* out[i] = the limb sums limbs[i * L ..] rounded once to nearest-even in dtype (+0.0 for zero). */
 void repro_decode_exact(const int64_t *limbs, int64_t n, pycoll_dtype_t dtype, const repro_plan_t *plan,
                         void *out);
+/* A REPRO_NARROW_ONE plan: out[i] = the exact sum of x[0][i] .. x[n_x - 1][i] (n_x >= 1 arrays of elements)
+ * rounded once, as decoding the sum of their limbs gives; acc: n doubles of scratch. */
+void repro_sum_narrow(const void *const *x, int32_t n_x, int64_t n, pycoll_dtype_t dtype, double *acc, void *out);
+/* A REPRO_NARROW_SPLIT plan (float64): halves[2 i], halves[2 i + 1] = x[i]'s two parts; out[i] = the exact sum
+ * of the n_x arrays of halves rounded once; acc: 2 n doubles of scratch. */
+void repro_split_encode(const double *x, int64_t n, const repro_plan_t *plan, double *halves);
+void repro_split_sum(const void *const *halves, int32_t n_x, int64_t n, double *acc, double *out);
 /* Limbs per element of a float dtype (float16 1 -- every float16 sum is exact --, bfloat16 and float32 2,
  * float64 3) in the general mode; 0 for a dtype reproducible mode does not take. */
 int repro_limbs(pycoll_dtype_t dtype);

@@ -214,6 +214,87 @@ static void f32_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
 HALF_DECODE1(f16_decode1, pycoll_f32_to_f16)
 HALF_DECODE1(bf16_decode1, pycoll_f32_to_bf16)
 
+/* Narrow plans: every sum converts to double exactly, so float32 rounds once by its own conversion, and the
+ * 16-bit formats round to odd at float first as ever; float64's one-limb decode already rounds once. */
+static void f32_decode_narrow(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
+{
+    (void)bits;
+    elem_f32 *o = (elem_f32 *)out;
+    const double scale = pow2_normal(base);
+    for (int64_t i = 0; i < n; i++)
+        o[i] = (float)((double)limbs[i] * scale);
+}
+
+#define HALF_DECODE_NARROW(name, from_f32)                                                                       \
+    static void name(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)                    \
+    {                                                                                                            \
+        (void)bits;                                                                                              \
+        elem_u16 *o = (elem_u16 *)out;                                                                           \
+        const double scale = pow2_normal(base);                                                                  \
+        for (int64_t i = 0; i < n; i++)                                                                          \
+            o[i] = from_f32(round_to_odd_f32((double)limbs[i] * scale));                                         \
+    }
+HALF_DECODE_NARROW(f16_decode_narrow, pycoll_f32_to_f16)
+HALF_DECODE_NARROW(bf16_decode_narrow, pycoll_f32_to_bf16)
+#define f64_decode_narrow f64_decode1
+
+/* A narrow plan's sum straight from the elements: each is a multiple of 2^base and every partial sum stays
+ * below 2^53 of those units, so double additions are exact in any order, and out rounds the exact sum once
+ * (+0.0 for zero, as decoding gives). acc: n doubles of scratch. */
+#define REPRO_SUM_NARROW(name, elem, WIDEN, ROUND)                                                             \
+    static void name##_sum_narrow(const void *const *x, int32_t n_x, int64_t n, double *acc, void *out)       \
+    {                                                                                                         \
+        const elem *p0 = (const elem *)x[0], *p1 = (const elem *)x[n_x > 1];                                  \
+        if (n_x == 1)                                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                                   \
+                acc[i] = WIDEN(p0[i]);                                                                        \
+        else                                                                                                  \
+            for (int64_t i = 0; i < n; i++)                                                                   \
+                acc[i] = WIDEN(p0[i]) + WIDEN(p1[i]);                                                         \
+        for (int32_t k = 2; k < n_x; k++) {                                                                   \
+            const elem *p = (const elem *)x[k];                                                               \
+            for (int64_t i = 0; i < n; i++)                                                                   \
+                acc[i] += WIDEN(p[i]);                                                                        \
+        }                                                                                                     \
+        elem *o = (elem *)out;                                                                                \
+        for (int64_t i = 0; i < n; i++)                                                                       \
+            o[i] = ROUND(acc[i] + 0.0);                                                                       \
+    }
+#define WIDEN_F64(v) (v)
+#define WIDEN_F32(v) ((double)(v))
+#define WIDEN_F16(v) ((double)pycoll_f16_to_f32(v))
+#define WIDEN_BF16(v) ((double)pycoll_bf16_to_f32(v))
+#define ROUND_F64(d) (d)
+#define ROUND_F32(d) ((float)(d))
+#define ROUND_F16(d) pycoll_f32_to_f16(round_to_odd_f32(d))
+#define ROUND_BF16(d) pycoll_f32_to_bf16(round_to_odd_f32(d))
+REPRO_SUM_NARROW(f64, elem_f64, WIDEN_F64, ROUND_F64)
+REPRO_SUM_NARROW(f32, elem_f32, WIDEN_F32, ROUND_F32)
+REPRO_SUM_NARROW(f16, elem_u16, WIDEN_F16, ROUND_F16)
+REPRO_SUM_NARROW(bf16, elem_u16, WIDEN_BF16, ROUND_BF16)
+
+/* x = hi + lo exactly: hi, x truncated to a multiple of 2^grid (the scaled value's integer part, exact while
+ * it stays below 2^53), and lo, the rest (exact: a difference of two doubles that fits one). */
+static void f64_split_encode(const double *x, int64_t n, int32_t grid, double *halves)
+{
+    const elem_f64 *p = (const elem_f64 *)x;
+    const double down = pow2_normal(-(int64_t)grid), up = pow2_normal(grid);
+    for (int64_t i = 0; i < n; i++) {
+        const double hi = trunc(p[i] * down) * up;
+        halves[2 * i] = hi;
+        halves[2 * i + 1] = p[i] - hi;
+    }
+}
+
+/* The parts of every rank sum exactly; one addition of the two sums rounds the result once. */
+static void f64_split_sum(const void *const *halves, int32_t n_x, int64_t n, double *acc, double *out)
+{
+    f64_sum_narrow(halves, n_x, 2 * n, acc, acc);
+    elem_f64 *o = (elem_f64 *)out;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = acc[2 * i] + acc[2 * i + 1] + 0.0;
+}
+
 static void f64_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     elem_f64 *o = (elem_f64 *)out;
@@ -271,7 +352,8 @@ static void bf16_decode2(const int64_t *limbs, int64_t n, int32_t base, int32_t 
 #define REPRO_ROW(name)                                                                                       \
     (pycoll_repro_kernels_t)                                                                                  \
     {                                                                                                         \
-        name##_summary, {name##_encode1, name##_encode2}, {name##_decode1, name##_decode2}                    \
+        name##_summary, {name##_encode1, name##_encode2}, {name##_decode1, name##_decode2},                   \
+            name##_decode_narrow, name##_sum_narrow                                                           \
     }
 
 void REPRO_LOOPS_TABLE(pycoll_kernel_table_t *t)
@@ -279,6 +361,7 @@ void REPRO_LOOPS_TABLE(pycoll_kernel_table_t *t)
     t->repro[PYCOLL_FLOAT64] = REPRO_ROW(f64);
     t->repro[PYCOLL_FLOAT32] = REPRO_ROW(f32);
     t->repro[PYCOLL_FLOAT32].encode[0] = F32_ENCODE1;
+    t->repro_split = (pycoll_repro_split_kernels_t){f64_split_encode, f64_split_sum};
     t->repro[PYCOLL_FLOAT16] = REPRO_ROW(f16);
     t->repro[PYCOLL_BFLOAT16] = REPRO_ROW(bf16);
 }

@@ -76,6 +76,7 @@ struct shm_collectives {
     uint64_t round;          /* the last round started; the same on every rank */
     void **maps;             /* rank r's area */
     const void **sources;    /* per rank: scratch for the sources of a reduction, in rank order */
+    const void **wires;      /* per rank: one piece of a coded all-reduce's sources */
     void *part, *tmp;        /* one piece's compensated partial and its loaded source (local memory) */
 };
 
@@ -303,77 +304,79 @@ static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, vo
     return PYCOLL_OK;
 }
 
-/* ---- all-reduce of coded elements (p2p.h's pycoll_int64_codec_t) ----
+/* ---- all-reduce of coded elements (p2p.h's pycoll_exact_codec_t) ----
  *
- * The large all-reduce's rounds on int64 words that exist only in shared memory: the copy-in encodes, the
- * owner of a range sums the words of every rank in rank order a piece at a time (its own encoded into local
- * scratch as it goes) and decodes the piece into its slot, and the copy-out moves decoded elements. So the
- * words cross memory once, and the caller's elements are read once and written once, as in a plain all-reduce,
- * instead of an encode pass, an all-reduce on arrays of words, and a decode pass. */
+ * The large all-reduce's rounds with the codec's wire elements in the slots: the copy-in encodes, the owner of a
+ * range hands the codec every rank's piece of it (its own encoded into local scratch as it goes) and the codec's
+ * exact sum lands in its slot, and the copy-out moves result elements. So the encoded data crosses memory once
+ * and the caller's elements are read once and written once, as in a plain all-reduce. */
 
-/* Elements of one coded piece: its words fill the scratch a compensated piece would. */
-static int64_t coded_piece_elems(const pycoll_int64_codec_t *codec)
+/* Elements of one coded piece: its wire elements, and the codec's scratch, fit the scratch a compensated piece
+ * would. */
+static int64_t coded_piece_elems(const pycoll_exact_codec_t *codec)
 {
-    return PIECE_ELEMS * MAX_PARTIAL_BYTES / 8 / codec->words;
+    return PIECE_ELEMS * MAX_PARTIAL_BYTES / (codec->wire_bytes > 8 ? codec->wire_bytes : 8);
 }
 
-/* out[0..count) = decode(sum of every rank's words), the sources in c->sources; a NULL source is this rank's,
- * encoded from own[0..count) a piece at a time. */
-static pycoll_status_t reduce_coded(shm_collectives_t *c, const reduction_t *sum, const pycoll_int64_codec_t *codec,
-                                    const unsigned char *own, unsigned char *out, int64_t count)
+/* out[0..count) = the codec's sum of the wire pieces in c->sources; a NULL source is this rank's, encoded from
+ * own[0..count) a piece at a time (or read where it is, for a codec without encode). */
+static void sum_coded(shm_collectives_t *c, const pycoll_exact_codec_t *codec, const unsigned char *own,
+                      unsigned char *out, int64_t count)
 {
-    const int32_t n = p2p_of(c)->size, words = codec->words;
-    const int64_t piece = coded_piece_elems(codec);
-    const void *from[2];
+    const int32_t n = p2p_of(c)->size;
+    const int64_t piece = coded_piece_elems(codec), wb = codec->wire_bytes, eb = codec->elem_bytes;
     for (int64_t at = 0; at < count; at += piece) {
         const int64_t len = count - at < piece ? count - at : piece;
-        if (own)
-            codec->encode(codec->ctx, own + at * codec->elem_bytes, len, c->tmp);
-        for (int32_t r = 0; r < 2; r++)
-            from[r] = c->sources[r] ? (const int64_t *)c->sources[r] + at * words : c->tmp;
-        pycoll_status_t st = reduction_add_plains(sum, c->part, from[0], from[1], NULL, len * words);
-        for (int32_t r = 2; r < n && st == PYCOLL_OK; r++)
-            st = reduction_combine_plain(sum, c->part, c->sources[r] ? (const int64_t *)c->sources[r] + at * words
-                                                                      : c->tmp, NULL, len * words);
-        if (st != PYCOLL_OK)
-            return st;
-        codec->decode(codec->ctx, c->part, len, out + at * codec->elem_bytes);
+        const void *mine = own + at * eb;
+        if (own && codec->encode) {
+            codec->encode(codec->ctx, mine, len, c->tmp);
+            mine = c->tmp;
+        }
+        for (int32_t r = 0; r < n; r++)
+            c->wires[r] = c->sources[r] ? (const unsigned char *)c->sources[r] + at * wb : mine;
+        codec->sum(codec->ctx, c->wires, n, len, out + at * eb, c->part);
     }
-    return PYCOLL_OK;
 }
 
-static pycoll_status_t all_reduce_coded_small(shm_collectives_t *c, const reduction_t *sum,
-                                              const pycoll_int64_codec_t *codec, const void *sendbuf, void *recvbuf,
-                                              int64_t count)
+static void encode_into(const pycoll_exact_codec_t *codec, const void *elems, int64_t n, void *wire)
+{
+    if (codec->encode)
+        codec->encode(codec->ctx, elems, n, wire);
+    else
+        memcpy(wire, elems, (size_t)(n * codec->elem_bytes));
+}
+
+static pycoll_status_t all_reduce_coded_small(shm_collectives_t *c, const pycoll_exact_codec_t *codec,
+                                              const void *sendbuf, void *recvbuf, int64_t count)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
     const uint64_t round = ++c->round;
     if (count > 0)
-        codec->encode(codec->ctx, sendbuf, count, (int64_t *)slot_of(c, p2p->rank, round));
+        encode_into(codec, sendbuf, count, slot_of(c, p2p->rank, round));
     pycoll_status_t st = post_and_wait(c, round);
     if (st != PYCOLL_OK || count == 0)
         return st;
     for (int32_t r = 0; r < p2p->size; r++)
         c->sources[r] = slot_of(c, r, round);
-    return reduce_coded(c, sum, codec, NULL, recvbuf, count);
+    sum_coded(c, codec, NULL, recvbuf, count);
+    return PYCOLL_OK;
 }
 
-/* all_reduce_round with words in the slots: ranges are cut in words, a range's result is decoded elements at
- * the start of its owner's range. */
-static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const reduction_t *sum,
-                                              const pycoll_int64_codec_t *codec, const unsigned char *send,
-                                              unsigned char *recv, int64_t count)
+/* all_reduce_round with wire elements in the slots: ranges are cut in wire bytes, a range's result is the
+ * caller's elements at the start of its owner's range. */
+static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const pycoll_exact_codec_t *codec,
+                                              const unsigned char *send, unsigned char *recv, int64_t count)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
     const int32_t me = p2p->rank, size = p2p->size;
-    const size_t wb = (size_t)codec->words * 8, eb = (size_t)codec->elem_bytes;
+    const size_t wb = (size_t)codec->wire_bytes, eb = (size_t)codec->elem_bytes;
     const uint64_t round = ++c->round;
     unsigned char *mine = slot_of(c, me, round);
     int64_t lo, hi;
     for (int32_t j = 0; j < size; j++) {
         range_of(j, size, count, wb, &lo, &hi);
         if (j != me && hi > lo)
-            codec->encode(codec->ctx, send + lo * eb, hi - lo, (int64_t *)(mine + lo * wb));
+            encode_into(codec, send + lo * eb, hi - lo, mine + lo * wb);
     }
     pycoll_status_t st = post_and_wait(c, round);
     if (st != PYCOLL_OK)
@@ -382,9 +385,7 @@ static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const reduct
     for (int32_t r = 0; r < size; r++)
         c->sources[r] = r == me ? NULL : slot_of(c, r, round) + lo * wb;
     if (hi > lo) {
-        st = reduce_coded(c, sum, codec, send + lo * eb, mine + lo * wb, hi - lo);
-        if (st != PYCOLL_OK)
-            return st;
+        sum_coded(c, codec, send + lo * eb, mine + lo * wb, hi - lo);
         memcpy(recv + lo * eb, mine + lo * wb, (size_t)(hi - lo) * eb);
     }
     atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
@@ -400,30 +401,25 @@ static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const reduct
 }
 
 static pycoll_status_t shm_all_reduce_coded(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                            const pycoll_int64_codec_t *codec)
+                                            const pycoll_exact_codec_t *codec)
 {
     shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
-    reduction_t sum;
-    reduction_init(&sum, p2p, PYCOLL_INT64, PYCOLL_SUM, PYCOLL_ACCURACY_FAST);
-    const int64_t wb = (int64_t)codec->words * 8, eb = codec->elem_bytes;
-    if (codec->words < 1 || (int64_t)PIECE_ELEMS * MAX_PARTIAL_BYTES < wb || eb < 1 || c->slot_bytes < wb)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory coded all_reduce: %d words of "
-                               "%lld-byte elements in a %lld-byte slot", (int)codec->words, (long long)eb,
+    const int64_t wb = codec->wire_bytes, eb = codec->elem_bytes;
+    /* A range's result is written over its wire elements, so they may not be narrower. */
+    if (eb < 1 || wb < eb || wb > MAX_PARTIAL_BYTES || c->slot_bytes < wb)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory coded all_reduce: %lld-byte wire "
+                               "elements for %lld-byte elements in a %lld-byte slot", (long long)wb, (long long)eb,
                                (long long)c->slot_bytes);
-    if (p2p->size == 1) { /* the same rounding as any world size: through the words */
-        const int64_t piece = coded_piece_elems(codec);
-        for (int64_t at = 0; at < count; at += piece) {
-            const int64_t len = count - at < piece ? count - at : piece;
-            codec->encode(codec->ctx, (const unsigned char *)sendbuf + at * eb, len, c->tmp);
-            codec->decode(codec->ctx, c->tmp, len, (unsigned char *)recvbuf + at * eb);
-        }
+    if (p2p->size == 1) { /* the same rounding as any world size: through the codec */
+        c->sources[0] = NULL;
+        sum_coded(c, codec, sendbuf, recvbuf, count);
         return PYCOLL_OK;
     }
     if (count * wb <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
-        return all_reduce_coded_small(c, &sum, codec, sendbuf, recvbuf, count);
+        return all_reduce_coded_small(c, codec, sendbuf, recvbuf, count);
     const int64_t per_round = c->slot_bytes / wb;
     for (int64_t at = 0; at < count; at += per_round) {
-        pycoll_status_t st = all_reduce_coded_round(c, &sum, codec, (const unsigned char *)sendbuf + at * eb,
+        pycoll_status_t st = all_reduce_coded_round(c, codec, (const unsigned char *)sendbuf + at * eb,
                                                     (unsigned char *)recvbuf + at * eb,
                                                     count - at < per_round ? count - at : per_round);
         if (st != PYCOLL_OK)
@@ -602,6 +598,7 @@ void shm_collectives_detach(shm_collectives_t *c, int32_t size)
             munmap(c->maps[r], (size_t)shm_coll_area_bytes(c->slot_bytes));
     free(c->maps);
     free(c->sources);
+    free(c->wires);
     free(c->part);
     free(c->tmp);
     free(c);
@@ -616,10 +613,11 @@ shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, cons
         c->slot_bytes = slot_bytes_for(ring_bytes);
         c->maps = calloc((size_t)size, sizeof *c->maps);
         c->sources = calloc((size_t)size, sizeof *c->sources);
+        c->wires = calloc((size_t)size, sizeof *c->wires);
         c->part = malloc(PIECE_ELEMS * MAX_PARTIAL_BYTES);
         c->tmp = malloc(PIECE_ELEMS * MAX_PARTIAL_BYTES);
     }
-    if (!c || !c->maps || !c->sources || !c->part || !c->tmp) {
+    if (!c || !c->maps || !c->sources || !c->wires || !c->part || !c->tmp) {
         snprintf(error, error_len, "cannot set up the shared-memory collectives: out of memory");
         shm_collectives_detach(c, 0);
         return NULL;

@@ -11,6 +11,7 @@ import numpy as np
 from worker_report import report_and_close
 
 import pycoll
+from pycoll.accuracy import make_inputs
 from pycoll.bench.sweep import numpy_dtype
 from pycoll.dtypes import DTYPES
 
@@ -190,12 +191,21 @@ try:
                     assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
                     comm.all_reduce(x, op=op, algorithm="shm", accuracy="reproducible")
                     assert np.array_equal(x, out), (dtype, count, op, "in place")
-                scale = 1e-3 if dtype == "float16" else 1.0  # float16 sums stay finite
-                g = (np.random.default_rng(1000 * rank + count).standard_normal(count) * scale).astype(np_dtype)
-                coded, ring = np.empty_like(g), np.empty_like(g)
-                comm.all_reduce(g, out=coded, algorithm="shm", accuracy="reproducible")
-                comm.all_reduce(g, out=ring, algorithm="ring", accuracy="reproducible")
-                assert coded.tobytes() == ring.tobytes(), (dtype, count, "shm and ring differ")
+                # Each plan the data can draw: gaussian (one element's worth of bits, or float64's two exact
+                # doubles), mixed magnitudes with cancellation (two int64 limbs), and float64 at its largest
+                # binade, where partial sums of doubles would overflow early (limbs, then).
+                datasets = {"gaussian": make_inputs("gaussian", size, count, dtype, seed=count)[rank],
+                            "mixed": make_inputs("mixed", size, count, dtype, seed=count)[rank]}
+                if dtype == "float64":
+                    huge = np.full(count, [1.0, 1.0, -1.0, -0.5][rank] * 2.0 ** 1023)
+                    huge[1::2] = 2.0 ** 1000  # a span of two limbs
+                    datasets["huge"] = huge
+                for name, g in datasets.items():
+                    coded, ring = np.empty_like(g), np.empty_like(g)
+                    with np.errstate(over="ignore"):
+                        comm.all_reduce(g, out=coded, algorithm="shm", accuracy="reproducible")
+                        comm.all_reduce(g, out=ring, algorithm="ring", accuracy="reproducible")
+                    assert coded.tobytes() == ring.tobytes(), (dtype, count, name, "shm and ring differ")
         report["ok"] = True
     elif scenario == "mismatch":
         # Rank 1 calls something else than the others (TEST_MISMATCH), all over the native collectives.

@@ -94,18 +94,20 @@ typedef struct pycoll_p2p pycoll_p2p_t;
 #define PYCOLL_NATIVE_COLLECTIVES_VERSION 4 /* 2: all_to_all appended; 3: reduce_scatter, all_gather;
                                               * 4: all_reduce_coded */
 
-/* Elements carried as int64 words for an exact sum (accuracy="reproducible"'s limbs): encode turns n of the
- * caller's elements into n * words int64, decode n elements' summed words into n result elements. Integer sums
- * do not depend on their order, so a transport may encode and decode any piece at any time: it encodes on the
- * way into its own buffers and decodes each element once summed, instead of three passes over separate limb
- * arrays. */
-typedef struct pycoll_int64_codec {
-    int32_t words;        /* int64 words per element */
+/* An exact sum of elements (accuracy="reproducible"): each rank's elements go on the wire as encode makes them,
+ * and sum turns the wire pieces of every rank into the result. The sum is exact, so it does not depend on the
+ * order the pieces come in, and a transport may encode and sum any piece at any time: it encodes on the way into
+ * its own buffers and sums each element once there, instead of passes over separate arrays of encoded data. */
+typedef struct pycoll_exact_codec {
+    int32_t wire_bytes;   /* bytes of one element on the wire */
     int32_t elem_bytes;   /* bytes of one of the caller's elements */
-    void (*encode)(const void *ctx, const void *elems, int64_t n, int64_t *words);
-    void (*decode)(const void *ctx, const int64_t *sums, int64_t n, void *elems);
+    /* wire[0..n) = elems[0..n) encoded; NULL: the elements go on the wire as they are. */
+    void (*encode)(const void *ctx, const void *elems, int64_t n, void *wire);
+    /* elems[0..n) = the exact sum of the n_wires pieces wires[k][0..n), rounded once; scratch holds n *
+     * max(wire_bytes, 8) bytes. */
+    void (*sum)(const void *ctx, const void *const *wires, int32_t n_wires, int64_t n, void *elems, void *scratch);
     const void *ctx;
-} pycoll_int64_codec_t;
+} pycoll_exact_codec_t;
 
 typedef struct pycoll_native_collectives {
     uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
@@ -128,11 +130,10 @@ typedef struct pycoll_native_collectives {
                                       pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
     pycoll_status_t (*all_gather)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
                                   pycoll_dtype_t dtype);
-    /* Since version 4: an all-reduce whose elements are summed exactly as codec's int64 words: every rank's
-     * recvbuf[i] = decode(sum over the ranks of encode(sendbuf[i])). sendbuf == recvbuf is in place. Host
-     * memory only. */
+    /* Since version 4: an all-reduce summed exactly through codec: every rank's recvbuf gets codec's sum of
+     * every rank's encoded sendbuf. sendbuf == recvbuf is in place. Host memory only. */
     pycoll_status_t (*all_reduce_coded)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
-                                        const pycoll_int64_codec_t *codec);
+                                        const pycoll_exact_codec_t *codec);
 } pycoll_native_collectives_t;
 
 typedef struct pycoll_p2p_ops {
