@@ -24,6 +24,7 @@ from pycoll.accuracy import (
     FLOAT_DTYPES,
     format_table,
     reproducible_bits,
+    reproducible_bits_processes,
     run_accuracy_report,
 )
 
@@ -51,6 +52,9 @@ def main(argv=None):
                         help="world sizes of simulated ranks")
     parser.add_argument("--real", type=int, nargs="*", default=[2, 4, 8, 16],
                         help="world sizes of real rank processes over TCP loopback")
+    parser.add_argument("--real-bits", type=int, nargs="*", default=[2, 3, 4, 5, 6, 7, 8],
+                        help="world sizes of real rank processes (over TCP loopback and shared memory) whose "
+                             "reproducible bits are compared with the simulator's")
     parser.add_argument("--count", type=int, default=4096, help="elements per rank")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/accuracy.md")
@@ -60,6 +64,12 @@ def main(argv=None):
     rows = run_accuracy_report(args.sim, count=args.count, seed=args.seed)
     rows += run_accuracy_report(args.real, count=args.count, seed=args.seed, processes=True)
     bits = reproducible_bits(sorted({1, *args.sim}), count=args.count, seed=args.seed)
+    real_bits = {(r["dtype"], r["data"]): r for r in
+                 reproducible_bits_processes(args.real_bits, count=args.count, seed=args.seed)}
+    for r in bits:
+        real = real_bits[r["dtype"], r["data"]]
+        r["real_configs"] = real["configs"]
+        r["same_bits"] = r["same_bits"] and real["same_bits"]
     elapsed = time.monotonic() - start
     bad = [r for r in rows if r["accuracy"] in ("compensated", "reproducible") and r["max_ulp"] > 1
            or not r["identical"]]
@@ -88,11 +98,15 @@ def main(argv=None):
         f"Compensated or reproducible rows over 1 ulp, ranks whose results differ, or reproducible bits that "
         f"moved: {len(bad)}.\n",
         "## Reproducible: the same bits across world sizes, rank orders and algorithms\n",
-        "Two contributions spread over every simulated world size (the other ranks contribute zeros) in a "
-        "seeded order, by every algorithm; `configs` counts the runs compared byte for byte.\n",
-        "| dtype | data | configs | same bits | max ulp |\n|---|---|---:|---|---:|\n" +
-        "".join(f"| {r['dtype']} | {r['data']} | {r['configs']} | {'yes' if r['same_bits'] else 'NO'} | "
-                f"{r['max_ulp']:g} |\n" for r in bits),
+        "Two contributions spread over every world size (the other ranks contribute zeros) in a seeded order, "
+        "by every algorithm: simulated ranks (N = "
+        f"{', '.join(map(str, sorted({1, *args.sim})))}), and real rank processes (N = "
+        f"{', '.join(map(str, args.real_bits))}) over TCP loopback and over shared memory, where the "
+        "transport's own all-reduce runs too; `configs` counts the runs compared byte for byte (every rank's "
+        "result of a real run), `same bits`: all of them equal.\n",
+        "| dtype | data | simulated configs | real configs | same bits | max ulp |\n|---|---|---:|---:|---|---:|\n" +
+        "".join(f"| {r['dtype']} | {r['data']} | {r['configs']} | {r['real_configs']} | "
+                f"{'yes' if r['same_bits'] else 'NO'} | {r['max_ulp']:g} |\n" for r in bits),
         "## Worst max-ulp error over the algorithms, by world size\n",
         _summary(rows),
         "## Every row\n",

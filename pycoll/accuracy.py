@@ -16,6 +16,7 @@ Data sets (each rank's values, drawn from one seeded generator so every rank can
             rank adds 1.0, which a chain of fast additions drops each time: fast ring's error is (N-1)/2 ulps.
 """
 
+import hashlib
 import math
 import sys
 
@@ -26,7 +27,8 @@ from pycoll.dtypes import DTYPES
 from pycoll.simulate import simulate
 
 __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "ulp_distance", "make_inputs",
-           "reduction_error", "run_accuracy_report", "reproducible_bits", "format_table"]
+           "reduction_error", "run_accuracy_report", "reproducible_bits", "reproducible_bits_processes",
+           "format_table"]
 
 FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
@@ -179,9 +181,7 @@ def reproducible_bits(world_sizes, dtypes=FLOAT_DTYPES, datasets=("gaussian", "m
             first = None
             configs, same = 0, True
             for size in sorted(n for n in world_sizes if n >= contributions):
-                order = np.random.default_rng([seed, size]).permutation(size)
-                ranks = base + [np.zeros_like(base[0])] * (size - contributions)
-                inputs = [ranks[i] for i in order]
+                inputs = _placed(base, size, seed, contributions)
                 for algorithm in ALGORITHMS:
                     hosts = [r // 2 for r in range(size)] if algorithm == "hierarchical" else None
                     out = simulate("all_reduce", inputs, algorithm=algorithm, accuracy="reproducible",
@@ -193,6 +193,41 @@ def reproducible_bits(world_sizes, dtypes=FLOAT_DTYPES, datasets=("gaussian", "m
             max_ulp = float(ulp_distance(first, correctly_rounded_sum(base, dtype)).max(initial=0.0))
             rows.append({"dtype": dtype, "data": dataset, "configs": configs, "same_bits": bool(same),
                          "max_ulp": max_ulp})
+    return rows
+
+
+def _placed(base, size, seed, contributions):
+    """The inputs of a world of `size` ranks: the contributions and zeros, in an order seeded by the size."""
+    order = np.random.default_rng([seed, size]).permutation(size)
+    ranks = base + [np.zeros_like(base[0])] * (size - contributions)
+    return [ranks[i] for i in order]
+
+
+def reproducible_bits_processes(world_sizes, backends=("tcp", "shm"), dtypes=FLOAT_DTYPES,
+                                datasets=("gaussian", "mixed"), count=1024, seed=0, contributions=2,
+                                timeout=300.0):
+    """reproducible_bits over real rank processes: the same placed contributions, one job per world size and
+    backend, by every algorithm (over shm the transport's own too). One row per (dtype, data): {dtype, data,
+    configs, same_bits} -- same_bits: every rank of every run has the simulator's bytes (ring, world size
+    `contributions`)."""
+    reference = {}
+    for dtype in dtypes:
+        for dataset in datasets:
+            base = make_inputs(dataset, contributions, count, dtype, seed=seed)
+            out = simulate("all_reduce", base, algorithm="ring", accuracy="reproducible")[0]
+            reference[dtype, dataset] = hashlib.sha256(out.tobytes()).hexdigest()
+    runs = []
+    for backend in backends:
+        for size in sorted(n for n in world_sizes if n >= contributions):
+            plan = {"kind": "bits", "dtypes": list(dtypes), "datasets": list(datasets), "count": count,
+                    "seed": seed, "contributions": contributions, "timeout": timeout}
+            runs += _run_processes(size, plan, backend, timeout)
+    rows = []
+    for dtype in dtypes:
+        for dataset in datasets:
+            mine = [r for r in runs if (r["dtype"], r["data"]) == (dtype, dataset)]
+            rows.append({"dtype": dtype, "data": dataset, "configs": len(mine),
+                         "same_bits": all(set(r["digests"]) == {reference[dtype, dataset]} for r in mine)})
     return rows
 
 
@@ -213,7 +248,10 @@ def run_accuracy_report(world_sizes, algorithms=ALGORITHMS, dtypes=FLOAT_DTYPES,
     rows = []
     for size in world_sizes:
         if processes:
-            rows += _run_processes(size, algorithms, dtypes, accuracies, datasets, count, seed, timeout)
+            plan = {"kind": "report", "algorithms": list(algorithms), "dtypes": list(dtypes),
+                    "accuracies": list(accuracies), "datasets": list(datasets), "count": count, "seed": seed,
+                    "timeout": timeout}
+            rows += _run_processes(size, plan, "tcp", timeout)
             continue
         for dtype in dtypes:
             for dataset in datasets:
@@ -227,7 +265,8 @@ def run_accuracy_report(world_sizes, algorithms=ALGORITHMS, dtypes=FLOAT_DTYPES,
     return rows
 
 
-def _run_processes(size, algorithms, dtypes, accuracies, datasets, count, seed, timeout):
+def _run_processes(size, plan, backend, timeout):
+    """Rank 0's rows of one job of `size` real rank processes over `backend` running _rank_main(plan)."""
     import json
     import os
     import tempfile
@@ -236,44 +275,68 @@ def _run_processes(size, algorithms, dtypes, accuracies, datasets, count, seed, 
 
     with tempfile.TemporaryDirectory(prefix="pycoll-accuracy-") as tmp:
         out = os.path.join(tmp, "rows.json")
-        plan = {"algorithms": list(algorithms), "dtypes": list(dtypes), "accuracies": list(accuracies),
-                "datasets": list(datasets), "count": count, "seed": seed, "timeout": timeout, "out": out}
+        plan = dict(plan, out=out, backend=backend)
         # The ranks import the installed pycoll: -c would put the current directory (maybe a source checkout,
         # without the built extensions) first on sys.path, so it comes off before the import.
         program = ("import os, sys\n"
                    "if sys.path and sys.path[0] in ('', os.getcwd()): del sys.path[0]\n"
                    "from pycoll.accuracy import _rank_main\n"
                    "_rank_main(__import__('json').loads(sys.argv[1]))\n")
-        code = launch([sys.executable, "-c", program, json.dumps(plan)], size, timeout=timeout)
+        code = launch([sys.executable, "-c", program, json.dumps(plan)], size, backend=backend, timeout=timeout)
         if code != 0 or not os.path.exists(out):
-            raise RuntimeError(f"accuracy report: the {size}-rank job exited with {code}")
+            raise RuntimeError(f"accuracy report: the {size}-rank job over {backend} exited with {code}")
         with open(out) as f:
             return json.load(f)
 
 
+def _gathered(comm, raw):
+    """Every rank's bytes `raw` (the same length everywhere), gathered."""
+    gathered = np.empty(raw.size * comm.size, dtype=np.uint8)
+    comm.all_gather(raw, gathered)
+    return np.split(gathered, comm.size)
+
+
+def _report_rows(comm, plan):
+    rows = []
+    for dtype in plan["dtypes"]:
+        for dataset in plan["datasets"]:
+            inputs = make_inputs(dataset, comm.size, plan["count"], dtype, plan["seed"])
+            for algorithm in plan["algorithms"]:
+                for accuracy in plan["accuracies"]:
+                    x = inputs[comm.rank].copy()
+                    comm.all_reduce(x, algorithm=algorithm, accuracy=accuracy)
+                    outs = [part.view(x.dtype) for part in _gathered(comm, x.view(np.uint8))]
+                    rows.append(_row(plan["backend"], comm.size, algorithm, accuracy, dtype, dataset,
+                                     plan["count"], reduction_error(outs, inputs, dtype)))
+    return rows
+
+
+def _bits_rows(comm, plan):
+    algorithms = list(ALGORITHMS) + (list(NATIVE_ONLY) if plan["backend"] == "shm" else [])
+    rows = []
+    for dtype in plan["dtypes"]:
+        for dataset in plan["datasets"]:
+            base = make_inputs(dataset, plan["contributions"], plan["count"], dtype, seed=plan["seed"])
+            x = _placed(base, comm.size, plan["seed"], plan["contributions"])[comm.rank]
+            for algorithm in algorithms:
+                out = np.empty_like(x)
+                comm.all_reduce(x, out=out, algorithm=algorithm, accuracy="reproducible")
+                digest = np.frombuffer(hashlib.sha256(out.tobytes()).digest(), dtype=np.uint8)
+                rows.append({"dtype": dtype, "data": dataset, "world": comm.size, "backend": plan["backend"],
+                             "algorithm": algorithm,
+                             "digests": [part.tobytes().hex() for part in _gathered(comm, digest)]})
+    return rows
+
+
 def _rank_main(plan):
-    """One rank of a real-process report: every combination over TCP; rank 0 gathers the results, measures
-    them and writes the rows to plan["out"]."""
+    """One rank of a real-process job: the report's combinations (plan["kind"] "report") or reproducible's
+    placed contributions ("bits"); rank 0 gathers the results and writes its rows to plan["out"]."""
     import json
 
     import pycoll
 
     with pycoll.init(timeout=plan["timeout"]) as comm:
-        rows = []
-        for dtype in plan["dtypes"]:
-            for dataset in plan["datasets"]:
-                inputs = make_inputs(dataset, comm.size, plan["count"], dtype, plan["seed"])
-                for algorithm in plan["algorithms"]:
-                    for accuracy in plan["accuracies"]:
-                        x = inputs[comm.rank].copy()
-                        comm.all_reduce(x, algorithm=algorithm, accuracy=accuracy)
-                        raw = x.view(np.uint8)
-                        gathered = np.empty(raw.size * comm.size, dtype=np.uint8)
-                        comm.all_gather(raw, gathered)
-                        if comm.rank == 0:
-                            outs = [part.view(x.dtype) for part in np.split(gathered, comm.size)]
-                            rows.append(_row("tcp", comm.size, algorithm, accuracy, dtype, dataset,
-                                             plan["count"], reduction_error(outs, inputs, dtype)))
+        rows = (_report_rows if plan["kind"] == "report" else _bits_rows)(comm, plan)
         if comm.rank == 0:
             with open(plan["out"], "w") as f:
                 json.dump(rows, f)

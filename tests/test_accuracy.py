@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 from pycoll.accuracy import (
+    ALGORITHMS as REPORT_ALGORITHMS,
     DATASETS,
     correctly_rounded_sum,
     float_dtype,
     format_table,
     make_inputs,
+    reproducible_bits_processes,
     run_accuracy_report,
     ulp_distance,
 )
@@ -184,6 +186,16 @@ def test_real_processes_meet_the_same_bounds():
     assert crafted_ring == {2: 0.0, 4: 2.0}
 
 
+@pytest.mark.timeout(120)
+def test_real_processes_give_the_simulators_reproducible_bits():
+    """Every rank of every algorithm, over TCP and over shared memory (its coded all-reduce included), at world
+    sizes that place the two contributions differently, against the simulator's bytes."""
+    rows = reproducible_bits_processes([2, 3, 4], count=700, timeout=60)
+    assert {(r["dtype"], r["data"]) for r in rows} == {(d, s) for d in FLOATS for s in ("gaussian", "mixed")}
+    assert all(r["configs"] == 3 * (2 * len(REPORT_ALGORITHMS) + 1) for r in rows), rows
+    assert all(r["same_bits"] for r in rows), rows
+
+
 def test_format_table_has_a_line_per_row():
     rows = run_accuracy_report([2], algorithms=["ring"], dtypes=["float32"], datasets=["gaussian"], count=8)
     table = format_table(rows)
@@ -195,13 +207,15 @@ def test_format_table_has_a_line_per_row():
 def test_accuracy_report_script_writes_its_markdown(tmp_path):
     out = tmp_path / "accuracy.md"
     done = subprocess.run([sys.executable, str(BENCH / "accuracy_report.py"), "--sim", "2", "5", "--real", "2",
-                           "--count", "64", "--out", str(out)], capture_output=True, text=True, timeout=80,
-                          cwd=tmp_path, env=dict(os.environ))
+                           "--real-bits", "2", "3", "--count", "64", "--out", str(out)], capture_output=True,
+                          text=True, timeout=80, cwd=tmp_path, env=dict(os.environ))
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     assert "Compensated or reproducible rows over 1 ulp, ranks whose results differ, or reproducible bits that " \
         "moved: 0." in text
-    assert "| float32 | mixed | 10 | yes | 0 |" in text  # reproducible: world sizes 2 and 5, five algorithms each
+    # reproducible: simulated world sizes 2 and 5 by five algorithms; real ones 2 and 3 by five over TCP and six
+    # (the transport's own too) over shared memory
+    assert "| float32 | mixed | 10 | 22 | yes | 0 |" in text
     assert "| tcp | 2 | ring | reproducible | float32 | mixed | 64 |" in text
     assert "| tcp | 2 | mesh | compensated | float64 | mixed | 64 |" in text
     assert "N=5" in text
