@@ -92,9 +92,11 @@ def main(argv=None):
         "exact value needs more bits than that in its partial sums (e.g. 4e6 + 1.6 - 4.7e-10 in float32, "
         "later cancelled back to 4.7e-10) loses what does not fit, so the 1-ulp bound assumes the data's "
         "condition number stays well below 1 / u^2.\n",
-        "Reproducible mode carries each element as an exact fixed-point integer (int64 limbs) and rounds once: "
-        "its error is 0 wherever no contribution lost bits below 2^-46L of the element's largest (L limbs: "
-        "float16 1, bfloat16 and float32 2, float64 3).\n",
+        "Reproducible mode sums exactly and rounds once. Where no element is an infinity or NaN and the data's "
+        "binades fit two 62-bit limbs (the exact mode, which every data set here takes), its result is the "
+        "correctly rounded sum: error 0. Otherwise (the general mode) each element is carried in limbs of 46 "
+        "bits below its own largest binade over the ranks, exact unless a contribution has bits below 2^-46L "
+        "of that (L: float16 1, bfloat16 and float32 2, float64 3).\n",
         f"Compensated or reproducible rows over 1 ulp, ranks whose results differ, or reproducible bits that "
         f"moved: {len(bad)}.\n",
         "## Reproducible: the same bits across world sizes, rank orders and algorithms\n",

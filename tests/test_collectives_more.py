@@ -138,7 +138,7 @@ def _expected_algorithms(backend, size):
     for n in (8, 1 << 15):
         small = size * n * 4 <= 64 * 1024  # the trees' bound, on the bytes at the root
         want |= {f"broadcast {n}": "shm" if shm else "binomial_tree",
-                 f"reduce {n}": "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
+                 f"reduce {n}": "shm" if shm else "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
                  f"all_gather {n}": "shm" if shm else "ring", f"all_gather_v {n}": "ring",
                  f"reduce_scatter_v {n}": "ring",
                  f"all_to_all {n}": "shm" if shm else "pairwise",

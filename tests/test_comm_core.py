@@ -23,7 +23,7 @@ def test_each_collective_lists_the_algorithms_it_has():
                                              "hierarchical", "shm")
     for coll in ("all_gather_v", "reduce_scatter_v"):
         assert COLL_ALGORITHMS[coll] == ("ring",)
-    assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather")
+    assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather", "shm")
     for coll in ("gather", "scatter"):
         assert COLL_ALGORITHMS[coll] == ("binomial_tree", "flat")
     # the shared-memory transport runs its own, listed last: never a collective's fallback

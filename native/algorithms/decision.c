@@ -16,7 +16,8 @@ static pycoll_algorithm_t native_algorithm(const pycoll_native_collectives_t *na
                     (coll == PYCOLL_COLL_BARRIER && native->barrier) ||
                     (coll == PYCOLL_COLL_ALL_TO_ALL && native->version >= 2 && native->all_to_all) ||
                     (coll == PYCOLL_COLL_REDUCE_SCATTER && native->version >= 3 && native->reduce_scatter) ||
-                    (coll == PYCOLL_COLL_ALL_GATHER && native->version >= 3 && native->all_gather);
+                    (coll == PYCOLL_COLL_ALL_GATHER && native->version >= 3 && native->all_gather) ||
+                    (coll == PYCOLL_COLL_REDUCE && native->version >= 4 && native->reduce);
     return has ? (pycoll_algorithm_t)native->algorithm : PYCOLL_ALGO_AUTO;
 }
 

@@ -56,6 +56,12 @@ static pycoll_status_t native_all_gather(coll_ctx_t *ctx, const void *sendbuf, v
     return ctx->p2p->ops->native->all_gather(ctx->p2p, sendbuf, recvbuf, count, dtype);
 }
 
+static pycoll_status_t native_reduce(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
+    return ctx->p2p->ops->native->reduce(ctx->p2p, sendbuf, recvbuf, count, dtype, op, root, accuracy);
+}
+
 /* Below this many bytes at the root the trees' log2 N latency wins over the ring's N-1 steps (reduce) and over
  * the root's N-1 overlapped transfers (gather, scatter). */
 enum { TREE_MAX_BYTES = 64 * 1024 };
@@ -84,7 +90,8 @@ const coll_algorithm_t algorithm_table[] = {
     /* Last: never a collective's fallback, since only some transports have it. */
     {.id = PYCOLL_ALGO_SHM, .name = "shm", .traits = PYCOLL_ALGO_TRAIT_NATIVE, .cost_terms = shm_cost_terms,
      .all_reduce = native_all_reduce, .broadcast = native_broadcast, .barrier = native_barrier,
-     .all_to_all = native_all_to_all, .reduce_scatter = native_reduce_scatter, .all_gather = native_all_gather},
+     .all_to_all = native_all_to_all, .reduce_scatter = native_reduce_scatter, .all_gather = native_all_gather,
+     .reduce = native_reduce},
 };
 const int32_t algorithm_table_len = (int32_t)(sizeof algorithm_table / sizeof algorithm_table[0]);
 

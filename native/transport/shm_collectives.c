@@ -218,15 +218,18 @@ static pycoll_status_t reduce_sources(shm_collectives_t *c, const reduction_t *r
 
 /* ---- all-reduce ---- */
 
+/* root: the rank that gets the result (a reduce), or -1: every rank (an all-reduce). */
+static int gets_result(const pycoll_p2p_t *p2p, int32_t root) { return root < 0 || root == p2p->rank; }
+
 static pycoll_status_t all_reduce_small(shm_collectives_t *c, const reduction_t *red, const void *sendbuf,
-                                        void *recvbuf, int64_t count)
+                                        void *recvbuf, int64_t count, int32_t root)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
     const uint64_t round = ++c->round;
     if (count > 0) /* an empty array's pointer may be NULL */
         memcpy(slot_of(c, p2p->rank, round), sendbuf, (size_t)count * red->dsize);
     pycoll_status_t st = post_and_wait(c, round);
-    if (st != PYCOLL_OK || count == 0)
+    if (st != PYCOLL_OK || count == 0 || !gets_result(p2p, root))
         return st;
     for (int32_t r = 0; r < p2p->size; r++)
         c->sources[r] = slot_of(c, r, round);
@@ -243,8 +246,10 @@ static void range_of(int32_t j, int32_t size, int64_t count, size_t dsize, int64
     *hi = *lo + per < count ? *lo + per : count;
 }
 
+/* A reduce (root >= 0) reduces the ranges as an all-reduce does, and only the root copies them out: the others
+ * neither wait for the reduced flags nor read a slot after their own range. */
 static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t *red, const unsigned char *send,
-                                        unsigned char *recv, int64_t count)
+                                        unsigned char *recv, int64_t count, int32_t root)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
     const int32_t me = p2p->rank, size = p2p->size;
@@ -263,14 +268,19 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
     range_of(me, size, count, ds, &lo, &hi);
     for (int32_t r = 0; r < size; r++)
         c->sources[r] = (r == me ? send : slot_of(c, r, round)) + lo * ds;
-    if (hi > lo) {
+    if (hi > lo && root == me && recv != send) { /* no one else reads it, and it is not a source */
+        st = reduce_sources(c, red, recv + lo * ds, size, hi - lo);
+    } else if (hi > lo) {
         /* Into my slot's range, which no copy-in wrote: the others copy it out from there. */
         st = reduce_sources(c, red, mine + lo * ds, size, hi - lo);
-        if (st != PYCOLL_OK)
-            return st;
-        memcpy(recv + lo * ds, mine + lo * ds, (size_t)(hi - lo) * ds);
+        if (st == PYCOLL_OK && gets_result(p2p, root))
+            memcpy(recv + lo * ds, mine + lo * ds, (size_t)(hi - lo) * ds);
     }
+    if (st != PYCOLL_OK)
+        return st;
     atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
+    if (!gets_result(p2p, root))
+        return PYCOLL_OK;
     st = wait_round(c, round, 1);
     if (st != PYCOLL_OK)
         return st;
@@ -278,6 +288,24 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
         range_of(j, size, count, ds, &lo, &hi);
         if (j != me && hi > lo)
             memcpy(recv + lo * ds, slot_of(c, j, round) + lo * ds, (size_t)(hi - lo) * ds);
+    }
+    return PYCOLL_OK;
+}
+
+/* The result on every rank (root -1) or on root only, in the rounds of the small or the large path. */
+static pycoll_status_t reduce_to(shm_collectives_t *c, const reduction_t *red, const void *sendbuf, void *recvbuf,
+                                 int64_t count, int32_t root)
+{
+    if (count * (int64_t)red->dsize <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
+        return all_reduce_small(c, red, sendbuf, recvbuf, count, root);
+    const int64_t per_round = c->slot_bytes / (int64_t)red->dsize;
+    for (int64_t at = 0; at < count; at += per_round) {
+        const size_t off = (size_t)at * red->dsize;
+        pycoll_status_t st = all_reduce_round(c, red, (const unsigned char *)sendbuf + off,
+                                              recvbuf ? (unsigned char *)recvbuf + off : NULL,
+                                              count - at < per_round ? count - at : per_round, root);
+        if (st != PYCOLL_OK)
+            return st;
     }
     return PYCOLL_OK;
 }
@@ -290,18 +318,18 @@ static pycoll_status_t shm_all_reduce(pycoll_p2p_t *p2p, const void *sendbuf, vo
     reduction_init(&red, p2p, dtype, op, accuracy);
     if (p2p->size == 1)
         return memory_copy(p2p, recvbuf, sendbuf, count * (int64_t)red.dsize, "all_reduce");
-    if (count * (int64_t)red.dsize <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
-        return all_reduce_small(c, &red, sendbuf, recvbuf, count);
-    const int64_t per_round = c->slot_bytes / (int64_t)red.dsize;
-    for (int64_t at = 0; at < count; at += per_round) {
-        const size_t off = (size_t)at * red.dsize;
-        pycoll_status_t st = all_reduce_round(c, &red, (const unsigned char *)sendbuf + off,
-                                              (unsigned char *)recvbuf + off,
-                                              count - at < per_round ? count - at : per_round);
-        if (st != PYCOLL_OK)
-            return st;
-    }
-    return PYCOLL_OK;
+    return reduce_to(c, &red, sendbuf, recvbuf, count, -1);
+}
+
+static pycoll_status_t shm_reduce(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                                  pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy)
+{
+    shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
+    reduction_t red;
+    reduction_init(&red, p2p, dtype, op, accuracy);
+    if (p2p->size == 1)
+        return memory_copy(p2p, recvbuf, sendbuf, count * (int64_t)red.dsize, "reduce");
+    return reduce_to(c, &red, sendbuf, recvbuf, count, root);
 }
 
 /* ---- all-reduce of coded elements (p2p.h's pycoll_exact_codec_t) ----
@@ -585,6 +613,7 @@ const pycoll_native_collectives_t shm_native_collectives = {
     .reduce_scatter = shm_reduce_scatter,
     .all_gather = shm_all_gather,
     .all_reduce_coded = shm_all_reduce_coded,
+    .reduce = shm_reduce,
 };
 
 /* ---- set-up ---- */

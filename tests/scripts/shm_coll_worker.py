@@ -111,6 +111,27 @@ try:
                     f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
                     comm.all_reduce(f, algorithm="shm", accuracy=accuracy)
                     digest.update(f.tobytes())
+        for dtype, np_dtype, count in dtype_counts(boundary_counts, size):
+            # reduce: the all-reduce's rounds, the result on the root only, in and out of place; every root.
+            root = count % size
+            for op in exact_ops(dtype, size):
+                want = reference([inputs(count, r, op) for r in range(size)], op, size,
+                                 "float" in dtype).astype(np_dtype)
+                for accuracy in ("fast", "compensated"):
+                    x = inputs(count, rank, op).astype(np_dtype)
+                    out = np.full_like(x, 99)
+                    comm.reduce(x, root, op=op, out=out, accuracy=accuracy)
+                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
+                    if rank == root:
+                        assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
+                            ("reduce", dtype, count, op, accuracy, "out of place")
+                    else:
+                        assert (out == 99).all(), ("reduce wrote off the root", dtype, count)
+                    comm.reduce(x, root, op=op, accuracy=accuracy)
+                    mine = want if rank == root else inputs(count, rank, op).astype(np_dtype)
+                    assert np.array_equal(x.astype(np.float64), mine.astype(np.float64)), \
+                        ("reduce", dtype, count, op, accuracy, "in place")
         for count in boundary_counts(8, size):
             root = count % size
             b = np.arange(count, dtype=np.float64) if rank == root else np.zeros(count)

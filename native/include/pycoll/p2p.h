@@ -92,7 +92,7 @@ typedef struct pycoll_p2p pycoll_p2p_t;
  * set p2p->deadline_ns; on error p2p->error says why, as for wait. Every rank must end with bitwise identical
  * results. */
 #define PYCOLL_NATIVE_COLLECTIVES_VERSION 4 /* 2: all_to_all appended; 3: reduce_scatter, all_gather;
-                                              * 4: all_reduce_coded */
+                                              * 4: all_reduce_coded, reduce */
 
 /* An exact sum of elements (accuracy="reproducible"): each rank's elements go on the wire as encode makes them,
  * and sum turns the wire pieces of every rank into the result. The sum is exact, so it does not depend on the
@@ -134,6 +134,10 @@ typedef struct pycoll_native_collectives {
      * every rank's encoded sendbuf. sendbuf == recvbuf is in place. Host memory only. */
     pycoll_status_t (*all_reduce_coded)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
                                         const pycoll_exact_codec_t *codec);
+    /* Since version 4: the all-reduce's result on root only, in its recvbuf (NULL elsewhere); sendbuf is not
+     * modified. */
+    pycoll_status_t (*reduce)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
+                              pycoll_dtype_t dtype, pycoll_op_t op, int32_t root, pycoll_accuracy_t accuracy);
 } pycoll_native_collectives_t;
 
 typedef struct pycoll_p2p_ops {
