@@ -5,7 +5,8 @@ Where NCCL comes from, first found wins: PYCOLL_NCCL_LIBRARY; the nvidia-nccl-cu
 PYCOLL_CUDART_LIBRARY; the nvidia-cuda-runtime wheels; the system's libcudart.
 
 accuracy="compensated" and accuracy="reproducible" (its exact mode: backends/README.md) run pycoll's ring over
-ncclSend/ncclRecv with the arithmetic on the device; everything else is NCCL's own collectives. The engine is pycoll.plugins.vendor's; this module only declares NCCL.
+ncclSend/ncclRecv with the arithmetic on the device; everything else is NCCL's own collectives. The engine is
+pycoll.plugins.vendor's; this module only declares NCCL.
 """
 
 from __future__ import annotations
