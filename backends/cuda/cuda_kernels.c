@@ -130,8 +130,9 @@ static const char kernel_template[] =
 /* accuracy="reproducible"'s exact mode (native/kernels/reproducible.h): the summary, encode and decode of
  * native/kernels/reproducible_loops.h, operation for operation on the elements' bits (integer shifts and masks,
  * int64 <-> double conversions, round to odd), so that a device's limbs and results have the host's bits; the
- * limbs combine with the int64 program's pycoll_reduce (op sum). The general mode (an infinity or NaN, or a span
- * beyond two limbs) has no device kernels. summary starts as {0, -(2^exponent bits - 1), 0}. */
+ * limbs combine with the int64 program's pycoll_reduce (op sum). The table's reproducible entries launch them
+ * (k_repro_*, for native/comm/reproducible_device.c). The general mode (an infinity or NaN, or a span beyond two
+ * limbs) has no device kernels. summary starts as {0, -(2^exponent bits - 1), 0}. */
 static const char repro_template[] =
     "#if KIND != 0\n"
     "typedef unsigned long long u64;\n"
