@@ -187,9 +187,9 @@ class Communicator:
         name = accuracy_name(accuracy)
         if name not in self._backend.accuracies:
             hint = ""
-            if name == "reproducible":  # pycoll's schedules on host memory; vendor collectives are not its own
-                hint = ("; reproducible sums run pycoll's own schedules on host memory: use backend 'cpu', 'shm' "
-                        "or 'tcp' with host arrays")
+            if name == "reproducible":  # pycoll's schedules and kernels; vendor collectives are not its own
+                hint = ("; reproducible sums run pycoll's own schedules, on host memory or CUDA memory: use backend "
+                        "'nccl' with CUDA arrays, or 'cpu', 'shm' or 'tcp' with host arrays")
             raise ValueError(f"accuracy: backend {self.backend!r} does not support {name!r}{hint}")
         return name
 

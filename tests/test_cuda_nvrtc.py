@@ -126,6 +126,22 @@ def test_no_fused_multiply_add(compiled, dtype):
     assert re.search(r"\bmul\.rn\.f64", functions["pycoll_compensated_store"])
 
 
+def test_reproducible_kernels_take_the_parameters_their_launches_pass(compiled):
+    """The CUDA table launches (cuda_kernels.c's k_repro_*) pass summary (x, int64 n, summary), encode (x, int64 n,
+    int32 base, bits, limbs, out) and decode (sums, int64 n, int32 base, bits, limbs, out): the kernels' PTX
+    parameter lists, by width, are those (the fake driver's log checks the order the table fills them in:
+    tests/test_cuda_reproducible.py)."""
+    widths = {"pycoll_repro_summary": ["u64", "u64", "u64"],
+              "pycoll_repro_encode": ["u64", "u64", "u32", "u32", "u32", "u64"],
+              "pycoll_repro_decode": ["u64", "u64", "u32", "u32", "u32", "u64"]}
+    for dtype in FLOATS:
+        ptx = compiled[(DTYPES[dtype], 90, True)][1].decode()
+        for name, want in widths.items():
+            params = re.search(rf"\.entry\s+{name}\s*\(([^)]*)\)", ptx)
+            assert params, (dtype, name)
+            assert re.findall(r"\.param\s+\.([a-z]\d+)", params.group(1)) == want, (dtype, name, params.group(1))
+
+
 def test_the_fma_check_sees_contraction(compiled):
     """The same source compiled by the same NVRTC with --fmad=true does contract (so the check above would see
     it): a control, through NVRTC directly since pycoll's path never asks for it."""

@@ -21,7 +21,7 @@ def _probe_in_clean_process(tmp_path, module, cls):
 
 # HCCL offers only its own choice of algorithm: it reads HCCL_ALGO once per process (test_vendor_strict.py).
 @pytest.mark.parametrize("module, cls, name, memory, accuracies, algorithms", [
-    ("plugins.nccl", "NcclBackend", "nccl", "cuda", ("fast", "compensated"),
+    ("plugins.nccl", "NcclBackend", "nccl", "cuda", ("fast", "compensated", "reproducible"),
      {"auto", "ring", "halving_doubling", "recursive_doubling", "mesh"}),
     ("plugins.hccl", "HcclBackend", "hccl", "npu", ("fast",), {"auto"}),
 ])

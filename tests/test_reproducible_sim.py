@@ -8,7 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from fakes.guarded_memory import table_address
+from fakes.guarded_memory import old_table_address
 
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 from pycoll.errors import PycollError
@@ -157,14 +157,14 @@ def test_a_small_sum_left_by_cancellation_keeps_all_its_bits(dtype):
     (dict(coll="all_reduce", op="prod"), "op prod"),
     (dict(coll="reduce_scatter_v", counts=[3, 2, 3]), "reduce_scatter_v is not supported"),
     (dict(coll="all_reduce", dtype=np.int32), "dtype int32"),
-    (dict(coll="all_reduce", device_memory=True), "host memory only"),
+    (dict(coll="all_reduce", old_device_table=True), "older than the reproducible kernels"),
 ])
 def test_refusals_are_typed_and_leave_nothing_sent(call, match):
     call = dict(call)
     dtype = call.pop("dtype", np.float32)
     coll = call.pop("coll")
-    if call.pop("device_memory", False):  # a table other than the host's, as a device transport hands over
-        call["memory_table"] = table_address()
+    if call.pop("old_device_table", False):  # a device table from before reproducible's entries
+        call["memory_table"] = old_table_address()
     inputs = [np.ones(8, dtype)] * 3
     with pytest.raises(PycollError) as caught:
         simulate(coll, inputs, accuracy="reproducible", **call)
@@ -187,14 +187,13 @@ def test_fsum_reference_agrees_on_gaussian_float64():
     assert out.tolist() == exact
 
 
-@pytest.mark.parametrize("module, cls", [("nccl", "NcclBackend"), ("hccl", "HcclBackend")])
-def test_vendor_backends_refuse_reproducible_naming_what_to_do(module, cls):
-    """Vendor collectives run on the device by the vendor's own schedules: no reproducible form there."""
-    import importlib
+def test_hccl_refuses_reproducible_naming_what_to_do():
+    """HCCL's collectives run by HCCL's own schedules, and pycoll has no kernels for its memory: no reproducible
+    form there. (NCCL's CUDA memory runs pycoll's: tests/test_nccl_reproducible.py.)"""
     from types import SimpleNamespace
 
     from pycoll.comm import Communicator
-    backend = getattr(importlib.import_module(f"pycoll.plugins.{module}"), cls)
-    assert "reproducible" not in backend.accuracies
-    with pytest.raises(ValueError, match="use backend 'cpu', 'shm' or 'tcp' with host arrays"):
-        Communicator._accuracy(SimpleNamespace(_backend=backend, backend=module), "reproducible")
+    from pycoll.plugins.hccl import HcclBackend
+    assert "reproducible" not in HcclBackend.accuracies
+    with pytest.raises(ValueError, match="use backend 'nccl' with CUDA arrays, or 'cpu', 'shm' or 'tcp' with host"):
+        Communicator._accuracy(SimpleNamespace(_backend=HcclBackend, backend="hccl"), "reproducible")

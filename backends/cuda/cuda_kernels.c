@@ -130,8 +130,9 @@ static const char kernel_template[] =
 /* accuracy="reproducible"'s exact mode (native/kernels/reproducible.h): the summary, encode and decode of
  * native/kernels/reproducible_loops.h, operation for operation on the elements' bits (integer shifts and masks,
  * int64 <-> double conversions, round to odd), so that a device's limbs and results have the host's bits; the
- * limbs combine with the int64 program's pycoll_reduce (op sum). The general mode (an infinity or NaN, or a span
- * beyond two limbs) has no device kernels. summary starts as {0, -(2^exponent bits - 1), 0}. */
+ * limbs combine with the int64 program's pycoll_reduce (op sum). The table's reproducible entries launch them
+ * (k_repro_*, for native/comm/reproducible_device.c). The general mode (an infinity or NaN, or a span beyond two
+ * limbs) has no device kernels. summary starts as {0, -(2^exponent bits - 1), 0}. */
 static const char repro_template[] =
     "#if KIND != 0\n"
     "typedef unsigned long long u64;\n"
@@ -428,10 +429,12 @@ void pycoll_cuda_kernels_free(void *image)
  * current context of its own (NCCL's and pycoll's threads have none) and is left as it was. */
 enum { MAX_DEVICES = 64 };
 
-enum { NUM_KERNELS = 6 };
+/* Every program has the first two; the float dtypes' also the rest (KIND != 0 in the source). */
+enum { K_REDUCE, K_SCALE_AVG, K_LOAD, K_COMBINE, K_STORE, K_REPRO_SUMMARY, K_REPRO_ENCODE, K_REPRO_DECODE,
+       NUM_KERNELS };
 static const char *const kernel_names[NUM_KERNELS] = {
     "pycoll_reduce", "pycoll_scale_avg", "pycoll_compensated_load", "pycoll_compensated_combine",
-    "pycoll_compensated_store", NULL};
+    "pycoll_compensated_store", "pycoll_repro_summary", "pycoll_repro_encode", "pycoll_repro_decode"};
 
 typedef struct dtype_module {
     void *module;
@@ -563,8 +566,8 @@ static int load_module(int device, pycoll_dtype_t dtype, dtype_module_t *out)
     dtype_module_t m = {0};
     r = cu.module_load_data(&m.module, image);
     pycoll_cuda_kernels_free(image);
-    for (int k = 0; r == 0 && kernel_names[k]; k++)
-        if (k < 2 || dtype >= PYCOLL_FLOAT16) /* integers have no compensated kernels (KIND 0) */
+    for (int k = 0; r == 0 && k < NUM_KERNELS; k++)
+        if (k <= K_SCALE_AVG || dtype >= PYCOLL_FLOAT16) /* integers have no compensated or reproducible kernels */
             r = cu.module_get_function(&m.fn[k], m.module, kernel_names[k]);
     if (r != 0)
         return failed(r, "loading the compiled kernels failed (CUresult %d)%s", NULL);
@@ -588,7 +591,7 @@ static void *kernel_for(pycoll_dtype_t dtype, int kernel)
     if (m->module) {
         fn = m->fn[kernel];
         if (!fn)
-            failed((int)dtype, "no compensated kernels for dtype id %d (float dtypes only)%s", NULL);
+            failed((int)dtype, "dtype id %d has no %s kernel (float dtypes only)", kernel_names[kernel]);
     }
     pthread_mutex_unlock(&module_lock);
     return fn;
@@ -619,7 +622,7 @@ static pycoll_status_t k_reduce(void *out, const void *a, const void *b, int64_t
 {
     int o = (int)op;
     void *params[] = {&out, (void *)&a, (void *)&b, &count, &o};
-    return launch(dtype, 0, count, params);
+    return launch(dtype, K_REDUCE, count, params);
 }
 
 static pycoll_status_t k_reduce_into(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype,
@@ -631,27 +634,27 @@ static pycoll_status_t k_reduce_into(void *dst, const void *src, int64_t count, 
 static pycoll_status_t k_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype, int64_t divisor)
 {
     void *params[] = {&buf, &count, &divisor};
-    return divisor > 1 ? launch(dtype, 1, count, params) : PYCOLL_OK;
+    return divisor > 1 ? launch(dtype, K_SCALE_AVG, count, params) : PYCOLL_OK;
 }
 
 static pycoll_status_t k_load(void *sum, void *comp, const void *src, int64_t count, pycoll_dtype_t dtype)
 {
     void *params[] = {&sum, &comp, (void *)&src, &count};
-    return launch(dtype, 2, count, params);
+    return launch(dtype, K_LOAD, count, params);
 }
 
 static pycoll_status_t k_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
                                  int64_t count, pycoll_dtype_t dtype)
 {
     void *params[] = {&dst_sum, &dst_comp, (void *)&src_sum, (void *)&src_comp, &count};
-    return launch(dtype, 3, count, params);
+    return launch(dtype, K_COMBINE, count, params);
 }
 
 static pycoll_status_t k_store(void *dst, const void *sum, const void *comp, int64_t count, pycoll_dtype_t dtype,
                                int64_t divisor)
 {
     void *params[] = {&dst, (void *)&sum, (void *)&comp, &count, &divisor};
-    return launch(dtype, 4, count, params);
+    return launch(dtype, K_STORE, count, params);
 }
 
 /* On the bound stream, so it is ordered with the kernels and the vendor's sends and receives. Overlapping
@@ -663,6 +666,17 @@ static pycoll_status_t k_copy(void *dst, const void *src, int64_t nbytes)
     int r = cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, (size_t)nbytes, bound_stream);
     leave();
     return r == 0 ? PYCOLL_OK : (failed(r, "cuMemcpyAsync failed (CUresult %d)%s", NULL), PYCOLL_ERR_SYSTEM);
+}
+
+/* Waits (the bound device's context current) for the work queued on the bound stream, polling until the
+ * collective's deadline: 0 once it is done, CUDA_ERROR_NOT_READY past the deadline, or the driver's error. */
+static int wait_stream(void)
+{
+    const int64_t deadline = bound_p2p ? bound_p2p->deadline_ns : pycoll_now_ns();
+    int r;
+    while ((r = cu.stream_query(bound_stream)) == PYCOLL_CU_ERROR_NOT_READY && pycoll_now_ns() < deadline)
+        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+    return r;
 }
 
 /* Stream-ordered where the driver can (from the pool of the stream's device, usable by the work queued after it
@@ -695,18 +709,65 @@ static void k_free(void *p)
         leave();
         return;
     }
-    const int64_t deadline = bound_p2p ? bound_p2p->deadline_ns : pycoll_now_ns();
-    int r;
-    while ((r = cu.stream_query(bound_stream)) == PYCOLL_CU_ERROR_NOT_READY && pycoll_now_ns() < deadline)
-        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
-    if (r != PYCOLL_CU_ERROR_NOT_READY)
+    if (wait_stream() != PYCOLL_CU_ERROR_NOT_READY)
         cu.mem_free((uint64_t)(uintptr_t)p);
     leave();
 }
 
+/* accuracy="reproducible"'s exact mode: the kernels of repro_template. The summary's atomics start from its
+ * empty value, {0, -(the exponent mask), 0}, per dtype (static: the copy's source outlives the call). */
+static const int32_t empty_summary[PYCOLL_NUM_DTYPES][3] = {
+    [PYCOLL_FLOAT16] = {0, -31, 0}, [PYCOLL_BFLOAT16] = {0, -255, 0}, [PYCOLL_FLOAT32] = {0, -255, 0},
+    [PYCOLL_FLOAT64] = {0, -2047, 0}};
+
+static pycoll_status_t k_repro_summary(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary)
+{
+    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES || !empty_summary[dtype][1])
+        return failed((int)dtype, "dtype id %d has no reproducible kernels (float dtypes only)%s", NULL),
+               PYCOLL_ERR_UNSUPPORTED;
+    pycoll_status_t st = k_copy(summary, empty_summary[dtype], sizeof empty_summary[dtype]);
+    void *params[] = {(void *)&x, &n, &summary};
+    return st == PYCOLL_OK ? launch(dtype, K_REPRO_SUMMARY, n, params) : st;
+}
+
+static pycoll_status_t k_repro_encode(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t limbs, int32_t bits,
+                                      int32_t base, int64_t *out)
+{
+    void *params[] = {(void *)&x, &n, &base, &bits, &limbs, &out};
+    return launch(dtype, K_REPRO_ENCODE, n, params);
+}
+
+static pycoll_status_t k_repro_decode(const int64_t *sums, int64_t n, pycoll_dtype_t dtype, int32_t limbs,
+                                      int32_t bits, int32_t base, void *out)
+{
+    void *params[] = {(void *)&sums, &n, &base, &bits, &limbs, &out};
+    return launch(dtype, K_REPRO_DECODE, n, params);
+}
+
+/* The copy on the bound stream, then a wait for the stream: a copy to pinned host memory may return before its
+ * bytes land, and the host reads them next. Bounded by the collective's deadline, as k_free's wait. */
+static pycoll_status_t k_copy_to_host(void *dst, const void *src, int64_t nbytes)
+{
+    if (enter() != 0)
+        return PYCOLL_ERR_SYSTEM;
+    int r = cu.memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, (size_t)nbytes, bound_stream);
+    if (r == 0)
+        r = wait_stream();
+    leave();
+    if (r == 0)
+        return PYCOLL_OK;
+    failed(r, r == PYCOLL_CU_ERROR_NOT_READY ? "the stream had not finished the copy to the host by the "
+              "collective's deadline (cuStreamQuery: CUresult %d)%s" : "cuMemcpyAsync to the host failed (CUresult "
+              "%d)%s", NULL);
+    return r == PYCOLL_CU_ERROR_NOT_READY ? PYCOLL_ERR_TIMEOUT : PYCOLL_ERR_SYSTEM;
+}
+
 static const pycoll_memory_kernels_t cuda_kernels = {
-    "cuda", k_reduce_into, k_reduce, k_scale_avg, k_load, k_combine, k_store, k_copy, k_alloc, k_free, k_last_error,
-    1 /* scratch_per_call */};
+    .memory = "cuda", .reduce_into = k_reduce_into, .reduce = k_reduce, .scale_avg = k_scale_avg,
+    .compensated_load = k_load, .compensated_combine = k_combine, .compensated_store = k_store, .copy = k_copy,
+    .alloc = k_alloc, .free = k_free, .last_error = k_last_error, .scratch_per_call = 1,
+    .version = PYCOLL_MEMORY_KERNELS_VERSION, .repro_summary = k_repro_summary, .repro_encode = k_repro_encode,
+    .repro_decode = k_repro_decode, .copy_to_host = k_copy_to_host};
 
 const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf, char *why,
                                                  size_t why_len)

@@ -18,9 +18,11 @@ static void *host_alloc(int64_t nbytes)
     return malloc(nbytes > 0 ? (size_t)nbytes : 1);
 }
 
+/* No reproducible entries: on host memory comm/reproducible.c calls the host kernels itself. */
 static const pycoll_memory_kernels_t host_kernels = {
-    "host", pycoll_reduce_into, pycoll_reduce, pycoll_scale_avg, pycoll_compensated_load,
-    pycoll_compensated_combine, pycoll_compensated_store, host_copy, host_alloc, free, NULL, 0};
+    .memory = "host", .reduce_into = pycoll_reduce_into, .reduce = pycoll_reduce, .scale_avg = pycoll_scale_avg,
+    .compensated_load = pycoll_compensated_load, .compensated_combine = pycoll_compensated_combine,
+    .compensated_store = pycoll_compensated_store, .copy = host_copy, .alloc = host_alloc, .free = free};
 
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p)
 {

@@ -48,7 +48,27 @@ typedef struct pycoll_memory_kernels {
      * freed on the stream it was allocated on; 0 (the host's): the workspace is kept until the communicator
      * closes (see comm_workspace). */
     int scratch_per_call;
+    /* PYCOLL_MEMORY_KERNELS_VERSION where the table has the entries below; a table written before this field
+     * reads 0 (version 1: the entries above only), and accuracy reproducible is refused on its memory. */
+    int version;
+    /* accuracy="reproducible"'s exact mode (native/kernels/reproducible.h), on this memory, with the host loops'
+     * arithmetic so that the bits are the host's. Each optional: NULL refuses reproducible on this memory.
+     * summary: the REPRO_SUMMARY_LEN int32 summary of x[0..n) written to `summary`, this table's memory (so that
+     * the summary's all_reduce max runs over the transport as any of its data does). */
+    pycoll_status_t (*repro_summary)(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary);
+    /* out[i * limbs + k] = limb k of x[i] / 2^base in limbs (1 or 2) limbs of `bits` bits: repro_encode_exact. */
+    pycoll_status_t (*repro_encode)(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t limbs, int32_t bits,
+                                    int32_t base, int64_t *out);
+    /* out[i] = the limb sums sums[i * limbs ..] rounded once to dtype: repro_decode_exact. */
+    pycoll_status_t (*repro_decode)(const int64_t *sums, int64_t n, pycoll_dtype_t dtype, int32_t limbs,
+                                    int32_t bits, int32_t base, void *out);
+    /* dst (host memory) = src (this table's), nbytes > 0, complete when it returns: the host reads dst next (the
+     * agreed summary, from which every rank draws its plan). */
+    pycoll_status_t (*copy_to_host)(void *dst, const void *src, int64_t nbytes);
 } pycoll_memory_kernels_t;
+
+/* The table version with reproducible's entries; 1 was the table without them (and without `version`). */
+#define PYCOLL_MEMORY_KERNELS_VERSION 2
 
 /* p2p->kernels, or the host table where the transport set none. */
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p);

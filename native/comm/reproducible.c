@@ -8,12 +8,12 @@
  *   3. the caller's collective, with its own descriptor (dtype, count, accuracy as called), run on int64 limbs
  *      with op sum by the algorithm the caller chose: integer sums are associative, so every schedule adds
  *      the same integers.
- * Then each result element is rounded once from its exact limb sum (avg: and divided by the world size). */
+ * Then each result element is rounded once from its exact limb sum (avg: and divided by the world size). This file
+ * runs them on host memory; reproducible_device.c on a device's memory table, with that table's kernels. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "algorithms/reduction.h"
-#include "comm/comm_internal.h"
+#include "comm/reproducible_stages.h"
 #include "kernels/reproducible.h"
 #include "pycoll/kernels.h"
 
@@ -34,9 +34,19 @@ static void *repro_space(pycoll_comm_t *comm, int64_t nbytes)
 
 static int64_t round8(int64_t bytes) { return (bytes + 7) / 8 * 8; }
 
-/* An all_reduce max of n int32 in place, as one of pycoll's internal calls numbered apart from the caller's. */
-static pycoll_status_t internal_max(pycoll_comm_t *comm, const comm_call_t *call, int32_t *values, int64_t n,
-                                    char *error, size_t error_len)
+repro_extent_t repro_extent(const pycoll_comm_t *comm, const comm_call_t *call)
+{
+    const pycoll_call_t *a = &call->args;
+    repro_extent_t e = {a->send_count, call->count, 0};
+    if (a->collective == PYCOLL_COLL_REDUCE_SCATTER)
+        e.first = (int64_t)comm->p2p->rank * call->count;
+    if (a->collective == PYCOLL_COLL_REDUCE && a->root != comm->p2p->rank)
+        e.out = 0;
+    return e;
+}
+
+pycoll_status_t repro_internal_max(pycoll_comm_t *comm, const comm_call_t *call, int32_t *values, int64_t n,
+                                   char *error, size_t error_len)
 {
     comm_call_t max = *call;
     max.args.collective = PYCOLL_COLL_ALL_REDUCE;
@@ -125,30 +135,37 @@ static pycoll_status_t coded_all_reduce(pycoll_comm_t *comm, const pycoll_native
     return st;
 }
 
+pycoll_status_t repro_sum_limbs(pycoll_comm_t *comm, const comm_call_t *call, int64_t limbs, int64_t *send_limbs,
+                                int64_t *recv_limbs, int64_t out, char *error, size_t error_len,
+                                pycoll_algorithm_t *ran)
+{
+    const pycoll_call_t *a = &call->args;
+    comm_call_t sums = *call;
+    sums.args.dtype = PYCOLL_INT64;
+    sums.args.op = PYCOLL_SUM;
+    sums.args.accuracy = PYCOLL_ACCURACY_FAST;
+    sums.args.sendbuf = send_limbs;
+    sums.args.recvbuf = a->recvbuf || out ? recv_limbs : NULL;
+    sums.args.send_count = a->send_count * limbs;
+    sums.args.recv_count = a->recv_count * limbs;
+    sums.count = call->count * limbs;
+    return comm_run_stage(comm, call, &sums, error, error_len, ran);
+}
+
 pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
                                       pycoll_algorithm_t *ran)
 {
     const pycoll_call_t *a = &call->args;
     pycoll_p2p_t *p2p = comm->p2p;
-    if (p2p->kernels) { /* a device's memory table (or the test stand-in for one) */
-        snprintf(error, error_len, "accuracy reproducible runs on host memory only; these buffers are %s memory "
-                 "(copy them to host arrays, or use accuracy fast or compensated)",
-                 p2p->kernels->memory ? p2p->kernels->memory : "device");
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
-    const int is_root = a->root == p2p->rank;
-    /* in: the elements this rank contributes; out: those it receives, from element `first`. */
-    const int64_t in = a->send_count;
-    int64_t out = call->count, first = 0;
-    if (a->collective == PYCOLL_COLL_REDUCE_SCATTER)
-        first = (int64_t)p2p->rank * call->count;
-    if (a->collective == PYCOLL_COLL_REDUCE && !is_root)
-        out = 0;
+    if (p2p->kernels) /* a device's memory table (or the test stand-in for one) */
+        return repro_run_on_device(comm, call, error, error_len, ran);
+    const repro_extent_t extent = repro_extent(comm, call);
+    const int64_t in = extent.in, out = extent.out, first = extent.first;
 
     /* 1. The summary, agreed by max over the ranks, and the plan every rank draws from it. */
     int32_t summary[REPRO_SUMMARY_LEN];
     repro_summarize(a->sendbuf, in, a->dtype, summary);
-    pycoll_status_t st = internal_max(comm, call, summary, REPRO_SUMMARY_LEN, error, error_len);
+    pycoll_status_t st = repro_internal_max(comm, call, summary, REPRO_SUMMARY_LEN, error, error_len);
     if (st != PYCOLL_OK)
         return st;
     const repro_plan_t plan = repro_plan(summary, a->dtype, p2p->size);
@@ -179,7 +196,7 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     /* 2. The general mode: every element's exponent code, agreed by max over the ranks. */
     if (general) {
         repro_exponents(a->sendbuf, in, a->dtype, codes);
-        st = internal_max(comm, call, codes, in, error, error_len);
+        st = repro_internal_max(comm, call, codes, in, error, error_len);
         if (st != PYCOLL_OK)
             return st;
         repro_encode(a->sendbuf, codes, in, a->dtype, send_limbs);
@@ -188,16 +205,7 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
     }
 
     /* 3. The caller's collective on the limbs, under the caller's descriptor. */
-    comm_call_t sums = *call;
-    sums.args.dtype = PYCOLL_INT64;
-    sums.args.op = PYCOLL_SUM;
-    sums.args.accuracy = PYCOLL_ACCURACY_FAST;
-    sums.args.sendbuf = send_limbs;
-    sums.args.recvbuf = a->recvbuf || out ? recv_limbs : NULL;
-    sums.args.send_count = in * limbs;
-    sums.args.recv_count = a->recv_count * limbs;
-    sums.count = call->count * limbs;
-    st = comm_run_stage(comm, call, &sums, error, error_len, ran);
+    st = repro_sum_limbs(comm, call, limbs, send_limbs, recv_limbs, out, error, error_len, ran);
     if (st != PYCOLL_OK || out == 0)
         return st;
 

@@ -5,7 +5,7 @@ from typing import NoReturn
 
 from typing_extensions import Self, disjoint_base
 
-from pycoll._bindings.abi import ALGORITHMS as ALGORITHMS
+from pycoll._bindings.abi import ACCURACIES as ACCURACIES, ALGORITHMS as ALGORITHMS
 from pycoll._bindings.comm import error_for_status as error_for_status
 from pycoll.errors import BackendUnavailable as BackendUnavailable, CommunicatorClosed as CommunicatorClosed
 

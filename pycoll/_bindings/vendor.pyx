@@ -6,7 +6,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from pycoll._bindings.libpycoll cimport *
 
-from pycoll._bindings.abi import ALGORITHMS
+from pycoll._bindings.abi import ACCURACIES, ALGORITHMS
 from pycoll._bindings.comm import error_for_status
 from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
@@ -325,7 +325,7 @@ cdef class VendorComm:
         the algorithm that ran."""
         cdef int k = ("all_reduce", "reduce_scatter", "reduce").index(kind)
         cdef pycoll_algorithm_t algo = <pycoll_algorithm_t>ALGORITHMS[algorithm]
-        cdef pycoll_accuracy_t acc = PYCOLL_ACCURACY_COMPENSATED if accuracy == "compensated" else PYCOLL_ACCURACY_FAST
+        cdef pycoll_accuracy_t acc = <pycoll_accuracy_t>ACCURACIES[accuracy]
         self._native(stream, send)
         cdef pycoll_comm_t *n = self._native(stream, recv)
         cdef pycoll_status_t st

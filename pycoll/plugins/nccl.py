@@ -4,8 +4,9 @@ Where NCCL comes from, first found wins: PYCOLL_NCCL_LIBRARY; the nvidia-nccl-cu
 (nvidia/nccl/lib); the system's libnccl.so.2. The CUDA runtime (to wait on streams) likewise:
 PYCOLL_CUDART_LIBRARY; the nvidia-cuda-runtime wheels; the system's libcudart.
 
-accuracy="compensated" runs pycoll's ring over ncclSend/ncclRecv with the arithmetic on the device; everything
-else is NCCL's own collectives. The engine is pycoll.plugins.vendor's; this module only declares NCCL.
+accuracy="compensated" and accuracy="reproducible" (its exact mode: backends/README.md) run pycoll's ring over
+ncclSend/ncclRecv with the arithmetic on the device; everything else is NCCL's own collectives. The engine is
+pycoll.plugins.vendor's; this module only declares NCCL.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class NcclBackend(VendorBackend):
         (cudart_candidates, "the CUDA runtime (libcudart) was not found -- pip install nvidia-cuda-runtime-cu12 "
                             "(or set PYCOLL_CUDART_LIBRARY) [{why}]"),
     )
-    # Compensated mode on GPU memory: pycoll's kernels, compiled with NVRTC, launched through the driver.
+    # Compensated and reproducible modes on GPU memory: pycoll's kernels, compiled with NVRTC, launched through the
+    # driver.
     device_kernel_libraries = (
         (nvrtc_candidates, "NVRTC (libnvrtc), which compiles pycoll's CUDA kernels, was not found -- pip install "
                            "nvidia-cuda-nvrtc-cu12 (or set PYCOLL_NVRTC_LIBRARY) [{why}]"),
@@ -112,7 +114,7 @@ class NcclBackend(VendorBackend):
     algorithm_settings = NCCL_ALGORITHMS
     own_algorithms = NCCL_OWN_ALGORITHMS
     algorithms = tuple(dict.fromkeys([*NCCL_ALGORITHMS, *(a for own in NCCL_OWN_ALGORITHMS.values() for a in own)]))
-    accuracies = ("fast", "compensated")
+    accuracies = ("fast", "compensated", "reproducible")
     # NCCL reduces every pycoll dtype with every op (nccl.h: ncclBfloat16 and ncclAvg since 2.10): nothing refused.
     refusals = ()
 

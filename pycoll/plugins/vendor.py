@@ -212,15 +212,18 @@ class VendorEngine(Engine):
             raise ValueError(f"the array is on {memory}:{buf.device_id}, but this rank's {self.name.upper()} "
                              f"communicator is on {memory}:{device} (set the device before pycoll.init)")
 
-    def _compensates(self, buf, op, accuracy):
-        """Whether this call runs compensated: float sums and averages; anything else is exact or has no
-        compensated form, so it runs as the vendor's own (as the C algorithms do)."""
+    def _runs_own_arithmetic(self, buf, op, accuracy):
+        """Whether this call runs pycoll's own arithmetic for its accuracy. Compensated: float sums and averages;
+        anything else is exact or has no compensated form, so it runs as the vendor's own (as the C algorithms
+        do). Reproducible: every call, so that what it does not cover is refused as on host memory."""
         if accuracy == "fast":
             return False
         if accuracy not in self.backend.accuracies:
             raise PycollError(f"{self.name}: accuracy={accuracy!r} is not supported on this backend (only "
                               f"{', '.join(map(repr, self.backend.accuracies))}); use backend='nccl', or "
-                              f"backend='tcp' with host arrays, for compensated sums")
+                              f"backend='tcp' with host arrays, for {accuracy} sums")
+        if accuracy == "reproducible":
+            return True
         ids = _ids()
         return buf.dtype in ids.FLOAT_DTYPES and op in (ids.SUM, ids.AVG)
 
@@ -236,8 +239,9 @@ class VendorEngine(Engine):
             self._device = self.vendor.device_name()
         return self._device
 
-    def _compensated(self, kind, *args):
-        return self._own(kind, *args, "ring", "compensated")
+    def _own_arithmetic(self, kind, accuracy, *args):
+        """The ring, the schedule verified over the vendor transport (neither accuracy's result depends on it)."""
+        return self._own(kind, *args, "ring", accuracy)
 
     def _own(self, kind, *args):
         """pycoll's C schedules over the vendor's send/recv. On device memory they run the backend's device
@@ -261,8 +265,8 @@ class VendorEngine(Engine):
         """all_reduce or reduce_scatter (`kind`), recv.count elements per rank."""
         self._check_device(recv)
         stream = current_stream(recv.owner)
-        if self._compensates(recv, op, accuracy):
-            return self._compensated(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
+        if self._runs_own_arithmetic(recv, op, accuracy):
+            return self._own_arithmetic(kind, accuracy, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream)
         own = self.backend.own_schedule(kind, self._resolved(algorithm))
         if own:  # an algorithm the vendor cannot run for this collective: pycoll's, over its send/recv
             return self._own(kind, send.ptr, recv.ptr, recv.count, recv.dtype, op, -1, stream, own, "fast")
@@ -296,9 +300,9 @@ class VendorEngine(Engine):
         # Off the root NCCL ignores recvbuf; HCCL may write it, so there the vendor layer passes scratch of its
         # own (vendor.h: reduce_writes_every_rank). send's address stands in when the caller has none.
         target = recv if recv is not None else send
-        if self._compensates(send, op, accuracy):
-            return self._compensated("reduce", send.ptr, target.ptr, send.count, send.dtype, op, root,
-                                     current_stream(send.owner))
+        if self._runs_own_arithmetic(send, op, accuracy):
+            return self._own_arithmetic("reduce", accuracy, send.ptr, target.ptr, send.count, send.dtype, op, root,
+                                        current_stream(send.owner))
         self._check_supported("reduce", send, op)
         vop, divide = self._vendor_op(op)
         self._call(self._comm("auto"), "reduce", send.ptr, target.ptr, send.count, send.dtype, vop, root,

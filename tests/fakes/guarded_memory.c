@@ -12,6 +12,8 @@
  * - every range a kernel or copy is given that starts inside a live block must end inside it ("corrupt"
  *   otherwise);
  * - "live" counts blocks not yet freed: 0 once the communicator is destroyed.
+ * Its reproducible entries run the host's exact-mode loops (native/kernels/reproducible_loops.h, compiled into this
+ * library for the baseline instruction set) on their arguments, as a device's kernels would on its memory.
  * pycoll_guarded_memory_count reads the counters. */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -22,13 +24,18 @@
 
 #include "algorithms/reduction.h"
 
+/* The exact-mode loops, as this library's own copy (libpycoll does not export them). */
+#define REPRO_LOOPS_TABLE guarded_repro_loops
+#include "kernels/reproducible_loops.h"
+
 enum {
     G_REDUCE_INTO, G_REDUCE, G_SCALE_AVG, G_LOAD, G_COMBINE, G_STORE, G_COPY, G_ALLOC, G_FREE, G_LIVE, G_CORRUPT,
-    G_NUM
+    G_REPRO_SUMMARY, G_REPRO_ENCODE, G_REPRO_DECODE, G_COPY_TO_HOST, G_NUM
 };
 static const char *const entry_names[G_NUM] = {"reduce_into", "reduce", "scale_avg", "compensated_load",
                                                "compensated_combine", "compensated_store", "copy", "alloc",
-                                               "free", "live", "corrupt"};
+                                               "free", "live", "corrupt", "repro_summary", "repro_encode",
+                                               "repro_decode", "copy_to_host"};
 static _Atomic int64_t counts[G_NUM];
 
 enum { CANARY_BYTES = 64, CANARY = 0xC5, POISON = 0xFF, FREED = 0xDD };
@@ -202,13 +209,93 @@ static void g_free(void *p)
     free(b);
 }
 
+static pycoll_kernel_table_t loops;
+static once_flag loops_once = ONCE_FLAG_INIT;
+
+static void init_loops(void)
+{
+    guarded_repro_loops(&loops);
+}
+
+/* dtype's exact-mode loops, NULL for a dtype reproducible does not take. */
+static const pycoll_repro_kernels_t *repro_row(pycoll_dtype_t dtype)
+{
+    call_once(&loops_once, init_loops);
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES && loops.repro[dtype].summary ? &loops.repro[dtype] : NULL;
+}
+
+static pycoll_status_t g_repro_summary(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *summary)
+{
+    guard(G_REPRO_SUMMARY, 2, x, bytes_of(n, dtype), summary, (int64_t)(REPRO_SUMMARY_LEN * sizeof(int32_t)));
+    const pycoll_repro_kernels_t *row = repro_row(dtype);
+    if (!row)
+        return PYCOLL_ERR_UNSUPPORTED;
+    row->summary(x, n, summary);
+    return PYCOLL_OK;
+}
+
+/* The loops take one or two limbs. */
+static const pycoll_repro_kernels_t *repro_row_limbs(pycoll_dtype_t dtype, int32_t limbs)
+{
+    return limbs == 1 || limbs == 2 ? repro_row(dtype) : NULL;
+}
+
+static pycoll_status_t g_repro_encode(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t limbs, int32_t bits,
+                                      int32_t base, int64_t *out)
+{
+    guard(G_REPRO_ENCODE, 2, x, bytes_of(n, dtype), out, n * limbs * (int64_t)sizeof(int64_t));
+    const pycoll_repro_kernels_t *row = repro_row_limbs(dtype, limbs);
+    if (!row)
+        return PYCOLL_ERR_UNSUPPORTED;
+    row->encode[limbs - 1](x, n, base, bits, out);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t g_repro_decode(const int64_t *sums, int64_t n, pycoll_dtype_t dtype, int32_t limbs,
+                                      int32_t bits, int32_t base, void *out)
+{
+    guard(G_REPRO_DECODE, 2, sums, n * limbs * (int64_t)sizeof(int64_t), out, bytes_of(n, dtype));
+    const pycoll_repro_kernels_t *row = repro_row_limbs(dtype, limbs);
+    if (!row)
+        return PYCOLL_ERR_UNSUPPORTED;
+    row->decode[limbs - 1](sums, n, base, bits, out);
+    return PYCOLL_OK;
+}
+
+static pycoll_status_t g_copy_to_host(void *dst, const void *src, int64_t nbytes)
+{
+    guard(G_COPY_TO_HOST, 1, src, nbytes);
+    memmove(dst, src, (size_t)nbytes);
+    return PYCOLL_OK;
+}
+
 static const pycoll_memory_kernels_t guarded_kernels = {
-    "guarded test", g_reduce_into, g_reduce, g_scale_avg, g_load, g_combine, g_store, g_copy, g_alloc, g_free, NULL, 0};
+    .memory = "guarded test", .reduce_into = g_reduce_into, .reduce = g_reduce, .scale_avg = g_scale_avg,
+    .compensated_load = g_load, .compensated_combine = g_combine, .compensated_store = g_store, .copy = g_copy,
+    .alloc = g_alloc, .free = g_free, .version = PYCOLL_MEMORY_KERNELS_VERSION, .repro_summary = g_repro_summary,
+    .repro_encode = g_repro_encode, .repro_decode = g_repro_decode, .copy_to_host = g_copy_to_host};
 
 /* The table, under the name the vendor transport looks up in the library PYCOLL_TEST_MEMORY_TABLE names. */
 const pycoll_memory_kernels_t *pycoll_test_memory_table(void)
 {
     return &guarded_kernels;
+}
+
+/* The same table stamped version 1, a table from before reproducible's entries: they are left in place, so a
+ * reader that honoured them without checking the version would run them. */
+static pycoll_memory_kernels_t guarded_kernels_v1;
+static once_flag v1_once = ONCE_FLAG_INIT;
+
+static void init_v1(void)
+{
+    guarded_kernels_v1 = guarded_kernels;
+    guarded_kernels_v1.version = 1;
+}
+
+const pycoll_memory_kernels_t *pycoll_guarded_memory_table_v1(void)
+{
+    call_once(&v1_once, init_v1);
+    return &guarded_kernels_v1;
 }
 
 /* The calls this process made so far to one entry of the table: "copy", "alloc", "free", "compensated_load",

@@ -17,7 +17,8 @@ from fakes.vendor_harness import FAKES, compile_shared
 
 VARIABLE = "PYCOLL_TEST_MEMORY_TABLE"
 ENTRIES = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
-           "compensated_store", "reduce_into", "reduce", "scale_avg")
+           "compensated_store", "reduce_into", "reduce", "scale_avg", "repro_summary", "repro_encode",
+           "repro_decode", "copy_to_host")
 
 
 @functools.cache
@@ -49,6 +50,13 @@ def _load(path: str | None) -> ctypes.CDLL:
 def table_address() -> int:
     """The table's address, for pycoll.simulate(memory_table=)."""
     return _load(None).pycoll_test_memory_table()
+
+
+def old_table_address() -> int:
+    """The same table stamped version 1, from before reproducible's entries (which it keeps, unread)."""
+    lib = _load(None)
+    lib.pycoll_guarded_memory_table_v1.restype = ctypes.c_void_p
+    return lib.pycoll_guarded_memory_table_v1()
 
 
 def counts(path: str | None = None) -> dict:
