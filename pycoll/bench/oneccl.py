@@ -78,8 +78,9 @@ def build(prefix: str) -> str:
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         os.unlink(tmp)
-        tail = "\n".join(proc.stdout.strip().splitlines()[-5:])
-        raise RuntimeError(f"compiling {os.path.basename(SOURCE)} failed: {tail}")
+        lines = proc.stdout.strip().splitlines()
+        first = [ln for ln in lines if "error" in ln][:3] or lines[-3:]  # the first errors, not their fallout
+        raise RuntimeError(f"compiling {os.path.basename(SOURCE)} failed: {' / '.join(first)}")
     os.replace(tmp, path)
     return path
 
