@@ -35,9 +35,12 @@ KVS_FILE = "oneccl-kvs-address"
 # ATL over MPI with. No worker thread (CCL_WORKER_OFFLOAD=0): the calling thread drives the collective, as in
 # every other peer; oneCCL's default pins a polling worker per rank, which on a host whose ranks outnumber
 # half its cores leaves the ranks' own threads fighting the workers for them. OFI's shared-memory provider
-# between a host's ranks (CCL_ATL_SHM), as the MPIs and pycoll use by default, not TCP loopback. Warnings
-# off: oneCCL warns about each of these settings.
-SETTINGS = {"CCL_ATL_TRANSPORT": "ofi", "CCL_WORKER_OFFLOAD": "0", "CCL_ATL_SHM": "1", "CCL_LOG_LEVEL": "error"}
+# between a host's ranks (CCL_ATL_SHM), as the MPIs and pycoll use by default, not TCP loopback. A wait that
+# outlasts its spins yields the core (CCL_YIELD=sched_yield, not the default pause), so that a rank whose peer
+# shares its core lets the peer run rather than spinning out a whole time slice. Warnings off: oneCCL warns
+# about each of these settings.
+SETTINGS = {"CCL_ATL_TRANSPORT": "ofi", "CCL_WORKER_OFFLOAD": "0", "CCL_ATL_SHM": "1", "CCL_YIELD": "sched_yield",
+            "CCL_LOG_LEVEL": "error"}
 
 
 def compiler() -> str | None:
@@ -46,8 +49,9 @@ def compiler() -> str | None:
 
 def _needed(prefix: str) -> list[tuple[str, str]]:
     """(path, package) of what the shim needs in the environment."""
+    lib = os.path.join(prefix, "lib")
     return [(os.path.join(prefix, "include", "oneapi", "ccl.hpp"), "oneccl-devel"),
-            (os.path.join(prefix, "lib", "libccl.so"), "oneccl"), (os.path.join(prefix, "lib", "libccl.so.2"), "oneccl")]
+            (os.path.join(lib, "libccl.so"), "oneccl"), (os.path.join(lib, "libccl.so.2"), "oneccl")]
 
 
 def cache_dir() -> str:
