@@ -98,8 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="also run these peers (torch.distributed gloo; mpi4py under mpirun with Open MPI's "
                           "default transports, or mpi-tcp: TCP only; impi: Intel MPI from impi-rt; mpich: MPICH "
                           "from mpich; oneccl: Intel oneCCL on the CPU) on the same sizes and collective and print "
-                          "peer/pycoll time ratios (needs "
-                          "-n); a peer not installed is skipped, saying what to install")
+                          "peer/pycoll time ratios (needs -n); a peer not installed is skipped, saying what to "
+                          "install")
     out.add_argument("--mpi-prefix", default=None, metavar="impi=DIR,mpich=DIR,oneccl=DIR",
                      help="the environments holding impi-rt or mpich with mpi4py (each made by python -m venv DIR "
                           "&& DIR/bin/pip install impi-rt mpi4py), or oneccl with oneccl-devel (docs/benchmarks.md); "
