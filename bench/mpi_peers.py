@@ -1,16 +1,17 @@
-"""Produce bench/results/mpi_peers.md: pycoll (auto) beside Open MPI, Intel MPI (impi-rt), MPICH (mpich) and gloo,
-float32 sum, measured side by side: each run is one `pycoll bench --compare mpi,impi,mpich,gloo` (pycoll, then
-each peer) per world size and collective, the runs repeated so that the tools interleave, and the median of the
-runs reported.
+"""Produce bench/results/mpi_peers.md: pycoll (auto) beside Open MPI, Intel MPI (impi-rt), MPICH (mpich), oneCCL
+and gloo, float32 sum, measured side by side: each run is one `pycoll bench --compare mpi,impi,mpich,oneccl,gloo`
+(pycoll, then each peer) per world size and collective, the runs repeated so that the tools interleave, and the
+median of the runs reported.
 
-    PYCOLL_BENCH_IMPI=DIR PYCOLL_BENCH_MPICH=DIR python bench/mpi_peers.py [--worlds 2] [--runs 3] [-b 4] [-e 16M]
-        [-f 4] [--collective all_reduce[,reduce_scatter,...]] [--peers mpi,impi,mpich,gloo]
+    PYCOLL_BENCH_IMPI=DIR PYCOLL_BENCH_MPICH=DIR PYCOLL_BENCH_ONECCL=DIR python bench/mpi_peers.py [--worlds 2]
+        [--runs 3] [-b 4] [-e 16M] [-f 4] [--collective all_reduce[,reduce_scatter,...]]
+        [--peers mpi,impi,mpich,oneccl,gloo]
         [--baseline PYTHON] [--from-json RUN.json,RUN.json,...] [--out bench/results/mpi_peers.md]
 
 --baseline: another installation of pycoll (its venv's python, e.g. one built from main) measured alone before
 each comparison run, as a "pycoll before" column: a change's before and after, interleaved with the peers.
 --from-json tabulates runs already made with the command this prints (their JSON files) instead of running.
-docs/benchmarks.md says how to install the MPIs.
+docs/benchmarks.md says how to install the MPIs and oneCCL.
 """
 
 import importlib.metadata
@@ -28,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
 
 COLUMNS = (("cpu", "pycoll (auto)"), ("before", "pycoll before"), ("impi", "Intel MPI"), ("mpich", "MPICH"),
-           ("mpi", "Open MPI"), ("gloo", "gloo"))
-PEERS = "mpi,impi,mpich,gloo"
+           ("mpi", "Open MPI"), ("oneccl", "oneCCL"), ("gloo", "gloo"))
+PEERS = "mpi,impi,mpich,oneccl,gloo"
 
 
 def command(world, collective, args, peers=True):
@@ -53,16 +54,17 @@ def run_once(world, collective, args, json_path, python=sys.executable, peers=Tr
 
 
 def mpi_versions():
-    """The packaged MPIs' versions, from the environments the bench uses."""
+    """The packaged MPIs' and oneCCL's versions, from the environments the bench uses."""
     out = []
-    for var, pkg in (("PYCOLL_BENCH_IMPI", "impi-rt"), ("PYCOLL_BENCH_MPICH", "mpich")):
+    for var, pkg, companion in (("PYCOLL_BENCH_IMPI", "impi-rt", "mpi4py"), ("PYCOLL_BENCH_MPICH", "mpich", "mpi4py"),
+                                ("PYCOLL_BENCH_ONECCL", "oneccl", "oneccl-devel")):
         prefix = os.environ.get(var)
         if not prefix:
             out.append(f"{pkg}: {var} not set")
             continue
         site = Path(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
         dists = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions(path=[str(site)])}
-        out.append(f"{pkg} {dists.get(pkg, '?')} with mpi4py {dists.get('mpi4py', '?')} ({var}={prefix})")
+        out.append(f"{pkg} {dists.get(pkg, '?')} with {companion} {dists.get(companion, '?')} ({var}={prefix})")
     return "- " + "; ".join(out)
 
 
@@ -124,7 +126,7 @@ def main():
                f"-e {args.e} -f {args.f} --collective {args.collective} --peers {peers}{baseline}` in "
                f"{time.monotonic() - start:.0f} s; each of these ran {args.runs} times, alternating"
                f"{' (each after the same run of the baseline pycoll, without --compare)' if baseline else ''}:")
-    doc = [f"# {args.collective} on one host: pycoll beside Intel MPI, MPICH, Open MPI and gloo", "", how, "",
+    doc = [f"# {args.collective} on one host: pycoll beside Intel MPI, MPICH, Open MPI, oneCCL and gloo", "", how, "",
            *[f"    {' '.join(command(w, c, args))}" for w in worlds for c in collectives], "", machine(),
            mpi_versions()]
     if not args.from_json:
@@ -133,7 +135,8 @@ def main():
     doc += ["", ("Method: pycoll bench's (float32 sum, out of place; each iteration after a barrier; a rank's median; "
                  "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
                  "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
-                 "package's mpiexec, unpinned), gloo (torch.distributed over TCP loopback)."), ""]
+                 "package's mpiexec, unpinned), oneCCL (pycoll's launcher; OFI shared memory, no worker thread), gloo "
+                 "(torch.distributed over TCP loopback)."), ""]
     for coll in collectives:
         for world in worlds:
             doc += [table(runs[world], world, coll), ""]

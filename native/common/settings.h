@@ -52,6 +52,7 @@
     X(ACL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libascendcl the hccl backend loads (default: under ASCEND_HOME_PATH)") \
     X(BENCH_IMPI, PATH, NULL, NULL, 0, 0, "an environment holding impi-rt and mpi4py, for pycoll bench --compare impi") \
     X(BENCH_MPICH, PATH, NULL, NULL, 0, 0, "an environment holding mpich and mpi4py, for pycoll bench --compare mpich") \
+    X(BENCH_ONECCL, PATH, NULL, NULL, 0, 0, "an environment holding oneccl and oneccl-devel, for pycoll bench --compare oneccl") \
     X(TEST_MEMORY_TABLE, PATH, NULL, NULL, 0, 0,                                                                 \
       "test hook: a library whose pycoll_test_memory_table() the vendor transport uses for device memory "       \
       "(tests/fakes/guarded_memory.c)")

@@ -1,6 +1,7 @@
 """The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py: `mpi` is Open MPI with its default
 transports (shared memory between the ranks of a host), `mpi-tcp` Open MPI over TCP only, `impi` Intel MPI (the
-`impi-rt` package) and `mpich` MPICH (the `mpich` package), each from its own environment (PREFIX_ENV).
+`impi-rt` package) and `mpich` MPICH (the `mpich` package), each from its own environment (PREFIX_ENV), and
+`oneccl` Intel oneCCL on the CPU (pycoll/bench/oneccl.py), from its environment too.
 
 Each peer is wrapped in a small adapter with the Communicator methods the sweep uses, so the very same
 worker.run_cases times it: barrier, one timed call, per-rank median, medians gathered with the peer itself,
@@ -20,7 +21,7 @@ import sys
 import numpy as np
 
 from pycoll import settings
-from pycoll.bench import launch
+from pycoll.bench import launch, oneccl
 from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
 
@@ -196,7 +197,7 @@ class MpiPeer(Peer):
 
 # Where each MPI from the package index lives: a virtual environment (or any prefix) holding that MPI and
 # mpi4py for this Python, e.g. `python -m venv DIR && DIR/bin/pip install impi-rt mpi4py`.
-PREFIX_ENV = {"impi": "PYCOLL_BENCH_IMPI", "mpich": "PYCOLL_BENCH_MPICH"}
+PREFIX_ENV = {"impi": "PYCOLL_BENCH_IMPI", "mpich": "PYCOLL_BENCH_MPICH", "oneccl": oneccl.ENV}
 PREFIX_PACKAGE = {"impi": "impi-rt", "mpich": "mpich"}
 
 
@@ -248,8 +249,21 @@ class PrefixMpiPeer(Peer):
             raise launch.RankFailed(f"{mpiexec} exited with code {proc.returncode}")
 
 
+class OnecclPeer(Peer):
+    """oneCCL through its C shim, under pycoll's own launcher (it needs no MPI launcher)."""
+
+    name = "oneccl"
+    dtypes = oneccl.DTYPES
+
+    def unavailable(self):
+        return oneccl.unavailable()
+
+    def launch(self, n, config_path, result_path, timeout):
+        launch.run_module(n, "pycoll.bench.peers", [self.name, config_path, result_path], timeout=timeout)
+
+
 def set_prefixes(text: str) -> None:
-    """--mpi-prefix impi=DIR,mpich=DIR: sets PREFIX_ENV for this process (and so for the peers' jobs);
+    """--mpi-prefix impi=DIR,mpich=DIR,oneccl=DIR: sets PREFIX_ENV for this process (and so for the peers' jobs);
     ValueError naming --mpi-prefix on a bad entry."""
     for item in (t.strip() for t in text.split(",")):
         name, sep, path = item.partition("=")
@@ -263,7 +277,7 @@ def set_prefixes(text: str) -> None:
 # btl setting is what moves the bytes. mpi: whatever Open MPI picks by default (shared memory on one host).
 MPI_TCP_ONLY = ("--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo")
 PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", MPI_TCP_ONLY),
-                              PrefixMpiPeer("impi"), PrefixMpiPeer("mpich"))}
+                              PrefixMpiPeer("impi"), PrefixMpiPeer("mpich"), OnecclPeer())}
 
 
 # What the peers' adapters above run (every collective the bench times but the uneven and rooted-vector ones).
@@ -286,7 +300,12 @@ def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
 def _rank_main(name, config_path, result_path):
     with open(config_path) as f:
         config = json.load(f)
-    comm = _GlooComm() if name == "gloo" else _MpiComm(name)
+    if name == "gloo":
+        comm = _GlooComm()
+    elif name == "oneccl":
+        comm = oneccl.OnecclComm(os.path.dirname(config_path))  # the job's private directory
+    else:
+        comm = _MpiComm(name)
     try:
         rows = run_cases(comm, config, for_rank(config.get("progress_file")) if comm.rank == 0 else None)
     finally:

@@ -35,6 +35,7 @@ examples:
   pycoll bench -n 2 -d float32,bfloat16 -o sum,max --accuracy fast,compensated --plot bench.png
   pycoll bench -n 2 --compare gloo,mpi        peer/pycoll time ratios per size
   pycoll bench -n 2 --compare impi,mpich --mpi-prefix impi=.venv-impi,mpich=.venv-mpich
+  pycoll bench -n 2 --compare oneccl --mpi-prefix oneccl=.venv-oneccl
   pycoll bench --accuracy-report --worlds 2,8,64 -d float32 --json ulps.json
   pycoll bench --accuracy-report --processes --worlds 2,4
 """
@@ -93,15 +94,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     out.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     out.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
-    out.add_argument("--compare", default=None, metavar="gloo,mpi,mpi-tcp,impi,mpich",
+    out.add_argument("--compare", default=None, metavar="gloo,mpi,mpi-tcp,impi,mpich,oneccl",
                      help="also run these peers (torch.distributed gloo; mpi4py under mpirun with Open MPI's "
                           "default transports, or mpi-tcp: TCP only; impi: Intel MPI from impi-rt; mpich: MPICH "
-                          "from mpich) on the same sizes and collective and print peer/pycoll time ratios (needs "
-                          "-n); a peer not installed is skipped, saying what to install")
-    out.add_argument("--mpi-prefix", default=None, metavar="impi=DIR,mpich=DIR",
+                          "from mpich; oneccl: Intel oneCCL on the CPU) on the same sizes and collective and print "
+                          "peer/pycoll time ratios (needs -n); a peer not installed is skipped, saying what to "
+                          "install")
+    out.add_argument("--mpi-prefix", default=None, metavar="impi=DIR,mpich=DIR,oneccl=DIR",
                      help="the environments holding impi-rt or mpich with mpi4py (each made by python -m venv DIR "
-                          "&& DIR/bin/pip install impi-rt mpi4py); default: $PYCOLL_BENCH_IMPI, "
-                          "$PYCOLL_BENCH_MPICH")
+                          "&& DIR/bin/pip install impi-rt mpi4py), or oneccl with oneccl-devel (docs/benchmarks.md); "
+                          "default: $PYCOLL_BENCH_IMPI, $PYCOLL_BENCH_MPICH, $PYCOLL_BENCH_ONECCL")
 
     acc = p.add_argument_group("accuracy report (all-reduce error in ulps against the correctly rounded sum)")
     acc.add_argument("--accuracy-report", action="store_true",
@@ -193,7 +195,7 @@ def _check_backends(backends, algorithms) -> None:
 def _compare_list(args) -> list[str]:
     if args.mpi_prefix is not None:
         if not args.compare:
-            raise ValueError("--mpi-prefix: only with --compare impi or mpich")
+            raise ValueError("--mpi-prefix: only with --compare impi, mpich or oneccl")
         peers.set_prefixes(args.mpi_prefix)
     names = [c.strip() for c in (args.compare or "").split(",") if c.strip()]
     bad = [c for c in names if c not in peers.PEERS]
