@@ -291,6 +291,9 @@ def test_a_barrier_sweep_is_one_row_of_0_bytes(tmp_path, backend, picked, world)
     assert (row["collective"], row["bytes"], row["count"], row["picked"], row["world"]) == \
         ("barrier", 0, 0, picked, world)
     assert row["time_us"] > 0 and row["algbw"] == row["busbw"] == 0 and row["wrong"] == 0
+    from pycoll.bench import plot
+
+    assert plot.title([row]) == f"barrier: {world} rank{'s' if world > 1 else ''}; backend {backend}"
 
 
 @pytest.mark.timeout(10)
