@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pycoll.bench import sweep
+
 sys.path.insert(0, str(Path(__file__).parent))
 from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
 
@@ -34,9 +36,11 @@ PEERS = "mpi,impi,mpich,oneccl,gloo"
 
 
 def command(world, collective, args, peers=True):
+    """The run's command line; a collective that moves no data (the barrier) takes no sizes, dtype or op."""
     compare = ["--compare", args.peers] if peers and args.peers else []
-    return ["pycoll", "bench", "-n", str(world), "--collective", collective, "-b", args.b, "-e", args.e,
-            "-f", str(args.f), "-d", "float32", "-o", "sum", *compare]
+    sizes = [] if collective in sweep.NO_DATA else ["-b", args.b, "-e", args.e, "-f", str(args.f), "-d",
+                                                    "float32", "-o", "sum"]
+    return ["pycoll", "bench", "-n", str(world), "--collective", collective, *sizes, *compare]
 
 
 def run_once(world, collective, args, json_path, python=sys.executable, peers=True):

@@ -15,7 +15,7 @@ import pytest
 
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS, NATIVE_ONLY
-from pycoll.bench import check, peers, progress, sweep, timing
+from pycoll.bench import check, peers, progress, report, sweep, timing
 from pycoll.cli import bench as bench_cli
 
 SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
@@ -270,6 +270,64 @@ def test_other_collectives_are_checked_too(tmp_path, collective):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend, picked", [("shm", "shm"), ("tcp", "dissemination")])
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_barrier_sweep_is_one_row_of_0_bytes(tmp_path, backend, picked, world):
+    """Sizes do not apply to the barrier: one row whatever -b/-e/-f say (with a note where they were given),
+    timed as the others, its JSON row with every key a row has."""
+    out_json = tmp_path / "rows.json"
+    sizes = SIZES if world == 2 else []
+    proc = run_cli("-n", str(world), "--backend", backend, "--collective", "barrier", *sizes, *FAST, "-d", "all",
+                   "--json", str(out_json))
+    assert proc.returncode == 0, proc.stderr
+    assert ("# -b, -e, -f: barrier moves no data; its sweep is one row of 0 bytes" in proc.stdout) == bool(sizes)
+    assert f"# barrier  backend {backend}  {world} rank{'s' if world > 1 else ''}  algorithm auto  " in proc.stdout
+    [line] = table_lines(proc.stdout)
+    cells = line.split()
+    assert cells[:7] == ["0", "0", "-", "-", "auto", picked, "fast"] and float(cells[7]) > 0, line
+    assert cells[8:11] == ["0.000", "0.000", "0"], line
+    [row] = json.loads(out_json.read_text())
+    assert set(row) == set(report.JSON_KEYS + report.EXTRA_KEYS)
+    assert (row["collective"], row["bytes"], row["count"], row["picked"], row["world"]) == \
+        ("barrier", 0, 0, picked, world)
+    assert row["time_us"] > 0 and row["algbw"] == row["busbw"] == 0 and row["wrong"] == 0
+    from pycoll.bench import plot
+
+    assert plot.title([row]) == f"barrier: {world} rank{'s' if world > 1 else ''}; backend {backend}"
+
+
+@pytest.mark.timeout(10)
+def test_a_barrier_is_one_case_whatever_the_sizes_dtypes_and_ops():
+    got = sweep.cases(collective="barrier", dtypes=["int8", "float32"], ops=["sum", "max"], algorithms=["ring"],
+                      accuracies=["fast", "compensated"], size_list=[8, 64])
+    assert got == [sweep.Case("barrier", "-", "-", "auto", "fast", 0)]
+    assert timing.bandwidths("barrier", 0, 2, 1e-6) == (0.0, 0.0)
+    # A peer runs it even where it has none of the requested dtypes or ops.
+    config = {"collective": "barrier", "dtypes": ["bfloat16"], "ops": ["avg"]}
+    got, why = peers.peer_config(peers.PEERS["mpi"], config)
+    assert why is None and got["collective"] == "barrier"
+
+
+@pytest.mark.timeout(180)
+def test_compare_times_the_barrier_on_the_peers(tmp_path):
+    names = [n for n in ("gloo", "mpi") if not peers.PEERS[n].unavailable()]
+    if not names:
+        pytest.skip("neither torch nor Open MPI's mpirun with mpi4py here")
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BACKEND"}
+    out_json = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", *FAST, "--collective", "barrier", "--compare", ",".join(names), "--json",
+                   str(out_json), env=env, timeout=170)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out_json.read_text())
+    assert sorted((r["backend"], r["collective"], r["bytes"], r["wrong"]) for r in rows) == \
+        sorted([("cpu", "barrier", 0, 0)] + [(n, "barrier", 0, 0) for n in names])
+    assert all(r["time_us"] > 0 for r in rows)
+    [ratio] = [ln.split() for ln in proc.stdout.split("# time ratio")[1].splitlines()[2:]]
+    assert ratio[:4] == ["2", "-", "-", "0"] and ratio[5:8] == ["cpu", "over", "shm"], ratio
+    assert len(ratio) == 9 + 2 * len(names) and "-" not in ratio[9:], ratio  # every peer's time and ratio
+
+
+@pytest.mark.timeout(90)
 def test_compare_skips_a_missing_peer_with_its_reason(monkeypatch, capfd):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -349,7 +407,7 @@ def test_mpi_prefix_without_compare_is_refused(monkeypatch, capsys):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["impi", "mpich"])
-@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "barrier"])
 def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     if peers.PEERS[name].unavailable():
         pytest.skip(peers.PEERS[name].unavailable())
@@ -360,7 +418,8 @@ def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "# time ratio" in proc.stdout, proc.stdout
     rows = [r for r in json.loads(out_json.read_text()) if r["backend"] == name]
-    assert [(r["collective"], r["bytes"], r["wrong"]) for r in rows] == [(collective, 64, 0), (collective, 256, 0)]
+    sizes = [0] if collective == "barrier" else [64, 256]  # a barrier's sweep is one row of 0 bytes
+    assert [(r["collective"], r["bytes"], r["wrong"]) for r in rows] == [(collective, b, 0) for b in sizes]
 
 
 @pytest.mark.timeout(120)
@@ -590,6 +649,7 @@ def test_help_lists_the_modes_and_how_to_launch():
     for text in ("--accuracy-report", "--worlds", "--processes", "--compare", "picked",
                  "pycoll run -n 2 -m pycoll bench", "(default 32M)"):
         assert text in proc.stdout, text
+    assert "barrier moves no data, so its sweep is one row" in " ".join(proc.stdout.split())
 
 
 def test_a_peers_own_algorithm_label_survives_the_sweeps_filter():

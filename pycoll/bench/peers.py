@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from pycoll import settings
-from pycoll.bench import launch, oneccl
+from pycoll.bench import launch, oneccl, sweep
 from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
 
@@ -281,15 +281,16 @@ PEERS = {p.name: p for p in (GlooPeer(), MpiPeer("mpi", ()), MpiPeer("mpi-tcp", 
 
 
 # What the peers' adapters above run (every collective the bench times but the uneven and rooted-vector ones).
-PEER_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+PEER_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier")
 
 
 def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
     """The sweep's config restricted to what the peer can run, or (None, why it cannot run any of it)."""
     if config["collective"] not in PEER_COLLECTIVES:
         return None, f"--compare runs {', '.join(PEER_COLLECTIVES)}"
-    dtypes = [d for d in config["dtypes"] if d in peer.dtypes]
-    ops = [o for o in config["ops"] if o in peer.ops]
+    no_data = config["collective"] in sweep.NO_DATA  # runs one case whatever dtypes and ops were asked for
+    dtypes = [d for d in config["dtypes"] if d in peer.dtypes or no_data]
+    ops = [o for o in config["ops"] if o in peer.ops or no_data]
     if not dtypes or not ops:
         return None, f"supports none of the requested dtypes/ops (it has {', '.join(peer.dtypes)}; " \
                      f"{', '.join(peer.ops)})"

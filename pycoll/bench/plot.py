@@ -21,8 +21,9 @@ def _label(row, varies):
 def title(rows) -> str:
     """What the plot measured: the collective(s), world size(s), dtype(s) and backends."""
     worlds = report.distinct(r["world"] for r in rows)
+    dtypes = report.distinct(r["dtype"] for r in rows if r["dtype"] != "-")  # "-": a barrier's, which has none
     return (f"{report.distinct(r.get('collective', 'all_reduce') for r in rows)}: {worlds} "
-            f"rank{'' if worlds == '1' else 's'}, {report.distinct(r['dtype'] for r in rows)}; "
+            f"rank{'' if worlds == '1' else 's'}{', ' + dtypes if dtypes else ''}; "
             f"backend {report.distinct(report.measured(r) for r in rows)}")
 
 
@@ -32,7 +33,8 @@ def require_matplotlib() -> None:
 
 
 def plot(rows, path) -> None:
-    """Write a PNG with two panels: busbw (GB/s) and time (us), both against size (B), log scales."""
+    """Write a PNG with two panels: busbw (GB/s) and time (us), both against size (B), log scales (the size's
+    linear where every row is 0 bytes)."""
     require_matplotlib()
     import matplotlib
 
@@ -49,8 +51,10 @@ def plot(rows, path) -> None:
         x = [r["bytes"] for r in pts]
         bw_ax.plot(x, [r["busbw"] for r in pts], marker="o", markersize=3, label=label)
         t_ax.plot(x, [r["time_us"] for r in pts], marker="o", markersize=3, label=label)
+    sized = any(r["bytes"] > 0 for r in rows)  # a barrier's rows are all 0 bytes: no log scale of those
     for ax, ylabel in ((bw_ax, "busbw (GB/s)"), (t_ax, "time (us)")):
-        ax.set_xscale("log", base=2)
+        if sized:
+            ax.set_xscale("log", base=2)
         ax.set_xlabel("size (B)")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)

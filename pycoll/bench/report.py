@@ -51,8 +51,9 @@ def table(rows) -> str:
     for group in _groups(rows):
         first = group[0]
         ranks = f"{first['world']} rank{'' if first['world'] == 1 else 's'}"
+        dtype = "" if first["dtype"] == "-" else f"{first['dtype']}  "  # "-": a barrier's, which has none
         lines.append(f"# {first.get('collective', 'all_reduce')}  backend {measured(first)}  {ranks}  "
-                     f"{first['dtype']}  algorithm {distinct(r['algorithm'] for r in group)}  "
+                     f"{dtype}algorithm {distinct(r['algorithm'] for r in group)}  "
                      f"(time: slowest rank's median; busbw = algbw x bus factor)")
         lines.append("#" + header[1:])
         for row in group:

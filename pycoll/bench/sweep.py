@@ -10,8 +10,8 @@ import numpy as np
 
 from pycoll._bindings import abi
 
-# Every collective but the barrier (nothing to time per byte); names and ids from the C ABI.
-COLLECTIVES = tuple(name for name in abi.COLLECTIVES if name != "barrier")
+# Every collective of the C ABI, names and ids from it.
+COLLECTIVES = tuple(abi.COLLECTIVES)
 DTYPES = tuple(abi.DTYPES)
 OPS = tuple(abi.OPS)
 ACCURACIES = tuple(abi.ACCURACIES)
@@ -19,6 +19,9 @@ ACCURACIES = tuple(abi.ACCURACIES)
 TAKES_ALGORITHM = ("all_reduce", "reduce_scatter")
 TAKES_OP = ("all_reduce", "reduce_scatter", "reduce")
 TAKES_ACCURACY = ("all_reduce", "reduce_scatter", "reduce")
+# Collectives that move no data: no size, dtype or op applies, so their sweep is one case of 0 bytes, timed and
+# checked only for returning.
+NO_DATA = ("barrier",)
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -100,7 +103,10 @@ class Case:
 
 
 def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
-    """Every combination that means something: collectives without an op/algorithm/accuracy get one case."""
+    """Every combination that means something: collectives without an op/algorithm/accuracy get one case, and
+    one that moves no data one case in all (dtype "-", 0 bytes)."""
+    if collective in NO_DATA:
+        dtypes, size_list = ["-"], [0]
     ops = ops if collective in TAKES_OP else ["-"]
     # Of pycoll's algorithm names, only those this collective has (the algorithm table): a sweep over "all" skips
     # the others' schedules. A peer's own label ("default") is not pycoll's and stays.

@@ -57,6 +57,8 @@ def bus_factor(collective: str, world: int) -> float:
         return (world - 1) / world
     if collective in ("broadcast", "reduce"):
         return 1.0
+    if collective == "barrier":  # moves no bytes
+        return 0.0
     raise ValueError(f"collective: unknown {collective!r}")
 
 

@@ -185,17 +185,23 @@ def _checks(comm, case, count, root, seed, dev):
     return int(wrong[0]), rel_err
 
 
-def _time(comm, case, count, root, warmup, iters, dev):
-    """timing.Timing of the case across ranks, measured on integer data (no values that grow or overflow:
-    out-of-place where the collective allows it, and in-place broadcast just copies)."""
+def _timed_call(comm, case, count, root, dev):
+    """The call a case times: the collective on integer data (no values that grow or overflow: out-of-place
+    where the collective allows it, and in-place broadcast just copies), or the barrier itself."""
+    if case.collective == "barrier":
+        return comm.barrier
     world = comm.size
     op = case.op if case.op != "-" else "sum"
     x, out = _buffers(case, count, lambda r: check.integer_input(
         op, case.dtype, check.input_count(case.collective, count, world), r, world), comm.rank, world, dev)
+    return lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+
+
+def _time(comm, case, count, root, warmup, iters, dev):
+    """timing.Timing of the case across ranks, and the algorithm that ran."""
+    world = comm.size
     warm, timed = sweep.iterations(case.nbytes, iters, warmup)
-    times = dev.time_iterations(
-        lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root),
-        comm.barrier, warm, timed)
+    times = dev.time_iterations(_timed_call(comm, case, count, root, dev), comm.barrier, warm, timed)
     picked = comm.last_algorithm  # what "auto" chose; read before the gather below replaces it
     medians = dev.to_device(np.zeros(world, dtype=np.float64))
     comm.all_gather(dev.to_device(np.array([timing.rank_median(times)])), medians)
@@ -211,6 +217,13 @@ def _connect(comm, dev):
         comm.barrier()
         comm.all_reduce(small, "sum")
         comm.all_gather(one, small)
+
+
+def _describe(case) -> str:
+    """A case as the progress display names it."""
+    if case.collective in sweep.NO_DATA:
+        return case.collective
+    return f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B"
 
 
 def backend_algorithms(backend: str) -> list[str]:
@@ -236,11 +249,15 @@ def run_cases(comm, config, progress=None, dev=None):
     if progress is not None:
         progress.start(len(todo), f"{comm.backend} x{world}")
     for case in todo:
-        itemsize = sweep.numpy_dtype(case.dtype).itemsize
-        count = sweep.count_for(case.collective, case.nbytes, itemsize, world)
-        what = f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B"
-        if count > 0:
-            wrong, rel_err = _checks(comm, case, count, root, seed, dev)
+        no_data = case.collective in sweep.NO_DATA
+        itemsize = 0 if no_data else sweep.numpy_dtype(case.dtype).itemsize
+        count = 0 if no_data else sweep.count_for(case.collective, case.nbytes, itemsize, world)
+        what = _describe(case)
+        if count == 0 and not no_data:
+            what += ": skipped (smaller than one element)"
+        else:
+            # Nothing to check of a barrier but that it returned on every rank.
+            wrong, rel_err = (0, 0.0) if no_data else _checks(comm, case, count, root, seed, dev)
             t, picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"), dev)
             algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
             rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
@@ -251,8 +268,6 @@ def run_cases(comm, config, progress=None, dev=None):
                          "time_median_us": t.median_s * 1e6, "algbw": algbw, "busbw": busbw,
                          "wrong": wrong, "max_rel_err": rel_err})
             what += f": {t.max_s * 1e6:.1f} us" + (f" ({picked})" if case.algorithm == "auto" else "")
-        else:
-            what += ": skipped (smaller than one element)"
         if progress is not None:
             progress.advance(what)
     if progress is not None:

@@ -67,7 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="seconds before a launched job is stopped (default 3600)")
 
     cases = p.add_argument_group("what to run (every combination)")
-    cases.add_argument("--collective", default=None, choices=sweep.COLLECTIVES, help="default all_reduce")
+    cases.add_argument("--collective", default=None, choices=sweep.COLLECTIVES,
+                       help="default all_reduce; barrier moves no data, so its sweep is one row (size and count 0, "
+                            "busbw 0, checked only for returning) whatever -b, -e, -f, -d and -o say")
     cases.add_argument("--algorithm", default=None, metavar="A",
                        help="algorithm(s), comma-separated, or 'all' (default auto; the report: all)")
     cases.add_argument("--accuracy", default=None, metavar="M",
@@ -122,6 +124,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _given(args, options) -> list[str]:
     return [flag for name, flag in options if getattr(args, name) is not None]
+
+
+_SIZES = (("minbytes", "-b"), ("maxbytes", "-e"), ("stepfactor", "-f"))
+
+
+def _sizes_note(args) -> str | None:
+    """A comment line for the table where sizes were given to a collective that moves no data (read before
+    _config fills in the defaults)."""
+    given = _given(args, _SIZES)
+    if args.collective in sweep.NO_DATA and given:
+        return f"# {', '.join(given)}: {args.collective} moves no data; its sweep is one row of 0 bytes"
+    return None
 
 
 def _config(args) -> dict:
@@ -233,6 +247,7 @@ def _error(message, code=2) -> int:
 def run(args) -> int:
     if args.accuracy_report:
         return _run_accuracy_report(args)
+    note = _sizes_note(args)
     try:
         config = _config(args)
         compare = _compare_list(args)
@@ -254,6 +269,8 @@ def run(args) -> int:
             return _error(exc)
         if rows is None:  # not rank 0: rank 0 prints
             return 0
+    if note:
+        print(note, flush=True)
     print(report.table(rows), flush=True)
     peer_rows = []
     for name in compare:
