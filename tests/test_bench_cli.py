@@ -461,6 +461,7 @@ def test_plot_without_matplotlib_is_a_clear_error_before_any_run(monkeypatch, ca
     (["-b", "4X"], "-b"), (["-b", "1K", "-e", "8"], "-e"), (["-f", "1"], "-f"), (["-d", "float33"], "-d"),
     (["-o", "xor"], "-o"), (["--accuracy", "sloppy"], "--accuracy"), (["-n", "0"], "-n"),
     (["--iters", "0"], "--iters"), (["--collective", "gossip"], "--collective"),
+    (["--collective", "gather"], "--collective"),
     (["-n", "2", "--compare", "nccl"], "--compare"), (["--compare", "gloo"], "--compare"),
     (["--algorithm", "all,ring"], "--algorithm"),
 ])

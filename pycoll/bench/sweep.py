@@ -10,8 +10,11 @@ import numpy as np
 
 from pycoll._bindings import abi
 
-# Every collective of the C ABI, names and ids from it.
-COLLECTIVES = tuple(abi.COLLECTIVES)
+# The collectives a sweep times and checks (worker.run_collective), of the C ABI's: the rooted-vector, uneven and
+# message ones need per-rank layouts this sweep does not build.
+COLLECTIVES = tuple(name for name in abi.COLLECTIVES
+                    if name in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
+                                "barrier"))
 DTYPES = tuple(abi.DTYPES)
 OPS = tuple(abi.OPS)
 ACCURACIES = tuple(abi.ACCURACIES)
