@@ -736,7 +736,7 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
     }
     if (t->ops.native == NULL)
         return &t->base; /* some peers absent: no native collectives (see ops) */
-    t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), ring_bytes, error,
+    t->coll = shm_collectives_attach(t, size, segment_fds, pids, rings_bytes(size, ring_bytes), ring_bytes, error,
                                     error_len);
     if (!t->coll) {
         t->said_goodbye = 1;

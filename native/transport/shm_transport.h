@@ -43,9 +43,11 @@ shm_collectives_t *shm_collectives_of(shm_transport_t *t);
  * 4 MiB). */
 extern const pycoll_native_collectives_t shm_native_collectives;
 int64_t shm_coll_area_bytes(int64_t ring_bytes);
-/* Map every rank's collective area; NULL (error set) on failure. */
-shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
-                                          int64_t ring_bytes, char *error, size_t error_len);
+/* Map every rank's collective area; NULL (error set) on failure. pids as pycoll_shm_transport_create's (large
+ * transfers read straight from a peer's process where every rank can: shm_single_copy.c). */
+shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds,
+                                          const int32_t *pids, int64_t offset, int64_t ring_bytes, char *error,
+                                          size_t error_len);
 void shm_collectives_detach(shm_collectives_t *c, int32_t size);
 
 #endif
