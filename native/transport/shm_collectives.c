@@ -14,7 +14,7 @@
  *   3. wait until every rank posted k (acquire); a rank whose descriptor differs called another collective:
  *      MismatchError naming both sides, as over the rings;
  *   4. act on the slots, and for a large all-reduce, a second flag (reduced = k) and wait.
- * Slot reuse needs no "done reading" counter: I write slot[k & 1] again in round k + 2, after step 3 of round
+ * Slot reuse needs no "done reading" flag: I write slot[k & 1] again in round k + 2, after step 3 of round
  * k + 1 saw every rank post k + 1, which each did only after it finished reading round k. Two slots alternate,
  * so a fast rank runs one round ahead (its copy-in overlaps the others' copy-out).
  *
@@ -33,6 +33,13 @@
  * copy of (size - 1) / size of the input and one reduction read per byte.
  * All-gather: rounds in which every rank copies the next piece of its block into its slot, posts, copies its
  * own block into its result while the others arrive, and copies the others' pieces out of their slots.
+ *
+ * Single copies (shm_single_copy.c), for a large broadcast, all-to-all and 2-rank all-gather where every rank
+ * agreed to them: one round in which each rank publishes the address of its buffer (flags' source) with its
+ * post, reads what it needs straight from the owners' buffers (process_vm_readv: each byte copied once), then
+ * sets its reduced flag to the round -- "done reading" -- and a rank whose buffer others read waits for every
+ * rank's before it returns, since its caller may then reuse the buffer. What is read, and how much, comes from
+ * this rank's own descriptor; only the address is the owner's word, and the kernel checks it.
  *
  * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
  * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
@@ -70,10 +77,14 @@
 /* Elements reduced at a time: the partial of a piece stays in the core's cache while every source is added. */
 #define PIECE_ELEMS 4096
 #define MAX_PARTIAL_BYTES 16 /* a compensated partial element: (sum, comp) of float64 */
-/* From here on (the bytes one rank reads from one other) an all-gather, broadcast or all-to-all reads straight
- * from the owner's buffer where the ranks agreed to (shm_single_copy.c): below it, the system call per block
- * and the second synchronisation cost more than the copy they save (bench/results/shm_native_peers.md). */
-#define SINGLE_COPY_MIN_BYTES (256LL << 10)
+/* From here on (the bytes one rank reads from one other) a broadcast, an all-to-all and a 2-rank all-gather read
+ * straight from the owner's buffer where the ranks agreed to (shm_single_copy.c). The kernel's copy is slower
+ * per byte than a memcpy between buffers in cache (it pins each page and copies with its own routine), so it
+ * pays only where it saves a whole copy or a wait: a broadcast's readers no longer wait for the root's copy
+ * into its slot, an all-to-all no longer cuts its slot into one piece per rank, and at 2 ranks the copy into
+ * the slot is half an all-gather's path. With more ranks an all-gather's copies out of the slots (read from
+ * the shared cache) are most of its work, and single copies measured slower (bench/results/shm_native_peers.md). */
+#define SINGLE_COPY_MIN_BYTES (1LL << 20)
 
 struct shm_collectives {
     shm_transport_t *t;
@@ -581,7 +592,7 @@ static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, vo
     const int own_in_place = own == send; /* else they do not overlap (p2p.h) */
     if (size == 1)
         return own_in_place ? PYCOLL_OK : memory_copy(p2p, own, send, block, "all_gather");
-    if (single_copy(c, block))
+    if (size == 2 && single_copy(c, block))
         return all_gather_single_copy(c, send, recv, block, own_in_place);
     int64_t at = 0;
     do { /* at least one round, so that an empty all-gather is still checked against the others */
