@@ -133,15 +133,23 @@ pycoll_status_t shm_single_copy_read(shm_transport_t *t, const shm_single_copy_t
         const int64_t want = len - at < MAX_READ_BYTES ? len - at : MAX_READ_BYTES;
         const ssize_t n = read_once((pid_t)s->pids[r], (char *)dst + at, address + (uint64_t)at, (size_t)want);
         if (n <= 0) {
-            if (n < 0 && errno == ESRCH)
+            const int why = n < 0 ? errno : 0;
+            /* A rank that failed first may have let go of its buffer since: its abort, already in its rings
+             * (it aborts before it returns), is the reason, not what this read met. */
+            const pycoll_status_t first = shm_poll_peers(t);
+            if (first != PYCOLL_OK)
+                return first;
+            if (why == ESRCH)
                 return shm_peer_needed(t, r); /* its process is gone */
             char what[160];
             snprintf(what, sizeof what, "published the address of a buffer it does not have (read %lld of %lld "
                      "bytes at %#llx: %s)", (long long)at, (long long)len, (unsigned long long)address,
-                     n < 0 ? strerror(errno) : "nothing read");
+                     why ? strerror(why) : "nothing read");
             return shm_peer_corrupt(t, r, what);
         }
         at += n;
     }
-    return PYCOLL_OK;
+    /* The same after a read that worked: an owner that failed after it published its buffer may have let go
+     * of it during the read, and one that has not aborted by now had not let go of it then. */
+    return shm_poll_peers(t);
 }

@@ -397,6 +397,12 @@ static int progress_all(shm_transport_t *t)
     return moved;
 }
 
+pycoll_status_t shm_poll_peers(shm_transport_t *t)
+{
+    progress_all(t);
+    return t->base.status;
+}
+
 static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
 
 /* Headers parked while this rank was in an earlier collective are checked once it reaches the next one. */

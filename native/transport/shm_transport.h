@@ -24,6 +24,9 @@ typedef struct shm_wait_cond {
  * yielding, then napping (p2p->spin_ns), and moving every ring meanwhile. On error it aborts (tells every
  * peer) and returns p2p->status. */
 pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond);
+/* One pass over every ring, never waiting: an ABORT, GOODBYE or death already written there is adopted into
+ * p2p->status, which it returns. */
+pycoll_status_t shm_poll_peers(shm_transport_t *t);
 /* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
 void shm_tell_peers(shm_transport_t *t);
 /* Whether rank r may still write (no GOODBYE, ABORT or death seen from it). A native collective that finds r's
