@@ -58,12 +58,13 @@ def _lie(n, collective, lie, env=None):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("n, collective, lie", [(2, "all_gather", "unmapped"), (2, "broadcast", "short"),
-                                                (3, "broadcast", "unmapped"), (3, "all_to_all", "short")])
+@pytest.mark.parametrize("n, collective, lie", [(2, "all_gather", "short"), (2, "broadcast", "unmapped"),
+                                                (3, "broadcast", "short"), (3, "all_to_all", "unmapped")])
 def test_an_address_a_rank_does_not_have_is_a_peer_failure_naming_it(n, collective, lie):
     """Rank 1 overwrites the buffer address it publishes with one it does not map (unmapped), or with the last
-    page of a mapping before a gap (short: the read stops after that page). The readers get no crash and no
-    data from it, but PeerFailure naming rank 1, told to every rank, long before the deadline."""
+    page of a mapping before a gap (short: a read from the address stops after that page; an all-to-all would
+    read from further on). The readers get no crash, but PeerFailure naming rank 1, told to every rank, long
+    before the deadline."""
     reports = _lie(n, collective, lie)
     for r, rep in reports.items():
         assert rep.get("error") == "PeerFailure" and rep["failed_rank"] == 1, (r, rep)
