@@ -1,10 +1,10 @@
 """Single copies in the shared-memory transport's native collectives (native/transport/shm_single_copy.c): a large
 broadcast, all_to_all and 2-rank all_gather read straight from the owner's buffer (process_vm_readv) where every
-rank agreed to, with real processes. Exact results on both sides of the threshold (1 MiB per transfer), and
-which path ran, seen from inside each rank: a single copy never writes the rank's slots, the path through the
-slots always does. The fallback when any rank turns them off (PYCOLL_SHM_SINGLE_COPY=off) or cannot read the
-others (a seccomp filter, as a container's profile may have); an address a rank does not have; killed and
-stopped peers while the owners wait for their readers."""
+rank agreed to, with real processes. Exact results on both sides of the thresholds (1 MiB per transfer; 8 MiB
+for an all_gather), and which path ran, seen from inside each rank: a single copy never writes the rank's slots,
+the path through the slots always does. The fallback when any rank turns them off (PYCOLL_SHM_SINGLE_COPY=off)
+or cannot read the others (a seccomp filter, as a container's profile may have); an address a rank does not
+have; killed and stopped peers while the owners wait for their readers."""
 
 import platform
 
@@ -83,13 +83,14 @@ def test_with_single_copies_off_no_rank_reads_the_address_published():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("collective, world, victim", [("broadcast", 4, 2), ("all_to_all", 4, 2),
-                                                       ("all_gather", 2, 1)])
-def test_killed_peer_is_reported_by_every_rank_within_2s(collective, world, victim, no_segment_left):
-    """Collectives of 4 MiB per transfer in a loop: the victim dies while reading or while others read from
-    it; an owner waiting for its readers names it as any wait does."""
+@pytest.mark.parametrize("collective, world, victim, count", [("broadcast", 4, 2, 1 << 20),
+                                                              ("all_to_all", 4, 2, 1 << 20),
+                                                              ("all_gather", 2, 1, 1 << 21)])
+def test_killed_peer_is_reported_by_every_rank_within_2s(collective, world, victim, count, no_segment_left):
+    """Single-copy collectives (float32: 4 MiB per transfer, an all-gather's 8 MiB) in a loop: the victim dies
+    while reading or while others read from it; an owner waiting for its readers names it as any wait does."""
     over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(
-        victim, world, env={"PYCOLL_BACKEND": "shm", "TEST_COLLECTIVE": collective, "TEST_COUNT": str(1 << 20)})
+        victim, world, env={"PYCOLL_BACKEND": "shm", "TEST_COLLECTIVE": collective, "TEST_COUNT": str(count)})
 
 
 @pytest.mark.timeout(60)

@@ -77,14 +77,18 @@
 /* Elements reduced at a time: the partial of a piece stays in the core's cache while every source is added. */
 #define PIECE_ELEMS 4096
 #define MAX_PARTIAL_BYTES 16 /* a compensated partial element: (sum, comp) of float64 */
-/* From here on (the bytes one rank reads from one other) a broadcast, an all-to-all and a 2-rank all-gather read
- * straight from the owner's buffer where the ranks agreed to (shm_single_copy.c). The kernel's copy is slower
- * per byte than a memcpy between buffers in cache (it pins each page and copies with its own routine), so it
- * pays only where it saves a whole copy or a wait: a broadcast's readers no longer wait for the root's copy
- * into its slot, an all-to-all no longer cuts its slot into one piece per rank, and at 2 ranks the copy into
- * the slot is half an all-gather's path. With more ranks an all-gather's copies out of the slots (read from
- * the shared cache) are most of its work, and single copies measured slower (bench/results/shm_native_peers.md). */
+/* From here on (the bytes one rank reads from one other) a broadcast and an all-to-all read straight from the
+ * owner's buffer where the ranks agreed to (shm_single_copy.c). The kernel's copy is slower per byte than a
+ * memcpy between buffers in cache (it pins each page and copies with its own routine), and a single-copy round
+ * has a second synchronisation ("done reading"), so single copies pay only where they save a whole copy or
+ * rounds: a broadcast's readers no longer wait for the root's copy into its slot, an all-to-all no longer cuts
+ * its slot into one piece per rank. */
 #define SINGLE_COPY_MIN_BYTES (1LL << 20)
+/* An all-gather's copies through the slots stay in the shared cache until its blocks outgrow it; from here on, at
+ * 2 ranks, the copy into the slot is half its path, and single copies measured faster. With more ranks the
+ * copies out of the slots are most of the work, and single copies measured no faster even at 64 MiB
+ * (bench/results/shm_native_peers.md). */
+#define ALL_GATHER_SINGLE_COPY_MIN_BYTES (8LL << 20)
 
 struct shm_collectives {
     shm_transport_t *t;
@@ -215,12 +219,11 @@ static pycoll_status_t post_and_wait(shm_collectives_t *c, uint64_t round)
 
 /* ---- single copies (shm_single_copy.c) ---- */
 
-/* Whether a collective starting now reads `bytes` at a time straight from the owners' buffers: alike on every
- * rank, which all start it at the same round and read the same verdicts. */
-static int single_copy(shm_collectives_t *c, int64_t bytes)
+/* Whether a collective starting now may read straight from the owners' buffers: alike on every rank, which all
+ * start it at the same round and read the same verdicts. */
+static int single_copies_agreed(shm_collectives_t *c)
 {
-    return bytes >= SINGLE_COPY_MIN_BYTES && c->round >= SHM_SINGLE_COPY_VERDICT_ROUND &&
-           shm_single_copy_agreed(c->single_copy, c->maps);
+    return c->round >= SHM_SINGLE_COPY_VERDICT_ROUND && shm_single_copy_agreed(c->single_copy, c->maps);
 }
 
 /* A single-copy round's steps 1-3: publish where my buffer is (NULL: the others read nothing of mine), post
@@ -592,7 +595,7 @@ static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, vo
     const int own_in_place = own == send; /* else they do not overlap (p2p.h) */
     if (size == 1)
         return own_in_place ? PYCOLL_OK : memory_copy(p2p, own, send, block, "all_gather");
-    if (size == 2 && single_copy(c, block))
+    if (size == 2 && block >= ALL_GATHER_SINGLE_COPY_MIN_BYTES && single_copies_agreed(c))
         return all_gather_single_copy(c, send, recv, block, own_in_place);
     int64_t at = 0;
     do { /* at least one round, so that an empty all-gather is still checked against the others */
@@ -621,7 +624,7 @@ static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count
 {
     shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
     const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
-    if (single_copy(c, nbytes)) {
+    if (nbytes >= SINGLE_COPY_MIN_BYTES && single_copies_agreed(c)) {
         /* One round: the others read the root's buffer; the root returns once they all have. */
         const uint64_t round = ++c->round;
         pycoll_status_t st = post_source_and_wait(c, round, p2p->rank == root ? buf : NULL);
@@ -667,7 +670,7 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
     if (per_rank < 1)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory all_to_all: a %lld-byte slot "
                                "for %d ranks", (long long)c->slot_bytes, (int)size);
-    if (single_copy(c, block)) {
+    if (block >= SINGLE_COPY_MIN_BYTES && single_copies_agreed(c)) {
         /* One round: every rank reads the block meant for it straight from every other's send buffer. */
         const uint64_t round = ++c->round;
         pycoll_status_t st = post_source_and_wait(c, round, send);
@@ -760,7 +763,8 @@ shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, cons
         c->maps[r] = p;
     }
     /* Its probe is published before this rank's first post, as shm_single_copy.c needs. */
-    c->single_copy = shm_single_copy_create(p2p_of(c)->rank, size, pids, (shm_coll_ctrl_t *)c->maps[p2p_of(c)->rank]);
+    const int32_t me = p2p_of(c)->rank;
+    c->single_copy = shm_single_copy_create(me, size, pids, (shm_coll_ctrl_t *)c->maps[me]);
     if (!c->single_copy) {
         snprintf(error, error_len, "cannot set up the shared-memory collectives: out of memory");
         shm_collectives_detach(c, size);

@@ -8,9 +8,9 @@
  *   offset n * (SHM_PAGE_BYTES + R): r's collective area
  *       a control page (shm_coll_ctrl_t), then slot 0 and slot 1, S bytes each
  *
- * Two words of the control page are addresses in r's own address space, which the others pass to
- * process_vm_readv (shm_single_copy.c) and never dereference: the kernel checks them, and what they cost a
- * reader is a typed error when they point nowhere r maps.
+ * The control page's addresses (source, probe_address) are in r's own address space: the others pass them to
+ * process_vm_readv (shm_single_copy.c) and never dereference them; the kernel checks them, and one that points
+ * nowhere r maps costs a reader a typed error.
  *
  * Every word here is written by one rank only (the comments say which) and read by others, so to a reader
  * it is input: every index, length, flag and rank read from here is checked before use (shm_transport.c,

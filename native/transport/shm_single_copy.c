@@ -18,7 +18,6 @@
 #include "transport/shm_single_copy.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

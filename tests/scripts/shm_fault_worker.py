@@ -143,9 +143,9 @@ def lie_about_source(seg, address, stop, counter):
 
 
 def single_copy_round(comm, collective, it):
-    """One collective whose buffers the others read from rank 1 by single copies (1 MiB per transfer, float32;
-    an all-gather only at 2 ranks): whether its result is exact."""
-    size, rank, count = comm.size, comm.rank, 1 << 18
+    """One collective whose buffers the others read from rank 1 by single copies (float32, 1 MiB per transfer;
+    an all-gather: 8 MiB, at 2 ranks only): whether its result is exact."""
+    size, rank, count = comm.size, comm.rank, (1 << 21 if collective == "all_gather" else 1 << 18)
     base = np.arange(count, dtype=np.float32) + it
     if collective == "broadcast":
         b = base.copy() if rank == 1 else np.zeros(count, dtype=np.float32)
