@@ -38,7 +38,8 @@ cd "$root/tests"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
   test_shm_faults.py test_shm_single_copy.py test_async.py test_work.py test_buckets.py test_split.py \
-  test_point_to_point.py test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py test_hosts.py test_cuda_nvrtc.py \
+  test_point_to_point.py test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py \
+  test_hosts.py test_cuda_nvrtc.py \
   test_cuda_context.py test_cuda_devices.py test_close.py test_vendor_p2p_groups.py test_vendor_async.py \
   test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py test_cuda_scratch.py \
   test_peer_reports.py "$@"
