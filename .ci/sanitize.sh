@@ -29,15 +29,17 @@ cd "$root/tests"
 # C code against the strict fake libraries, and pycoll.jax's XLA FFI handlers on hand-built call frames
 # (jaxlib itself aborts at import under the ASan runtime, so the jitted tests skip here), and the C bootstrap
 # (native/bootstrap: registration, floods, forged secrets, failures every rank hears of), shared-memory faults
-# (peers that leave quietly, corrupt and fuzzed shared fields: the checks must hold without a stray access), and
+# (peers that leave quietly, corrupt and fuzzed shared fields: the checks must hold without a stray access), the
+# shared-memory single copies (their results, fallback, and addresses a rank does not have), and
 # pycoll's CUDA kernels' compile path (the real NVRTC), context handling and device scratch (a fake CUDA driver);
 # and close() bounded while a collective is in flight and no other rank closes;
 # and threads taking turns, overlapping buffers, point-to-point cycles; and what a peer reports (its own failure,
 # forged aborts and state frames naming ranks outside the job).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
-  test_shm_faults.py test_async.py test_work.py test_buckets.py test_split.py test_point_to_point.py \
-  test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py test_hosts.py test_cuda_nvrtc.py \
+  test_shm_faults.py test_shm_single_copy.py test_async.py test_work.py test_buckets.py test_split.py \
+  test_point_to_point.py test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py \
+  test_hosts.py test_cuda_nvrtc.py \
   test_cuda_context.py test_cuda_devices.py test_close.py test_vendor_p2p_groups.py test_vendor_async.py \
   test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py test_cuda_scratch.py \
   test_peer_reports.py "$@"

@@ -32,6 +32,10 @@
     X(SHM_RING_BYTES, INT, NULL, NULL, 4096, 1,                                                                  \
       "size of each shared-memory ring, one per ordered pair of local ranks (default 4 MiB); larger messages "   \
       "stream through it")                                                                                       \
+    X(SHM_SINGLE_COPY, CHOICE, "auto", "auto|off", 0, 0,                                                         \
+      "large shared-memory broadcast, all_to_all and 2-rank all_gather: auto reads a rank's buffer straight "    \
+      "from its process (process_vm_readv) where every local rank may; off (on any rank) copies through the "    \
+      "shared area")                                                                                             \
     X(RING_SEGMENT_BYTES, INT, NULL, NULL, 1, 0,                                                                 \
       "ring pipeline segment of communicators created afterwards (default 512 KiB; simulate(segment_bytes=) per " \
       "run)")                                                                                                    \

@@ -14,7 +14,7 @@
  *   3. wait until every rank posted k (acquire); a rank whose descriptor differs called another collective:
  *      MismatchError naming both sides, as over the rings;
  *   4. act on the slots, and for a large all-reduce, a second flag (reduced = k) and wait.
- * Slot reuse needs no "done reading" counter: I write slot[k & 1] again in round k + 2, after step 3 of round
+ * Slot reuse needs no "done reading" flag: I write slot[k & 1] again in round k + 2, after step 3 of round
  * k + 1 saw every rank post k + 1, which each did only after it finished reading round k. Two slots alternate,
  * so a fast rank runs one round ahead (its copy-in overlaps the others' copy-out).
  *
@@ -34,6 +34,13 @@
  * All-gather: rounds in which every rank copies the next piece of its block into its slot, posts, copies its
  * own block into its result while the others arrive, and copies the others' pieces out of their slots.
  *
+ * Single copies (shm_single_copy.c), for a large broadcast, all-to-all and 2-rank all-gather where every rank
+ * agreed to them: one round in which each rank publishes the address of its buffer (flags' source) with its
+ * post, reads what it needs straight from the owners' buffers (process_vm_readv: each byte copied once), then
+ * sets its reduced flag to the round -- "done reading" -- and a rank whose buffer others read waits for every
+ * rank's before it returns, since its caller may then reuse the buffer. What is read, and how much, comes from
+ * this rank's own descriptor; only the address is the owner's word, and the kernel checks it.
+ *
  * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
  * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
  * message collective, or a dead peer's pidfd ends the wait as it ends a message wait. A rank waited for that
@@ -52,6 +59,7 @@
 #include "algorithms/reduction.h"
 #include "common/frame.h"
 #include "transport/shm_layout.h"
+#include "transport/shm_single_copy.h"
 #include "transport/shm_transport.h"
 
 /* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
@@ -69,6 +77,18 @@
 /* Elements reduced at a time: the partial of a piece stays in the core's cache while every source is added. */
 #define PIECE_ELEMS 4096
 #define MAX_PARTIAL_BYTES 16 /* a compensated partial element: (sum, comp) of float64 */
+/* From here on (the bytes one rank reads from one other) a broadcast and an all-to-all read straight from the
+ * owner's buffer where the ranks agreed to (shm_single_copy.c). The kernel's copy is slower per byte than a
+ * memcpy between buffers in cache (it pins each page and copies with its own routine), and a single-copy round
+ * has a second synchronisation ("done reading"), so single copies pay only where they save a whole copy or
+ * rounds: a broadcast's readers no longer wait for the root's copy into its slot, an all-to-all no longer cuts
+ * its slot into one piece per rank. */
+#define SINGLE_COPY_MIN_BYTES (1LL << 20)
+/* An all-gather's copies through the slots stay in the shared cache until its blocks outgrow it; from here on, at
+ * 2 ranks, the copy into the slot is half its path, and single copies measured faster. With more ranks the
+ * copies out of the slots are most of the work, and single copies measured no faster even at 64 MiB
+ * (bench/results/shm_native_peers.md). */
+#define ALL_GATHER_SINGLE_COPY_MIN_BYTES (8LL << 20)
 
 struct shm_collectives {
     shm_transport_t *t;
@@ -78,6 +98,7 @@ struct shm_collectives {
     const void **sources;    /* per rank: scratch for the sources of a reduction, in rank order */
     const void **wires;      /* per rank: one piece of a coded all-reduce's sources */
     void *part, *tmp;        /* one piece's compensated partial and its loaded source (local memory) */
+    shm_single_copy_t *single_copy;
 };
 
 static int64_t slot_bytes_for(int64_t ring_bytes)
@@ -107,6 +128,8 @@ static void publish_posted(shm_collectives_t *c, uint64_t round)
     shm_coll_flags_t *f = flags_of(c, p2p->rank, round);
     f->desc = p2p->desc;
     f->prev = p2p->prev_desc;
+    if (round == SHM_SINGLE_COPY_VERDICT_ROUND)
+        shm_single_copy_publish_verdict(c->single_copy, c->maps);
     atomic_store_explicit(&f->posted, round, memory_order_release);
 }
 
@@ -192,6 +215,39 @@ static pycoll_status_t post_and_wait(shm_collectives_t *c, uint64_t round)
 {
     publish_posted(c, round);
     return wait_round(c, round, 0);
+}
+
+/* ---- single copies (shm_single_copy.c) ---- */
+
+/* Whether a collective starting now may read straight from the owners' buffers: alike on every rank, which all
+ * start it at the same round and read the same verdicts. */
+static int single_copies_agreed(shm_collectives_t *c)
+{
+    return c->round >= SHM_SINGLE_COPY_VERDICT_ROUND && shm_single_copy_agreed(c->single_copy, c->maps);
+}
+
+/* A single-copy round's steps 1-3: publish where my buffer is (NULL: the others read nothing of mine), post
+ * and wait until every rank posted. */
+static pycoll_status_t post_source_and_wait(shm_collectives_t *c, uint64_t round, const void *source)
+{
+    flags_of(c, p2p_of(c)->rank, round)->source = (uint64_t)(uintptr_t)source;
+    return post_and_wait(c, round);
+}
+
+/* len bytes from `offset` on in rank r's buffer of the round, into dst. */
+static pycoll_status_t read_source(shm_collectives_t *c, uint64_t round, int32_t r, void *dst, int64_t offset,
+                                   int64_t len)
+{
+    const uint64_t source = flags_of(c, r, round)->source;
+    return shm_single_copy_read(c->t, c->single_copy, r, dst, source + (uint64_t)offset, len);
+}
+
+/* A single-copy round's end: my reads are done (the round's second flag); a rank whose buffer others read
+ * returns only once every rank's are, since the caller may reuse that buffer at once. */
+static pycoll_status_t finish_reads(shm_collectives_t *c, uint64_t round, int others_read_mine)
+{
+    atomic_store_explicit(&flags_of(c, p2p_of(c)->rank, round)->reduced, round, memory_order_release);
+    return others_read_mine ? wait_round(c, round, 1) : PYCOLL_OK;
 }
 
 /* ---- reduction ---- */
@@ -508,6 +564,26 @@ static pycoll_status_t shm_reduce_scatter(pycoll_p2p_t *p2p, const void *sendbuf
     return PYCOLL_OK;
 }
 
+/* One round: every rank publishes its send buffer, copies its own block while the others arrive, reads every
+ * other block straight from its owner (each rank starting at the next owner, so that they spread over the
+ * owners), and returns once all have read its own. */
+static pycoll_status_t all_gather_single_copy(shm_collectives_t *c, const unsigned char *send, unsigned char *recv,
+                                              int64_t block, int own_in_place)
+{
+    const int32_t size = p2p_of(c)->size, me = p2p_of(c)->rank;
+    const uint64_t round = ++c->round;
+    flags_of(c, me, round)->source = (uint64_t)(uintptr_t)send;
+    publish_posted(c, round);
+    if (!own_in_place)
+        memcpy(recv + me * block, send, (size_t)block);
+    pycoll_status_t st = wait_round(c, round, 0);
+    for (int32_t i = 1; i < size && st == PYCOLL_OK; i++) {
+        const int32_t r = (me + i) % size;
+        st = read_source(c, round, r, recv + r * block, 0, block);
+    }
+    return st == PYCOLL_OK ? finish_reads(c, round, 1) : st;
+}
+
 static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,
                                       pycoll_dtype_t dtype)
 {
@@ -519,6 +595,8 @@ static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, vo
     const int own_in_place = own == send; /* else they do not overlap (p2p.h) */
     if (size == 1)
         return own_in_place ? PYCOLL_OK : memory_copy(p2p, own, send, block, "all_gather");
+    if (size == 2 && block >= ALL_GATHER_SINGLE_COPY_MIN_BYTES && single_copies_agreed(c))
+        return all_gather_single_copy(c, send, recv, block, own_in_place);
     int64_t at = 0;
     do { /* at least one round, so that an empty all-gather is still checked against the others */
         const int64_t len = block - at < c->slot_bytes ? block - at : c->slot_bytes;
@@ -546,6 +624,14 @@ static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count
 {
     shm_collectives_t *c = shm_collectives_of((shm_transport_t *)p2p);
     const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
+    if (nbytes >= SINGLE_COPY_MIN_BYTES && single_copies_agreed(c)) {
+        /* One round: the others read the root's buffer; the root returns once they all have. */
+        const uint64_t round = ++c->round;
+        pycoll_status_t st = post_source_and_wait(c, round, p2p->rank == root ? buf : NULL);
+        if (st == PYCOLL_OK && p2p->rank != root)
+            st = read_source(c, round, root, buf, 0, nbytes);
+        return st == PYCOLL_OK ? finish_reads(c, round, p2p->rank == root) : st;
+    }
     int64_t at = 0;
     do { /* at least one round, so that an empty broadcast is still checked against the others */
         const int64_t len = nbytes - at < c->slot_bytes ? nbytes - at : c->slot_bytes;
@@ -584,6 +670,18 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
     if (per_rank < 1)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_UNSUPPORTED, -1, "shared-memory all_to_all: a %lld-byte slot "
                                "for %d ranks", (long long)c->slot_bytes, (int)size);
+    if (block >= SINGLE_COPY_MIN_BYTES && single_copies_agreed(c)) {
+        /* One round: every rank reads the block meant for it straight from every other's send buffer. */
+        const uint64_t round = ++c->round;
+        pycoll_status_t st = post_source_and_wait(c, round, send);
+        if (st == PYCOLL_OK)
+            memcpy(recv + me * block, send + me * block, (size_t)block);
+        for (int32_t i = 1; i < size && st == PYCOLL_OK; i++) {
+            const int32_t r = (me + i) % size;
+            st = read_source(c, round, r, recv + r * block, me * block, block);
+        }
+        return st == PYCOLL_OK ? finish_reads(c, round, 1) : st;
+    }
     int64_t at = 0;
     do { /* at least one round, so that an empty all-to-all is still checked against the others */
         const int64_t len = block - at < per_rank ? block - at : per_rank;
@@ -630,11 +728,13 @@ void shm_collectives_detach(shm_collectives_t *c, int32_t size)
     free(c->wires);
     free(c->part);
     free(c->tmp);
+    shm_single_copy_destroy(c->single_copy);
     free(c);
 }
 
-shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
-                                          int64_t ring_bytes, char *error, size_t error_len)
+shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds,
+                                          const int32_t *pids, int64_t offset, int64_t ring_bytes, char *error,
+                                          size_t error_len)
 {
     shm_collectives_t *c = calloc(1, sizeof *c);
     if (c) {
@@ -661,6 +761,14 @@ shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, cons
             return NULL;
         }
         c->maps[r] = p;
+    }
+    /* Its probe is published before this rank's first post, as shm_single_copy.c needs. */
+    const int32_t me = p2p_of(c)->rank;
+    c->single_copy = shm_single_copy_create(me, size, pids, (shm_coll_ctrl_t *)c->maps[me]);
+    if (!c->single_copy) {
+        snprintf(error, error_len, "cannot set up the shared-memory collectives: out of memory");
+        shm_collectives_detach(c, size);
+        return NULL;
     }
     return c;
 }

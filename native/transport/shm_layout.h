@@ -8,6 +8,10 @@
  *   offset n * (SHM_PAGE_BYTES + R): r's collective area
  *       a control page (shm_coll_ctrl_t), then slot 0 and slot 1, S bytes each
  *
+ * The control page's addresses (source, probe_address) are in r's own address space: the others pass them to
+ * process_vm_readv (shm_single_copy.c) and never dereference them; the kernel checks them, and one that points
+ * nowhere r maps costs a reader a typed error.
+ *
  * Every word here is written by one rank only (the comments say which) and read by others, so to a reader
  * it is input: every index, length, flag and rank read from here is checked before use (shm_transport.c,
  * shm_collectives.c), and a value its writer could not have written is a peer failure naming that writer.
@@ -44,11 +48,23 @@ typedef struct shm_ring_ctrl {
 typedef struct shm_coll_flags {
     alignas(128) _Atomic uint64_t posted;  /* the last round whose slot and descriptors are published */
     pycoll_coll_desc_t desc, prev;         /* r's collective in that round, and the one before */
-    alignas(128) _Atomic uint64_t reduced; /* large all-reduce: the last round whose own range is reduced */
+    uint64_t source;                       /* single-copy round: where r's buffer is, published with posted */
+    /* Large all-reduce: the last round whose own range is reduced. Single-copy round: the last round whose
+     * reads r has finished (the owners of what it read may return then). */
+    alignas(128) _Atomic uint64_t reduced;
 } shm_coll_flags_t;
+
+/* Whether r may read the others' memory and they r's (shm_single_copy.c): written by r before it posts its
+ * first round (probe) and its second (verdict). */
+typedef struct shm_single_copy_ctrl {
+    uint64_t probe_address; /* where r keeps a private copy of probe_token */
+    uint64_t probe_token;
+    uint32_t verdict;       /* 1: r read every peer's token and wants single copies */
+} shm_single_copy_ctrl_t;
 
 typedef struct shm_coll_ctrl {
     shm_coll_flags_t parity[2];
+    shm_single_copy_ctrl_t single_copy;
 } shm_coll_ctrl_t;
 
 _Static_assert(sizeof(shm_ring_ctrl_t) <= SHM_PAGE_BYTES, "ring control must fit its page");
@@ -60,8 +76,11 @@ _Static_assert(offsetof(shm_ring_ctrl_t, head) == 0 && offsetof(shm_ring_ctrl_t,
                    offsetof(shm_ring_ctrl_t, prev) == 312 && offsetof(shm_ring_ctrl_t, text) == 352,
                "ring control layout");
 _Static_assert(offsetof(shm_coll_flags_t, posted) == 0 && offsetof(shm_coll_flags_t, desc) == 8 &&
-                   offsetof(shm_coll_flags_t, prev) == 48 && offsetof(shm_coll_flags_t, reduced) == 128 &&
-                   sizeof(shm_coll_flags_t) == 256,
+                   offsetof(shm_coll_flags_t, prev) == 48 && offsetof(shm_coll_flags_t, source) == 88 &&
+                   offsetof(shm_coll_flags_t, reduced) == 128 && sizeof(shm_coll_flags_t) == 256 &&
+                   offsetof(shm_coll_ctrl_t, single_copy) == 512 &&
+                   offsetof(shm_single_copy_ctrl_t, probe_token) == 8 &&
+                   offsetof(shm_single_copy_ctrl_t, verdict) == 16,
                "collective flags layout");
 
 #endif

@@ -397,6 +397,12 @@ static int progress_all(shm_transport_t *t)
     return moved;
 }
 
+pycoll_status_t shm_poll_peers(shm_transport_t *t)
+{
+    progress_all(t);
+    return t->base.status;
+}
+
 static void shm_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message);
 
 /* Headers parked while this rank was in an earlier collective are checked once it reaches the next one. */
@@ -736,7 +742,7 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
     }
     if (t->ops.native == NULL)
         return &t->base; /* some peers absent: no native collectives (see ops) */
-    t->coll = shm_collectives_attach(t, size, segment_fds, rings_bytes(size, ring_bytes), ring_bytes, error,
+    t->coll = shm_collectives_attach(t, size, segment_fds, pids, rings_bytes(size, ring_bytes), ring_bytes, error,
                                     error_len);
     if (!t->coll) {
         t->said_goodbye = 1;

@@ -24,6 +24,9 @@ typedef struct shm_wait_cond {
  * yielding, then napping (p2p->spin_ns), and moving every ring meanwhile. On error it aborts (tells every
  * peer) and returns p2p->status. */
 pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond);
+/* One pass over every ring, never waiting: an ABORT, GOODBYE or death already written there is adopted into
+ * p2p->status, which it returns. */
+pycoll_status_t shm_poll_peers(shm_transport_t *t);
 /* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
 void shm_tell_peers(shm_transport_t *t);
 /* Whether rank r may still write (no GOODBYE, ABORT or death seen from it). A native collective that finds r's
@@ -43,9 +46,11 @@ shm_collectives_t *shm_collectives_of(shm_transport_t *t);
  * 4 MiB). */
 extern const pycoll_native_collectives_t shm_native_collectives;
 int64_t shm_coll_area_bytes(int64_t ring_bytes);
-/* Map every rank's collective area; NULL (error set) on failure. */
-shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds, int64_t offset,
-                                          int64_t ring_bytes, char *error, size_t error_len);
+/* Map every rank's collective area; NULL (error set) on failure. pids as pycoll_shm_transport_create's (large
+ * transfers read straight from a peer's process where every rank can: shm_single_copy.c). */
+shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, const int *segment_fds,
+                                          const int32_t *pids, int64_t offset, int64_t ring_bytes, char *error,
+                                          size_t error_len);
 void shm_collectives_detach(shm_collectives_t *c, int32_t size);
 
 #endif

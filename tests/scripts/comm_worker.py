@@ -140,6 +140,10 @@ try:
                 comm.reduce_scatter(blocks, x, algorithm=algorithm)
             elif collective == "all_gather":
                 comm.all_gather(x, blocks)
+            elif collective == "broadcast":
+                comm.broadcast(x, root=0)
+            elif collective == "all_to_all":
+                comm.all_to_all(blocks, np.empty_like(blocks))
             else:
                 comm.all_reduce(x, algorithm=algorithm)
             x[:] = 1

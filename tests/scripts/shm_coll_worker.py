@@ -2,12 +2,16 @@
 SCENARIO`. Prints one JSON line {"rank", "ok", "digest", ...} and exits 0; an assertion or a pycoll error is
 reported in the line (the test reads it)."""
 
+import ctypes
+import errno
 import hashlib
 import os
+import platform
 import sys
 import time
 
 import numpy as np
+from shm_segments import Segments
 from worker_report import report_and_close
 
 import pycoll
@@ -19,6 +23,10 @@ from pycoll.dtypes import DTYPES
 # large as a ring, at most 4 MiB) and the one-round path's limit. Counts are placed on both sides of each.
 SLOT_BYTES = min(int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20), 4 << 20)
 SMALL_BYTES = min(8 << 10, SLOT_BYTES)
+# From here on (bytes one rank reads from one other) a broadcast and an all-to-all read straight from the owner's
+# buffer where every rank agreed to, and an all-gather at 2 ranks from the second (native/transport/shm_collectives.c).
+SINGLE_COPY_MIN_BYTES = 1 << 20
+ALL_GATHER_SINGLE_COPY_MIN_BYTES = 8 << 20
 
 scenario = sys.argv[1]
 report = {"scenario": scenario}
@@ -81,6 +89,110 @@ def inputs(count, rank, op):
         return (base + rank) % 2 + 1
     return (base * 7 + rank * 3) % 5
 
+
+def deny_process_vm_readv():
+    """A seccomp filter on this process (and the threads it starts): process_vm_readv fails with EPERM, as in a
+    container whose profile forbids it."""
+    number = {"x86_64": 310, "aarch64": 270}[platform.machine()]
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    # load the system call's number; if process_vm_readv: fail with EPERM; else: allow
+    code = (Instruction * 4)(Instruction(0x20, 0, 0, 0), Instruction(0x15, 0, 1, number),
+                             Instruction(0x06, 0, 0, 0x00050000 | errno.EPERM), Instruction(0x06, 0, 0, 0x7FFF0000))
+    program = Program(len(code), code)
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) or libc.prctl(pr_set_seccomp, seccomp_mode_filter,
+                                                                  ctypes.byref(program), 0, 0):
+        raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
+
+
+def writes_own_slots(comm, seg, call):
+    """Whether call() wrote into this rank's slots. Called between collectives: once the barrier is over, every
+    rank has read what it needed from them (it posted the barrier after), and no rank reads them until this
+    rank posts again."""
+    comm.barrier()
+    for address, nbytes in seg.own_slots():
+        ctypes.memset(address, 0xA5, nbytes)
+    call()
+    return any(ctypes.string_at(address, nbytes) != b"\xa5" * nbytes for address, nbytes in seg.own_slots())
+
+
+def single_copy_cases(collective, size):
+    """(dtype, count) on both sides of the collective's single-copy threshold, in bytes per transfer of count
+    elements: 1 MiB, and for an all-gather at 2 ranks 8 MiB too (below it, and with more ranks, an all-gather
+    must copy through the slots)."""
+    per_float32 = SINGLE_COPY_MIN_BYTES // 4
+    cases = [("float32", 1000), ("float32", per_float32 - 1), ("float32", per_float32), ("int8", (1 << 20) + 1),
+             ("float64", 3 * per_float32 // 2 + 7)]
+    if collective == "all_gather" and size == 2:
+        per_float64 = ALL_GATHER_SINGLE_COPY_MIN_BYTES // 8
+        cases += [("float64", per_float64 - 1), ("float64", per_float64)]
+    return cases
+
+
+def single_copy_expected(collective, size, nbytes, agreed):
+    if not agreed:
+        return False
+    if collective == "all_gather":
+        return size == 2 and nbytes >= ALL_GATHER_SINGLE_COPY_MIN_BYTES
+    return nbytes >= SINGLE_COPY_MIN_BYTES
+
+
+def inputs_of(np_dtype, count, size):
+    return [((np.arange(count) * 7 + r * 13) % 101).astype(np_dtype) for r in range(size)]
+
+
+def check_single_copies(comm, seg, agreed):
+    """broadcast from every root, all_to_all, and all_gather (out of place and from this rank's own block) at
+    single_copy_cases: exact; and each call that read this rank's buffer wrote its slots exactly when it did not
+    run by single copies (`agreed`: whether every rank agreed to them)."""
+    size, rank = comm.size, comm.rank
+    for dtype, count in single_copy_cases("broadcast", size):
+        np_dtype = np.dtype(dtype)
+        single = single_copy_expected("broadcast", size, count * np_dtype.itemsize, agreed)
+        blocks = inputs_of(np_dtype, count, size)
+        for root in range(size):
+            b = blocks[root].copy() if rank == root else np.zeros(count, dtype=np_dtype)
+            wrote = writes_own_slots(comm, seg, lambda b=b, root=root: comm.broadcast(b, root=root))
+            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert np.array_equal(b, blocks[root]), ("broadcast", dtype, count, root)
+            if rank == root:
+                assert wrote != single, ("broadcast wrote the slots" if wrote else "no slot written", dtype, count)
+    for dtype, count in single_copy_cases("all_to_all", size):
+        np_dtype = np.dtype(dtype)
+        single = single_copy_expected("all_to_all", size, count * np_dtype.itemsize, agreed)
+        blocks = inputs_of(np_dtype, count, size)
+        sent = np.concatenate([(blocks[j] + rank) % 101 for j in range(size)]).astype(np_dtype)
+        out = np.zeros(size * count, dtype=np_dtype)
+        wrote = writes_own_slots(comm, seg, lambda: comm.all_to_all(sent, out))
+        assert comm.last_algorithm == "shm", comm.last_algorithm
+        want = np.concatenate([(blocks[rank] + r) % 101 for r in range(size)]).astype(np_dtype)
+        assert np.array_equal(out, want), ("all_to_all", dtype, count)
+        assert wrote != single, ("all_to_all", wrote, dtype, count)
+    for dtype, count in single_copy_cases("all_gather", size):
+        np_dtype = np.dtype(dtype)
+        single = single_copy_expected("all_gather", size, count * np_dtype.itemsize, agreed)
+        blocks = inputs_of(np_dtype, count, size)
+        want = np.concatenate(blocks)
+        out = np.zeros(size * count, dtype=np_dtype)
+        wrote = writes_own_slots(comm, seg, lambda: comm.all_gather(blocks[rank], out))
+        assert comm.last_algorithm == "shm", comm.last_algorithm
+        assert np.array_equal(out, want), ("all_gather", dtype, count)
+        assert wrote != single, ("all_gather", wrote, dtype, count)
+        out = np.zeros(size * count, dtype=np_dtype)
+        out[rank * count:(rank + 1) * count] = blocks[rank]
+        comm.all_gather(out[rank * count:(rank + 1) * count], out)
+        assert np.array_equal(out, want), ("all_gather from its own block", dtype, count)
+
+
+if os.environ.get("TEST_DENY_CMA") == "1":
+    deny_process_vm_readv()
 
 try:
     comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "30")))
@@ -251,6 +363,13 @@ try:
         else:
             comm.all_reduce(x, op=op, algorithm=algorithm)
         comm.barrier()
+        report["ok"] = True
+    elif scenario == "single_copy":
+        # TEST_SINGLE_COPY: whether the ranks are expected to have agreed on single copies.
+        comm.barrier()
+        comm.barrier()  # the agreement is read from round 3 on
+        check_single_copies(comm, Segments(size, rank, int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20)),
+                            os.environ["TEST_SINGLE_COPY"] == "1")
         report["ok"] = True
     elif scenario == "explicit_over_tcp":
         try:

@@ -11,10 +11,11 @@ Scenarios:
          (TEST_FAILED_RANK) of its choosing: what a rank that lies in its abort would write
   fuzz   rank 1 writes random values into every shared field of one family (TEST_FIELDS) from a thread while
          every rank runs collectives, until an error or TEST_FUZZ_S seconds
+  lie    rank 1 overwrites, from a thread, the buffer address it publishes for single copies with one it does
+         not have (TEST_LIE: unmapped or short) while every rank runs TEST_ITERATIONS large collectives
+         (TEST_COLLECTIVE)
 
-The shared fields are found from inside the rank: /proc/self/maps lists this process's mappings of the
-segments (unlinked, so they can be opened nowhere else), and native/transport/shm_layout.h gives the layout,
-mirrored below."""
+The shared fields are found from inside the rank (shm_segments.py)."""
 
 import ctypes
 import json
@@ -25,17 +26,9 @@ import threading
 import time
 
 import numpy as np
+from shm_segments import FLAG_FIELDS, FLAGS_BYTES, FRAME_HEADER_BYTES, PAGE, RING_FIELDS, Segments, load, store
 
 import pycoll
-
-# native/transport/shm_layout.h (its _Static_asserts pin these offsets).
-PAGE = 4096
-MAX_SLOT_BYTES = 4 << 20
-RING_FIELDS = {"head": (0, 8), "tail": (128, 8), "closed": (256, 4), "status": (260, 4), "failed_rank": (264, 4),
-               "desc": (272, 40), "prev": (312, 40), "text": (352, 512)}
-FLAG_FIELDS = {"posted": (0, 8), "desc": (8, 40), "prev": (48, 40), "reduced": (128, 8)}
-FLAGS_BYTES = 256  # one parity
-FRAME_HEADER_BYTES = 104  # native/common/frame.h: pycoll_frame_header_t
 
 scenario = sys.argv[1]
 report = {"scenario": scenario}
@@ -47,56 +40,6 @@ def emit(**extra):
     report.update(extra)
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()
-
-
-class Segments:
-    """Where this process mapped the job's shared-memory segments: rings[(inode, sender)] and areas[inode]
-    are addresses of a ring's control page and of a collective area."""
-
-    def __init__(self, size, rank, ring_bytes):
-        self.ring_bytes, self.rank = ring_bytes, rank
-        unit = PAGE + ring_bytes
-        self.rings, self.areas = {}, {}
-        starts = {s * unit: ("ring", s) for s in range(size)}
-        starts[size * unit] = ("area", None)
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split()
-                if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
-                    continue
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                offset, inode = int(fields[2], 16), int(fields[4])
-                # The kernel may merge adjacent mappings of one file: look for every unit inside this one.
-                for at, (kind, sender) in starts.items():
-                    if offset <= at < offset + (hi - lo):
-                        if kind == "ring":
-                            self.rings[(inode, sender)] = lo + at - offset
-                        else:
-                            self.areas[inode] = lo + at - offset
-        # This rank's own segment holds the rings of the other senders.
-        own = {inode for (inode, sender) in self.rings if sender != rank}
-        assert len(own) == 1 and len(self.areas) == size, (own, self.rings, self.areas)
-        self.own = own.pop()
-
-    def ring(self, sender):
-        """The control page of the ring sender -> this rank."""
-        return self.rings[(self.own, sender)]
-
-    def own_area(self):
-        return self.areas[self.own]
-
-
-def load(addr, nbytes):
-    return int.from_bytes(ctypes.string_at(addr, nbytes), "little")
-
-
-def store(addr, nbytes, value):
-    if nbytes == 8:
-        ctypes.c_uint64.from_address(addr).value = value & (2**64 - 1)
-    elif nbytes == 4:
-        ctypes.c_uint32.from_address(addr).value = value & (2**32 - 1)
-    else:
-        ctypes.memmove(addr, value, nbytes)
 
 
 def random_value(rng, nbytes, current, ring_bytes):
@@ -156,17 +99,65 @@ def fuzz(seg, family, seed, stop, counter):
 
 
 def fuzz_round(comm, it, checked):
-    """Collectives over every shared path: one- and many-round native all-reduces, the native broadcast, and
-    ring all-reduces smaller and larger than a ring. Results checked exactly; wrong ones counted."""
+    """Collectives over every shared path: one- and many-round native all-reduces, the native broadcast through
+    the slots and by single copies (from 1 MiB), and ring all-reduces smaller and larger than a ring. Results
+    checked exactly; wrong ones counted."""
     size, rank = comm.size, comm.rank
     for count, algorithm in ((16, "shm"), (40_000, "shm"), (16, "ring"), (20_000, "ring")):
         x = np.arange(count, dtype=np.float64) + rank + it
         comm.all_reduce(x, algorithm=algorithm)
         want = size * (np.arange(count, dtype=np.float64) + it) + size * (size - 1) / 2
         checked["wrong"] += int(not np.array_equal(x, want))
-    b = np.full(9000, float(it)) if rank == 0 else np.zeros(9000)
-    comm.broadcast(b, root=0)
-    checked["wrong"] += int(not np.all(b == it))
+    for count in (9000, 1 << 17):
+        b = np.full(count, float(it)) if rank == 0 else np.zeros(count)
+        comm.broadcast(b, root=0)
+        checked["wrong"] += int(not np.all(b == it))
+
+
+def address_it_does_not_have(how):
+    """An address this process does not map (unmapped), or the last page of one of its mappings followed by a
+    gap (short: a read of more than a page from there stops part way)."""
+    if how == "unmapped":
+        return 8
+    spans = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            spans.append((lo, hi, fields[1]))
+    for (_, hi, perms), (next_lo, _, _) in zip(spans, spans[1:]):
+        if perms == "rw-p" and next_lo > hi:  # private memory, which the kernel's copy can read
+            return hi - PAGE
+    raise SystemExit("no mapping followed by a gap")
+
+
+def lie_about_source(seg, address, stop, counter):
+    """Until stop: write `address` over the buffer address this rank publishes for single copies, in both
+    parities of its flags -- after it published its own, while the others are about to read it."""
+    fields = [seg.own_area() + parity * FLAGS_BYTES + FLAG_FIELDS["source"][0] for parity in (0, 1)]
+    while not stop.is_set():
+        for field in fields:
+            store(field, 8, address)
+        counter[0] += 1
+        time.sleep(0.00002)
+
+
+def single_copy_round(comm, collective, it):
+    """One collective whose buffers the others read from rank 1 by single copies (float32, 1 MiB per transfer;
+    an all-gather: 8 MiB, at 2 ranks only): whether its result is exact."""
+    size, rank, count = comm.size, comm.rank, (1 << 21 if collective == "all_gather" else 1 << 18)
+    base = np.arange(count, dtype=np.float32) + it
+    if collective == "broadcast":
+        b = base.copy() if rank == 1 else np.zeros(count, dtype=np.float32)
+        comm.broadcast(b, root=1)
+        return np.array_equal(b, base)
+    if collective == "all_gather":
+        out = np.empty(size * count, dtype=np.float32)
+        comm.all_gather(base + rank, out)
+        return np.array_equal(out, np.concatenate([base + r for r in range(size)]))
+    out = np.empty(size * count, dtype=np.float32)
+    comm.all_to_all(np.concatenate([base + 10 * rank + j for j in range(size)]), out)
+    return np.array_equal(out, np.concatenate([base + 10 * r + rank for r in range(size)]))
 
 
 try:
@@ -239,6 +230,30 @@ try:
             time.sleep(0.5)
         comm.all_reduce(x, algorithm="ring")
         report["ok"] = True
+    elif scenario == "lie":
+        # Rank 1 publishes, for its single copies, an address it does not have (TEST_LIE), from a thread, while
+        # every rank runs TEST_COLLECTIVE over buffers the others read from rank 1: TEST_ITERATIONS times, or
+        # until an error.
+        collective = os.environ.get("TEST_COLLECTIVE", "broadcast")
+        iterations = int(os.environ.get("TEST_ITERATIONS", "200"))
+        report.update(iterations=0, wrong=0)
+        comm.barrier()
+        stop, writes, liar = threading.Event(), [0], None
+        if rank == 1:
+            seg = Segments(size, rank, ring_bytes)
+            liar = threading.Thread(target=lie_about_source,
+                                    args=(seg, address_it_does_not_have(os.environ["TEST_LIE"]), stop, writes))
+            liar.start()
+        try:
+            while report["iterations"] < iterations:
+                report["wrong"] += int(not single_copy_round(comm, collective, report["iterations"]))
+                report["iterations"] += 1
+            report["ok"] = True
+        finally:
+            stop.set()
+            if liar:
+                liar.join()
+            report["writes"] = writes[0]
     elif scenario == "fuzz":
         family, seed = os.environ["TEST_FIELDS"], int(os.environ.get("TEST_SEED", "1"))
         until = time.monotonic() + float(os.environ.get("TEST_FUZZ_S", "1.5"))
