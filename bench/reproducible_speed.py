@@ -21,13 +21,13 @@ DTYPES = ("float32", "float64")
 TARGET = 2.0
 WHERE_THE_TIME_GOES = (
     "Where the time goes: on this data (gaussian, no infinity or NaN) reproducible runs its exact mode: one "
-    "12-byte internal all_reduce max (the summary), then the call on int64 limbs, one per float32 element and two "
-    "per float64 element (W = 62 - ceil(log2 ranks) bits a limb; the span of gaussian float32 fits one, float64's "
-    "needs two), so the wire carries twice fast's bytes; the vectorised summary, encode and decode loops add about "
-    "1 ns per element on this machine (AVX-512, measured alone with a C harness: summary 0.1-0.4, encode 0.4-1.1, "
-    "decode 0.3-1.2 ns). The ratio therefore sits near 2 plus the kernels and the extra collective's latency, "
-    "which weighs most at 4 ranks on 2 cores. Data with an infinity or NaN, or spanning more than two limbs, runs "
-    "the general mode (a per-element exponent pass, then 2-3 limbs of 46 bits), as before.")
+    "12-byte internal all_reduce max of each rank's summary (a vectorised pass over the data), then, over shared "
+    "memory, the transport's coded all-reduce, which encodes each piece on its way into shared memory and sums "
+    "each element once there. float32's span fits 53 bits with the ranks' headroom, so its elements travel as "
+    "they are and sum exactly in double: fast's bytes, plus the summary pass and a widening sum. float64's span "
+    "needs two exact doubles per element: twice fast's bytes, which is the floor of its ratio wherever copying "
+    "dominates. Data with an infinity or NaN, or spanning more than two limbs, runs the general mode (a "
+    "per-element exponent pass, then 2-3 limbs of 46 bits).")
 
 
 def rank_main(plan):
