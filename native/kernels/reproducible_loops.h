@@ -201,41 +201,35 @@ static void f32_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
         o[i] = (float)odd_f64_of_limb(limbs[i], scale);
 }
 
-/* float16 and bfloat16 differ only in their rounding from float32. */
-#define HALF_DECODE1(name, from_f32)                                                                             \
+/* float16 and bfloat16 differ only in their rounding from float32; of_limb gives the limb sum as a double: rounded
+ * to odd (a wide sum), or exact (a narrow plan's, below). */
+#define HALF_DECODE1(name, from_f32, of_limb)                                                                    \
     static void name(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)                    \
     {                                                                                                            \
         (void)bits;                                                                                              \
         elem_u16 *o = (elem_u16 *)out;                                                                           \
         const double scale = pow2_normal(base);                                                                  \
         for (int64_t i = 0; i < n; i++)                                                                          \
-            o[i] = from_f32(round_to_odd_f32(odd_f64_of_limb(limbs[i], scale)));                                 \
+            o[i] = from_f32(round_to_odd_f32(of_limb(limbs[i], scale)));                                         \
     }
-HALF_DECODE1(f16_decode1, pycoll_f32_to_f16)
-HALF_DECODE1(bf16_decode1, pycoll_f32_to_bf16)
+HALF_DECODE1(f16_decode1, pycoll_f32_to_f16, odd_f64_of_limb)
+HALF_DECODE1(bf16_decode1, pycoll_f32_to_bf16, odd_f64_of_limb)
 
 /* Narrow plans: every sum converts to double exactly, so float32 rounds once by its own conversion, and the
  * 16-bit formats round to odd at float first as ever; float64's one-limb decode already rounds once. */
+static inline double exact_f64_of_limb(int64_t limb, double scale) { return (double)limb * scale; }
+
 static void f32_decode_narrow(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
 {
     (void)bits;
     elem_f32 *o = (elem_f32 *)out;
     const double scale = pow2_normal(base);
     for (int64_t i = 0; i < n; i++)
-        o[i] = (float)((double)limbs[i] * scale);
+        o[i] = (float)exact_f64_of_limb(limbs[i], scale);
 }
 
-#define HALF_DECODE_NARROW(name, from_f32)                                                                       \
-    static void name(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)                    \
-    {                                                                                                            \
-        (void)bits;                                                                                              \
-        elem_u16 *o = (elem_u16 *)out;                                                                           \
-        const double scale = pow2_normal(base);                                                                  \
-        for (int64_t i = 0; i < n; i++)                                                                          \
-            o[i] = from_f32(round_to_odd_f32((double)limbs[i] * scale));                                         \
-    }
-HALF_DECODE_NARROW(f16_decode_narrow, pycoll_f32_to_f16)
-HALF_DECODE_NARROW(bf16_decode_narrow, pycoll_f32_to_bf16)
+HALF_DECODE1(f16_decode_narrow, pycoll_f32_to_f16, exact_f64_of_limb)
+HALF_DECODE1(bf16_decode_narrow, pycoll_f32_to_bf16, exact_f64_of_limb)
 #define f64_decode_narrow f64_decode1
 
 /* A narrow plan's sum straight from the elements: each is a multiple of 2^base and every partial sum stays
