@@ -13,7 +13,7 @@ from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing l
 def _run(n, scenario, env=None, timeout=30, backend="shm"):
     with Ranks(n, "shm_coll_worker.py", scenario, env=dict(env or {}, PYCOLL_BACKEND=backend),
                timeout=timeout) as ranks:
-        return ranks.reports()
+        return ranks.reports(deadline_s=max(60.0, timeout))  # the matrices take a while under the sanitizers
 
 
 @pytest.mark.timeout(240)
