@@ -192,44 +192,33 @@ static void f64_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t b
  * to nearest in their own format (the 16-bit ones through float, rounded to odd again). */
 static inline double odd_f64_of_limb(int64_t limb, double scale) { return round_to_odd_f64(limb) * scale; }
 
-static void f32_decode1(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
-{
-    (void)bits;
-    elem_f32 *o = (elem_f32 *)out;
-    const double scale = pow2_normal(base);
-    for (int64_t i = 0; i < n; i++)
-        o[i] = (float)odd_f64_of_limb(limbs[i], scale);
-}
+/* How a double becomes each format's element, rounded once: float32 by its conversion, the 16-bit formats through
+ * float rounded to odd (at most 22 bits below float's 24, so the second rounding is the first's). */
+#define ROUND_F64(d) (d)
+#define ROUND_F32(d) ((float)(d))
+#define ROUND_F16(d) pycoll_f32_to_f16(round_to_odd_f32(d))
+#define ROUND_BF16(d) pycoll_f32_to_bf16(round_to_odd_f32(d))
 
-/* float16 and bfloat16 differ only in their rounding from float32; of_limb gives the limb sum as a double: rounded
- * to odd (a wide sum), or exact (a narrow plan's, below). */
-#define HALF_DECODE1(name, from_f32, of_limb)                                                                    \
+/* Narrow plans: every sum converts to double exactly; float64's one-limb decode already rounds once. */
+static inline double exact_f64_of_limb(int64_t limb, double scale) { return (double)limb * scale; }
+
+/* One limb of a narrower format: of_limb gives the limb sum as a double, rounded to odd (a wide sum) or exact (a
+ * narrow plan's), and ROUND rounds it once to the format. */
+#define DECODE1(name, elem, ROUND, of_limb)                                                                      \
     static void name(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)                    \
     {                                                                                                            \
         (void)bits;                                                                                              \
-        elem_u16 *o = (elem_u16 *)out;                                                                           \
+        elem *o = (elem *)out;                                                                                   \
         const double scale = pow2_normal(base);                                                                  \
         for (int64_t i = 0; i < n; i++)                                                                          \
-            o[i] = from_f32(round_to_odd_f32(of_limb(limbs[i], scale)));                                         \
+            o[i] = ROUND(of_limb(limbs[i], scale));                                                              \
     }
-HALF_DECODE1(f16_decode1, pycoll_f32_to_f16, odd_f64_of_limb)
-HALF_DECODE1(bf16_decode1, pycoll_f32_to_bf16, odd_f64_of_limb)
-
-/* Narrow plans: every sum converts to double exactly, so float32 rounds once by its own conversion, and the
- * 16-bit formats round to odd at float first as ever; float64's one-limb decode already rounds once. */
-static inline double exact_f64_of_limb(int64_t limb, double scale) { return (double)limb * scale; }
-
-static void f32_decode_narrow(const int64_t *limbs, int64_t n, int32_t base, int32_t bits, void *out)
-{
-    (void)bits;
-    elem_f32 *o = (elem_f32 *)out;
-    const double scale = pow2_normal(base);
-    for (int64_t i = 0; i < n; i++)
-        o[i] = (float)exact_f64_of_limb(limbs[i], scale);
-}
-
-HALF_DECODE1(f16_decode_narrow, pycoll_f32_to_f16, exact_f64_of_limb)
-HALF_DECODE1(bf16_decode_narrow, pycoll_f32_to_bf16, exact_f64_of_limb)
+DECODE1(f32_decode1, elem_f32, ROUND_F32, odd_f64_of_limb)
+DECODE1(f16_decode1, elem_u16, ROUND_F16, odd_f64_of_limb)
+DECODE1(bf16_decode1, elem_u16, ROUND_BF16, odd_f64_of_limb)
+DECODE1(f32_decode_narrow, elem_f32, ROUND_F32, exact_f64_of_limb)
+DECODE1(f16_decode_narrow, elem_u16, ROUND_F16, exact_f64_of_limb)
+DECODE1(bf16_decode_narrow, elem_u16, ROUND_BF16, exact_f64_of_limb)
 #define f64_decode_narrow f64_decode1
 
 /* A narrow plan's sum straight from the elements: each is a multiple of 2^base and every partial sum stays
@@ -258,10 +247,6 @@ HALF_DECODE1(bf16_decode_narrow, pycoll_f32_to_bf16, exact_f64_of_limb)
 #define WIDEN_F32(v) ((double)(v))
 #define WIDEN_F16(v) ((double)pycoll_f16_to_f32(v))
 #define WIDEN_BF16(v) ((double)pycoll_bf16_to_f32(v))
-#define ROUND_F64(d) (d)
-#define ROUND_F32(d) ((float)(d))
-#define ROUND_F16(d) pycoll_f32_to_f16(round_to_odd_f32(d))
-#define ROUND_BF16(d) pycoll_f32_to_bf16(round_to_odd_f32(d))
 REPRO_SUM_NARROW(f64, elem_f64, WIDEN_F64, ROUND_F64)
 REPRO_SUM_NARROW(f32, elem_f32, WIDEN_F32, ROUND_F32)
 REPRO_SUM_NARROW(f16, elem_u16, WIDEN_F16, ROUND_F16)
