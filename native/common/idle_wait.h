@@ -8,7 +8,11 @@
 #include "pycoll/p2p.h"
 
 #define IDLE_NAP_NS 50000LL        /* one sleep once spinning is over: short next to a collective's cost */
-#define IDLE_YIELD_AFTER_POLLS 64  /* idle polls before the spin phase gives the core away between polls */
+/* Idle polls before the spin phase gives the core away between polls. Few: where ranks outnumber cores, the rank
+ * waited for is usually runnable on this very core, and every poll before the yield delays it; where each rank
+ * has a core, a message that comes at all usually comes within a few polls, and a yield with nothing else to
+ * run returns at once. */
+#define IDLE_YIELD_AFTER_POLLS 4
 
 typedef struct idle_wait {
     int64_t spin_until; /* CLOCK_MONOTONIC ns: spin until then, nap after */
