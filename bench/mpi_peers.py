@@ -29,6 +29,7 @@ from pycoll.bench import sweep
 
 sys.path.insert(0, str(Path(__file__).parent))
 from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description
+from core_to_core import round_trips  # noqa: E402
 
 COLUMNS = (("cpu", "pycoll (auto)"), ("before", "pycoll before"), ("impi", "Intel MPI"), ("mpich", "MPICH"),
            ("mpi", "Open MPI"), ("oneccl", "oneCCL"), ("gloo", "gloo"))
@@ -55,6 +56,12 @@ def run_once(world, collective, args, json_path, python=sys.executable, peers=Tr
         raise SystemExit(f"pycoll bench exited with {proc.returncode}")
     rows = json.loads(Path(json_path).read_text())
     return rows if python == sys.executable else [dict(r, backend="before") for r in rows]
+
+
+def core_to_core_probe():
+    """The machine's core-to-core round trip now (us), or None where it has one core."""
+    medians = round_trips(seconds=0.5)
+    return statistics.median(medians) if medians else None
 
 
 def mpi_versions():
@@ -108,6 +115,7 @@ def main():
     worlds = [int(w) for w in args.worlds.split(",")]
     collectives = args.collective.split(",")
     runs = {w: [] for w in worlds}
+    probes = []  # the machine's core-to-core round trip before each run, and after the last
     if args.from_json:
         if len(worlds) != 1:
             raise SystemExit("--from-json: give one --worlds, the world size of those runs")
@@ -120,10 +128,12 @@ def main():
             for i in range(args.runs):
                 for world in worlds:
                     for coll in collectives:
+                        probes.append(core_to_core_probe())
                         json_path = Path(tmp) / f"w{world}-{coll}-{i}.json"
                         if args.baseline:
                             runs[world].append(run_once(world, coll, args, json_path, args.baseline, peers=False))
                         runs[world].append(run_once(world, coll, args, json_path))
+            probes.append(core_to_core_probe())
         baseline = f" --baseline {args.baseline}" if args.baseline else ""
         peers = shlex.quote(args.peers)
         how = (f"Produced by `python bench/mpi_peers.py --worlds {args.worlds} --runs {args.runs} -b {args.b} "
@@ -136,6 +146,10 @@ def main():
     if not args.from_json:
         doc.append(f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it "
                    f"started, {os.getloadavg()[0]:.1f} at the end.")
+    if probes and None not in probes:
+        doc.append("- The machine's 64 KiB round trip between two cores (bench/core_to_core.py, the median of half a "
+                   "second, us) before each run and after the last: " + ", ".join(f"{p:.0f}" for p in probes) +
+                   ". Where it changes several-fold, so do the collectives run then, pycoll's and the peers' alike.")
     doc += ["", ("Method: pycoll bench's (float32 sum, out of place; each iteration after a barrier; a rank's median; "
                  "the slowest rank's), then the median of the runs. Each peer runs in its own job after pycoll's, in "
                  "the order pycoll, Open MPI (mpirun, default transports: shared memory), Intel MPI, MPICH (each its "
