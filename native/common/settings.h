@@ -36,6 +36,9 @@
       "large shared-memory broadcast, all_to_all and 2-rank all_gather: auto reads a rank's buffer straight "    \
       "from its process (process_vm_readv) where every local rank may; off (on any rank) copies through the "    \
       "shared area")                                                                                             \
+    X(SHM_STREAMING, CHOICE, "auto", "auto|on|off", 0, 0,                                                        \
+      "shared-memory collectives from 32 KiB: how each rank copies into the shared area (auto: plain or "       \
+      "streaming stores, whichever it measures faster at the size; on: always streaming; off: always plain)")    \
     X(RING_SEGMENT_BYTES, INT, NULL, NULL, 1, 0,                                                                 \
       "ring pipeline segment of communicators created afterwards (default 512 KiB; simulate(segment_bytes=) per " \
       "run)")                                                                                                    \

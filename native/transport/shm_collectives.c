@@ -60,6 +60,7 @@
 #include "common/frame.h"
 #include "transport/shm_layout.h"
 #include "transport/shm_single_copy.h"
+#include "transport/shm_slot_copy.h"
 #include "transport/shm_transport.h"
 
 /* One slot: the largest round, as large as one ring up to this (a job that asks for small rings, as the tests
@@ -99,6 +100,7 @@ struct shm_collectives {
     const void **wires;      /* per rank: one piece of a coded all-reduce's sources */
     void *part, *tmp;        /* one piece's compensated partial and its loaded source (local memory) */
     shm_single_copy_t *single_copy;
+    shm_slot_copy_t copy; /* how this call's copy-ins go */
 };
 
 static int64_t slot_bytes_for(int64_t ring_bytes)
@@ -283,7 +285,7 @@ static pycoll_status_t all_reduce_small(shm_collectives_t *c, const reduction_t 
     const pycoll_p2p_t *p2p = p2p_of(c);
     const uint64_t round = ++c->round;
     if (count > 0) /* an empty array's pointer may be NULL */
-        memcpy(slot_of(c, p2p->rank, round), sendbuf, (size_t)count * red->dsize);
+        slot_copy(&c->copy, slot_of(c, p2p->rank, round), sendbuf, (size_t)count * red->dsize);
     pycoll_status_t st = post_and_wait(c, round);
     if (st != PYCOLL_OK || count == 0 || !gets_result(p2p, root))
         return st;
@@ -316,7 +318,7 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
     for (int32_t j = 0; j < size; j++) {
         range_of(j, size, count, ds, &lo, &hi);
         if (j != me && hi > lo)
-            memcpy(mine + lo * ds, send + lo * ds, (size_t)(hi - lo) * ds);
+            slot_copy(&c->copy, mine + lo * ds, send + lo * ds, (size_t)(hi - lo) * ds);
     }
     pycoll_status_t st = post_and_wait(c, round);
     if (st != PYCOLL_OK)
@@ -326,6 +328,11 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
         c->sources[r] = (r == me ? send : slot_of(c, r, round)) + lo * ds;
     if (hi > lo && root == me && recv != send) { /* no one else reads it, and it is not a source */
         st = reduce_sources(c, red, recv + lo * ds, size, hi - lo);
+    } else if (hi > lo && root < 0 && recv != send) {
+        /* Into my result, then into my slot's range (which no copy-in wrote) for the others, as a copy-in goes. */
+        st = reduce_sources(c, red, recv + lo * ds, size, hi - lo);
+        if (st == PYCOLL_OK)
+            slot_copy(&c->copy, mine + lo * ds, recv + lo * ds, (size_t)(hi - lo) * ds);
     } else if (hi > lo) {
         /* Into my slot's range, which no copy-in wrote: the others copy it out from there. */
         st = reduce_sources(c, red, mine + lo * ds, size, hi - lo);
@@ -352,6 +359,7 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
 static pycoll_status_t reduce_to(shm_collectives_t *c, const reduction_t *red, const void *sendbuf, void *recvbuf,
                                  int64_t count, int32_t root)
 {
+    slot_copy_begin(&c->copy, count * (int64_t)red->dsize);
     if (count * (int64_t)red->dsize <= (SMALL_BYTES < c->slot_bytes ? SMALL_BYTES : c->slot_bytes))
         return all_reduce_small(c, red, sendbuf, recvbuf, count, root);
     const int64_t per_round = c->slot_bytes / (int64_t)red->dsize;
@@ -363,6 +371,7 @@ static pycoll_status_t reduce_to(shm_collectives_t *c, const reduction_t *red, c
         if (st != PYCOLL_OK)
             return st;
     }
+    slot_copy_end(&c->copy);
     return PYCOLL_OK;
 }
 
@@ -540,6 +549,7 @@ static pycoll_status_t shm_reduce_scatter(pycoll_p2p_t *p2p, const void *sendbuf
                                "for %d ranks", (long long)c->slot_bytes, (int)size);
     const unsigned char *send = sendbuf;
     unsigned char *recv = recvbuf;
+    slot_copy_begin(&c->copy, count * size * (int64_t)ds);
     int64_t at = 0;
     do { /* at least one round, so that an empty reduce-scatter is still checked against the others */
         const int64_t len = count - at < piece ? count - at : piece;
@@ -547,7 +557,8 @@ static pycoll_status_t shm_reduce_scatter(pycoll_p2p_t *p2p, const void *sendbuf
         unsigned char *mine = slot_of(c, me, round);
         for (int32_t j = 0; j < size && len > 0; j++)
             if (j != me)
-                memcpy(mine + j * stride, send + ((int64_t)j * count + at) * (int64_t)ds, (size_t)len * ds);
+                slot_copy(&c->copy, mine + j * stride, send + ((int64_t)j * count + at) * (int64_t)ds,
+                          (size_t)len * ds);
         pycoll_status_t st = post_and_wait(c, round);
         if (st != PYCOLL_OK)
             return st;
@@ -561,6 +572,7 @@ static pycoll_status_t shm_reduce_scatter(pycoll_p2p_t *p2p, const void *sendbuf
         }
         at += len;
     } while (at < count);
+    slot_copy_end(&c->copy);
     return PYCOLL_OK;
 }
 
@@ -597,12 +609,13 @@ static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, vo
         return own_in_place ? PYCOLL_OK : memory_copy(p2p, own, send, block, "all_gather");
     if (size == 2 && block >= ALL_GATHER_SINGLE_COPY_MIN_BYTES && single_copies_agreed(c))
         return all_gather_single_copy(c, send, recv, block, own_in_place);
+    slot_copy_begin(&c->copy, block * size);
     int64_t at = 0;
     do { /* at least one round, so that an empty all-gather is still checked against the others */
         const int64_t len = block - at < c->slot_bytes ? block - at : c->slot_bytes;
         const uint64_t round = ++c->round;
         if (len > 0)
-            memcpy(slot_of(c, me, round), send + at, (size_t)len);
+            slot_copy(&c->copy, slot_of(c, me, round), send + at, (size_t)len);
         publish_posted(c, round);
         if (len > 0 && !own_in_place) /* while the others arrive */
             memcpy(own + at, send + at, (size_t)len);
@@ -614,6 +627,7 @@ static pycoll_status_t shm_all_gather(pycoll_p2p_t *p2p, const void *sendbuf, vo
                 memcpy(recv + r * block + at, slot_of(c, r, round), (size_t)len);
         at += len;
     } while (at < block);
+    slot_copy_end(&c->copy);
     return PYCOLL_OK;
 }
 
@@ -632,12 +646,13 @@ static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count
             st = read_source(c, round, root, buf, 0, nbytes);
         return st == PYCOLL_OK ? finish_reads(c, round, p2p->rank == root) : st;
     }
+    slot_copy_begin(&c->copy, nbytes);
     int64_t at = 0;
     do { /* at least one round, so that an empty broadcast is still checked against the others */
         const int64_t len = nbytes - at < c->slot_bytes ? nbytes - at : c->slot_bytes;
         const uint64_t round = ++c->round;
         if (p2p->rank == root && len > 0)
-            memcpy(slot_of(c, root, round), (char *)buf + at, (size_t)len);
+            slot_copy(&c->copy, slot_of(c, root, round), (char *)buf + at, (size_t)len);
         pycoll_status_t st = post_and_wait(c, round);
         if (st != PYCOLL_OK)
             return st;
@@ -645,6 +660,7 @@ static pycoll_status_t shm_broadcast(pycoll_p2p_t *p2p, void *buf, int64_t count
             memcpy((char *)buf + at, slot_of(c, root, round), (size_t)len);
         at += len;
     } while (at < nbytes);
+    slot_copy_end(&c->copy);
     return PYCOLL_OK;
 }
 
@@ -682,6 +698,7 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
         }
         return st == PYCOLL_OK ? finish_reads(c, round, 1) : st;
     }
+    slot_copy_begin(&c->copy, block * size);
     int64_t at = 0;
     do { /* at least one round, so that an empty all-to-all is still checked against the others */
         const int64_t len = block - at < per_rank ? block - at : per_rank;
@@ -689,7 +706,7 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
         unsigned char *mine = slot_of(c, me, round);
         for (int32_t j = 0; j < size && len > 0; j++)
             if (j != me)
-                memcpy(mine + j * len, send + j * block + at, (size_t)len);
+                slot_copy(&c->copy, mine + j * len, send + j * block + at, (size_t)len);
         pycoll_status_t st = post_and_wait(c, round);
         if (st != PYCOLL_OK)
             return st;
@@ -698,6 +715,7 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
                    (size_t)len);
         at += len;
     } while (at < block);
+    slot_copy_end(&c->copy);
     return PYCOLL_OK;
 }
 
@@ -740,6 +758,7 @@ shm_collectives_t *shm_collectives_attach(shm_transport_t *t, int32_t size, cons
     if (c) {
         c->t = t;
         c->slot_bytes = slot_bytes_for(ring_bytes);
+        slot_copy_init(&c->copy);
         c->maps = calloc((size_t)size, sizeof *c->maps);
         c->sources = calloc((size_t)size, sizeof *c->sources);
         c->wires = calloc((size_t)size, sizeof *c->wires);
