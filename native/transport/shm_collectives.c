@@ -41,6 +41,9 @@
  * rank's before it returns, since its caller may then reuse the buffer. What is read, and how much, comes from
  * this rank's own descriptor; only the address is the owner's word, and the kernel checks it.
  *
+ * Copies into a slot go through shm_slot_copy.c, which picks plain or streaming stores per call by what this
+ * rank measured faster (where a reader's pull from the writer's cache is slow, streaming stores are faster).
+ *
  * Waiting goes through the transport's one loop (shm_wait_until): spin on the flags with plain loads, yield,
  * nap, bounded by p2p->deadline_ns; the rings are polled meanwhile, so an ABORT, a STATE probe from a rank in a
  * message collective, or a dead peer's pidfd ends the wait as it ends a message wait. A rank waited for that

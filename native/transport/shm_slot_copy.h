@@ -9,8 +9,9 @@
  * So a collective chooses per call, by its size: below STREAM_MIN_BYTES plain (too few lines for the pull to
  * matter); from there on, whichever of the two this rank has measured faster at this size (its whole
  * collective's time per byte, the median of the last few calls, so that one late peer does not decide),
- * trying each twice at first and the other now and then, so that a change of the machine's mood is noticed. Ranks choose on their own: how a slot was written never changes what is in
- * it, only how fast it arrives. */
+ * trying each twice at first and the other now and then, so that a change of the machine is noticed.
+ * PYCOLL_SHM_STREAMING=on or off fixes the choice instead. Ranks choose on their own: how a slot was written
+ * never changes what is in it, only how fast it arrives. */
 #ifndef PYCOLL_TRANSPORT_SHM_SLOT_COPY_H
 #define PYCOLL_TRANSPORT_SHM_SLOT_COPY_H
 
@@ -24,7 +25,7 @@ typedef struct shm_slot_copy {
     int mode;                                   /* SLOT_COPY_AUTO, _PLAIN or _STREAMING (PYCOLL_SHM_STREAMING) */
     int streaming;                              /* this call's choice */
     int measuring;                              /* this call's size class + 1, 0: no measurement */
-    int64_t started_ns, bytes;                  /* this call's */
+    int64_t started_ns, bytes;                  /* this call's start and size */
     int64_t calls[SLOT_COPY_CLASSES];           /* calls per class */
     /* [class][plain, streaming]: the last SLOT_COPY_KEPT measurements (ns per byte), the newest at
      * kept[..] - 1 modulo SLOT_COPY_KEPT */
