@@ -23,7 +23,7 @@ _FLAG_BYTES = 64  # one cache line: the turn counter
 
 
 def _arrays(shm, nbytes):
-    flag = np.ndarray((1,), np.int64, shm.buf[:8])
+    flag = np.ndarray((2,), np.int64, shm.buf[:16])  # the turn, and the far side's "ready"
     a = np.ndarray((nbytes,), np.uint8, shm.buf[_FLAG_BYTES:_FLAG_BYTES + nbytes])
     b = np.ndarray((nbytes,), np.uint8, shm.buf[_FLAG_BYTES + nbytes:_FLAG_BYTES + 2 * nbytes])
     return flag, a, b
@@ -45,6 +45,7 @@ def _answer(name, nbytes, cpu):
         flag, a, b = _arrays(shm, nbytes)
         mine = np.full(nbytes, 2, np.uint8)
         got = np.empty(nbytes, np.uint8)
+        flag[1] = 1
         turn = 1
         while True:
             seen = flag[0]
@@ -71,9 +72,14 @@ def round_trips(seconds=2.0, nbytes=65536, every=0.25):
     flag, a, b = _arrays(shm, nbytes)
     medians = []
     try:
-        flag[0] = 0
+        flag[0] = flag[1] = 0
         far.start()
         _pin(cpus[0])
+        started = time.perf_counter()
+        while flag[1] != 1:  # its start (an interpreter and numpy) is no round trip
+            if time.perf_counter() - started > 60.0:
+                raise TimeoutError("core_to_core: the far process did not start within 60 s")
+            time.sleep(0.001)
         mine = np.full(nbytes, 1, np.uint8)
         got = np.empty(nbytes, np.uint8)
         turn = 0

@@ -341,7 +341,7 @@ class Communicator:
         """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
         fast = self._fast
         if fast is not None and async_op is False and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
-            return x
+            return x if out is None else out
         self._engine_or_raise()
         root = self._root(root)
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
@@ -516,6 +516,9 @@ class Communicator:
     def all_to_all(self, x, out, *, async_op=False):
         """x and out hold size * k elements each (separate memory): block j of x goes to rank j, and block i of
         out comes from rank i. Returns out (with async_op=True a pycoll.Work whose wait() returns it)."""
+        fast = self._fast
+        if fast is not None and async_op is False and self._ran(self._run(fast.all_to_all, x, out)):
+            return out
         self._engine_or_raise()
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)

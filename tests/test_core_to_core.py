@@ -28,8 +28,9 @@ def test_round_trips_measure_each_window_and_restore_the_affinity(monkeypatch):
     shm_before = set(os.listdir("/dev/shm"))
     medians = probe.round_trips(seconds=0.4, nbytes=4096, every=0.1)
     assert len(medians) == 4
-    # a round trip copies 4 KiB twice and crosses between processes: more than a nanosecond, less than a second
-    assert all(0.001 < m < 1e6 for m in medians), medians
+    # a round trip copies 4 KiB twice between two spinning processes: far less than the 50 ms that starting the
+    # far process takes (which must not count as one)
+    assert all(0.001 < m < 50_000 for m in medians), medians
     assert os.sched_getaffinity(0) == before
     assert set(os.listdir("/dev/shm")) <= shm_before
 

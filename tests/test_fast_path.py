@@ -44,6 +44,9 @@ COMMON = [
     ("all_gather", lambda comm: comm.all_gather(X, Y)),
     ("broadcast", lambda comm: comm.broadcast(X, root=0)),
     ("reduce", lambda comm: comm.reduce(X, 0, "prod", accuracy="compensated")),
+    ("reduce with out", lambda comm: comm.reduce(X, 0, out=Y)),
+    ("reduce with out = x", lambda comm: comm.reduce(Y, 0, out=Y)),
+    ("all_to_all", lambda comm: comm.all_to_all(X, Y)),
     ("int64 2-d", lambda comm: comm.all_reduce(np.ones((2, 3), dtype=np.int64))),
     ("uint8", lambda comm: comm.all_reduce(np.ones(3, dtype=np.uint8), "max")),
     ("float16", lambda comm: comm.all_reduce(np.ones(3, dtype=np.float16))),
@@ -69,7 +72,12 @@ UNCOMMON = [
     ("out of another length", lambda comm: comm.all_reduce(X, out=np.zeros(7, np.float32))),
     ("read-only out", lambda comm: comm.all_reduce(X, out=np.broadcast_to(np.float32(0), (8,)))),
     ("blocks of the wrong length", lambda comm: comm.all_gather(X, np.zeros(9, np.float32))),
-    ("reduce with out", lambda comm: comm.reduce(X, 0, out=np.zeros(8, np.float32))),
+    ("reduce with out of another length", lambda comm: comm.reduce(X, 0, out=np.zeros(7, np.float32))),
+    ("reduce with overlapping out", lambda comm: comm.reduce(Y[:6], 0, out=Y[2:])),
+    ("all_to_all in place", lambda comm: comm.all_to_all(Y, Y)),
+    ("all_to_all overlapping", lambda comm: comm.all_to_all(Y[:4], Y[2:6])),
+    ("all_to_all of another dtype", lambda comm: comm.all_to_all(X, np.zeros(8, np.float64))),
+    ("all_to_all read-only out", lambda comm: comm.all_to_all(X, np.broadcast_to(np.float32(0), (8,)))),
     ("bool root", lambda comm: comm.broadcast(X, root=False)),
     ("root out of range", lambda comm: comm.broadcast(X, root=1)),
     ("numpy integer root", lambda comm: comm.broadcast(X, root=np.int64(0))),
@@ -104,6 +112,16 @@ def test_an_algorithm_pinned_by_the_environment_holds_on_the_fast_path(monkeypat
     with pycoll.init(rank=0, world_size=1, timeout=10) as comm:
         comm.all_reduce(np.ones(4, np.float32))
         assert comm.last_algorithm == "mesh"
+
+
+def test_the_fast_paths_results_are_the_general_paths(comm, monkeypatch):
+    """reduce into out and all_to_all return what the general path returns, with the same bytes."""
+    x = np.arange(8, dtype=np.float32)
+    fast = (comm.reduce(x, 0, out=np.zeros(8, np.float32)), comm.all_to_all(x, np.zeros(8, np.float32)))
+    monkeypatch.setattr(comm, "_fast", None)
+    general = (comm.reduce(x, 0, out=np.zeros(8, np.float32)), comm.all_to_all(x, np.zeros(8, np.float32)))
+    for f, g in zip(fast, general):
+        assert f.tobytes() == g.tobytes() == x.tobytes()
 
 
 def test_a_closed_communicator_says_so(comm):

@@ -181,20 +181,42 @@ cdef class FastPath:
         return self._name()
 
     def reduce(self, x, root, op, out, accuracy):
-        """Only where x is the result (out None): on the root x must be writable, elsewhere it is only read."""
-        cdef host_array send
+        """On the root the result goes into out (x itself when out is None: then x must be writable); elsewhere
+        x is only read, and out is not used (as on the general path)."""
+        cdef host_array send, recv
         cdef pycoll_call_t call
         cdef int ids[3]
         cdef int r
-        if out is not None or not self._names(op, "auto", accuracy, ids) or not self._root(root, &r) \
-                or not self._view(x, &send):
+        if not self._names(op, "auto", accuracy, ids) or not self._root(root, &r) or not self._view(x, &send):
             return None
         is_root = r == pycoll_comm_rank(self.native.comm)
-        if is_root and not send.writable:
-            return None
-        _describe(&call, PYCOLL_COLL_REDUCE, &send, &send if is_root else NULL)  # in place on the root
+        if not is_root:
+            _describe(&call, PYCOLL_COLL_REDUCE, &send, NULL)
+        elif out is None:
+            if not send.writable:
+                return None
+            _describe(&call, PYCOLL_COLL_REDUCE, &send, &send)
+        else:
+            if not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
+                    or recv.count != send.count or (recv.ptr != send.ptr and _shares_memory(&send, &recv)):
+                return None
+            _describe(&call, PYCOLL_COLL_REDUCE, &send, &recv)
         call.root = r
         return self._reduction(&call, ids)
+
+    def all_to_all(self, x, out):
+        """x and out of one dtype, size * k elements each, in separate memory (exact aliasing too: the general
+        path explains)."""
+        cdef host_array send, recv
+        cdef pycoll_call_t call
+        if not self._view(x, &send) or not self._view(out, &recv) or not recv.writable \
+                or recv.dtype != send.dtype or recv.count != send.count or send.count % self.size != 0:
+            return None
+        if send.nbytes > 0 and (send.ptr == recv.ptr or _shares_memory(&send, &recv)):
+            return None
+        _describe(&call, PYCOLL_COLL_ALL_TO_ALL, &send, &recv)
+        self.native._run(&call, False)
+        return self._name()
 
     cdef bint _peer_tag(self, peer, tag, int *p, uint32_t *t) except -1:
         """peer another rank, tag in [0, 2**32): exact ints only (the general path explains the rest)."""
