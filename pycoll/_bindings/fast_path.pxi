@@ -129,6 +129,11 @@ cdef class FastPath:
             return send.count == <int64_t>self.size * recv.count
         return recv.count == <int64_t>self.size * send.count
 
+    cdef bint _result(self, out, const host_array *send, host_array *recv) except -1:
+        """out: writable, of send's dtype and length, and either send's own memory or apart from it."""
+        return self._view(out, recv) and recv.writable and recv.dtype == send.dtype and recv.count == send.count \
+            and (recv.ptr == send.ptr or not _shares_memory(send, recv))
+
     def all_reduce(self, x, op, out, algorithm, accuracy):
         cdef host_array send, recv
         cdef pycoll_call_t call
@@ -139,8 +144,7 @@ cdef class FastPath:
             recv = send
             if not recv.writable:
                 return None
-        elif not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
-                or recv.count != send.count or (recv.ptr != send.ptr and _shares_memory(&send, &recv)):
+        elif not self._result(out, &send, &recv):
             return None
         _describe(&call, PYCOLL_COLL_ALL_REDUCE, &send, &recv)
         return self._reduction(&call, ids)
@@ -196,11 +200,10 @@ cdef class FastPath:
             if not send.writable:
                 return None
             _describe(&call, PYCOLL_COLL_REDUCE, &send, &send)
-        else:
-            if not self._view(out, &recv) or not recv.writable or recv.dtype != send.dtype \
-                    or recv.count != send.count or (recv.ptr != send.ptr and _shares_memory(&send, &recv)):
-                return None
+        elif self._result(out, &send, &recv):
             _describe(&call, PYCOLL_COLL_REDUCE, &send, &recv)
+        else:
+            return None
         call.root = r
         return self._reduction(&call, ids)
 
