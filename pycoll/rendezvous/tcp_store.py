@@ -41,10 +41,12 @@ class TCPStore:
     secret check. The server holds at most ``max_bytes`` (default: PYCOLL_STORE_MAX_BYTES, else 64 MiB).
     ``secret_file`` names the file ``secret`` was read from when it is this user's per-host secret
     (pycoll.rendezvous.user_secret): errors then point to it, and a client failing the secret check is only
-    logged, never recorded as the job's failure, since only another user's process can hold another secret."""
+    logged, never recorded as the job's failure, since only another user's process can hold another secret.
+    ``secret_hold`` (a user_secret.HeldSecret) is closed with the store: the file stays held while it is used."""
 
     def __init__(self, host, port, *, is_server, timeout=300.0, secret=None, handshake_timeout=5.0, rank=None,
-                 max_bytes=None, secret_file=None):
+                 max_bytes=None, secret_file=None, secret_hold=None):
+        self._secret_hold = secret_hold
         if not isinstance(host, str) or not host:
             raise TypeError(f"host must be a non-empty str, got {host!r}")
         if isinstance(port, bool) or not isinstance(port, int):
@@ -212,6 +214,8 @@ class TCPStore:
         if self._server is not None:
             self._server.stop(min(self.timeout, CLOSE_LINGER) if linger is None else check_timeout("linger", linger))
             self._server = None
+        if self._secret_hold is not None:
+            self._secret_hold.close()
 
     def __enter__(self):
         return self
@@ -261,16 +265,26 @@ def create_store(launch, *, timeout=300.0, secret=None, env=None):
     env = os.environ if env is None else env
     agent = _agent_store(launch, env, timeout)
     port = store_port(launch.master_port, env) if agent is None else launch.master_port
-    secret_file = None
+    held = None
     if secret is None and (launch.single_host or is_loopback(launch.master_addr)):
-        secret, secret_file = user_secret.read_or_create(port), user_secret.secret_path(port)
+        held = user_secret.hold(port)
+    try:
+        return _open_store(launch, agent, port, timeout, held.value if held else secret, env, held)
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+
+
+def _open_store(launch, agent, port, timeout, secret, env, held):
+    secret_file = held.path if held is not None else None
     if agent is not None:
         key = f"pycoll/store_port/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         if launch.rank == 0:
             store = TCPStore(launch.master_addr, 0, is_server=True, timeout=timeout, secret=secret, rank=0,
-                             secret_file=secret_file)
+                             secret_file=secret_file, secret_hold=held)
             agent.set(key, str(store.port))
             return store
         port = _port_from_agent(agent, key, timeout)
     return TCPStore(launch.master_addr, port, is_server=launch.rank == 0, timeout=timeout, secret=secret,
-                    rank=launch.rank, secret_file=secret_file)
+                    rank=launch.rank, secret_file=secret_file, secret_hold=held)

@@ -5,6 +5,8 @@ cycles: TEST_CYCLES rounds of init -> all_reduce -> close on the same MASTER_POR
 late:   prints {"ready": true} just before init (rank TEST_LATE first sleeps TEST_LATE_DELAY s, or waits for
         the file TEST_GO_FILE to exist), then one JSON line with the error class, its message, its rank and
         the wall-clock time it was raised, or "ok" and how long init took.
+file_store: opens FileStore(TEST_STORE), prints {"ready": true}, waits for the file TEST_GO_FILE, then inits on
+        that store and all-reduces rank + 1; prints {"sum": ..., "ok": true} or the error.
 """
 
 import json
@@ -59,6 +61,21 @@ elif scenario == "late":
             report["init_s"] = time.monotonic() - start
             comm.barrier()
             report["ok"] = True
+    except pycoll.PycollError as exc:
+        report.update(failure(exc))
+elif scenario == "file_store":
+    from pycoll.rendezvous.store import FileStore
+
+    store = FileStore(os.environ["TEST_STORE"], timeout=timeout)
+    emit({"rank": rank, "ready": True})
+    give_up = time.monotonic() + timeout
+    while not os.path.exists(os.environ["TEST_GO_FILE"]) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    try:
+        with pycoll.init(store=store, timeout=timeout) as comm:
+            x = np.full(4, rank + 1, dtype=np.float32)
+            comm.all_reduce(x)
+            report.update(sum=float(x[0]), ok=True)
     except pycoll.PycollError as exc:
         report.update(failure(exc))
 else:
