@@ -9,7 +9,7 @@ group; when a rank fails the others get SIGTERM, then SIGKILL after a grace peri
 code of the rank that failed first (128 + N for a death by signal N). On Linux the ranks are also killed if the
 launcher itself is killed outright (PR_SET_PDEATHSIG). Once every rank has exited, the launcher removes what
 its ranks left in /dev/shm: a shared-memory segment of a rank killed during set-up whose host had no surviving
-rank to remove it (the bootstrap names segments "pycoll-<pid>-<job>-<rank>", native/bootstrap/init_segments.c).
+rank to remove it (the bootstrap names segments "pycoll-<pid>-<rank>-<random>", native/bootstrap/init_segments.c).
 """
 
 import contextlib

@@ -32,7 +32,7 @@ def free_port() -> int:
 
 SHM_DIR = "/dev/shm"
 # The pid of every rank process Ranks started, in order. The bootstrap names a segment after the process that
-# created it ("pycoll-<pid>-<job tag>-<rank>"), so a test finds its own segments by its ranks' pids: other jobs
+# created it ("pycoll-<pid>-<rank>-<random>"), so a test finds its own segments by its ranks' pids: other jobs
 # on the machine create and remove theirs meanwhile.
 STARTED_PIDS = []
 

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from multiproc import segments_of
 
 from pycoll import launcher
 from pycoll._bindings.comm import TRANSPORTS, host_identity, shm_segment_bytes
@@ -56,11 +57,6 @@ def _env():
 def _start_rank(rank, world, unique_id_hex="", timeout=10.0):
     return subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(rank), str(world), unique_id_hex, str(timeout)],
                             stdout=subprocess.PIPE, text=True, env=_env(), cwd="/")
-
-
-def _job_tag(unique_id):
-    """What every segment name of the job carries (native/bootstrap/init_segments.c, segment_name)."""
-    return unique_id[ID_JOB:ID_JOB + 8].hex()
 
 
 def _recv(sock, n):
@@ -127,7 +123,7 @@ def test_a_rank_holding_the_id_cannot_make_the_root_map_another_file(planted):
     planted_path = None
     try:
         unique_id = bytes.fromhex(root.stdout.readline().strip())
-        own_name = f"pycoll-{os.getpid()}-{_job_tag(unique_id)}-1"
+        own_name = f"pycoll-{os.getpid()}-1-{os.urandom(16).hex()}"  # a name rank 1's segment may have
         if planted == "path":
             name = "../../" + victim.lstrip("/")
         else:
@@ -152,14 +148,10 @@ def test_a_rank_holding_the_id_cannot_make_the_root_map_another_file(planted):
         os.unlink(victim)
     assert kind == "PeerFailure", (kind, message)
     assert "rank 1" in message, message
-    assert {"path": "not the one this job gives it", "link": "symbolic link",
+    assert {"path": "not one of its own", "link": "symbolic link",
             "stranger": "owned by another user"}[planted] in message, message
     assert after == before
-    assert not [n for n in os.listdir(SHM) if _job_tag(unique_id) in n]
-
-
-def _leftovers(tag):
-    return [n for n in os.listdir(SHM) if tag in n]
+    assert segments_of([root.pid]) == set()
 
 
 @contextlib.contextmanager
@@ -183,11 +175,11 @@ def _job(world, timeout):
 
 
 def _kill_during_init(victim, delay_s, world=3, timeout=4.0):
-    """Kills rank `victim` delay_s after the others started; returns the job's tag once every rank ended."""
-    with _job(world, timeout) as (unique_id, procs):
+    """Kills rank `victim` delay_s after the others started; returns every rank's pid once every rank ended."""
+    with _job(world, timeout) as (_, procs):
         time.sleep(delay_s)
         procs[victim].send_signal(signal.SIGKILL)
-    return _job_tag(unique_id)
+    return [proc.pid for proc in procs]
 
 
 def _kill_moments(n):
@@ -220,8 +212,7 @@ def test_a_rank_killed_while_its_segment_is_in_dev_shm_leaves_nothing(victim):
     hits = 0
     for _ in range(5):  # on a loaded machine the kill may land after the unlink: try again, a few times
         hit, pids = _kill_when_its_segment_appears(victim)
-        left = [n for n in os.listdir(SHM) if n.startswith(tuple(f"pycoll-{pid}-" for pid in pids))]
-        assert left == [], left
+        assert segments_of(pids) == set()
         hits += hit
         if hits:
             return
@@ -231,8 +222,7 @@ def test_a_rank_killed_while_its_segment_is_in_dev_shm_leaves_nothing(victim):
 
 @pytest.mark.parametrize("victim, delay_s", _kill_moments(3))
 def test_a_rank_killed_at_any_moment_of_set_up_leaves_nothing_in_dev_shm(victim, delay_s):
-    tag = _kill_during_init(victim, delay_s)
-    assert _leftovers(tag) == []
+    assert segments_of(_kill_during_init(victim, delay_s)) == set()
 
 
 @pytest.mark.stress
@@ -240,14 +230,14 @@ def test_a_rank_killed_at_any_moment_of_set_up_leaves_nothing_in_dev_shm(victim,
 def test_many_kills_during_set_up_leave_nothing_in_dev_shm():
     left = {}
     for victim, delay_s in _kill_moments(40):
-        tag = _kill_during_init(victim, delay_s)
-        if _leftovers(tag):
-            left[(victim, delay_s)] = _leftovers(tag)
+        leftovers = segments_of(_kill_during_init(victim, delay_s))
+        if leftovers:
+            left[(victim, delay_s)] = leftovers
     hits = 0
     for attempt in range(30):
         hit, pids = _kill_when_its_segment_appears(attempt % 3)
         hits += hit
-        leftovers = [n for n in os.listdir(SHM) if n.startswith(tuple(f"pycoll-{pid}-" for pid in pids))]
+        leftovers = segments_of(pids)
         if leftovers:
             left[("in the window", attempt)] = leftovers
     assert left == {} and hits > 0, (left, hits)

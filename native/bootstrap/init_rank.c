@@ -15,16 +15,17 @@
  *    naming the rank that failed and why. Only then are the segments unlinked (every peer has opened them) and
  *    the communicator built. A rank that dies or fails anywhere is reported to every rank, not waited for.
  *
- * A segment's name is never taken from a peer: every rank derives it from the job (the id's job tag), the
- * owner's pid and rank ("pycoll-<pid>-<job>-<rank>", segment_name), checks that the name a peer sent is that
- * one, and opens it without following links, mapping it only when it is a regular file of this user, of the
- * expected size, beside this rank's own. A segment exists under its name only from step 4 to step 5, a few
- * milliseconds once every rank is there. Since every rank of a host knows every name there, the survivors
- * remove a segment whose owner was killed in that window: once the job's outcome is decided (the root's
- * verdict, or set-up done) each rank unlinks every segment name of its host; only a host whose every rank was
- * killed keeps one, and `pycoll run` removes those of its ranks (pycoll/launcher.py). Every wait ends at the
- * deadline (timeout_s from the call). The root keeps its registration connections open until
- * step 5, so it learns of a rank that dies during step 3 at once. */
+ * A segment's name is drawn at random by the rank that creates it ("pycoll-<pid>-<rank>-<32 hex digits>",
+ * init_segments.c), so another user of the host can neither guess it nor take it first; a name already taken is
+ * drawn again. A name a peer sends is checked to be one that peer's segment may have (its pid and rank, then
+ * the random digits: never a path), and opened without following links, mapped only when it is a regular file
+ * of this user, of the expected size, beside this rank's own. A segment exists under its name only from step 4
+ * to step 5, a few milliseconds once every rank is there. The survivors remove a segment whose owner was killed
+ * in that window: once the job's outcome is decided (the root's verdict, or set-up done) each rank unlinks every
+ * segment name of its host it knows, and the segments of its host's dead ranks whose names it never learnt (by
+ * their pid and rank); only a host whose every rank was killed keeps one, and `pycoll run` removes those of its
+ * ranks (pycoll/launcher.py). Every wait ends at the deadline (timeout_s from the call). The root keeps its
+ * registration connections open until step 5, so it learns of a rank that dies during step 3 at once. */
 #include "bootstrap/init_rank.h"
 
 #include <poll.h>
@@ -135,8 +136,6 @@ static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, co
         return st;
     s->root_addr = s->id.root;
     boot_addr_text(&s->id.root, s->root_text, sizeof s->root_text);
-    for (int i = 0; i < JOB_TAG_BYTES; i++)
-        snprintf(s->job_tag + 2 * i, 3, "%02x", s->id.job[i]);
     memcpy(s->auth.job, s->id.job, BOOT_JOB_BYTES);
     memcpy(s->auth.secret, s->id.secret, BOOT_SECRET_BYTES);
     return PYCOLL_OK;

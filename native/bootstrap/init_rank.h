@@ -15,7 +15,6 @@
 #define STATUS_BYTES (4 + 4 + MESSAGE_BYTES) /* status, the rank it concerns, message */
 #define MAX_PENDING 64 /* handshakes in progress on one listener: a flood cannot grow memory or stall others */
 #define SHM_DIR "/dev/shm"
-#define JOB_TAG_BYTES 8 /* of the id's job bytes, in hex in every segment name of the job */
 
 /* The transport the job runs over: the same choice on every rank, made from the table in step 3. */
 typedef enum init_transport {
@@ -53,7 +52,6 @@ typedef struct boot_state {
     int32_t *host_of;
     int32_t n_hosts;
     init_transport_t transport; /* chosen in step 3 (init_find_hosts_and_transport) */
-    char job_tag[2 * JOB_TAG_BYTES + 1];
     int seg_fd;
     char seg_path[SEGMENT_NAME_BYTES + 16];
     int shm_unlink_all;     /* the outcome is decided: unlink every segment name of this host on the way out */
@@ -131,7 +129,7 @@ pycoll_status_t init_connect_mesh(boot_state_t *s);
 
 /* ---- step 4: the shared-memory segments (init_segments.c) ---- */
 
-/* A segment name from a rank's status message, checked against the one the job gives it. */
+/* A segment name from a rank's status message, checked to be one that rank's segment may have. */
 pycoll_status_t init_take_name_from_status(boot_state_t *s, int32_t rank, const uint8_t *msg);
 pycoll_status_t init_open_segments(boot_state_t *s);
 void init_unlink_segments(boot_state_t *s);

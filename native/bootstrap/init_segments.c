@@ -1,25 +1,85 @@
-/* Step 4 of pycoll_comm_init_rank (init_rank.c): each rank's shared-memory segment, created under the name
- * the job gives it, the names exchanged through the root and checked, the host's segments opened; and their
+/* Step 4 of pycoll_comm_init_rank (init_rank.c): each rank's shared-memory segment, created under a name it
+ * draws at random, the names exchanged through the root and checked, the host's segments opened; and their
  * removal once the job's outcome is decided. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bootstrap/handshake.h"
 #include "bootstrap/init_rank.h"
+#include "pycoll/bootstrap.h"
 #include "pycoll/transports.h"
 
 #define SEGMENT_PREFIX "pycoll-" /* pycoll/launcher.py removes a dead rank's leftovers by this prefix and its pid */
+/* Each segment's name ends in random bits of its own, drawn by the rank that creates it: another user of the
+ * host, who sees the names in /dev/shm and knows every pid, can neither guess a name before it exists nor
+ * learn one segment's name from another's, so she cannot take a job's names first. */
+#define SEGMENT_RANDOM_BYTES 16
+#define SEGMENT_ATTEMPTS 8 /* names drawn before giving up: a taken name is drawn again */
 
-/* The name of rank's segment: made from what every rank agrees on (the job's tag, the rank, the pid it
- * registered), so no rank ever needs to trust a name a peer sends. Never a path: no '/', no "..". */
-static void segment_name(const boot_state_t *s, int32_t rank, char *out, size_t len)
+/* The test seam (pycoll_test_force_segment_draws): the next forced_draws names of this process end in
+ * forced_suffix instead of fresh random bits. */
+static char forced_suffix[2 * SEGMENT_RANDOM_BYTES + 1];
+static _Atomic int32_t forced_draws;
+
+void pycoll_test_force_segment_draws(const char *suffix, int32_t n)
 {
-    snprintf(out, len, SEGMENT_PREFIX "%d-%s-%d", (int)s->table[rank].pid, s->job_tag, (int)rank);
+    snprintf(forced_suffix, sizeof forced_suffix, "%s", suffix ? suffix : "");
+    atomic_store(&forced_draws, strlen(forced_suffix) == 2 * SEGMENT_RANDOM_BYTES ? n : 0);
+}
+
+static int take_forced_draw(char *out)
+{
+    int32_t left = atomic_load(&forced_draws);
+    while (left > 0)
+        if (atomic_compare_exchange_weak(&forced_draws, &left, left - 1)) {
+            memcpy(out, forced_suffix, sizeof forced_suffix);
+            return 1;
+        }
+    return 0;
+}
+
+/* What every name of rank's segment starts with: the pid it registered and the rank ("pycoll-<pid>-<rank>-").
+ * Returns its length. */
+static size_t name_prefix(const boot_state_t *s, int32_t rank, char *out, size_t len)
+{
+    return (size_t)snprintf(out, len, SEGMENT_PREFIX "%d-%d-", (int)s->table[rank].pid, (int)rank);
+}
+
+/* Whether name is one that rank's segment may have: its prefix, then SEGMENT_RANDOM_BYTES in lowercase hex and
+ * nothing more -- never a path (no '/', no ".."), whatever a peer sends. */
+static int is_segment_name(const boot_state_t *s, int32_t rank, const char *name)
+{
+    char prefix[SEGMENT_NAME_BYTES];
+    size_t n = name_prefix(s, rank, prefix, sizeof prefix);
+    if (strncmp(name, prefix, n) != 0)
+        return 0;
+    for (const char *c = name + n; c < name + n + 2 * SEGMENT_RANDOM_BYTES; c++)
+        if (!(*c >= '0' && *c <= '9') && !(*c >= 'a' && *c <= 'f')) /* stops at the end of a shorter name */
+            return 0;
+    return name[n + 2 * SEGMENT_RANDOM_BYTES] == 0;
+}
+
+/* A fresh name for this rank's segment: its prefix, then new random bits. */
+static pycoll_status_t draw_segment_name(boot_state_t *s, char out[SEGMENT_NAME_BYTES])
+{
+    size_t n = name_prefix(s, s->rank, out, SEGMENT_NAME_BYTES);
+    _Static_assert(sizeof SEGMENT_PREFIX - 1 + 2 * 12 + 2 * SEGMENT_RANDOM_BYTES < SEGMENT_NAME_BYTES,
+                   "a segment name fits its field");
+    if (take_forced_draw(out + n))
+        return PYCOLL_OK;
+    uint8_t bits[SEGMENT_RANDOM_BYTES];
+    pycoll_status_t st = boot_random(bits, sizeof bits, s->error, BOOT_ERROR_LEN);
+    for (size_t i = 0; st == PYCOLL_OK && i < sizeof bits; i++)
+        snprintf(out + n + 2 * i, 3, "%02x", bits[i]);
+    return st;
 }
 
 static void put_segment_of(const boot_state_t *s, int32_t rank, uint8_t *out)
@@ -28,20 +88,21 @@ static void put_segment_of(const boot_state_t *s, int32_t rank, uint8_t *out)
 }
 
 /* A segment name from a message (a status message's text, or an item of the root's table): accepted only
- * when it is the name rank's segment must have (segment_name), else the peer that sent it is refused. */
+ * when it is a name rank's segment may have (is_segment_name), else the peer that sent it is refused. */
 static pycoll_status_t take_segment_name(boot_state_t *s, int32_t rank, const uint8_t *name)
 {
-    char expected[SEGMENT_NAME_BYTES], got[SEGMENT_NAME_BYTES];
-    segment_name(s, rank, expected, sizeof expected);
+    char got[SEGMENT_NAME_BYTES], prefix[SEGMENT_NAME_BYTES];
     memcpy(got, name, SEGMENT_NAME_BYTES);
     got[SEGMENT_NAME_BYTES - 1] = 0;
-    if (strcmp(got, expected) != 0) {
+    if (!is_segment_name(s, rank, got)) {
         for (char *c = got; *c; c++) /* a peer's bytes, printed: nothing that could pass for a control code */
             *c = *c >= 0x20 && *c < 0x7f ? *c : '?';
-        return init_fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d sent the shared-memory segment name \"%s\", not the "
-                         "one this job gives it (%s): refused", (int)rank, got, expected);
+        name_prefix(s, rank, prefix, sizeof prefix);
+        return init_fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d sent the shared-memory segment name \"%s\", not one "
+                         "of its own (%s and %d hex digits): refused", (int)rank, got, prefix,
+                         2 * SEGMENT_RANDOM_BYTES);
     }
-    memcpy(s->table[rank].segment, expected, SEGMENT_NAME_BYTES);
+    memcpy(s->table[rank].segment, got, SEGMENT_NAME_BYTES);
     return PYCOLL_OK;
 }
 
@@ -50,17 +111,35 @@ pycoll_status_t init_take_name_from_status(boot_state_t *s, int32_t rank, const 
     return take_segment_name(s, rank, msg + 8);
 }
 
+/* This rank's segment, under a name nobody had: a name already taken (by anyone, a file or a link) is never
+ * used nor followed, and another is drawn. */
 static pycoll_status_t create_segment(boot_state_t *s)
 {
     rank_record_t *mine = &s->table[s->rank];
-    segment_name(s, s->rank, mine->segment, sizeof mine->segment);
-    snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
-    /* O_EXCL: a file or link someone put under this name is never used (nor followed) */
-    s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (s->seg_fd < 0) {
-        s->seg_path[0] = 0;
-        return init_fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s/%s: %s", SHM_DIR, mine->segment, strerror(errno));
+    for (int attempt = 1;; attempt++) {
+        pycoll_status_t st = draw_segment_name(s, mine->segment);
+        if (st != PYCOLL_OK)
+            return st;
+        snprintf(s->seg_path, sizeof s->seg_path, "%s/%s", SHM_DIR, mine->segment);
+        s->seg_fd = open(s->seg_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (s->seg_fd >= 0)
+            break;
+        int err = errno;
+        s->seg_path[0] = 0; /* someone else's, or nothing: never to be removed on the way out */
+        if (err != EEXIST)
+            return init_fail(s, PYCOLL_ERR_SYSTEM, "cannot create %s/%s: %s", SHM_DIR, mine->segment, strerror(err));
+        if (attempt == SEGMENT_ATTEMPTS)
+            return init_fail(s, PYCOLL_ERR_SYSTEM, "cannot create rank %d's shared-memory segment in %s: the %d "
+                             "names drawn at random for it were all taken (the last: %s), so another process "
+                             "is creating names there as fast as they are drawn", (int)s->rank, SHM_DIR,
+                             SEGMENT_ATTEMPTS, mine->segment);
     }
+    struct stat st;
+    if (fstat(s->seg_fd, &st) != 0)
+        return init_fail(s, PYCOLL_ERR_SYSTEM, "cannot stat %s: %s", s->seg_path, strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+        return init_fail(s, PYCOLL_ERR_SYSTEM, "%s, just created, is not a regular file of this user (uid %u): "
+                         "refused", s->seg_path, (unsigned)st.st_uid);
     if (ftruncate(s->seg_fd, pycoll_shm_segment_bytes(s->size, s->cfg.shm_ring_bytes)) != 0)
         return init_fail(s, PYCOLL_ERR_SYSTEM, "cannot size %s: %s", s->seg_path, strerror(errno));
     return PYCOLL_OK;
@@ -120,14 +199,16 @@ static pycoll_status_t verdict_behind(boot_state_t *s, pycoll_status_t st)
     return verdict;
 }
 
-/* Opens rank r's segment by the name the job gives it, never following a link, and keeps it only when it is
- * what that rank created: a regular file of this user, of the size every segment of the job has, on the file
- * system of this rank's own (own). Anything else is refused before it is mapped. */
+/* Opens rank r's segment by the name it sent (checked by take_segment_name), never following a link, and keeps
+ * it only when it is what that rank created: a regular file of this user, of the size every segment of the job
+ * has, on the file system of this rank's own (own). Anything else is refused before it is mapped. */
 static pycoll_status_t open_peer_segment(boot_state_t *s, int32_t r, const struct stat *own, int *fd)
 {
-    char name[SEGMENT_NAME_BYTES], path[SEGMENT_NAME_BYTES + 16];
-    segment_name(s, r, name, sizeof name);
-    snprintf(path, sizeof path, "%s/%s", SHM_DIR, name);
+    char path[SEGMENT_NAME_BYTES + 16];
+    if (!is_segment_name(s, r, s->table[r].segment))
+        return init_fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d, on this host, sent no shared-memory segment name",
+                         (int)r);
+    snprintf(path, sizeof path, "%s/%s", SHM_DIR, s->table[r].segment);
     *fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (*fd < 0) {
         int missing = errno == ENOENT;
@@ -181,22 +262,64 @@ pycoll_status_t init_open_segments(boot_state_t *s)
     return PYCOLL_OK;
 }
 
+/* Whether process pid (of this pid namespace) has ended: gone, or a zombie its parent has not reaped yet. */
+static int process_ended(int32_t pid)
+{
+    char path[32], text[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *end_of_name = strrchr(text, ')'); /* "pid (name) state ...": the name may hold anything */
+    return end_of_name && end_of_name[1] == ' ' && (end_of_name[2] == 'Z' || end_of_name[2] == 'X');
+}
+
+/* Rank r's segment when r died before anyone learnt its name: whatever of this user's regular files in /dev/shm
+ * has a name r's segment may have. Only for a process of this pid namespace that has ended -- a live one
+ * removes its own, and may be a rank of another job too. */
+static void remove_segment_of_dead(const boot_state_t *s, int32_t r, uint64_t my_ns)
+{
+    if (s->table[r].pid <= 0 || s->table[r].pid_ns != my_ns || !process_ended(s->table[r].pid))
+        return;
+    char prefix[SEGMENT_NAME_BYTES];
+    size_t n = name_prefix(s, r, prefix, sizeof prefix);
+    DIR *dir = opendir(SHM_DIR);
+    if (!dir)
+        return;
+    struct dirent *e;
+    struct stat st;
+    while ((e = readdir(dir)) != NULL)
+        if (strncmp(e->d_name, prefix, n) == 0 && is_segment_name(s, r, e->d_name) &&
+            fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid())
+            unlinkat(dirfd(dir), e->d_name, 0);
+    closedir(dir);
+}
+
 /* Every segment name of this host's ranks, removed (a missing one is no error): set-up succeeded, so every
  * rank has opened them, or it failed for the whole job -- and then a rank killed after creating its segment
- * leaves it to the survivors. A rank whose own failure nobody has answered yet keeps to its own name: the
- * others may still be opening theirs, and would report the missing file instead of the real failure. */
+ * leaves it to the survivors (by its name, or where it died before sending it, by its pid and rank). A rank
+ * whose own failure nobody has answered yet keeps to its own name: the others may still be opening theirs, and
+ * would report the missing file instead of the real failure. */
 void init_unlink_segments(boot_state_t *s)
 {
     if (s->seg_path[0])
         unlink(s->seg_path);
     if (!s->shm_unlink_all || s->transport == INIT_TRANSPORT_UNDECIDED || s->transport == INIT_TRANSPORT_TCP)
         return;
+    uint64_t my_ns = init_pid_namespace();
     for (int32_t r = 0; r < s->size; r++) {
         if (r == s->rank || s->host_of[r] != s->host_of[s->rank] || s->table[r].pid <= 0)
             continue;
-        char name[SEGMENT_NAME_BYTES], path[SEGMENT_NAME_BYTES + 16];
-        segment_name(s, r, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", SHM_DIR, name);
+        if (!is_segment_name(s, r, s->table[r].segment)) {
+            remove_segment_of_dead(s, r, my_ns);
+            continue;
+        }
+        char path[SEGMENT_NAME_BYTES + 16];
+        snprintf(path, sizeof path, "%s/%s", SHM_DIR, s->table[r].segment);
         unlink(path);
     }
 }

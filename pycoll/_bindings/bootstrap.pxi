@@ -72,6 +72,14 @@ def host_identity():
     return text.decode(errors="replace")
 
 
+def _force_segment_draws(str suffix, int32_t n):
+    """For tests only: the next n segment names this process draws end in suffix (32 lowercase hex digits)
+    instead of fresh random bits (pycoll_test_force_segment_draws)."""
+    if len(suffix) != 32 or any(c not in "0123456789abcdef" for c in suffix):
+        raise ValueError(f"suffix must be 32 lowercase hex digits, got {suffix!r}")
+    pycoll_test_force_segment_draws(suffix.encode(), n)
+
+
 cdef int _stop_setup(void *ctx) noexcept nogil:
     # While the bootstrap waits: Ctrl-C (its exception stays pending), or the caller's watch() raising (kept in
     # ctx's holder, a list [watch, exception]) -- e.g. a failure the rendezvous store recorded for the job.

@@ -301,6 +301,7 @@ cdef extern from "pycoll/bootstrap.h" nogil:
                                                  const pycoll_unique_id_t *id, int32_t rank,
                                                  const pycoll_init_config_t *config)
     void pycoll_host_identity(char *text, size_t len)
+    void pycoll_test_force_segment_draws(const char *suffix, int32_t n)
     const char *pycoll_comm_transport(const pycoll_comm_t *comm)
     pycoll_status_t pycoll_comm_get_hosts(const pycoll_comm_t *comm, int32_t *host_of)
 

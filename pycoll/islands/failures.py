@@ -8,6 +8,10 @@ one on this host):
 - a peer failed out of a step with a job-wide error (PeerFailure, Timeout): it sends one datagram, saying why,
   to each peer's socket (a Unix datagram socket in the abstract namespace, named at random at init).
 
+The abstract namespace is shared by every user of the network namespace, and its names are listed in
+/proc/net/unix: a name another process holds is drawn again, and a datagram is heard only when the kernel says
+(SCM_CREDENTIALS) that a process of this user sent it, so another user cannot abort the island's collectives.
+
 Either one aborts this rank's vendor communicator (VendorEngine.request_abort): the collective waiting on it
 raises PeerFailure at once rather than Timeout at the deadline. A peer that closes says goodbye first, so its
 exit afterwards is no failure. A peer in another pid or network namespace cannot be watched this way: it is
@@ -16,14 +20,20 @@ reached at the deadline, as before.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import select
 import socket
+import struct
 import threading
+
+from pycoll.errors import PycollError
 
 _GOODBYE = b"\0goodbye"
 _DATAGRAM_BYTES = 4096
+_BIND_ATTEMPTS = 8  # names drawn before giving up: one another process holds is drawn again
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
 def _namespace(kind):
@@ -34,6 +44,20 @@ def _namespace(kind):
         return None
 
 
+def _bind_fresh_name(sock):
+    """Binds sock to a new random abstract name; returns it."""
+    for _ in range(_BIND_ATTEMPTS):
+        address = b"\0pycoll-island-" + secrets.token_hex(16).encode()
+        try:
+            sock.bind(address)
+            return address
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    raise PycollError(f"cannot bind this rank's island socket: the {_BIND_ATTEMPTS} random names drawn for it were "
+                      "all taken in the abstract namespace, so another process is taking them as they are drawn")
+
+
 class IslandWatch:
     """This rank's watch over its island peers. `identity` is what the peers need to watch this rank and to reach
     it: (rank, pid, pid namespace, network namespace, socket address), all-gathered at init; start() then
@@ -42,8 +66,8 @@ class IslandWatch:
     def __init__(self, rank):
         self.rank = rank
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        address = b"\0pycoll-island-" + secrets.token_hex(16).encode()
-        self._sock.bind(address)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # every datagram says who sent it
+        address = _bind_fresh_name(self._sock)
         self.identity = (rank, os.getpid(), _namespace("pid"), _namespace("net"), address)
         self._peers = []  # the addresses a notice goes to
         self._stop_read, self._stop_write = os.pipe()
@@ -92,10 +116,17 @@ class IslandWatch:
                     return
 
     def _receive(self):
-        try:
-            return self._sock.recv(_DATAGRAM_BYTES, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return None
+        """The next datagram a process of this user sent (another user's are dropped), or None."""
+        while True:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(_DATAGRAM_BYTES, socket.CMSG_SPACE(_UCRED.size),
+                                                           socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            for level, kind, value in ancillary:
+                if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS) and len(value) >= _UCRED.size \
+                        and _UCRED.unpack_from(value)[1] == os.geteuid():
+                    return data
 
     def _send(self, message):
         for address in self._peers:

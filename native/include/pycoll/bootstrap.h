@@ -40,6 +40,11 @@ typedef struct pycoll_unique_id {
  * that is up and not loopback (127.0.0.1 when there is none). */
 PYCOLL_API pycoll_status_t pycoll_get_unique_id(pycoll_unique_id_t *id);
 
+/* For tests only: the next n shared-memory segment names this process draws end in `suffix` (32 lowercase
+ * hex digits) instead of fresh random bits, so a test can have them taken before they are drawn. n = 0 (or
+ * any other suffix) ends it. A job never calls it. */
+PYCOLL_API void pycoll_test_force_segment_draws(const char *suffix, int32_t n);
+
 /* The message of the last failed call of this file's functions on this thread ("" after a success). */
 PYCOLL_API const char *pycoll_bootstrap_error(void);
 
