@@ -38,6 +38,15 @@ class AuthenticationError(PycollError):
     """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""
 
 
+class DuplicateRank(PycollError, ValueError):
+    """Two processes joined one job as the same rank. ``rank`` is that rank; the message names both processes
+    (pid and host). Raised on the second process at once, and on every rank still waiting for the job to form."""
+
+    def __init__(self, message, rank=None):
+        super().__init__(message)
+        self.rank = rank
+
+
 class SettingError(PycollError, ValueError):
     """A PYCOLL_* environment variable holds a value it cannot take. ``name`` is the variable, ``value`` its
     text and ``expects`` what it must be (pycoll config --env lists them all)."""

@@ -47,6 +47,8 @@ static pycoll_status_t new_hello(uint8_t out[BOOT_HELLO_BYTES], const boot_auth_
     return boot_random(out + 32, 32, error, error_len);
 }
 
+static const char OTHER_JOB[] = "a connection of another job (another unique id)";
+
 /* Why a HELLO is not one of this job's, or NULL. */
 static const char *foreign(const uint8_t hello[BOOT_HELLO_BYTES], const boot_auth_t *auth, int kind)
 {
@@ -57,8 +59,22 @@ static const char *foreign(const uint8_t hello[BOOT_HELLO_BYTES], const boot_aut
     if (hello[6] != kind)
         return "a connection of another kind";
     if (memcmp(hello + 16, auth->job, BOOT_JOB_BYTES) != 0)
-        return "a connection of another job (another unique id)";
+        return OTHER_JOB;
     return NULL;
+}
+
+/* The reply to a HELLO of another job: a HELLO of this kind flagged BOOT_REFUSED_OTHER_JOB, every other byte
+ * zero (no job, no nonce, no proof: a stranger learns nothing of this job), then the connection closes. */
+static void refuse_other_job(int fd, int kind)
+{
+    uint8_t reply[BOOT_HELLO_BYTES + SHA256_BYTES] = {0};
+    memcpy(reply, MAGIC, 4);
+    put_u16(reply + 4, BOOT_VERSION);
+    reply[6] = (uint8_t)kind;
+    reply[7] = BOOT_REFUSED_OTHER_JOB;
+    put_u32(reply + 8, (uint32_t)-1);
+    /* 96 bytes into a fresh connection's empty send buffer; best effort, the connection is dropped anyway. */
+    (void)!send(fd, reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 static void proof(const boot_auth_t *auth, const char *role, const uint8_t *client_hello,
@@ -99,6 +115,8 @@ int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t e
         if (c->state == STATE_HELLO) {
             const char *bad = foreign(c->buf, auth, kind);
             if (bad) {
+                if (bad == OTHER_JOB)
+                    refuse_other_job(c->fd, kind);
                 snprintf(why, why_len, "%s", bad);
                 return -1;
             }
@@ -138,8 +156,10 @@ int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t e
 }
 
 pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind, int32_t server_rank,
-                                      double deadline, const char *what, char *error, size_t error_len)
+                                      double deadline, const char *what, int *other_job, char *error,
+                                      size_t error_len)
 {
+    *other_job = 0;
     uint8_t hello[BOOT_HELLO_BYTES], reply[BOOT_HELLO_BYTES + SHA256_BYTES], expected[SHA256_BYTES];
     pycoll_status_t st = new_hello(hello, auth, kind, error, error_len);
     if (st == PYCOLL_OK)
@@ -148,6 +168,12 @@ pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind,
         st = boot_recv_all(fd, reply, sizeof reply, deadline, what, error, error_len);
     if (st != PYCOLL_OK)
         return st;
+    if (memcmp(reply, MAGIC, 4) == 0 && get_u16(reply + 4) == BOOT_VERSION && reply[6] == kind &&
+        reply[7] == BOOT_REFUSED_OTHER_JOB) {
+        *other_job = 1;
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s refused the connection: it "
+                                   "serves another job (another unique id)", what);
+    }
     const char *bad = foreign(reply, auth, kind);
     if (bad)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_PEER_FAILURE, "%s answered as %s", what, bad);

@@ -13,7 +13,11 @@
  *
  * Nonces on both sides stop a recorded proof from being replayed, the role label stops one side's proof from
  * being reflected as the other's, and the client checks the server before proving itself. Connections from
- * another job (another id), from a stranger, or that stay silent are dropped by the server, which goes on. */
+ * another job (another id), from a stranger, or that stay silent are dropped by the server, which goes on; one
+ * of another job is first told so (a HELLO flagged BOOT_REFUSED_OTHER_JOB that carries nothing of this job),
+ * so that a rank holding a stale id gives up after BOOT_OTHER_JOB_GRACE_S instead of at its deadline. The
+ * refusal is not authenticated (the server cannot prove anything with the client's secret): a client only
+ * gives up after every attempt over that grace was refused. */
 #ifndef PYCOLL_BOOTSTRAP_HANDSHAKE_H
 #define PYCOLL_BOOTSTRAP_HANDSHAKE_H
 
@@ -29,6 +33,8 @@
 #define BOOT_KIND_ROOT 1 /* a rank registering with the root */
 #define BOOT_KIND_PEER 2 /* one rank connecting to another for the TCP mesh */
 #define BOOT_ACK 0x06
+#define BOOT_REFUSED_OTHER_JOB 1 /* HELLO flag byte: "this listener serves another job" */
+#define BOOT_OTHER_JOB_GRACE_S 2.0 /* how long a client keeps trying a listener that says so */
 #define BOOT_HANDSHAKE_S 5.0 /* a connection that does not finish its handshake this soon is dropped */
 #define BOOT_MAX_EXTRA 512   /* the largest message that follows a handshake on the server side */
 
@@ -60,10 +66,11 @@ int boot_conn_authenticated(const boot_conn_t *c);
 int boot_server_step(boot_conn_t *c, const boot_auth_t *auth, int kind, size_t extra, char *why, size_t why_len);
 
 /* The client side up to the ACK, blocking until the deadline: PYCOLL_ERR_AUTH when the server does not hold
- * the secret, PYCOLL_ERR_PEER_FAILURE when it closes (or drops us while flooded), PYCOLL_ERR_TIMEOUT. server_rank: the rank expected at the other
- * end (-1: any). */
+ * the secret, PYCOLL_ERR_PEER_FAILURE when it closes (or drops us while flooded; *other_job set when it said
+ * it serves another job), PYCOLL_ERR_TIMEOUT. server_rank: the rank expected at the other end (-1: any). */
 pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind, int32_t server_rank,
-                                      double deadline, const char *what, char *error, size_t error_len);
+                                      double deadline, const char *what, int *other_job, char *error,
+                                      size_t error_len);
 
 /* Fresh random bytes (getrandom). */
 pycoll_status_t boot_random(void *buf, size_t n, char *error, size_t error_len);

@@ -120,18 +120,38 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
 }
 
 /* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
- * a connection closed before the ACK is worth another try, until the deadline. */
+ * a connection closed before the ACK is worth another try, until the deadline. One that keeps saying it serves
+ * another job for BOOT_OTHER_JOB_GRACE_S is given up on: the unique id is not that listener's. */
 pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
                                                   const char *what, int *fd)
 {
     const struct timespec pause = {0, 20 * 1000 * 1000};
+    double other_job_since = -1.0;
     for (;;) {
+        int other_job = 0;
         pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
         if (st == PYCOLL_OK)
-            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, s->error,
+            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, &other_job, s->error,
                                        BOOT_ERROR_LEN);
         if (st == PYCOLL_ERR_PEER_FAILURE && boot_should_stop())
             return init_fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
+        double now = boot_now();
+        if (!other_job)
+            other_job_since = -1.0;
+        else if (other_job_since < 0)
+            other_job_since = now;
+        else if (now - other_job_since >= BOOT_OTHER_JOB_GRACE_S) {
+            init_close_fd(fd);
+            char job[2 * 8 + 1];
+            for (int i = 0; i < 8; i++)
+                snprintf(job + 2 * i, 3, "%02x", s->auth.job[i]);
+            return init_fail(s, PYCOLL_ERR_AUTH, "%s answers for another job: for %.0f s it refused rank %d, whose "
+                             "unique id names job %s..., as a connection of another job. The id is stale (its job "
+                             "ended and another job now listens at that address) or was made for another job: "
+                             "every rank needs the id that the process at that address made for this job "
+                             "(pycoll.get_unique_id / pycoll_unique_id_create, once per job)",
+                             what, BOOT_OTHER_JOB_GRACE_S, (int)s->rank, job);
+        }
         if (st != PYCOLL_ERR_PEER_FAILURE || boot_now() >= s->deadline)
             return st;
         init_close_fd(fd);

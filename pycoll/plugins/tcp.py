@@ -10,6 +10,7 @@ from pycoll.dtypes import dtype_id
 from pycoll.rendezvous.hosts import Hosts
 
 DTYPE_FLOAT64 = dtype_id("float64")
+COST_MODEL_KEY = "pycoll/cost_model"  # rank 0's model in the rendezvous store (float64 values)
 # How long close() waits for the other ranks' goodbyes (capped by the communicator's timeout). Ranks normally
 # close within milliseconds of each other; one still busy after this is not waited for (it checks this rank's
 # goodbye when it closes).
@@ -84,7 +85,8 @@ class TcpBackend(plugins.Backend):
                                ifname=ifname, watch=getattr(store, "check_failures", None))
         engine = NativeEngine(native, timeout, transport=native.transport, hosts=Hosts(native.host_of, rank))
         try:
-            _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport))
+            _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport), store=store,
+                              timeout=timeout)
         except BaseException:
             native.close(0.0)
             raise
@@ -95,18 +97,34 @@ class TcpBackend(plugins.Backend):
         return self.name, None
 
 
-def _share_cost_model(native, rank, world_size, backend, defaults=None):
+def _share_cost_model(native, rank, world_size, backend, defaults=None, *, store=None, timeout=None):
     """Every rank takes rank 0's measured model for this backend (if any; else `defaults`, a CostModel, if
     given), so that "auto" picks the same algorithm everywhere even when hosts differ. A NaN first value means
-    "keep the library's defaults"."""
+    "keep the library's defaults".
+
+    With a rendezvous store it travels through the store, never over the new connections: a rank that leaves
+    init first may start its first collective at once, and a failure of that collective (an abort its peers
+    send) must reach the slower ranks in that collective, not in a last exchange of init that they are still
+    in. Without one (init_rank) it is an internal broadcast."""
     import numpy as np
 
     from pycoll._bindings.comm import COST_MODEL_LEN
     from pycoll.tuning import load
 
-    model = (load(backend) or defaults) if rank == 0 else None
-    values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
-    if world_size > 1:
+    if rank == 0:
+        model = load(backend) or defaults
+        values = model.as_array() if model else np.full(COST_MODEL_LEN, np.nan)
+    else:
+        values = np.full(COST_MODEL_LEN, np.nan)
+    if world_size > 1 and store is not None:
+        if rank == 0:
+            store.set(COST_MODEL_KEY, values.tobytes())
+        else:
+            values = np.frombuffer(store.get(COST_MODEL_KEY, timeout), dtype=np.float64).copy()
+            if values.size != COST_MODEL_LEN:
+                raise ValueError(f"rank 0 published a cost model of {values.size} values, this rank expects "
+                                 f"{COST_MODEL_LEN} (ranks running different pycoll versions?)")
+    elif world_size > 1:
         native.broadcast_internal(values.ctypes.data, COST_MODEL_LEN, DTYPE_FLOAT64, 0)
     if not np.isnan(values[0]):
         native.set_cost_model(values)

@@ -4,6 +4,7 @@ through the store's counter, and a failure recorded for the job ends every rank'
 import time
 
 from pycoll.errors import AuthenticationError, PeerFailure, Timeout
+from pycoll.rendezvous import rank_claims
 from pycoll.rendezvous.file_store import FileStore
 from pycoll.rendezvous.store_protocol import AUTH_FAILURE_KEY, check_timeout, key_bytes, key_list
 from pycoll.rendezvous.tcp_store import create_store
@@ -47,10 +48,12 @@ class Rendezvous:
         return self.store.check([self._key(k) for k in key_list(keys)])
 
     def check_failures(self):
-        """Raises pycoll.AuthenticationError if one was recorded; PeerFailure(rank=0) if the store is gone."""
+        """Raises pycoll.AuthenticationError or pycoll.DuplicateRank if one was recorded; PeerFailure(rank=0) if
+        the store is gone."""
         for key in (AUTH_FAILURE_KEY, self._key(AUTH_FAILURE_KEY)):  # the server's record, then the ranks'
             if self.store.check(key):
                 raise AuthenticationError(self.store.get(key, 0.0).decode(errors="replace"))
+        rank_claims.check(self)
 
     def record_failure(self, exc):
         self.set(AUTH_FAILURE_KEY, str(exc).encode())
@@ -82,14 +85,18 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
     if store is not None:
         if isinstance(store, FileStore):
             store = store.with_secret(secret)
-        return None, Rendezvous(store, _next_generation(store, launch.world_size))
+        joined = Rendezvous(store, _next_generation(store, launch.world_size))
+        rank_claims.claim(joined, launch.rank)
+        return None, joined
     if launch.world_size == 1:
         return None, None
     deadline = time.monotonic() + timeout
     while True:
         own = create_store(launch, timeout=timeout, secret=secret, env=env)
         try:
-            generation = _next_generation(own, launch.world_size)
+            generation = _own_generation(own, launch)
+            if generation == 0:
+                rank_claims.claim(Rendezvous(own, 0), launch.rank)
         except PeerFailure:
             own.close(linger=0)
             if launch.rank == 0 or time.monotonic() > deadline:
@@ -105,6 +112,17 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
             raise Timeout(f"the rendezvous store at {own.host}:{own.port} still served a finished rendezvous "
                           f"after {timeout:g} s (rank 0 did not close its previous communicator)")
         time.sleep(0.05)
+
+
+def _own_generation(own, launch):
+    """The generation on rank 0's own store: 0, its only one, unless this process reached the server of a
+    rendezvous it already took part in (rank 0 still closing it): then 1, and the caller reconnects. A process
+    counted past the first world_size arrivals for another reason is an extra one (a rank started twice): it
+    joins generation 0, where its claim of the rank says so."""
+    generation = _next_generation(own, launch.world_size)
+    if generation == 0 or launch.rank == 0:  # rank 0's store is the one it just made
+        return 0
+    return 1 if rank_claims.claimed_by_this_process(Rendezvous(own, 0), launch.rank) else 0
 
 
 def _next_generation(store, world_size):

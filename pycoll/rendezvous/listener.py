@@ -9,7 +9,10 @@ Defences against floods of connections that never authenticate:
 - every pending connection has a short handshake deadline;
 - when accept() runs out of file descriptors (EMFILE/ENFILE) the oldest pending connection is dropped to
   make room, or, with none to drop, the listener is left unpolled for a moment instead of spinning;
-- warnings are rate-limited per kind, with a count of those not logged.
+- warnings are rate-limited per kind for the whole process (every server it runs, one after another or at
+  once, shares the limit), with a count of those not logged;
+- a client the server turns away by design (a closing store refusing the next rendezvous's ranks, which
+  retry) is no misbehaviour: logged at INFO, never as a warning.
 """
 
 import collections
@@ -45,24 +48,32 @@ def pending_limit():
 
 
 class RateLimitedLog:
-    """At most one record per kind per ``interval`` seconds; the next one says how many were not logged."""
+    """At most one record per kind per ``interval`` seconds; the next one says how many were not logged.
+    Thread-safe: PROCESS_LOG, the servers' one, is shared by every server thread of the process."""
 
     def __init__(self, interval=LOG_INTERVAL):
         self._interval = interval
         self._last = {}
         self._suppressed = collections.Counter()
+        self._lock = threading.Lock()
 
     def log(self, level, kind, message):
         now = time.monotonic()
-        last = self._last.get(kind)
-        if last is not None and now - last < self._interval:
-            self._suppressed[kind] += 1
-            return
-        self._last[kind] = now
-        suppressed = self._suppressed.pop(kind, 0)
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self._interval:
+                self._suppressed[kind] += 1
+                return
+            self._last[kind] = now
+            suppressed = self._suppressed.pop(kind, 0)
         if suppressed:
             message += f" ({suppressed} more like this in the last {now - last:.0f} s not logged)"
         log.log(level, "%s", message)
+
+
+# Every server of the process logs through this one: each init makes a new store server, so a limit per
+# server would let a warning repeated once per init through unlimited.
+PROCESS_LOG = RateLimitedLog()
 
 
 def reason_kind(reason):
@@ -92,7 +103,7 @@ class HandshakeServer:
         self.handshake_timeout = handshake_timeout
         self.name = name
         self.max_pending = pending_limit()
-        self.log = RateLimitedLog()
+        self.log = PROCESS_LOG
         self._listener = listener
         listener.setblocking(False)
         self._listening = True
@@ -247,7 +258,8 @@ class HandshakeServer:
         except handshake.HandshakeError as exc:
             if conn in self._pending:
                 self.on_handshake_failed(conn, exc)
-            self.drop(conn, str(exc))
+            # Refused is the server's own choice (screen: e.g. a closing store), not the client's fault.
+            self.drop(conn, str(exc), logging.INFO if isinstance(exc, handshake.Refused) else logging.WARNING)
         except Exception as exc:  # noqa: BLE001 -- junk must never take the server down
             self.drop(conn, f"unexpected {type(exc).__name__}: {exc}")
 
@@ -315,7 +327,8 @@ class HandshakeServer:
 
     def drop(self, conn, reason, level=logging.WARNING):
         if reason is not None:
-            self.log.log(level, reason_kind(reason), f"{self.name}: dropping connection from {conn.peer}: {reason}")
+            self.log.log(level, (self.name, reason_kind(reason)),
+                         f"{self.name}: dropping connection from {conn.peer}: {reason}")
         was_admitted = conn in self.admitted
         self._pending.pop(conn, None)
         self.release(conn)

@@ -4,7 +4,8 @@ cycles: TEST_CYCLES rounds of init -> all_reduce -> close on the same MASTER_POR
         failure; prints {"cycles": succeeded, "times": [...], "error": ..., "message": ...}.
 late:   prints {"ready": true} just before init (rank TEST_LATE first sleeps TEST_LATE_DELAY s, or waits for
         the file TEST_GO_FILE to exist), then one JSON line with the error class, its message, its rank and
-        the wall-clock time it was raised, or "ok" and how long init took.
+        the wall-clock time it was raised and how long init ran, or "ok" and how long init took (the job then
+        stays open TEST_HOLD s).
 file_store: opens FileStore(TEST_STORE), prints {"ready": true}, waits for the file TEST_GO_FILE, then inits on
         that store and all-reduces rank + 1; prints {"sum": ..., "ok": true} or the error.
 """
@@ -60,9 +61,10 @@ elif scenario == "late":
         with pycoll.init(timeout=timeout) as comm:
             report["init_s"] = time.monotonic() - start
             comm.barrier()
+            time.sleep(float(os.environ.get("TEST_HOLD", "0")))  # a job that runs a while before it closes
             report["ok"] = True
     except pycoll.PycollError as exc:
-        report.update(failure(exc))
+        report.update(failure(exc), init_s=time.monotonic() - start)
 elif scenario == "file_store":
     from pycoll.rendezvous.store import FileStore
 
