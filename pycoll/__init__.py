@@ -41,6 +41,7 @@ from pycoll.errors import (
     PycollError,
     SettingError,
     Timeout,
+    WrongProcess,
 )
 from pycoll.mesh import Mesh
 from pycoll.paths import get_include, get_library
@@ -54,4 +55,4 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 __all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
            "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
-           "AuthenticationError", "SettingError", "SUM", "PROD", "MIN", "MAX", "AVG"]
+           "AuthenticationError", "SettingError", "WrongProcess", "SUM", "PROD", "MIN", "MAX", "AVG"]
