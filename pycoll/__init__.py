@@ -42,6 +42,7 @@ from pycoll.errors import (
     PycollError,
     SettingError,
     Timeout,
+    WrongProcess,
 )
 from pycoll.mesh import Mesh
 from pycoll.paths import get_include, get_library
@@ -55,4 +56,5 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 __all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
            "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
-           "AuthenticationError", "DuplicateRank", "SettingError", "SUM", "PROD", "MIN", "MAX", "AVG"]
+           "AuthenticationError", "DuplicateRank", "SettingError", "WrongProcess", "SUM", "PROD", "MIN", "MAX",
+           "AVG"]

@@ -196,6 +196,8 @@ class GradientBuckets:
         bucket that is now complete is packed and its all-reduce started, in bucket order."""
         if type(i) is not int or not 0 <= i < len(self._ready):  # the check ready() runs 100s of times per step
             i = self._index(i)
+        if self._comm._failure is not None:  # broken: say so here, as a blocking all_reduce would
+            self._comm._raise_failure()
         if self._ready[i]:
             raise ValueError(f"array {i} was already marked ready in this step")
         self._ready[i] = True
@@ -208,6 +210,9 @@ class GradientBuckets:
         # A bucket is packed when it starts, not array by array in ready(): one np.concatenate for all of its
         # arrays costs less than one copy call per array.
         while self._next < len(self._buckets) and self._missing[self._next] == 0:
+            if self._next:  # the bucket before failed already (its Work tells the communicator): raise that
+                self._buckets[self._next - 1].work.is_completed()
+            self._comm._raise_failure()
             bucket = self._buckets[self._next]
             if bucket.concat is not None:
                 np.concatenate(bucket.concat, out=bucket.flat.view(np.uint8))

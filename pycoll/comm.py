@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import copy
+import os
 import sys
 import time
 import weakref
@@ -25,7 +27,7 @@ from pycoll.algorithms import (
 )
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
-from pycoll.errors import CommunicatorClosed
+from pycoll.errors import CommunicatorClosed, PycollError, check_process
 from pycoll.plugins import Call
 from pycoll.rendezvous import launch_env
 from pycoll.work import Work
@@ -35,6 +37,15 @@ OP_NAMES = plugins.ALL_OPS        # index = pycoll op id
 CLOSE_WAIT_S = 5.0  # the most close() waits in all for the other ranks (capped by the communicator's timeout)
 
 _open_communicators: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+def _forget_at_fork():
+    # A fork's child holds copies of the parent's communicators, whose connections and shared memory stay the
+    # parent's: its exit must not close them (using one raises WrongProcess).
+    _open_communicators.clear()
+
+
+os.register_at_fork(after_in_child=_forget_at_fork)
 
 
 @atexit.register
@@ -87,6 +98,8 @@ class Communicator:
         self._timeout = timeout
         self.last_algorithm = None
         self._failed = False
+        self._failure = None  # the PycollError that broke it, raised again by GradientBuckets.ready()
+        self._pid = os.getpid()  # its connections are this process's (not a fork's child's)
         self._default_algorithm = default_algorithm()
         if hosts is None:
             from pycoll.rendezvous.hosts import Hosts
@@ -153,6 +166,8 @@ class Communicator:
 
     # -- argument checks shared by the collectives --------------------------------------------------------
     def _engine_or_raise(self):
+        if self._pid != os.getpid():
+            check_process(self._pid, "this communicator")
         if self._engine is None:
             raise CommunicatorClosed("communicator is closed")
         return self._engine
@@ -242,8 +257,8 @@ class Communicator:
     def _run(self, collective, *args):
         try:
             result = collective(*args)
-        except BaseException:  # a failure, or Ctrl-C mid-collective: either way the peers are not coming back
-            self._failed = True
+        except BaseException as exc:  # a failure, or Ctrl-C mid-collective: the peers are not coming back
+            self._mark_failed(exc)
             raise
         if self._pending:  # a blocking call runs after every earlier one: they have all completed
             self._pending.clear()
@@ -257,6 +272,18 @@ class Communicator:
 
     def _mark_failed(self, exc):
         self._failed = True
+        # What broke it: an error of a collective that ran. Not a bad argument, nor a call that waited in vain
+        # for another thread's turn (it sent nothing: the communicator goes on).
+        if self._failure is None and isinstance(exc, PycollError) and getattr(exc, "sent", True) and \
+                not isinstance(exc, CommunicatorClosed):
+            self._failure = exc
+
+    def _raise_failure(self):
+        """Raise the error that broke this communicator (the one its collective raised: PeerFailure, Timeout,
+        MismatchError, ...), or CommunicatorClosed once it is closed; nothing while it is usable."""
+        if self._failure is not None:
+            raise copy.copy(self._failure).with_traceback(None)  # a fresh one: no earlier call's traceback
+        self._engine_or_raise()
 
     def _call(self, call, async_op, result, keep, *, records=True):
         """Run a checked Call on the engine: blocking, return `result` (last_algorithm says what ran, where
@@ -272,8 +299,8 @@ class Communicator:
             pending.popleft()
         try:
             handle = engine.run(call, True)
-        except BaseException:
-            self._failed = True
+        except BaseException as exc:
+            self._mark_failed(exc)
             raise
         work = Work(handle, result, keep, on_error=self._mark_failed)
         pending.append(work)
@@ -579,6 +606,7 @@ class Communicator:
         different collectives without it being noticed before (ranks that disagreed on a root, for one); the
         communicator is closed either way. Works still queued fail with CommunicatorClosed; the one running gets
         the same brief wait to finish, then fails with it too."""
+        check_process(self._pid, "this communicator")  # a fork's child: the parent's, not to close here
         self._close_by(time.monotonic() + min(self._timeout, CLOSE_WAIT_S))
 
     def _close_by(self, deadline):

@@ -34,6 +34,27 @@ class CommunicatorClosed(PycollError):
     """The communicator was closed, or an earlier error broke it."""
 
 
+class WrongProcess(PycollError):
+    """A communicator (or its store, or a Work of it) was used by a process other than the one that made it: a
+    child of fork(). Its connections and shared memory belong to that process (``owner_pid``); the child cannot
+    use or close them, and the owner and the other ranks go on unaffected. Make a new communicator in the child
+    instead."""
+
+    def __init__(self, message, owner_pid=None):
+        super().__init__(message)
+        self.owner_pid = owner_pid
+
+
+def check_process(owner_pid, what):
+    """Raise WrongProcess unless this is process owner_pid (the one that made `what`)."""
+    import os
+    if os.getpid() != owner_pid:
+        raise WrongProcess(f"{what} belongs to process {owner_pid}, not to this process ({os.getpid()}): it was "
+                           "made before a fork(), and its connections and shared memory are that process's, so this "
+                           "process cannot use or close it; create a new communicator here (pycoll.init) if this "
+                           "process is to be a rank", owner_pid=owner_pid)
+
+
 class AuthenticationError(PycollError):
     """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""
 

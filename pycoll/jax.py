@@ -43,7 +43,7 @@ from pycoll._bindings import jax_ffi
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
 from pycoll.dtypes import op_id
-from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
+from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout, WrongProcess
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "raise_pycoll_error"]
 
@@ -241,7 +241,8 @@ def _check_leading(x, size, tiled, name="x"):
 
 
 _ERRORS = {"Timeout": Timeout, "PeerFailure": PeerFailure, "MismatchError": MismatchError,
-           "CommunicatorClosed": CommunicatorClosed, "ValueError": ValueError, "PycollError": PycollError}
+           "CommunicatorClosed": CommunicatorClosed, "ValueError": ValueError, "PycollError": PycollError,
+           "WrongProcess": WrongProcess}
 
 
 def raise_pycoll_error(exc):

@@ -116,3 +116,14 @@ def test_reduce_tree_gives_the_per_array_all_reduce_results_on_every_rank(n, buc
         assert rep.get("ok"), rep
         # JAX leaves came back as JAX arrays and NumPy leaves as NumPy arrays (the worker checks each leaf's type)
         assert rep["kinds"] == (["ArrayImpl", "ndarray"] if importlib.util.find_spec("jax") else ["ndarray"])
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["shm", "tcp"])
+def test_ready_raises_the_communicators_failure_once_it_broke(backend, monkeypatch):
+    monkeypatch.setenv("PYCOLL_BACKEND", backend)
+    with Ranks(2, "buckets_failure_worker.py", timeout=20) as ranks:
+        rep = ranks.reports(ranks=[0])[0]
+    assert rep["wait"]["error"] == "PeerFailure" and rep["wait"]["rank"] == 1, rep
+    for call in ("ready", "ready_again"):
+        assert rep[call] == rep["wait"], (call, rep)

@@ -27,3 +27,23 @@ def test_threads_taking_turns_in_opposite_orders_raise_mismatch_never_wrong_data
 def test_threads_taking_turns_in_the_same_order_on_every_rank_get_their_own_results(backend):
     for rep in scenario_reports(2, "threads_worker.py", "same 20", timeout=20).values():
         assert rep == {**rep, "right": 40, "wrong": 0, "errors": {}, "main_ok": True}, rep
+
+
+@pytest.mark.timeout(120)
+def test_threads_with_default_names_calling_at_once_never_get_a_wrong_result(backend):
+    """Two threads per rank with the default names, each 300 all-reduces of its own values, no schedule: a call
+    that finds the other thread's running waits for it, never refused on one rank only (which left that rank a
+    collective behind, and later calls paired with the wrong data). Every result is right, or every rank raised."""
+    rounds = 300
+    reports = scenario_reports(2, "threads_worker.py", f"free {rounds}", timeout=60)
+    for rep in reports.values():
+        assert rep["names"] == ["Thread-1 (run)", "Thread-2 (run)"], rep
+        assert rep["wrong"] == 0, rep
+        assert rep["right"] + sum(rep["errors"].values()) == 2 * rounds, rep
+        assert set(rep["errors"]) <= {"MismatchError", "PeerFailure", "CommunicatorClosed"}, rep
+    # A rank that raised broke the communicator on every rank: none carried on alone.
+    failed = [bool(rep["errors"]) for rep in reports.values()]
+    assert all(failed) or not any(failed), reports
+    if any(failed):
+        assert any("took their turns in different orders" in (rep["message"] or "") for rep in reports.values())
+    print({r: (rep["right"], rep["errors"]) for r, rep in reports.items()})

@@ -39,6 +39,7 @@ typedef struct comm_progress {
     struct pycoll_work *head, *tail; /* queued, not yet started, in call order */
     struct pycoll_work *running;
     int caller_running;     /* a blocking collective runs on a caller's thread */
+    char caller_name[64];   /* that thread, as messages name it (comm_thread_name) */
     atomic_int cancel;      /* close gave up waiting: the collective in flight stops at its next interrupt check */
     /* The transport's interrupt check as the caller installed it: it runs only on the caller's threads (it may
      * be Python's signal check, which takes the GIL); the progress thread checks `cancel` instead. */
@@ -75,6 +76,7 @@ struct pycoll_comm {
     uint64_t seq;
     int internal;          /* pycoll_comm_set_internal: calls now are pycoll's own */
     pthread_t owner;       /* the thread that made it: its calls carry no thread tag (comm.h) */
+    int pid;               /* the process that made it (owner_process.c) */
     uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
     comm_decision_t decisions[COMM_DECISIONS]; /* decisions.c: what model and host map decided lately */
@@ -151,20 +153,33 @@ static inline int comm_call_is_p2p(const comm_call_t *call) { return call->args.
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
 pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 
+/* owner_process.c: this process's id (cached; refreshed in a fork's child), whether comm was made by another
+ * process (a fork's parent), and the error that says so (PYCOLL_ERR_FORKED). */
+int comm_process_id(void);
+int comm_foreign(const pycoll_comm_t *comm);
+pycoll_status_t comm_foreign_error(const pycoll_comm_t *comm, char *error, size_t error_len);
+/* communicator.c: the calling thread as messages name it (pycoll_set_thread_name, else its tag), into out. */
+void comm_thread_name(char *out, size_t len);
+
 /* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
 void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);
 
 /* progress.c. The family's state lives as long as any of its communicators. */
 pycoll_status_t progress_init(comm_family_t *family);
 /* Wait until every queued collective of the family has run (progress_wait_turn), or in addition take the
- * transport for a blocking collective on the caller's thread until progress_end_turn (progress_take_turn:
- * PYCOLL_ERR_BUSY, comm->error saying why, if another thread of the caller's runs one on the family).
- * With `interruptible`, the caller's interrupt check runs every 100 ms and ends the wait with
- * PYCOLL_ERR_INTERRUPTED (the queued collectives keep running). Bounded: each queued collective has its
- * deadline. */
+ * transport for a blocking collective on the caller's thread until progress_end_turn (progress_take_turn).
+ * Another thread of the caller's that runs a call on the family is waited for, never refused: a call refused
+ * on one rank only would leave that rank one collective behind the others, and every later call would pair
+ * with the wrong one. That wait ends at the communicator's timeout with PYCOLL_ERR_TIMEOUT, `error` naming the
+ * thread that holds the family (nothing was sent: the communicator stays usable). With `interruptible`, the
+ * caller's interrupt check runs every 100 ms and ends the wait with PYCOLL_ERR_INTERRUPTED (the queued
+ * collectives keep running). Bounded: each queued collective has its deadline. */
 pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible);
-pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible);
+pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible, char *error, size_t error_len);
 void progress_end_turn(pycoll_comm_t *comm);
+/* Wait until no caller's thread runs a blocking call on the family (the root's close, once the family is marked
+ * closed: a split's call on another thread may still hold the transport). */
+void progress_wait_callers(pycoll_comm_t *comm);
 /* Fail the queued collectives with PYCOLL_ERR_CLOSED, give the one in flight up to linger_s to finish, then
  * interrupt it: the whole family's, and join the thread (comm the root), or only comm's (a split). Idempotent. */
 void progress_stop(pycoll_comm_t *comm, double linger_s);

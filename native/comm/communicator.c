@@ -22,8 +22,38 @@ void pycoll_comm_options_init(pycoll_comm_options_t *options)
                                        .segment_bytes = PYCOLL_DEFAULT_SEGMENT_BYTES};
 }
 
+/* The message of the calling thread's last failed call, and the communicator it failed on. Per thread: several
+ * threads may call one communicator (they take turns, progress.c), and one thread's message written into
+ * comm->error could be overwritten by another's before the first reads it. */
+static _Thread_local const pycoll_comm_t *error_comm;
+static _Thread_local char error_text[COMM_ERROR_LEN];
+
+static pycoll_status_t thread_error(const pycoll_comm_t *comm, pycoll_status_t st, const char *text)
+{
+    if (st != PYCOLL_OK) {
+        snprintf(error_text, sizeof error_text, "%s", text);
+        error_comm = comm;
+    }
+    return st;
+}
+
+/* First thing in every entry point that may touch the transport: forget this thread's last message, and refuse
+ * a communicator of another process (a fork's parent) before touching anything of it -- its locks may have been
+ * held by a thread that fork did not copy. */
+static pycoll_status_t comm_enter(const pycoll_comm_t *comm)
+{
+    error_comm = NULL;
+    if (!comm_foreign(comm))
+        return PYCOLL_OK;
+    char text[COMM_ERROR_LEN];
+    return thread_error(comm, comm_foreign_error(comm, text, sizeof text), text);
+}
+
 pycoll_status_t pycoll_comm_set_options(pycoll_comm_t *comm, const pycoll_comm_options_t *options)
 {
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered;
     progress_wait_turn(comm, 0); /* queued collectives run with the options they were called under */
     if (options->version != PYCOLL_COMM_OPTIONS_VERSION) {
         snprintf(comm->error, sizeof comm->error, "options: version %u, this library speaks %u",
@@ -89,6 +119,7 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
     pycoll_default_cost_model(&comm->model);
     pycoll_comm_options_t defaults;
     pycoll_comm_options_init(&defaults);
+    comm->pid = comm_process_id();
     pycoll_status_t status = progress_init(family);
     if (status != PYCOLL_OK) {
         snprintf(comm->error, sizeof comm->error, "comm_create: cannot create the progress thread's lock");
@@ -111,6 +142,9 @@ pycoll_status_t pycoll_comm_create(pycoll_comm_t **out, pycoll_p2p_t *p2p, const
 
 pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
 {
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered; /* no goodbye on the owner's connections, no join of a thread this process lacks */
     pycoll_p2p_t *p2p = comm->p2p;
     /* One deadline for the collective in flight and the goodbyes together: close is bounded by linger_s. */
     const int64_t linger_until = pycoll_now_ns() + (int64_t)((linger_s > 0 ? linger_s : 0) * 1e9);
@@ -122,6 +156,7 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
         return PYCOLL_OK;
     }
     comm->family->closed = 1; /* closing the root closes every split of it */
+    progress_wait_callers(comm); /* a split's call on another thread may hold the transport still */
     if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
         return PYCOLL_OK;
     comm->finalized = 1;
@@ -132,11 +167,17 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
 {
     if (!comm)
         return;
+    /* Made by another process (this is a fork's child): its segments, connections and thread are the owner's.
+     * Left as they are -- memory and descriptors of this process stay allocated until it exits or execs. */
+    if (comm_enter(comm) != PYCOLL_OK)
+        return;
     comm_family_t *family = comm->family;
     comm_live_remove(comm); /* first: waits for whoever acquired it by number */
     progress_stop(comm, 0);
-    if (!comm->view)
+    if (!comm->view) {
         family->closed = 1;
+        progress_wait_callers(comm);
+    }
     comm_workspace_release(&comm->ctx); /* first: a device table's free may need the transport's device */
     free(comm->repro_space);
     /* The root's transport, or a split's view (which frees only itself). */
@@ -157,12 +198,16 @@ int32_t pycoll_comm_rank(const pycoll_comm_t *comm) { return comm->p2p->rank; }
 int32_t pycoll_comm_size(const pycoll_comm_t *comm) { return comm->p2p->size; }
 void pycoll_comm_set_timeout(pycoll_comm_t *comm, double timeout_s)
 {
+    if (comm_enter(comm) != PYCOLL_OK)
+        return;
     progress_wait_turn(comm, 0);
     comm->options.timeout_s = timeout_s > 0 ? timeout_s : PYCOLL_DEFAULT_TIMEOUT_S;
 }
 
 void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
 {
+    if (comm_enter(comm) != PYCOLL_OK)
+        return;
     progress_wait_turn(comm, 0);
     comm->model = *model;
     comm_forget_decisions(comm);
@@ -187,6 +232,9 @@ void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32
 
 pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
 {
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered;
     progress_wait_turn(comm, 0); /* queued collectives run with the map they were called under */
     const int32_t size = comm->p2p->size;
     comm->error[0] = 0;
@@ -235,6 +283,8 @@ pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm) { retur
 
 const char *pycoll_comm_error(const pycoll_comm_t *comm)
 {
+    if (error_comm == comm)
+        return error_text;
     return comm->error[0] ? comm->error : comm->p2p->error;
 }
 
@@ -280,6 +330,20 @@ uint32_t pycoll_thread_tag(int *is_set)
     return thread_tag;
 }
 
+static _Thread_local char thread_name[48];
+
+void pycoll_set_thread_name(const char *name) { snprintf(thread_name, sizeof thread_name, "%s", name ? name : ""); }
+
+void comm_thread_name(char *out, size_t len)
+{
+    if (thread_name[0])
+        snprintf(out, len, "thread '%s'", thread_name);
+    else if (thread_tagged)
+        snprintf(out, len, "the thread tagged %06x", (unsigned)thread_tag);
+    else
+        snprintf(out, len, "thread %#lx", (unsigned long)pthread_self());
+}
+
 uint32_t comm_caller_tag(const pycoll_comm_t *comm)
 {
     /* A process that is several ranks runs them on threads named as it likes: their names say nothing about
@@ -291,6 +355,8 @@ uint32_t comm_caller_tag(const pycoll_comm_t *comm)
 
 void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
 {
+    if (comm_enter(comm) != PYCOLL_OK)
+        return;
     progress_wait_turn(comm, 0); /* queued calls keep what they were called as */
     comm->internal = internal != 0;
 }
@@ -392,42 +458,48 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     return st;
 }
 
-/* A blocking call: its turn after every queued one, then run on the caller's thread. */
+/* A blocking call: its turn after every queued one and after any other thread's blocking call, then run on the
+ * caller's thread. Its message is copied for this thread before the turn ends (the next thread's call may
+ * write comm->error). */
 static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
 {
     pycoll_status_t st = PYCOLL_OK;
     if (comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
-        return st;
-    if (st == PYCOLL_OK)
-        st = progress_take_turn(comm, 1);
-    if (st == PYCOLL_ERR_INTERRUPTED) {
-        snprintf(comm->error, sizeof comm->error,
-                 "interrupted while waiting for earlier non-blocking collectives to finish");
-        return st;
-    }
+        return thread_error(comm, st, comm->error[0] ? comm->error : comm->p2p->error);
+    char waited[COMM_ERROR_LEN];
+    st = progress_take_turn(comm, 1, waited, sizeof waited);
+    if (st == PYCOLL_ERR_INTERRUPTED)
+        return thread_error(comm, st, "interrupted while waiting for earlier collectives to finish");
     if (st != PYCOLL_OK)
-        return st;
+        return thread_error(comm, st, waited);
+    comm->error[0] = 0;
     if (comm_call_is_p2p(call)) {
         st = comm_run_p2p(comm, call, comm->error, sizeof comm->error);
-        progress_end_turn(comm);
-        return st;
+    } else {
+        pycoll_algorithm_t ran = comm->last_algorithm;
+        st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
+        comm->last_algorithm = ran;
     }
-    pycoll_algorithm_t ran = comm->last_algorithm;
-    st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
+    thread_error(comm, st, comm->error[0] ? comm->error : comm->p2p->error);
     progress_end_turn(comm);
-    comm->last_algorithm = ran;
     return st;
 }
 
 pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, pycoll_work_t **work)
 {
     comm_call_t checked;
-    comm->error[0] = 0;
     if (work)
         *work = NULL;
-    pycoll_status_t st = comm_check_call(comm, call, &checked, comm->error, sizeof comm->error);
+    pycoll_status_t st = comm_enter(comm);
     if (st != PYCOLL_OK)
         return st;
+    char error[COMM_ERROR_LEN];
+    st = comm_check_call(comm, call, &checked, error, sizeof error);
+    if (st != PYCOLL_OK)
+        return thread_error(comm, st, error);
     checked.thread = comm_caller_tag(comm); /* the caller's, also where the progress thread runs it */
-    return work ? progress_start(comm, &checked, work) : run_blocking(comm, &checked);
+    if (!work)
+        return run_blocking(comm, &checked);
+    st = progress_start(comm, &checked, work);
+    return thread_error(comm, st, comm->error);
 }

@@ -26,6 +26,7 @@ struct pycoll_work {
     pycoll_request_t req; /* a send or receive in flight */
     struct pycoll_work *next;
     atomic_int refs; /* the caller's handle and the queue's */
+    int pid; /* the process that started it: a fork's child has no progress thread to complete it */
     int64_t spin_ns; /* the communicator's spin option: how long a wait polls before it sleeps */
     atomic_int spun; /* only the first blocking wait polls (a long collective is waited on in slices) */
     /* Its own lock and condition, not the communicator's: a work outlives the communicator. */
@@ -348,7 +349,6 @@ static pycoll_status_t start_thread(pycoll_comm_t *comm)
 pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pycoll_work_t **out)
 {
     *out = NULL;
-    comm->error[0] = 0;
     if (comm->finalized || comm->family->closed) {
         snprintf(comm->error, sizeof comm->error, comm->finalized ? "communicator is finalized (closed)"
                  : "the communicator this one was split from is closed");
@@ -366,6 +366,7 @@ pycoll_status_t progress_start(pycoll_comm_t *comm, const comm_call_t *call, pyc
         return PYCOLL_ERR_SYSTEM;
     }
     work->comm = comm;
+    work->pid = comm->pid;
     work->call = *call; /* checked, with the caller's thread tag: the progress thread runs it */
     work->spin_ns = comm->options.spin_ns;
     work->algorithm = PYCOLL_ALGO_AUTO;
@@ -439,24 +440,57 @@ pycoll_status_t progress_wait_turn(pycoll_comm_t *comm, int interruptible)
     return st;
 }
 
-pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible)
+pycoll_status_t progress_take_turn(pycoll_comm_t *comm, int interruptible, char *error, size_t error_len)
 {
     comm_progress_t *p = &comm->family->progress;
+    const double timeout_s = comm->options.timeout_s;
+    const int64_t deadline = pycoll_now_ns() + (int64_t)(timeout_s * 1e9);
+    pycoll_status_t st = PYCOLL_OK;
     pthread_mutex_lock(&p->lock);
-    pycoll_status_t st = p->started ? wait_idle(p, interruptible) : PYCOLL_OK;
-    if (st == PYCOLL_OK && p->caller_running) {
-        /* One thread per family: two collectives at once would interleave their messages on shared
-         * connections, differently on every rank. */
-        snprintf(comm->error, sizeof comm->error,
-                 "another thread is running a collective on this communicator or one that shares its "
-                 "connections (its parent or a split of it); call a communicator family from one thread at a "
-                 "time, or use async_op=True");
-        st = PYCOLL_ERR_BUSY;
-    } else if (st == PYCOLL_OK) {
+    for (;;) {
+        st = p->started ? wait_idle(p, interruptible) : PYCOLL_OK;
+        if (st != PYCOLL_OK || !p->caller_running)
+            break;
+        /* One thread at a time per family (two collectives at once would interleave their messages on shared
+         * connections, differently on every rank): wait for the thread that holds it, up to the timeout. */
+        const int64_t now = pycoll_now_ns();
+        if (now >= deadline) {
+            char me[64];
+            comm_thread_name(me, sizeof me);
+            snprintf(error, error_len,
+                     "%s waited %g s (the communicator's timeout) for its turn: %s ran a collective on this "
+                     "communicator, or on one that shares its connections (its parent or a split of it), the whole "
+                     "time; nothing was sent, the communicator is still usable",
+                     me, timeout_s, p->caller_name);
+            st = PYCOLL_ERR_TIMEOUT;
+            break;
+        }
+        wait_until(&p->changed, &p->lock, now + CHECK_EVERY_NS < deadline ? now + CHECK_EVERY_NS : deadline);
+        if (interruptible && p->caller_running && p->caller_interrupt) {
+            pthread_mutex_unlock(&p->lock); /* the check may take the GIL, which the running thread may want */
+            const int stop = p->caller_interrupt(p->caller_interrupt_ctx);
+            pthread_mutex_lock(&p->lock);
+            if (stop) {
+                st = PYCOLL_ERR_INTERRUPTED;
+                break;
+            }
+        }
+    }
+    if (st == PYCOLL_OK) {
         p->caller_running = 1;
+        comm_thread_name(p->caller_name, sizeof p->caller_name);
     }
     pthread_mutex_unlock(&p->lock);
     return st;
+}
+
+void progress_wait_callers(pycoll_comm_t *comm)
+{
+    comm_progress_t *p = &comm->family->progress;
+    pthread_mutex_lock(&p->lock);
+    while (p->caller_running) /* bounded: that call's deadline */
+        wait_until(&p->changed, &p->lock, pycoll_now_ns() + CHECK_EVERY_NS);
+    pthread_mutex_unlock(&p->lock);
 }
 
 void progress_end_turn(pycoll_comm_t *comm)
@@ -539,9 +573,18 @@ void progress_stop(pycoll_comm_t *comm, double linger_s)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* A work a fork's parent started and that had not completed at the fork: only the parent's progress thread can
+ * complete it, and this process has none. It counts as completed here, failed with PYCOLL_ERR_FORKED. */
+static int forked_pending(const pycoll_work_t *work)
+{
+    return work->pid != comm_process_id() && !atomic_load_explicit(&work->complete, memory_order_acquire);
+}
+
+static _Thread_local char forked_error[COMM_ERROR_LEN];
+
 int pycoll_work_wait(pycoll_work_t *work, double timeout_s)
 {
-    if (atomic_load_explicit(&work->complete, memory_order_acquire))
+    if (atomic_load_explicit(&work->complete, memory_order_acquire) || forked_pending(work))
         return 1;
     if (!(timeout_s > 0))
         return 0;
@@ -567,12 +610,26 @@ int pycoll_work_test(pycoll_work_t *work) { return pycoll_work_wait(work, 0); }
 
 pycoll_status_t pycoll_work_status(pycoll_work_t *work)
 {
+    if (forked_pending(work))
+        return PYCOLL_ERR_FORKED;
     return pycoll_work_test(work) ? work->status : PYCOLL_ERR_INVALID;
 }
 
-const char *pycoll_work_error(pycoll_work_t *work) { return pycoll_work_test(work) ? work->error : ""; }
+const char *pycoll_work_error(pycoll_work_t *work)
+{
+    if (forked_pending(work)) {
+        snprintf(forked_error, sizeof forked_error,
+                 "this collective was started by process %d, not by this process (%d): it was still running at a "
+                 "fork(), and only that process can complete it", work->pid, comm_process_id());
+        return forked_error;
+    }
+    return pycoll_work_test(work) ? work->error : "";
+}
 
-int32_t pycoll_work_failed_rank(pycoll_work_t *work) { return pycoll_work_test(work) ? work->failed_rank : -1; }
+int32_t pycoll_work_failed_rank(pycoll_work_t *work)
+{
+    return !forked_pending(work) && pycoll_work_test(work) ? work->failed_rank : -1;
+}
 
 pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
 {
@@ -581,6 +638,6 @@ pycoll_algorithm_t pycoll_work_algorithm(pycoll_work_t *work)
 
 void pycoll_work_free(pycoll_work_t *work)
 {
-    if (work)
+    if (work && !forked_pending(work)) /* in a fork's child a pending work's lock may be held: left as it is */
         work_unref(work);
 }

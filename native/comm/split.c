@@ -73,6 +73,8 @@ static pycoll_status_t fail(pycoll_comm_t *comm, pycoll_status_t status, const c
 pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **out)
 {
     *out = NULL;
+    if (comm_foreign(comm))
+        return comm_foreign_error(comm, comm->error, sizeof comm->error);
     const int32_t size = comm->p2p->size, me = comm->p2p->rank;
     int64_t *pairs = malloc((size_t)size * 2 * sizeof *pairs);
     int32_t *members = malloc((size_t)size * sizeof *members);
@@ -140,6 +142,7 @@ pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t ke
     comm->family->refs++;
     pthread_mutex_unlock(&comm->family->progress.lock);
     child->owner = pthread_self();
+    child->pid = comm->pid;
     comm_live_add(child);
     *out = child;
     return PYCOLL_OK;

@@ -15,6 +15,7 @@ from pycoll.errors import (
     PeerFailure as PeerFailure,
     PycollError as PycollError,
     Timeout as Timeout,
+    WrongProcess as WrongProcess,
 )
 
 COST_MODEL_LEN: int

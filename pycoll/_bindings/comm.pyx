@@ -5,6 +5,7 @@ pycoll's exceptions."""
 
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
+from posix.unistd cimport usleep
 
 from cpython.exc cimport PyErr_Occurred
 
@@ -12,14 +13,17 @@ from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 
-from pycoll.errors import AuthenticationError, CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout
+import re
+
+from pycoll.errors import (AuthenticationError, CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout,
+                           WrongProcess)
 
 
 # The exception class of each pycoll_status_t; any other status is a PycollError.
 _ERROR_CLASSES = {PYCOLL_ERR_TIMEOUT: Timeout, PYCOLL_ERR_PEER_FAILURE: PeerFailure,
                   PYCOLL_ERR_MISMATCH: MismatchError, PYCOLL_ERR_CLOSED: CommunicatorClosed,
                   PYCOLL_ERR_INVALID: ValueError, PYCOLL_ERR_NOMEM: MemoryError, PYCOLL_ERR_BUSY: RuntimeError,
-                  PYCOLL_ERR_AUTH: AuthenticationError}
+                  PYCOLL_ERR_AUTH: AuthenticationError, PYCOLL_ERR_FORKED: WrongProcess}
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
@@ -29,6 +33,9 @@ def error_for_status(int status, str message, int failed_rank=-1):
     cls = _ERROR_CLASSES.get(status, PycollError)
     if cls is Timeout or cls is PeerFailure:
         return cls(message, rank=failed_rank if failed_rank >= 0 else None)
+    if cls is WrongProcess:
+        owner = re.search(r"by process (\d+)|belongs to process (\d+)", message)
+        return cls(message, owner_pid=int(owner.group(owner.lastindex)) if owner else None)
     return cls(message)
 
 
@@ -57,17 +64,23 @@ def shm_segment_bytes(int size, int64_t ring_bytes):
 cdef int _tag_this_thread() except -1:
     """Tag the calling thread's collectives with a hash of its name, once per thread (pycoll_set_thread_tag):
     threads named alike on every rank correspond, so ranks whose threads take turns in different orders meet
-    as a MismatchError instead of combining the wrong buffers."""
+    as a MismatchError instead of combining the wrong buffers. The name also goes to C for messages (a call
+    that waits past the timeout for another thread's names it)."""
     import threading
     import zlib
-    pycoll_set_thread_tag(zlib.crc32(threading.current_thread().name.encode(errors="replace")) & 0xffffff)
+    name = threading.current_thread().name.encode(errors="replace")
+    pycoll_set_thread_tag(zlib.crc32(name) & 0xffffff)
+    pycoll_set_thread_name(name)
     return 0
 
 
 cdef class NativeComm:
     """One pycoll_comm_t. Collectives take raw addresses and element counts."""
     cdef pycoll_comm_t *comm
-    cdef bint busy
+    # Calls of this object now in C (their threads hold no GIL there): close waits for them. Threads take turns
+    # in C (native/comm/progress.c): a call that finds another thread's running waits for it, never refused.
+    cdef int active
+    cdef bint closing
 
     @staticmethod
     def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0, int64_t segment_bytes=0):
@@ -114,16 +127,14 @@ cdef class NativeComm:
     @property
     def transport(self):
         """"shm", "tcp" or "shm+tcp" for a communicator made by init_rank; None for others."""
-        cdef const char *name = pycoll_comm_transport(self._enter())
-        self.busy = False
+        cdef const char *name = pycoll_comm_transport(self._open())
         return name.decode() if name != NULL else None
 
     @property
     def host_of(self):
         """The host map in force (host_of[r]: rank r's host number), or None when every rank is on one host
         by default (no map)."""
-        cdef int32_t size = pycoll_comm_size(self._enter())
-        self.busy = False
+        cdef int32_t size = pycoll_comm_size(self._open())
         cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
         if ids == NULL:
             raise MemoryError()
@@ -139,26 +150,31 @@ cdef class NativeComm:
             pycoll_comm_destroy(self.comm)
             self.comm = NULL
 
-    cdef pycoll_comm_t *_enter(self) except NULL:
-        cdef int tagged
-        if self.comm == NULL:
+    cdef pycoll_comm_t *_open(self) except NULL:
+        if self.comm == NULL or self.closing:
             raise CommunicatorClosed("communicator is closed")
-        if self.busy:
-            raise RuntimeError("another thread is running a collective on this communicator; "
-                               "use one communicator per thread")
+        return self.comm
+
+    cdef pycoll_comm_t *_enter(self) except NULL:
+        """The communicator for a call into C, counted until _leave."""
+        cdef int tagged
+        cdef pycoll_comm_t *c = self._open()
         pycoll_thread_tag(&tagged)
         if not tagged:
             _tag_this_thread()
-        self.busy = True
-        return self.comm
+        self.active += 1
+        return c
 
     cdef int _leave(self, pycoll_status_t st) except -1:
-        self.busy = False
+        self.active -= 1
         if st == PYCOLL_ERR_INTERRUPTED:
             _reraise_pending()
         if st != PYCOLL_OK:
-            raise error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
-                         pycoll_comm_failed_rank(self.comm))
+            error = error_for_status(st, pycoll_comm_error(self.comm).decode(errors="replace"),
+                                     pycoll_comm_failed_rank(self.comm))
+            if st == PYCOLL_ERR_TIMEOUT and "waited" in str(error) and "nothing was sent" in str(error):
+                error.sent = False  # it timed out waiting for another thread's turn: the communicator goes on
+            raise error
         return 0
 
     @property
@@ -178,14 +194,15 @@ cdef class NativeComm:
         """values: pycoll.tuning.CostModel.as_array()'s layout (cost_model.pxi)."""
         cdef pycoll_cost_model_t model
         fill_cost_model(&model, values)
-        pycoll_comm_set_cost_model(self._enter(), &model)
-        self.busy = False
+        cdef pycoll_comm_t *c = self._enter()
+        with nogil:  # waits for queued collectives, which run without the GIL
+            pycoll_comm_set_cost_model(c, &model)
+        self._leave(PYCOLL_OK)
 
     def set_hosts(self, host_of):
         """host_of[r]: rank r's host number (pycoll.rendezvous.hosts.Hosts.host_of), every rank alike; it shapes
         the hierarchical all-reduce."""
-        cdef int32_t size = pycoll_comm_size(self._enter())
-        self.busy = False
+        cdef int32_t size = pycoll_comm_size(self._open())
         if len(host_of) != size:
             raise ValueError(f"hosts: {len(host_of)} entries for {size} ranks")
         cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
@@ -231,8 +248,7 @@ cdef class NativeComm:
     def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
         """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
         collective stays #1."""
-        pycoll_comm_set_internal(self._enter(), 1)
-        self.busy = False
+        pycoll_comm_set_internal(self._open(), 1)
         try:
             self.run(PYCOLL_COLL_BROADCAST, 0, buf, 0, count, dtype, root=root)
         finally:
@@ -272,11 +288,13 @@ cdef class NativeComm:
         collective with different roots) raise MismatchError here at the latest. Closed either way.
         Non-blocking collectives still queued fail with CommunicatorClosed; the one in flight gets ``linger``
         seconds to finish, then is interrupted (native/comm/progress.c)."""
-        if self.busy:
-            raise RuntimeError("cannot close a communicator while a collective runs on it")
         if self.comm == NULL:
             return
         cdef pycoll_status_t st
+        self.closing = True  # no new call from here on
+        while self.active:  # other threads' calls, each bounded by its deadline: then nothing uses it
+            with nogil:
+                usleep(1000)
         with nogil:
             st = pycoll_comm_finalize(self.comm, linger)
         error = None

@@ -10,7 +10,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef enum pycoll_status_t:
         PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
         PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED,
-        PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH
+        PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH, PYCOLL_ERR_FORKED
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_SEND_RECV, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
@@ -144,6 +144,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     void pycoll_set_thread_tag(uint32_t tag) nogil
     void pycoll_comm_set_internal(pycoll_comm_t *comm, int internal)
     uint32_t pycoll_thread_tag(int *is_set) nogil
+    void pycoll_set_thread_name(const char *name) nogil
     # The per-collective ABI wrappers: the simulator (sim.pyx) and the vendor family (vendor.pyx) call these;
     # NativeComm builds one pycoll_call_t (call.h below).
     pycoll_status_t pycoll_comm_all_reduce(pycoll_comm_t *comm, const void *sendbuf, void *recvbuf, int64_t count,

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from pycoll.errors import PeerFailure, PycollError, Timeout
+from pycoll.errors import PeerFailure, PycollError, Timeout, check_process
 from pycoll.rendezvous import handshake, user_secret
 from pycoll.rendezvous.store_protocol import (
     F64,
@@ -65,6 +65,7 @@ class TCPStore:
         self._local = threading.local()
         self._socks = []
         self._closed = False
+        self._pid = os.getpid()  # a fork's child shares these sockets with this process: it must not use them
         self._server = (StoreServer(check_wildcard(host, secret), port, secret, handshake_timeout,
                                      max_bytes_setting(max_bytes), secret_file) if is_server else None)
         self.port = self._server.port if self._server is not None else port
@@ -135,6 +136,8 @@ class TCPStore:
         return sock
 
     def _check_open(self):
+        if self._pid != os.getpid():
+            check_process(self._pid, f"the rendezvous store client of {self.host}:{self.port}")
         with self._lock:
             if self._closed:
                 raise PycollError("the store is closed")
@@ -205,7 +208,11 @@ class TCPStore:
 
     def close(self, linger=None):
         """Closes the connections and, on the server's rank, stops the server once the other ranks have closed
-        theirs, waiting at most ``linger`` seconds (default: min(timeout, 5)). Idempotent."""
+        theirs, waiting at most ``linger`` seconds (default: min(timeout, 5)). Idempotent. In a fork's child it
+        only forgets them: the connections and the server are the parent's."""
+        if self._pid != os.getpid():
+            self._closed, self._socks, self._server = True, [], None
+            return
         with self._lock:
             self._closed = True
             socks, self._socks = self._socks, []

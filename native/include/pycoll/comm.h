@@ -102,6 +102,12 @@ PYCOLL_API pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *co
 PYCOLL_API void pycoll_set_thread_tag(uint32_t tag);
 /* The calling thread's tag, and whether one was set (*is_set may be NULL). */
 PYCOLL_API uint32_t pycoll_thread_tag(int *is_set);
+/* Name the calling thread in messages (up to 47 bytes kept): a call that waits past the communicator's timeout
+ * for another thread's call on the same family fails with PYCOLL_ERR_TIMEOUT naming that thread. Threads take
+ * turns: a blocking call waits while another thread runs one on the communicator or on any communicator that
+ * shares its connections, and is never refused (a call refused on one rank only would leave that rank a
+ * collective behind the others). */
+PYCOLL_API void pycoll_set_thread_name(const char *name);
 
 /* While `internal` is non-zero, comm's calls are the library's own (the Python binding's cost-model broadcast
  * during init), made alike on every rank: they are numbered apart from the caller's collectives (whose first

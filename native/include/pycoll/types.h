@@ -48,8 +48,10 @@ typedef enum pycoll_status {
     PYCOLL_ERR_CLOSED = 7,       /* the communicator was closed or is broken by an earlier error */
     PYCOLL_ERR_NOMEM = 8,
     PYCOLL_ERR_INTERRUPTED = 9,  /* the caller's interrupt check fired (e.g. Ctrl-C in Python) */
-    PYCOLL_ERR_BUSY = 10,        /* another thread runs a call on this communicator's family (nothing was sent) */
-    PYCOLL_ERR_AUTH = 11         /* a connection failed the shared-secret check (pycoll_comm_init_rank) */
+    PYCOLL_ERR_BUSY = 10,        /* not finished yet (a vendor work); communicators no longer return it: a call
+                                  * waits for another thread's turn on the family instead */
+    PYCOLL_ERR_AUTH = 11,        /* a connection failed the shared-secret check (pycoll_comm_init_rank) */
+    PYCOLL_ERR_FORKED = 12       /* the communicator belongs to another process (made before a fork()) */
 } pycoll_status_t;
 
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
