@@ -74,7 +74,7 @@ pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, 
 static float round_to_odd_f32(double x, double tail)
 {
     float f = (float)x;
-    if (isnan(x))
+    if (!isfinite(x)) /* an infinity or NaN sum is the result as it is (its tail is no number) */
         return f;
     double below = (double)f != x ? x - (double)f : tail; /* where the exact value lies from f */
     uint32_t bits = pycoll_f32_bits(f);
@@ -98,25 +98,31 @@ static double two_product_f64(double a, double b, double *err)
     return p;
 }
 
-/* (s + c) / d with the remainder folded back in, so comp still counts when dividing (double-double style). */
+/* (s + c) / d with the remainder folded back in, so comp still counts when dividing (double-double style). An
+ * infinite or NaN sum divides as fast mode's does (its remainder would be NaN); a quotient so large that
+ * Dekker's split of it would overflow is formed from s and c scaled down by 2^64, exactly, then scaled back. */
 static double divide_pair_f64(double s, double c, double d, double *tail)
 {
     double q = s / d;
+    *tail = 0.0;
+    if (!isfinite(q))
+        return q;
+    double scale = fabs(q) > 1e299 ? 1.0 / 18446744073709551616.0 : 1.0; /* 2^-64 above ~2^993 */
+    s *= scale, c *= scale, q *= scale;
     double pe;
     double p = two_product_f64(q, d, &pe);
     double r = ((s - p) - pe) + c;
-    double q2 = r / d;
-    double e;
-    double out = pycoll_two_sum_f64(q, q2, &e);
-    *tail = e;
-    return out;
+    double q2 = pycoll_signed_zero_f64(r / d);
+    double out = pycoll_two_sum_f64(q, q2, tail);
+    *tail /= scale;
+    return out / scale;
 }
 
 static void store_f64(unaligned_f64 *dst, const unaligned_f64 *sum, const unaligned_f64 *comp, int64_t n, int64_t divisor)
 {
     double d = (double)divisor, tail;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail) : sum[i] + comp[i];
+        dst[i] = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail) : sum[i] + pycoll_signed_zero_f64(comp[i]);
 }
 
 /* float32 pairs: the value (and quotient) is formed in double, then rounded once to the plain type. */
@@ -127,9 +133,9 @@ static void store_from_f32(pycoll_dtype_t dtype, void *dst, const unaligned_f32 
     for (int64_t i = 0; i < n; i++) {
         double tail;
         double x = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail)
-                               : pycoll_two_sum_f64(sum[i], comp[i], &tail);
+                               : pycoll_two_sum_f64(sum[i], pycoll_signed_zero_f64(comp[i]), &tail);
         if (dtype == PYCOLL_FLOAT32)
-            ((unaligned_f32 *)dst)[i] = divisor > 1 ? (float)x : sum[i] + comp[i];
+            ((unaligned_f32 *)dst)[i] = divisor > 1 ? (float)x : sum[i] + pycoll_signed_zero_f32(comp[i]);
         else if (dtype == PYCOLL_FLOAT16)
             ((unaligned_u16 *)dst)[i] = pycoll_f32_to_f16(round_to_odd_f32(x, tail));
         else
