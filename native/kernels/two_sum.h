@@ -1,5 +1,7 @@
 /* Internal: error-free transformations for compensated summation. They rely on IEEE arithmetic with no
- * reassociation and no FMA contraction (CMake passes -fno-fast-math -ffp-contract=off). */
+ * reassociation and no FMA contraction (CMake passes -fno-fast-math -ffp-contract=off), and the files that
+ * use them are compiled with -fno-trapping-math, so that the selects below stay branch-free and the loops
+ * around them vectorised (no kernel reads the floating-point exception flags). */
 #ifndef PYCOLL_TWO_SUM_H
 #define PYCOLL_TWO_SUM_H
 
