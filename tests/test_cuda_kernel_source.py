@@ -193,3 +193,32 @@ def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path,
                                                                                    want.view(np.uint8))[:5])
         ran += 1
     assert ran >= 10, ran  # the rest are the general mode's (infinities)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_compensated_kernels_compiled_for_the_host_keep_special_values(tmp_path, dtype):
+    """Every ordered pair of special values (test_kernels_specials.py's: infinities, NaN, the largest finite and
+    sums past it, both zeros) through the device's load, combine and store: fast mode's sums, and the host
+    kernels' bits."""
+    from test_kernels_specials import same, specials
+
+    lib = _host_library(tmp_path, dtype)
+    v = specials(np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype))
+    pairs = (np.ascontiguousarray(np.repeat(v, v.size)), np.ascontiguousarray(np.tile(v, v.size)))
+    n = pairs[0].size
+    acc = np.float64 if dtype == "float64" else np.float32
+    s1, c1, s2, c2 = (np.empty(n, acc) for _ in range(4))
+    lib.pycoll_compensated_load(_p(s1), _p(c1), _p(pairs[0]), ctypes.c_longlong(n))
+    lib.pycoll_compensated_load(_p(s2), _p(c2), _p(pairs[1]), ctypes.c_longlong(n))
+    lib.pycoll_compensated_combine(_p(s1), _p(c1), _p(s2), _p(c2), ctypes.c_longlong(n))
+    ws, wc = kernels.compensated_load(pairs[0])
+    kernels.compensated_combine(ws, wc, *kernels.compensated_load(pairs[1]))
+    assert s1.tobytes() == ws.tobytes() and c1.tobytes() == wc.tobytes()
+    for divisor in (1, 3):
+        got, want = np.empty_like(pairs[0]), np.empty_like(pairs[0])
+        lib.pycoll_compensated_store(_p(got), _p(s1), _p(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
+        kernels.compensated_store(want, ws, wc, divisor)
+        assert got.tobytes() == want.tobytes(), divisor
+        if divisor == 1:
+            with np.errstate(all="ignore"):
+                same(got, kernels.reduce(*pairs, "sum"))

@@ -7,6 +7,7 @@
 #include "pycoll/kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 static int is_float(pycoll_dtype_t dtype)
@@ -74,7 +75,7 @@ pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, 
 static float round_to_odd_f32(double x, double tail)
 {
     float f = (float)x;
-    if (isnan(x))
+    if (!isfinite(x)) /* an infinity or NaN sum is the result as it is (its tail is no number) */
         return f;
     double below = (double)f != x ? x - (double)f : tail; /* where the exact value lies from f */
     uint32_t bits = pycoll_f32_bits(f);
@@ -88,7 +89,7 @@ static float round_to_odd_f32(double x, double tail)
 }
 
 /* Dekker's exact product (no FMA): p + err == a * b exactly. */
-static double two_product_f64(double a, double b, double *err)
+static inline double two_product_f64(double a, double b, double *err)
 {
     const double split = 134217729.0; /* 2^27 + 1 */
     double p = a * b;
@@ -98,42 +99,96 @@ static double two_product_f64(double a, double b, double *err)
     return p;
 }
 
-/* (s + c) / d with the remainder folded back in, so comp still counts when dividing (double-double style). */
-static double divide_pair_f64(double s, double c, double d, double *tail)
+/* The same for a whole number b below 2^26 (a divisor: a number of ranks), with fewer operations: a's
+ * significand loses its low 27 bits by a mask (ah), ah * b (26 + 26 bits) and (a - ah) * b (27 + 26) are
+ * exact, and ah * b - p is exact as the two are within a factor of two. */
+#define SMALL_DIVISOR 67108864.0 /* 2^26 */
+static inline double product_by_small_f64(double a, double b, double *err)
+{
+    uint64_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    bits &= ~(uint64_t)0x7ffffff;
+    double ah;
+    memcpy(&ah, &bits, sizeof ah);
+    double p = a * b;
+    *err = (ah * b - p) + (a - ah) * b;
+    return p;
+}
+
+/* (s + c) / d with the remainder folded back in, so comp still counts when dividing (double-double style). An
+ * infinite or NaN sum divides as fast mode's does (its remainder would be NaN). For |s| <= HUGE_SUM only:
+ * near the largest value q * d or Dekker's split of q could overflow (divide_huge_pair_f64). */
+#define HUGE_SUM 1e299 /* ~2^993 */
+static inline double divide_pair_f64(double s, double c, double d, double *tail)
 {
     double q = s / d;
     double pe;
-    double p = two_product_f64(q, d, &pe);
+    double p = d < SMALL_DIVISOR ? product_by_small_f64(q, d, &pe) : two_product_f64(q, d, &pe);
     double r = ((s - p) - pe) + c;
-    double q2 = r / d;
-    double e;
-    double out = pycoll_two_sum_f64(q, q2, &e);
-    *tail = e;
-    return out;
+    double q2 = pycoll_signed_zero_f64(r / d);
+    double t;
+    double out = pycoll_two_sum_f64(q, q2, &t);
+    int finite = q - q == 0.0;
+    *tail = finite ? t : 0.0;
+    return finite ? out : q;
 }
 
+/* Any s: the pair scaled down by 2^64 (exactly, but for bits of c far below s's last), divided, scaled back. */
+static double divide_huge_pair_f64(double s, double c, double d, double *tail)
+{
+    const double scale = 18446744073709551616.0; /* 2^64 */
+    double out = divide_pair_f64(s / scale, c / scale, d, tail);
+    *tail *= scale;
+    return out * scale;
+}
+
+/* One loop per case, each simple enough to be vectorised; sums past HUGE_SUM (rare) are redone. */
 static void store_f64(unaligned_f64 *dst, const unaligned_f64 *sum, const unaligned_f64 *comp, int64_t n, int64_t divisor)
 {
     double d = (double)divisor, tail;
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail) : sum[i] + comp[i];
+    if (divisor == 1) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = sum[i] + pycoll_signed_zero_f64(comp[i]);
+        return;
+    }
+    /* Whether any |sum| is past 2^993 (<= HUGE_SUM), from its bits: the magnitude plus 2^63 - 1 - bits(2^993)
+     * carries into the top bit exactly when it is larger. Integer adds and ors keep the loop vectorised. */
+    const uint64_t magnitude = 0x7fffffffffffffffull, past = magnitude - 0x7e00000000000000ull;
+    uint64_t huge = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t bits;
+        double si = sum[i];
+        memcpy(&bits, &si, sizeof bits);
+        huge |= (bits & magnitude) + past;
+        dst[i] = divide_pair_f64(si, comp[i], d, &tail);
+    }
+    double huge_tail; /* apart from tail, which must not escape into a call the first loop cannot inline */
+    for (int64_t i = 0; (huge >> 63) && i < n; i++)
+        if (fabs(sum[i]) > HUGE_SUM)
+            dst[i] = divide_huge_pair_f64(sum[i], comp[i], d, &huge_tail);
 }
 
 /* float32 pairs: the value (and quotient) is formed in double, then rounded once to the plain type. */
 static void store_from_f32(pycoll_dtype_t dtype, void *dst, const unaligned_f32 *sum, const unaligned_f32 *comp, int64_t n,
                            int64_t divisor)
 {
-    double d = (double)divisor;
+    double d = (double)divisor, tail;
+    unaligned_f32 *f32 = dst;
+    if (dtype == PYCOLL_FLOAT32 && divisor == 1) {
+        for (int64_t i = 0; i < n; i++)
+            f32[i] = sum[i] + pycoll_signed_zero_f32(comp[i]);
+        return;
+    }
+    if (dtype == PYCOLL_FLOAT32) {
+        for (int64_t i = 0; i < n; i++)
+            f32[i] = (float)divide_pair_f64(sum[i], comp[i], d, &tail);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
-        double tail;
         double x = divisor > 1 ? divide_pair_f64(sum[i], comp[i], d, &tail)
-                               : pycoll_two_sum_f64(sum[i], comp[i], &tail);
-        if (dtype == PYCOLL_FLOAT32)
-            ((unaligned_f32 *)dst)[i] = divisor > 1 ? (float)x : sum[i] + comp[i];
-        else if (dtype == PYCOLL_FLOAT16)
-            ((unaligned_u16 *)dst)[i] = pycoll_f32_to_f16(round_to_odd_f32(x, tail));
-        else
-            ((unaligned_u16 *)dst)[i] = pycoll_f32_to_bf16(round_to_odd_f32(x, tail));
+                               : pycoll_two_sum_f64(sum[i], pycoll_signed_zero_f64(comp[i]), &tail);
+        float odd = round_to_odd_f32(x, tail);
+        ((unaligned_u16 *)dst)[i] = dtype == PYCOLL_FLOAT16 ? pycoll_f32_to_f16(odd) : pycoll_f32_to_bf16(odd);
     }
 }
 

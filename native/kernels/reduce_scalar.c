@@ -70,8 +70,9 @@ DEFINE_HALF_KERNELS(bf16, pycoll_bf16_to_f32, pycoll_f32_to_bf16, LESS, GREATER)
 
 /* Combine two compensated pairs: TwoSum of the leading parts, the compensations and that error added, then a
  * second TwoSum to renormalise. Fast2Sum would not do for the second step: when the leading parts cancel
- * (s == 0) the compensation is the larger term, and Fast2Sum needs |s| >= |comp|. */
-#define DEFINE_COMBINE(tname, T, two_sum)                                                                     \
+ * (s == 0) the compensation is the larger term, and Fast2Sum needs |s| >= |comp|. A sum that is not finite
+ * keeps a zero compensation, and a zero compensation leaves the sum's sign alone (two_sum.h). */
+#define DEFINE_COMBINE(tname, T, two_sum, suffix)                                                             \
     static void tname##_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,     \
                                 int64_t n)                                                                    \
     {                                                                                                         \
@@ -80,14 +81,15 @@ DEFINE_HALF_KERNELS(bf16, pycoll_bf16_to_f32, pycoll_f32_to_bf16, LESS, GREATER)
         for (int64_t i = 0; i < n; i++) {                                                                     \
             T e, e2;                                                                                          \
             T s = two_sum(ds[i], ss[i], &e);                                                                  \
-            T c = (dc[i] + sc[i]) + e;                                                                        \
-            ds[i] = two_sum(s, c, &e2);                                                                       \
-            dc[i] = e2;                                                                                       \
+            T c = pycoll_signed_zero_##suffix((dc[i] + sc[i]) + pycoll_finite_or_zero_##suffix(s, e));         \
+            T s2 = two_sum(s, c, &e2);                                                                        \
+            ds[i] = s2;                                                                                       \
+            dc[i] = pycoll_finite_or_zero_##suffix(s2, e2);                                                   \
         }                                                                                                     \
     }
 
-DEFINE_COMBINE(f32, unaligned_f32, pycoll_two_sum_f32)
-DEFINE_COMBINE(f64, unaligned_f64, pycoll_two_sum_f64)
+DEFINE_COMBINE(f32, unaligned_f32, pycoll_two_sum_f32, f32)
+DEFINE_COMBINE(f64, unaligned_f64, pycoll_two_sum_f64, f64)
 
 #define SET_ROW(table, dtype, tname)                                                                          \
     do {                                                                                                      \

@@ -36,6 +36,15 @@ static inline __m256 f16_widen(__m128i h) { return _mm256_cvtph_ps(h); }
 static inline __m256 bf16_widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
 static inline __m128i f16_narrow(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
+static inline __m256 finite_or_zero_ps(__m256 s, __m256 e)
+{
+    return _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(s, s), _mm256_setzero_ps(), _CMP_EQ_OQ), e);
+}
+static inline __m256d finite_or_zero_pd(__m256d s, __m256d e)
+{
+    return _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, s), _mm256_setzero_pd(), _CMP_EQ_OQ), e);
+}
+
 static inline __m256i where_nan_epi32(__m256 v, __m256i nan, __m256i other)
 {
     return _mm256_blendv_epi8(other, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));

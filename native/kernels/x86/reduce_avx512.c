@@ -37,6 +37,15 @@ static inline __m512 f16_widen(__m256i h) { return _mm512_cvtph_ps(h); }
 static inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 static inline __m256i f16_narrow(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
+static inline __m512 finite_or_zero_ps(__m512 s, __m512 e)
+{
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_sub_ps(s, s), _mm512_setzero_ps(), _CMP_EQ_OQ), e);
+}
+static inline __m512d finite_or_zero_pd(__m512d s, __m512d e)
+{
+    return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(_mm512_sub_pd(s, s), _mm512_setzero_pd(), _CMP_EQ_OQ), e);
+}
+
 static inline __m512i where_nan_epi32(__m512 v, __m512i nan, __m512i other)
 {
     return _mm512_mask_mov_epi32(other, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);

@@ -16,6 +16,8 @@
  *                         16-bit floats to float32 exactly, and float32 to float16 rounded to nearest-even
  *   where_nan_epi32(v, nan, other), narrow_epi32
  *                         per lane nan where v is NaN, else other; 32-bit lanes (< 2^16) to a vec_half
+ *   finite_or_zero_ps(s, e), finite_or_zero_pd(s, e)
+ *                         per lane e where s is finite (s - s == 0), else +0: two_sum.h's rule for special values
  *   HALF_SELECT(hx, hy, a, b, PREDICATE)
  *                         per lane hx where a is NaN or PREDICATE(a, b) holds, else hy (a macro: the predicate
  *                         must stay an immediate)
@@ -104,22 +106,25 @@ HALF_ARITH_KERNEL(bf16_prod, bf16_widen, bf16_narrow, SIMD(mul_ps))
 HALF_SELECT_KERNEL(bf16_min, bf16_widen, _CMP_LT_OQ) /* ml_dtypes' bfloat16 keeps b on ties */
 HALF_SELECT_KERNEL(bf16_max, bf16_widen, _CMP_GT_OQ)
 
-/* Compensated combine, the same operations in the same order as the scalar one (reduce_scalar.c). */
-#define COMBINE_KERNEL(name, T, V, LOAD, STORE, ADD, SUB)                                                     \
+/* Compensated combine, the same operations in the same order as the scalar one (reduce_scalar.c), special
+ * values included (two_sum.h): the error of a sum that is not finite is 0, a zero compensation is -0. */
+#define COMBINE_KERNEL(name, T, V, LOAD, STORE, ADD, SUB, SET1, FINITE_OR_ZERO)                               \
     static inline void name##_step(T *ds, T *dc, const T *ss, const T *sc)                                    \
     {                                                                                                         \
         V a = LOAD(ds), b = LOAD(ss);                                                                         \
         V s = ADD(a, b), bb = SUB(s, a);                                                                      \
-        V e = ADD(SUB(a, SUB(s, bb)), SUB(b, bb));                                                            \
-        V c = ADD(ADD(LOAD(dc), LOAD(sc)), e);                                                                \
+        V e = FINITE_OR_ZERO(s, ADD(SUB(a, SUB(s, bb)), SUB(b, bb)));                                         \
+        V c = SUB(SET1(-0.0), SUB(SET1(0.0), ADD(ADD(LOAD(dc), LOAD(sc)), e)));                               \
         V s2 = ADD(s, c), bb2 = SUB(s2, s);                                                                   \
         STORE(ds, s2);                                                                                        \
-        STORE(dc, ADD(SUB(s, SUB(s2, bb2)), SUB(c, bb2)));                                                    \
+        STORE(dc, FINITE_OR_ZERO(s2, ADD(SUB(s, SUB(s2, bb2)), SUB(c, bb2))));                                \
     }                                                                                                         \
     PYCOLL_COMBINE_VECTOR_KERNEL(name, T, LANES(T), name##_step)
 
-COMBINE_KERNEL(f32_combine, float, vec_ps, SIMD(loadu_ps), SIMD(storeu_ps), SIMD(add_ps), SIMD(sub_ps))
-COMBINE_KERNEL(f64_combine, double, vec_pd, SIMD(loadu_pd), SIMD(storeu_pd), SIMD(add_pd), SIMD(sub_pd))
+COMBINE_KERNEL(f32_combine, float, vec_ps, SIMD(loadu_ps), SIMD(storeu_ps), SIMD(add_ps), SIMD(sub_ps),
+               SIMD(set1_ps), finite_or_zero_ps)
+COMBINE_KERNEL(f64_combine, double, vec_pd, SIMD(loadu_pd), SIMD(storeu_pd), SIMD(add_pd), SIMD(sub_pd),
+               SIMD(set1_pd), finite_or_zero_pd)
 
 #define SET(table, dtype, op, kernel) (table)->binary[dtype][op] = kernel
 #define SET_SUM(table, dtype, kernel) (SET(table, dtype, PYCOLL_SUM, kernel), SET(table, dtype, PYCOLL_AVG, kernel))
