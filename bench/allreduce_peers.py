@@ -39,7 +39,8 @@ def machine() -> str:
 
 def sweep_rows(world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "--backend", "tcp", "-b", args.b, "-e", args.e,
-           "-f", str(args.f), "-d", "float32", "-o", "sum", "--algorithm", "all", "--compare", "gloo,mpi-tcp",
+           "-f", str(args.f), "-d", "float32", "-o", "sum", "--algorithm", "all", "--out-of-place",
+           "--compare", "gloo,mpi-tcp",
            "--json", str(json_path)]
     print("$", " ".join(cmd[2:]), flush=True)
     # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.
