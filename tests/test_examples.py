@@ -36,7 +36,7 @@ def test_data_parallel_numpy_trains_the_same_weights_as_one_process_on_the_whole
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float32: the halves' mean gradients averaged differ from the whole batch's mean gradient by a few float32
     # roundings (~1e-7 relative) per step; 30 SGD steps at lr 0.05 on weights of order 1 keep the drift well
@@ -47,7 +47,7 @@ def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_b
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # data_parallel_jax.py's model and schedule with the average inside the jitted step (pycoll.jax.all_reduce):
     # the same float32 tolerance against one process. A wrong reduction (a sum, one rank's gradient, the
@@ -58,7 +58,7 @@ def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_who
 
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                    reason="torch is not installed (pip install pycoll[torch])")
+                    reason="torch is not installed (pip install \".[torch]\")")
 def test_ddp_torch_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float64, DDP's averaged bucket gradients: equal to the whole batch's up to the order of the summation.
     single = _check_against_one_process("ddp_torch.py", 2, rtol=1e-9, atol=1e-12)
