@@ -31,7 +31,8 @@ def title(rows) -> str:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'pycoll[plot]' (or pip install matplotlib)")
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'pycoll-collectives[plot]' "
+                              "(or pip install matplotlib)")
 
 
 def plot(rows, path) -> None:
