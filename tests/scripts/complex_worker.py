@@ -163,6 +163,21 @@ def refusals(comm, report):
     report["refusals"] = seen
 
 
+def dtype_mismatch(comm, report):
+    """Rank 0 sums complex64, the others float32 of the same bytes: the descriptors carry the dtype, so every rank
+    raises MismatchError naming both sides instead of mixing parts with reals. Last: it breaks the communicator."""
+    if comm.size == 1:
+        return
+    x = np.ones(8, np.complex64) if comm.rank == 0 else np.ones(16, np.float32)
+    try:
+        comm.all_reduce(x)
+    except pycoll.MismatchError as exc:
+        assert "complex64" in str(exc) and "float32" in str(exc), str(exc)
+        report["mismatch"] = "MismatchError"
+    else:
+        raise AssertionError("complex64 against float32: no MismatchError")
+
+
 def main():
     report = {"ok": False, "cases": 0}
     t0 = time.monotonic()
@@ -174,6 +189,7 @@ def main():
         reductions(comm, counts, report)
         data_movement(comm, counts, report)
         refusals(comm, report)
+        dtype_mismatch(comm, report)
         report["ok"] = True
     if comm is not None:
         comm.close()
