@@ -170,6 +170,9 @@ def dtype_mismatch(comm, report):
         return
     x = np.ones(8, np.complex64) if comm.rank == 0 else np.ones(16, np.float32)
     try:
+        # Every rank has finished the collectives before once any leaves the barrier; a rank may still be in the
+        # barrier when a peer's report of the mismatch arrives, and raise it there.
+        comm.barrier()
         comm.all_reduce(x)
     except pycoll.MismatchError as exc:
         assert "complex64" in str(exc) and "float32" in str(exc), str(exc)
