@@ -1,7 +1,7 @@
 """complex64 and complex128 over real rank processes: every collective, every algorithm of the backend, sum, avg
-and prod in fast and compensated mode, exact against NumPy (tests/scripts/complex_worker.py says how the inputs
-make that meaningful); min, max and accuracy="reproducible" refused by name on every rank, and complex64 against
-a peer's float32 of the same bytes a MismatchError. One job per case,
+and prod in fast mode, sum and avg in compensated and reproducible mode, exact against NumPy
+(tests/scripts/complex_worker.py says how the inputs make that meaningful); min and max refused by name on every
+rank, and complex64 against a peer's float32 of the same bytes a MismatchError. One job per case,
 each running every combination, so the whole file takes seconds."""
 import pytest
 from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
@@ -17,7 +17,7 @@ def run(n, env, rank_env=None):
     for rep in reports.values():
         assert rep.get("ok"), rep
         assert rep["refusals"] == ["all_reduce max", "reduce_scatter min", "reduce min",
-                                   "all_reduce reproducible"], rep
+                                   "all_reduce reproducible prod"], rep
         assert rep["mismatch"] == "MismatchError", rep
     return reports
 

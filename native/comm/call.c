@@ -238,15 +238,9 @@ static pycoll_status_t check_reproducible(const pycoll_call_t *call, char *error
                  "in every mode, so use accuracy fast)", pycoll_op_name(call->op), pycoll_op_name(call->op));
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    if (dtype_is_complex(call->dtype)) {
-        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (its parts' limb sums are not "
-                 "implemented); use accuracy compensated, which sums each part compensated, or fast",
-                 pycoll_dtype_name(call->dtype));
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
-    if (!repro_limbs(call->dtype)) {
-        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (float16, bfloat16, float32 "
-                 "and float64 are; integer sums are exact in every mode, so use accuracy fast)",
+    if (!repro_limbs(complex_part_dtype(call->dtype))) { /* complex: part by part */
+        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (float16, bfloat16, float32, "
+                 "float64, complex64 and complex128 are; integer sums are exact in every mode, so use accuracy fast)",
                  pycoll_dtype_name(call->dtype));
         return PYCOLL_ERR_UNSUPPORTED;
     }

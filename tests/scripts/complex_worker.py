@@ -1,6 +1,6 @@
 """One rank of tests/test_complex_collectives.py: `python complex_worker.py` under RANK/WORLD_SIZE/MASTER_* env.
 Every collective on complex64 and complex128, every algorithm of the backend, compared exactly against NumPy,
-then the refusals (min, max, accuracy reproducible). Prints one JSON line {"rank", "ok", "cases", "algorithms",
+then the refusals (min, max, a reproducible product). Prints one JSON line {"rank", "ok", "cases", "algorithms",
 "refusals", ...}; any failure is reported under "error" with its traceback.
 
 The inputs make "exact" meaningful for any order of the operations: sums of small integers, and products of
@@ -60,7 +60,7 @@ def reductions(comm, counts, report):
     ran = set()
     for dtype in DTYPES:
         for op in ("sum", "avg", "prod"):
-            for accuracy in ("fast", "compensated") if op != "prod" else ("fast",):
+            for accuracy in ("fast", "compensated", "reproducible") if op != "prod" else ("fast",):
                 kw = {"accuracy": accuracy}
                 for n in counts:
                     every = [inputs(op, r, n, dtype) for r in range(size)]
@@ -85,9 +85,10 @@ def reductions(comm, counts, report):
                     whole = [inputs(op, r, sum(counts_v), dtype) for r in range(size)]
                     first = sum(counts_v[:rank])
                     out = np.empty(counts_v[rank], dtype)
-                    comm.reduce_scatter(whole[rank], out, op, counts=counts_v, **kw)
-                    same(out, reduced(op, whole, size)[first:first + counts_v[rank]],
-                         ("reduce_scatter_v", dtype, op, accuracy, n))
+                    if accuracy != "reproducible":  # which reproducible does not cover, for any dtype
+                        comm.reduce_scatter(whole[rank], out, op, counts=counts_v, **kw)
+                        same(out, reduced(op, whole, size)[first:first + counts_v[rank]],
+                             ("reduce_scatter_v", dtype, op, accuracy, n))
                     root = n % size  # reduce takes no algorithm: auto's choice by size, reported
                     x = every[rank].copy()
                     comm.reduce(x, root, op, **kw)
@@ -96,6 +97,26 @@ def reductions(comm, counts, report):
                     ran.add("reduce " + comm.last_algorithm)
                     report["cases"] += 2
     report["algorithms"] = sorted(ran)
+
+
+def reproducible_parts(comm, report):
+    """Reproducible complex sums on data whose span needs the general mode (and an infinity, which forces it)
+    are, bit for bit, the reproducible sums of the parts as a real array, whatever the algorithm."""
+    rng = np.random.default_rng(comm.rank)
+    for dtype in DTYPES:
+        part = np.dtype(dtype).char.lower()
+        spread = 30 if part == "f" else 200
+        values = rng.standard_normal(2 * 333) * 10.0 ** rng.uniform(-spread, spread / 10, 2 * 333)
+        for special in (None, np.inf):
+            if special is not None:
+                values[7] = special
+            real = values.astype(part)
+            comm.all_reduce(real, accuracy="reproducible")
+            for algorithm in ("ring", "halving_doubling", "auto"):
+                x = values.astype(part).view(dtype)
+                comm.all_reduce(x, accuracy="reproducible", algorithm=algorithm)
+                assert np.array_equal(x.view(part), real, equal_nan=True), (dtype, special, algorithm)
+                report["cases"] += 1
 
 
 def data_movement(comm, counts, report):
@@ -137,8 +158,8 @@ def data_movement(comm, counts, report):
 
 
 def refusals(comm, report):
-    """min and max have no meaning on complex numbers, and reproducible sums do not cover them: every rank
-    refuses before anything is sent, and the communicator still works afterwards."""
+    """min and max have no meaning on complex numbers, and reproducible covers sums only: every rank refuses
+    before anything is sent, and the communicator still works afterwards."""
     size = comm.size
     x = np.ones(5, np.complex64)
     blocks, block = np.ones(2 * size, np.complex128), np.ones(2, np.complex128)
@@ -148,8 +169,8 @@ def refusals(comm, report):
             ("reduce_scatter min", lambda: comm.reduce_scatter(blocks, block, "min"),
              ValueError, ("min", "complex128")),
             ("reduce min", lambda: comm.reduce(x, 0, "min"), ValueError, ("min", "complex64")),
-            ("all_reduce reproducible", lambda: comm.all_reduce(x, accuracy="reproducible"), pycoll.PycollError,
-             ("reproducible", "complex64", "compensated"))):
+            ("all_reduce reproducible prod", lambda: comm.all_reduce(x, "prod", accuracy="reproducible"),
+             pycoll.PycollError, ("reproducible", "prod"))):
         try:
             call()
         except error as exc:
@@ -190,6 +211,7 @@ def main():
         report.update(rank=comm.rank, backend=comm.backend, transport=comm.transport)
         counts = (0, 1, 7, int(os.environ.get("TEST_BIG_COUNT", "3001")))
         reductions(comm, counts, report)
+        reproducible_parts(comm, report)
         data_movement(comm, counts, report)
         refusals(comm, report)
         dtype_mismatch(comm, report)
