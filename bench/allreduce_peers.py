@@ -26,9 +26,10 @@ def machine() -> str:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout if shutil.which("lscpu") else ""
     model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "?")
     versions = []
-    for pkg in ("pycoll", "numpy", "torch", "mpi4py"):
+    # pycoll's distribution is pycoll-collectives ("pycoll" on the package index is another project).
+    for pkg, dist in (("pycoll", "pycoll-collectives"), ("numpy", "numpy"), ("torch", "torch"), ("mpi4py", "mpi4py")):
         try:
-            versions.append(f"{pkg} {importlib.metadata.version(pkg)}")
+            versions.append(f"{pkg} {importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{pkg} not installed")
     mpirun = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0] \
@@ -39,7 +40,8 @@ def machine() -> str:
 
 def sweep_rows(world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "--backend", "tcp", "-b", args.b, "-e", args.e,
-           "-f", str(args.f), "-d", "float32", "-o", "sum", "--algorithm", "all", "--compare", "gloo,mpi-tcp",
+           "-f", str(args.f), "-d", "float32", "-o", "sum", "--algorithm", "all", "--out-of-place",
+           "--compare", "gloo,mpi-tcp",
            "--json", str(json_path)]
     print("$", " ".join(cmd[2:]), flush=True)
     # PYTHONSAFEPATH: from a source checkout's root, `-m pycoll` must still import the installed package.

@@ -28,7 +28,8 @@ TARGET = 1.15
 
 def run_once(backend, world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "--backend", backend, "--algorithm", "all",
-           "-b", args.b, "-e", args.e, "-f", str(args.f), "-d", "float32", "-o", "sum", "--json", str(json_path)]
+           "-b", args.b, "-e", args.e, "-f", str(args.f), "-d", "float32", "-o", "sum", "--out-of-place",
+           "--json", str(json_path)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
     if proc.returncode != 0:
         print(proc.stdout)

@@ -83,7 +83,9 @@ def table(runs, world, collective):
     cells = {}
     for rows in runs:
         for r in rows:
-            if r["world"] == world and r["collective"] == collective:
+            # The form these tables have always shown (an older installation's rows have no in_place).
+            if r["world"] == world and r["collective"] == collective and \
+                    r.get("in_place") in (None, sweep.FORMS[collective][0]):
                 cells.setdefault((r["bytes"], r["backend"]), []).append(r["time_us"])
     columns = [(k, label) for k, label in COLUMNS if any(key == k for _, key in cells)]
     before = any(k == "before" for k, _ in columns)

@@ -25,7 +25,8 @@ COLUMNS = (("shm", "pycoll shm"), ("tcp", "pycoll tcp"), ("mpi", "Open MPI (defa
 
 def run_once(world, args, json_path):
     cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), "--backend", "shm,tcp", "-b", args.b, "-e",
-           args.e, "-f", str(args.f), "-d", "float32", "-o", "sum", "--compare", "mpi,mpi-tcp", "--json",
+           args.e, "-f", str(args.f), "-d", "float32", "-o", "sum", "--out-of-place", "--compare",
+           "mpi,mpi-tcp", "--json",
            str(json_path)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
     print(proc.stdout, flush=True)

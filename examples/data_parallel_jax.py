@@ -3,7 +3,7 @@ batch, and reduce_tree averages the gradient pytree over the ranks (packed into 
 all-reduced as soon as it is packed). JAX arrays are immutable, so the reduced gradients come back as a new
 pytree rather than being written in place as GradientBuckets does.
 
-    pip install "pycoll[jax]"
+    pip install "pycoll-collectives[jax]"
     pycoll run -n 4 examples/data_parallel_jax.py      # 4 ranks, a quarter of each batch each
     python examples/data_parallel_jax.py               # one process on the whole batch: the same weights
 

@@ -3,7 +3,7 @@ ranks (pycoll.jax.all_reduce, an XLA custom call into libpycoll) and the update 
 step makes no trip through Python between the backward pass and the all-reduce. The model, data and schedule are
 examples/data_parallel_jax.py's; there the gradients leave jit and pycoll.reduce_tree averages them.
 
-    pip install "pycoll[jax]"
+    pip install "pycoll-collectives[jax]"
     pycoll run -n 4 examples/data_parallel_jax_jit.py   # 4 ranks, a quarter of each batch each
     python examples/data_parallel_jax_jit.py            # one process on the whole batch: the same weights
 

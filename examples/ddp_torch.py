@@ -2,7 +2,7 @@
 init_process_group("pycoll") is all that changes from a gloo or NCCL script. Every rank trains on its share of
 the batch; DDP averages the gradients in buckets that start all-reducing while backward is still running.
 
-    pip install "pycoll[torch]"
+    pip install "pycoll-collectives[torch]"
     torchrun --nproc-per-node 4 examples/ddp_torch.py   # or: pycoll run -n 4 examples/ddp_torch.py
     python examples/ddp_torch.py                        # one process on the whole batch: the same weights
 

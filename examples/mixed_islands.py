@@ -4,7 +4,7 @@ inside each island with its vendor's library and between islands over pycoll's h
     pycoll run -n 6 examples/mixed_islands.py
 
 Ranks 0-1 bring CUDA arrays (NCCL), 2-3 NPU arrays (HCCL), 4-5 host arrays. On a machine without GPUs and NPUs
-the fake libraries of tests/fakes stand in for both (README: "One job across CPUs, GPUs and NPUs"): their
+the fake libraries of tests/fakes stand in for both (docs/heterogeneous.md): their
 "device" memory is host memory, so the arrays are NumPy arrays presented as device arrays.
 """
 

@@ -1,4 +1,5 @@
-"""Ray actors all-reduce over pycoll: run with `python examples/ray_allreduce.py` (needs pip install 'pycoll[ray]').
+"""Ray actors all-reduce over pycoll: run with `python examples/ray_allreduce.py`
+(needs pip install 'pycoll-collectives[ray]', or ".[ray]" from a checkout).
 
 It starts a small local Ray cluster, puts 3 actors in one collective group of backend "PYCOLL" and calls Ray's
 own ray.util.collective.allreduce in each: the sum runs over pycoll (shared memory between the actors of one

@@ -12,8 +12,11 @@ every deadline are in C.
 
 from __future__ import annotations
 
+import functools
+
 from pycoll import settings
 from pycoll._bindings.comm import UNIQUE_ID_BYTES, NativeComm, unique_id_create
+from pycoll.rendezvous.wait_report import WaitReport
 
 UNIQUE_ID_KEY = "pycoll/unique_id"
 
@@ -42,10 +45,14 @@ def share_unique_id(store, rank: int, timeout: float, master_addr: str, ifname: 
 def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: float, transport: str,
                   ifname: str | None = None, watch=None) -> NativeComm:
     """``pycoll_comm_init_rank_config`` with the settings pycoll's environment variables choose. ``watch``
-    (e.g. the rendezvous store's check_failures) runs every 100 ms while set-up waits: a failure recorded for the
+    (e.g. the rendezvous's watch) runs every 100 ms while set-up waits: a failure recorded for the
     whole job -- a rank that failed the secret check, rank 0's store gone -- ends the wait at once, and is the
-    error raised when set-up fails for a reason that follows from it (the root closing, a rank missing)."""
+    error raised when set-up fails for a reason that follows from it (the root closing, a rank missing).
+    Without one (init_rank: no store), set-up still says at intervals that it waits (_unaided_progress)."""
     from pycoll.algorithms import segment_bytes_from_env
+
+    if watch is None and world_size > 1:
+        watch = WaitReport(functools.partial(_unaided_progress, rank, world_size, timeout)).poll
 
     spin_us = settings.get("PYCOLL_SPIN_US")  # unset: -1, the library's choice (pycoll_init_config_t.spin_ns)
     return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
@@ -53,6 +60,15 @@ def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: floa
                                 ring_bytes=settings.get("PYCOLL_SHM_RING_BYTES") or 0,
                                 segment_bytes=segment_bytes_from_env(),
                                 spin_us=-1.0 if spin_us is None else max(0.0, spin_us), watch=watch)
+
+
+def _unaided_progress(rank, world_size, timeout, waited):
+    """What a rank joining by unique id alone can say: only the process that made the id learns which ranks
+    registered (in C, which logs nothing)."""
+    return (f"rank {rank}: pycoll.init_rank has waited {waited:.0f} s for the other ranks of {world_size}; check "
+            f"that every rank calls init_rank with the same unique id and world_size {world_size} (the process "
+            "that made the id included), and that the ranks reach each other's addresses (a firewall, or "
+            f"PYCOLL_SOCKET_IFNAME); set-up gives up after {timeout:g} s")
 
 
 __all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native"]

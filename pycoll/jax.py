@@ -10,7 +10,7 @@ that hold. See docs/jax.md.
         return pj.all_reduce(x * 2, comm)   # runs inside the compiled program, no trip through Python
 
 Each takes an array or, like jax.lax.psum, a pytree of arrays. Works with communicators of the host-memory
-backends (cpu, tcp, shm) and their splits. jax is an optional extra: ``pip install "pycoll[jax]"``.
+backends (cpu, tcp, shm) and their splits. jax is an optional extra: ``pip install "pycoll-collectives[jax]"``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ try:
     import jax.numpy as jnp
 except ImportError as exc:  # tests/test_jax_ffi.py checks this message with jax hidden
     raise BackendUnavailable(
-        f"pycoll.jax needs jax and jaxlib ({exc}); install them with: pip install \"pycoll[jax]\"") from exc
+        f"pycoll.jax needs jax and jaxlib ({exc}); install them with: pip install \"pycoll-collectives[jax]\" "
+        "(or pip install jax jaxlib)") from exc
 try:
     # Ordered effects, custom calls with tokens and primitive dispatch are not in jax's public modules; checked
     # against jax 0.10.2.

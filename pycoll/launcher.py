@@ -40,9 +40,12 @@ def launch_module(module, nproc, args=(), **kwargs):
     return launch([sys.executable, "-m", module, *args], nproc, extra_env=extra_env, **kwargs)
 
 
-def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grace_period=5.0, extra_env=None):
+def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grace_period=5.0, extra_env=None,
+           stdout=None):
     """Runs ``command`` as ``nproc`` local ranks until all exit; returns the job's exit code (see module doc).
-    Usable by other subcommands (e.g. a benchmark that starts its own ranks)."""
+    Usable by other subcommands (e.g. a benchmark that starts its own ranks). ``stdout``: a binary stream for
+    what the ranks print to their standard output (default this process's; a caller whose own stdout is a
+    report can send it to stderr)."""
     base_env = dict(os.environ)
     base_env.update(extra_env or {})
     base_env.update({
@@ -61,12 +64,13 @@ def launch(command, nproc, *, backend=None, master_port=None, timeout=None, grac
         base_env["OMP_NUM_THREADS"] = "1"
         sys.stderr.write("pycoll run: OMP_NUM_THREADS was unset; each rank gets 1 (set it to tune)\n")
     envs = [dict(base_env, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)]
-    return _Job(command, envs, timeout, grace_period).run()
+    return _Job(command, envs, timeout, grace_period, stdout).run()
 
 
 class _Job:
-    def __init__(self, command, envs, timeout, grace_period):
+    def __init__(self, command, envs, timeout, grace_period, stdout=None):
         self._command, self._envs = command, envs
+        self._stdout = stdout
         self._timeout, self._grace_period = timeout, grace_period
         self._procs = []
         self._readers = []
@@ -99,7 +103,7 @@ class _Job:
                 start_new_session=True, preexec_fn=_die_with_parent()))
         for rank, proc in enumerate(self._procs):
             prefix = f"[rank {rank}] ".encode()
-            for pipe, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+            for pipe, sink in ((proc.stdout, self._stdout or sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
                 reader = threading.Thread(target=self._pump, args=(pipe, prefix, sink), daemon=True,
                                           name=f"pycoll-run-output-{rank}")
                 reader.start()

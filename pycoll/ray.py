@@ -38,7 +38,7 @@ try:
     from ray.util.collective.collective_group.base_collective_group import BaseGroup
 except ImportError as _exc:  # pragma: no cover -- depends on what is installed
     raise BackendUnavailable(
-        f"pycoll.ray needs Ray ({type(_exc).__name__}: {_exc}); install it with: pip install 'pycoll[ray]' "
+        f"pycoll.ray needs Ray ({type(_exc).__name__}: {_exc}); install it with: pip install 'pycoll-collectives[ray]' "
         "(or pip install ray)") from _exc
 
 try:

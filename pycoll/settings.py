@@ -2,7 +2,8 @@
 (native/common/settings.h: name, type, default, doc), and every Python read goes through get() here, so a value
 is parsed, checked and explained in one place. A value a variable cannot take is a SettingError naming the
 variable and what it expects; an unknown PYCOLL_* variable (a typo, usually) is warned about once, naming the
-closest known one. `pycoll config --env` lists them, and the README's table is markdown_table()'s output."""
+closest known one. `pycoll config --env` lists them, and the table of docs/getting_started.md is markdown_table()'s
+output."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def _default_text(setting):
 
 
 def markdown_table() -> str:
-    """The README's table of environment variables (tests/test_settings.py keeps the two the same)."""
+    """The table of environment variables in docs/getting_started.md (tests/test_settings.py keeps the two the same)."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     rows += [f"| `{s.name}` | {_default_text(s)} | {s.doc} |" for s in REGISTRY.values()]
     return "\n".join(rows) + "\n"

@@ -62,16 +62,20 @@ class Ranks:
         port = self.port = free_port()
         self.procs = []
         self.stderr = {}
-        for rank in range(n):
-            child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
-                             MASTER_ADDR=master_addr, MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
-                             PYTHONUNBUFFERED="1", **(env or {}))
-            child_env.update(rank_env(rank) if rank_env else {})
-            prefix = wrap(rank) if wrap else []
-            self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
-                                               env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True))
-            STARTED_PIDS.append(self.procs[-1].pid)
+        try:
+            for rank in range(n):
+                child_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank),
+                                 MASTER_ADDR=master_addr, MASTER_PORT=str(port), TEST_TIMEOUT=str(timeout),
+                                 PYTHONUNBUFFERED="1", **(env or {}))
+                child_env.update(rank_env(rank) if rank_env else {})
+                prefix = wrap(rank) if wrap else []
+                self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
+                                                   env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                   text=True))
+                STARTED_PIDS.append(self.procs[-1].pid)
+        except BaseException:  # Ctrl-C or a failed start midway: the ranks already started go too
+            self.__exit__()
+            raise
 
     def __enter__(self):
         return self

@@ -40,15 +40,16 @@ def test_wait_with_a_timeout_that_passes_raises_timeout_and_breaks_nothing(backe
 
 @pytest.mark.timeout(60)
 def test_a_killed_rank_fails_the_waiting_work_and_every_later_one_with_peer_failure(backend, tmp_path):
+    deadline = 30.0
     env = {"TEST_VICTIM": "1", "TEST_FLAG": str(tmp_path / "out")}
-    with Ranks(3, "async_worker.py", "kill", env=env, timeout=30) as ranks:
+    with Ranks(3, "async_worker.py", "kill", env=env, timeout=deadline) as ranks:
         reports = ranks.reports([0, 2])
     for rep in reports.values():
         assert rep.get("ok"), rep
         assert rep["error"] == "PeerFailure" and rep["failed_rank"] == 1, rep
-        assert rep["detect_s"] < 2.0, rep  # not the 30 s deadline
+        # Noticed, not waited out: far from the deadline however loaded the machine (it takes milliseconds).
+        assert rep["detect_s"] < deadline / 3, rep
         assert rep["later"] == "PeerFailure" and rep["after"] == "CommunicatorClosed", rep
-        assert rep["issue_us"] < 50_000, rep  # issuing does not wait for the collective
 
 
 @pytest.mark.timeout(60)
@@ -61,6 +62,9 @@ def test_a_stopped_rank_fails_the_waiting_work_with_timeout_at_the_deadline(back
         assert rep.get("ok"), rep
         assert rep["error"] in ("Timeout", "PeerFailure"), rep  # the rank that times out first tells the other
         assert deadline * 0.9 <= rep["detect_s"] < deadline + 5, rep
+        # Issuing does not wait for the collective, which cannot end before the deadline: the bound is a third
+        # of it, so that scheduling delays on a loaded machine do not fail the test while a blocking issue would.
+        assert rep["issue_us"] < deadline / 3 * 1e6, rep
         assert rep["later"] == rep["error"] and rep["after"] == "CommunicatorClosed", rep
     assert "Timeout" in {rep["error"] for rep in reports.values()}, reports
 
@@ -72,7 +76,8 @@ def test_close_with_queued_work_fails_it_with_communicator_closed_and_returns(ba
     outcomes = []
     for rep in reports.values():
         assert rep.get("ok") and rep["completed"], rep
-        assert rep["close_s"] < 15, rep  # the 5 s linger for the collective in flight at most, never the deadline
+        # The 5 s linger for the collective in flight at most (and the work before it), never the 30 s deadline.
+        assert rep["close_s"] < 20, rep
         assert set(rep["outcomes"]) <= {"ok", "CommunicatorClosed", "PeerFailure"}, rep
         assert rep["after"] == "CommunicatorClosed", rep
         outcomes += rep["outcomes"]

@@ -93,7 +93,7 @@ def test_reduce_tree_keeps_the_structure_and_leaf_types_and_checks_its_arguments
         pycoll.reduce_tree(single, [np.zeros(2), "text"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_reduce_tree_gives_jax_arrays_back_for_jax_leaves_and_earlier_results_stay(single):
     import jax
     import jax.numpy as jnp

@@ -1,6 +1,6 @@
-"""A second install of the same tree without build isolation (README, "Development") reuses build/: nothing is
+"""A second install of the same tree without build isolation (docs/development.md) reuses build/: nothing is
 compiled again. With isolation pip makes a new build environment each time and scikit-build-core clears the
-CMake cache, so the README documents this way for reinstalls and extras. Slow (one full build): -m stress."""
+CMake cache, so docs/development.md documents this way for reinstalls and extras. Slow (one full build): -m stress."""
 
 import shutil
 import subprocess

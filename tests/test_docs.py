@@ -321,3 +321,45 @@ def test_py_typed_and_stubs_are_package_data():
     if installed != ROOT / "pycoll":  # not an editable install: the wheel's copy
         assert (installed / "py.typed").exists()
         assert sorted(p.name for p in (installed / "_bindings").glob("*.pyi")) == sorted(f"{m}.pyi" for m in BINDINGS)
+
+
+# ---- the README: a newcomer's five minutes ------------------------------------------------------------------
+README = ROOT / "README.md"
+TEST_COMMAND = 'pip install ".[test]" && ruff check . && pytest'
+
+
+def test_readme_opens_with_the_two_commands():
+    """The README's first lines are its two commands: one installs and runs a real job, the other is the test
+    command .ci/run runs (there with -q, without build isolation and with warnings as errors)."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# ") and lines[1] == "" and lines[2] == "```bash" and lines[5] == "```", lines[:6]
+    assert lines[3].startswith("pip install . && pycoll run -n ")
+    assert lines[4].split("#")[0].strip() == TEST_COMMAND
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r'^pip install [^\n]*"\.\[test\]" && ruff check \. && pytest$', ci, re.M)
+
+
+def test_readme_is_short():
+    """Under 200 lines of at most 120 characters: the rest lives in docs/."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines"
+    long = [n for n, line in enumerate(lines, 1) if len(line) > 120]
+    assert not long, f"README.md lines over 120 characters: {long}"
+
+
+def _pages():
+    return sorted(p.stem for p in DOCS.glob("*.md") if p.stem != "index")
+
+
+def test_readme_page_index_lists_every_page():
+    linked = set(re.findall(r"\]\(docs/([\w-]+)\.md\)", README.read_text(encoding="utf-8")))
+    missing = [p for p in _pages() if p not in linked]
+    assert not missing, f"docs pages the README's page index does not list: {missing}"
+
+
+def test_every_page_is_in_a_toctree():
+    text = (DOCS / "index.md").read_text()
+    entries = {line.strip() for section in re.findall(r"```\{toctree\}\n((?:[^`]*\n)*?)```", text)
+               for line in section.splitlines() if line.strip() and not line.startswith(":")}
+    missing = [p for p in _pages() if p not in entries]
+    assert not missing, f"docs pages in no toctree of docs/index.md: {missing}"

@@ -36,7 +36,7 @@ def test_data_parallel_numpy_trains_the_same_weights_as_one_process_on_the_whole
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float32: the halves' mean gradients averaged differ from the whole batch's mean gradient by a few float32
     # roundings (~1e-7 relative) per step; 30 SGD steps at lr 0.05 on weights of order 1 keep the drift well
@@ -47,7 +47,7 @@ def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_b
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install pycoll[jax])")
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # data_parallel_jax.py's model and schedule with the average inside the jitted step (pycoll.jax.all_reduce):
     # the same float32 tolerance against one process. A wrong reduction (a sum, one rank's gradient, the
@@ -58,7 +58,7 @@ def test_data_parallel_jax_jit_trains_the_same_weights_as_one_process_on_the_who
 
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                    reason="torch is not installed (pip install pycoll[torch])")
+                    reason="torch is not installed (pip install \".[torch]\")")
 def test_ddp_torch_trains_the_same_weights_as_one_process_on_the_whole_batch():
     # float64, DDP's averaged bucket gradients: equal to the whole batch's up to the order of the summation.
     single = _check_against_one_process("ddp_torch.py", 2, rtol=1e-9, atol=1e-12)
@@ -90,3 +90,26 @@ def test_hybrid_pp_dp_tp_zero1_trains_the_same_weights_as_one_process(n, backend
             np.testing.assert_allclose(w1, want_w1, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(w2, want_w2, rtol=1e-9, atol=1e-12)
     assert single["losses"][-1] < 0.3 * single["losses"][0]  # it learned
+
+
+def _readme_first_program():
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## A first program", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_first_program_prints_what_the_readme_says(tmp_path):
+    """The README's first program, run as written on 3 ranks: each prints the results the README promises for 4
+    ranks, with 3 (all_reduce 1 + 2 + 3, rank 0's broadcast, the gathered ranks, a reduce-scattered block of the
+    sum of ones, the async max)."""
+    program = tmp_path / "first.py"
+    program.write_text(_readme_first_program())
+    n = 3
+    with Ranks(n, str(program)) as ranks:
+        for rank, proc in enumerate(ranks.procs):
+            out, err = proc.communicate(timeout=90)
+            assert proc.returncode == 0, f"rank {rank}: {out}\n{err}"
+            assert out.strip() == f"rank {rank} of {n}: 6 [0.0, 1.0, 2.0, 3.0] [0, 1, 2] [3.0, 3.0] 2", out
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    assert "`rank N of 4: 10 [0.0, 1.0, 2.0, 3.0] [0, 1, 2, 3] [4.0, 4.0] 3`" in readme

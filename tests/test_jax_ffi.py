@@ -26,7 +26,7 @@ if __name__ != "__main__":
 # sanitizer build too).
 needs_jax = pytest.mark.skipif(not HAVE_JAX or UNDER_ASAN,
                                reason="jaxlib cannot load under ASan" if UNDER_ASAN else
-                               "jax is not installed (pip install \"pycoll[jax]\")")
+                               "jax is not installed (pip install \".[jax]\")")
 
 
 # ---- in-process tests: one rank ----------------------------------------------------------------------------
@@ -220,7 +220,8 @@ def test_without_jax_import_says_what_to_install(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=50,
                          cwd=tmp_path)  # outside the source tree: its uncompiled pycoll/ would shadow the install
-    assert out.stdout.startswith("OK") and 'pip install "pycoll[jax]"' in out.stdout, out.stdout + out.stderr
+    assert out.stdout.startswith("OK") and 'pip install "pycoll-collectives[jax]"' in out.stdout, \
+        out.stdout + out.stderr
 
 
 # ---- the C handlers against call frames of the wrong shape (a mismatched jaxlib) ---------------------------------

@@ -21,7 +21,7 @@ if __name__ != "__main__":
 HAVE_JAX = importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")  # jaxlib aborts at import under the ASan runtime
 pytestmark = [pytest.mark.timeout(60),
-              pytest.mark.skipif(not HAVE_JAX or UNDER_ASAN, reason="needs jax (pip install \"pycoll[jax]\") "
+              pytest.mark.skipif(not HAVE_JAX or UNDER_ASAN, reason="needs jax (pip install \".[jax]\") "
                                                                   "outside the sanitizer build")]
 
 

@@ -1,7 +1,7 @@
 """pycoll.ray: Ray actors on a local Ray cluster (2 CPUs, one per test module) call ray.util.collective's
 collectives on a group of backend "PYCOLL" and they run over pycoll -- results checked against NumPy, the
 group's communicator on shared memory, bad input a typed error naming the argument, a killed actor a pycoll
-error at the others within a deadline. Skips when Ray is not installed (pip install 'pycoll[ray]')."""
+error at the others within a deadline. Skips when Ray is not installed (pip install '.[ray]')."""
 
 import importlib.util
 import os
@@ -33,11 +33,11 @@ def test_import_without_ray_raises_backend_unavailable_saying_what_to_install(tm
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "BackendUnavailable:" in done.stdout and "pip install 'pycoll[ray]'" in done.stdout, done.stdout
+    assert "BackendUnavailable:" in done.stdout and "pip install 'pycoll-collectives[ray]'" in done.stdout, done.stdout
 
 
 # Every Ray test goes through the cluster fixture, which skips with this reason (the test above runs anyway).
-SKIP_REASON = None if HAVE_RAY else "ray is not installed (pip install 'pycoll[ray]')"
+SKIP_REASON = None if HAVE_RAY else "ray is not installed (pip install '.[ray]')"
 if HAVE_RAY:
     import pycoll
 

@@ -27,6 +27,9 @@
       "the job's id, so that jobs sharing a host and a port keep apart (pycoll run sets a random one per job)")  \
     X(STORE_MAX_BYTES, INT, "67108864", NULL, 1, 0,                                                              \
       "the most the rendezvous store on rank 0 holds, keys and values together (TCPStore(max_bytes=))")          \
+    X(WAIT_REPORT_S, FLOAT, "30", NULL, 0, 0,                                                                    \
+      "seconds between the messages (logger \"pycoll\", WARNING) of a rank kept waiting at init by ranks "       \
+      "that have not joined or by a store it cannot reach; the first comes after at most 10 s; 0: none")         \
     X(ALLOW_INSECURE, FLAG, "0", NULL, 0, 0,                                                                     \
       "1 lets rank 0 host a store without a secret on a wildcard address (0.0.0.0, ::); see Security")           \
     X(SHM_RING_BYTES, INT, NULL, NULL, 4096, 1,                                                                  \

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -124,7 +123,8 @@ class _MpiComm:
         return out
 
     def all_gather(self, x, out):
-        self.comm.Allgather(x, out)
+        # In place, x is this rank's block of out: MPI says so with MPI_IN_PLACE (it forbids aliased buffers).
+        self.comm.Allgather(self.MPI.IN_PLACE if np.shares_memory(x, out) else x, out)
         return out
 
     def all_to_all(self, x, out):
@@ -142,6 +142,9 @@ class Peer:
     name = ""
     dtypes: tuple = ()
     ops: tuple = ("sum", "prod", "min", "max")
+    # The collectives whose in-place form (sweep.FORMS) the adapter runs in the library's own in-place way:
+    # gloo and oneCCL reduce in place into the one buffer given, and broadcast has one buffer everywhere.
+    in_place: tuple = ("all_reduce", "reduce", "broadcast")
 
     def unavailable(self) -> str | None:
         """None when the peer can run here, else why not (and what to install)."""
@@ -173,6 +176,7 @@ class MpiPeer(Peer):
     PYTHONSAFEPATH, so that `-m` from a source checkout's root still imports the installed pycoll."""
 
     dtypes = ("int8", "uint8", "int32", "int64", "float32", "float64")  # no float16/bfloat16 in MPI-3
+    in_place = Peer.in_place + ("all_gather",)  # MPI_IN_PLACE
 
     def unavailable(self):
         if shutil.which("mpirun") is None:
@@ -190,9 +194,7 @@ class MpiPeer(Peer):
                sys.executable, "-m", "pycoll.bench.peers", self.name, config_path, result_path]
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")
-        proc = subprocess.run(cmd, env=env, timeout=timeout)
-        if proc.returncode != 0:
-            raise launch.RankFailed(f"mpirun exited with code {proc.returncode}")
+        launch.run_command(cmd, env, timeout)
 
 
 # Where each MPI from the package index lives: a virtual environment (or any prefix) holding that MPI and
@@ -212,6 +214,7 @@ class PrefixMpiPeer(Peer):
     wheels load the MPI library named by MPI4PY_LIBMPI)."""
 
     dtypes = MpiPeer.dtypes
+    in_place = MpiPeer.in_place
 
     def __init__(self, name):
         self.name = name
@@ -244,9 +247,7 @@ class PrefixMpiPeer(Peer):
         # No pinning, as for Open MPI above (Intel MPI pins by default; MPICH's hydra does not).
         env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                    I_MPI_PIN="0")
-        proc = subprocess.run(cmd, env=env, timeout=timeout, check=False)
-        if proc.returncode != 0:
-            raise launch.RankFailed(f"{mpiexec} exited with code {proc.returncode}")
+        launch.run_command(cmd, env, timeout)
 
 
 class OnecclPeer(Peer):
@@ -288,14 +289,18 @@ def peer_config(peer: Peer, config: dict) -> tuple[dict | None, str | None]:
     """The sweep's config restricted to what the peer can run, or (None, why it cannot run any of it)."""
     if config["collective"] not in PEER_COLLECTIVES:
         return None, f"--compare runs {', '.join(PEER_COLLECTIVES)}"
-    no_data = config["collective"] in sweep.NO_DATA  # runs one case whatever dtypes and ops were asked for
+    collective = config["collective"]
+    no_data = collective in sweep.NO_DATA  # runs one case whatever dtypes and ops were asked for
     dtypes = [d for d in config["dtypes"] if d in peer.dtypes or no_data]
     ops = [o for o in config["ops"] if o in peer.ops or no_data]
     if not dtypes or not ops:
         return None, f"supports none of the requested dtypes/ops (it has {', '.join(peer.dtypes)}; " \
                      f"{', '.join(peer.ops)})"
+    in_place = [f for f in config.get("in_place", (False, True)) if not f or collective in peer.in_place]
+    if not no_data and not [f for f in sweep.FORMS[collective] if f in in_place]:
+        return None, f"runs {collective} out of place only here"
     return dict(config, backends=[peer.name], algorithms=["default"], accuracies=["fast"], dtypes=dtypes,
-                ops=ops), None
+                ops=ops, in_place=in_place), None
 
 
 def _rank_main(name, config_path, result_path):

@@ -1,4 +1,4 @@
-"""busbw and latency against size, one line per (backend, algorithm, world, dtype, op, accuracy)."""
+"""busbw and latency against size, one line per (backend, algorithm, world, dtype, op, accuracy, form)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def _label(row, varies):
     parts = [row["backend"], row["algorithm"]]
     parts += [f"{row[k]}{suffix}" for k, suffix in (("world", " ranks"), ("dtype", ""), ("op", ""),
                                                      ("accuracy", "")) if k in varies]
+    if "in_place" in varies:  # out-of-place and in-place rows of one size: a line each
+        parts.append(report.form_name(row.get("in_place")))
     return " ".join(parts)
 
 
@@ -29,7 +31,8 @@ def title(rows) -> str:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'pycoll[plot]' (or pip install matplotlib)")
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'pycoll-collectives[plot]' "
+                              "(or pip install matplotlib)")
 
 
 def plot(rows, path) -> None:
@@ -41,7 +44,7 @@ def plot(rows, path) -> None:
     matplotlib.use("Agg")  # files only: never needs a display
     import matplotlib.pyplot as plt
 
-    varies = {k for k in ("world", "dtype", "op", "accuracy") if len({r[k] for r in rows}) > 1}
+    varies = {k for k in ("world", "dtype", "op", "accuracy", "in_place") if len({r.get(k) for r in rows}) > 1}
     lines = {}
     for r in rows:
         lines.setdefault(_label(r, varies), []).append(r)

@@ -1,5 +1,5 @@
-"""What a sweep runs: sizes from -b to -e by -f, the cases (collective x dtype x op x algorithm x accuracy),
-and how many warm-up and timed iterations each size gets."""
+"""What a sweep runs: sizes from -b to -e by -f, the cases (collective x dtype x op x algorithm x accuracy x
+in-place or out-of-place), and how many warm-up and timed iterations each size gets."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ TAKES_ACCURACY = ("all_reduce", "reduce_scatter", "reduce")
 # Collectives that move no data: no size, dtype or op applies, so their sweep is one case of 0 bytes, timed and
 # checked only for returning.
 NO_DATA = ("barrier",)
+# The forms each collective has in the Communicator API, as nccl-tests times its out-of-place and in-place
+# column groups: out of place (separate x and out) and in place (all_reduce and reduce with out=None, all_gather
+# with x this rank's block of out). Broadcast has one buffer, reduce_scatter and all_to_all take separate memory
+# only, and the barrier moves no data (None: neither form).
+FORMS = {"all_reduce": (False, True), "reduce": (False, True), "all_gather": (False, True), "broadcast": (True,),
+         "reduce_scatter": (False,), "all_to_all": (False,), "barrier": (None,)}
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -97,6 +103,20 @@ def iterations(nbytes: int, iters: int | None = None, warmup: int | None = None)
     return warm, timed
 
 
+def forms(collective: str, wanted=(False, True)) -> list:
+    """The forms of the collective among those wanted (in_place values: False, True), out of place first;
+    ValueError naming the flag where it has none of them. The barrier's one case has neither (None)."""
+    have = FORMS[collective]
+    if have == (None,):
+        return [None]
+    got = [f for f in have if f in wanted]
+    if not got:
+        flag = "--in-place" if True in wanted else "--out-of-place"
+        raise ValueError(f"{flag}: {collective} has no {'in-place' if True in wanted else 'out-of-place'} form "
+                         f"(it runs {'in place' if have == (True,) else 'out of place'} only)")
+    return got
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     collective: str
@@ -105,11 +125,13 @@ class Case:
     algorithm: str
     accuracy: str
     nbytes: int
+    in_place: bool | None = None  # None: the barrier's, which has no form
 
 
-def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
+def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list, in_place=(False, True)):
     """Every combination that means something: collectives without an op/algorithm/accuracy get one case, and
-    one that moves no data one case in all (dtype "-", 0 bytes)."""
+    one that moves no data one case in all (dtype "-", 0 bytes); each size in every form of in_place the
+    collective has (out of place first, as nccl-tests' column groups)."""
     if collective in NO_DATA:
         dtypes, size_list = ["-"], [0]
     ops = ops if collective in TAKES_OP else ["-"]
@@ -124,5 +146,6 @@ def cases(*, collective, dtypes, ops, algorithms, accuracies, size_list):
             for algorithm in algorithms:
                 for accuracy in accuracies:
                     for nbytes in size_list:
-                        out.append(Case(collective, dtype, op, algorithm, accuracy, nbytes))
+                        out.extend(Case(collective, dtype, op, algorithm, accuracy, nbytes, form)
+                                   for form in forms(collective, in_place))
     return out

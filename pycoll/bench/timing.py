@@ -3,8 +3,10 @@
 Each timed iteration starts right after a barrier, so a rank never measures time it spent waiting for a late
 peer to arrive from the previous iteration, and ends when this rank's collective returns. A rank's time for
 the size is the median of its iterations (robust against the scheduler hiccups of a shared machine). The
-ranks' medians are then gathered with the library under test itself, and reported as min/median/max across
-ranks; the headline number is the max: a collective is finished only when its slowest rank is.
+ranks' iteration times are then gathered with the library under test itself. The medians are reported as
+min/median/max across ranks; the headline number is the max: a collective is finished only when its slowest
+rank is. The spread over iterations is that of the slowest rank per iteration (the max over ranks of each
+iteration's time): its 50th and 99th percentiles.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import dataclasses
 import statistics
 import time
 from typing import Callable, Sequence
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +44,16 @@ def time_iterations(run: Callable[[], object], barrier: Callable[[], object], wa
 def across_ranks(rank_medians: Sequence[float]) -> Timing:
     """min/median/max of the ranks' own medians."""
     return Timing(min(rank_medians), statistics.median(rank_medians), max(rank_medians))
+
+
+def spread(times_by_rank: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(p50, p99) over iterations of the slowest rank's time per iteration. Percentiles interpolate between
+    neighbouring iterations, as the median does, so p50 is never below any rank's median."""
+    slowest = np.max(np.asarray(times_by_rank, dtype=np.float64), axis=0)
+    if not slowest.size:
+        raise ValueError("no timed iterations (iters must be at least 1)")
+    p50, p99 = np.percentile(slowest, [50, 99])
+    return float(p50), float(p99)
 
 
 def rank_median(times: Sequence[float]) -> float:

@@ -151,11 +151,18 @@ def run_collective(comm, collective, x, out, op, algorithm, accuracy, root):
 
 
 def _buffers(case, count, input_of, rank, world, dev):
+    """(x, out) of the case's form on the device: out None where the call is in place on x (broadcast,
+    all_reduce and reduce in place), and x this rank's block of out for all_gather in place."""
     x = input_of(rank)
-    if case.collective == "broadcast":
+    if case.collective == "broadcast" or (case.in_place and case.collective != "all_gather"):
         return dev.to_device(x), None
-    return dev.to_device(x), dev.to_device(np.zeros(check.output_count(case.collective, count, world),
-                                                    dtype=x.dtype))
+    out = np.zeros(check.output_count(case.collective, count, world), dtype=x.dtype)
+    if case.in_place:  # all_gather
+        block = slice(rank * x.size, (rank + 1) * x.size)
+        out[block] = x
+        out = dev.to_device(out)
+        return out[block], out
+    return dev.to_device(x), dev.to_device(out)
 
 
 def _checks(comm, case, count, root, seed, dev):
@@ -186,26 +193,52 @@ def _checks(comm, case, count, root, seed, dev):
 
 
 def _timed_call(comm, case, count, root, dev):
-    """The call a case times: the collective on integer data (no values that grow or overflow: out-of-place
-    where the collective allows it, and in-place broadcast just copies), or the barrier itself."""
+    """(the call a case times, what to run before each iteration or None): the collective on integer data, or
+    the barrier itself. An all_reduce or reduce in place overwrites its input with the result, which would grow
+    (or overflow) from one iteration to the next: its input is restored before each iteration, untimed, so
+    both forms reduce the same values. (All_gather in place leaves its own block as it was, and broadcast
+    just copies.)"""
     if case.collective == "barrier":
-        return comm.barrier
+        return comm.barrier, None
     world = comm.size
     op = case.op if case.op != "-" else "sum"
-    x, out = _buffers(case, count, lambda r: check.integer_input(
-        op, case.dtype, check.input_count(case.collective, count, world), r, world), comm.rank, world, dev)
-    return lambda: run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+
+    def integers(r):
+        return check.integer_input(op, case.dtype, check.input_count(case.collective, count, world), r, world)
+
+    x, out = _buffers(case, count, integers, comm.rank, world, dev)
+
+    def call():
+        return run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
+
+    if case.in_place and case.collective in ("all_reduce", "reduce"):
+        kept = dev.to_device(integers(comm.rank))
+
+        def restore():
+            x[...] = kept
+
+        return call, restore
+    return call, None
 
 
 def _time(comm, case, count, root, warmup, iters, dev):
-    """timing.Timing of the case across ranks, and the algorithm that ran."""
+    """(timing.Timing of the ranks' medians, (p50, p99) of the slowest rank per iteration, the algorithm that
+    ran)."""
     world = comm.size
     warm, timed = sweep.iterations(case.nbytes, iters, warmup)
-    times = dev.time_iterations(_timed_call(comm, case, count, root, dev), comm.barrier, warm, timed)
+    call, before = _timed_call(comm, case, count, root, dev)
+
+    def barrier():
+        if before is not None:
+            before()
+        comm.barrier()
+
+    times = dev.time_iterations(call, barrier, warm, timed)
     picked = comm.last_algorithm  # what "auto" chose; read before the gather below replaces it
-    medians = dev.to_device(np.zeros(world, dtype=np.float64))
-    comm.all_gather(dev.to_device(np.array([timing.rank_median(times)])), medians)
-    return timing.across_ranks(dev.to_host(medians).tolist()), picked
+    gathered = dev.to_device(np.zeros(world * timed, dtype=np.float64))
+    comm.all_gather(dev.to_device(np.asarray(times, dtype=np.float64)), gathered)
+    by_rank = dev.to_host(gathered).reshape(world, timed).tolist()
+    return timing.across_ranks([timing.rank_median(t) for t in by_rank]), timing.spread(by_rank), picked
 
 
 def _connect(comm, dev):
@@ -223,7 +256,8 @@ def _describe(case) -> str:
     """A case as the progress display names it."""
     if case.collective in sweep.NO_DATA:
         return case.collective
-    return f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B"
+    return f"{case.dtype} {case.op} {case.algorithm} {case.accuracy} {case.nbytes} B" + \
+        (" in place" if case.in_place else "")
 
 
 def backend_algorithms(backend: str) -> list[str]:
@@ -243,7 +277,8 @@ def run_cases(comm, config, progress=None, dev=None):
     if algorithms == ["all"]:
         algorithms = backend_algorithms(comm.backend)
     todo = sweep.cases(collective=config["collective"], dtypes=config["dtypes"], ops=config["ops"],
-                       algorithms=algorithms, accuracies=config["accuracies"], size_list=config["sizes"])
+                       algorithms=algorithms, accuracies=config["accuracies"], size_list=config["sizes"],
+                       in_place=config.get("in_place", (False, True)))
     _connect(comm, dev)
     rows = []
     if progress is not None:
@@ -258,15 +293,16 @@ def run_cases(comm, config, progress=None, dev=None):
         else:
             # Nothing to check of a barrier but that it returned on every rank.
             wrong, rel_err = (0, 0.0) if no_data else _checks(comm, case, count, root, seed, dev)
-            t, picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"), dev)
+            t, (p50, p99), picked = _time(comm, case, count, root, config.get("warmup"), config.get("iters"),
+                                          dev)
             algbw, busbw = timing.bandwidths(case.collective, count * itemsize, world, t.max_s)
             rows.append({"collective": case.collective, "bytes": count * itemsize, "count": count,
                          "dtype": case.dtype, "op": case.op, "algorithm": case.algorithm, "picked": picked,
-                         "accuracy": case.accuracy, "backend": comm.backend,
+                         "accuracy": case.accuracy, "in_place": case.in_place, "backend": comm.backend,
                          "transport": getattr(comm, "transport", None), "world": world,
                          "time_us": t.max_s * 1e6, "time_min_us": t.min_s * 1e6,
-                         "time_median_us": t.median_s * 1e6, "algbw": algbw, "busbw": busbw,
-                         "wrong": wrong, "max_rel_err": rel_err})
+                         "time_median_us": t.median_s * 1e6, "time_p50_us": p50 * 1e6, "time_p99_us": p99 * 1e6,
+                         "algbw": algbw, "busbw": busbw, "wrong": wrong, "max_rel_err": rel_err})
             what += f": {t.max_s * 1e6:.1f} us" + (f" ({picked})" if case.algorithm == "auto" else "")
         if progress is not None:
             progress.advance(what)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from pycoll.accuracy import format_table
-from pycoll.algorithms import ACCURACY_ALIASES
+from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES
 from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
 from pycoll.bench.progress import Progress, follow
 
@@ -19,9 +19,11 @@ HELP = "benchmark collectives (sizes x dtypes x ops x algorithms), optionally ag
 
 DESCRIPTION = """\
 Times pycoll's collectives over a sweep of sizes, nccl-tests style: one row per case with size, count, type,
-redop, algorithm (and the one `auto` picked), time, algbw, busbw, #wrong and max relative error against the
-exact result. Each timed iteration starts after a barrier; a rank's time is the median of its iterations; the
-time shown is the slowest rank's. With --accuracy-report it measures all-reduce error in ulps instead."""
+redop, algorithm (and the one `auto` picked), then per form (out-of-place, in-place: side by side where the
+collective has both) time, p50, p99, algbw, busbw, #wrong and max relative error against the exact result. Each
+timed iteration starts after a barrier; a rank's time is the median of its iterations; the time shown is the
+slowest rank's; p50 and p99 are percentiles over iterations of the slowest rank's time in each. With
+--accuracy-report it measures all-reduce error in ulps instead."""
 
 EPILOG = """\
 where the ranks come from:
@@ -48,7 +50,7 @@ SWEEP_DEFAULTS = {"collective": "all_reduce", "algorithm": "auto", "accuracy": "
 _SWEEP_ONLY = (("nproc", "-n"), ("backend", "--backend"), ("collective", "--collective"), ("op", "-o"),
                ("minbytes", "-b"), ("maxbytes", "-e"), ("stepfactor", "-f"), ("iters", "--iters"),
                ("warmup", "--warmup"), ("root", "--root"), ("plot", "--plot"), ("compare", "--compare"),
-               ("mpi_prefix", "--mpi-prefix"))
+               ("mpi_prefix", "--mpi-prefix"), ("in_place", "--in-place"), ("out_of_place", "--out-of-place"))
 _REPORT_ONLY = (("worlds", "--worlds"), ("processes", "--processes"), ("data", "--data"), ("count", "--count"))
 
 
@@ -73,8 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cases.add_argument("--algorithm", default=None, metavar="A",
                        help="algorithm(s), comma-separated, or 'all' (default auto; the report: all)")
     cases.add_argument("--accuracy", default=None, metavar="M",
-                       help="fast, compensated (alias kahan), comma-separated or 'all' (default fast; the "
-                            "report: all)")
+                       help=f"{_accuracy_names()}, comma-separated or 'all' (default fast; the report: all)")
     cases.add_argument("-d", "--dtype", default=None,
                        help=f"dtype(s), comma-separated or 'all': {', '.join(sweep.DTYPES)} (default float32; "
                             f"the report: every float dtype)")
@@ -91,8 +92,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cases.add_argument("--warmup", type=int, default=None, help="warm-up iterations per size (default: iters/10)")
     cases.add_argument("--root", type=int, default=None, help="root of broadcast/reduce (default 0)")
     cases.add_argument("--seed", type=int, default=0, help="seed of the random data of the error checks")
+    forms = cases.add_mutually_exclusive_group()
+    forms.add_argument("--in-place", action="store_true", default=None,
+                       help="time only the in-place form (all_reduce and reduce with out=None, all_gather into "
+                            "its own block, broadcast)")
+    forms.add_argument("--out-of-place", action="store_true", default=None,
+                       help="time only the out-of-place form (separate input and output); default: both forms "
+                            "of each collective that has both (all_reduce, reduce, all_gather), side by side")
 
-    out = p.add_argument_group("output (the table always goes to stdout, progress to stderr)")
+    out = p.add_argument_group("output (the table always goes to stdout; progress, and whatever the ranks and "
+                               "the peers print, to stderr)")
     out.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     out.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     out.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
@@ -120,6 +129,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     acc.add_argument("--data", default=None, help="data set(s): gaussian, mixed (1e-8..1e8 with cancellation), "
                                                   "crafted, comma-separated or 'all' (default all)")
     acc.add_argument("--count", type=int, default=None, help="elements per rank (default 4096)")
+
+
+def _accuracy_names() -> str:
+    """Every accuracy mode the library takes, with its aliases, for --accuracy's help."""
+    aliases = {}
+    for alias, name in ACCURACY_ALIASES.items():
+        aliases.setdefault(name, []).append(alias)
+    return ", ".join(name + (f" (alias {', '.join(aliases[name])})" if name in aliases else "")
+                     for name in ACCURACIES)
 
 
 def _given(args, options) -> list[str]:
@@ -167,11 +185,14 @@ def _config(args) -> dict:
     args.device = _device_for(backends, args.device)
     size_list = sweep.sizes(sweep.parse_size(args.minbytes, "-b"), sweep.parse_size(args.maxbytes, "-e"),
                             args.stepfactor)
+    in_place = [True] if args.in_place else [False] if args.out_of_place else [False, True]
+    sweep.forms(args.collective, in_place)  # the collective has one of them, before any rank starts
     return {"collective": args.collective, "backends": backends, "algorithms": algorithms,
             "accuracies": sweep.parse_list(",".join(accuracies), sweep.ACCURACIES, "--accuracy"),
             "dtypes": sweep.parse_list(args.dtype, sweep.DTYPES, "-d"),
             "ops": sweep.parse_list(args.op, sweep.OPS, "-o"), "sizes": size_list, "iters": args.iters,
-            "warmup": args.warmup, "root": args.root or 0, "seed": args.seed, "device": args.device}
+            "warmup": args.warmup, "root": args.root or 0, "seed": args.seed, "device": args.device,
+            "in_place": in_place}
 
 
 # The memory each vendor backend takes; every other backend takes host memory.

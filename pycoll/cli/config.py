@@ -14,7 +14,7 @@ Prints what a C or C++ program needs to build against the installed pycoll:
                                                            target_link_libraries(app PRIVATE pycoll::pycoll))
 Several options print their answers on one line, in the order of the options below.
   pycoll config --env             every PYCOLL_* variable: its value now, its default and what it does
-  pycoll config --env markdown    the same as the README's table"""
+  pycoll config --env markdown    the table of docs/getting_started.md"""
 
 
 def _beside_library(folder):
@@ -37,7 +37,7 @@ def register(subparsers):
     parser.add_argument("--cmake-dir", action="store_true",
                         help="the directory of pycollConfig.cmake, for -Dpycoll_DIR (or CMAKE_PREFIX_PATH)")
     parser.add_argument("--env", nargs="?", const="text", choices=("text", "markdown"),
-                        help="list pycoll's environment variables (markdown: as the README's table)")
+                        help="list pycoll's environment variables (markdown: as the table of docs/getting_started.md)")
     parser.set_defaults(func=run)
 
 

@@ -23,9 +23,9 @@ class IslandStore:
             return self._local[key]
         return self._store.get(self._prefix + key, timeout)
 
-    def check_failures(self):
-        """What the job's store recorded for the whole job (a rank that failed the secret check), raised: the
-        host bootstrap's wait ends at once."""
-        check = getattr(self._store, "check_failures", None)
-        if check is not None:
-            check()
+    def watch(self):
+        """The job store's watch: what it recorded for the whole job (a rank that failed the secret check),
+        raised, so that the host bootstrap's wait ends at once; progress while it waits."""
+        watch = getattr(self._store, "watch", None)
+        if watch is not None:
+            watch()

@@ -82,7 +82,7 @@ class TcpBackend(plugins.Backend):
             unique_id = (share_unique_id(store, rank, timeout, master_addr, ifname) if world_size > 1
                          else get_unique_id(ifname, toward=master_addr))
         native = create_native(unique_id, rank, world_size, timeout=timeout, transport=self.transport_choice,
-                               ifname=ifname, watch=getattr(store, "check_failures", None))
+                               ifname=ifname, watch=getattr(store, "watch", None))
         engine = NativeEngine(native, timeout, transport=native.transport, hosts=Hosts(native.host_of, rank))
         try:
             _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport), store=store,

@@ -8,6 +8,7 @@ from pycoll.rendezvous import rank_claims
 from pycoll.rendezvous.file_store import FileStore
 from pycoll.rendezvous.store_protocol import AUTH_FAILURE_KEY, check_timeout, key_bytes, key_list
 from pycoll.rendezvous.tcp_store import create_store
+from pycoll.rendezvous.wait_report import WaitReport, ranks_text
 
 WATCH_INTERVAL = 0.2  # how often a rank waiting on the rendezvous checks for failures elsewhere
 
@@ -19,12 +20,15 @@ class Rendezvous:
     """One rendezvous's view of a store, used like a store: every key lives under pycoll/rdv/<generation>/,
     so an init never reads what an earlier init of the job left in the same store (on a FileStore, or on a
     TCPStore still shutting down). check_failures() raises what was recorded for the whole job: a rank that
-    failed the secret check at the store's server or at a peer."""
+    failed the secret check at the store's server or at a peer. Given this process's ``rank`` and the
+    ``world_size``, watch() also says at intervals which ranks it still waits for (wait_report)."""
 
-    def __init__(self, store, generation):
+    def __init__(self, store, generation, rank=None, world_size=None):
         self.store, self.generation = store, generation
         self.prefix = f"{RENDEZVOUS_PREFIX}/{generation}"
         self.timeout = store.timeout
+        self.rank, self.world_size = rank, world_size
+        self._report = WaitReport(self._progress) if rank is not None and world_size else None
 
     def _key(self, key):
         key_bytes(key)
@@ -37,7 +41,7 @@ class Rendezvous:
         """Like the store's get, but a failure recorded for the job ends the wait at once."""
         wait = self.timeout if timeout is None else check_timeout("timeout", timeout)
         try:
-            return get_watching(self.store, self._key(key), time.monotonic() + wait, self.check_failures)
+            return get_watching(self.store, self._key(key), time.monotonic() + wait, self.watch)
         except Timeout:
             raise Timeout(f"key {key!r} was not set within {wait:g} s") from None
 
@@ -54,6 +58,33 @@ class Rendezvous:
             if self.store.check(key):
                 raise AuthenticationError(self.store.get(key, 0.0).decode(errors="replace"))
         rank_claims.check(self)
+
+    def watch(self):
+        """What init's waits run between slices (get(), and the C bootstrap's every 100 ms): check_failures(),
+        then a progress message when one is due."""
+        self.check_failures()
+        if self._report is not None:
+            self._report.poll()
+
+    def missing_ranks(self):
+        """The ranks no process has joined this rendezvous as yet (their claims, rank_claims)."""
+        keys = [rank_claims.claims_key(r) for r in range(self.world_size)]
+        if self.check(keys):
+            return []
+        return [r for r, key in enumerate(keys) if not self.check(key)]
+
+    def _progress(self, waited):
+        where, missing = store_location(self.store), self.missing_ranks()
+        if missing:
+            started = "it was" if len(missing) == 1 else "they were"
+            return (f"rank {self.rank}: waiting {waited:.0f} s for {ranks_text(missing)} of {self.world_size} to "
+                    f"join the rendezvous at {where}; check that {started} started, with the same MASTER_ADDR "
+                    "and MASTER_PORT as this rank (and the same PYCOLL_JOB_ID, where set), and did not fail "
+                    f"before init (its output says why); init gives up after {self.timeout:g} s")
+        return (f"rank {self.rank}: all {self.world_size} ranks joined the rendezvous at {where}, but set-up "
+                f"has waited {waited:.0f} s for the others; check that the ranks reach each other's addresses "
+                "(a firewall, or PYCOLL_SOCKET_IFNAME naming an interface the others cannot reach) and that none "
+                f"is stopped (a debugger, SIGSTOP); init gives up after {self.timeout:g} s")
 
     def record_failure(self, exc):
         self.set(AUTH_FAILURE_KEY, str(exc).encode())
@@ -85,7 +116,7 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
     if store is not None:
         if isinstance(store, FileStore):
             store = store.with_secret(secret)
-        joined = Rendezvous(store, _next_generation(store, launch.world_size))
+        joined = Rendezvous(store, _next_generation(store, launch.world_size), launch.rank, launch.world_size)
         rank_claims.claim(joined, launch.rank)
         return None, joined
     if launch.world_size == 1:
@@ -106,7 +137,7 @@ def rendezvous(launch, store=None, *, timeout=300.0, secret=None, env=None):
             own.close(linger=0)
             raise
         if generation == 0:
-            return own, Rendezvous(own, 0)
+            return own, Rendezvous(own, 0, launch.rank, launch.world_size)
         own.close(linger=0)
         if time.monotonic() > deadline:
             raise Timeout(f"the rendezvous store at {own.host}:{own.port} still served a finished rendezvous "
@@ -127,3 +158,12 @@ def _own_generation(own, launch):
 
 def _next_generation(store, world_size):
     return (store.add(f"{RENDEZVOUS_PREFIX}/arrivals", 1) - 1) // world_size
+
+
+def store_location(store):
+    """Where a store is, for messages: a FileStore's directory, a TCP store's host:port."""
+    path = getattr(store, "path", None)
+    if path:
+        return str(path)
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    return f"{host}:{port}" if host else f"its {type(store).__name__}"

@@ -39,6 +39,11 @@ def _parse(value):
     return token, words
 
 
+def claims_key(rank):
+    """The counter of ``rank``'s claims: set once any process joined as that rank."""
+    return f"ranks/{rank}/claims"
+
+
 def claimed_by_this_process(store, rank):
     """Whether ``store`` (a Rendezvous) holds a claim of ``rank`` by this very process: an earlier init of it."""
     key = f"ranks/{rank}/owner"
@@ -48,7 +53,7 @@ def claimed_by_this_process(store, rank):
 def claim(store, rank):
     """Claims ``rank`` in ``store`` (a Rendezvous) for this process; DuplicateRank, recorded for the whole
     rendezvous, when another process claimed it first."""
-    if store.add(f"ranks/{rank}/claims", 1) == 1:
+    if store.add(claims_key(rank), 1) == 1:
         store.set(f"ranks/{rank}/owner", _owner_value())
         return
     try:

@@ -28,6 +28,7 @@ from pycoll.rendezvous.store_protocol import (
     value_bytes,
 )
 from pycoll.rendezvous.store_server import StoreServer, check_wildcard, is_loopback, max_bytes_setting
+from pycoll.rendezvous.wait_report import WaitReport
 
 _REPLY_MARGIN = 5.0  # extra client patience on top of a server-side wait, so the server's reply arrives first
 CLOSE_LINGER = 5.0  # the most a closing server waits for its clients (capped by the store's timeout)
@@ -78,6 +79,7 @@ class TCPStore:
     def _connect(self):
         deadline = time.monotonic() + self.timeout
         delay, last_error = 0.02, None
+        report = WaitReport(lambda waited: self._unreachable(waited, last_error))
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -89,8 +91,16 @@ class TCPStore:
                 # Nobody listens yet, a previous rendezvous's server is closing, or one makes room under a
                 # flood: the server may come (back) later.
                 last_error = exc
+            report.poll()
             time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
             delay = min(delay * 2, 1.0)
+
+    def _unreachable(self, waited, error):
+        who = f"rank {self._rank}" if self._rank >= 0 else "this client"
+        return (f"{who}: cannot reach the rendezvous store at {self.host}:{self.port} for {waited:.0f} s ({error}); "
+                f"still trying until {self.timeout:g} s. Check that rank 0, which hosts the store, has started; "
+                f"that MASTER_ADDR ({self.host}) names rank 0's host as this host sees it, that MASTER_PORT is the "
+                f"same on every rank, and that no firewall blocks port {self.port}")
 
     def _try_connect(self, deadline):
         sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.001))

@@ -17,9 +17,10 @@ timeout = float(os.environ.get("TEST_TIMEOUT", "30"))
 report = {"scenario": scenario}
 
 
-def wait_for_file(path, deadline_s=20.0):
-    """Block until another rank creates `path` (a handshake that needs no timing assumption)."""
-    end = time.monotonic() + deadline_s
+def wait_for_file(path, deadline_s=None):
+    """Block until another rank creates `path` (a handshake that needs no timing assumption), by default at
+    most 20 s or the job's timeout if longer: on a loaded machine the other rank may be that slow to get there."""
+    end = time.monotonic() + (max(20.0, timeout) if deadline_s is None else deadline_s)
     while not os.path.exists(path):
         if time.monotonic() > end:
             raise RuntimeError(f"{path} never appeared")

@@ -55,7 +55,7 @@ def check_torch(comm):
         comm.reduce(x, root=root, out=out)
         want = reference(size, "bfloat16") if rank == int(root) else torch.zeros(COUNT, dtype=bf16)
         assert torch.equal(out, want), int(root)
-    # Integer avg truncates toward zero after a sum that wraps (README, Communicator.all_reduce).
+    # Integer avg truncates toward zero after a sum that wraps (docs/api.md, Communicator.all_reduce).
     x = torch.tensor([-3, 3, -1, 7] if rank == 0 else [0, 0, 0, 0], dtype=torch.int32)
     comm.all_reduce(x, op="avg")
     assert x.tolist() == [-1, 1, 0, 3], x.tolist()

@@ -93,7 +93,7 @@ try:
                     comp = comm.all_reduce(x.copy(), op=op, algorithm=algorithm, accuracy="compensated")
                     ran.add(comm.last_algorithm)
                     # float16's compensated sums are float32: a mean of values near 65504 stays finite where
-                    # fast mode's float16 sum overflows (README, Accuracy); everything else is fast mode's.
+                    # fast mode's float16 sum overflows (docs/accuracy.md); everything else is fast mode's.
                     where = ~overflows if (dtype, op) == ("float16", "avg") else everywhere
                     note(report, f"{dtype} n={count} all_reduce {algorithm} {op}", comp, fast, where)
                     if not where.all():

@@ -1,6 +1,6 @@
 /* pycoll's environment variables (PYCOLL_*), each declared once with its type, default and meaning
- * (native/common/settings.c): the Python layer, `pycoll config --env` and the README's table all read this one
- * list, so a variable is never parsed or described twice. */
+ * (native/common/settings.c): the Python layer, `pycoll config --env` and the table of docs/getting_started.md
+ * all read this one list, so a variable is never parsed or described twice. */
 #ifndef PYCOLL_SETTINGS_H
 #define PYCOLL_SETTINGS_H
 #include <stdint.h>
