@@ -7,10 +7,14 @@ import numpy as np
 
 from pycoll._bindings.abi import DTYPES, OPS
 
-__all__ = ["OPS", "DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
+__all__ = ["OPS", "DTYPES", "COMPLEX_DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
 
 # DTYPES: pycoll dtype ids by name, which is numpy's name; bfloat16 comes from ml_dtypes, recognised by name so
 # it stays optional.
+
+# The complex dtypes: pairs of float32 / float64 that the host backends sum, average and multiply; min and max
+# have no meaning on them, and the vendor backends (NCCL, HCCL) have no complex type.
+COMPLEX_DTYPES = tuple(name for name in DTYPES if name.startswith("complex"))
 
 _ids = {}  # np.dtype -> id, filled on first use of each dtype
 

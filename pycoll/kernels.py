@@ -17,7 +17,8 @@ if not _kernels.compensation_selftest():
     raise ImportError("pycoll's compensated kernels lost TwoSum's error term: libpycoll was compiled without "
                       "IEEE semantics (-ffast-math, FMA contraction or reassociation); rebuild it without them")
 
-_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")  # the dtypes compensated summation applies to
+# The dtypes compensated summation applies to (complex: part by part).
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 _NAMES = {i: name for name, i in DTYPES.items()}
 # Each float dtype's accumulator (from C: pycoll_accumulator_dtype), and the ids of those accumulators.
 _ACCUMULATORS = {name: np.dtype(_NAMES[_kernels.accumulator_dtype(DTYPES[name])]) for name in _FLOAT_DTYPES}
@@ -50,7 +51,9 @@ def reduce_into(dst, src, op="sum"):
 
     op is "sum", "prod", "min", "max" or "avg". "avg" only sums here: a collective divides once at the end
     (scale_avg). Integers wrap like numpy; min/max propagate NaN like np.minimum/np.maximum; float16 and
-    bfloat16 are combined in float32 and rounded once.
+    bfloat16 are combined in float32 and rounded once. complex64 and complex128 take sum, avg and prod (the schoolbook
+    product, (ac - bd) + (ad + bc)i, each product rounded); min and max raise TypeError: complex numbers have no
+    order.
     """
     # Fast path for numpy arrays of one dtype (small reductions are dominated by this call's overhead);
     # the buffer layer rejects bad layouts, and the checked path below then says precisely what is wrong.
@@ -90,11 +93,11 @@ def scale_avg(buf, divisor):
 
 
 def accumulator_dtype(dtype):
-    """The numpy dtype compensated pairs of `dtype` are kept in (float32 or float64)."""
+    """The numpy dtype compensated pairs of `dtype` are kept in (float32, float64, or the complex dtype itself)."""
     dtype_id(dtype)
     name = np.dtype(dtype).name
     if name not in _ACCUMULATORS:
-        raise TypeError(f"compensated summation needs a float dtype, got {name}")
+        raise TypeError(f"compensated summation needs a float or complex dtype, got {name}")
     return _ACCUMULATORS[name]
 
 

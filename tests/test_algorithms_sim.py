@@ -353,7 +353,7 @@ def test_bad_arguments_raise_typed_errors():
     with pytest.raises(ValueError, match="algorithm"):
         simulate("all_reduce", [np.ones(3)] * 2, algorithm="tree")
     with pytest.raises(TypeError, match="dtype"):
-        simulate("all_reduce", [np.ones(3, np.complex64)] * 2)
+        simulate("all_reduce", [np.ones(3, np.clongdouble)] * 2)
     with pytest.raises(ValueError, match="reduce_scatter"):
         simulate("reduce_scatter", [np.ones(5)] * 2)
     with pytest.raises(ValueError, match="root"):

@@ -81,7 +81,7 @@ UNCOMMON = [
     ("bool root", lambda comm: comm.broadcast(X, root=False)),
     ("root out of range", lambda comm: comm.broadcast(X, root=1)),
     ("numpy integer root", lambda comm: comm.broadcast(X, root=np.int64(0))),
-    ("complex", lambda comm: comm.all_reduce(np.ones(2, np.complex64))),
+    ("long complex", lambda comm: comm.all_reduce(np.ones(2, np.clongdouble))),
     ("send to itself", lambda comm: comm.send(X, 0)),
     ("recv from out of range", lambda comm: comm.recv(Y, 1, tag=2 ** 32)),
     ("bool", lambda comm: comm.all_reduce(np.ones(3, dtype=bool), "max")),

@@ -38,7 +38,7 @@ def run_under_variant(variant, args, timeout):
 @pytest.mark.parametrize("variant", supported_variants())
 @pytest.mark.timeout(90)
 def test_kernels_under_variant(variant):
-    names = ("test_kernels.py", "test_kernels_compensated.py", "test_kernels_specials.py")
+    names = ("test_kernels.py", "test_kernels_compensated.py", "test_kernels_specials.py", "test_kernels_complex.py")
     tests = [os.path.join(HERE, name) for name in names]
     result = run_under_variant(variant, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], 85)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -560,7 +560,7 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
                              (long long)count);
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
-    if (v->dtypes[dtype] < 0)
+    if (dtype >= PYCOLL_VENDOR_V1_DTYPES || v->dtypes[dtype] < 0)
         return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s", v->name, pycoll_dtype_name(dtype));
     if (op != -1 && (unsigned)op >= PYCOLL_NUM_OPS)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);

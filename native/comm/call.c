@@ -5,6 +5,7 @@
 
 #include "algorithms/table.h"
 #include "comm/comm_internal.h"
+#include "kernels/complex_parts.h"
 #include "kernels/reproducible.h"
 
 void pycoll_call_init(pycoll_call_t *call, pycoll_coll_t collective)
@@ -206,6 +207,21 @@ static pycoll_status_t check_algorithm(const pycoll_comm_t *comm, pycoll_coll_t 
     return PYCOLL_OK;
 }
 
+/* min and max of a reduction need an order, and complex numbers have none (MPI and PyTorch refuse them too):
+ * an argument error, raised alike on every rank, not a vendor-style "unsupported". */
+static pycoll_status_t check_op(const pycoll_call_t *call, char *error, size_t error_len)
+{
+    const pycoll_coll_t c = call->collective;
+    const int reduces = c == PYCOLL_COLL_ALL_REDUCE || c == PYCOLL_COLL_REDUCE_SCATTER || c == PYCOLL_COLL_REDUCE ||
+                        c == PYCOLL_COLL_REDUCE_SCATTER_V;
+    if (!reduces || !dtype_is_complex(call->dtype) || (call->op != PYCOLL_MIN && call->op != PYCOLL_MAX))
+        return PYCOLL_OK;
+    snprintf(error, error_len, "op %s is not defined for dtype %s: complex numbers have no order (sum, avg and "
+             "prod are; reduce a real array, e.g. the absolute values, for %s)", pycoll_op_name(call->op),
+             pycoll_dtype_name(call->dtype), pycoll_op_name(call->op));
+    return PYCOLL_ERR_INVALID;
+}
+
 /* What reproducible mode covers (reproducible.c): sums and averages of float dtypes, by the collectives that
  * reduce into fixed blocks. Anything else is refused rather than run in another mode: the caller asked for bits
  * that do not move, and a silent fast sum would not give them. */
@@ -222,9 +238,9 @@ static pycoll_status_t check_reproducible(const pycoll_call_t *call, char *error
                  "in every mode, so use accuracy fast)", pycoll_op_name(call->op), pycoll_op_name(call->op));
         return PYCOLL_ERR_UNSUPPORTED;
     }
-    if (!repro_limbs(call->dtype)) {
-        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (float16, bfloat16, float32 "
-                 "and float64 are; integer sums are exact in every mode, so use accuracy fast)",
+    if (!repro_limbs(complex_part_dtype(call->dtype))) { /* complex: part by part */
+        snprintf(error, error_len, "accuracy reproducible: dtype %s is not supported (float16, bfloat16, float32, "
+                 "float64, complex64 and complex128 are; integer sums are exact in every mode, so use accuracy fast)",
                  pycoll_dtype_name(call->dtype));
         return PYCOLL_ERR_UNSUPPORTED;
     }
@@ -278,8 +294,9 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
     if ((unsigned)call->accuracy >= PYCOLL_NUM_ACCURACIES)
         return invalid(error, error_len, "%s: unknown id %lld", "accuracy", call->accuracy);
     *out = (comm_call_t){.args = *call};
-    pycoll_status_t st = call->accuracy == PYCOLL_ACCURACY_REPRODUCIBLE ? check_reproducible(call, error, error_len)
-                                                                        : PYCOLL_OK;
+    pycoll_status_t st = check_op(call, error, error_len);
+    if (st == PYCOLL_OK && call->accuracy == PYCOLL_ACCURACY_REPRODUCIBLE)
+        st = check_reproducible(call, error, error_len);
     if (st == PYCOLL_OK)
         st = check_rank(comm, call, error, error_len);
     if (st == PYCOLL_OK)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "comm/reproducible_stages.h"
+#include "kernels/complex_parts.h"
 #include "kernels/reproducible.h"
 #include "pycoll/kernels.h"
 
@@ -157,22 +158,35 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
 {
     const pycoll_call_t *a = &call->args;
     pycoll_p2p_t *p2p = comm->p2p;
-    if (p2p->kernels) /* a device's memory table (or the test stand-in for one) */
+    /* A complex sum is the sums of its parts: every step below but the caller's collective runs on the parts (2
+     * per element), and that collective sums an element's limbs of both parts together under the caller's own
+     * descriptor, so that ranks calling complex64 and float32 still meet as a mismatch. */
+    const int64_t parts = dtype_is_complex(a->dtype) ? 2 : 1;
+    const pycoll_dtype_t dtype = complex_part_dtype(a->dtype);
+    if (p2p->kernels) { /* a device's memory table (or the test stand-in for one) */
+        if (parts > 1) {
+            snprintf(error, error_len, "accuracy reproducible: dtype %s is supported on host memory only",
+                     pycoll_dtype_name(a->dtype));
+            return PYCOLL_ERR_UNSUPPORTED;
+        }
         return repro_run_on_device(comm, call, error, error_len, ran);
+    }
     const repro_extent_t extent = repro_extent(comm, call);
-    const int64_t in = extent.in, out = extent.out, first = extent.first;
+    const int64_t in = extent.in * parts, out = extent.out * parts, first = extent.first * parts;
 
     /* 1. The summary, agreed by max over the ranks, and the plan every rank draws from it. */
     int32_t summary[REPRO_SUMMARY_LEN];
-    repro_summarize(a->sendbuf, in, a->dtype, summary);
+    repro_summarize(a->sendbuf, in, dtype, summary);
     pycoll_status_t st = repro_internal_max(comm, call, summary, REPRO_SUMMARY_LEN, error, error_len);
     if (st != PYCOLL_OK)
         return st;
-    const repro_plan_t plan = repro_plan(summary, a->dtype, p2p->size);
+    const repro_plan_t plan = repro_plan(summary, dtype, p2p->size);
     const int general = plan.limbs == 0;
-    const int64_t limbs = general ? repro_limbs(a->dtype) : plan.limbs;
+    const int64_t limbs = general ? repro_limbs(dtype) : plan.limbs;
 
-    if (!general && a->collective == PYCOLL_COLL_ALL_REDUCE) {
+    /* The transport's coded all-reduce takes whole elements of one real dtype; complex takes the stages below,
+     * which add the same integers, so give the same bits. */
+    if (!general && a->collective == PYCOLL_COLL_ALL_REDUCE && parts == 1) {
         const int64_t wire_bytes = in * (plan.narrow == REPRO_NARROW_ONE ? (int64_t)pycoll_dtype_size(a->dtype)
                                                                           : limbs * 8);
         const pycoll_native_collectives_t *native = comm_coded_native(comm, a->algorithm, wire_bytes);
@@ -195,26 +209,26 @@ pycoll_status_t comm_run_reproducible(pycoll_comm_t *comm, const comm_call_t *ca
 
     /* 2. The general mode: every element's exponent code, agreed by max over the ranks. */
     if (general) {
-        repro_exponents(a->sendbuf, in, a->dtype, codes);
+        repro_exponents(a->sendbuf, in, dtype, codes);
         st = repro_internal_max(comm, call, codes, in, error, error_len);
         if (st != PYCOLL_OK)
             return st;
-        repro_encode(a->sendbuf, codes, in, a->dtype, send_limbs);
+        repro_encode(a->sendbuf, codes, in, dtype, send_limbs);
     } else {
-        repro_encode_exact(a->sendbuf, in, a->dtype, &plan, send_limbs);
+        repro_encode_exact(a->sendbuf, in, dtype, &plan, send_limbs);
     }
 
     /* 3. The caller's collective on the limbs, under the caller's descriptor. */
-    st = repro_sum_limbs(comm, call, limbs, send_limbs, recv_limbs, out, error, error_len, ran);
+    st = repro_sum_limbs(comm, call, limbs * parts, send_limbs, recv_limbs, out, error, error_len, ran);
     if (st != PYCOLL_OK || out == 0)
         return st;
 
     /* Each element rounded once, then the one division of avg. */
     if (general)
-        repro_decode(recv_limbs, codes + first, out, a->dtype, a->recvbuf);
+        repro_decode(recv_limbs, codes + first, out, dtype, a->recvbuf);
     else
-        repro_decode_exact(recv_limbs, out, a->dtype, &plan, a->recvbuf);
+        repro_decode_exact(recv_limbs, out, dtype, &plan, a->recvbuf);
     if (a->op == PYCOLL_AVG)
-        st = pycoll_scale_avg(a->recvbuf, out, a->dtype, p2p->size);
+        st = pycoll_scale_avg(a->recvbuf, out, dtype, p2p->size);
     return st;
 }

@@ -4,14 +4,15 @@
 
 size_t pycoll_dtype_size(pycoll_dtype_t dtype)
 {
-    static const size_t sizes[PYCOLL_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8};
+    static const size_t sizes[PYCOLL_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 8, 16};
     return (unsigned)dtype < PYCOLL_NUM_DTYPES ? sizes[dtype] : 0;
 }
 
 const char *pycoll_dtype_name(pycoll_dtype_t dtype)
 {
-    static const char *const names[PYCOLL_NUM_DTYPES] = {"int8",     "uint8",    "int32",   "int64",
-                                                         "float16",  "bfloat16", "float32", "float64"};
+    static const char *const names[PYCOLL_NUM_DTYPES] = {"int8",    "uint8",   "int32",     "int64",
+                                                         "float16", "bfloat16", "float32",  "float64",
+                                                         "complex64", "complex128"};
     return (unsigned)dtype < PYCOLL_NUM_DTYPES ? names[dtype] : "?";
 }
 

@@ -1,5 +1,6 @@
 /* Compensated summation: loading plain values into (sum, comp) pairs, combining pairs (through the active
  * kernel table), rounding pairs back once, and the import-time check that the compiler kept TwoSum exact. */
+#include "kernels/complex_parts.h"
 #include "kernels/half_float.h"
 #include "kernels/kernel_table.h"
 #include "kernels/two_sum.h"
@@ -20,20 +21,23 @@ pycoll_dtype_t pycoll_accumulator_dtype(pycoll_dtype_t dtype)
 {
     if (dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16)
         return PYCOLL_FLOAT32;
-    return dtype; /* float32, float64; integers have no compensated form */
+    return dtype; /* float32, float64, complex64 and complex128; integers have no compensated form */
 }
 
-static pycoll_status_t check_compensated(int64_t count, pycoll_dtype_t dtype, int pointers_ok)
+/* Checks the arguments, then rewrites a complex (count, dtype) as its real parts: a complex sum is compensated
+ * part by part, so its pairs are the real type's pairs of twice the count. */
+static pycoll_status_t check_compensated(int64_t *count, pycoll_dtype_t *dtype, int pointers_ok)
 {
-    if (count < 0 || (unsigned)dtype >= PYCOLL_NUM_DTYPES || (count > 0 && !pointers_ok))
+    if (*count < 0 || (unsigned)*dtype >= PYCOLL_NUM_DTYPES || (*count > 0 && !pointers_ok))
         return PYCOLL_ERR_INVALID;
-    return is_float(dtype) ? PYCOLL_OK : PYCOLL_ERR_UNSUPPORTED;
+    complex_as_parts(count, dtype);
+    return is_float(*dtype) ? PYCOLL_OK : PYCOLL_ERR_UNSUPPORTED;
 }
 
 pycoll_status_t pycoll_compensated_combine(void *dst_sum, void *dst_comp, const void *src_sum, const void *src_comp,
                                            int64_t count, pycoll_dtype_t dtype)
 {
-    pycoll_status_t status = check_compensated(count, dtype, dst_sum && dst_comp && src_sum && src_comp);
+    pycoll_status_t status = check_compensated(&count, &dtype, dst_sum && dst_comp && src_sum && src_comp);
     if (status != PYCOLL_OK || count == 0)
         return status;
     const pycoll_kernel_table_t *kernels = pycoll_active_kernels();
@@ -46,7 +50,7 @@ pycoll_status_t pycoll_compensated_combine(void *dst_sum, void *dst_comp, const 
 
 pycoll_status_t pycoll_compensated_load(void *sum, void *comp, const void *src, int64_t count, pycoll_dtype_t dtype)
 {
-    pycoll_status_t status = check_compensated(count, dtype, sum && comp && src);
+    pycoll_status_t status = check_compensated(&count, &dtype, sum && comp && src);
     if (status != PYCOLL_OK || count == 0)
         return status;
     size_t acc_size = pycoll_dtype_size(pycoll_accumulator_dtype(dtype));
@@ -195,7 +199,7 @@ static void store_from_f32(pycoll_dtype_t dtype, void *dst, const unaligned_f32 
 pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, const void *comp, int64_t count,
                                          pycoll_dtype_t dtype, int64_t divisor)
 {
-    pycoll_status_t status = check_compensated(count, dtype, dst && sum && comp);
+    pycoll_status_t status = check_compensated(&count, &dtype, dst && sum && comp);
     if (status == PYCOLL_OK && divisor < 1)
         status = PYCOLL_ERR_INVALID;
     if (status != PYCOLL_OK || count == 0)

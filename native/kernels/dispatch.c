@@ -1,6 +1,7 @@
 /* Run-time choice of the kernel variant, once per process, and the public element-wise entry points.
  * As in NumPy: the best variant the CPU supports, unless PYCOLL_SIMD=scalar|avx2|avx512 forces one. */
 #include "common/settings.h"
+#include "kernels/complex_parts.h"
 #include "kernels/kernel_table.h"
 #include "pycoll/kernels.h"
 
@@ -96,6 +97,8 @@ pycoll_status_t pycoll_reduce(void *out, const void *a, const void *b, int64_t c
         return status;
     if (count > 0 && out == NULL)
         return PYCOLL_ERR_INVALID;
+    if (op == PYCOLL_SUM || op == PYCOLL_AVG) /* part by part: the real type's (vector) kernels */
+        complex_as_parts(&count, &dtype);
     pycoll_binary_kernel kernel = pycoll_active_kernels()->binary[dtype][op];
     if (kernel == NULL)
         return PYCOLL_ERR_UNSUPPORTED;

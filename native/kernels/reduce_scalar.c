@@ -91,6 +91,26 @@ DEFINE_HALF_KERNELS(bf16, pycoll_bf16_to_f32, pycoll_f32_to_bf16, LESS, GREATER)
 DEFINE_COMBINE(f32, unaligned_f32, pycoll_two_sum_f32, f32)
 DEFINE_COMBINE(f64, unaligned_f64, pycoll_two_sum_f64, f64)
 
+/* Complex products by the schoolbook formulas, each product rounded: no fused multiply-add (built with
+ * -ffp-contract=off), so every CPU and variant gives the same bits, which NumPy's own loops, where they fuse
+ * one, may miss by an ulp on inexact products; and no C Annex G recovery of infinities from NaN parts, which
+ * NumPy does not do either. Sum and avg run part by part on the real kernels (dispatch.c); min and max stay
+ * NULL: complex numbers have no order. */
+#define DEFINE_COMPLEX_PROD(tname, T)                                                                         \
+    static void tname##_prod(void *out, const void *a, const void *b, int64_t n)                              \
+    {                                                                                                         \
+        const T *x = a, *y = b;                                                                               \
+        T *o = out;                                                                                           \
+        for (int64_t i = 0; i < 2 * n; i += 2) {                                                              \
+            const T re = x[i] * y[i] - x[i + 1] * y[i + 1], im = x[i] * y[i + 1] + x[i + 1] * y[i];          \
+            o[i] = re;                                                                                        \
+            o[i + 1] = im;                                                                                    \
+        }                                                                                                     \
+    }
+
+DEFINE_COMPLEX_PROD(c64, unaligned_f32)
+DEFINE_COMPLEX_PROD(c128, unaligned_f64)
+
 #define SET_ROW(table, dtype, tname)                                                                          \
     do {                                                                                                      \
         (table)->binary[dtype][PYCOLL_SUM] = tname##_sum;                                                     \
@@ -111,6 +131,8 @@ void pycoll_scalar_kernels(pycoll_kernel_table_t *table)
     SET_ROW(table, PYCOLL_BFLOAT16, bf16);
     SET_ROW(table, PYCOLL_FLOAT32, f32);
     SET_ROW(table, PYCOLL_FLOAT64, f64);
+    table->binary[PYCOLL_COMPLEX64][PYCOLL_PROD] = c64_prod;
+    table->binary[PYCOLL_COMPLEX128][PYCOLL_PROD] = c128_prod;
     table->combine_f32 = f32_combine;
     table->combine_f64 = f64_combine;
 }

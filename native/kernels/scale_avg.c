@@ -1,4 +1,5 @@
 /* The last step of PYCOLL_AVG: one division per element after the whole sum is formed. */
+#include "kernels/complex_parts.h"
 #include "kernels/half_float.h"
 #include "kernels/unaligned.h"
 #include "pycoll/kernels.h"
@@ -39,6 +40,7 @@ pycoll_status_t pycoll_scale_avg(void *buf, int64_t count, pycoll_dtype_t dtype,
         i8_scale, u8_scale, i32_scale, i64_scale, f16_scale, bf16_scale, f32_scale, f64_scale};
     if (count < 0 || divisor < 1 || (unsigned)dtype >= PYCOLL_NUM_DTYPES || (count > 0 && buf == NULL))
         return PYCOLL_ERR_INVALID;
+    complex_as_parts(&count, &dtype); /* both parts divided */
     if (divisor > 1)
         scale[dtype](buf, count, divisor);
     return PYCOLL_OK;

@@ -108,7 +108,9 @@ def reduce(out, a, b, int dtype, int op):
         _check_no_partial_overlap(vo, vb, "out and b")
         with nogil:
             status = pycoll_reduce(vo.buf, va.buf, vb.buf, views.count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
-        _check_status(status, "reduce")
+        if status != PYCOLL_OK:  # name the pair: complex has no min or max
+            _check_status(status, f"reduce: op {pycoll_op_name(<pycoll_op_t>op).decode()} on dtype "
+                                  f"{pycoll_dtype_name(<pycoll_dtype_t>dtype).decode()}")
     finally:
         _release(&views)
 

@@ -4,7 +4,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef enum pycoll_dtype_t:
         PYCOLL_INT8, PYCOLL_UINT8, PYCOLL_INT32, PYCOLL_INT64,
-        PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64, PYCOLL_NUM_DTYPES
+        PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64, PYCOLL_COMPLEX64, PYCOLL_COMPLEX128,
+        PYCOLL_NUM_DTYPES
     ctypedef enum pycoll_op_t:
         PYCOLL_SUM, PYCOLL_PROD, PYCOLL_MIN, PYCOLL_MAX, PYCOLL_AVG, PYCOLL_NUM_OPS
     ctypedef enum pycoll_status_t:

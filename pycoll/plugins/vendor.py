@@ -14,8 +14,9 @@ import os
 import numpy as np
 
 from pycoll import settings
+from pycoll.dtypes import COMPLEX_DTYPES
 from pycoll.errors import BackendUnavailable, CommunicatorClosed, PycollError
-from pycoll.plugins import Backend, Engine
+from pycoll.plugins import ALL_DTYPES, Backend, Engine
 
 
 def _ids():
@@ -338,6 +339,8 @@ class VendorBackend(Backend):
     `algorithm_env` and `algorithm_settings` (pycoll algorithm -> the setting's value, None for the vendor's own
     choice); `native_avg` (False: avg is a sum, then a division on the device)."""
 
+    # NCCL and HCCL have no complex type (and pycoll_vendor_v1 maps none): refused by name before any call.
+    dtypes = tuple(name for name in ALL_DTYPES if name not in COMPLEX_DTYPES)
     libraries: tuple = ()
     device_kernel_libraries: tuple = ()  # the same, for the device memory table compensated mode runs with
     algorithm_env = ""

@@ -52,7 +52,6 @@ def refusal(backend, kind, dtype, op, device_name):
 
 def markdown(backend) -> str:
     """The capability table of one vendor backend, as Markdown."""
-    from pycoll.dtypes import DTYPES
     lines = [f"**{backend.name}** -- accuracies: {', '.join(backend.accuracies)}.", "",
              "| collective | algorithms | dtypes | ops |", "| --- | --- | --- | --- |"]
     every_op = ("sum", "prod", "min", "max", "avg")
@@ -64,7 +63,7 @@ def markdown(backend) -> str:
         else:
             algorithms = "auto"
         refused = [r for r in backend.refusals if kind in r.collectives]
-        dtypes = ", ".join(d for d in DTYPES if not any(r.dtype == d and r.op is None and r.generation is None
+        dtypes = ", ".join(d for d in backend.dtypes if not any(r.dtype == d and r.op is None and r.generation is None
                                                          for r in refused))
         notes = [f"no {r.dtype}{' ' + r.op if r.op else ''}{' on ' + r.generation if r.generation else ''}"
                  for r in refused if not (r.op is None and r.generation is None)]

@@ -25,6 +25,8 @@ typedef enum pycoll_dtype {
     PYCOLL_BFLOAT16 = 5,
     PYCOLL_FLOAT32 = 6,
     PYCOLL_FLOAT64 = 7,
+    PYCOLL_COMPLEX64 = 8,  /* a pair of float32 (real, imaginary), as numpy's and C99's complex */
+    PYCOLL_COMPLEX128 = 9, /* a pair of float64 */
     PYCOLL_NUM_DTYPES
 } pycoll_dtype_t;
 

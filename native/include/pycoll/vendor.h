@@ -22,6 +22,9 @@ extern "C" {
 /* The layout of pycoll_vendor_t. A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED);
  * every version starts with `version` and `name`, so the refusal can name the vendor. */
 #define PYCOLL_VENDOR_VERSION 1
+/* The dtypes version 1 maps: int8 .. float64 (ids 0-7). Later dtypes (complex64, complex128) are refused by every
+ * version-1 vendor, so the struct's layout stays what vendors were compiled against. */
+#define PYCOLL_VENDOR_V1_DTYPES 8
 /* The largest unique id of any vendor (HCCL's HcclRootInfo; NCCL's ncclUniqueId is 128 bytes). */
 #define PYCOLL_VENDOR_MAX_ID_BYTES 4108
 
@@ -76,7 +79,7 @@ typedef struct pycoll_vendor_v1 {
     /* The result meaning "still running" (ncclInProgress) for non-blocking vendors; -1 where calls block. */
     int32_t in_progress;
     /* The vendor's code for each pycoll dtype and op; -1: the vendor has none (PYCOLL_ERR_UNSUPPORTED). */
-    int32_t dtypes[PYCOLL_NUM_DTYPES];
+    int32_t dtypes[PYCOLL_VENDOR_V1_DTYPES];
     int32_t ops[PYCOLL_NUM_OPS];
     const char *deadline_action;  /* what abort did, for the timeout message: "aborted", "destroyed" */
     /* The names of results 0 .. num_result_names-1 ("ncclRemoteError"), and the word before a result's number
