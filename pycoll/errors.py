@@ -34,6 +34,11 @@ class CommunicatorClosed(PycollError):
     """The communicator was closed, or an earlier error broke it."""
 
 
+class CommunicatorRevoked(PycollError):
+    """The communicator was revoked (Communicator.revoke, on this rank or another): its collectives and its
+    subgroups' fail; shrink() it to go on with the survivors."""
+
+
 class AuthenticationError(PycollError):
     """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""
 

@@ -54,6 +54,8 @@ typedef struct comm_family {
     comm_progress_t progress;
     int refs;   /* communicators of the family not yet destroyed (under progress.lock) */
     int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
+    atomic_int revoked;   /* pycoll_comm_revoke: the collective in flight stops at its next interrupt check */
+    struct comm_ft *ft;   /* agree.c: what agreements and shrinks left (NULL before the first) */
 } comm_family_t;
 
 /* decisions.c: one remembered decision. */
@@ -84,6 +86,7 @@ struct pycoll_comm {
     void *repro_space;        /* reproducible.c's codes and limbs, host memory, kept between calls */
     int64_t repro_space_bytes;
     int finalized;
+    uint32_t ft_generation; /* agree.c: the fault-tolerance epoch it was made in (a shrink's), 0 at first */
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
     /* live_comms.c: this communicator's place among those that exist, and who holds it by number. */
     uint64_t live_id;
@@ -150,6 +153,15 @@ static inline int comm_call_is_p2p(const comm_call_t *call) { return call->args.
 /* communicator.c: PYCOLL_OK when comm may run a collective now, else why not (closed, broken). */
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
 pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
+
+/* agree.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs
+ * again (a shrink left it behind; revoked), with `error` saying so. comm_ft_release: with the family. */
+pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len);
+void comm_ft_release(comm_family_t *family);
+/* split.c: a communicator of comm's members[0..n) (comm's ranks, taken over), this rank at `index`, as a view
+ * over the family's transport stamped with `group`; it inherits comm's options, cost model and host map. */
+pycoll_status_t comm_view_child(pycoll_comm_t *comm, int32_t *members, int32_t n, int32_t index, uint32_t group,
+                                pycoll_comm_t **out);
 
 /* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
 void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);

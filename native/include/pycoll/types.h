@@ -49,7 +49,8 @@ typedef enum pycoll_status {
     PYCOLL_ERR_NOMEM = 8,
     PYCOLL_ERR_INTERRUPTED = 9,  /* the caller's interrupt check fired (e.g. Ctrl-C in Python) */
     PYCOLL_ERR_BUSY = 10,        /* another thread runs a call on this communicator's family (nothing was sent) */
-    PYCOLL_ERR_AUTH = 11         /* a connection failed the shared-secret check (pycoll_comm_init_rank) */
+    PYCOLL_ERR_AUTH = 11,        /* a connection failed the shared-secret check (pycoll_comm_init_rank) */
+    PYCOLL_ERR_REVOKED = 12      /* the communicator was revoked (pycoll_comm_revoke): shrink it to go on */
 } pycoll_status_t;
 
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);

@@ -1,0 +1,103 @@
+"""One rank of test_elastic.py: `python elastic_worker.py SCENARIO`. Prints one JSON line, the report.
+
+kill: all-reduces in a loop until the test kills a rank (kill -9); the survivors catch PeerFailure, shrink and
+      all-reduce their old rank + 1 on the new communicator; "sum" is its result, "done" the wall-clock time then.
+revoke: every rank all-reduces once, then rank 1 revokes while the others wait in an all-reduce for it (they
+      raise CommunicatorRevoked); then all shrink and all-reduce.
+agree: a healthy agreement, then the old communicator still runs; rank 2 kills itself while the others agree; they
+      shrink.
+exclude: ranks 0..2 shrink with exclude=[3] while rank 3 waits in an all-reduce (it is cut off).
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from worker_report import failure_reported
+
+import pycoll
+
+scenario = sys.argv[1]
+report = {"scenario": scenario}
+comm = None
+with failure_reported(report):
+    comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "20")))
+    rank, size = comm.rank, comm.size
+    report["rank"] = rank
+
+    def all_reduce_ranks(c):
+        """The sum of (old rank + 1) over c's members."""
+        x = np.array([rank + 1.0], dtype=np.float64)
+        c.all_reduce(x)
+        return float(x[0])
+
+    if scenario == "kill":
+        big = np.ones(1 << 14, dtype=np.float32)
+        print('{"ready": true}', flush=True)
+        try:
+            for _ in range(1_000_000):
+                comm.all_reduce(big)
+        except pycoll.PeerFailure as exc:
+            report["caught"] = time.time()
+            report["failed_rank"] = exc.rank
+        new = comm.shrink()
+        report["sum"] = all_reduce_ranks(new)
+        report["done"] = time.time()
+        report.update(ranks=new.ranks, new_rank=new.rank, failed_ranks=comm.failed_ranks, ok=True)
+        try:
+            comm.all_reduce(big)
+        except pycoll.CommunicatorClosed as exc:
+            report["old"] = str(exc)
+    elif scenario == "revoke":
+        all_reduce_ranks(comm)
+        if rank == 1:
+            time.sleep(0.5)  # the others are waiting in the next all-reduce by now
+            report["revoked_at"] = time.time()
+            comm.revoke()
+        try:
+            all_reduce_ranks(comm)
+        except pycoll.CommunicatorRevoked as exc:
+            report["revoked"] = str(exc)
+            report["raised_at"] = time.time()
+        new = comm.shrink()
+        report.update(sum=all_reduce_ranks(new), ranks=new.ranks, failed_ranks=comm.failed_ranks, ok=True)
+    elif scenario == "agree":
+        report["healthy"] = comm.agree(0b1111 & ~(1 << rank))
+        report["still"] = all_reduce_ranks(comm)  # a healthy agreement leaves the communicator usable
+        if rank == 2:
+            time.sleep(0.3)  # the others are in the agreement by now, waiting for this rank too
+            os.kill(os.getpid(), signal.SIGKILL)
+        report["flag"] = comm.agree(0b1111 ^ (1 << rank) if rank == 0 else 0b1111)
+        report["failed_ranks"] = comm.failed_ranks
+        new = comm.shrink()
+        report.update(sum=all_reduce_ranks(new), ranks=new.ranks, ok=True)
+    elif scenario == "exclude":
+        all_reduce_ranks(comm)
+        if rank == 3:
+            # Late, so that the others have finished the all-reduce above: a rank that finds itself cut off aborts,
+            # and an abort fails whatever collective its peers are still in.
+            time.sleep(0.3)
+            try:
+                all_reduce_ranks(comm)
+            except pycoll.PeerFailure as exc:
+                report["cut"] = str(exc)
+            report["ok"] = True
+        else:
+            new = comm.shrink(exclude=[3])
+            report.update(sum=all_reduce_ranks(new), ranks=new.ranks, failed_ranks=comm.failed_ranks, ok=True)
+            try:
+                all_reduce_ranks(comm)
+            except pycoll.CommunicatorClosed as exc:
+                report["old"] = str(exc)
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+import json  # noqa: E402
+
+print(json.dumps(report), flush=True)
+if comm is not None:
+    try:
+        comm.close()
+    except pycoll.PycollError:
+        pass

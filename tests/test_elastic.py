@@ -1,0 +1,84 @@
+"""Surviving a lost rank (docs/fault_tolerance.md), with real processes over TCP and shared memory: a rank
+killed (kill -9) mid all-reduce -- rank 0 (the store's host), a middle one, the last -- and the survivors
+shrink and go on with the right sum; a revoke wakes the ranks waiting in a collective; agree with a dead rank;
+exclude= leaves a healthy rank out. Times from the kill to the survivors' next result are printed (run with
+-s to see them), not asserted."""
+
+import os
+import signal
+import time
+
+import pytest
+from multiproc import Ranks, backend_fixture, no_segment_left  # noqa: F401 (a fixture)
+
+backend = backend_fixture(["tcp", "shm"])
+N = 4
+
+
+def _survivor_sum(dead):
+    return float(sum(r + 1 for r in range(N) if r not in dead))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("victim", [0, 1, N - 1])
+def test_killed_rank_the_survivors_shrink_and_all_reduce(backend, victim, no_segment_left):
+    with Ranks(N, "elastic_worker.py", "kill", timeout=10) as job:
+        job.wait_ready(range(N))
+        time.sleep(0.3)  # well inside the loop of all-reduces
+        killed_at = time.time()
+        os.kill(job.procs[victim].pid, signal.SIGKILL)
+        survivors = [r for r in range(N) if r != victim]
+        reports = job.reports(survivors, deadline_s=40)
+    survivors_ranks = [r for r in range(N) if r != victim]
+    for r, rep in reports.items():
+        assert rep.get("ok"), (r, rep)
+        assert rep["failed_rank"] == victim, (r, rep)
+        assert rep["sum"] == _survivor_sum({victim}), (r, rep)
+        assert rep["ranks"] == survivors_ranks and rep["new_rank"] == survivors_ranks.index(r), (r, rep)
+        assert rep["failed_ranks"] == [victim], (r, rep)
+        assert "unusable" in rep.get("old", ""), (r, rep)  # the old communicator refuses collectives
+    caught = max(rep["caught"] for rep in reports.values()) - killed_at
+    recovered = max(rep["done"] for rep in reports.values()) - killed_at
+    print(f"\n{backend}, rank {victim} killed: every survivor caught PeerFailure after {caught * 1e3:.1f} ms, had "
+          f"shrunk and all-reduced after {recovered * 1e3:.1f} ms")
+
+
+@pytest.mark.timeout(60)
+def test_revoke_wakes_the_ranks_waiting_in_a_collective(backend, no_segment_left):
+    with Ranks(N, "elastic_worker.py", "revoke", timeout=10) as job:
+        reports = job.reports(deadline_s=40)
+    revoked_at = reports[1]["revoked_at"]
+    for r, rep in reports.items():
+        assert rep.get("ok"), (r, rep)
+        assert "revoked" in rep.get("revoked", ""), (r, rep)
+        assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
+        assert rep["failed_ranks"] == [], (r, rep)
+    woke = max(rep["raised_at"] for r, rep in reports.items() if r != 1) - revoked_at
+    print(f"\n{backend}: the ranks waiting in an all-reduce raised CommunicatorRevoked {woke * 1e3:.1f} ms after "
+          "the revoke")
+
+
+@pytest.mark.timeout(60)
+def test_agree_leaves_the_dead_rank_out(backend, no_segment_left):
+    with Ranks(N, "elastic_worker.py", "agree", timeout=10) as job:
+        reports = job.reports([0, 1, 3], deadline_s=40)
+    for r, rep in reports.items():
+        assert rep.get("ok"), (r, rep)
+        assert rep["healthy"] == 0 and rep["still"] == _survivor_sum(set()), (r, rep)
+        assert rep["flag"] == 0b1110, (r, rep)  # rank 0's flag AND the others' (rank 2's never counted)
+        assert rep["failed_ranks"] == [2], (r, rep)
+        assert rep["sum"] == _survivor_sum({2}) and rep["ranks"] == [0, 1, 3], (r, rep)
+
+
+@pytest.mark.timeout(60)
+def test_exclude_leaves_a_healthy_rank_out(backend, no_segment_left):
+    with Ranks(N, "elastic_worker.py", "exclude", timeout=10) as job:
+        reports = job.reports(deadline_s=40)
+    assert "rank 3" not in reports[3].get("cut", "rank 3") or reports[3].get("cut"), reports[3]
+    assert reports[3].get("cut"), reports[3]  # rank 3 learns it was left out: PeerFailure, not a hang
+    for r in range(3):
+        rep = reports[r]
+        assert rep.get("ok"), (r, rep)
+        assert rep["sum"] == _survivor_sum({3}) and rep["ranks"] == [0, 1, 2], (r, rep)
+        assert rep["failed_ranks"] == [3], (r, rep)
+        assert "unusable" in rep.get("old", ""), (r, rep)
