@@ -53,6 +53,8 @@ def test_revoke_wakes_the_ranks_waiting_in_a_collective(backend, no_segment_left
         assert "revoked" in rep.get("revoked", ""), (r, rep)
         assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
         assert rep["failed_ranks"] == [], (r, rep)
+        assert rep["async_sum"] == _survivor_sum(set()), (r, rep)
+        assert rep["split_sum"] == sum(q + 1.0 for q in range(N) if q % 2 == r % 2), (r, rep)
     woke = max(rep["raised_at"] for r, rep in reports.items() if r != 1) - revoked_at
     print(f"\n{backend}: the ranks waiting in an all-reduce raised CommunicatorRevoked {woke * 1e3:.1f} ms after "
           "the revoke")
@@ -82,3 +84,30 @@ def test_exclude_leaves_a_healthy_rank_out(backend, no_segment_left):
         assert rep["sum"] == _survivor_sum({3}) and rep["ranks"] == [0, 1, 2], (r, rep)
         assert rep["failed_ranks"] == [3], (r, rep)
         assert "unusable" in rep.get("old", ""), (r, rep)
+
+
+@pytest.mark.timeout(60)
+def test_a_forged_epoch_in_shared_memory_is_a_peer_failure(no_segment_left):
+    """Rank 1 claims, in the rings it writes, a new epoch starting 2^40 bytes ahead: the others neither skip
+    past the ring nor wait, but raise PeerFailure naming rank 1."""
+    with Ranks(3, "elastic_worker.py", "forge_epoch", env={"PYCOLL_BACKEND": "shm"}, timeout=10) as job:
+        reports = job.reports(deadline_s=40)
+    for r in (0, 2):
+        rep = reports[r]
+        assert rep.get("error") == "PeerFailure" and rep["failed_rank"] == 1, (r, rep)
+        assert "rank 1 wrote a corrupt ring index" in rep["message"], (r, rep)
+
+
+@pytest.mark.timeout(60)
+def test_the_documented_training_loop_carries_on_with_equal_weights(backend, no_segment_left):
+    """docs/fault_tolerance.md's loop, a rank killed in the middle: every survivor ends at the last step with
+    the same weights (a survivor that had applied a step the others had not undoes it)."""
+    with Ranks(N, "elastic_worker.py", "train", timeout=10) as job:
+        job.wait_ready(range(N))
+        time.sleep(0.2)
+        os.kill(job.procs[2].pid, signal.SIGKILL)
+        reports = job.reports([0, 1, 3], deadline_s=40)
+    for r, rep in reports.items():
+        assert rep.get("ok") and rep["step"] == 1500 and rep["size"] == N - 1, (r, rep)
+        assert rep["shrinks"] == 1, (r, rep)  # the kill came during the loop
+    assert len({rep["checksum"] for rep in reports.values()}) == 1, reports

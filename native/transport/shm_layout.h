@@ -81,6 +81,10 @@ _Static_assert(offsetof(shm_ring_ctrl_t, head) == 0 && offsetof(shm_ring_ctrl_t,
                    offsetof(shm_ring_ctrl_t, failed_rank) == 264 && offsetof(shm_ring_ctrl_t, desc) == 272 &&
                    offsetof(shm_ring_ctrl_t, prev) == 312 && offsetof(shm_ring_ctrl_t, text) == 352,
                "ring control layout");
+/* The offsets tests/scripts/elastic_worker.py uses. */
+_Static_assert(offsetof(shm_ring_ctrl_t, epoch) == 864 && offsetof(shm_ring_ctrl_t, epoch_aborted) == 868 &&
+                   offsetof(shm_ring_ctrl_t, epoch_head) == 872,
+               "ring epoch layout");
 _Static_assert(offsetof(shm_coll_flags_t, posted) == 0 && offsetof(shm_coll_flags_t, desc) == 8 &&
                    offsetof(shm_coll_flags_t, prev) == 48 && offsetof(shm_coll_flags_t, source) == 88 &&
                    offsetof(shm_coll_flags_t, reduced) == 128 && sizeof(shm_coll_flags_t) == 256 &&

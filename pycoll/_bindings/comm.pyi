@@ -11,6 +11,7 @@ from typing_extensions import Self, disjoint_base
 from pycoll.errors import (
     AuthenticationError as AuthenticationError,
     CommunicatorClosed as CommunicatorClosed,
+    CommunicatorRevoked as CommunicatorRevoked,
     MismatchError as MismatchError,
     PeerFailure as PeerFailure,
     PycollError as PycollError,

@@ -7,6 +7,8 @@ revoke: every rank all-reduces once, then rank 1 revokes while the others wait i
 agree: a healthy agreement, then the old communicator still runs; rank 2 kills itself while the others agree; they
       shrink.
 exclude: ranks 0..2 shrink with exclude=[3] while rank 3 waits in an all-reduce (it is cut off).
+forge_epoch: (shared memory) rank 1 claims, in the rings it writes, to have started epoch 7 at a head 2^40 bytes
+      ahead, then every rank runs a ring all-reduce: the others must not skip that far, but name rank 1.
 """
 
 import os
@@ -50,6 +52,28 @@ with failure_reported(report):
             comm.all_reduce(big)
         except pycoll.CommunicatorClosed as exc:
             report["old"] = str(exc)
+    elif scenario == "train":
+        # docs/fault_tolerance.md's loop, as written there, until the test kills a rank in the middle of it.
+        weights = np.zeros(1000, dtype=np.float64)
+        before = weights.copy()
+        step, shrinks = 0, 0
+        print('{"ready": true}', flush=True)
+        while step < 1500:
+            grad = np.random.default_rng(step).standard_normal(weights.size) * (comm.rank + 1)
+            try:
+                comm.all_reduce(grad, op="avg")
+            except (pycoll.PeerFailure, pycoll.Timeout, pycoll.CommunicatorRevoked):
+                comm = comm.shrink()
+                shrinks += 1
+                agreed = int(comm.all_reduce(np.array([step]), op="min")[0])
+                if agreed < step:
+                    weights, step = before, agreed
+                continue
+            before = weights.copy()
+            weights = weights - 0.01 * grad
+            step += 1
+        report.update(step=step, shrinks=shrinks, size=comm.size, checksum=weights.tobytes().hex()[:64],
+                      total=float(weights.sum()), ok=True)
     elif scenario == "revoke":
         all_reduce_ranks(comm)
         if rank == 1:
@@ -63,6 +87,11 @@ with failure_reported(report):
             report["raised_at"] = time.time()
         new = comm.shrink()
         report.update(sum=all_reduce_ranks(new), ranks=new.ranks, failed_ranks=comm.failed_ranks, ok=True)
+        # The shrunk communicator is a full one: non-blocking calls and splits of it.
+        y = np.array([rank + 1.0])
+        new.all_reduce(y, async_op=True).wait()
+        half = new.split(rank % 2)
+        report.update(async_sum=float(y[0]), split_sum=all_reduce_ranks(half))
     elif scenario == "agree":
         report["healthy"] = comm.agree(0b1111 & ~(1 << rank))
         report["still"] = all_reduce_ranks(comm)  # a healthy agreement leaves the communicator usable
@@ -91,6 +120,25 @@ with failure_reported(report):
                 all_reduce_ranks(comm)
             except pycoll.CommunicatorClosed as exc:
                 report["old"] = str(exc)
+    elif scenario == "forge_epoch":
+        from shm_segments import RING_FIELDS, Segments, load, store
+
+        # native/transport/shm_layout.h: the epoch words after the ring control page's text.
+        EPOCH, EPOCH_HEAD = 864, 872
+        x = np.ones(16, dtype=np.float32)
+        try:  # the others may still be reading rank 1's last message of this one when it forges
+            comm.all_reduce(x, algorithm="ring")
+            if rank == 1:
+                seg = Segments(size, rank, int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20))
+                for (inode, sender), ctrl in seg.rings.items():
+                    if sender == rank and inode != seg.own:  # the rings rank 1 writes (in the others' segments)
+                        store(ctrl + EPOCH_HEAD, 8, load(ctrl + RING_FIELDS["head"][0], 8) + (1 << 40))
+                        store(ctrl + EPOCH, 4, 7)
+                time.sleep(0.3)
+            comm.all_reduce(x, algorithm="ring")
+        except pycoll.PeerFailure as exc:
+            report.update(error="PeerFailure", message=str(exc), failed_rank=exc.rank)
+        report["ok"] = True
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 import json  # noqa: E402
