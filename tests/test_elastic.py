@@ -61,6 +61,21 @@ def test_revoke_wakes_the_ranks_waiting_in_a_collective(backend, no_segment_left
 
 
 @pytest.mark.timeout(60)
+def test_revoke_from_another_thread_wakes_its_own_rank_too(backend, no_segment_left):
+    """A watchdog thread revokes while its rank's main thread waits in an all-reduce: that thread and the other
+    ranks raise CommunicatorRevoked (the late rank as it enters), and all of them shrink."""
+    with Ranks(N, "elastic_worker.py", "revoke_thread", timeout=10) as job:
+        reports = job.reports(deadline_s=40)
+    revoked_at = reports[1]["revoked_at"]
+    for r, rep in reports.items():
+        assert rep.get("ok") and "revoked" in rep.get("revoked", ""), (r, rep)
+        assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
+    woke = max(reports[r]["raised_at"] for r in (0, 1, 2)) - revoked_at
+    print(f"\n{backend}: revoked from a thread of a rank inside an all-reduce: the ranks in it raised "
+          f"CommunicatorRevoked {woke * 1e3:.1f} ms after the revoke")
+
+
+@pytest.mark.timeout(60)
 def test_agree_leaves_the_dead_rank_out(backend, no_segment_left):
     with Ranks(N, "elastic_worker.py", "agree", timeout=10) as job:
         reports = job.reports([0, 1, 3], deadline_s=40)

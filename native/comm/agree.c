@@ -24,6 +24,7 @@
 #include "comm/group_view.h"
 #include "common/ft_reset.h"
 #include "common/idle_wait.h"
+#include "common/p2p_share.h"
 
 #define FT_GROUP_SALT 0x5bd1e995u    /* the agreements' frames: a group no communicator has */
 #define SHRINK_GROUP_SALT 0x27d4eb2fu
@@ -70,6 +71,12 @@ void comm_ft_release(comm_family_t *family)
     family->ft = NULL;
 }
 
+int comm_ft_broken(const pycoll_comm_t *comm)
+{
+    const comm_ft_t *ft = comm->family->ft;
+    return ft && comm->ft_generation < ft->broken_before;
+}
+
 pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len)
 {
     comm_family_t *family = comm->family;
@@ -79,12 +86,20 @@ pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_le
         snprintf(error, error_len, "%s", ft->broken_error);
         return ft->broken_status;
     }
+    if (transport->status != PYCOLL_OK)
+        return PYCOLL_OK; /* broken before: comm_usable says so */
+    pycoll_ft_poll(transport); /* a late rank fails a revoked collective too */
     /* Revoked while this rank's transport was busy and the collective in flight completed: revoke now. */
-    if (atomic_load(&family->revoked) && transport->status == PYCOLL_OK) {
+    if (atomic_load(&family->revoked) && transport->status == PYCOLL_OK)
         pycoll_p2p_fail(transport, PYCOLL_ERR_REVOKED, -1, "rank %d revoked the communicator", (int)transport->rank);
-        transport->ops->abort(transport, transport->status, transport->error);
-    }
-    return PYCOLL_OK;
+    if (transport->status == PYCOLL_OK)
+        return PYCOLL_OK;
+    /* Found now, before the collective: it fails as it would have inside, and the others learn it. */
+    transport->ops->abort(transport, transport->status, transport->error);
+    if (comm->view)
+        p2p_adopt_error(comm->p2p, transport);
+    snprintf(error, error_len, "%s", transport->error);
+    return transport->status;
 }
 
 pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
@@ -99,8 +114,10 @@ pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
     if (idle)
         p->caller_running = 1; /* the transport is this thread's until progress_end_turn */
     pthread_mutex_unlock(&p->lock);
-    if (!idle)
-        return PYCOLL_OK; /* the collective in flight stops at its next interrupt check (interrupt_check) */
+    if (!idle) { /* the collective in flight stops at its interrupt check (interrupt_check), run now */
+        pycoll_ft_wake(family->transport);
+        return PYCOLL_OK;
+    }
     pycoll_p2p_t *transport = family->transport;
     if (transport->status == PYCOLL_OK)
         pycoll_p2p_fail(transport, PYCOLL_ERR_REVOKED, -1, "rank %d revoked the communicator", (int)transport->rank);

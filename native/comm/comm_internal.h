@@ -157,6 +157,9 @@ pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 /* agree.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs
  * again (a shrink left it behind; revoked), with `error` saying so. comm_ft_release: with the family. */
 pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len);
+/* agree.c: whether a failure or a revoke left comm behind (its collectives stopped in different places on the
+ * ranks: its close checks nothing). */
+int comm_ft_broken(const pycoll_comm_t *comm);
 void comm_ft_release(comm_family_t *family);
 /* split.c: a communicator of comm's members[0..n) (comm's ranks, taken over), this rank at `index`, as a view
  * over the family's transport stamped with `group`; it inherits comm's options, cost model and host map. */

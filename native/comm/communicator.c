@@ -122,7 +122,7 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
         return PYCOLL_OK;
     }
     comm->family->closed = 1; /* closing the root closes every split of it */
-    if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
+    if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize || comm_ft_broken(comm))
         return PYCOLL_OK;
     comm->finalized = 1;
     return p2p->ops->finalize(p2p, linger_until);

@@ -26,13 +26,24 @@ void pycoll_ft_clear_error(pycoll_p2p_t *p2p);
  * (over TCP, events of other sockets that came with it) is read now. */
 void pycoll_ft_resume(pycoll_p2p_t *p2p);
 
+/* From any thread, never blocking: a wait in progress on the transport's own thread runs its interrupt check
+ * now rather than at the next ~100 ms tick (pycoll_comm_revoke). */
+void pycoll_ft_wake(pycoll_p2p_t *p2p);
+
+/* Before a collective: whether a peer already aborted (a revoke) where the transport can tell without a system
+ * call (shared memory: its rings' flags); then the error is recorded. A rank that comes late to a revoked
+ * collective fails it even where the others had already handed it everything it needs. */
+void pycoll_ft_poll(pycoll_p2p_t *p2p);
+
 /* The transports' own (ft_reset.c picks by ops->name). */
 pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
 void tcp_ft_cut(pycoll_p2p_t *p2p, int32_t r);
 int tcp_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
 void tcp_ft_rearm(pycoll_p2p_t *p2p);
+void tcp_ft_wake(pycoll_p2p_t *p2p);
 pycoll_status_t shm_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
 void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r);
 int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
+void shm_ft_wake(pycoll_p2p_t *p2p);
 
 #endif

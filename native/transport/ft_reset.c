@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "common/ft_reset.h"
+#include "transport/shm_transport.h"
 
 pycoll_status_t pycoll_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
 {
@@ -30,6 +31,20 @@ int pycoll_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
     if (strcmp(p2p->ops->name, "shm") == 0)
         return shm_ft_peer_gone(p2p, r);
     return 0;
+}
+
+void pycoll_ft_wake(pycoll_p2p_t *p2p)
+{
+    if (strcmp(p2p->ops->name, "tcp") == 0)
+        tcp_ft_wake(p2p);
+    else if (strcmp(p2p->ops->name, "shm") == 0)
+        shm_ft_wake(p2p);
+}
+
+void pycoll_ft_poll(pycoll_p2p_t *p2p)
+{
+    if (p2p->status == PYCOLL_OK && strcmp(p2p->ops->name, "shm") == 0)
+        shm_poll_peers((shm_transport_t *)p2p);
 }
 
 void pycoll_ft_clear_error(pycoll_p2p_t *p2p)

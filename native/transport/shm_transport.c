@@ -99,6 +99,7 @@ struct shm_transport {
     struct pollfd *pidfds;    /* check_liveness: per rank, its pidfd while it is open, else -1 */
     int64_t next_liveness_ns; /* wait_pass: when it next checks that peers live */
     int64_t probed_wait;      /* wait_pass: the start of the last wait whose peers were probed */
+    atomic_int wake;          /* shm_ft_wake: run the interrupt check now */
 };
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -484,7 +485,8 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         if (p2p->status != PYCOLL_OK)
             break;
         int64_t now = pycoll_now_ns();
-        if (now >= next_interrupt) {
+        if (now >= next_interrupt || (atomic_load_explicit(&t->wake, memory_order_relaxed) &&
+                                      atomic_exchange_explicit(&t->wake, 0, memory_order_relaxed))) {
             next_interrupt = now + INTERRUPT_EVERY_NS;
             if (idle_wait_interrupted(p2p))
                 break;
@@ -842,6 +844,8 @@ int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
     const peer_state_t state = impl(p2p)->peers[r].state;
     return state == PEER_DEAD || state == PEER_DEPARTED;
 }
+
+void shm_ft_wake(pycoll_p2p_t *p2p) { atomic_store_explicit(&impl(p2p)->wake, 1, memory_order_relaxed); }
 
 void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r)
 {

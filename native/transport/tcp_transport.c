@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -72,7 +73,12 @@ typedef struct tcp_transport {
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
     int64_t probed_wait;  /* wait_pass: the start of the last wait whose peers were probed */
+    int wakefd;           /* tcp_ft_wake: another thread makes a wait run its interrupt check now (-1: none) */
+    int woken;
 } tcp_transport_t;
+
+#define WAKE_EVENT UINT32_MAX /* the epoll data of wakefd: no rank has it */
+static void ft_watch_wakefd(tcp_transport_t *t);
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
 
@@ -420,6 +426,12 @@ static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int 
 static void on_events(tcp_transport_t *t, const struct epoll_event *events, int k)
 {
     for (int i = 0; i < k && t->base.status == PYCOLL_OK; i++) {
+        if (events[i].data.u32 == WAKE_EVENT) {
+            uint64_t count;
+            (void)!read(t->wakefd, &count, sizeof count);
+            t->woken = 1;
+            continue;
+        }
         int r = (int)events[i].data.u32;
         if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
             t->peers[r].readable = 1;
@@ -486,7 +498,9 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
         if (spinning && k == 0)
             sched_yield();
-        if ((k < 0 || (k == 0 && timeout_ms > 0)) && idle_wait_interrupted(p2p))
+        const int woken = t->woken;
+        t->woken = 0;
+        if ((woken || k < 0 || (k == 0 && timeout_ms > 0)) && idle_wait_interrupted(p2p))
             break;
     }
     t->waiting_for = -1;
@@ -687,6 +701,8 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
     drain_and_close(t, p2p->status != PYCOLL_OK);
     if (t->epfd >= 0)
         close(t->epfd);
+    if (t->wakefd >= 0)
+        close(t->wakefd);
     for (int r = 0; r < t->base.size; r++)
         free(t->peers[r].inbuf);
     free(t->peers);
@@ -720,6 +736,8 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->epfd = epfd;
     t->peers = peers;
     t->waiting_for = -1;
+    t->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ft_watch_wakefd(t);
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];
         if (peers[r].fd < 0) {
@@ -792,6 +810,24 @@ int tcp_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
     return state == PEER_DEAD || state == PEER_DEPARTED;
 }
 
+static void ft_watch_wakefd(tcp_transport_t *t)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = WAKE_EVENT};
+    if (t->wakefd >= 0 && epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wakefd, &ev) < 0) {
+        close(t->wakefd); /* no quick wake-up: waits still check every 100 ms */
+        t->wakefd = -1;
+    }
+}
+
+/* From any thread: the wait in progress wakes and runs its interrupt check. */
+void tcp_ft_wake(pycoll_p2p_t *p2p)
+{
+    tcp_transport_t *t = impl(p2p);
+    const uint64_t one = 1;
+    if (t->wakefd >= 0)
+        (void)!write(t->wakefd, &one, sizeof one);
+}
+
 /* Edge-triggered events that came with an error were not acted on (on_events stops at the first error), and
  * they do not come again: read every open peer as if each had one. */
 void tcp_ft_rearm(pycoll_p2p_t *p2p)
@@ -834,8 +870,11 @@ pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
     tcp_transport_t *t = impl(p2p);
     if (t->said_goodbye)
         return PYCOLL_ERR_UNSUPPORTED; /* finalized: the peers were told this rank is done */
-    if (t->epfd < 0 && (t->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_create1: %s", strerror(errno));
+    if (t->epfd < 0) {
+        if ((t->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_create1: %s", strerror(errno));
+        ft_watch_wakefd(t);
+    }
     pycoll_ft_clear_error(p2p);
     drop_queues(t);
     t->waiting_for = -1;

@@ -92,6 +92,25 @@ with failure_reported(report):
         new.all_reduce(y, async_op=True).wait()
         half = new.split(rank % 2)
         report.update(async_sum=float(y[0]), split_sum=all_reduce_ranks(half))
+    elif scenario == "revoke_thread":
+        # Rank 1's watchdog thread revokes while rank 1's main thread waits in an all-reduce (rank 3 is late).
+        all_reduce_ranks(comm)
+        if rank == 1:
+            def watchdog():
+                time.sleep(0.3)
+                report["revoked_at"] = time.time()
+                comm.revoke()
+            import threading
+            threading.Thread(target=watchdog).start()
+        if rank == 3:
+            time.sleep(1.0)
+        try:
+            all_reduce_ranks(comm)
+        except pycoll.CommunicatorRevoked as exc:
+            report["revoked"] = str(exc)
+            report["raised_at"] = time.time()
+        new = comm.shrink()
+        report.update(sum=all_reduce_ranks(new), ranks=new.ranks, ok=True)
     elif scenario == "agree":
         report["healthy"] = comm.agree(0b1111 & ~(1 << rank))
         report["still"] = all_reduce_ranks(comm)  # a healthy agreement leaves the communicator usable

@@ -84,9 +84,8 @@ PYCOLL_API int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t ra
 
 /* Surviving a lost rank (docs/fault_tolerance.md). Over the shared-memory and TCP transports.
  * pycoll_comm_revoke: from any thread, never waits: every rank's pending and later collectives on comm's family
- * (comm, the communicator it was split from and every split) fail with PYCOLL_ERR_REVOKED; within 100 ms where
- * this rank runs no collective of the family now, else once that collective's wait next checks (about every
- * 100 ms).
+ * (comm, the communicator it was split from and every split) fail with PYCOLL_ERR_REVOKED, within about a
+ * millisecond, also where another thread of this rank waits in one (its wait is woken).
  * pycoll_comm_agree: collective over comm's live members (after a failure or a revoke too; ranks found dead
  * are left out): *flag becomes the bitwise AND of their flags, the same on every rank that returns PYCOLL_OK,
  * also when ranks die during it. Bounded by timeout_s (<= 0: the communicator's timeout).
