@@ -16,7 +16,6 @@ import platform
 import random
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -134,6 +133,8 @@ def main():
               "(max {:.1f} ms); ranks killed: {}".format(*row), flush=True)
     if args.markdown:
         command = "python bench/recovery.py " + " ".join(sys.argv[1:])
+        header = ("| backend | kills | caught p50 (ms) | caught p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | "
+                  "max (ms) | ranks killed |")
         table = "\n".join("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {} |".format(*row) for row in rows)
         with open(args.markdown, "w") as f:
             f.write(f"""# Recovery from a killed rank: {args.ranks} ranks on one host
@@ -149,7 +150,7 @@ survivor caught the PeerFailure; "recovered": until the last survivor's all-redu
 returned. CLOCK_MONOTONIC, one clock for every process of the host. pycoll alone: Open MPI ULFM and torchft
 were not measured here.
 
-| backend | kills | caught p50 (ms) | caught p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | max (ms) | ranks killed |
+{header}
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {table}
 """)

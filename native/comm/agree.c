@@ -338,19 +338,16 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     uint8_t *lost = calloc((size_t)size, 1);
     int32_t *members = malloc((size_t)csize * sizeof *members);
     const size_t msg_bytes = 16 + (size_t)size;
-    if (ft) {
-        free(ft->reqs);
-        free(ft->msgs);
-        ft->n_reqs = 4 * size + 4;
-        ft->used_reqs = 0;
-        ft->reqs = calloc((size_t)ft->n_reqs, sizeof *ft->reqs);
-        ft->msgs = calloc((size_t)size + 2, msg_bytes);
-        value = calloc(1, msg_bytes);
-    }
-    if (!ft || !lost || !members || !ft->reqs || !ft->msgs || !value) {
+    const int32_t n_reqs = 4 * size + 4;
+    pycoll_request_t *reqs = calloc((size_t)n_reqs, sizeof *reqs);
+    unsigned char *msgs = calloc((size_t)size + 2, msg_bytes);
+    value = calloc(1, msg_bytes);
+    if (!ft || !lost || !members || !reqs || !msgs || !value) {
         free(lost);
         free(members);
         free(value);
+        free(reqs);
+        free(msgs);
         snprintf(comm->error, sizeof comm->error, "agreement: out of memory");
         return PYCOLL_ERR_NOMEM;
     }
@@ -359,6 +356,8 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
         free(lost);
         free(members);
         free(value);
+        free(reqs);
+        free(msgs);
         return st;
     }
     /* Who takes part: comm's members not known lost; every other rank of the transport is cut. */
@@ -377,10 +376,26 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     const uint32_t epoch = ++ft->epoch;
     const pycoll_coll_desc_t saved = p2p->desc, saved_prev = p2p->prev_desc;
     st = pycoll_ft_reset(p2p, epoch, lost);
-    if (st == PYCOLL_ERR_UNSUPPORTED) {
+    if (st == PYCOLL_ERR_UNSUPPORTED) { /* nothing changed: the communicator is as it was */
         snprintf(comm->error, sizeof comm->error, "agree and shrink are not available over the %s transport (shared "
                  "memory and TCP have them)", p2p->ops->name);
-    } else if (st == PYCOLL_OK) {
+        ft->epoch--;
+        progress_end_turn(comm);
+        free(lost);
+        free(members);
+        free(value);
+        free(reqs);
+        free(msgs);
+        return st;
+    }
+    /* The last agreement's requests may sit in the queues of peers lost then until the reset dropped them. */
+    free(ft->reqs);
+    free(ft->msgs);
+    ft->reqs = reqs;
+    ft->msgs = msgs;
+    ft->n_reqs = n_reqs;
+    ft->used_reqs = 0;
+    if (st == PYCOLL_OK) {
         atomic_store(&family->revoked, 0);
         p2p->desc = (pycoll_coll_desc_t){.seq = epoch, .root = -1, .coll = PYCOLL_COLL_BARRIER,
                                          .group = FT_GROUP_SALT ^ epoch};
@@ -403,10 +418,8 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     int newly_lost = 0;
     if (st == PYCOLL_OK) {
         memcpy(flag, value + 8, sizeof *flag);
-        for (int32_t r = 0; r < size; r++) {
+        for (int32_t r = 0; r < size; r++)
             decided[r] = value[16 + r] != 0;
-            newly_lost |= decided[r] && !ft->failed[r] && !lost[r] ? 1 : 0;
-        }
         for (int32_t i = 0; i < csize; i++)
             newly_lost |= decided[members[i]] && !ft->failed[members[i]];
         for (int32_t r = 0; r < size; r++)

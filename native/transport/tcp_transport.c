@@ -870,13 +870,13 @@ pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
     tcp_transport_t *t = impl(p2p);
     if (t->said_goodbye)
         return PYCOLL_ERR_UNSUPPORTED; /* finalized: the peers were told this rank is done */
+    drop_queues(t);
     if (t->epfd < 0) {
         if ((t->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
             return pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_create1: %s", strerror(errno));
         ft_watch_wakefd(t);
     }
     pycoll_ft_clear_error(p2p);
-    drop_queues(t);
     t->waiting_for = -1;
     t->checked_slot = 0;
     t->probed_wait = 0;

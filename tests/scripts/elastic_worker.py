@@ -7,6 +7,7 @@ revoke: every rank all-reduces once, then rank 1 revokes while the others wait i
 agree: a healthy agreement, then the old communicator still runs; rank 2 kills itself while the others agree; they
       shrink.
 exclude: ranks 0..2 shrink with exclude=[3] while rank 3 waits in an all-reduce (it is cut off).
+unsupported: agree where the job runs over shared memory and TCP at once (hosts faked by the test).
 forge_epoch: (shared memory) rank 1 claims, in the rings it writes, to have started epoch 7 at a head 2^40 bytes
       ahead, then every rank runs a ring all-reduce: the others must not skip that far, but name rank 1.
 """
@@ -139,6 +140,14 @@ with failure_reported(report):
                 all_reduce_ranks(comm)
             except pycoll.CommunicatorClosed as exc:
                 report["old"] = str(exc)
+    elif scenario == "unsupported":
+        # Shared memory within each (faked) host and TCP between them: no agreement yet, and nothing broken.
+        report["transport"] = comm.transport
+        try:
+            comm.agree(1)
+        except pycoll.PycollError as exc:
+            report.update(error=type(exc).__name__, message=str(exc))
+        report.update(sum=all_reduce_ranks(comm), ok=True)
     elif scenario == "forge_epoch":
         from shm_segments import RING_FIELDS, Segments, load, store
 
