@@ -1,4 +1,4 @@
-/* Surviving a lost rank (comm.h): revoke, agree and shrink over the connections the survivors still have.
+/* Agreeing and shrinking after a lost rank (comm.h), over the connections the survivors still have.
  *
  * An agreement starts a new fault-tolerance epoch on the family's transport (common/ft_reset.h): every rank
  * that takes part forgets the transport's error and resumes each peer's stream where that peer started the
@@ -13,133 +13,22 @@
  *     rank its value, and the later ones only repeat it: every rank that returns holds the same value, also
  *     when ranks die during the agreement.
  * A rank that finds a peer gone cuts it, so that the peer finds it gone too and nobody waits for a rank that
- * stopped talking to it. The communicators made before a failure stay broken (comm_ft_usable); shrink makes a
+ * stopped talking to it. The communicators made before a failure stay broken (revoke.c); shrink makes a
  * communicator of the survivors as a view over the same transport (as a split), stamped with a group of its
  * own, so nothing of the old communicator can match its messages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/ft_state.h"
 #include "comm/group_view.h"
 #include "common/ft_reset.h"
 #include "common/idle_wait.h"
-#include "common/p2p_share.h"
 
 #define FT_GROUP_SALT 0x5bd1e995u    /* the agreements' frames: a group no communicator has */
 #define SHRINK_GROUP_SALT 0x27d4eb2fu
 #define CHECK_EVERY_NS 100000000LL   /* how often a waiting agreement runs the caller's interrupt check */
 
-typedef struct comm_ft {
-    uint32_t epoch;         /* agreements started on this family */
-    uint32_t broken_before; /* communicators of an earlier generation are broken */
-    pycoll_status_t broken_status;
-    char broken_error[COMM_ERROR_LEN];
-    int32_t size;           /* the family transport's ranks */
-    uint8_t *failed;        /* [size]: ranks the agreements found lost */
-    /* One agreement's requests and messages: kept until the next one starts (or the family goes), because a
-     * peer lost meanwhile still holds its queued requests inside the transport. */
-    pycoll_request_t *reqs;
-    int32_t n_reqs, used_reqs;
-    unsigned char *msgs;
-} comm_ft_t;
-
-static comm_ft_t *ft_of(comm_family_t *family)
-{
-    if (family->ft)
-        return family->ft;
-    const int32_t size = family->transport->size;
-    comm_ft_t *ft = calloc(1, sizeof *ft);
-    if (!ft || !(ft->failed = calloc((size_t)size, 1))) {
-        free(ft);
-        return NULL;
-    }
-    ft->size = size;
-    family->ft = ft;
-    return ft;
-}
-
-void comm_ft_release(comm_family_t *family)
-{
-    comm_ft_t *ft = family->ft;
-    if (!ft)
-        return;
-    free(ft->failed);
-    free(ft->reqs);
-    free(ft->msgs);
-    free(ft);
-    family->ft = NULL;
-}
-
-int comm_ft_broken(const pycoll_comm_t *comm)
-{
-    const comm_ft_t *ft = comm->family->ft;
-    return ft && comm->ft_generation < ft->broken_before;
-}
-
-pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len)
-{
-    comm_family_t *family = comm->family;
-    pycoll_p2p_t *transport = family->transport;
-    const comm_ft_t *ft = family->ft;
-    if (ft && comm->ft_generation < ft->broken_before) {
-        snprintf(error, error_len, "%s", ft->broken_error);
-        return ft->broken_status;
-    }
-    if (transport->status != PYCOLL_OK)
-        return PYCOLL_OK; /* broken before: comm_usable says so */
-    pycoll_ft_poll(transport); /* a late rank fails a revoked collective too */
-    /* Revoked while this rank's transport was busy and the collective in flight completed: revoke now. */
-    if (atomic_load(&family->revoked) && transport->status == PYCOLL_OK)
-        pycoll_p2p_fail(transport, PYCOLL_ERR_REVOKED, -1, "rank %d revoked the communicator", (int)transport->rank);
-    if (transport->status == PYCOLL_OK)
-        return PYCOLL_OK;
-    /* Found now, before the collective: it fails as it would have inside, and the others learn it. */
-    transport->ops->abort(transport, transport->status, transport->error);
-    if (comm->view)
-        p2p_adopt_error(comm->p2p, transport);
-    snprintf(error, error_len, "%s", transport->error);
-    return transport->status;
-}
-
-pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
-{
-    comm_family_t *family = comm->family;
-    comm_progress_t *p = &family->progress;
-    if (family->closed || comm->finalized)
-        return PYCOLL_ERR_CLOSED;
-    atomic_store(&family->revoked, 1);
-    pthread_mutex_lock(&p->lock);
-    const int idle = !p->running && !p->caller_running;
-    if (idle)
-        p->caller_running = 1; /* the transport is this thread's until progress_end_turn */
-    pthread_mutex_unlock(&p->lock);
-    if (!idle) { /* the collective in flight stops at its interrupt check (interrupt_check), run now */
-        pycoll_ft_wake(family->transport);
-        return PYCOLL_OK;
-    }
-    pycoll_p2p_t *transport = family->transport;
-    if (transport->status == PYCOLL_OK)
-        pycoll_p2p_fail(transport, PYCOLL_ERR_REVOKED, -1, "rank %d revoked the communicator", (int)transport->rank);
-    transport->ops->abort(transport, transport->status, transport->error); /* every peer learns it now */
-    progress_end_turn(comm);
-    return PYCOLL_OK;
-}
-
-int32_t pycoll_comm_failed_ranks(const pycoll_comm_t *comm, int32_t *ranks, int32_t max)
-{
-    const comm_ft_t *ft = comm->family->ft;
-    int32_t n = 0;
-    for (int32_t r = 0; ft && r < comm->p2p->size; r++) {
-        const int32_t root = comm->view ? comm->view->members[r] : r;
-        if (ft->failed[root]) {
-            if (ranks && n < max)
-                ranks[n] = r;
-            n++;
-        }
-    }
-    return n;
-}
 
 /* One agreement in progress. Ranks are the family transport's. */
 typedef struct agreement {
@@ -333,7 +222,7 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
                      (int)csize - 1);
             return PYCOLL_ERR_INVALID;
         }
-    comm_ft_t *ft = ft_of(family);
+    comm_ft_t *ft = comm_ft_of(family);
     unsigned char *value = NULL;
     uint8_t *lost = calloc((size_t)size, 1);
     int32_t *members = malloc((size_t)csize * sizeof *members);

@@ -55,7 +55,7 @@ typedef struct comm_family {
     int refs;   /* communicators of the family not yet destroyed (under progress.lock) */
     int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
     atomic_int revoked;   /* pycoll_comm_revoke: the collective in flight stops at its next interrupt check */
-    struct comm_ft *ft;   /* agree.c: what agreements and shrinks left (NULL before the first) */
+    struct comm_ft *ft;   /* ft_state.h: what agreements and shrinks left (NULL before the first) */
 } comm_family_t;
 
 /* decisions.c: one remembered decision. */
@@ -154,10 +154,10 @@ static inline int comm_call_is_p2p(const comm_call_t *call) { return call->args.
 pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len);
 pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 
-/* agree.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs
+/* revoke.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs
  * again (a shrink left it behind; revoked), with `error` saying so. comm_ft_release: with the family. */
 pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len);
-/* agree.c: whether a failure or a revoke left comm behind (its collectives stopped in different places on the
+/* revoke.c: whether a failure or a revoke left comm behind (its collectives stopped in different places on the
  * ranks: its close checks nothing). */
 int comm_ft_broken(const pycoll_comm_t *comm);
 void comm_ft_release(comm_family_t *family);
