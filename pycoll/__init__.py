@@ -36,6 +36,7 @@ from pycoll.errors import (
     AuthenticationError,
     BackendUnavailable,
     CommunicatorClosed,
+    CommunicatorRevoked,
     DuplicateRank,
     MismatchError,
     PeerFailure,
@@ -56,5 +57,5 @@ SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 __all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
            "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
-           "AuthenticationError", "DuplicateRank", "SettingError", "WrongProcess", "SUM", "PROD", "MIN", "MAX",
-           "AVG"]
+           "CommunicatorRevoked", "AuthenticationError", "DuplicateRank", "SettingError", "WrongProcess", "SUM",
+           "PROD", "MIN", "MAX", "AVG"]

@@ -445,6 +445,64 @@ class Communicator:
         self._children.add(comm)
         return comm
 
+    # -- surviving a lost rank (docs/fault_tolerance.md) --------------------------------------------------------
+    def revoke(self):
+        """From any thread, without waiting: every rank's pending and later collectives on this communicator's
+        family (it, the one it was split from, its splits) raise CommunicatorRevoked; shrink() goes on."""
+        self._engine_or_raise().revoke()
+        self._failed = True
+
+    def agree(self, flag, *, timeout=None):
+        """Fault-tolerant agreement: the bitwise AND of `flag` (an int) over the live ranks, the same on every
+        rank that returns, also after a PeerFailure, a Timeout or a revoke, and when ranks die during it (they
+        are left out: failed_ranks). Every live rank calls it."""
+        flag = integer_argument(flag, "flag")
+        if not -2 ** 63 <= flag < 2 ** 63:
+            raise ValueError(f"flag must fit in 64 bits, got {flag}")
+        engine = self._engine_or_raise()
+        try:
+            return engine.agree(flag, self._wait_s(timeout))
+        except BaseException:
+            self._failed = True
+            raise
+
+    def shrink(self, exclude=(), *, timeout=None):
+        """A communicator of the ranks still alive, numbered in their order here (``ranks``: their ranks
+        here), over this one's connections, after a PeerFailure, a Timeout or a revoke, or to leave out the
+        healthy ranks in `exclude` (every survivor passes the same). Collective over the survivors: the dead and
+        the excluded never answer. This communicator then refuses collectives (it may still agree and shrink)
+        and must stay open while the new one is used (closing it closes the new one, as a split)."""
+        exclude = sorted({self._peer(r, "exclude") for r in exclude})
+        engine = self._engine_or_raise()
+        try:
+            child = engine.shrink(exclude, self._wait_s(timeout))
+        except BaseException:
+            self._failed = True
+            raise
+        self._failed = True
+        self._pending.clear()  # its Works failed or will: nothing of them runs any more
+        ranks = child.parent_ranks
+        from pycoll.rendezvous.hosts import Hosts
+        hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
+        comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
+                            hosts=hosts, ranks=ranks, accepted=self._accepted)
+        comm._parent = self  # its connections are this one's root's
+        self._children.add(comm)
+        return comm
+
+    @property
+    def failed_ranks(self):
+        """The ranks of this communicator that agree() or shrink() found lost (or excluded), in order."""
+        engine = self._engine_or_raise()
+        return list(engine.failed_ranks)
+
+    def _wait_s(self, timeout):
+        if timeout is None:
+            return 0.0  # the communicator's own
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        return float(timeout)
+
     def split_by_host(self):
         """The communicator of this host's ranks (a split with the host as color)."""
         return self.split(self._hosts.host_of[self._rank], key=self._rank)

@@ -55,6 +55,11 @@ def check_process(owner_pid, what):
                            "process is to be a rank", owner_pid=owner_pid)
 
 
+class CommunicatorRevoked(PycollError):
+    """The communicator was revoked (Communicator.revoke, on this rank or another): its collectives and its
+    subgroups' fail; shrink() it to go on with the survivors."""
+
+
 class AuthenticationError(PycollError):
     """A rank or a stranger failed the shared-secret check (PYCOLL_SECRET); the message names who."""
 

@@ -44,7 +44,15 @@ from pycoll._bindings import jax_ffi
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
 from pycoll.dtypes import op_id
-from pycoll.errors import CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout, WrongProcess
+from pycoll.errors import (
+    CommunicatorClosed,
+    CommunicatorRevoked,
+    MismatchError,
+    PeerFailure,
+    PycollError,
+    Timeout,
+    WrongProcess,
+)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "raise_pycoll_error"]
 
@@ -243,7 +251,7 @@ def _check_leading(x, size, tiled, name="x"):
 
 _ERRORS = {"Timeout": Timeout, "PeerFailure": PeerFailure, "MismatchError": MismatchError,
            "CommunicatorClosed": CommunicatorClosed, "ValueError": ValueError, "PycollError": PycollError,
-           "WrongProcess": WrongProcess}
+           "WrongProcess": WrongProcess, "CommunicatorRevoked": CommunicatorRevoked}
 
 
 def raise_pycoll_error(exc):

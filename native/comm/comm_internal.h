@@ -55,6 +55,8 @@ typedef struct comm_family {
     comm_progress_t progress;
     int refs;   /* communicators of the family not yet destroyed (under progress.lock) */
     int closed; /* the root was finalized or destroyed: every communicator of the family refuses collectives */
+    atomic_int revoked;   /* pycoll_comm_revoke: the collective in flight stops at its next interrupt check */
+    struct comm_ft *ft;   /* ft_state.h: what agreements and shrinks left (NULL before the first) */
 } comm_family_t;
 
 /* decisions.c: one remembered decision. */
@@ -86,6 +88,7 @@ struct pycoll_comm {
     void *repro_space;        /* reproducible.c's codes and limbs, host memory, kept between calls */
     int64_t repro_space_bytes;
     int finalized;
+    uint32_t ft_generation; /* agree.c: the fault-tolerance epoch it was made in (a shrink's), 0 at first */
     char error[COMM_ERROR_LEN]; /* written only on the caller's thread */
     /* live_comms.c: this communicator's place among those that exist, and who holds it by number. */
     uint64_t live_id;
@@ -160,6 +163,17 @@ int comm_foreign(const pycoll_comm_t *comm);
 pycoll_status_t comm_foreign_error(const pycoll_comm_t *comm, char *error, size_t error_len);
 /* communicator.c: the calling thread as messages name it (pycoll_set_thread_name, else its tag), into out. */
 void comm_thread_name(char *out, size_t len);
+/* revoke.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs
+ * again (a shrink left it behind; revoked), with `error` saying so. comm_ft_release: with the family. */
+pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_len);
+/* revoke.c: whether a failure or a revoke left comm behind (its collectives stopped in different places on the
+ * ranks: its close checks nothing). */
+int comm_ft_broken(const pycoll_comm_t *comm);
+void comm_ft_release(comm_family_t *family);
+/* split.c: a communicator of comm's members[0..n) (comm's ranks, taken over), this rank at `index`, as a view
+ * over the family's transport stamped with `group`; it inherits comm's options, cost model and host map. */
+pycoll_status_t comm_view_child(pycoll_comm_t *comm, int32_t *members, int32_t n, int32_t index, uint32_t group,
+                                pycoll_comm_t **out);
 
 /* How many hosts a (validated) host map names, and the most ranks any of them has; 1 and size without one. */
 void comm_host_shape(const int32_t *host_of, int32_t size, int32_t *hosts, int32_t *max_local);

@@ -157,7 +157,7 @@ pycoll_status_t pycoll_comm_finalize(pycoll_comm_t *comm, double linger_s)
     }
     comm->family->closed = 1; /* closing the root closes every split of it */
     progress_wait_callers(comm); /* a split's call on another thread may hold the transport still */
-    if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize)
+    if (comm->finalized || p2p->status != PYCOLL_OK || !p2p->ops->finalize || comm_ft_broken(comm))
         return PYCOLL_OK;
     comm->finalized = 1;
     return p2p->ops->finalize(p2p, linger_until);
@@ -190,6 +190,7 @@ void pycoll_comm_destroy(pycoll_comm_t *comm)
     pthread_mutex_unlock(&family->progress.lock);
     if (last) {
         progress_release(family);
+        comm_ft_release(family);
         free(family);
     }
 }
@@ -298,11 +299,14 @@ pycoll_status_t comm_usable(pycoll_comm_t *comm, char *error, size_t error_len)
         snprintf(error, error_len, "the communicator this one was split from is closed");
         return PYCOLL_ERR_CLOSED;
     }
+    pycoll_status_t ft = comm_ft_usable(comm, error, error_len);
+    if (ft != PYCOLL_OK)
+        return ft;
     if (comm->view)
         p2p_adopt_error(p2p, comm->family->transport); /* broken by any collective of the family */
     if (p2p->status != PYCOLL_OK) {
         snprintf(error, error_len, "communicator is unusable after an earlier error: %s", p2p->error);
-        return PYCOLL_ERR_CLOSED;
+        return p2p->status == PYCOLL_ERR_REVOKED ? PYCOLL_ERR_REVOKED : PYCOLL_ERR_CLOSED;
     }
     if (comm->finalized) {
         snprintf(error, error_len, "communicator is finalized (closed)");

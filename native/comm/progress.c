@@ -67,6 +67,8 @@ static int interrupt_check(void *ctx)
 {
     comm_family_t *family = ctx;
     comm_progress_t *p = &family->progress;
+    if (atomic_load(&family->revoked))
+        return PYCOLL_ERR_REVOKED; /* the transport records it as such (idle_wait_interrupted) */
     if (progress_thread_of == family)
         return atomic_load(&p->cancel);
     return p->caller_interrupt ? p->caller_interrupt(p->caller_interrupt_ctx) : 0;

@@ -107,6 +107,13 @@ pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t ke
     int32_t index = 0;
     while (members[index] != me)
         index++;
+    return comm_view_child(comm, members, n, index, split_group(comm->group, split_index, color), out);
+}
+
+pycoll_status_t comm_view_child(pycoll_comm_t *comm, int32_t *members, int32_t n, int32_t index, uint32_t group,
+                                pycoll_comm_t **out)
+{
+    const int32_t size = comm->p2p->size, me = comm->p2p->rank;
     pycoll_comm_t *child = calloc(1, sizeof *child);
     int32_t *root_ranks = malloc((size_t)n * sizeof *root_ranks);
     int32_t *host_of = child_hosts(comm->host_of, members, n, size);
@@ -123,7 +130,8 @@ pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t ke
         free(members);
         return fail(comm, PYCOLL_ERR_NOMEM, "split: out of memory (rank %d, %d members)", me, n);
     }
-    child->group = split_group(comm->group, split_index, color);
+    child->group = group;
+    child->ft_generation = comm->ft_generation;
     child->family = comm->family;
     child->view = view;
     child->p2p = &view->p2p;

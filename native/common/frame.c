@@ -159,6 +159,8 @@ pycoll_status_t pycoll_frame_adopt_abort(pycoll_p2p_t *p2p, int32_t r, const pyc
     if (finalizing && status != PYCOLL_ERR_MISMATCH)
         return PYCOLL_OK;
     /* A peer that aborted because of a peer failure names the failed rank; otherwise the aborting rank. */
+    if (status == PYCOLL_ERR_REVOKED)
+        return pycoll_p2p_fail(p2p, PYCOLL_ERR_REVOKED, -1, "%s (reported by rank %d)", what, (int)r);
     const int32_t failed = h->failed_rank >= 0 ? h->failed_rank : r;
     /* Errors about the job (a rank gone, ranks disagreeing, a wait past the deadline) are this rank's too. Any
      * other status is the peer's own fault -- its bad argument, its memory, its OS -- and never this rank's

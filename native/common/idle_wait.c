@@ -25,8 +25,13 @@ void idle_wait_pass(idle_wait_t *w, int64_t now, int64_t deadline_ns)
 
 int idle_wait_interrupted(pycoll_p2p_t *p2p)
 {
-    if (!p2p->check_interrupt || !p2p->check_interrupt(p2p->interrupt_ctx))
+    const int why = p2p->check_interrupt ? p2p->check_interrupt(p2p->interrupt_ctx) : 0;
+    if (!why)
         return 0;
-    pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective", (int)p2p->rank);
+    if (why == PYCOLL_ERR_REVOKED)
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_REVOKED, -1, "the communicator was revoked on rank %d", (int)p2p->rank);
+    else
+        pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
+                        (int)p2p->rank);
     return 1;
 }

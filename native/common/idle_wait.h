@@ -35,7 +35,8 @@ void idle_wait_pass(idle_wait_t *w, int64_t now, int64_t deadline_ns);
 void idle_nap(int64_t ns);
 
 /* The caller's interrupt check (p2p->check_interrupt, e.g. Python's signal handlers): when it fires, record
- * PYCOLL_ERR_INTERRUPTED on p2p and return 1. */
+ * PYCOLL_ERR_INTERRUPTED on p2p (PYCOLL_ERR_REVOKED where the check returned that: pycoll_comm_revoke) and
+ * return 1. */
 int idle_wait_interrupted(pycoll_p2p_t *p2p);
 
 #endif

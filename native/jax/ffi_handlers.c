@@ -47,6 +47,7 @@ static const struct {
     [PYCOLL_ERR_INTERRUPTED] = {PYCOLL_XLA_CANCELLED, NULL},
     [PYCOLL_ERR_BUSY] = {PYCOLL_XLA_RESOURCE_EXHAUSTED, NULL},
     [PYCOLL_ERR_FORKED] = {PYCOLL_XLA_FAILED_PRECONDITION, "WrongProcess"},
+    [PYCOLL_ERR_REVOKED] = {PYCOLL_XLA_ABORTED, "CommunicatorRevoked"},
 };
 
 /* The error of collective `name`, which failed with st: "pycoll <class>: <name>: <detail>". */

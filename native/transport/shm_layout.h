@@ -30,7 +30,8 @@
 
 #define SHM_PAGE_BYTES 4096LL /* a control page, so that what follows it starts page-aligned */
 
-enum shm_ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2 };
+/* RING_CUT: s stopped talking to r for good (the survivors agreed r was gone: common/ft_reset.h). */
+enum shm_ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2, RING_CUT = 3 };
 
 /* The control page of the ring sender s -> receiver r (in r's segment). head and tail on cache lines of their
  * own (two lines apart, so the adjacent-line prefetcher does not pair them). */
@@ -42,6 +43,11 @@ typedef struct shm_ring_ctrl {
     int32_t failed_rank;                  /* s, ABORT: the rank the error is about (-1: none) */
     pycoll_coll_desc_t desc, prev;        /* s: its collective (GOODBYE: its last) and the one before */
     char text[PYCOLL_ERROR_LEN];          /* s, ABORT: the reason */
+    /* s, on a fault-tolerance reset: the epoch it started (stored last, release), the head where that epoch's
+     * frames begin (everything before is the old epoch's), and whether it had aborted the old one. */
+    alignas(8) _Atomic uint32_t epoch;
+    uint32_t epoch_aborted;
+    uint64_t epoch_head;
 } shm_ring_ctrl_t;
 
 /* One parity of rank r's collective area (written by r only). Round k uses parity k & 1. */
@@ -75,6 +81,10 @@ _Static_assert(offsetof(shm_ring_ctrl_t, head) == 0 && offsetof(shm_ring_ctrl_t,
                    offsetof(shm_ring_ctrl_t, failed_rank) == 264 && offsetof(shm_ring_ctrl_t, desc) == 272 &&
                    offsetof(shm_ring_ctrl_t, prev) == 312 && offsetof(shm_ring_ctrl_t, text) == 352,
                "ring control layout");
+/* The offsets tests/scripts/elastic_worker.py uses. */
+_Static_assert(offsetof(shm_ring_ctrl_t, epoch) == 864 && offsetof(shm_ring_ctrl_t, epoch_aborted) == 868 &&
+                   offsetof(shm_ring_ctrl_t, epoch_head) == 872,
+               "ring epoch layout");
 _Static_assert(offsetof(shm_coll_flags_t, posted) == 0 && offsetof(shm_coll_flags_t, desc) == 8 &&
                    offsetof(shm_coll_flags_t, prev) == 48 && offsetof(shm_coll_flags_t, source) == 88 &&
                    offsetof(shm_coll_flags_t, reduced) == 128 && sizeof(shm_coll_flags_t) == 256 &&

@@ -41,6 +41,7 @@
 
 #include "common/idle_wait.h"
 #include "common/frame.h"
+#include "common/ft_reset.h"
 #include "common/request_queue.h"
 #include "transport/shm_layout.h"
 #include "transport/shm_transport.h"
@@ -75,6 +76,10 @@ typedef struct shm_peer {
     int64_t send_hdr_done;
     pycoll_frame_header_t recv_hdr;
     int hdr_parked;     /* recv_hdr is a data header waiting for (or being copied into) its receive */
+    /* Fault tolerance (shm_ft_reset, at the end of this file). */
+    uint32_t resync;     /* waiting for this peer to start this epoch (0: none) */
+    uint32_t epoch_seen; /* the peer's epoch this rank reads */
+    int resumable;       /* gone only because it aborted or moved on to another epoch */
 } shm_peer_t;
 
 struct shm_transport {
@@ -94,6 +99,7 @@ struct shm_transport {
     struct pollfd *pidfds;    /* check_liveness: per rank, its pidfd while it is open, else -1 */
     int64_t next_liveness_ns; /* wait_pass: when it next checks that peers live */
     int64_t probed_wait;      /* wait_pass: the start of the last wait whose peers were probed */
+    atomic_int wake;          /* shm_ft_wake: run the interrupt check now */
 };
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -186,7 +192,7 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
     const uint32_t closed = atomic_load_explicit(&c->closed, memory_order_acquire);
     if (closed == RING_OPEN)
         return PYCOLL_OK;
-    if (closed != RING_GOODBYE && closed != RING_ABORT)
+    if (closed != RING_GOODBYE && closed != RING_ABORT && closed != RING_CUT)
         return peer_lost(t, r, "wrote a corrupt closed flag into shared memory");
     pycoll_frame_header_t h = {.magic = PYCOLL_FRAME_MAGIC, .failed_rank = -1, .desc = c->desc, .prev = c->prev};
     if (closed == RING_ABORT) {
@@ -197,6 +203,7 @@ static pycoll_status_t check_closed(shm_transport_t *t, int r, int drained)
         h.tag = (uint32_t)c->status;
         h.failed_rank = c->failed_rank; /* checked where every transport's aborts are: frame.c */
         peer->state = PEER_DEAD;
+        peer->resumable = 1;
         return pycoll_frame_adopt_abort(&t->base, r, &h, text, t->finalizing);
     }
     if (!drained || peer->hdr_parked)
@@ -248,13 +255,22 @@ static pycoll_status_t on_header(shm_transport_t *t, int r, int *consumed)
 }
 
 /* Consume input from peer r while there is input and somewhere to put it. Returns non-OK on error. */
+static int64_t ft_available(shm_transport_t *t, int r, int64_t avail, int *moved);
+static pycoll_status_t ft_moved(shm_transport_t *t, int r);
+static int ft_resynced(shm_transport_t *t, int r);
+
 static pycoll_status_t progress_recv(shm_transport_t *t, int r)
 {
     shm_peer_t *peer = &t->peers[r];
     while (peer->state == PEER_OPEN && t->base.status == PYCOLL_OK) {
-        const int64_t avail = ring_available(&peer->in);
+        if (peer->resync && !ft_resynced(t, r))
+            return t->base.status;
+        int moved = 0;
+        const int64_t avail = ft_available(t, r, ring_available(&peer->in), &moved);
         if (avail == RING_CORRUPT)
             return peer_lost(t, r, CORRUPT_INDEX);
+        if (moved)
+            return ft_moved(t, r);
         if (!peer->hdr_parked) {
             if (avail < HEADER_BYTES)
                 return check_closed(t, r, 1);
@@ -469,7 +485,8 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         if (p2p->status != PYCOLL_OK)
             break;
         int64_t now = pycoll_now_ns();
-        if (now >= next_interrupt) {
+        if (now >= next_interrupt || (atomic_load_explicit(&t->wake, memory_order_relaxed) &&
+                                      atomic_exchange_explicit(&t->wake, 0, memory_order_relaxed))) {
             next_interrupt = now + INTERRUPT_EVERY_NS;
             if (idle_wait_interrupted(p2p))
                 break;
@@ -750,4 +767,138 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
         return NULL;
     }
     return &t->base;
+}
+
+/* ---- fault tolerance (common/ft_reset.h) ---- */
+
+/* What may be read of r's ring in the epoch this rank is in: up to where r started its next epoch, if it did
+ * (it stored that head before any byte of the new epoch: the acquire on the head makes the epoch visible).
+ * *moved: r left this epoch and everything of it was read, or it aborted it. */
+static int64_t ft_available(shm_transport_t *t, int r, int64_t avail, int *moved)
+{
+    shm_peer_t *peer = &t->peers[r];
+    const shm_ring_ctrl_t *c = peer->in.ctrl;
+    if (avail == RING_CORRUPT || atomic_load_explicit(&c->epoch, memory_order_acquire) == peer->epoch_seen)
+        return avail;
+    if (c->epoch_aborted) {
+        *moved = 1;
+        return 0;
+    }
+    const uint64_t left = c->epoch_head - peer->in.mine;
+    if (left > (uint64_t)avail)
+        return RING_CORRUPT;
+    *moved = left == 0;
+    return (int64_t)left;
+}
+
+/* r left the epoch this rank is in: as its ABORT if it aborted, else as a goodbye (an error only if this rank
+ * still needs it). Its ring is read again once this rank starts r's epoch too (shm_ft_reset). */
+static pycoll_status_t ft_moved(shm_transport_t *t, int r)
+{
+    shm_peer_t *peer = &t->peers[r];
+    const shm_ring_ctrl_t *c = peer->in.ctrl;
+    peer->state = PEER_DEAD;
+    peer->resumable = 1;
+    if (c->epoch_aborted) {
+        char text[PYCOLL_ERROR_LEN];
+        memcpy(text, c->text, sizeof text);
+        text[sizeof text - 1] = 0;
+        pycoll_frame_header_t h = {.magic = PYCOLL_FRAME_MAGIC, .kind = FRAME_ABORT, .tag = (uint32_t)c->status,
+                                   .failed_rank = c->failed_rank, .desc = c->desc, .prev = c->prev};
+        return pycoll_frame_adopt_abort(&t->base, r, &h, text, t->finalizing);
+    }
+    if (!peer->q.recv_head && !peer->q.send_head && !peer->hdr_parked)
+        return PYCOLL_OK;
+    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d left this collective: it is agreeing or "
+                           "shrinking after a failure or a revoke (rank %d noticed)", r, (int)t->base.rank);
+}
+
+/* Whether r started the epoch this rank waits for; then its ring is read from where that epoch begins. 0 while
+ * it has not (or it is found gone: the error is recorded). */
+static int ft_resynced(shm_transport_t *t, int r)
+{
+    shm_peer_t *peer = &t->peers[r];
+    shm_ring_ctrl_t *c = peer->in.ctrl;
+    if (atomic_load_explicit(&c->closed, memory_order_acquire) == RING_CUT) {
+        peer_lost(t, r, "cut this rank off (it found this rank gone)");
+        return 0;
+    }
+    const uint32_t epoch = atomic_load_explicit(&c->epoch, memory_order_acquire);
+    if (epoch != peer->resync && epoch - peer->epoch_seen < peer->resync - peer->epoch_seen)
+        return 0; /* still in an older epoch */
+    const uint64_t start = c->epoch_head;
+    if (epoch != peer->resync || start - peer->in.mine > peer->in.mask + 1) {
+        peer_lost(t, r, "wrote a corrupt epoch into shared memory");
+        return 0;
+    }
+    peer->in.mine = peer->in.theirs = start;
+    atomic_store_explicit(&peer->in.ctrl->tail, start, memory_order_release);
+    peer->hdr_parked = 0;
+    peer->epoch_seen = epoch;
+    peer->resync = 0;
+    return 1;
+}
+
+int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
+{
+    const peer_state_t state = impl(p2p)->peers[r].state;
+    return state == PEER_DEAD || state == PEER_DEPARTED;
+}
+
+void shm_ft_wake(pycoll_p2p_t *p2p) { atomic_store_explicit(&impl(p2p)->wake, 1, memory_order_relaxed); }
+
+void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r)
+{
+    shm_transport_t *t = impl(p2p);
+    shm_peer_t *peer = &t->peers[r];
+    if (peer->state == PEER_ABSENT)
+        return;
+    shm_ring_ctrl_t *c = peer->out.ctrl;
+    if (c) { /* read as a goodbye (check_closed): a peer finishing its collective before completes it */
+        c->desc = t->base.desc;
+        c->prev = t->base.prev_desc;
+        c->status = PYCOLL_ERR_PEER_FAILURE;
+        c->failed_rank = p2p->rank;
+        snprintf(c->text, sizeof c->text, "rank %d found rank %d gone", (int)p2p->rank, (int)r);
+        atomic_store_explicit(&c->closed, RING_CUT, memory_order_release);
+    }
+    peer->state = PEER_DEAD;
+    peer->resumable = 0;
+}
+
+pycoll_status_t shm_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
+{
+    shm_transport_t *t = impl(p2p);
+    if (t->said_goodbye)
+        return PYCOLL_ERR_UNSUPPORTED; /* finalized: the peers were told this rank is done */
+    const uint32_t aborted = (uint32_t)t->aborted;
+    pycoll_ft_clear_error(p2p);
+    pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
+    t->aborted = 0;
+    t->rings_closed = 0;
+    t->waiting_for = -1;
+    t->checked_slot = 0;
+    t->probed_wait = 0;
+    for (int r = 0; r < p2p->size; r++) {
+        shm_peer_t *peer = &t->peers[r];
+        if (r == p2p->rank || peer->state == PEER_ABSENT)
+            continue;
+        const int resumable = peer->state == PEER_OPEN || (peer->state == PEER_DEAD && peer->resumable);
+        if (lost[r] || !resumable) {
+            lost[r] = 1;
+            shm_ft_cut(p2p, r);
+            continue;
+        }
+        /* This rank's frames of the new epoch start at its head now; r skips what is before. */
+        shm_ring_ctrl_t *c = peer->out.ctrl;
+        c->epoch_head = peer->out.mine;
+        c->epoch_aborted = aborted;
+        atomic_store_explicit(&c->closed, RING_OPEN, memory_order_release);
+        atomic_store_explicit(&c->epoch, epoch, memory_order_release);
+        peer->send_hdr_done = 0;
+        peer->resync = epoch;
+        peer->state = PEER_OPEN;
+        peer->resumable = 0;
+    }
+    return PYCOLL_OK;
 }

@@ -23,12 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <fcntl.h>
 
 #include "common/frame.h"
+#include "common/ft_reset.h"
+#include "common/idle_wait.h"
 #include "common/request_queue.h"
 #include "pycoll/transports.h"
 
@@ -52,6 +55,13 @@ typedef struct tcp_peer {
     char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
     int64_t in_start, in_end;
     int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
+    /* Fault tolerance (tcp_ft_reset, at the end of this file). */
+    pycoll_request_t recover; /* this rank's RECOVER frame, first in its queue in a new epoch */
+    uint32_t resync;       /* discard this peer's frames up to its RECOVER of this epoch (0: none) */
+    uint32_t moved_to;     /* the epoch of a RECOVER read outside a reset: the peer left the old one */
+    int64_t skip;          /* bytes of a discarded frame still to read past */
+    int resumable;         /* gone only because it aborted or moved on: its stream ends at a frame boundary */
+    int cut_mid_frame;     /* this rank's stream to it stopped inside a frame (it cannot resume) */
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -63,7 +73,12 @@ typedef struct tcp_transport {
     int32_t waiting_for;  /* while a wait is blocked past PROBE_AFTER_NS: the peer it waits for, else -1 */
     int said_goodbye;
     int64_t probed_wait;  /* wait_pass: the start of the last wait whose peers were probed */
+    int wakefd;           /* tcp_ft_wake: another thread makes a wait run its interrupt check now (-1: none) */
+    int woken;
 } tcp_transport_t;
+
+#define WAKE_EVENT UINT32_MAX /* the epoll data of wakefd: no rank has it */
+static void ft_watch_wakefd(tcp_transport_t *t);
 
 static tcp_transport_t *impl(pycoll_p2p_t *p2p) { return (tcp_transport_t *)p2p; }
 
@@ -123,6 +138,9 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
     }
     peer->state = PEER_DEAD;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    peer->resumable = peer->recv_hdr.nbytes >= got;
+    peer->skip = peer->resumable ? peer->recv_hdr.nbytes - got : 0;
+    peer->recv_hdr_done = 0;
     return pycoll_frame_adopt_abort(&t->base, r, &peer->recv_hdr, text, t->finalizing);
 }
 
@@ -136,6 +154,8 @@ static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
 }
 
 static void queue_probe(tcp_transport_t *t, int r);
+static pycoll_status_t ft_on_header(tcp_transport_t *t, int r, int *consumed);
+static int ft_skip(tcp_transport_t *t, int r);
 
 /* A peer blocked in a collective says which: at the same number it must be the same collective; at close, a
  * peer waiting in a collective this rank never called disagrees with it. A peer waiting for this rank while
@@ -160,6 +180,8 @@ static pycoll_status_t on_header(tcp_transport_t *t, int r, int *consumed)
     *consumed = 0;
     if (h->magic != PYCOLL_FRAME_MAGIC)
         return peer_lost(t, r, "sent a corrupt frame");
+    if (peer->resync || h->kind == FRAME_RECOVER)
+        return ft_on_header(t, r, consumed);
     if (h->kind == FRAME_ABORT)
         return adopt_abort(t, r);
     if (h->kind == FRAME_GOODBYE)
@@ -226,6 +248,11 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
     for (;;) {
         if (peer->state != PEER_OPEN)
             return PYCOLL_OK;
+        if (peer->skip > 0) {
+            if (!ft_skip(t, r))
+                return t->base.status;
+            continue;
+        }
         if (!header_complete(peer)) {
             if (buffered(peer) < (int64_t)sizeof(frame_header_t)) {
                 if (fill_inbuf(t, r, "closed its connection (process exited or was killed?)") == 0)
@@ -296,7 +323,9 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
             return PYCOLL_OK; /* already reported */
         pycoll_request_t *req = peer->q.send_head;
         if (peer->send_hdr_done == 0 && req->progress == 0) {
-            fill_header(t, &peer->send_hdr, req == &peer->q.probe ? FRAME_STATE : FRAME_DATA, req->tag, req->nbytes);
+            fill_header(t, &peer->send_hdr,
+                        req == &peer->q.probe ? FRAME_STATE : req == &peer->recover ? FRAME_RECOVER : FRAME_DATA,
+                        req->tag, req->nbytes);
             if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
@@ -397,6 +426,12 @@ static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int 
 static void on_events(tcp_transport_t *t, const struct epoll_event *events, int k)
 {
     for (int i = 0; i < k && t->base.status == PYCOLL_OK; i++) {
+        if (events[i].data.u32 == WAKE_EVENT) {
+            uint64_t count;
+            (void)!read(t->wakefd, &count, sizeof count);
+            t->woken = 1;
+            continue;
+        }
         int r = (int)events[i].data.u32;
         if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
             t->peers[r].readable = 1;
@@ -463,12 +498,10 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
         if (spinning && k == 0)
             sched_yield();
-        if (p2p->check_interrupt && (k < 0 || (k == 0 && timeout_ms > 0)) &&
-            p2p->check_interrupt(p2p->interrupt_ctx)) {
-            pycoll_p2p_fail(p2p, PYCOLL_ERR_INTERRUPTED, -1, "rank %d was interrupted during a collective",
-                            (int)p2p->rank);
+        const int woken = t->woken;
+        t->woken = 0;
+        if ((woken || k < 0 || (k == 0 && timeout_ms > 0)) && idle_wait_interrupted(p2p))
             break;
-        }
     }
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
@@ -517,20 +550,26 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
     int64_t text_len = text ? (int64_t)strnlen(text, PYCOLL_ERROR_LEN - 1) : 0;
     for (int r = 0; r < t->base.size; r++) {
         tcp_peer_t *peer = &t->peers[r];
-        if (r == t->base.rank || peer->fd < 0 || peer->state == PEER_DEAD)
-            continue;
         pycoll_request_t *req = peer->q.send_head;
-        if (req && (peer->send_hdr_done > 0 || req->progress > 0)) {
+        const int partial = req && (peer->send_hdr_done > 0 || req->progress > 0);
+        if (r == t->base.rank || peer->fd < 0 || peer->state == PEER_DEAD) {
+            peer->cut_mid_frame |= partial; /* what it reads of this rank ends inside that frame */
+            continue;
+        }
+        if (partial) {
             if (write_all(peer->fd, (char *)&peer->send_hdr + peer->send_hdr_done,
                           (int64_t)sizeof(frame_header_t) - peer->send_hdr_done, deadline) != 0 ||
-                write_all(peer->fd, (char *)req->buf + req->progress, req->nbytes - req->progress, deadline) != 0)
+                write_all(peer->fd, (char *)req->buf + req->progress, req->nbytes - req->progress, deadline) != 0) {
+                peer->cut_mid_frame = 1;
                 continue;
+            }
         }
         frame_header_t h;
         fill_header(t, &h, kind, tag, text_len);
         h.failed_rank = failed_rank;
-        if (write_all(peer->fd, &h, sizeof h, deadline) == 0 && text_len)
-            write_all(peer->fd, text, text_len, deadline);
+        if (write_all(peer->fd, &h, sizeof h, deadline) != 0 || (text_len && write_all(peer->fd, text, text_len,
+                                                                                      deadline) != 0))
+            peer->cut_mid_frame = 1;
     }
 }
 
@@ -550,6 +589,15 @@ static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
         send_control_frames(t, FRAME_ABORT, (uint32_t)p2p->status, p2p->failed_rank, p2p->error);
         close(t->epfd);
         t->epfd = -1;
+    }
+    /* What was being read is discarded on a reset: remember how much of its frame is left. */
+    for (int r = 0; r < p2p->size; r++) {
+        tcp_peer_t *peer = &t->peers[r];
+        if (peer->state == PEER_OPEN && header_complete(peer) && peer->recv_hdr.kind == FRAME_DATA) {
+            const pycoll_request_t *req = peer->q.recv_head;
+            peer->skip = peer->recv_hdr.nbytes - (req && req->progress > 0 ? req->progress : 0);
+            peer->recv_hdr_done = 0;
+        }
     }
     drop_queues(t);
 }
@@ -653,6 +701,8 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
     drain_and_close(t, p2p->status != PYCOLL_OK);
     if (t->epfd >= 0)
         close(t->epfd);
+    if (t->wakefd >= 0)
+        close(t->wakefd);
     for (int r = 0; r < t->base.size; r++)
         free(t->peers[r].inbuf);
     free(t->peers);
@@ -686,6 +736,8 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     t->epfd = epfd;
     t->peers = peers;
     t->waiting_for = -1;
+    t->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ft_watch_wakefd(t);
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];
         if (peers[r].fd < 0) {
@@ -708,4 +760,164 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
         }
     }
     return &t->base;
+}
+
+/* ---- fault tolerance (common/ft_reset.h) ---- */
+
+/* A header while this peer's stream is being resynchronised, or a RECOVER: frames before the peer's RECOVER of
+ * the awaited epoch are passed over; a RECOVER read outside a reset means the peer left the epoch this rank is
+ * in (an error only if this rank still needs it, as a goodbye). */
+static pycoll_status_t ft_on_header(tcp_transport_t *t, int r, int *consumed)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    const frame_header_t *h = &peer->recv_hdr;
+    *consumed = 1;
+    if (h->nbytes < 0)
+        return peer_lost(t, r, "sent a corrupt frame");
+    if (peer->resync) {
+        if (h->kind == FRAME_RECOVER && h->tag == peer->resync)
+            peer->resync = 0;
+        else
+            peer->skip = h->nbytes;
+        return PYCOLL_OK;
+    }
+    peer->moved_to = h->tag;
+    peer->state = PEER_DEAD;
+    peer->resumable = 1;
+    peer->recv_hdr_done = 0;
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    if (!peer->q.recv_head && !peer->q.send_head)
+        return PYCOLL_OK;
+    return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d left this collective: it is agreeing or "
+                           "shrinking after a failure or a revoke (rank %d noticed)", r, (int)t->base.rank);
+}
+
+/* Read past some of a discarded frame's payload: 0 when nothing could be read now. */
+static int ft_skip(tcp_transport_t *t, int r)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    if (buffered(peer) == 0 && fill_inbuf(t, r, "closed its connection (process exited or was killed?)") == 0)
+        return 0;
+    const int64_t n = buffered(peer) < peer->skip ? buffered(peer) : peer->skip;
+    peer->in_start += n;
+    peer->skip -= n;
+    return 1;
+}
+
+int tcp_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
+{
+    const peer_state_t state = impl(p2p)->peers[r].state;
+    return state == PEER_DEAD || state == PEER_DEPARTED;
+}
+
+static void ft_watch_wakefd(tcp_transport_t *t)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = WAKE_EVENT};
+    if (t->wakefd >= 0 && epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wakefd, &ev) < 0) {
+        close(t->wakefd); /* no quick wake-up: waits still check every 100 ms */
+        t->wakefd = -1;
+    }
+}
+
+/* From any thread: the wait in progress wakes and runs its interrupt check. */
+void tcp_ft_wake(pycoll_p2p_t *p2p)
+{
+    tcp_transport_t *t = impl(p2p);
+    const uint64_t one = 1;
+    if (t->wakefd >= 0)
+        (void)!write(t->wakefd, &one, sizeof one);
+}
+
+/* Edge-triggered events that came with an error were not acted on (on_events stops at the first error), and
+ * they do not come again: read every open peer as if each had one. */
+void tcp_ft_rearm(pycoll_p2p_t *p2p)
+{
+    tcp_transport_t *t = impl(p2p);
+    for (int r = 0; r < p2p->size && p2p->status == PYCOLL_OK; r++) {
+        if (r == p2p->rank || t->peers[r].state != PEER_OPEN)
+            continue;
+        t->peers[r].readable = 1;
+        progress_send(t, r);
+        progress_recv(t, r);
+    }
+}
+
+void tcp_ft_cut(pycoll_p2p_t *p2p, int32_t r)
+{
+    tcp_transport_t *t = impl(p2p);
+    tcp_peer_t *peer = &t->peers[r];
+    if (peer->state == PEER_ABSENT)
+        return;
+    if (peer->fd >= 0) {
+        if (t->epfd >= 0)
+            epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+        /* A goodbye first, where the stream is between frames: a peer still finishing the collective before
+         * (a healthy rank left out) completes it, and fails only where it needs this rank again. */
+        const pycoll_request_t *req = peer->q.send_head;
+        if (peer->state == PEER_OPEN && !(req && (peer->send_hdr_done > 0 || req->progress > 0))) {
+            frame_header_t h;
+            fill_header(t, &h, FRAME_GOODBYE, 0, 0);
+            (void)!send(peer->fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        shutdown(peer->fd, SHUT_RDWR); /* then end-of-stream: this rank is gone for it */
+    }
+    peer->state = PEER_DEAD;
+    peer->resumable = 0;
+}
+
+pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
+{
+    tcp_transport_t *t = impl(p2p);
+    if (t->said_goodbye)
+        return PYCOLL_ERR_UNSUPPORTED; /* finalized: the peers were told this rank is done */
+    drop_queues(t);
+    if (t->epfd < 0) {
+        if ((t->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_SYSTEM, -1, "epoll_create1: %s", strerror(errno));
+        ft_watch_wakefd(t);
+    }
+    pycoll_ft_clear_error(p2p);
+    t->waiting_for = -1;
+    t->checked_slot = 0;
+    t->probed_wait = 0;
+    for (int r = 0; r < p2p->size; r++) {
+        tcp_peer_t *peer = &t->peers[r];
+        if (r == p2p->rank || peer->state == PEER_ABSENT)
+            continue;
+        const int resumable = peer->state == PEER_OPEN || (peer->state == PEER_DEAD && peer->resumable);
+        if (lost[r] || peer->fd < 0 || peer->cut_mid_frame || !resumable) {
+            lost[r] = 1;
+            tcp_ft_cut(p2p, r);
+            continue;
+        }
+        if (peer->moved_to == epoch) {
+            peer->resync = 0; /* its RECOVER was read already: what follows is this epoch's */
+        } else {
+            peer->resync = epoch;
+            if (header_complete(peer)) { /* an earlier epoch's frame, never received */
+                peer->skip = peer->recv_hdr.kind == FRAME_DATA ? peer->recv_hdr.nbytes : 0;
+                peer->recv_hdr_done = 0;
+            }
+        }
+        peer->moved_to = 0;
+        peer->state = PEER_OPEN;
+        peer->resumable = 0;
+        peer->readable = 1;
+        struct epoll_event ev = {.events = PEER_EVENTS, .data.u32 = (uint32_t)r};
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0) {
+            lost[r] = 1;
+            tcp_ft_cut(p2p, r);
+            continue;
+        }
+        peer->recover = (pycoll_request_t){.peer = r, .is_send = 1, .tag = epoch};
+        pycoll_enqueue(&peer->q.send_head, &peer->q.send_tail, &peer->recover);
+        progress_send(t, r);
+        if (p2p->status != PYCOLL_OK) { /* gone since: a reset or write error */
+            pycoll_ft_clear_error(p2p);
+            lost[r] = 1;
+            tcp_ft_cut(p2p, r);
+        }
+    }
+    return PYCOLL_OK;
 }

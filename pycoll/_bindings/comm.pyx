@@ -15,15 +15,16 @@ include "cost_model.pxi"
 
 import re
 
-from pycoll.errors import (AuthenticationError, CommunicatorClosed, MismatchError, PeerFailure, PycollError, Timeout,
-                           WrongProcess)
+from pycoll.errors import (AuthenticationError, CommunicatorClosed, CommunicatorRevoked, MismatchError, PeerFailure,
+                           PycollError, Timeout, WrongProcess)
 
 
 # The exception class of each pycoll_status_t; any other status is a PycollError.
 _ERROR_CLASSES = {PYCOLL_ERR_TIMEOUT: Timeout, PYCOLL_ERR_PEER_FAILURE: PeerFailure,
                   PYCOLL_ERR_MISMATCH: MismatchError, PYCOLL_ERR_CLOSED: CommunicatorClosed,
                   PYCOLL_ERR_INVALID: ValueError, PYCOLL_ERR_NOMEM: MemoryError, PYCOLL_ERR_BUSY: RuntimeError,
-                  PYCOLL_ERR_AUTH: AuthenticationError, PYCOLL_ERR_FORKED: WrongProcess}
+                  PYCOLL_ERR_AUTH: AuthenticationError, PYCOLL_ERR_FORKED: WrongProcess,
+                  PYCOLL_ERR_REVOKED: CommunicatorRevoked}
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
@@ -268,6 +269,62 @@ cdef class NativeComm:
         cdef NativeComm native = NativeComm.__new__(NativeComm)
         native.comm = child
         return native
+
+    def revoke(self):
+        """pycoll_comm_revoke: from any thread, never waits (no busy check: the C call takes no turn it cannot
+        get at once)."""
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_revoke(self.comm)
+        if st != PYCOLL_OK:
+            raise error_for_status(st, "communicator is closed")
+
+    def agree(self, int64_t flag, double timeout=0.0):
+        """pycoll_comm_agree: the AND of the live members' flags."""
+        cdef pycoll_comm_t *c = self._enter()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_comm_agree(c, &flag, timeout)
+        self._leave(st)
+        return flag
+
+    def shrink(self, exclude=(), double timeout=0.0):
+        """pycoll_comm_shrink: a NativeComm of the survivors (exclude: ranks here to leave out alive)."""
+        cdef int32_t n = len(exclude)
+        cdef int32_t *ids = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        cdef pycoll_comm_t *child = NULL
+        cdef pycoll_status_t st
+        if ids == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                ids[i] = exclude[i]
+            c = self._enter()
+            with nogil:
+                st = pycoll_comm_shrink(c, ids, n, timeout, &child)
+            self._leave(st)
+        finally:
+            free(ids)
+        cdef NativeComm native = NativeComm.__new__(NativeComm)
+        native.comm = child
+        return native
+
+    @property
+    def failed_ranks(self):
+        """pycoll_comm_failed_ranks: this communicator's ranks that agreements found lost."""
+        if self.comm == NULL:
+            raise CommunicatorClosed("communicator is closed")
+        cdef int32_t n = pycoll_comm_failed_ranks(self.comm, NULL, 0)
+        cdef int32_t *ids = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        if ids == NULL:
+            raise MemoryError()
+        try:
+            n = pycoll_comm_failed_ranks(self.comm, ids, n)
+            return [ids[i] for i in range(n)]
+        finally:
+            free(ids)
 
     @property
     def parent_ranks(self):

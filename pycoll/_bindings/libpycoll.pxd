@@ -11,7 +11,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     ctypedef enum pycoll_status_t:
         PYCOLL_OK, PYCOLL_ERR_INVALID, PYCOLL_ERR_UNSUPPORTED, PYCOLL_ERR_TIMEOUT, PYCOLL_ERR_PEER_FAILURE,
         PYCOLL_ERR_MISMATCH, PYCOLL_ERR_SYSTEM, PYCOLL_ERR_CLOSED, PYCOLL_ERR_NOMEM, PYCOLL_ERR_INTERRUPTED,
-        PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH, PYCOLL_ERR_FORKED
+        PYCOLL_ERR_BUSY, PYCOLL_ERR_AUTH, PYCOLL_ERR_FORKED, PYCOLL_ERR_REVOKED
     ctypedef enum pycoll_coll_t:
         PYCOLL_COLL_ALL_REDUCE, PYCOLL_COLL_REDUCE_SCATTER, PYCOLL_COLL_ALL_GATHER, PYCOLL_COLL_BROADCAST,
         PYCOLL_COLL_REDUCE, PYCOLL_COLL_BARRIER, PYCOLL_COLL_SEND_RECV, PYCOLL_COLL_ALL_TO_ALL, PYCOLL_COLL_GATHER,
@@ -176,6 +176,11 @@ cdef extern from "pycoll/pycoll.h" nogil:
     int32_t PYCOLL_SPLIT_NONE
     pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color, int32_t key, pycoll_comm_t **child)
     int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank)
+    pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
+    pycoll_status_t pycoll_comm_agree(pycoll_comm_t *comm, int64_t *flag, double timeout_s)
+    pycoll_status_t pycoll_comm_shrink(pycoll_comm_t *comm, const int32_t *exclude, int32_t n_exclude,
+                                       double timeout_s, pycoll_comm_t **out)
+    int32_t pycoll_comm_failed_ranks(const pycoll_comm_t *comm, int32_t *ranks, int32_t max)
     ctypedef struct pycoll_work_t:
         pass
     int pycoll_work_wait(pycoll_work_t *work, double timeout_s)

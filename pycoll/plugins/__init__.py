@@ -72,6 +72,11 @@ def _no_point_to_point(engine, what):
                                "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
 
 
+def _no_fault_tolerance(engine, what):
+    return NotImplementedError(f"{what}: backend {getattr(engine, 'name', type(engine).__name__)} cannot survive a "
+                               "lost rank yet (the host-memory backends cpu, shm and tcp can)")
+
+
 class Engine:
     """One communicator's state inside a backend. The Communicator checks every argument (dtype, length and
     memory kind of each buffer included) and hands the engine one Call per collective (run). What every
@@ -135,6 +140,19 @@ class Engine:
         return None), over this engine's connections. Collective over this engine's ranks."""
         raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
                                   "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
+
+    def revoke(self):
+        """Fault tolerance (docs/fault_tolerance.md): revoke(), agree(flag, timeout), shrink(exclude, timeout)
+        -> a new engine, failed_ranks; only the host-memory engines have them so far."""
+        raise _no_fault_tolerance(self, "revoke")
+
+    def agree(self, flag, timeout):
+        raise _no_fault_tolerance(self, "agree")
+
+    def shrink(self, exclude, timeout):
+        raise _no_fault_tolerance(self, "shrink")
+
+    failed_ranks = ()
 
     def start(self, collective, *args):
         """For run(async_op=True) of engines written per collective: start `collective` with the arguments of

@@ -51,6 +51,19 @@ class NativeEngine(plugins.Engine):
         child = self.native.split(color, key)
         return None if child is None else NativeEngine(child, self.timeout, transport=self.transport)
 
+    def revoke(self):
+        self.native.revoke()
+
+    def agree(self, flag, timeout):
+        return self.native.agree(flag, timeout)
+
+    def shrink(self, exclude, timeout):
+        return NativeEngine(self.native.shrink(exclude, timeout), self.timeout, transport=self.transport)
+
+    @property
+    def failed_ranks(self):
+        return self.native.failed_ranks
+
     @property
     def rank(self):
         return self.native.rank

@@ -82,6 +82,28 @@ PYCOLL_API pycoll_status_t pycoll_comm_split(pycoll_comm_t *comm, int32_t color,
  * rank out of range. */
 PYCOLL_API int32_t pycoll_comm_parent_rank(const pycoll_comm_t *comm, int32_t rank);
 
+/* Surviving a lost rank (docs/fault_tolerance.md). Over the shared-memory and TCP transports.
+ * pycoll_comm_revoke: from any thread, never waits: every rank's pending and later collectives on comm's family
+ * (comm, the communicator it was split from and every split) fail with PYCOLL_ERR_REVOKED, within about a
+ * millisecond, also where another thread of this rank waits in one (its wait is woken).
+ * pycoll_comm_agree: collective over comm's live members (after a failure or a revoke too; ranks found dead
+ * are left out): *flag becomes the bitwise AND of their flags, the same on every rank that returns PYCOLL_OK,
+ * also when ranks die during it. Bounded by timeout_s (<= 0: the communicator's timeout).
+ * pycoll_comm_shrink: an agreement, then *out a communicator of the survivors, numbered in their order in comm
+ * (pycoll_comm_parent_rank: their rank in comm), over the same connections. The ranks in exclude[0..n_exclude)
+ * (comm's ranks; every survivor passes the same) are left out alive; they, the dead and the ranks outside comm
+ * never take part. After a failure, a revoke or a shrink that left ranks out, the communicators made before
+ * refuse collectives (PYCOLL_ERR_CLOSED, or PYCOLL_ERR_REVOKED after a revoke) but may still agree and shrink;
+ * destroying comm's root closes *out, as any split. A rank that the others found gone gets
+ * PYCOLL_ERR_PEER_FAILURE.
+ * pycoll_comm_failed_ranks: the ranks of comm (its numbering) that agreements found lost, in order: their
+ * number, the first max of them in ranks (may be NULL). */
+PYCOLL_API pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm);
+PYCOLL_API pycoll_status_t pycoll_comm_agree(pycoll_comm_t *comm, int64_t *flag, double timeout_s);
+PYCOLL_API pycoll_status_t pycoll_comm_shrink(pycoll_comm_t *comm, const int32_t *exclude, int32_t n_exclude,
+                                              double timeout_s, pycoll_comm_t **out);
+PYCOLL_API int32_t pycoll_comm_failed_ranks(const pycoll_comm_t *comm, int32_t *ranks, int32_t max);
+
 /* After a failed call: the message, and the rank it is about (or -1). */
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);

@@ -53,7 +53,8 @@ typedef enum pycoll_status {
     PYCOLL_ERR_BUSY = 10,        /* not finished yet (a vendor work); communicators no longer return it: a call
                                   * waits for another thread's turn on the family instead */
     PYCOLL_ERR_AUTH = 11,        /* a connection failed the shared-secret check (pycoll_comm_init_rank) */
-    PYCOLL_ERR_FORKED = 12       /* the communicator belongs to another process (made before a fork()) */
+    PYCOLL_ERR_FORKED = 12,      /* the communicator belongs to another process (made before a fork()) */
+    PYCOLL_ERR_REVOKED = 13      /* the communicator was revoked (pycoll_comm_revoke): shrink it to go on */
 } pycoll_status_t;
 
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
