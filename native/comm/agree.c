@@ -240,8 +240,10 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
         snprintf(comm->error, sizeof comm->error, "agreement: out of memory");
         return PYCOLL_ERR_NOMEM;
     }
-    pycoll_status_t st = progress_take_turn(comm, 1);
+    char waited[COMM_ERROR_LEN] = "";
+    pycoll_status_t st = progress_take_turn(comm, 1, waited, sizeof waited);
     if (st != PYCOLL_OK) {
+        snprintf(comm->error, sizeof comm->error, "%s", waited[0] ? waited : "interrupted while waiting for its turn");
         free(lost);
         free(members);
         free(value);
@@ -340,6 +342,9 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
 
 pycoll_status_t pycoll_comm_agree(pycoll_comm_t *comm, int64_t *flag, double timeout_s)
 {
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered;
     uint8_t *decided = calloc((size_t)comm->family->transport->size, 1);
     if (!decided) {
         snprintf(comm->error, sizeof comm->error, "agree: out of memory");
@@ -361,6 +366,9 @@ pycoll_status_t pycoll_comm_shrink(pycoll_comm_t *comm, const int32_t *exclude, 
                                    double timeout_s, pycoll_comm_t **out)
 {
     *out = NULL;
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered;
     const int32_t csize = comm->p2p->size;
     uint8_t *decided = calloc((size_t)comm->family->transport->size, 1);
     int32_t *members = malloc((size_t)csize * sizeof *members);

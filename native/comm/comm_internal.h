@@ -161,6 +161,9 @@ pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st);
 int comm_process_id(void);
 int comm_foreign(const pycoll_comm_t *comm);
 pycoll_status_t comm_foreign_error(const pycoll_comm_t *comm, char *error, size_t error_len);
+/* communicator.c: first thing in every entry point that may touch the transport: forget the calling thread's
+ * last message, and refuse (PYCOLL_ERR_FORKED, its message the thread's) a communicator of another process. */
+pycoll_status_t comm_enter(const pycoll_comm_t *comm);
 /* communicator.c: the calling thread as messages name it (pycoll_set_thread_name, else its tag), into out. */
 void comm_thread_name(char *out, size_t len);
 /* revoke.c. comm_ft_usable: PYCOLL_OK, or why comm may no longer run collectives although its transport runs

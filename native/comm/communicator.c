@@ -40,7 +40,7 @@ static pycoll_status_t thread_error(const pycoll_comm_t *comm, pycoll_status_t s
 /* First thing in every entry point that may touch the transport: forget this thread's last message, and refuse
  * a communicator of another process (a fork's parent) before touching anything of it -- its locks may have been
  * held by a thread that fork did not copy. */
-static pycoll_status_t comm_enter(const pycoll_comm_t *comm)
+pycoll_status_t comm_enter(const pycoll_comm_t *comm)
 {
     error_comm = NULL;
     if (!comm_foreign(comm))

@@ -71,6 +71,9 @@ pycoll_status_t comm_ft_usable(pycoll_comm_t *comm, char *error, size_t error_le
 
 pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
 {
+    pycoll_status_t entered = comm_enter(comm);
+    if (entered != PYCOLL_OK)
+        return entered;
     comm_family_t *family = comm->family;
     comm_progress_t *p = &family->progress;
     if (family->closed || comm->finalized)
@@ -78,8 +81,10 @@ pycoll_status_t pycoll_comm_revoke(pycoll_comm_t *comm)
     atomic_store(&family->revoked, 1);
     pthread_mutex_lock(&p->lock);
     const int idle = !p->running && !p->caller_running;
-    if (idle)
+    if (idle) {
         p->caller_running = 1; /* the transport is this thread's until progress_end_turn */
+        comm_thread_name(p->caller_name, sizeof p->caller_name);
+    }
     pthread_mutex_unlock(&p->lock);
     if (!idle) { /* the collective in flight stops at its interrupt check (interrupt_check), run now */
         pycoll_ft_wake(family->transport);
