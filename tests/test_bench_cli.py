@@ -272,7 +272,7 @@ def test_other_collectives_are_checked_too(tmp_path, collective):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("backend, picked", [("shm", "shm"), ("tcp", "dissemination")])
+@pytest.mark.parametrize("backend, picked", [("shm", "shm_slots"), ("tcp", "dissemination")])
 @pytest.mark.parametrize("world", [1, 2])
 def test_a_barrier_sweep_is_one_row_of_0_bytes(tmp_path, backend, picked, world):
     """Sizes do not apply to the barrier: one row whatever -b/-e/-f say (with a note where they were given),

@@ -1,7 +1,7 @@
-"""The shared-memory transport's native collectives (algorithm "shm": native/transport/shm_collectives.c) with
+"""The shared-memory transport's native collectives (algorithm "shm_slots": native/transport/shm_collectives.c) with
 real processes: exact on integer data for every dtype, op and accuracy at sizes around every boundary of the
 shared area, bitwise identical on every rank, disagreements as MismatchError, faults as over the rings, and
-the refusal of algorithm="shm" where there is no shared memory -- for all_reduce, broadcast and barrier, and
+the refusal of algorithm="shm_slots" where there is no shared memory -- for all_reduce, broadcast and barrier, and
 for reduce_scatter and all_gather."""
 
 import pytest
@@ -97,7 +97,7 @@ def test_explicit_shm_over_tcp_is_refused_naming_the_backend(collective):
     reports = _run(2, "explicit_over_tcp", env={"TEST_COLLECTIVE": collective}, backend="tcp")
     for rep in reports.values():
         assert rep.get("ok") and rep.get("error") == "ValueError", rep
-        assert "'tcp'" in rep["message"] and "'shm'" in rep["message"], rep
+        assert "'tcp'" in rep["message"] and "'shm_slots'" in rep["message"], rep
 
 
 @pytest.mark.timeout(60)
@@ -106,7 +106,7 @@ def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(c
                                                                                 no_segment_left):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
 
 
 @pytest.mark.timeout(60)
@@ -117,13 +117,13 @@ def test_killed_peer_in_reduce_scatter_or_all_gather_is_reported_within_2s(colle
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather"])
 def test_stopped_peer_makes_the_others_time_out_at_the_deadline(collective, monkeypatch):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
-    monkeypatch.setenv("TEST_ALGORITHM", "shm")
+    monkeypatch.setenv("TEST_ALGORITHM", "shm_slots")
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
     over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from pycoll.accuracy import format_table
-from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES
+from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, canonical_algorithm
 from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
 from pycoll.bench.progress import Progress, follow
 
@@ -175,7 +175,7 @@ def _config(args) -> dict:
         if value is not None and value < (1 if name == "iters" else 0):
             raise ValueError(f"--{name} must be at least {1 if name == 'iters' else 0}, got {value}")
     accuracies = [ACCURACY_ALIASES.get(a.strip(), a.strip()) for a in args.accuracy.split(",")]
-    algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
+    algorithms = [canonical_algorithm(a.strip()) for a in args.algorithm.split(",") if a.strip()]
     if not algorithms or ("all" in algorithms and len(algorithms) > 1):
         raise ValueError(f"--algorithm: give names or 'all', got {args.algorithm!r}")
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
