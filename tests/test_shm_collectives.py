@@ -101,6 +101,21 @@ def test_explicit_shm_over_tcp_is_refused_naming_the_backend(collective):
 
 
 @pytest.mark.timeout(60)
+def test_the_algorithm_is_shm_slots_and_its_former_name_still_runs_it_with_a_warning(no_segment_left):
+    """Backend "shm", transport "shm", algorithm "shm_slots": three names for three things. The former
+    algorithm name runs the same collectives and says which name to use."""
+    reports = _run(2, "names")
+    assert_all_ok(reports)
+    for rep in reports.values():
+        assert (rep["backend"], rep["transport"]) == ("shm", "shm"), rep
+        new, old = rep["runs"]["shm_slots"], rep["runs"]["shm"]
+        assert new == {"ran": "shm_slots", "right": True, "warnings": []}, rep
+        assert old["ran"] == "shm_slots" and old["right"], rep
+        assert [category for category, _ in old["warnings"]] == ["DeprecationWarning"], rep
+        assert "'shm' is deprecated" in old["warnings"][0][1] and "use 'shm_slots'" in old["warnings"][0][1], rep
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", ["16", "1000000"])  # the one-round path and the two-phase rounds
 def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(count, monkeypatch,
                                                                                 no_segment_left):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from pycoll import accuracy
-from pycoll.algorithms import ACCURACY_ALIASES, ALGORITHMS, canonical_algorithm
+from pycoll.algorithms import ACCURACY_ALIASES, ALGORITHMS
 from pycoll.bench import sweep
 
 # Real processes: the world sizes one host can start; simulated ranks (threads driving the same C schedules)
@@ -48,8 +48,7 @@ def plan(*, worlds, processes, algorithms, accuracies, dtypes, datasets, count, 
     if algorithms is None or algorithms.strip() == "all":
         algorithm_list = list(accuracy.ALGORITHMS)
     else:
-        names = ",".join(canonical_algorithm(a.strip()) for a in algorithms.split(","))
-        algorithm_list = sweep.parse_list(names, tuple(ALGORITHMS), "--algorithm")
+        algorithm_list = sweep.parse_list(algorithms, tuple(ALGORITHMS), "--algorithm")
     modes = ",".join(ACCURACY_ALIASES.get(m.strip(), m.strip()) for m in (accuracies or "all").split(","))
     if count < 1:
         raise ValueError(f"--count must be at least 1, got {count}")

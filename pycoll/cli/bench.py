@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from pycoll.accuracy import format_table
-from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, canonical_algorithm
+from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHM_ALIASES
 from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
 from pycoll.bench.progress import Progress, follow
 
@@ -175,7 +175,7 @@ def _config(args) -> dict:
         if value is not None and value < (1 if name == "iters" else 0):
             raise ValueError(f"--{name} must be at least {1 if name == 'iters' else 0}, got {value}")
     accuracies = [ACCURACY_ALIASES.get(a.strip(), a.strip()) for a in args.accuracy.split(",")]
-    algorithms = [canonical_algorithm(a.strip()) for a in args.algorithm.split(",") if a.strip()]
+    algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     if not algorithms or ("all" in algorithms and len(algorithms) > 1):
         raise ValueError(f"--algorithm: give names or 'all', got {args.algorithm!r}")
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -265,7 +265,22 @@ def _error(message, code=2) -> int:
     return code
 
 
+def _current_algorithm_names(text):
+    """--algorithm with each former name replaced by its current one, and a note on stderr saying so: a command
+    line's user never sees a DeprecationWarning (Python shows those only for code in __main__)."""
+    names = []
+    for name in text.split(","):
+        new = ALGORITHM_ALIASES.get(name.strip())
+        if new:
+            print(f"pycoll bench: --algorithm {name.strip()} is deprecated and will be removed in the next release; "
+                  f"use {new} (the backend and transport 'shm' keep their name)", file=sys.stderr)
+        names.append(new or name)
+    return ",".join(names)
+
+
 def run(args) -> int:
+    if args.algorithm is not None:
+        args.algorithm = _current_algorithm_names(args.algorithm)
     if args.accuracy_report:
         return _run_accuracy_report(args)
     note = _sizes_note(args)

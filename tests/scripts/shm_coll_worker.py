@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 
 import numpy as np
 from shm_segments import Segments
@@ -382,6 +383,18 @@ try:
             report.update(error=type(exc).__name__, message=str(exc))
         comm.barrier()  # the refusal left the communicator usable
         report["ok"] = True
+    elif scenario == "names":
+        # The transport's own all-reduce by its name and by its former one ("shm", the backend's and the
+        # transport's name too): what ran, whether the sum is right, and what was warned.
+        runs = {}
+        for name in ("shm_slots", "shm"):
+            x = np.full(1000, rank + 1, dtype=np.float32)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                comm.all_reduce(x, algorithm=name)
+            runs[name] = {"ran": comm.last_algorithm, "right": bool(np.all(x == size * (size + 1) // 2)),
+                          "warnings": [(w.category.__name__, str(w.message)) for w in caught]}
+        report.update(runs=runs, backend=comm.backend, transport=comm.transport, ok=True)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 except (pycoll.PycollError, AssertionError) as exc:
