@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from multiproc import Ranks  # noqa: E402
 
-CASES = [("shm", "shm"), ("shm", "ring"), ("tcp", "ring")]  # (backend, algorithm)
+CASES = [("shm", "shm_slots"), ("shm", "ring"), ("tcp", "ring")]  # (backend, algorithm)
 HOWS = ("close", "exit", "os_exit")
 DEADLINE_S = 10
 
@@ -51,7 +51,7 @@ def main():
                 (failures.append(got) if isinstance(got, str) else latencies.extend(got))
             rows.append((backend, algorithm, how, latencies, failures))
             med = f"{statistics.median(latencies) * 1e3:.1f}" if latencies else "-"
-            print(f"{backend:4} {algorithm:5} {how:8} median {med} ms, failures {len(failures)}", flush=True)
+            print(f"{backend:4} {algorithm:9} {how:8} median {med} ms, failures {len(failures)}", flush=True)
     load = os.getloadavg()[0]
     lines = ["# A peer that leaves quietly: time until every survivor raises PeerFailure", "",
              f"`python bench/peer_departure.py --repeats {args.repeats}`, "

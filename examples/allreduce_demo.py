@@ -9,5 +9,6 @@ with pycoll.init() as comm:
     comm.all_reduce(x)                                       # in place; algorithm chosen automatically
     expected = comm.size * (comm.size + 1) / 2
     assert np.all(x == expected), "wrong result"
-    print(f"rank {comm.rank}/{comm.size}: all_reduce of {x.nbytes >> 20} MiB float32 over {comm.backend} "
-          f"({comm.last_algorithm}) = {x[0]:g}, as expected")
+    # Three different things: the backend asked for, the transport it chose, the algorithm that ran.
+    print(f"rank {comm.rank}/{comm.size}: all_reduce of {x.nbytes >> 20} MiB float32 = {x[0]:g}, as expected "
+          f"(backend {comm.backend}, transport {comm.transport}, algorithm {comm.last_algorithm})")

@@ -15,7 +15,7 @@ import numpy as np
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.abi import COLLECTIVES, STATUS_PEER_FAILURE
 from pycoll._bindings.comm import error_for_status
-from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name, segment_bytes_from_env
+from pycoll.algorithms import ACCURACIES, ALGORITHMS, accuracy_name, canonical_algorithm, segment_bytes_from_env
 from pycoll.dtypes import dtype_id, op_id
 
 __all__ = ["simulate", "COLLECTIVES"]
@@ -33,6 +33,7 @@ def _per_rank(value, size, name):
 
 def _algorithm_id(algorithm):
     """The id of an algorithm name ("auto" included: each rank's communicator decides, as in production)."""
+    algorithm = canonical_algorithm(algorithm)
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: unknown {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     return ALGORITHMS[algorithm]

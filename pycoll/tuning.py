@@ -21,7 +21,7 @@ import numpy as np
 from pycoll import settings
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.comm import COST_MODEL_LEN
-from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS
+from pycoll.algorithms import ALGORITHM_ALIASES, ALGORITHMS, COLL_ALGORITHMS
 
 MEASURE_BYTES = 16 << 20
 # The two sizes each algorithm's factors are fitted from: latency dominates the small one, bandwidth the large.
@@ -87,10 +87,12 @@ def tune_file() -> Path:
 
 def _scales(data, key):
     """A stored factor table; files written before the factors existed have none (textbook formulas).
-    Names this version does not know (a newer pycoll's algorithms) are skipped."""
+    Names this version does not know (a newer pycoll's algorithms) are skipped; a former name (a file written
+    before the rename) counts as its current one."""
     table = data.get(key, {})
     if not isinstance(table, dict):
         raise TypeError(key)
+    table = {ALGORITHM_ALIASES.get(name, name): value for name, value in table.items()}
     return {name: float(value) for name, value in table.items() if name in CHOICES}
 
 
@@ -189,7 +191,7 @@ def fit_scales(constants, size, times):
 
 
 def comm_algorithms(comm):
-    """The algorithms comm's backend runs (a native one, such as "shm", only where its transport has it)."""
+    """The algorithms comm's backend runs (a native one, such as "shm_slots", only where its transport has it)."""
     return comm._backend.algorithms
 
 

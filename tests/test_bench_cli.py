@@ -258,6 +258,21 @@ def test_sweep_covers_every_dtype_op_algorithm_and_accuracy(tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_the_former_algorithm_name_shm_runs_and_is_recorded_as_shm_slots(tmp_path):
+    """The bench's rows name the algorithm by its current name, whichever the command line gave, and a
+    former name gets a note on stderr naming the current one."""
+    out = tmp_path / "rows.json"
+    proc = run_cli("-n", "2", "--backend", "shm", "-b", "64", "-e", "64", *FAST, "--algorithm", "shm,ring",
+                   "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "--algorithm shm is deprecated" in proc.stderr and "use shm_slots" in proc.stderr, proc.stderr
+    rows = json.loads(out.read_text())
+    assert {(r["algorithm"], r["picked"]) for r in rows} == {("shm_slots", "shm_slots"), ("ring", "ring")}, rows
+    assert {r["backend"] for r in rows} == {"shm"} and all(r["wrong"] == 0 for r in rows)
+    assert "algorithm shm_slots, ring" in proc.stdout, proc.stdout
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
 def test_other_collectives_are_checked_too(tmp_path, collective):
     out = tmp_path / "rows.json"
@@ -272,7 +287,7 @@ def test_other_collectives_are_checked_too(tmp_path, collective):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("backend, picked", [("shm", "shm"), ("tcp", "dissemination")])
+@pytest.mark.parametrize("backend, picked", [("shm", "shm_slots"), ("tcp", "dissemination")])
 @pytest.mark.parametrize("world", [1, 2])
 def test_a_barrier_sweep_is_one_row_of_0_bytes(tmp_path, backend, picked, world):
     """Sizes do not apply to the barrier: one row whatever -b/-e/-f say (with a note where they were given),

@@ -29,7 +29,7 @@ def test_new_collectives_have_ids_after_the_old_ones_and_their_schedules():
     ids = [abi.COLLECTIVES[c] for c in NEW]
     assert ids == list(range(ids[0], ids[0] + len(NEW))) and ids[0] > abi.COLLECTIVES["barrier"]
     # all_to_all also runs as the shared-memory transport's own; gather and scatter as a tree or flat by size
-    want = {"all_to_all": ("pairwise", "shm"), "gather": ("binomial_tree", "flat"),
+    want = {"all_to_all": ("pairwise", "shm_slots"), "gather": ("binomial_tree", "flat"),
             "scatter": ("binomial_tree", "flat"), "all_gather_v": ("ring",), "reduce_scatter_v": ("ring",)}
     assert {coll: COLL_ALGORITHMS[coll] for coll in NEW} == want
 
@@ -137,16 +137,16 @@ def _expected_algorithms(backend, size):
     want = {}
     for n in (8, 1 << 15):
         small = size * n * 4 <= 64 * 1024  # the trees' bound, on the bytes at the root
-        want |= {f"broadcast {n}": "shm" if shm else "binomial_tree",
-                 f"reduce {n}": "shm" if shm else "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
-                 f"all_gather {n}": "shm" if shm else "ring", f"all_gather_v {n}": "ring",
+        want |= {f"broadcast {n}": "shm_slots" if shm else "binomial_tree",
+                 f"reduce {n}": "shm_slots" if shm else "binomial_tree" if n * 4 <= 64 * 1024 else "scatter_gather",
+                 f"all_gather {n}": "shm_slots" if shm else "ring", f"all_gather_v {n}": "ring",
                  f"reduce_scatter_v {n}": "ring",
-                 f"all_to_all {n}": "shm" if shm else "pairwise",
+                 f"all_to_all {n}": "shm_slots" if shm else "pairwise",
                  f"gather {n}": "binomial_tree" if small else "flat",
                  f"scatter {n}": "binomial_tree" if small else "flat",
-                 f"barrier {n}": "shm" if shm else "dissemination"}
+                 f"barrier {n}": "shm_slots" if shm else "dissemination"}
         for name in COLL_ALGORITHMS["all_reduce"]:
-            if name == "shm" and not shm:
+            if name == "shm_slots" and not shm:
                 continue
             want[f"all_reduce {n} {name}"] = name
             want[f"reduce_scatter {n} {name}"] = name if name in COLL_ALGORITHMS["reduce_scatter"] else "refused"

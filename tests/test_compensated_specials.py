@@ -27,8 +27,8 @@ def run_job(n, env=None, rank_env=None):
 def test_compensated_gives_fast_modes_special_values(backend, n, monkeypatch, no_segment_left):
     monkeypatch.setenv("PYCOLL_BACKEND", backend)
     ran = run_job(n)
-    reduce = {"reduce shm"} if backend == "shm" else {"reduce binomial_tree", "reduce scatter_gather"}
-    assert ran == ALL_REDUCE | reduce | ({"shm"} if backend == "shm" else set()), ran
+    reduce = {"reduce shm_slots"} if backend == "shm" else {"reduce binomial_tree", "reduce scatter_gather"}
+    assert ran == ALL_REDUCE | reduce | ({"shm_slots"} if backend == "shm" else set()), ran
 
 
 @pytest.mark.timeout(300)

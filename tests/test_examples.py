@@ -113,3 +113,15 @@ def test_the_readme_first_program_prints_what_the_readme_says(tmp_path):
             assert out.strip() == f"rank {rank} of {n}: 6 [0.0, 1.0, 2.0, 3.0] [0, 1, 2] [3.0, 3.0] 2", out
     readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
     assert "`rank N of 4: 10 [0.0, 1.0, 2.0, 3.0] [0, 1, 2, 3] [4.0, 4.0] 3`" in readme
+
+
+@pytest.mark.timeout(120)
+def test_the_demo_names_the_backend_the_transport_and_the_algorithm_apart():
+    """allreduce_demo.py on 2 ranks of the default backend on one host: backend cpu, which chose the shm
+    transport, whose own all-reduce ran -- three names, none standing for another."""
+    with Ranks(2, str(EXAMPLES / "allreduce_demo.py")) as ranks:
+        for rank, proc in enumerate(ranks.procs):
+            out, err = proc.communicate(timeout=90)
+            assert proc.returncode == 0, f"rank {rank}: {out}\n{err}"
+            assert out.strip() == (f"rank {rank}/2: all_reduce of 4 MiB float32 = 3, as expected "
+                                   f"(backend cpu, transport shm, algorithm shm_slots)"), out

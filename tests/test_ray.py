@@ -223,7 +223,7 @@ def _communicator_facts(_):
     group = pycoll.ray.get_group("g3")
     comm = pycoll.ray.get_communicator("g3")
     x = np.ones(1000, dtype=np.float32)
-    comm.all_reduce(x, algorithm="shm")  # the shared-memory transport's own all-reduce: shm or a ValueError
+    comm.all_reduce(x, algorithm="shm_slots")  # the shared-memory transport's own: over shm, or a ValueError
     return {"transport": group.transport, "backend": comm.backend, "hosts": comm.hosts,
             "local_size": comm.local_size, "algorithm": comm.last_algorithm, "sum": float(x[0]),
             "is_pycoll": type(group).__name__}
@@ -233,7 +233,7 @@ def _communicator_facts(_):
 def test_the_group_runs_over_shared_memory_on_one_host(group3):
     facts = _ok(_get([a.call.remote(_communicator_facts, None) for a in group3]))
     for f in facts:
-        assert f == {"transport": "shm", "backend": "cpu", "hosts": 1, "local_size": 3, "algorithm": "shm",
+        assert f == {"transport": "shm", "backend": "cpu", "hosts": 1, "local_size": 3, "algorithm": "shm_slots",
                      "sum": 3.0, "is_pycoll": "PycollGroup"}, f
 
 

@@ -1,7 +1,7 @@
-"""The shared-memory transport's native collectives (algorithm "shm": native/transport/shm_collectives.c) with
+"""The shared-memory transport's native collectives (algorithm "shm_slots": native/transport/shm_collectives.c) with
 real processes: exact on integer data for every dtype, op and accuracy at sizes around every boundary of the
 shared area, bitwise identical on every rank, disagreements as MismatchError, faults as over the rings, and
-the refusal of algorithm="shm" where there is no shared memory -- for all_reduce, broadcast and barrier, and
+the refusal of algorithm="shm_slots" where there is no shared memory -- for all_reduce, broadcast and barrier, and
 for reduce_scatter and all_gather."""
 
 import pytest
@@ -97,7 +97,22 @@ def test_explicit_shm_over_tcp_is_refused_naming_the_backend(collective):
     reports = _run(2, "explicit_over_tcp", env={"TEST_COLLECTIVE": collective}, backend="tcp")
     for rep in reports.values():
         assert rep.get("ok") and rep.get("error") == "ValueError", rep
-        assert "'tcp'" in rep["message"] and "'shm'" in rep["message"], rep
+        assert "'tcp'" in rep["message"] and "'shm_slots'" in rep["message"], rep
+
+
+@pytest.mark.timeout(60)
+def test_the_algorithm_is_shm_slots_and_its_former_name_still_runs_it_with_a_warning(no_segment_left):
+    """Backend "shm", transport "shm", algorithm "shm_slots": three names for three things. The former
+    algorithm name runs the same collectives and says which name to use."""
+    reports = _run(2, "names")
+    assert_all_ok(reports)
+    for rep in reports.values():
+        assert (rep["backend"], rep["transport"]) == ("shm", "shm"), rep
+        new, old = rep["runs"]["shm_slots"], rep["runs"]["shm"]
+        assert new == {"ran": "shm_slots", "right": True, "warnings": []}, rep
+        assert old["ran"] == "shm_slots" and old["right"], rep
+        assert [category for category, _ in old["warnings"]] == ["DeprecationWarning"], rep
+        assert "'shm' is deprecated" in old["warnings"][0][1] and "use 'shm_slots'" in old["warnings"][0][1], rep
 
 
 @pytest.mark.timeout(60)
@@ -106,7 +121,7 @@ def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(c
                                                                                 no_segment_left):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
 
 
 @pytest.mark.timeout(60)
@@ -117,13 +132,13 @@ def test_killed_peer_in_reduce_scatter_or_all_gather_is_reported_within_2s(colle
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm")
+    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather"])
 def test_stopped_peer_makes_the_others_time_out_at_the_deadline(collective, monkeypatch):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
-    monkeypatch.setenv("TEST_ALGORITHM", "shm")
+    monkeypatch.setenv("TEST_ALGORITHM", "shm_slots")
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
     over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()

@@ -15,7 +15,7 @@ def _ranks(n, scenario, env, timeout=DEADLINE_S):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["shm", "ring"])
+@pytest.mark.parametrize("algorithm", ["shm_slots", "ring"])
 @pytest.mark.parametrize("how", ["close", "exit", "os_exit"])
 def test_peer_that_leaves_while_the_others_wait_is_named_within_a_second(how, algorithm):
     """Rank 2 of 3 leaves 0.3 s after the others entered an all-reduce: each survivor raises PeerFailure
@@ -33,7 +33,7 @@ def test_peer_that_leaves_while_the_others_wait_is_named_within_a_second(how, al
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["shm", "ring"])
+@pytest.mark.parametrize("algorithm", ["shm_slots", "ring"])
 def test_collective_after_a_peer_closed_fails_at_once(algorithm):
     """The survivors enter the all-reduce 0.3 s after rank 2 closed: PeerFailure at once."""
     with _ranks(3, "leave", {"TEST_HOW": "close", "TEST_ALGORITHM": algorithm, "TEST_ORDER": "after"}) as ranks:
@@ -64,7 +64,7 @@ def test_posted_flag_of_a_round_never_reached_is_a_peer_failure(count):
     """Rank 1's posted flags claim round 2^40 + 7 while it sleeps: the others must neither read its slot nor
     blame a disagreement (they took the stale descriptor beside the flag for rank 1's call: a MismatchError
     naming a collective it never made), but name rank 1."""
-    env = {"TEST_FIELD": "posted", "TEST_ALGORITHM": "shm", "TEST_COUNT": str(count)}
+    env = {"TEST_FIELD": "posted", "TEST_ALGORITHM": "shm_slots", "TEST_COUNT": str(count)}
     with _ranks(3, "poke", env) as ranks:
         reports = ranks.reports()
     for r, rep in reports.items():

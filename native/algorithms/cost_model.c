@@ -33,7 +33,7 @@ void pycoll_default_cost_model(pycoll_cost_model_t *model)
         /* Only a transport with native shared-memory collectives offers it (never TCP). With these constants
          * it wins at every size, as measured (bench/results/shm.md); pycoll's shm backend loads its own fitted
          * model (pycoll/plugins/shm.py). */
-        [PYCOLL_ALGO_SHM] = {0.05, 0.5},
+        [PYCOLL_ALGO_SHM_SLOTS] = {0.05, 0.5},
     };
     for (int a = 0; a < PYCOLL_COST_MODEL_ALGOS; a++) {
         model->latency_scale[a] = scale[a].latency;

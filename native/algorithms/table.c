@@ -88,7 +88,7 @@ const coll_algorithm_t algorithm_table[] = {
     {.id = PYCOLL_ALGO_DISSEMINATION, .name = "dissemination", .barrier = dissemination_barrier},
     {.id = PYCOLL_ALGO_PAIRWISE, .name = "pairwise", .all_to_all = pairwise_all_to_all},
     /* Last: never a collective's fallback, since only some transports have it. */
-    {.id = PYCOLL_ALGO_SHM, .name = "shm", .traits = PYCOLL_ALGO_TRAIT_NATIVE, .cost_terms = shm_cost_terms,
+    {.id = PYCOLL_ALGO_SHM_SLOTS, .name = "shm_slots", .traits = PYCOLL_ALGO_TRAIT_NATIVE, .cost_terms = shm_cost_terms,
      .all_reduce = native_all_reduce, .broadcast = native_broadcast, .barrier = native_barrier,
      .all_to_all = native_all_to_all, .reduce_scatter = native_reduce_scatter, .all_gather = native_all_gather,
      .reduce = native_reduce},

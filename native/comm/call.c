@@ -189,15 +189,16 @@ static pycoll_status_t check_algorithm(const pycoll_comm_t *comm, pycoll_coll_t 
                                        pycoll_algorithm_t algorithm, char *error, size_t error_len)
 {
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
-    if (algorithm == PYCOLL_ALGO_SHM && comm->view) {
-        snprintf(error, error_len, "algorithm shm runs only on the communicator made by init: a split runs pycoll's "
+    if (algorithm == PYCOLL_ALGO_SHM_SLOTS && comm->view) {
+        snprintf(error, error_len,
+                 "algorithm shm_slots runs only on the communicator made by init: a split runs pycoll's "
                  "algorithms over the same shared memory (use algorithm=\"auto\" or name one of them)");
         return PYCOLL_ERR_INVALID;
     }
-    if (algorithm == PYCOLL_ALGO_SHM && !(native && native->algorithm == PYCOLL_ALGO_SHM)) {
+    if (algorithm == PYCOLL_ALGO_SHM_SLOTS && !(native && native->algorithm == PYCOLL_ALGO_SHM_SLOTS)) {
         /* Never a silent fallback: the caller asked for what this transport cannot run. */
         snprintf(error, error_len,
-                 "algorithm shm runs only over the shared-memory transport (backend 'shm'); this communicator's "
+                 "algorithm shm_slots runs only over the shared-memory transport (backend 'shm'); this communicator's "
                  "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
         return PYCOLL_ERR_INVALID;
     }

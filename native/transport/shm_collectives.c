@@ -1,4 +1,4 @@
-/* The shared-memory transport's native collectives (p2p.h's pycoll_native_collectives_t, algorithm "shm"):
+/* The shared-memory transport's native collectives (p2p.h's pycoll_native_collectives_t, algorithm "shm_slots"):
  * all_reduce, reduce_scatter, all_gather, broadcast, barrier and all_to_all through one collective area per rank,
  * instead of pycoll's algorithms over the rings, which pay a frame, a copy into the ring and a copy out of it per
  * message and a message per step.
@@ -724,7 +724,7 @@ static pycoll_status_t shm_all_to_all(pycoll_p2p_t *p2p, const void *sendbuf, vo
 
 const pycoll_native_collectives_t shm_native_collectives = {
     .version = PYCOLL_NATIVE_COLLECTIVES_VERSION,
-    .algorithm = PYCOLL_ALGO_SHM,
+    .algorithm = PYCOLL_ALGO_SHM_SLOTS,
     .all_reduce = shm_all_reduce,
     .broadcast = shm_broadcast,
     .barrier = shm_barrier,

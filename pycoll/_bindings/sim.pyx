@@ -205,7 +205,7 @@ def choose_all_reduce_hosts(int32_t size, int32_t hosts, int32_t max_local, int6
 
 
 def choose_all_reduce_among(int32_t size, int64_t nbytes, int native, model=None):
-    """choose_all_reduce on one host with a transport's native algorithm id (e.g. "shm"'s; 0 for none) among
+    """choose_all_reduce on one host with a transport's native algorithm id (e.g. "shm_slots"'s; 0 for none) among
     the candidates."""
     return choose_all_reduce_hosts(size, 1, size, nbytes, model, None, native)
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from pycoll.accuracy import format_table
-from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES
+from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHM_ALIASES
 from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
 from pycoll.bench.progress import Progress, follow
 
@@ -265,7 +265,22 @@ def _error(message, code=2) -> int:
     return code
 
 
+def _current_algorithm_names(text):
+    """--algorithm with each former name replaced by its current one, and a note on stderr saying so: a command
+    line's user never sees a DeprecationWarning (Python shows those only for code in __main__)."""
+    names = []
+    for name in text.split(","):
+        new = ALGORITHM_ALIASES.get(name.strip())
+        if new:
+            print(f"pycoll bench: --algorithm {name.strip()} is deprecated and will be removed in the next release; "
+                  f"use {new} (the backend and transport 'shm' keep their name)", file=sys.stderr)
+        names.append(new or name)
+    return ",".join(names)
+
+
 def run(args) -> int:
+    if args.algorithm is not None:
+        args.algorithm = _current_algorithm_names(args.algorithm)
     if args.accuracy_report:
         return _run_accuracy_report(args)
     note = _sizes_note(args)

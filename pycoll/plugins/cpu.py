@@ -18,8 +18,8 @@ class CpuBackend(TcpBackend):
     """Declares what TcpBackend does; the bootstrap picks the transport (engine.transport says which)."""
 
     name = "cpu"
-    # "shm" too: it runs where the job is on one host (the shared-memory transport's own collectives); across
-    # hosts the communicator refuses it naming the transport (native/comm/communicator.c).
+    # "shm_slots" too: it runs where the job is on one host (the shared-memory transport's own collectives);
+    # across hosts the communicator refuses it naming the transport (native/comm/communicator.c).
     algorithms = tuple(ALGORITHMS)
     transport_choice = "auto"
 

@@ -25,16 +25,16 @@ def default_cost_model():
 SHM_COST_MODEL = dict(
     alpha_s=1e-06, beta_s_per_byte=2e-10, gamma_s_per_byte=1e-10,
     latency_scale={'ring': 1.1237, 'halving_doubling': 1.0964, 'mesh': 1.0034, 'recursive_doubling': 1.5135,
-                   'shm': 0.5844},
+                   'shm_slots': 0.5844},
     bandwidth_scale={'ring': 0.9172, 'halving_doubling': 0.8871, 'mesh': 1.0394, 'recursive_doubling': 0.8707,
-                     'shm': 0.5918})
+                     'shm_slots': 0.5918})
 
 
 class ShmBackend(TcpBackend):
     """TcpBackend's engine and algorithms over the shared-memory transport (native/transport/shm_transport.c),
-    plus that transport's native collectives (algorithm "shm": native/transport/shm_collectives.c). Every rank
-    on one host: the C bootstrap refuses others, naming the ranks elsewhere. One rank too: its collectives are
-    the shared-memory transport's (algorithm "shm" runs everywhere this backend does)."""
+    plus that transport's native collectives (algorithm "shm_slots": native/transport/shm_collectives.c). Every
+    rank on one host: the C bootstrap refuses others, naming the ranks elsewhere. One rank too: its collectives
+    are the shared-memory transport's (algorithm "shm_slots" runs everywhere this backend does)."""
 
     name = "shm"
     algorithms = tuple(ALGORITHMS)

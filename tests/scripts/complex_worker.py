@@ -55,7 +55,7 @@ def reductions(comm, counts, report):
     """all_reduce, reduce_scatter (even and with counts) and reduce: every algorithm, op and accuracy."""
     rank, size = comm.rank, comm.size
     mine = {"all_reduce", "reduce_scatter"}
-    algorithms = {c: [a for a in COLL_ALGORITHMS[c] if a != "shm" or comm.transport == "shm"] + ["auto"]
+    algorithms = {c: [a for a in COLL_ALGORITHMS[c] if a != "shm_slots" or comm.transport == "shm"] + ["auto"]
                   for c in mine}
     ran = set()
     for dtype in DTYPES:

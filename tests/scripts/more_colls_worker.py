@@ -46,7 +46,8 @@ def check_exact(comm, k, big=False):
     want = np.concatenate([values(i, size * k)[rank * k:(rank + 1) * k] for i in range(size)])
     assert np.array_equal(out, want), ("all_to_all", k)
     # Over shared memory auto runs the transport's own all-to-all (slots, in rounds); elsewhere the pairwise one.
-    assert size == 1 or comm.last_algorithm == ("shm" if comm.backend == "shm" else "pairwise"), comm.last_algorithm
+    want = "shm_slots" if comm.backend == "shm" else "pairwise"
+    assert size == 1 or comm.last_algorithm == want, comm.last_algorithm
     # gather / scatter on every root
     for root in range(size):
         mine = values(rank, k, salt=root).astype(np.int32)

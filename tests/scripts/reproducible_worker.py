@@ -33,7 +33,7 @@ try:
     rank, size = comm.rank, comm.size
     algorithms = ["ring", "halving_doubling", "mesh", "recursive_doubling"]
     if os.environ.get("PYCOLL_BACKEND") == "shm":
-        algorithms.append("shm")
+        algorithms.append("shm_slots")
     for dtype in ("float16", "bfloat16", "float32", "float64"):
         x = contribution(rank, size, dtype)
         for algorithm in algorithms:

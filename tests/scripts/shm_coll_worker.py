@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 
 import numpy as np
 from shm_segments import Segments
@@ -163,7 +164,7 @@ def check_single_copies(comm, seg, agreed):
         for root in range(size):
             b = blocks[root].copy() if rank == root else np.zeros(count, dtype=np_dtype)
             wrote = writes_own_slots(comm, seg, lambda b=b, root=root: comm.broadcast(b, root=root))
-            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert comm.last_algorithm == "shm_slots", comm.last_algorithm
             assert np.array_equal(b, blocks[root]), ("broadcast", dtype, count, root)
             if rank == root:
                 assert wrote != single, ("broadcast wrote the slots" if wrote else "no slot written", dtype, count)
@@ -174,7 +175,7 @@ def check_single_copies(comm, seg, agreed):
         sent = np.concatenate([(blocks[j] + rank) % 101 for j in range(size)]).astype(np_dtype)
         out = np.zeros(size * count, dtype=np_dtype)
         wrote = writes_own_slots(comm, seg, lambda: comm.all_to_all(sent, out))
-        assert comm.last_algorithm == "shm", comm.last_algorithm
+        assert comm.last_algorithm == "shm_slots", comm.last_algorithm
         want = np.concatenate([(blocks[rank] + r) % 101 for r in range(size)]).astype(np_dtype)
         assert np.array_equal(out, want), ("all_to_all", dtype, count)
         assert wrote != single, ("all_to_all", wrote, dtype, count)
@@ -185,7 +186,7 @@ def check_single_copies(comm, seg, agreed):
         want = np.concatenate(blocks)
         out = np.zeros(size * count, dtype=np_dtype)
         wrote = writes_own_slots(comm, seg, lambda: comm.all_gather(blocks[rank], out))
-        assert comm.last_algorithm == "shm", comm.last_algorithm
+        assert comm.last_algorithm == "shm_slots", comm.last_algorithm
         assert np.array_equal(out, want), ("all_gather", dtype, count)
         assert wrote != single, ("all_gather", wrote, dtype, count)
         out = np.zeros(size * count, dtype=np_dtype)
@@ -213,18 +214,18 @@ try:
                 for accuracy in ("fast", "compensated"):
                     x = inputs(count, rank, op).astype(np_dtype)
                     out = np.empty_like(x)
-                    comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy=accuracy)
-                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    comm.all_reduce(x, out=out, op=op, algorithm="shm_slots", accuracy=accuracy)
+                    assert comm.last_algorithm == "shm_slots", comm.last_algorithm
                     assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
                         (dtype, count, op, accuracy, "out of place")
                     assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
-                    comm.all_reduce(x, op=op, algorithm="shm", accuracy=accuracy)
+                    comm.all_reduce(x, op=op, algorithm="shm_slots", accuracy=accuracy)
                     assert np.array_equal(x.astype(np.float64), want.astype(np.float64)), \
                         (dtype, count, op, accuracy, "in place")
             if "float" in dtype:
                 for accuracy in ("fast", "compensated"):
                     f = np.random.default_rng(1000 * rank + count).standard_normal(count).astype(np_dtype)
-                    comm.all_reduce(f, algorithm="shm", accuracy=accuracy)
+                    comm.all_reduce(f, algorithm="shm_slots", accuracy=accuracy)
                     digest.update(f.tobytes())
         for dtype, np_dtype, count in dtype_counts(boundary_counts, size):
             # reduce: the all-reduce's rounds, the result on the root only, in and out of place; every root.
@@ -236,7 +237,7 @@ try:
                     x = inputs(count, rank, op).astype(np_dtype)
                     out = np.full_like(x, 99)
                     comm.reduce(x, root, op=op, out=out, accuracy=accuracy)
-                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    assert comm.last_algorithm == "shm_slots", comm.last_algorithm
                     assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
                     if rank == root:
                         assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
@@ -251,10 +252,10 @@ try:
             root = count % size
             b = np.arange(count, dtype=np.float64) if rank == root else np.zeros(count)
             comm.broadcast(b, root=root)
-            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert comm.last_algorithm == "shm_slots", comm.last_algorithm
             assert np.array_equal(b, np.arange(count, dtype=np.float64)), ("broadcast", count, root)
         comm.barrier()
-        assert comm.last_algorithm == "shm", comm.last_algorithm
+        assert comm.last_algorithm == "shm_slots", comm.last_algorithm
         report["digest"] = digest.hexdigest()
         report["ok"] = True
     elif scenario == "scatter_gather":
@@ -274,8 +275,8 @@ try:
                 for accuracy in accuracies:
                     x = inputs(size * count, rank, op).astype(np_dtype)
                     out = np.full(count, 99, dtype=np_dtype)
-                    comm.reduce_scatter(x, out, op=op, algorithm="shm", accuracy=accuracy)
-                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    comm.reduce_scatter(x, out, op=op, algorithm="shm_slots", accuracy=accuracy)
+                    assert comm.last_algorithm == "shm_slots", comm.last_algorithm
                     assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), \
                         ("reduce_scatter", dtype, count, op, accuracy)
                     assert np.array_equal(x, inputs(size * count, rank, op).astype(np_dtype)), "input changed"
@@ -286,13 +287,13 @@ try:
                 for r in range(1, size):
                     want = want + xs[r][mine]
                 out = np.empty(count, dtype=np_dtype)
-                comm.reduce_scatter(xs[rank], out, algorithm="shm")
+                comm.reduce_scatter(xs[rank], out, algorithm="shm_slots")
                 assert np.array_equal(out, want), ("reduce_scatter in rank order", dtype, count)
             x = (inputs(count, rank, "sum") + rank).astype(np_dtype)
             want = np.concatenate([(inputs(count, r, "sum") + r) for r in range(size)]).astype(np_dtype)
             out = np.full(size * count, 99, dtype=np_dtype)
             comm.all_gather(x, out)
-            assert comm.last_algorithm == "shm", comm.last_algorithm
+            assert comm.last_algorithm == "shm_slots", comm.last_algorithm
             assert np.array_equal(out.astype(np.float64), want.astype(np.float64)), ("all_gather", dtype, count)
             out = np.full(size * count, 99, dtype=np_dtype)
             out[mine] = x
@@ -320,12 +321,12 @@ try:
                     want = reference([inputs(count, r, op) for r in range(size)], op, size, True)
                     x = inputs(count, rank, op).astype(np_dtype)
                     out = np.full_like(x, 99)
-                    comm.all_reduce(x, out=out, op=op, algorithm="shm", accuracy="reproducible")
-                    assert comm.last_algorithm == "shm", comm.last_algorithm
+                    comm.all_reduce(x, out=out, op=op, algorithm="shm_slots", accuracy="reproducible")
+                    assert comm.last_algorithm == "shm_slots", comm.last_algorithm
                     assert np.array_equal(out.astype(np.float64), want.astype(np_dtype).astype(np.float64)), \
                         (dtype, count, op, "out of place")
                     assert np.array_equal(x, inputs(count, rank, op).astype(np_dtype)), "input changed"
-                    comm.all_reduce(x, op=op, algorithm="shm", accuracy="reproducible")
+                    comm.all_reduce(x, op=op, algorithm="shm_slots", accuracy="reproducible")
                     assert np.array_equal(x, out), (dtype, count, op, "in place")
                 # Each plan the data can draw: gaussian (one element's worth of bits, or float64's two exact
                 # doubles), mixed magnitudes with cancellation (two int64 limbs), and float64 at its largest
@@ -339,7 +340,7 @@ try:
                 for name, g in datasets.items():
                     coded, ring = np.empty_like(g), np.empty_like(g)
                     with np.errstate(over="ignore"):
-                        comm.all_reduce(g, out=coded, algorithm="shm", accuracy="reproducible")
+                        comm.all_reduce(g, out=coded, algorithm="shm_slots", accuracy="reproducible")
                         comm.all_reduce(g, out=ring, algorithm="ring", accuracy="reproducible")
                     assert coded.tobytes() == ring.tobytes(), (dtype, count, name, "shm and ring differ")
         report["ok"] = True
@@ -353,7 +354,7 @@ try:
         if rank == 1 and kind == "dtype":
             x = np.ones(count, dtype=np.float64)
         op = "max" if rank == 1 and kind == "op" else "sum"
-        algorithm = "ring" if rank == 1 and kind == "algorithm" else "shm"
+        algorithm = "ring" if rank == 1 and kind == "algorithm" else "shm_slots"
         collective = os.environ.get("TEST_COLLECTIVE", "all_reduce")
         if rank == 1 and kind == "collective":
             comm.broadcast(x, root=0)
@@ -378,13 +379,25 @@ try:
         try:
             if os.environ.get("TEST_COLLECTIVE") == "reduce_scatter":
                 comm.reduce_scatter(np.ones(4 * size, dtype=np.float32), np.empty(4, dtype=np.float32),
-                                    algorithm="shm")
+                                    algorithm="shm_slots")
             else:
-                comm.all_reduce(np.ones(4, dtype=np.float32), algorithm="shm")
+                comm.all_reduce(np.ones(4, dtype=np.float32), algorithm="shm_slots")
         except ValueError as exc:
             report.update(error=type(exc).__name__, message=str(exc))
         comm.barrier()  # the refusal left the communicator usable
         report["ok"] = True
+    elif scenario == "names":
+        # The transport's own all-reduce by its name and by its former one ("shm", the backend's and the
+        # transport's name too): what ran, whether the sum is right, and what was warned.
+        runs = {}
+        for name in ("shm_slots", "shm"):
+            x = np.full(1000, rank + 1, dtype=np.float32)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                comm.all_reduce(x, algorithm=name)
+            runs[name] = {"ran": comm.last_algorithm, "right": bool(np.all(x == size * (size + 1) // 2)),
+                          "warnings": [(w.category.__name__, str(w.message)) for w in caught]}
+        report.update(runs=runs, backend=comm.backend, transport=comm.transport, ok=True)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 except (pycoll.PycollError, AssertionError) as exc:

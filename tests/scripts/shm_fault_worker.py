@@ -103,7 +103,7 @@ def fuzz_round(comm, it, checked):
     the slots and by single copies (from 1 MiB), and ring all-reduces smaller and larger than a ring. Results
     checked exactly; wrong ones counted."""
     size, rank = comm.size, comm.rank
-    for count, algorithm in ((16, "shm"), (40_000, "shm"), (16, "ring"), (20_000, "ring")):
+    for count, algorithm in ((16, "shm_slots"), (40_000, "shm_slots"), (16, "ring"), (20_000, "ring")):
         x = np.arange(count, dtype=np.float64) + rank + it
         comm.all_reduce(x, algorithm=algorithm)
         want = size * (np.arange(count, dtype=np.float64) + it) + size * (size - 1) / 2
@@ -195,7 +195,7 @@ try:
             report["ok"] = True
     elif scenario == "poke":
         field = os.environ["TEST_FIELD"]
-        algorithm = os.environ.get("TEST_ALGORITHM", "shm")
+        algorithm = os.environ.get("TEST_ALGORITHM", "shm_slots")
         x = np.ones(int(os.environ.get("TEST_COUNT", "16")), dtype=np.float32)
         comm.all_reduce(x, algorithm=algorithm)
         if rank == 1:

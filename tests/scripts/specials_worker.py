@@ -81,7 +81,7 @@ try:
     rank, size = comm.rank, comm.size
     algorithms = ["ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical"]
     if os.environ.get("PYCOLL_BACKEND") == "shm":
-        algorithms.append("shm")
+        algorithms.append("shm_slots")
     ran = set()
     for dtype in DTYPES:
         for count in COUNTS:

@@ -15,8 +15,8 @@ extern "C" {
 /* Cost model for automatic selection, NCCL-style: each algorithm's time = latency + bytes / bandwidth, from
  * the textbook counts of its messages (alpha each), bytes sent (beta) and bytes reduced (gamma), each part
  * scaled by a per-algorithm factor that the defaults or `pycoll tune` set from measured times. */
-/* The algorithm ids with a pair of scale factors in pycoll_cost_model_t: those up to PYCOLL_ALGO_SHM, the ones
- * the all-reduce cost model weighs. Fixed (the struct's layout is part of the ABI); later ids have none. */
+/* The algorithm ids with a pair of scale factors in pycoll_cost_model_t: those up to PYCOLL_ALGO_SHM_SLOTS, the
+ * ones the all-reduce cost model weighs. Fixed (the struct's layout is part of the ABI); later ids have none. */
 #define PYCOLL_COST_MODEL_ALGOS 7
 
 typedef struct pycoll_cost_model {
@@ -41,11 +41,11 @@ PYCOLL_API void pycoll_all_reduce_cost_terms(const pycoll_cost_model_t *model, p
 PYCOLL_API double pycoll_predict_all_reduce_s(const pycoll_cost_model_t *model, pycoll_algorithm_t algorithm,
                                               int32_t size, int64_t nbytes);
 /* The all-reduce with the least predicted time, among the all-reduce table's algorithms that run over any
- * transport (never a native one such as PYCOLL_ALGO_SHM). */
+ * transport (never a native one such as PYCOLL_ALGO_SHM_SLOTS). */
 PYCOLL_API pycoll_algorithm_t pycoll_choose_all_reduce(const pycoll_cost_model_t *model, int32_t size,
                                                        int64_t nbytes);
 /* The same over `hosts` hosts whose largest has max_local ranks (hosts <= 1: one host, as above), with
- * `native` (a transport's native algorithm, e.g. PYCOLL_ALGO_SHM; AUTO for none) among the candidates. Every
+ * `native` (a transport's native algorithm, e.g. PYCOLL_ALGO_SHM_SLOTS; AUTO for none) among the candidates. Every
  * flat algorithm's messages then cross the inter-host link; hierarchical (native/algorithms/hierarchical.c)
  * crosses it once per byte per host and runs two ring phases within each host, taking the ring's scale factors
  * (its phases are rings). Hierarchical is INFINITY on one host or with one rank per host, where it is the ring. */

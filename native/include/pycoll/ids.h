@@ -65,9 +65,11 @@ typedef enum pycoll_algorithm {
     PYCOLL_ALGO_MESH = 3,
     PYCOLL_ALGO_RECURSIVE_DOUBLING = 4,
     PYCOLL_ALGO_HIERARCHICAL = 5,
-    /* The shared-memory transport's native collectives (native/transport/shm_collectives.c): run only over a
-     * transport whose ops->native table has the collective. */
-    PYCOLL_ALGO_SHM = 6,
+    /* The shared-memory transport's native collectives (native/transport/shm_collectives.c), named "shm_slots"
+     * (each rank's slots in shared memory): run only over a transport whose ops->native table has the
+     * collective. PYCOLL_ALGO_SHM is its former name, kept so that C programs written against it still build. */
+    PYCOLL_ALGO_SHM_SLOTS = 6,
+    PYCOLL_ALGO_SHM = PYCOLL_ALGO_SHM_SLOTS,
     PYCOLL_ALGO_BINOMIAL_TREE = 7,  /* broadcast (pipelined); reduce, gather, scatter of small buffers */
     PYCOLL_ALGO_SCATTER_GATHER = 8, /* reduce of large buffers: ring reduce-scatter, then every block to the root */
     PYCOLL_ALGO_FLAT = 9,           /* gather, scatter of large buffers: the root exchanges with every rank at once */

@@ -111,7 +111,7 @@ typedef struct pycoll_exact_codec {
 
 typedef struct pycoll_native_collectives {
     uint32_t version;   /* PYCOLL_NATIVE_COLLECTIVES_VERSION */
-    int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM), named in descriptors */
+    int32_t algorithm;  /* the pycoll_algorithm_t these run as (e.g. PYCOLL_ALGO_SHM_SLOTS), named in descriptors */
     /* sendbuf == recvbuf is in place. PYCOLL_AVG sums, then divides once by p2p->size; COMPENSATED as in
      * kernels.h (float sum/avg), other dtypes and ops as FAST. */
     pycoll_status_t (*all_reduce)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,

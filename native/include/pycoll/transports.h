@@ -23,7 +23,7 @@ PYCOLL_API pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size,
  * deadline); NULL for none. ring_bytes: each ring's size, a power of two >= 4096; 0 for the default (4 MiB).
  * A wait spins for p2p->spin_ns before it sleeps, as over TCP. A segment is its rank's rings and then its
  * collective area (a control page and two slots as large as a ring, at most 4 MiB each: 8 MiB + 4 KiB
- * by default), for the native collectives (ops->native, algorithm "shm"). */
+ * by default), for the native collectives (ops->native, algorithm "shm_slots"). */
 PYCOLL_API int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes);
 PYCOLL_API pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
                                                      const int32_t *pids, int64_t ring_bytes, char *error,
