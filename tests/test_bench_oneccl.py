@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pycoll.bench import oneccl, peers
+from pycoll.bench import oneccl, peers, sweep
 from pycoll.cli import bench as bench_cli
 
 FAST = ["--iters", "3", "--warmup", "1"]
@@ -126,8 +126,12 @@ def test_compare_with_oneccl_gives_its_rows(collective, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     assert "# time ratio" in proc.stdout, proc.stdout
     rows = [r for r in json.loads(out_json.read_text()) if r["backend"] == "oneccl"]
-    assert sorted((r["dtype"], r["bytes"], r["wrong"]) for r in rows) == \
-        [("float32", 64, 0), ("float32", 256, 0), ("int32", 64, 0), ("int32", 256, 0)]
+    # One row per dtype, size and form oneCCL runs: every size and dtype in the collective's first form (out of
+    # place where it has one), correct rows only in forms the collective has.
+    first = sweep.FORMS[collective][0]
+    got = sorted(((r["dtype"], r["bytes"], r["wrong"]) for r in rows if r["in_place"] == first))
+    assert got == [("float32", 64, 0), ("float32", 256, 0), ("int32", 64, 0), ("int32", 256, 0)], rows
+    assert all(r["wrong"] == 0 and r["in_place"] in sweep.FORMS[collective] for r in rows), rows
 
 
 @pytest.mark.timeout(120)
