@@ -20,18 +20,18 @@ def test_ids_come_from_c_in_id_order():
 
 def test_each_collective_lists_the_algorithms_it_has():
     assert COLL_ALGORITHMS["all_reduce"] == ("ring", "halving_doubling", "mesh", "recursive_doubling",
-                                             "hierarchical", "shm")
+                                             "hierarchical", "shm_slots")
     for coll in ("all_gather_v", "reduce_scatter_v"):
         assert COLL_ALGORITHMS[coll] == ("ring",)
-    assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather", "shm")
+    assert COLL_ALGORITHMS["reduce"] == ("binomial_tree", "scatter_gather", "shm_slots")
     for coll in ("gather", "scatter"):
         assert COLL_ALGORITHMS[coll] == ("binomial_tree", "flat")
     # the shared-memory transport runs its own, listed last: never a collective's fallback
-    assert COLL_ALGORITHMS["broadcast"] == ("binomial_tree", "shm")
-    assert COLL_ALGORITHMS["barrier"] == ("dissemination", "shm")
-    assert COLL_ALGORITHMS["all_to_all"] == ("pairwise", "shm")
-    assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh", "shm")
-    assert COLL_ALGORITHMS["all_gather"] == ("ring", "shm")
+    assert COLL_ALGORITHMS["broadcast"] == ("binomial_tree", "shm_slots")
+    assert COLL_ALGORITHMS["barrier"] == ("dissemination", "shm_slots")
+    assert COLL_ALGORITHMS["all_to_all"] == ("pairwise", "shm_slots")
+    assert COLL_ALGORITHMS["reduce_scatter"] == ("ring", "halving_doubling", "mesh", "shm_slots")
+    assert COLL_ALGORITHMS["all_gather"] == ("ring", "shm_slots")
     assert set(COLL_ALGORITHMS) == set(abi.COLLECTIVES)
     for algorithms in COLL_ALGORITHMS.values():
         assert "auto" not in algorithms and set(algorithms) <= set(ALGORITHMS)
@@ -40,7 +40,7 @@ def test_each_collective_lists_the_algorithms_it_has():
 
 
 def test_algorithm_traits_come_from_the_table():
-    assert abi.NATIVE_ALGORITHMS == ("shm",) and abi.HOST_ALGORITHMS == ("hierarchical",)
+    assert abi.NATIVE_ALGORITHMS == ("shm_slots",) and abi.HOST_ALGORITHMS == ("hierarchical",)
 
 
 def test_comm_create_refuses_a_transport_of_another_p2p_version():
@@ -71,9 +71,9 @@ def test_the_refusal_reads_clearly_in_python():
 
 
 def test_auto_considers_a_native_algorithm_only_where_the_transport_has_it():
-    # The shared-memory transport's "shm" is cheapest by the default model at every size, but a transport
+    # The shared-memory transport's "shm_slots" is cheapest by the default model at every size, but a transport
     # without native collectives (TCP, the simulator) never gets it.
-    shm = ALGORITHMS["shm"]
+    shm = ALGORITHMS["shm_slots"]
     for size in (2, 4):
         for nbytes in (4, 1 << 16, 1 << 26):
             assert _sim.choose_all_reduce(size, nbytes) != shm
@@ -87,7 +87,7 @@ def test_explicit_native_algorithm_over_a_transport_without_it_is_refused_naming
 
     x = [np.ones(4, dtype=np.float32) for _ in range(2)]
     calls = [(abi.COLLECTIVES["all_reduce"], a.ctypes.data, a.ctypes.data, 4, dtype_id("float32"), OPS["sum"],
-              ALGORITHMS["shm"], 0, -1) for a in x]
+              ALGORITHMS["shm_slots"], 0, -1) for a in x]
     status, _, ranks = _sim.run(calls, 10.0)
     assert status == abi.STATUS_INVALID, (status, ranks)
     for rank_status, _, message, _ in ranks:

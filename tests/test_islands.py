@@ -356,7 +356,7 @@ def test_one_host_and_two_nccl_ranks_and_a_mismatch_on_every_rank(env):
     assert outs[0]["islands"] == [("cpu", (0,)), ("nccl", (1, 2))]
     # The leaders (ranks 0 and 1) have a host communicator of their own, which on one host runs the shared-memory
     # transport's own collectives (a split of the job's would run pycoll's generic schedules); rank 2 has none.
-    assert [out["crossing"] for out in outs] == [("shm", "shm"), ("shm", "shm"), None]
+    assert [out["crossing"] for out in outs] == [("shm", "shm_slots"), ("shm", "shm_slots"), None]
     for out in outs:
         assert out["float64"].tobytes() == outs[0]["float64"].tobytes()
         np.testing.assert_array_equal(out["gathered"], np.concatenate([_ints(r, 6, np.int32) for r in range(3)]))
