@@ -231,25 +231,16 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     pycoll_request_t *reqs = calloc((size_t)n_reqs, sizeof *reqs);
     unsigned char *msgs = calloc((size_t)size + 2, msg_bytes);
     value = calloc(1, msg_bytes);
+    pycoll_status_t st = PYCOLL_ERR_NOMEM;
     if (!ft || !lost || !members || !reqs || !msgs || !value) {
-        free(lost);
-        free(members);
-        free(value);
-        free(reqs);
-        free(msgs);
         snprintf(comm->error, sizeof comm->error, "agreement: out of memory");
-        return PYCOLL_ERR_NOMEM;
+        goto release;
     }
     char waited[COMM_ERROR_LEN] = "";
-    pycoll_status_t st = progress_take_turn(comm, 1, waited, sizeof waited);
+    st = progress_take_turn(comm, 1, waited, sizeof waited);
     if (st != PYCOLL_OK) {
         snprintf(comm->error, sizeof comm->error, "%s", waited[0] ? waited : "interrupted while waiting for its turn");
-        free(lost);
-        free(members);
-        free(value);
-        free(reqs);
-        free(msgs);
-        return st;
+        goto release;
     }
     /* Who takes part: comm's members not known lost; every other rank of the transport is cut. */
     for (int32_t r = 0; r < size; r++)
@@ -272,12 +263,7 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
                  "memory and TCP have them)", p2p->ops->name);
         ft->epoch--;
         progress_end_turn(comm);
-        free(lost);
-        free(members);
-        free(value);
-        free(reqs);
-        free(msgs);
-        return st;
+        goto release;
     }
     /* The last agreement's requests may sit in the queues of peers lost then until the reset dropped them. */
     free(ft->reqs);
@@ -286,6 +272,8 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     ft->msgs = msgs;
     ft->n_reqs = n_reqs;
     ft->used_reqs = 0;
+    reqs = NULL; /* the family's now */
+    msgs = NULL;
     if (st == PYCOLL_OK) {
         atomic_store(&family->revoked, 0);
         p2p->desc = (pycoll_coll_desc_t){.seq = epoch, .root = -1, .coll = PYCOLL_COLL_BARRIER,
@@ -334,9 +322,12 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
                      "of the survivors)", was_revoked ? "it was revoked" : "ranks of it were lost");
     }
     progress_end_turn(comm);
+release:
     free(lost);
     free(members);
     free(value);
+    free(reqs);
+    free(msgs);
     return st;
 }
 
