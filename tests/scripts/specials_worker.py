@@ -4,12 +4,11 @@ itself and -0.0 on every rank and at every position (block and segment tails inc
 algorithm (sum and avg) and reduce run them in fast and in compensated mode, and the rank reports where the two
 differ. Prints one JSON line and exits 0."""
 
-import json
 import os
-import sys
 
 import ml_dtypes
 import numpy as np
+from worker_report import report_and_close
 
 import pycoll
 
@@ -109,7 +108,4 @@ try:
 except (pycoll.PycollError, AssertionError) as exc:
     report.update(error=type(exc).__name__, message=str(exc))
 report["rank"] = comm.rank if comm is not None else -1
-sys.stdout.write(json.dumps(report) + "\n")
-sys.stdout.flush()
-if comm is not None:
-    comm.close()
+report_and_close(report, comm)
