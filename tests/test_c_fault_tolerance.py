@@ -2,30 +2,17 @@
 (tests/c/ft_test.c, built against the installed headers and library): three processes, one killed; the
 survivors shrink, all-reduce, revoke, shrink again and agree."""
 
-import os
-import shutil
 import subprocess
 
 import pytest
-
-import pycoll
+from c_programs import build
 
 pytestmark = pytest.mark.timeout(120)
-
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c", "ft_test.c")
-CC = shutil.which("cc") or shutil.which("gcc")
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    if CC is None:
-        pytest.skip("no C compiler (cc/gcc) on PATH")
-    binary = tmp_path_factory.mktemp("c") / "ft_test"
-    lib = pycoll.get_library()
-    subprocess.run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", SOURCE, "-o", str(binary),
-                    f"-I{pycoll.get_include()}", lib, f"-Wl,-rpath,{os.path.dirname(lib)}"], check=True,
-                   capture_output=True, text=True)
-    return binary
+    return build(tmp_path_factory, "ft_test")
 
 
 def test_a_c_program_survives_a_killed_rank(program):
