@@ -64,11 +64,11 @@ def test_a_unique_id_of_another_job_is_an_authentication_error_at_once():
     import subprocess
     import sys
 
-    root = subprocess.Popen([sys.executable, "-c", _ROOT], stdout=subprocess.PIPE, text=True)
+    root = subprocess.Popen([sys.executable, "-P", "-c", _ROOT], stdout=subprocess.PIPE, text=True)
     try:
         unique_id = bytes.fromhex(root.stdout.readline().strip())
         other_job = unique_id[:ID_JOB] + os.urandom(ID_END - ID_JOB) + unique_id[ID_END:]
-        joiner = subprocess.run([sys.executable, "-c", _JOINER, other_job.hex()], capture_output=True, text=True,
+        joiner = subprocess.run([sys.executable, "-P", "-c", _JOINER, other_job.hex()], capture_output=True, text=True,
                                 timeout=DEADLINE + 30)
     finally:
         root.kill()

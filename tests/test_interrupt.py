@@ -33,7 +33,7 @@ def _wait_for(path, proc, deadline_s):
 @pytest.mark.timeout(120)
 def test_ctrl_c_ends_the_run_and_its_rank_processes_within_seconds(tmp_path):
     # Its own session, so that the SIGINT goes to its process group only, as a terminal sends Ctrl-C.
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                              str(SESSION)], env=dict(os.environ, TEST_OUT=str(tmp_path)), cwd=SESSION.parents[2],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -37,7 +37,7 @@ for _ in range(3):
 
 @pytest.mark.timeout(60)
 def test_a_repeated_store_warning_is_rate_limited_per_process_not_per_store():
-    result = subprocess.run([sys.executable, "-c", _JUNK_TO_THREE_STORES], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-P", "-c", _JUNK_TO_THREE_STORES], capture_output=True, text=True,
                             timeout=50)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "dropping connection" in line]
