@@ -54,8 +54,8 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "init_rank", "join", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
-           "Work", "wait_all", "GradientBuckets", "reduce_tree",
+__all__ = ["init", "init_rank", "join", "get_unique_id", "get_include", "get_library", "backends", "Communicator",
+           "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "CommunicatorRevoked", "AuthenticationError", "DuplicateRank", "SettingError", "WrongProcess", "SUM",
            "PROD", "MIN", "MAX", "AVG"]

@@ -516,8 +516,10 @@ class Communicator:
                 published = exc
         try:
             grown = self._backend.grow(engine, unique_id, world_size, timeout=float(timeout))
-        except PycollError as exc:
-            raise (published or exc) from (exc if published else None)
+        except Exception as exc:
+            if published is None:
+                raise
+            raise published from exc  # why rank 0 had no id: the members' refusal follows from it
         return Communicator(grown, rank=self._rank, size=world_size, backend=self._backend, timeout=timeout,
                             hosts=grown.hosts, accepted=self._accepted)
 
@@ -807,13 +809,15 @@ def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifna
     return _by_unique_id("init_rank", unique_id, rank, world_size, backend, timeout, ifname, first_rank=0)
 
 
-def join(unique_id=None, rank=None, world_size=None, *, backend="cpu", timeout=300.0, ifname=None):
+def join(unique_id=None, rank=None, world_size=None, *, backend=None, timeout=300.0, ifname=None):
     """Join a job that grows (its members call comm.grow(world_size)) as the new rank `rank`, one of
     size..world_size-1 after the members'. unique_id: the one rank 0 of the members grows with, handed over by
     any means. With no arguments (a launcher's relaunch): rank and world_size from the launcher's variables, as
     init() reads them, and the id from the job's rendezvous store at MASTER_ADDR:MASTER_PORT, published there by
-    the members' grow without an id (the PYCOLL_GROW_GENERATION-th of the job). timeout: set-up's, the wait for
-    the id included, and the new communicator's."""
+    the members' grow without an id (the PYCOLL_GROW_GENERATION-th of the job). backend: the members' (default
+    PYCOLL_BACKEND, as init). timeout: set-up's, the wait for the id included, and the new communicator's."""
+    if backend is None:
+        backend = default_backend()
     if unique_id is None:
         env = launch_env.resolve(rank=rank, world_size=world_size)
         rank, world_size = env.rank, env.world_size

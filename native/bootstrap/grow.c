@@ -45,7 +45,14 @@ pycoll_status_t pycoll_comm_grow_config(pycoll_comm_t *comm, int32_t world_size,
     memset(&shared, 0, sizeof shared);
     if (rank == 0 && id)
         shared = *id;
+    /* The grow's deadline bounds the id's broadcast too: a member that never calls grow is named by then. */
+    pycoll_comm_options_t options, bounded;
+    pycoll_comm_get_options(comm, &options);
+    bounded = options;
+    bounded.timeout_s = config->timeout_s;
+    pycoll_comm_set_options(comm, &bounded);
     pycoll_status_t st = pycoll_comm_broadcast(comm, shared.internal, PYCOLL_UNIQUE_ID_BYTES, PYCOLL_UINT8, 0);
+    pycoll_comm_set_options(comm, &options);
     if (st != PYCOLL_OK)
         return grow_fail(st, "rank %d: receiving rank 0's unique id for the grow over the communicator: %s",
                          (int)rank, pycoll_comm_error(comm));
