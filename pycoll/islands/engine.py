@@ -266,10 +266,11 @@ class IslandsEngine(Engine):
     def _break(self, exc):
         """This rank leaves the collective on `exc`: the ranks still waiting on it learn of it now, not at their
         deadline. Its island peers waiting inside their vendor's collective get the watch's notice (failures.py)
-        and abort theirs; ranks waiting on it in a host step see it revoke its host communicators (they raise
-        CommunicatorRevoked at once, or PeerFailure where they wait on the dead rank itself). Its own vendor
-        communicator is marked failed (and stopped, by the vendor's revoke where it has one). The communicator
-        is unusable afterwards, as after any PeerFailure, but its connections stay: the survivors shrink it."""
+        and abort theirs; ranks waiting on it in a step between islands or in its host island see it close those
+        communicators (without lingering: they raise PeerFailure naming it), and ranks waiting in the job's host
+        communicator see it revoked (CommunicatorRevoked). Its own vendor communicator is marked failed (and
+        stopped, by the vendor's revoke where it has one). The communicator is unusable afterwards, as after any
+        PeerFailure, but the job's connections stay: the survivors shrink it."""
         if self._broken:
             return
         self._broken = True
@@ -278,11 +279,13 @@ class IslandsEngine(Engine):
             self._watch.notify(-1, reason)
         if self.inner is not None:
             self.inner.request_abort(-1, reason)
+        # The step communicators are closed (their peers raise PeerFailure naming this rank; a shrink makes new
+        # ones), the job's is revoked: its connections are what the survivors shrink over.
         for engine in (self.leaders, self.inner, self._island_host, self.world):
             if engine is not None and engine.native is not None:
                 try:
-                    engine.native.revoke()
-                except PycollError:  # closed already: the failure is raised already
+                    engine.native.revoke() if engine is self.world else engine.native.close(0.0)
+                except PycollError:  # what a broken communicator reports at close: the failure is raised already
                     pass
 
     def _peer_failed(self, rank, reason):
@@ -364,5 +367,9 @@ class IslandsEngine(Engine):
             if engine is not None:
                 if engine.close_linger is not None and self.close_linger is not None:  # the communicator's bound
                     engine.close_linger = min(engine.close_linger, self.close_linger)
-                engine.close()
+                try:
+                    engine.close()
+                except PycollError:
+                    if not self._broken:
+                        raise  # after a failure (raised already), what the ranks left unfinished is no news
         self.inner = self.leaders = self._island_host = None
