@@ -55,7 +55,7 @@ def shrink(old, exclude, timeout):
         calls = _HostCalls(island_host, island.size)
         by_vendor = all(all_gather_object(calls, old.inner.can_shrink()))
         lost = [i for i, r in enumerate(old.island.ranks) if r not in survivors]
-        new.inner = old.inner.shrink(lost, HostExchange(calls, island_rank), by_vendor=by_vendor)
+        new.inner = old.inner.shrunk(lost, HostExchange(calls, island_rank), by_vendor=by_vendor)
         new._island_host = island_host
         new.shrunk_by_vendor = by_vendor
     new.assemble(formed, dict(old.islands.refused))

@@ -337,7 +337,7 @@ class VendorEngine(Engine):
         the same library, which the caller checks with them before shrink()."""
         return "shrink" in self.vendor.fault_tolerance()
 
-    def shrink(self, exclude, store, *, by_vendor):
+    def shrunk(self, exclude, store, *, by_vendor):
         """The engine of this one's ranks but `exclude` (ascending), called by those ranks alike. by_vendor: each
         communicator shrunk by the vendor (no new id, so no rendezvous: ncclCommShrink); else the default one is
         created afresh among them. `store` is where the new engine's ids are exchanged from now on (the job's
