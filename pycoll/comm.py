@@ -484,8 +484,9 @@ class Communicator:
         ranks = child.parent_ranks
         from pycoll.rendezvous.hosts import Hosts
         hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
-        comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
-                            hosts=hosts, ranks=ranks, accepted=self._accepted)
+        # Of this one's class: a shrunk backend="auto" communicator still says which islands it has.
+        comm = type(self)(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
+                          hosts=hosts, ranks=ranks, accepted=self._accepted)
         comm._parent = self  # its connections are this one's root's
         self._children.add(comm)
         return comm
