@@ -45,10 +45,11 @@ def rank_main():
     except pycoll.PeerFailure:
         caught = time.monotonic()
     new = comm.shrink()
+    shrunk = time.monotonic()
     y = np.array([rank + 1.0])
     new.all_reduce(y)
     done = time.monotonic()
-    print(json.dumps({"caught": caught, "done": done, "sum": float(y[0]), "ranks": new.ranks,
+    print(json.dumps({"caught": caught, "shrunk": shrunk, "done": done, "sum": float(y[0]), "ranks": new.ranks,
                       "transport": comm.transport}), flush=True)
     new.close()
     comm.close()
@@ -84,6 +85,8 @@ def one_kill(n, backend, rng, hosts=None):
         victim = rng.randrange(n)
         killed = time.monotonic()
         os.kill(procs[victim].pid, signal.SIGKILL)
+        procs[victim].wait()  # reaped: the kernel has taken it down (its sockets closed, its pid gone)
+        died = time.monotonic()
         reports = []
         for r, p in enumerate(procs):
             if r == victim:
@@ -98,7 +101,8 @@ def one_kill(n, backend, rng, hosts=None):
             raise RuntimeError(f"wrong sum after the shrink: {reports}")
         if hosts and any(rep["transport"] != "shm+tcp" for rep in reports):
             raise RuntimeError(f"expected shared memory within the hosts and TCP between them: {reports}")
-        return victim, max(rep["caught"] for rep in reports) - killed, max(rep["done"] for rep in reports) - killed
+        return victim, died - killed, *(max(rep[when] for rep in reports) - killed for when in ("caught", "shrunk",
+                                                                                                "done"))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -151,30 +155,34 @@ def main():
 
 def measure(args, backend, rng, hosts):
     """One row: args.kills kills of a random rank of a job on `backend`."""
-    detect, recover, victims = [], [], []
+    gone, detect, shrunk, recover, victims = [], [], [], [], []
     for _ in range(args.kills):
-        victim, caught, done = one_kill(args.ranks, backend, rng, hosts)
+        victim, died, caught, shrank, done = one_kill(args.ranks, backend, rng, hosts)
         victims.append(victim)
-        detect.append(caught * 1e3)
-        recover.append(done * 1e3)
-    row = (backend, args.kills, percentile(detect, 50), percentile(detect, 99), percentile(recover, 50),
-           percentile(recover, 99), max(recover), ", ".join(str(v) for v in sorted(set(victims))))
-    print("{}: {} kills, caught p50 {:.1f} ms p99 {:.1f} ms; recovered p50 {:.1f} ms p99 {:.1f} ms "
-          "(max {:.1f} ms); ranks killed: {}".format(*row), flush=True)
+        for values, t in ((gone, died), (detect, caught), (shrunk, shrank), (recover, done)):
+            values.append(t * 1e3)
+    row = (backend, args.kills, *(percentile(v, q) for v in (gone, detect, shrunk, recover) for q in (50, 99)),
+           max(recover), ", ".join(str(v) for v in sorted(set(victims))))
+    print("{}: {} kills, died p50 {:.1f} ms p99 {:.1f} ms; caught p50 {:.1f} ms p99 {:.1f} ms; shrunk p50 {:.1f} ms "
+          "p99 {:.1f} ms; recovered p50 {:.1f} ms p99 {:.1f} ms (max {:.1f} ms); ranks killed: {}".format(*row),
+          flush=True)
     return row
 
 
-HEADER = ("| backend | kills | caught p50 (ms) | caught p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | "
-          "max (ms) | ranks killed |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+HEADER = ("| backend | kills | died p50 (ms) | died p99 (ms) | caught p50 (ms) | caught p99 (ms) | shrunk p50 (ms) | "
+          "shrunk p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | max (ms) | ranks killed |\n|" + " --- |" * 12)
 METHOD = """Method: each kill is a job of its own; its ranks all-reduce 16 KiB (float32 sum) in a loop, and after a
 random 50-300 ms one rank chosen at random gets SIGKILL. Every survivor catches the PeerFailure, calls `shrink()` and
-all-reduces its rank + 1 on the shrunk communicator (the sum is checked). "caught": from the kill until the last
-survivor caught the PeerFailure; "recovered": until the last survivor's all-reduce on the shrunk communicator
-returned."""
+all-reduces its rank + 1 on the shrunk communicator (the sum is checked). "died": from the kill until this
+process had reaped the killed rank (the kernel took it down: on loaded cores it must be scheduled to exit,
+and until then its sockets stay open and its pid lives); "caught": until the last survivor caught the
+PeerFailure; "shrunk": until the last survivor's `shrink()` returned; "recovered": until the
+last survivor's all-reduce on the shrunk communicator returned."""
 
 
 def table(rows):
-    return "\n".join("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {} |".format(*row) for row in rows)
+    return "\n".join("| {} | {} |".format(*row[:2]) + "".join(f" {v:.1f} |" for v in row[2:-1]) + f" {row[-1]} |"
+                     for row in rows)
 
 
 def command():
@@ -214,8 +222,9 @@ Produced by `{command()}` in {time.monotonic() - started:.0f} s, as root.
 Setup: {args.hosts} network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), ranks spread
 evenly in rank order ({args.ranks // args.hosts} per host), the store on rank 0's host. Backend "default": no
 PYCOLL_BACKEND, so the job runs over shared memory within each host and TCP between the hosts (transport
-`shm+tcp`, checked on every survivor). {METHOD} CLOCK_MONOTONIC, one clock for every process of the machine
-(namespaces share it).
+`shm+tcp`, checked on every survivor).
+
+{METHOD} CLOCK_MONOTONIC, one clock for every process of the machine (namespaces share it).
 
 {HEADER}
 {table(rows)}
