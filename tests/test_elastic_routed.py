@@ -2,9 +2,11 @@
 host and TCP between them (the routed transport), and revoke, agree and shrink work there as over either alone.
 Real processes on 127.0.0.1, two hosts faked by PYCOLL_HOSTID (ranks 0, 1 on one, 2, 3 on the other): a rank
 of each host killed in turn (rank 0, the store's host, among them), a revoke crossing hosts, a rank dying
-during an agreement. Across real network-namespace hosts: test_elastic_netns.py and bench/recovery.py."""
+during an agreement; under the stress marker, many kills of a random rank at a random point. Across real
+network-namespace hosts: test_elastic_netns.py and bench/recovery.py."""
 
 import os
+import random
 import signal
 import time
 
@@ -49,6 +51,22 @@ def test_killed_rank_on_either_host_the_survivors_shrink_and_all_reduce(victim, 
     recovered = max(rep["done"] for rep in reports.values()) - killed_at
     print(f"\nshm+tcp, rank {victim} killed: every survivor had shrunk and all-reduced after "
           f"{recovered * 1e3:.1f} ms")
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(900)
+def test_many_kills_of_a_random_rank_at_a_random_point(no_segment_left):
+    rng = random.Random(36)
+    for _ in range(40):
+        victim = rng.randrange(N)
+        with Ranks(N, "elastic_worker.py", "kill", timeout=10, rank_env=_host_env) as job:
+            job.wait_ready(range(N))
+            time.sleep(rng.uniform(0.02, 0.3))
+            os.kill(job.procs[victim].pid, signal.SIGKILL)
+            reports = job.reports([r for r in range(N) if r != victim], deadline_s=40)
+        for r, rep in reports.items():
+            assert rep.get("ok") and rep["sum"] == _survivor_sum({victim}), (victim, r, rep)
+            assert rep["hier_sums"] == [_survivor_sum({victim})] and rep["failed_ranks"] == [victim], (victim, r, rep)
 
 
 @pytest.mark.timeout(60)
