@@ -17,6 +17,8 @@
  * others. PYCOLL_ERR_UNSUPPORTED (nothing changed) for a transport without it. A routed transport
  * (routed_transport.c) resets each of its children. */
 pycoll_status_t pycoll_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
+/* Whether p2p is of a kind that has pycoll_ft_reset (a finalized one still refuses). */
+int pycoll_ft_can_reset(const pycoll_p2p_t *p2p);
 /* Stop talking to peer r for good, so that r sees this rank gone (it must not wait for it). */
 void pycoll_ft_cut(pycoll_p2p_t *p2p, int32_t r);
 /* Whether the transport has stopped talking to peer r (found it dead, closed or cut): only the first error is

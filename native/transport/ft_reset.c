@@ -4,6 +4,12 @@
 #include "common/ft_reset.h"
 #include "transport/shm_transport.h"
 
+int pycoll_ft_can_reset(const pycoll_p2p_t *p2p)
+{
+    const char *name = p2p->ops->name;
+    return strcmp(name, "tcp") == 0 || strcmp(name, "shm") == 0 || strcmp(name, "routed") == 0;
+}
+
 pycoll_status_t pycoll_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
 {
     const char *name = p2p->ops->name;

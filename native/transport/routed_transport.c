@@ -269,17 +269,18 @@ static pycoll_p2p_t *child_of(pycoll_p2p_t *p2p, int32_t r)
 pycoll_status_t routed_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
 {
     routed_transport_t *t = impl(p2p);
+    for (int32_t c = 0; c < t->n_children; c++)
+        if (!pycoll_ft_can_reset(t->children[c]))
+            return PYCOLL_ERR_UNSUPPORTED; /* before any child changed: the transport is as it was */
     pycoll_ft_clear_error(p2p);
     atomic_store_explicit(&t->wake, 0, memory_order_relaxed);
     for (int32_t c = 0; c < t->n_children; c++) {
         pycoll_p2p_t *child = t->children[c];
         share_state(t, child);
         const pycoll_status_t st = pycoll_ft_reset(child, epoch, lost);
-        if (st == PYCOLL_ERR_UNSUPPORTED && c == 0)
-            return st; /* nothing changed yet: every child was built by the same init, so none can */
-        if (st == PYCOLL_ERR_UNSUPPORTED)
-            return pycoll_p2p_fail(p2p, PYCOLL_ERR_CLOSED, -1, "the %s transport between hosts cannot start "
-                                   "over (finalized)", child->ops->name);
+        if (st == PYCOLL_ERR_UNSUPPORTED) /* a child finalized alone: the communicator is closed already */
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_CLOSED, -1, "the %s transport under the routed one was closed",
+                                   child->ops->name);
         if (st != PYCOLL_OK)
             return take_child_error(t, child);
     }
