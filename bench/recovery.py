@@ -3,13 +3,18 @@ the kill until every survivor has caught the PeerFailure, shrunk the communicato
 all-reduce on the shrunk one (with the right sum). p50 and p99 over many kills, per backend.
 
     python bench/recovery.py [--ranks 4] [--kills 20] [--backends tcp,shm] [--markdown bench/results/recovery.md]
+    python bench/recovery.py --hosts 2 --ranks 8 --kills 50 --backends default --markdown bench/results/recovery.md
 
 Each kill is a job of its own on this host (127.0.0.1): the ranks all-reduce 16 KiB in a loop, this process
 kills a random rank after a random 50-300 ms, and the survivors report when they caught the failure and when
 their all-reduce on the shrunk communicator returned (CLOCK_MONOTONIC, one clock for every process of the
-host)."""
+machine). With --hosts H (root, iproute2) the ranks are spread evenly over H network-namespace hosts
+(tests/netns_hosts.py), rank 0's host serving the store; backend "default" leaves PYCOLL_BACKEND unset, as a
+job that spans hosts runs by default (shared memory within a host, TCP between hosts). That mode writes its own
+section of the markdown file, keeping the rest."""
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -19,6 +24,10 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from netns_hosts import SUBNET, namespace_hosts  # noqa: E402
 
 
 def rank_main():
@@ -36,10 +45,12 @@ def rank_main():
     except pycoll.PeerFailure:
         caught = time.monotonic()
     new = comm.shrink()
+    shrunk = time.monotonic()
     y = np.array([rank + 1.0])
     new.all_reduce(y)
     done = time.monotonic()
-    print(json.dumps({"caught": caught, "done": done, "sum": float(y[0]), "ranks": new.ranks}), flush=True)
+    print(json.dumps({"caught": caught, "shrunk": shrunk, "done": done, "sum": float(y[0]), "ranks": new.ranks,
+                      "transport": comm.transport}), flush=True)
     new.close()
     comm.close()
 
@@ -50,14 +61,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def one_kill(n, backend, rng):
+def one_kill(n, backend, rng, hosts=None):
+    """hosts: the network-namespace hosts to spread the ranks over, evenly and in rank order (None: this one)."""
     port = free_port()
     procs = []
+    per_host = -(-n // len(hosts)) if hosts else n
     for r in range(n):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PYCOLL_BACKEND=backend, PYTHONUNBUFFERED="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--rank-worker"], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r % per_host),
+                   MASTER_ADDR=f"{SUBNET}.1" if hosts else "127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1",
+                   PYTHONSAFEPATH="1")
+        env.pop("PYCOLL_BACKEND", None)
+        if backend != "default":
+            env["PYCOLL_BACKEND"] = backend
+        wrap = ["ip", "netns", "exec", hosts[r // per_host]] if hosts else []
+        procs.append(subprocess.Popen([*wrap, sys.executable, __file__, "--rank-worker"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         for p in procs:
             line = p.stdout.readline()
@@ -67,6 +85,8 @@ def one_kill(n, backend, rng):
         victim = rng.randrange(n)
         killed = time.monotonic()
         os.kill(procs[victim].pid, signal.SIGKILL)
+        procs[victim].wait()  # reaped: the kernel has taken it down (its sockets closed, its pid gone)
+        died = time.monotonic()
         reports = []
         for r, p in enumerate(procs):
             if r == victim:
@@ -79,7 +99,10 @@ def one_kill(n, backend, rng):
         want = float(sum(r + 1 for r in range(n) if r != victim))
         if any(rep["sum"] != want for rep in reports):
             raise RuntimeError(f"wrong sum after the shrink: {reports}")
-        return victim, max(rep["caught"] for rep in reports) - killed, max(rep["done"] for rep in reports) - killed
+        if hosts and any(rep["transport"] != "shm+tcp" for rep in reports):
+            raise RuntimeError(f"expected shared memory within the hosts and TCP between them: {reports}")
+        return victim, died - killed, *(max(rep[when] for rep in reports) - killed for when in ("caught", "shrunk",
+                                                                                                "done"))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -112,6 +135,7 @@ def main():
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--backends", default="tcp,shm")
+    parser.add_argument("--hosts", type=int, default=1, help="network-namespace hosts to spread the ranks over")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--markdown", help="write the results there")
     args = parser.parse_args()
@@ -119,41 +143,101 @@ def main():
     state = machine()
     started = time.monotonic()
     rows = []
-    for backend in args.backends.split(","):
-        detect, recover, victims = [], [], []
-        for _ in range(args.kills):
-            victim, caught, done = one_kill(args.ranks, backend, rng)
-            victims.append(victim)
-            detect.append(caught * 1e3)
-            recover.append(done * 1e3)
-        row = (backend, args.kills, percentile(detect, 50), percentile(detect, 99), percentile(recover, 50),
-               percentile(recover, 99), max(recover), ", ".join(str(v) for v in sorted(set(victims))))
-        rows.append(row)
-        print("{}: {} kills, caught p50 {:.1f} ms p99 {:.1f} ms; recovered p50 {:.1f} ms p99 {:.1f} ms "
-              "(max {:.1f} ms); ranks killed: {}".format(*row), flush=True)
-    if args.markdown:
-        command = "python bench/recovery.py " + " ".join(sys.argv[1:])
-        header = ("| backend | kills | caught p50 (ms) | caught p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | "
-                  "max (ms) | ranks killed |")
-        table = "\n".join("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {} |".format(*row) for row in rows)
-        with open(args.markdown, "w") as f:
-            f.write(f"""# Recovery from a killed rank: {args.ranks} ranks on one host
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(namespace_hosts(args.hosts, tag="pcrec")) if args.hosts > 1 else None
+        for backend in args.backends.split(","):
+            rows.append(measure(args, backend, rng, hosts))
+    if args.markdown and hosts:
+        write_hosts_section(args, state, started, rows)
+    elif args.markdown:
+        write_one_host(args, state, started, rows)
 
-Produced by `{command}` in {time.monotonic() - started:.0f} s.
+
+def measure(args, backend, rng, hosts):
+    """One row: args.kills kills of a random rank of a job on `backend`."""
+    gone, detect, shrunk, recover, victims = [], [], [], [], []
+    for _ in range(args.kills):
+        victim, died, caught, shrank, done = one_kill(args.ranks, backend, rng, hosts)
+        victims.append(victim)
+        for values, t in ((gone, died), (detect, caught), (shrunk, shrank), (recover, done)):
+            values.append(t * 1e3)
+    row = (backend, args.kills, *(percentile(v, q) for v in (gone, detect, shrunk, recover) for q in (50, 99)),
+           max(recover), ", ".join(str(v) for v in sorted(set(victims))))
+    print("{}: {} kills, died p50 {:.1f} ms p99 {:.1f} ms; caught p50 {:.1f} ms p99 {:.1f} ms; shrunk p50 {:.1f} ms "
+          "p99 {:.1f} ms; recovered p50 {:.1f} ms p99 {:.1f} ms (max {:.1f} ms); ranks killed: {}".format(*row),
+          flush=True)
+    return row
+
+
+HEADER = ("| backend | kills | died p50 (ms) | died p99 (ms) | caught p50 (ms) | caught p99 (ms) | shrunk p50 (ms) | "
+          "shrunk p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | max (ms) | ranks killed |\n|" + " --- |" * 12)
+METHOD = """Method: each kill is a job of its own; its ranks all-reduce 16 KiB (float32 sum) in a loop, and after a
+random 50-300 ms one rank chosen at random gets SIGKILL. Every survivor catches the PeerFailure, calls `shrink()` and
+all-reduces its rank + 1 on the shrunk communicator (the sum is checked). "died": from the kill until this
+process had reaped the killed rank (the kernel took it down: on loaded cores it must be scheduled to exit,
+and until then its sockets stay open and its pid lives); "caught": until the last survivor caught the
+PeerFailure; "shrunk": until the last survivor's `shrink()` returned; "recovered": until the
+last survivor's all-reduce on the shrunk communicator returned."""
+
+
+def table(rows):
+    return "\n".join("| {} | {} |".format(*row[:2]) + "".join(f" {v:.1f} |" for v in row[2:-1]) + f" {row[-1]} |"
+                     for row in rows)
+
+
+def command():
+    return "python bench/recovery.py " + " ".join(sys.argv[1:])
+
+
+def write_one_host(args, state, started, rows):
+    """The file's head; the sections other runs wrote below it (## headings) are kept."""
+    path = Path(args.markdown)
+    old = path.read_text() if path.exists() else ""
+    rest = old[old.index("\n## ") + 1:] if "\n## " in old else ""
+    path.write_text(f"""# Recovery from a killed rank: {args.ranks} ranks on one host
+
+Produced by `{command()}` in {time.monotonic() - started:.0f} s.
 
 {state}, {os.getloadavg()[0]:.1f} at the end.
 
-Method: each kill is a job of its own; its ranks all-reduce 16 KiB (float32 sum) in a loop, and after a random
-50-300 ms one rank chosen at random gets SIGKILL. Every survivor catches the PeerFailure, calls `shrink()` and
-all-reduces its rank + 1 on the shrunk communicator (the sum is checked). "caught": from the kill until the last
-survivor caught the PeerFailure; "recovered": until the last survivor's all-reduce on the shrunk communicator
-returned. CLOCK_MONOTONIC, one clock for every process of the host. pycoll alone: Open MPI ULFM and torchft
+{METHOD} CLOCK_MONOTONIC, one clock for every process of the host. pycoll alone: Open MPI ULFM and torchft
 were not measured here.
 
-{header}
-| --- | --- | --- | --- | --- | --- | --- | --- |
-{table}
-""")
+{HEADER}
+{table(rows)}
+""" + ("\n" + rest if rest else ""))
+
+
+def write_hosts_section(args, state, started, rows):
+    """This mode's own section of the file, replaced if there, else added at the end."""
+    path = Path(args.markdown)
+    heading = f"## {args.ranks} ranks on {args.hosts} network-namespace hosts"
+    kernel = platform.release()
+    section = f"""{heading}
+
+Produced by `{command()}` in {time.monotonic() - started:.0f} s, as root.
+
+{state}, {os.getloadavg()[0]:.1f} at the end; kernel {kernel}.
+
+Setup: {args.hosts} network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), ranks spread
+evenly in rank order ({args.ranks // args.hosts} per host), the store on rank 0's host. Backend "default": no
+PYCOLL_BACKEND, so the job runs over shared memory within each host and TCP between the hosts (transport
+`shm+tcp`, checked on every survivor).
+
+{METHOD} CLOCK_MONOTONIC, one clock for every process of the machine (namespaces share it).
+
+{HEADER}
+{table(rows)}
+"""
+    old = path.read_text() if path.exists() else ""
+    if heading + "\n" in old:
+        start = old.index(heading + "\n")
+        end = old.find("\n## ", start + len(heading))
+        new = old[:start] + section + (old[end + 1:] if end >= 0 else "")
+        new = new.replace(section + "## ", section + "\n## ")
+    else:
+        new = old.rstrip("\n") + "\n\n" + section if old else section
+    path.write_text(new)
 
 
 if __name__ == "__main__":
