@@ -22,8 +22,10 @@ def run_job(n, env=None, rank_env=None):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("backend", ["shm", "tcp"])
+# Three ranks (uneven chunks) on each transport in the default run; the other sizes under -m stress.
+@pytest.mark.parametrize("backend, n", [("shm", 3), ("tcp", 3),
+                                        *(pytest.param(b, k, marks=pytest.mark.stress)
+                                          for b in ("shm", "tcp") for k in (2, 4))])
 def test_compensated_gives_fast_modes_special_values(backend, n, monkeypatch, no_segment_left):
     monkeypatch.setenv("PYCOLL_BACKEND", backend)
     ran = run_job(n)

@@ -23,8 +23,10 @@ def run(n, env, rank_env=None):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("backend", ["tcp", "shm"])
-@pytest.mark.parametrize("n", [2, 3, 4])
+# One size per transport in the default run (and four ranks over TCP); the others under -m stress.
+@pytest.mark.parametrize("backend, n", [("tcp", 2), ("shm", 3), ("tcp", 4),
+                                        *(pytest.param(b, k, marks=pytest.mark.stress)
+                                          for b, k in (("shm", 2), ("tcp", 3), ("shm", 4)))])
 def test_complex_collectives_are_exact(backend, n, no_segment_left):
     reports = run(n, dict(SMALL_PIECES, PYCOLL_BACKEND=backend))
     for rep in reports.values():

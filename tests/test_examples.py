@@ -35,6 +35,7 @@ def test_data_parallel_numpy_trains_the_same_weights_as_one_process_on_the_whole
     assert single["loss"] < 0.6  # it learned: the untrained model's loss on that batch is 0.94
 
 
+@pytest.mark.stress  # the jitted example below runs the same model in the default run
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install \".[jax]\")")
 def test_data_parallel_jax_trains_the_same_weights_as_one_process_on_the_whole_batch():

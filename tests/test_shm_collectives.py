@@ -17,7 +17,7 @@ def _run(n, scenario, env=None, timeout=30, backend="shm"):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, pytest.param(4, marks=pytest.mark.stress)])
 def test_all_reduce_broadcast_and_barrier_are_exact_and_identical_on_every_rank(n, no_segment_left):
     """64 KiB rings make 64 KiB slots: messages of one, two and three rounds stay small."""
     env = {"PYCOLL_SHM_RING_BYTES": "65536", "TEST_ROUNDS": "3"}
