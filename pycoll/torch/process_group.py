@@ -297,6 +297,11 @@ class PycollProcessGroup(dist.ProcessGroup):
         tensors, collectively, on the group's first call with them."""
         super().__init__(rank, size)
         self.comm = comm
+        # The communicator shutdown() closes: this one, or for a shrunk group the communicator it was shrunk
+        # from (closing that closes the shrunk one too). A group that was shrunk hands it over (_handed_over)
+        # and closes nothing: its successor runs over the same connections.
+        self._root = comm
+        self._handed_over = False
         self._store = store
         self._timeout = float(timeout)
         self._make_cuda_engine = cuda_engine
@@ -718,10 +723,29 @@ class PycollProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     def shutdown(self):
-        self.comm.close()  # fails pending Works, which completes them
+        if not self._handed_over:
+            self._root.close()  # fails pending Works, which completes them
         if self._cuda is not None:
             self._cuda.close()
         self._completer.stop(timeout=10.0)
+
+    def shrunk(self, excluded, store, *, revoke=False):
+        """The group of the ranks of this one still alive, less `excluded` (this group's ranks), over
+        Communicator.shrink: collective over the survivors, the dead never answer. Ranks pycoll finds lost are
+        left out too (`new.comm.ranks` lists the members by their rank here). `store`: torch's store for the new
+        group; `revoke`: revoke this group first, so that the survivors' pending collectives end at once
+        (torch's SHRINK_ABORT). CUDA tensors get a new NCCL communicator on the new group's first call with
+        them (the NCCL one of this group is not shrunk). This group then hands its connections over: shut
+        down, it closes nothing; the new group's shutdown closes both."""
+        if revoke:
+            self.comm.revoke()
+        comm = self.comm.shrink(exclude=excluded)
+        self._handed_over = True
+        new = PycollProcessGroup(comm, comm.rank, comm.size, store=store, timeout=self._timeout,
+                                 cuda_engine=lambda: _communicator("nccl", store, "nccl/", comm.rank, comm.size,
+                                                                   self._timeout))
+        new._root = self._root
+        return new
 
 
 def _master_addr(store):
@@ -739,11 +763,13 @@ def create_process_group(store, rank, size, timeout):
     NCCL one for CUDA tensors made through the same store when first needed. Rank and size come from torch,
     never from the launcher's environment (init_method="file://..." sets none)."""
     seconds = timeout.total_seconds()
-    addr = _master_addr(store)
+    return PycollProcessGroup(_communicator(None, store, "host/", rank, size, seconds), rank, size, store=store,
+                              timeout=seconds,
+                              cuda_engine=lambda: _communicator("nccl", store, "nccl/", rank, size, seconds))
 
-    def communicator(backend, prefix):
-        return pycoll.init(backend, rank=rank, world_size=size, master_addr=addr,
-                           store=TorchStore(dist.PrefixStore(prefix, store), seconds), timeout=seconds)
 
-    return PycollProcessGroup(communicator(None, "host/"), rank, size, store=store, timeout=seconds,
-                              cuda_engine=lambda: communicator("nccl", "nccl/"))
+def _communicator(backend, store, prefix, rank, size, seconds):
+    """A pycoll communicator of `backend` (None: the default host backend) that meets through torch's `store`
+    under `prefix`."""
+    return pycoll.init(backend, rank=rank, world_size=size, master_addr=_master_addr(store),
+                       store=TorchStore(dist.PrefixStore(prefix, store), seconds), timeout=seconds)
