@@ -172,12 +172,13 @@ class PycollWork(dist.Work):
         return settled.value()
 
     def complete(self, error=None, source=-1):
-        """Called once, by the thread that saw the call end: record the outcome, wake wait(), then run the
-        future's callbacks."""
+        """Called once, by the thread that saw the call end: record the outcome, complete the future (its
+        callbacks run), then wake wait(). As gloo's Works: once wait() has returned, the future is complete,
+        and callers that chain on it then (torchft's Manager) find it so."""
         self._error = error
         self._source = source
-        self._done.set()
         self._settle.set_result(self._value)
+        self._done.set()
 
     def wait(self, timeout=datetime.timedelta(0)):
         """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed."""
@@ -217,6 +218,7 @@ class _Completer:
         """`explain(call, error)`: the error to report for a collective that failed with MismatchError (the
         group looks for a peer that refused that call)."""
         self._explain = explain
+        self.first_error = None  # the error of the first Work that failed (PycollProcessGroup.failure)
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
@@ -231,20 +233,21 @@ class _Completer:
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
             works, work, finish, call = item
+            error = None
             try:
                 pycoll.wait_all(works)
                 finish()
             except MismatchError as exc:
-                work.complete(self._explain(call, exc) if call is not None else exc)
+                error = self._explain(call, exc) if call is not None else exc
             except Timeout as exc:
                 # Said as c10d's backends say it, which callers (torch's own tests) look for.
                 error = Timeout(f"{exc} (the group's timeout expired)", exc.rank)
                 error.__cause__ = exc
-                work.complete(error)
             except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters, as c10d does
-                work.complete(exc)
-            else:
-                work.complete()
+                error = exc
+            if error is not None and self.first_error is None:
+                self.first_error = error  # before the Work's callbacks run: they may ask the group
+            work.complete(error)
 
     def stop(self, timeout):
         self._queue.put(None)
@@ -728,6 +731,11 @@ class PycollProcessGroup(dist.ProcessGroup):
         if self._cuda is not None:
             self._cuda.close()
         self._completer.stop(timeout=10.0)
+
+    @property
+    def failure(self):
+        """The error of this group's first collective that failed (its Work raised it), else None."""
+        return self._completer.first_error
 
     def shrunk(self, excluded, store, *, revoke=False):
         """The group of the ranks of this one still alive, less `excluded` (this group's ranks), over
