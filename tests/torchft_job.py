@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,22 +27,24 @@ def lighthouse_program():
 
 
 class TorchftJob:
-    def __init__(self, n, pg, *, after=5, min_replicas=2):
-        """n replicas over process group `pg` ("pycoll" or "gloo"); each trains `after` committed steps past
-        the first one with fewer replicas, then reports. The lighthouse uses torchft's defaults (a replica is
-        dead after 5 s without a heartbeat) but for min_replicas."""
+    def __init__(self, n, pg, *, stop=100, min_replicas=2):
+        """n replicas over process group `pg` ("pycoll" or "gloo"); each trains until step `stop`, then
+        reports. The lighthouse uses torchft's defaults (a replica is dead after 5 s without a heartbeat) but
+        for min_replicas."""
         self.procs, self.lines = [], []
+        # torchft logs every quorum to stderr: to files, since a pipe nobody reads fills and stops the process
+        self.logs = [tempfile.TemporaryFile(mode="w+") for _ in range(n + 1)]
         port = free_port()
         self.lighthouse = subprocess.Popen([lighthouse_program(), "--bind", f"127.0.0.1:{port}",
                                             "--min_replicas", str(min_replicas)],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                           stdout=subprocess.DEVNULL, stderr=self.logs[n])
         try:
             env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
             for r in range(n):
                 # -P: the installed pycoll, never the source tree's
                 p = subprocess.Popen([sys.executable, "-P", str(WORKER), pg, f"http://127.0.0.1:{port}", str(r),
-                                      str(after)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                      str(stop)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.logs[r], text=True)
                 STARTED_PIDS.append(p.pid)
                 self.procs.append(p)
                 self.lines.append(queue.SimpleQueue())
@@ -67,6 +70,8 @@ class TorchftJob:
             p.wait()
         for p in self.procs:
             p.stdin.close()
+        for log in self.logs:
+            log.close()
 
     def next_line(self, r, deadline):
         """Replica r's next JSON line, by `deadline` (time.monotonic())."""
@@ -75,7 +80,8 @@ class TorchftJob:
         except queue.Empty:
             raise TimeoutError(f"replica {r} printed nothing more in time") from None
         if line is None:
-            raise RuntimeError(f"replica {r} exited {self.procs[r].wait()}: {self.procs[r].stderr.read()[-3000:]}")
+            self.logs[r].seek(0)
+            raise RuntimeError(f"replica {r} exited {self.procs[r].wait()}: {self.logs[r].read()[-3000:]}")
         return line
 
     def start(self, deadline):

@@ -1,12 +1,13 @@
-"""One replica group (one process) of a torchft training job: `python torchft_worker.py PG LIGHTHOUSE REPLICA AFTER`,
+"""One replica group (one process) of a torchft training job: `python torchft_worker.py PG LIGHTHOUSE REPLICA STOP`,
 PG "pycoll" (pycoll.torchft.ProcessGroupPycoll) or "gloo" (torchft's ProcessGroupGloo). torchft's Manager and its
 DistributedDataParallel train a small model with SGD on 127.0.0.1 (tests/torchft_job.py
 starts the lighthouse and the replicas).
 
 Prints {"ready": true} once its Manager is up, then waits for a line on stdin (so that the first quorum holds
 every replica); then one JSON line per committed step: the step, the replicas that took part, CLOCK_MONOTONIC
-when it committed and the loss on a held-out batch. After the first committed step with fewer replicas than
-before (a replica was lost) it trains AFTER more committed steps and prints its final parameters."""
+when it committed and the loss on a held-out batch. At step STOP it prints its parameters (every survivor at the same
+step) and trains on until the test ends it. Each step takes at least PACE seconds, so that the test's kill comes well
+before STOP."""
 
 import json
 import sys
@@ -30,7 +31,8 @@ class GlooWorks(ProcessGroupGloo):
         return QuorumWork(work)
 
 
-pg_name, lighthouse, replica, after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+pg_name, lighthouse, replica, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+PACE = 0.05
 TIMEOUT = timedelta(seconds=15)
 TEACHER = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(12, 1)
 
@@ -56,8 +58,9 @@ held_out = batch(10_000)
 print('{"ready": true}', flush=True)
 sys.stdin.readline()
 
-most, last_step = 0, None
-while True:
+final = False
+while True:  # until the test ends it: a replica that stopped would leave the others without a quorum
+    began = time.monotonic()
     manager.start_quorum()  # what torchft's OptimizerWrapper does, keeping should_commit's answer
     opt.zero_grad()
     x, y = batch(1000 * manager.current_step() + replica)  # each replica its own data
@@ -65,15 +68,12 @@ while True:
     if not manager.should_commit():  # a replica failed during the step: the next quorum goes without it
         continue
     opt.step()
-    n = manager.num_participants()
     with torch.no_grad():
         loss = float(((model(held_out[0]) - held_out[1]) ** 2).mean())
-    print(json.dumps({"step": manager.current_step(), "n": n, "t": time.monotonic(), "loss": loss}), flush=True)
-    most = max(most, n)
-    if last_step is None and n < most:
-        last_step = manager.current_step() + after
-    if last_step is not None and manager.current_step() >= last_step:
-        break
-print(json.dumps({"final": True, "step": manager.current_step(),
-                  "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}), flush=True)
-manager.shutdown(wait=False)
+    print(json.dumps({"step": manager.current_step(), "n": manager.num_participants(), "t": time.monotonic(),
+                      "loss": loss}), flush=True)
+    if manager.current_step() >= stop and not final:
+        final = True
+        print(json.dumps({"final": True, "step": manager.current_step(),
+                          "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}), flush=True)
+    time.sleep(max(0.0, PACE - (time.monotonic() - began)))
