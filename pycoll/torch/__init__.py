@@ -12,13 +12,17 @@ through torch's own store, plus, on its first call with CUDA tensors, a pycoll N
 Collectives run as pycoll non-blocking collectives; their Works are completed by one Python thread per group,
 in call order, and raise pycoll's error where one occurred (process_group.py). torch is an optional extra:
 the rest of pycoll never imports it.
+
+`pycoll.torch.shrink_group(ranks_to_exclude, group=None, ...)` is torch's `dist.shrink_group` for pycoll groups
+(torch's own needs a C++ backend): the survivors of a lost rank go on in a smaller group (shrink.py).
 """
 
 import torch.distributed as dist
 
 from pycoll.torch.process_group import BACKEND_NAME, DEVICES, PycollProcessGroup, PycollWork, create_process_group
+from pycoll.torch.shrink import SHRINK_ABORT, SHRINK_DEFAULT, shrink_group
 
 if BACKEND_NAME not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=DEVICES)
 
-__all__ = ["BACKEND_NAME", "PycollProcessGroup", "PycollWork"]
+__all__ = ["BACKEND_NAME", "SHRINK_ABORT", "SHRINK_DEFAULT", "PycollProcessGroup", "PycollWork", "shrink_group"]

@@ -172,12 +172,13 @@ class PycollWork(dist.Work):
         return settled.value()
 
     def complete(self, error=None, source=-1):
-        """Called once, by the thread that saw the call end: record the outcome, wake wait(), then run the
-        future's callbacks."""
+        """Called once, by the thread that saw the call end: record the outcome, complete the future (its
+        callbacks run), then wake wait(). As gloo's Works: once wait() has returned, the future is complete,
+        and callers that chain on it then (torchft's Manager) find it so."""
         self._error = error
         self._source = source
-        self._done.set()
         self._settle.set_result(self._value)
+        self._done.set()
 
     def wait(self, timeout=datetime.timedelta(0)):
         """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed."""
@@ -217,6 +218,7 @@ class _Completer:
         """`explain(call, error)`: the error to report for a collective that failed with MismatchError (the
         group looks for a peer that refused that call)."""
         self._explain = explain
+        self.first_error = None  # the error of the first Work that failed (PycollProcessGroup.failure)
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
         self._thread.start()
@@ -231,20 +233,21 @@ class _Completer:
         # collective's own deadline, and closing the communicator fails whatever is pending.
         while (item := self._queue.get()) is not None:
             works, work, finish, call = item
+            error = None
             try:
                 pycoll.wait_all(works)
                 finish()
             except MismatchError as exc:
-                work.complete(self._explain(call, exc) if call is not None else exc)
+                error = self._explain(call, exc) if call is not None else exc
             except Timeout as exc:
                 # Said as c10d's backends say it, which callers (torch's own tests) look for.
                 error = Timeout(f"{exc} (the group's timeout expired)", exc.rank)
                 error.__cause__ = exc
-                work.complete(error)
             except Exception as exc:  # noqa: BLE001 -- handed to the Work's waiters, as c10d does
-                work.complete(exc)
-            else:
-                work.complete()
+                error = exc
+            if error is not None and self.first_error is None:
+                self.first_error = error  # before the Work's callbacks run: they may ask the group
+            work.complete(error)
 
     def stop(self, timeout):
         self._queue.put(None)
@@ -297,6 +300,11 @@ class PycollProcessGroup(dist.ProcessGroup):
         tensors, collectively, on the group's first call with them."""
         super().__init__(rank, size)
         self.comm = comm
+        # The communicator shutdown() closes: this one, or for a shrunk group the communicator it was shrunk
+        # from (closing that closes the shrunk one too). A group that was shrunk hands it over (_handed_over)
+        # and closes nothing: its successor runs over the same connections.
+        self._root = comm
+        self._handed_over = False
         self._store = store
         self._timeout = float(timeout)
         self._make_cuda_engine = cuda_engine
@@ -718,10 +726,34 @@ class PycollProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     def shutdown(self):
-        self.comm.close()  # fails pending Works, which completes them
+        if not self._handed_over:
+            self._root.close()  # fails pending Works, which completes them
         if self._cuda is not None:
             self._cuda.close()
         self._completer.stop(timeout=10.0)
+
+    @property
+    def failure(self):
+        """The error of this group's first collective that failed (its Work raised it), else None."""
+        return self._completer.first_error
+
+    def shrunk(self, excluded, store, *, revoke=False):
+        """The group of the ranks of this one still alive, less `excluded` (this group's ranks), over
+        Communicator.shrink: collective over the survivors, the dead never answer. Ranks pycoll finds lost are
+        left out too (`new.comm.ranks` lists the members by their rank here). `store`: torch's store for the new
+        group; `revoke`: revoke this group first, so that the survivors' pending collectives end at once
+        (torch's SHRINK_ABORT). CUDA tensors get a new NCCL communicator on the new group's first call with
+        them (the NCCL one of this group is not shrunk). This group then hands its connections over: shut
+        down, it closes nothing; the new group's shutdown closes both."""
+        if revoke:
+            self.comm.revoke()
+        comm = self.comm.shrink(exclude=excluded)
+        self._handed_over = True
+        new = PycollProcessGroup(comm, comm.rank, comm.size, store=store, timeout=self._timeout,
+                                 cuda_engine=lambda: _communicator("nccl", store, "nccl/", comm.rank, comm.size,
+                                                                   self._timeout))
+        new._root = self._root
+        return new
 
 
 def _master_addr(store):
@@ -739,11 +771,13 @@ def create_process_group(store, rank, size, timeout):
     NCCL one for CUDA tensors made through the same store when first needed. Rank and size come from torch,
     never from the launcher's environment (init_method="file://..." sets none)."""
     seconds = timeout.total_seconds()
-    addr = _master_addr(store)
+    return PycollProcessGroup(_communicator(None, store, "host/", rank, size, seconds), rank, size, store=store,
+                              timeout=seconds,
+                              cuda_engine=lambda: _communicator("nccl", store, "nccl/", rank, size, seconds))
 
-    def communicator(backend, prefix):
-        return pycoll.init(backend, rank=rank, world_size=size, master_addr=addr,
-                           store=TorchStore(dist.PrefixStore(prefix, store), seconds), timeout=seconds)
 
-    return PycollProcessGroup(communicator(None, "host/"), rank, size, store=store, timeout=seconds,
-                              cuda_engine=lambda: communicator("nccl", "nccl/"))
+def _communicator(backend, store, prefix, rank, size, seconds):
+    """A pycoll communicator of `backend` (None: the default host backend) that meets through torch's `store`
+    under `prefix`."""
+    return pycoll.init(backend, rank=rank, world_size=size, master_addr=_master_addr(store),
+                       store=TorchStore(dist.PrefixStore(prefix, store), seconds), timeout=seconds)
