@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,15 +129,17 @@ def _start(cmd, env, errors):
 
 
 def _end(proc, lines=None):
-    """End what is left of a job: SIGTERM to the launcher (torchrun then stops its workers, which run in
+    """End what is left of a job: 5 s to end by itself, then SIGTERM to the launcher (torchrun then stops its workers, which run in
     sessions of their own), SIGKILL to its process group after a grace period, and SIGKILL to every rank whose
     pid its lines gave; the launcher reaped."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+    for stop in (None, proc.terminate):  # a job that has its results ends by itself, or is told to
+        if proc.poll() is None:
+            if stop:
+                stop()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
     for pid in [proc.pid] + (lines.pids if lines else []):
         try:
             (os.killpg if pid == proc.pid else os.kill)(pid, signal.SIGKILL)
@@ -172,9 +175,12 @@ def ulfm_one_kill(n, victim, delay):
     path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path, MPI4PY_LIBMPI=libmpi, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # The shared-memory files of the job in a folder of its own, removed after it: the killed rank (and a
+    # survivor stopped before it finalized) leave theirs behind.
+    backing = tempfile.mkdtemp(prefix="recovery-ulfm-", dir="/dev/shm")
     # No binding, since ranks may outnumber the cores (as for the --compare peers).
     cmd = [mpiexec, "--with-ft", "ulfm", "-n", str(n), "--oversubscribe", "--bind-to", "none",
-           sys.executable, os.path.abspath(__file__), "--ulfm-rank"]
+           "--mca", "btl_sm_backing_directory", backing, sys.executable, os.path.abspath(__file__), "--ulfm-rank"]
     errors = tempfile.TemporaryFile("w+")
     job = _start(cmd, env, errors)
     lines = _Lines(job.stdout)
@@ -187,6 +193,7 @@ def ulfm_one_kill(n, victim, delay):
     finally:
         _end(job, lines)
         errors.close()
+        shutil.rmtree(backing, ignore_errors=True)
     _check_sums(reports, n, victim, "ulfm")
     return max(r["caught"] for r in reports) - killed, max(r["done"] for r in reports) - killed
 
