@@ -180,13 +180,11 @@ def main():
 
 
 def ratios(rows):
-    """Each peer's recovered p50 and p99 over the fastest pycoll backend's, as sentences."""
+    """Each peer's recovered p50 and p99 over each pycoll backend's, as sentences."""
     ours = [r for r in rows if r[0].startswith("pycoll ")]
-    if not ours:
-        return ""
-    best = min(ours, key=lambda r: r[4])
-    return " ".join(f"{r[0]}: {r[4] / best[4]:.1f}x pycoll's p50 and {r[5] / best[5]:.1f}x its p99"
-                   f" ({best[0]})." for r in rows if not r[0].startswith("pycoll "))
+    return " ".join(f"{r[0]}: " + ", ".join(f"{r[4] / o[4]:.2f}x {o[0]}'s p50 and {r[5] / o[5]:.2f}x its p99"
+                                            for o in ours) + "."
+                    for r in rows if not r[0].startswith("pycoll ") and ours)
 
 
 def write_markdown(args, rows, skipped, state, versions_line, seconds):

@@ -129,9 +129,9 @@ def _start(cmd, env, errors):
 
 
 def _end(proc, lines=None):
-    """End what is left of a job: 5 s to end by itself, then SIGTERM to the launcher (torchrun then stops its workers, which run in
-    sessions of their own), SIGKILL to its process group after a grace period, and SIGKILL to every rank whose
-    pid its lines gave; the launcher reaped."""
+    """End what is left of a job: 5 s to end by itself, then SIGTERM to the launcher (torchrun then stops its
+    workers, which run in sessions of their own), SIGKILL to its process group after a grace period, and SIGKILL
+    to every rank whose pid its lines gave; the launcher reaped."""
     for stop in (None, proc.terminate):  # a job that has its results ends by itself, or is told to
         if proc.poll() is None:
             if stop:
