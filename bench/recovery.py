@@ -5,14 +5,20 @@ of recovery_peers.py (Open MPI 5 ULFM, restarting the job under torchrun) measur
 
     python bench/recovery.py [--ranks 4] [--kills 20] [--backends tcp,shm] [--peers ulfm,torchrun]
         [--markdown bench/results/recovery.md]
+    python bench/recovery.py --hosts 2 --ranks 8 --kills 50 --backends default --markdown bench/results/recovery.md
 
 Each kill is a job of its own on this host (127.0.0.1): the ranks all-reduce 16 KiB in a loop, this process
 kills a random rank after a random 50-300 ms, and the survivors report when they caught the failure and when
 their all-reduce on the shrunk communicator returned (CLOCK_MONOTONIC, one clock for every process of the
-host). The kills interleave: each round draws one victim and one delay and runs them on every backend and peer
-in turn. A peer that cannot run here (recovery_peers.py says why) is left out with its reason."""
+machine). The kills interleave: each round draws one victim and one delay and runs them on every backend and
+peer in turn. A peer that cannot run here (recovery_peers.py says why) is left out with its reason; peers run
+on one host only. With --hosts H (root, iproute2) the ranks are spread evenly over H network-namespace hosts
+(tests/netns_hosts.py), rank 0's host serving the store; backend "default" leaves PYCOLL_BACKEND unset, as a
+job that spans hosts runs by default (shared memory within a host, TCP between hosts). That mode writes its own
+section of the markdown file, keeping the rest."""
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -22,8 +28,12 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from recovery_peers import PEERS, openmpi_version
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ranks run with PYTHONSAFEPATH
+from netns_hosts import SUBNET, namespace_hosts  # noqa: E402
+from recovery_peers import PEERS, openmpi_version  # noqa: E402
 
 
 def rank_main():
@@ -41,10 +51,12 @@ def rank_main():
     except pycoll.PeerFailure:
         caught = time.monotonic()
     new = comm.shrink()
+    shrunk = time.monotonic()
     y = np.array([rank + 1.0])
     new.all_reduce(y)
     done = time.monotonic()
-    print(json.dumps({"caught": caught, "done": done, "sum": float(y[0]), "ranks": new.ranks}), flush=True)
+    print(json.dumps({"caught": caught, "shrunk": shrunk, "done": done, "sum": float(y[0]), "ranks": new.ranks,
+                      "transport": comm.transport}), flush=True)
     new.close()
     comm.close()
 
@@ -55,14 +67,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def one_kill(n, backend, victim, delay):
+def one_kill(n, backend, victim, delay, hosts=None):
+    """hosts: the network-namespace hosts to spread the ranks over, evenly and in rank order (None: this one)."""
     port = free_port()
     procs = []
+    per_host = -(-n // len(hosts)) if hosts else n
     for r in range(n):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PYCOLL_BACKEND=backend, PYTHONUNBUFFERED="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--rank-worker"], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r % per_host),
+                   MASTER_ADDR=f"{SUBNET}.1" if hosts else "127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1",
+                   PYTHONSAFEPATH="1")
+        env.pop("PYCOLL_BACKEND", None)
+        if backend != "default":
+            env["PYCOLL_BACKEND"] = backend
+        wrap = ["ip", "netns", "exec", hosts[r // per_host]] if hosts else []
+        procs.append(subprocess.Popen([*wrap, sys.executable, __file__, "--rank-worker"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         for p in procs:
             line = p.stdout.readline()
@@ -71,6 +90,8 @@ def one_kill(n, backend, victim, delay):
         time.sleep(delay)
         killed = time.monotonic()
         os.kill(procs[victim].pid, signal.SIGKILL)
+        procs[victim].wait()  # reaped: the kernel has taken it down (its sockets closed, its pid gone)
+        died = time.monotonic()
         reports = []
         for r, p in enumerate(procs):
             if r == victim:
@@ -83,7 +104,10 @@ def one_kill(n, backend, victim, delay):
         want = float(sum(r + 1 for r in range(n) if r != victim))
         if any(rep["sum"] != want for rep in reports):
             raise RuntimeError(f"wrong sum after the shrink: {reports}")
-        return max(rep["caught"] for rep in reports) - killed, max(rep["done"] for rep in reports) - killed
+        if hosts and any(rep["transport"] != "shm+tcp" for rep in reports):
+            raise RuntimeError(f"expected shared memory within the hosts and TCP between them: {reports}")
+        return {"died": died - killed, **{when: max(rep[when] for rep in reports) - killed
+                                          for when in ("caught", "shrunk", "done")}}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -109,6 +133,50 @@ def machine():
             f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started")
 
 
+def main():
+    if "--rank-worker" in sys.argv:
+        return rank_main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--backends", default="tcp,shm", help="pycoll's backends ('': none)")
+    parser.add_argument("--peers", default=",".join(PEERS), help=f"of {', '.join(PEERS)} ('': none; one host only)")
+    parser.add_argument("--hosts", type=int, default=1, help="network-namespace hosts to spread the ranks over")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--markdown", help="write the results there")
+    args = parser.parse_args()
+    peers = [name for name in args.peers.split(",") if name] if args.hosts == 1 else []
+    for name in peers:
+        if name not in PEERS:
+            parser.error(f"--peers: unknown peer {name!r} (known: {', '.join(PEERS)})")
+    rng = random.Random(args.seed)
+    state = machine()
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(namespace_hosts(args.hosts, tag="pcrec")) if args.hosts > 1 else None
+        # (label, kill(victim, delay) -> {"died", "caught", "shrunk", "done"}: the peers have no died/shrunk)
+        runs, skipped, ran = [], [], []
+        for backend in filter(None, args.backends.split(",")):
+            runs.append((backend if hosts else f"pycoll {backend}",
+                         lambda v, d, b=backend: one_kill(args.ranks, b, v, d, hosts)))
+        for name in peers:
+            label, unavailable, kill = PEERS[name]
+            why = unavailable()
+            if why:
+                print(f"{name}: skipped: {why}", flush=True)
+                skipped.append(f"{label}: not measured, {why}")
+                continue
+            ran.append(name)
+            runs.append((label, lambda v, d, k=kill: dict(zip(("caught", "done"), k(args.ranks, v, d)))))
+        if not runs:
+            parser.error("nothing to measure: no backend, and no peer that can run here")
+        rows = measure(args, runs, rng)
+    if args.markdown and hosts:
+        write_hosts_section(args, state, started, rows)
+    elif args.markdown:
+        write_one_host(args, state, started, rows, skipped, versions(ran))
+
+
 def versions(peers):
     """The versions of what ran, as a line."""
     import importlib.metadata
@@ -123,101 +191,122 @@ def versions(peers):
     return "- " + "; ".join(out)
 
 
-def pycoll_kill(backend):
-    return lambda n, victim, delay: one_kill(n, backend, victim, delay)
+TIMES = ("died", "caught", "shrunk", "done")
 
 
-def main():
-    if "--rank-worker" in sys.argv:
-        return rank_main()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--backends", default="tcp,shm", help="pycoll's backends ('': none)")
-    parser.add_argument("--peers", default=",".join(PEERS), help=f"of {', '.join(PEERS)} ('': none)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--markdown", help="write the results there")
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    state = machine()
-    started = time.monotonic()
-    # (label, one_kill(n, victim, delay)) for everything measured, in the order each round runs them.
-    runs, skipped = [], []
-    for backend in filter(None, args.backends.split(",")):
-        runs.append((f"pycoll {backend}", pycoll_kill(backend)))
-    for name in filter(None, args.peers.split(",")):
-        if name not in PEERS:
-            parser.error(f"--peers: unknown peer {name!r} (known: {', '.join(PEERS)})")
-        label, unavailable, kill = PEERS[name]
-        why = unavailable()
-        if why:
-            print(f"{name}: skipped: {why}", flush=True)
-            skipped.append(f"{label}: not measured, {why}")
-            continue
-        runs.append((label, kill))
-    if not runs:
-        parser.error("nothing to measure: no backend, and no peer that can run here")
-    ran = [name for name in filter(None, args.peers.split(",")) if PEERS[name][0] in dict(runs)]
-    times = {label: ([], [], []) for label, _ in runs}  # caught, recovered (ms), victims
+def measure(args, runs, rng):
+    """One row per run: args.kills kills of a random rank, the runs interleaved (each round one victim and one
+    delay for all)."""
+    times = {label: ({t: [] for t in TIMES}, []) for label, _ in runs}
     for i in range(args.kills):
         victim, delay = rng.randrange(args.ranks), rng.uniform(0.05, 0.3)
         for label, kill in runs:
-            caught, done = kill(args.ranks, victim, delay)
-            times[label][0].append(caught * 1e3)
-            times[label][1].append(done * 1e3)
-            times[label][2].append(victim)
-            print(f"[{i + 1}/{args.kills}] {label}: rank {victim} killed, caught {caught * 1e3:.1f} ms, "
-                  f"recovered {done * 1e3:.1f} ms", flush=True)
+            got = kill(victim, delay)
+            for t in TIMES:
+                if t in got:
+                    times[label][0][t].append(got[t] * 1e3)
+            times[label][1].append(victim)
+            print(f"[{i + 1}/{args.kills}] {label}: rank {victim} killed, caught {got['caught'] * 1e3:.1f} ms, "
+                  f"recovered {got['done'] * 1e3:.1f} ms", flush=True)
     rows = []
-    for label, (detect, recover, victims) in times.items():
-        row = (label, args.kills, percentile(detect, 50), percentile(detect, 99), percentile(recover, 50),
-               percentile(recover, 99), max(recover), ", ".join(str(v) for v in sorted(set(victims))))
+    for label, (values, victims) in times.items():
+        row = (label, args.kills, *(percentile(values[t], q) if values[t] else None for t in TIMES for q in (50, 99)),
+               max(values["done"]), ", ".join(str(v) for v in sorted(set(victims))))
         rows.append(row)
-        print("{}: {} kills, caught p50 {:.1f} ms p99 {:.1f} ms; recovered p50 {:.1f} ms p99 {:.1f} ms "
-              "(max {:.1f} ms); ranks killed: {}".format(*row), flush=True)
-    if args.markdown:
-        write_markdown(args, rows, skipped, state, versions(ran), time.monotonic() - started)
+        print(f"{label}: {args.kills} kills; " + "; ".join(
+            f"{'recovered' if t == 'done' else t} p50 {row[2 + 2 * k]:.1f} ms p99 {row[3 + 2 * k]:.1f} ms"
+            for k, t in enumerate(TIMES)
+            if row[2 + 2 * k] is not None) + f" (max {row[-2]:.1f} ms); ranks killed: {row[-1]}", flush=True)
+    return rows
 
 
 def ratios(rows):
     """Each peer's recovered p50 and p99 over each pycoll backend's, as sentences."""
     ours = [r for r in rows if r[0].startswith("pycoll ")]
-    return " ".join(f"{r[0]}: " + ", ".join(f"{r[4] / o[4]:.2f}x {o[0]}'s p50 and {r[5] / o[5]:.2f}x its p99"
+    return " ".join(f"{r[0]}: " + ", ".join(f"{r[8] / o[8]:.2f}x {o[0]}'s p50 and {r[9] / o[9]:.2f}x its p99"
                                             for o in ours) + "."
                     for r in rows if not r[0].startswith("pycoll ") and ours)
 
 
-def write_markdown(args, rows, skipped, state, versions_line, seconds):
-    command = "python bench/recovery.py " + " ".join(sys.argv[1:])
-    header = ("| backend | kills | caught p50 (ms) | caught p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | "
-              "max (ms) | ranks killed |")
-    table = "\n".join("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {} |".format(*row) for row in rows)
-    left_out = "".join(f"\n- {line}" for line in skipped)
-    with open(args.markdown, "w") as f:
-        f.write(f"""# Recovery from a killed rank: {args.ranks} ranks on one host
+HEADER = ("| backend | kills | died p50 (ms) | died p99 (ms) | caught p50 (ms) | caught p99 (ms) | shrunk p50 (ms) | "
+          "shrunk p99 (ms) | recovered p50 (ms) | recovered p99 (ms) | max (ms) | ranks killed |\n|" + " --- |" * 12)
+METHOD = """Method: each kill is a job of its own; its ranks all-reduce 16 KiB (float32 sum) in a loop, and after a
+random 50-300 ms one rank chosen at random gets SIGKILL. Every survivor catches the PeerFailure, calls `shrink()` and
+all-reduces its rank + 1 on the shrunk communicator (the sum is checked). "died": from the kill until this
+process had reaped the killed rank (the kernel took it down: on loaded cores it must be scheduled to exit,
+and until then its sockets stay open and its pid lives); "caught": until the last survivor caught the
+PeerFailure; "shrunk": until the last survivor's `shrink()` returned; "recovered": until the
+last survivor's all-reduce on the shrunk communicator returned."""
 
-Produced by `{command}` in {seconds:.0f} s.
+
+def table(rows):
+    return "\n".join("| {} | {} |".format(*row[:2]) + "".join(" - |" if v is None else f" {v:.1f} |"
+                                                              for v in row[2:-1]) + f" {row[-1]} |" for row in rows)
+
+
+def command():
+    return "python bench/recovery.py " + " ".join(sys.argv[1:])
+
+
+PEERS_METHOD = """Each round draws one victim and one delay and runs them on every row in turn, so the rows
+interleave and share the machine's load. Open MPI ULFM (`mpiexec --with-ft ulfm`, mpi4py): every survivor
+catches the MPI error, calls `Revoke()`, `Shrink()` and `Allreduce`s its rank + 1 on the shrunk communicator.
+torchrun: the job's torchrun sees the dead worker, stops the others and exits; a torchrun job of the survivors
+is started at once, and its ranks all-reduce their old rank + 1 (gloo); its "caught" is when the failed job had
+ended. The peers have no "died" or "shrunk" (-)."""
+
+
+def write_one_host(args, state, started, rows, skipped, versions_line):
+    """The file's head; the sections other runs wrote below it (## headings) are kept."""
+    path = Path(args.markdown)
+    old = path.read_text() if path.exists() else ""
+    rest = old[old.index("\n## ") + 1:] if "\n## " in old else ""
+    path.write_text(f"""# Recovery from a killed rank: {args.ranks} ranks on one host
+
+Produced by `{command()}` in {time.monotonic() - started:.0f} s.
 
 {state}, {os.getloadavg()[0]:.1f} at the end.
-{versions_line}{left_out}
+{versions_line}{"".join(f"{chr(10)}- {line}" for line in skipped)}
 
-Method: each kill is a job of its own; its ranks all-reduce 16 KiB (float32 sum) in a loop, and after a random
-50-300 ms one rank chosen at random gets SIGKILL. Each round draws one victim and one delay and runs them on
-every row below in turn, so the rows interleave and share the machine's load. pycoll: every survivor catches
-the PeerFailure, calls `shrink()` and all-reduces its rank + 1 on the shrunk communicator. Open MPI ULFM
-(`mpiexec --with-ft ulfm`, mpi4py): every survivor catches the MPI error, calls `Revoke()`, `Shrink()` and
-`Allreduce`s its rank + 1 on the shrunk communicator. torchrun: the job's torchrun sees the dead worker, stops
-the others and exits; a torchrun job of the survivors is started at once, and its ranks all-reduce their old
-rank + 1 (gloo). The sum is checked everywhere. "caught": from the kill until the last survivor caught the
-failure (torchrun: until the failed job had ended); "recovered": until the last survivor's all-reduce after the
-failure returned. CLOCK_MONOTONIC, one clock for every process of the host.
+{METHOD} CLOCK_MONOTONIC, one clock for every process of the host. {PEERS_METHOD}
 
-{header}
-| --- | --- | --- | --- | --- | --- | --- | --- |
-{table}
+{HEADER}
+{table(rows)}
 
 {ratios(rows)}
-""")
+""" + ("\n" + rest if rest else ""))
+
+
+def write_hosts_section(args, state, started, rows):
+    """This mode's own section of the file, replaced if there, else added at the end."""
+    path = Path(args.markdown)
+    heading = f"## {args.ranks} ranks on {args.hosts} network-namespace hosts"
+    kernel = platform.release()
+    section = f"""{heading}
+
+Produced by `{command()}` in {time.monotonic() - started:.0f} s, as root.
+
+{state}, {os.getloadavg()[0]:.1f} at the end; kernel {kernel}.
+
+Setup: {args.hosts} network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), ranks spread
+evenly in rank order ({args.ranks // args.hosts} per host), the store on rank 0's host. Backend "default": no
+PYCOLL_BACKEND, so the job runs over shared memory within each host and TCP between the hosts (transport
+`shm+tcp`, checked on every survivor).
+
+{METHOD} CLOCK_MONOTONIC, one clock for every process of the machine (namespaces share it).
+
+{HEADER}
+{table(rows)}
+"""
+    old = path.read_text() if path.exists() else ""
+    if heading + "\n" in old:
+        start = old.index(heading + "\n")
+        end = old.find("\n## ", start + len(heading))
+        new = old[:start] + section + (old[end + 1:] if end >= 0 else "")
+        new = new.replace(section + "## ", section + "\n## ")
+    else:
+        new = old.rstrip("\n") + "\n\n" + section if old else section
+    path.write_text(new)
 
 
 if __name__ == "__main__":

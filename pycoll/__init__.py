@@ -31,7 +31,7 @@ del _check_compiled_modules
 
 from pycoll.bootstrap import get_unique_id
 from pycoll.buckets import GradientBuckets
-from pycoll.comm import Communicator, backends, init, init_rank
+from pycoll.comm import Communicator, backends, init, init_rank, join
 from pycoll.errors import (
     AuthenticationError,
     BackendUnavailable,
@@ -54,8 +54,8 @@ __version__ = "0.1.0"
 
 SUM, PROD, MIN, MAX, AVG = "sum", "prod", "min", "max", "avg"
 
-__all__ = ["init", "init_rank", "get_unique_id", "get_include", "get_library", "backends", "Communicator", "Mesh",
-           "Work", "wait_all", "GradientBuckets", "reduce_tree",
+__all__ = ["init", "init_rank", "join", "get_unique_id", "get_include", "get_library", "backends", "Communicator",
+           "Mesh", "Work", "wait_all", "GradientBuckets", "reduce_tree",
            "PycollError", "Timeout", "PeerFailure", "MismatchError", "BackendUnavailable", "CommunicatorClosed",
            "CommunicatorRevoked", "AuthenticationError", "DuplicateRank", "SettingError", "WrongProcess", "SUM",
            "PROD", "MIN", "MAX", "AVG"]

@@ -49,17 +49,36 @@ def create_native(unique_id: bytes, rank: int, world_size: int, *, timeout: floa
     whole job -- a rank that failed the secret check, rank 0's store gone -- ends the wait at once, and is the
     error raised when set-up fails for a reason that follows from it (the root closing, a rank missing).
     Without one (init_rank: no store), set-up still says at intervals that it waits (_unaided_progress)."""
-    from pycoll.algorithms import segment_bytes_from_env
-
     if watch is None and world_size > 1:
         watch = WaitReport(functools.partial(_unaided_progress, rank, world_size, timeout)).poll
 
-    spin_us = settings.get("PYCOLL_SPIN_US")  # unset: -1, the library's choice (pycoll_init_config_t.spin_ns)
     return NativeComm.init_rank(unique_id, rank, world_size, transport=transport, timeout=float(timeout),
-                                ifname=ifname or settings.get("PYCOLL_SOCKET_IFNAME"),
-                                ring_bytes=settings.get("PYCOLL_SHM_RING_BYTES") or 0,
-                                segment_bytes=segment_bytes_from_env(),
-                                spin_us=-1.0 if spin_us is None else max(0.0, spin_us), watch=watch)
+                                watch=watch, **_setup_settings(ifname))
+
+
+def grow_native(native: NativeComm, unique_id: bytes | None, world_size: int, *, timeout: float, transport: str,
+                ifname: str | None = None) -> NativeComm:
+    """``pycoll_comm_grow_config`` over ``native`` with the settings create_native uses: rank 0's unique_id
+    reaches the other members over ``native``, then the larger job's bootstrap runs."""
+    watch = WaitReport(functools.partial(_grow_progress, native.rank, world_size, timeout)).poll
+    return native.grow(unique_id, world_size, transport=transport, timeout=float(timeout), watch=watch,
+                       **_setup_settings(ifname))
+
+
+def _setup_settings(ifname):
+    """What pycoll's environment variables choose for a new communicator (pycoll_init_config_t)."""
+    from pycoll.algorithms import segment_bytes_from_env
+
+    spin_us = settings.get("PYCOLL_SPIN_US")  # unset: -1, the library's choice (pycoll_init_config_t.spin_ns)
+    return dict(ifname=ifname or settings.get("PYCOLL_SOCKET_IFNAME"),
+                ring_bytes=settings.get("PYCOLL_SHM_RING_BYTES") or 0, segment_bytes=segment_bytes_from_env(),
+                spin_us=-1.0 if spin_us is None else max(0.0, spin_us))
+
+
+def _grow_progress(rank, world_size, timeout, waited):
+    return (f"rank {rank}: comm.grow has waited {waited:.0f} s for the ranks of the job growing to {world_size}; "
+            f"check that every member calls grow({world_size}) and that each new process calls pycoll.join with "
+            f"rank 0's unique id and world_size {world_size}; it gives up after {timeout:g} s")
 
 
 def _unaided_progress(rank, world_size, timeout, waited):
@@ -71,4 +90,4 @@ def _unaided_progress(rank, world_size, timeout, waited):
             f"PYCOLL_SOCKET_IFNAME); set-up gives up after {timeout:g} s")
 
 
-__all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native"]
+__all__ = ["UNIQUE_ID_BYTES", "get_unique_id", "share_unique_id", "create_native", "grow_native"]

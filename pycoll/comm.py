@@ -27,9 +27,9 @@ from pycoll.algorithms import (
 )
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES as DTYPE_IDS, integer_argument, op_id
-from pycoll.errors import CommunicatorClosed, PycollError, check_process
+from pycoll.errors import CommunicatorClosed, PycollError, Timeout, check_process
 from pycoll.plugins import Call
-from pycoll.rendezvous import launch_env
+from pycoll.rendezvous import grow_store, launch_env
 from pycoll.work import Work
 
 DTYPE_NAMES = plugins.ALL_DTYPES  # index = pycoll dtype id
@@ -484,11 +484,52 @@ class Communicator:
         ranks = child.parent_ranks
         from pycoll.rendezvous.hosts import Hosts
         hosts = Hosts.from_identities([self._hosts.host_of[r] for r in ranks], child.rank)
-        comm = Communicator(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
-                            hosts=hosts, ranks=ranks, accepted=self._accepted)
+        # Of this one's class: a shrunk backend="auto" communicator still says which islands it has.
+        comm = type(self)(child, rank=child.rank, size=len(ranks), backend=self._backend, timeout=self._timeout,
+                          hosts=hosts, ranks=ranks, accepted=self._accepted)
         comm._parent = self  # its connections are this one's root's
         self._children.add(comm)
         return comm
+
+    def grow(self, world_size, *, unique_id=None, timeout=None):
+        """A communicator of world_size ranks: this one's members keep their ranks, the new processes (each
+        calling pycoll.join) are ranks size..world_size-1. Collective over this communicator's members; a fresh
+        bootstrap of the larger job (new connections), so this one may be closed afterwards. unique_id: rank 0's
+        is used (pycoll.get_unique_id() made on a member; the program hands it to the new processes); None:
+        rank 0 makes one and publishes it in the job's rendezvous store for pycoll.join() with no arguments
+        (docs/fault_tolerance.md). timeout: set-up's and the new communicator's (default: this one's)."""
+        world_size = integer_argument(world_size, "world_size")
+        if world_size <= self._size:
+            raise ValueError(f"world_size must be larger than this communicator's size {self._size} to grow, "
+                             f"got {world_size}")
+        if unique_id is not None:
+            unique_id = _unique_id_bytes(unique_id)
+        timeout = self._timeout if timeout is None else self._wait_s(timeout)
+        engine = self._engine_or_raise()
+        if not hasattr(self._backend, "grow"):
+            raise PycollError(f"backend {self.backend!r} cannot grow: a job grows over the host backends "
+                              "(cpu, shm, tcp)")
+        published = None
+        if unique_id is None and self._rank == 0:
+            try:
+                unique_id = grow_store.publish(self._rendezvous_store(), timeout)
+            except PycollError as exc:  # the members still meet in the grow, to refuse it together
+                published = exc
+        try:
+            grown = self._backend.grow(engine, unique_id, world_size, timeout=float(timeout))
+        except Exception as exc:
+            if published is None:
+                raise
+            raise published from exc  # why rank 0 had no id: the members' refusal follows from it
+        return Communicator(grown, rank=self._rank, size=world_size, backend=self._backend, timeout=timeout,
+                            hosts=grown.hosts, accepted=self._accepted)
+
+    def _rendezvous_store(self):
+        """The store of the init() this communicator comes from (a split's or a shrink's: its root's), or None."""
+        comm = self
+        while comm._store is None and getattr(comm, "_parent", None) is not None:
+            comm = comm._parent
+        return comm._store
 
     @property
     def failed_ranks(self):
@@ -766,22 +807,57 @@ def init_rank(unique_id, rank, world_size, *, backend="cpu", timeout=300.0, ifna
     the program passes those bytes to every rank by its own means (Ray, MPI, a file), and every rank -- the one
     that made the id included -- calls this with them. backend: "cpu" (shared memory within a host, TCP between
     hosts), "shm" or "tcp". The same C calls as a C program's pycoll_comm_init_rank."""
+    return _by_unique_id("init_rank", unique_id, rank, world_size, backend, timeout, ifname, first_rank=0)
+
+
+def join(unique_id=None, rank=None, world_size=None, *, backend=None, timeout=300.0, ifname=None):
+    """Join a job that grows (its members call comm.grow(world_size)) as the new rank `rank`, one of
+    size..world_size-1 after the members'. unique_id: the one rank 0 of the members grows with, handed over by
+    any means. With no arguments (a launcher's relaunch): rank and world_size from the launcher's variables, as
+    init() reads them, and the id from the job's rendezvous store at MASTER_ADDR:MASTER_PORT, published there by
+    the members' grow without an id (the PYCOLL_GROW_GENERATION-th of the job). backend: the members' (default
+    PYCOLL_BACKEND, as init). timeout: set-up's, the wait for the id included, and the new communicator's."""
+    if backend is None:
+        backend = default_backend()
+    if unique_id is None:
+        env = launch_env.resolve(rank=rank, world_size=world_size)
+        rank, world_size = env.rank, env.world_size
+        _checked_backend(backend, timeout)
+        unique_id = grow_store.fetch(env, timeout, _secret_bytes(None))
+    if not isinstance(rank, int) or isinstance(rank, bool) or not isinstance(world_size, int) or \
+            isinstance(world_size, bool):
+        raise TypeError("rank and world_size must be ints (the new rank, the grown job's size)")
+    try:
+        return _by_unique_id("join", unique_id, rank, world_size, backend, timeout, ifname, first_rank=1)
+    except Timeout as exc:
+        raise Timeout(f"pycoll.join as rank {rank} of {world_size}: {exc}; the members must call "
+                      f"comm.grow({world_size}) with this unique id on their rank 0") from None
+
+
+def _unique_id_bytes(unique_id):
     from pycoll.bootstrap import UNIQUE_ID_BYTES
 
-    plugin = _checked_backend(backend, timeout)
     if not isinstance(unique_id, (bytes, bytearray)):
         raise TypeError(f"unique_id must be bytes (pycoll.get_unique_id()), got {type(unique_id).__name__}")
     if len(unique_id) != UNIQUE_ID_BYTES:
         raise ValueError(f"unique_id must be {UNIQUE_ID_BYTES} bytes (pycoll.get_unique_id()), got {len(unique_id)}")
+    return bytes(unique_id)
+
+
+def _by_unique_id(caller, unique_id, rank, world_size, backend, timeout, ifname, first_rank):
+    """init_rank's and join's communicator: the bootstrap from unique_id alone, as rank >= first_rank."""
+    plugin = _checked_backend(backend, timeout)
+    unique_id = _unique_id_bytes(unique_id)
     for name, value in (("rank", rank), ("world_size", world_size)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    if not first_rank <= rank < world_size:
+        why = " (rank 0 is always a member: a new process joins after the members)" if first_rank else ""
+        raise ValueError(f"rank must be in [{first_rank}, world_size={world_size}), got {rank}{why}")
     if not plugin.finds_hosts:
-        raise ValueError(f"init_rank creates host-memory communicators (backend cpu, shm or tcp); backend "
+        raise ValueError(f"{caller} creates host-memory communicators (backend cpu, shm or tcp); backend "
                          f"{backend!r} needs pycoll.init()")
     engine = plugin.create(rank=rank, world_size=world_size, store=None, timeout=float(timeout),
-                           options={"unique_id": bytes(unique_id), "ifname": ifname})
+                           options={"unique_id": unique_id, "ifname": ifname})
     return Communicator(engine, rank=rank, size=world_size, backend=plugin, store=None, timeout=timeout,
                         hosts=engine.hosts)

@@ -24,12 +24,14 @@ def run_bench(tmp_path, *args):
 
 
 def rows(markdown):
-    """{label: [kills, caught p50, caught p99, recovered p50, recovered p99, max]} of the results table."""
-    out = {}
+    """{label: {column: value}} of the results table ("-": None)."""
+    out, names = {}, None
     for line in markdown.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 8 and cells[1].isdigit():
-            out[cells[0]] = [int(cells[1])] + [float(c) for c in cells[2:7]]
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| backend |"):
+            names = cells
+        elif names and line.startswith("| ") and len(cells) == len(names) and cells[1].isdigit():
+            out[cells[0]] = {n: None if c == "-" else float(c) for n, c in zip(names[1:-1], cells[1:-1])}
     return out
 
 
@@ -42,11 +44,14 @@ def test_recovery_bench_beside_a_peer(peer, tmp_path):
     proc, markdown = run_bench(tmp_path, "--kills", "2", "--backends", "tcp", "--peers", peer)
     table = rows(markdown)
     assert set(table) == {"pycoll tcp", label}, markdown
-    for name, (kills, caught50, caught99, done50, done99, top) in table.items():
-        assert kills == 2, (name, markdown)
+    for name, row in table.items():
+        assert row["kills"] == 2, (name, markdown)
+        caught50, caught99, done50, done99, top = (row[f"{t} (ms)"] for t in (
+            "caught p50", "caught p99", "recovered p50", "recovered p99", "max"))
         # Times from the kill: positive, the recovery after the detection, and within the bench's deadline.
         assert 0 < caught50 <= caught99 <= top and 0 < done50 <= done99 <= top < 60e3, (name, markdown)
         assert caught99 <= done99, (name, markdown)
+    assert table[label]["died p50 (ms)"] is None and table["pycoll tcp"]["died p50 (ms)"] > 0, markdown
     assert f"{label}: " in proc.stdout and "recovered p50" in proc.stdout, proc.stdout
     assert "Produced by `python bench/recovery.py --markdown" in markdown and "load average" in markdown
 

@@ -1,6 +1,7 @@
-"""pycoll_comm_revoke, pycoll_comm_agree, pycoll_comm_shrink and pycoll_comm_failed_ranks from C
-(tests/c/ft_test.c, built against the installed headers and library): three processes, one killed; the
-survivors shrink, all-reduce, revoke, shrink again and agree."""
+"""The C ABI's fault-tolerance calls from C programs built against the installed headers and library:
+tests/c/ft_test.c (pycoll_comm_revoke, _agree, _shrink, _failed_ranks: three processes, one killed; the survivors
+shrink, all-reduce, revoke, shrink again and agree) and tests/c/grow_test.c (pycoll_comm_grow and pycoll_comm_join:
+three processes grow to four with a new one)."""
 
 import subprocess
 
@@ -19,3 +20,11 @@ def test_a_c_program_survives_a_killed_rank(program):
     result = subprocess.run([str(program)], capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, result.stdout
+
+
+def test_a_c_program_grows_a_job_with_a_new_process(tmp_path_factory):
+    program = build(tmp_path_factory, "grow_test")
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for r in range(4):
+        assert f"rank {r} ok" in result.stdout, result.stdout

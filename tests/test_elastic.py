@@ -124,16 +124,3 @@ def test_the_documented_training_loop_carries_on_with_equal_weights(backend, no_
         assert rep.get("ok") and rep["step"] == 1500 and rep["size"] == N - 1, (r, rep)
         assert rep["shrinks"] == 1, (r, rep)  # the kill came during the loop
     assert len({rep["checksum"] for rep in reports.values()}) == 1, reports
-
-
-@pytest.mark.timeout(60)
-def test_agree_over_shared_memory_and_tcp_at_once_says_it_cannot_and_breaks_nothing(monkeypatch,
-                                                                                    no_segment_left):
-    monkeypatch.delenv("PYCOLL_BACKEND", raising=False)  # the default backend chooses per pair of ranks
-    with Ranks(N, "elastic_worker.py", "unsupported", timeout=10,
-               rank_env=lambda r: {"PYCOLL_HOSTID": f"fake-host-{r // 2}"}) as job:
-        reports = job.reports(deadline_s=40)
-    for r, rep in reports.items():
-        assert rep.get("ok") and rep["transport"] == "shm+tcp", (r, rep)
-        assert rep.get("error") == "PycollError" and "not available over the routed transport" in rep["message"], rep
-        assert rep["sum"] == _survivor_sum(set()), (r, rep)

@@ -1,6 +1,7 @@
 """The real libnccl.so.2 (nvidia-nccl-cu12) and CUDA runtime (nvidia-cuda-runtime-cu12) through pycoll, on a
 machine without a GPU: found where pycoll looks (the wheels' directories), loaded with every symbol pycoll needs,
-its version read, a unique id made; and because there is no device, pycoll.backends() reports nccl present but
+its version read, a unique id made, its ncclCommShrink / ncclCommRevoke / ncclCommGrow found (so a shrinking
+island takes the shrink path); and because there is no device, pycoll.backends() reports nccl present but
 unusable, naming the version and "no CUDA device", and init raises BackendUnavailable saying so. Each check runs in
 a fresh process: a library pycoll loads stays loaded, and the other NCCL tests load a fake one."""
 
@@ -40,6 +41,13 @@ try:
     out["comm"] = None
 except PycollError as exc:
     out["comm"] = [type(exc).__name__, str(exc)]
+# ncclCommShrink, ncclCommRevoke, ncclCommGrow (NCCL 2.27+) found by the loader, and the engine's choice of how a
+# shrunk island's communicator is made (islands/shrink.py asks can_shrink()): through the vendor's shrink.
+from pycoll.plugins.vendor import VendorEngine
+out["fault_tolerance"] = sorted(v.fault_tolerance())
+engine = VendorEngine.__new__(VendorEngine)
+engine.vendor = v
+out["can_shrink"] = engine.can_shrink()
 print("RESULT " + json.dumps(out))
 """
 
@@ -93,3 +101,8 @@ def test_the_real_init_fails_cleanly_without_a_device(real):
     kind, message = real["comm"]
     assert kind == "PycollError"
     assert "ncclCommInitRankConfig" in message and "unhandled cuda error" in message, message
+
+
+def test_its_shrink_revoke_and_grow_are_found_and_the_shrink_path_is_chosen(real):
+    assert real["fault_tolerance"] == ["grow", "revoke", "shrink"], real["fault_tolerance"]
+    assert real["can_shrink"] is True

@@ -200,6 +200,25 @@ def test_nccl_signatures_match_the_real_nccl_h(tmp_path, includes):
     _build(tmp_path, "nccl_signatures.cc", text, includes, "c++")
 
 
+def _optional_nccl_symbols():
+    """(symbol, slot) of the NCCL symbols nccl_vendor.c looks up after loading (ncclCommShrink, ...)."""
+    source = _strip_comments(NCCL_VENDOR.read_text())
+    return re.findall(r'&(\w+) = vendor_optional_symbol\(&pycoll_nccl_vendor\.libraries\[0\], "(\w+)"\)', source)
+
+
+def test_nccl_fault_tolerance_declarations_match_the_real_nccl_h(tmp_path, includes):
+    """ncclCommShrink, ncclCommRevoke and ncclCommGrow, which pycoll looks up after loading, as pycoll calls them,
+    and the flags it passes, against the real nccl.h."""
+    found = {symbol: slot for slot, symbol in _optional_nccl_symbols()}
+    assert set(found) == {"ncclCommShrink", "ncclCommRevoke", "ncclCommGrow"}, found
+    checks = [f"SAME_ABI({symbol}, {_slot_type(slot)});" for symbol, slot in found.items()]
+    checks += [f'static_assert(PYCOLL_{name} == {name}, "{name}");'
+               for name in ("NCCL_SHRINK_DEFAULT", "NCCL_SHRINK_ABORT", "NCCL_REVOKE_DEFAULT")]
+    text = "\n".join([ABI_CLASSES, "#include <nccl.h>", '#include "pycoll/vendor.h"', _renamed_nccl_api(),
+                      *checks, "int main() { return 0; }", ""])
+    _build(tmp_path, "nccl_fault_tolerance.cc", text, includes, "c++")
+
+
 def test_cuda_runtime_driver_and_nvrtc_declarations_match_the_real_headers(tmp_path, includes):
     checks = [f"SAME_ABI({symbol}, {_slot_type(slot)});" for symbol, slot in _symbol_slots("cudart_symbols")]
     text = "\n".join([

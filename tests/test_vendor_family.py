@@ -46,7 +46,10 @@ def test_a_vendor_struct_of_another_version_is_refused():
     status = lib.pycoll_vendor_load(ctypes.addressof(head), 0, b"libfuture.so", error, 512)
     assert status == vendor.ERR_UNSUPPORTED
     assert error.value.decode() == (f"future: vendor struct version {vendor.VENDOR_VERSION + 1}, but this "
-                                    f"libpycoll reads version {vendor.VENDOR_VERSION} only")
+                                    f"libpycoll reads versions 1 to {vendor.VENDOR_VERSION} only")
+    head = _Head(version=0, name=b"ancient", unique_id_bytes=128)
+    status = lib.pycoll_vendor_load(ctypes.addressof(head), 0, b"libancient.so", error, 512)
+    assert status == vendor.ERR_UNSUPPORTED and "ancient: vendor struct version 0" in error.value.decode()
 
 
 def test_unloaded_vendor_says_what_to_load(tmp_path):

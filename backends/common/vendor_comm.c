@@ -30,10 +30,11 @@ static pycoll_status_t check_version(const pycoll_vendor_t *v, char *error, size
 {
     if (!v)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "vendor: no vendor struct (NULL)");
-    if (v->version != PYCOLL_VENDOR_VERSION)
+    if (v->version < PYCOLL_VENDOR_OLDEST_VERSION || v->version > PYCOLL_VENDOR_VERSION)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
-                                   "%s: vendor struct version %u, but this libpycoll reads version %d only",
-                                   vendor_name(v), (unsigned)v->version, PYCOLL_VENDOR_VERSION);
+                                   "%s: vendor struct version %u, but this libpycoll reads versions %d to %d only",
+                                   vendor_name(v), (unsigned)v->version, PYCOLL_VENDOR_OLDEST_VERSION,
+                                   PYCOLL_VENDOR_VERSION);
     if (v->unique_id_bytes <= 0 || v->unique_id_bytes > PYCOLL_VENDOR_MAX_ID_BYTES)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
                                    "%s: unique id of %lld bytes (1 to %d are supported)", vendor_name(v),
@@ -66,6 +67,9 @@ const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call
         for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
             if (v->libraries[i].symbols[j].call == call)
                 return v->libraries[i].symbols[j].name;
+    /* Looked up after loading (older libraries lack them): NCCL's are the only ones so far. */
+    if (call == PYCOLL_VENDOR_CALL_SHRINK || call == PYCOLL_VENDOR_CALL_REVOKE)
+        return call == PYCOLL_VENDOR_CALL_SHRINK ? "ncclCommShrink" : "ncclCommRevoke";
     /* HCCL's point-to-point is looked up after loading (older CANN lacks it), and one call serves the group. */
     if (v == &pycoll_hccl_vendor && call >= PYCOLL_VENDOR_CALL_SEND && call <= PYCOLL_VENDOR_CALL_GROUP_END)
         return "HcclBatchSendRecv";
@@ -233,12 +237,38 @@ static void release_bounded(pycoll_vendor_comm_t *c, int (*fn)(void *comm))
     atomic_fetch_add(&abandoned_releases, 1);
 }
 
-/* Stops the vendor's communicator now, also mid-collective (where the vendor has no abort, its destroy
- * releases the peers' links, so their waits fail too). */
+int vendor_has(const pycoll_vendor_t *v, int32_t bit)
+{
+    return v->version >= 2 && v->fault_tolerance && loaded(v) && (v->fault_tolerance() & bit) &&
+           (bit != PYCOLL_VENDOR_HAS_SHRINK || v->shrink) && (bit != PYCOLL_VENDOR_HAS_REVOKE || v->revoke);
+}
+
+int32_t pycoll_vendor_fault_tolerance(const pycoll_vendor_t *v)
+{
+    char unused[1];
+    if (check_loaded(v, unused, sizeof unused) != PYCOLL_OK)
+        return 0;
+    int32_t bits = 0;
+    for (int32_t bit = PYCOLL_VENDOR_HAS_SHRINK; bit <= PYCOLL_VENDOR_HAS_GROW; bit <<= 1)
+        bits |= vendor_has(v, bit) ? bit : 0;
+    return bits;
+}
+
+/* Stops the vendor's communicator now, also mid-collective. A revoke keeps it as the parent of a shrink, so the
+ * survivors need no new rendezvous; where the vendor cannot (or the revoke fails), an abort (where the vendor has
+ * no abort, its destroy releases the peers' links, so their waits fail too). */
 void vendor_abort_now(pycoll_vendor_comm_t *c)
 {
-    if (c->comm)
-        release_bounded(c, c->v->abort);
+    if (!c->comm || c->revoked)
+        return;
+    if (vendor_has(c->v, PYCOLL_VENDOR_HAS_REVOKE)) {
+        int r = c->v->revoke(c->comm);
+        if (r == 0 || r == c->v->in_progress) {
+            c->revoked = 1;
+            return;
+        }
+    }
+    release_bounded(c, c->v->abort);
 }
 
 /* "(ncclRemoteError, code 6)" plus the vendor's detail on the last failure, if it keeps one. The communicator
@@ -299,29 +329,42 @@ static void poll_pause(int64_t started_ns)
     nanosleep(&ts, NULL);
 }
 
-void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *c, int32_t failed_rank, const char *reason)
+static void request_stop(pycoll_vendor_comm_t *c, pycoll_status_t status, int32_t failed_rank, const char *reason)
 {
     int none = 0;
     if (!c || !atomic_compare_exchange_strong(&c->abort_state, &none, 1))
         return;
     c->abort_rank = failed_rank;
-    snprintf(c->abort_reason, sizeof c->abort_reason, "%s", reason ? reason : "a peer failed");
+    c->abort_status = status;
+    snprintf(c->abort_reason, sizeof c->abort_reason, "%s", reason);
     atomic_store(&c->abort_state, 2);
 }
 
+void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *c, int32_t failed_rank, const char *reason)
+{
+    request_stop(c, PYCOLL_ERR_PEER_FAILURE, failed_rank, reason ? reason : "a peer failed");
+}
+
+void pycoll_vendor_comm_revoke(pycoll_vendor_comm_t *c)
+{
+    request_stop(c, PYCOLL_ERR_REVOKED, -1, "the communicator was revoked");
+}
+
 /* An abort requested from another thread, taken by the call (or watchdog) holding the lock: the communicator
- * fails with it. A vendor with an abort of its own (ncclCommAbort) is aborted now, which stops the device work
- * stuck on the peer; one whose abort is its destroy (HCCL) is left to teardown, where that destroy is bounded
- * -- it waits behind the stuck work, and the caller should hear of the failure now, not seconds later.
- * PYCOLL_OK where none is pending (or it is still being written). */
-static pycoll_status_t take_abort_request(pycoll_vendor_comm_t *c, const char *what)
+ * fails with it. A vendor with a revoke or an abort of its own (ncclCommRevoke, ncclCommAbort) is stopped now,
+ * which ends the device work stuck on the peer; one whose abort is its destroy (HCCL) is left to teardown, where
+ * that destroy is bounded -- it waits behind the stuck work, and the caller should hear of the failure now, not
+ * seconds later. PYCOLL_OK where none is pending (or it is still being written). */
+pycoll_status_t vendor_take_abort_request(pycoll_vendor_comm_t *c, const char *what)
 {
     if (atomic_load(&c->abort_state) != 2 || c->state.status != PYCOLL_OK)
         return PYCOLL_OK;
-    pycoll_status_t st = pycoll_p2p_fail(&c->state, PYCOLL_ERR_PEER_FAILURE, c->abort_rank,
-                                         "%s: %s on rank %d of %d was aborted: %s", c->v->name, what,
-                                         (int)c->state.rank, (int)c->state.size, c->abort_reason);
-    if (c->v->abort != c->v->destroy)
+    pycoll_status_t st = pycoll_p2p_fail(&c->state, c->abort_status, c->abort_rank,
+                                         "%s: %s on rank %d of %d was %s: %s", c->v->name, what,
+                                         (int)c->state.rank, (int)c->state.size,
+                                         c->abort_status == PYCOLL_ERR_REVOKED ? "revoked" : "aborted",
+                                         c->abort_reason);
+    if (c->v->abort != c->v->destroy || vendor_has(c->v, PYCOLL_VENDOR_HAS_REVOKE))
         vendor_abort_now(c);
     return st;
 }
@@ -330,7 +373,7 @@ static pycoll_status_t take_abort_request(pycoll_vendor_comm_t *c, const char *w
  * aborts the communicator at once: vendor_fail_result); first, an abort requested from another thread. */
 pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress)
 {
-    pycoll_status_t requested = take_abort_request(c, what);
+    pycoll_status_t requested = vendor_take_abort_request(c, what);
     if (requested != PYCOLL_OK)
         return requested;
     int state = 0;
@@ -344,7 +387,7 @@ pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int
 }
 
 /* Until a non-blocking vendor's communicator leaves "in progress" (init, or enqueueing a collective). */
-static pycoll_status_t wait_ready(pycoll_vendor_comm_t *c, const char *what, int64_t deadline_ns)
+pycoll_status_t vendor_wait_ready(pycoll_vendor_comm_t *c, const char *what, int64_t deadline_ns)
 {
     if (c->v->in_progress < 0)
         return PYCOLL_OK;
@@ -392,7 +435,7 @@ static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, 
                              v->code_label, r);
     if (r != 0 && r != v->in_progress)
         return vendor_fail_result(c, what, r);
-    return wait_ready(c, what, deadline);
+    return vendor_wait_ready(c, what, deadline);
 }
 
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
@@ -416,39 +459,30 @@ static int64_t seconds_to_ns(double s)
     return s > 9e9 ? INT64_MAX / 2 : (int64_t)(s * 1e9);
 }
 
-pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const void *id, int64_t id_len,
-                                                int32_t rank, int32_t size, double timeout_s,
-                                                pycoll_status_t *status, char *error, size_t error_len)
+pycoll_vendor_comm_t *vendor_comm_alloc(const pycoll_vendor_t *v, int32_t rank, int32_t size, int64_t timeout_ns)
 {
-    *status = check_loaded(v, error, error_len);
-    if (*status == PYCOLL_OK && id_len != v->unique_id_bytes)
-        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: the id must be %lld bytes, got %lld",
-                                      v->name, (long long)v->unique_id_bytes, (long long)id_len);
-    if (*status == PYCOLL_OK && (size < 1 || rank < 0 || rank >= size))
-        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: rank %d of a %d-rank communicator",
-                                      v->name, (int)rank, (int)size);
-    if (*status != PYCOLL_OK)
-        return NULL;
     pycoll_vendor_comm_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "%s: out of memory", v->name);
+    if (!c)
         return NULL;
-    }
     vendor_comm_lock_init(c);
     c->v = v;
     c->state.rank = rank;
     c->state.size = size;
     c->state.failed_rank = -1;
-    c->timeout_ns = seconds_to_ns(timeout_s);
+    c->timeout_ns = timeout_ns;
     c->device = -1;
-    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
-    const char *init = vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT);
-    int r = v->comm_init(&c->comm, size, id, rank);
+    return c;
+}
+
+pycoll_vendor_comm_t *vendor_comm_started(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline,
+                                          pycoll_status_t *status, char *error, size_t error_len)
+{
+    const pycoll_vendor_t *v = c->v;
     pycoll_status_t st;
     if (r != 0 && r != v->in_progress)
-        st = vendor_fail_result(c, init, r);
+        st = vendor_fail_result(c, what, r);
     else
-        st = wait_ready(c, init, deadline);
+        st = vendor_wait_ready(c, what, deadline);
     if (st == PYCOLL_OK && v->device && (r = v->device(c->comm, &c->device)) != 0)
         st = vendor_fail_result(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_DEVICE), r);
     if (st == PYCOLL_OK && v->stream_create && (r = v->stream_create(&c->own_stream)) != 0) {
@@ -465,6 +499,29 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
     return c;
 }
 
+pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const void *id, int64_t id_len,
+                                                int32_t rank, int32_t size, double timeout_s,
+                                                pycoll_status_t *status, char *error, size_t error_len)
+{
+    *status = check_loaded(v, error, error_len);
+    if (*status == PYCOLL_OK && id_len != v->unique_id_bytes)
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: the id must be %lld bytes, got %lld",
+                                      v->name, (long long)v->unique_id_bytes, (long long)id_len);
+    if (*status == PYCOLL_OK && (size < 1 || rank < 0 || rank >= size))
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: rank %d of a %d-rank communicator",
+                                      v->name, (int)rank, (int)size);
+    if (*status != PYCOLL_OK)
+        return NULL;
+    pycoll_vendor_comm_t *c = vendor_comm_alloc(v, rank, size, seconds_to_ns(timeout_s));
+    if (!c) {
+        *status = pycoll_format_error(error, error_len, PYCOLL_ERR_NOMEM, "%s: out of memory", v->name);
+        return NULL;
+    }
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    int r = v->comm_init(&c->comm, size, id, rank);
+    return vendor_comm_started(c, vendor_call_name(v, PYCOLL_VENDOR_CALL_INIT), r, deadline, status, error, error_len);
+}
+
 /* A healthy communicator leaves its peers cleanly: finalize (where the vendor has it), waited for until the
  * deadline, then destroy; a broken one, or one whose finalize failed or missed the deadline, is aborted. */
 static void teardown(pycoll_vendor_comm_t *c)
@@ -472,12 +529,12 @@ static void teardown(pycoll_vendor_comm_t *c)
     const pycoll_vendor_t *v = c->v;
     if (!c->comm)
         return;
-    if (c->state.status == PYCOLL_OK && v->finalize) {
+    if (c->state.status == PYCOLL_OK && !c->revoked && v->finalize) { /* a revoked one cannot finalize */
         int64_t deadline = pycoll_now_ns() + c->timeout_ns;
         const char *what = vendor_call_name(v, PYCOLL_VENDOR_CALL_FINALIZE);
         int r = v->finalize(c->comm);
         pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, what, r)
-                                                           : wait_ready(c, what, deadline);
+                                                           : vendor_wait_ready(c, what, deadline);
         if (st != PYCOLL_OK)
             return; /* aborted: by vendor_fail_result, or at the deadline */
     }
@@ -550,7 +607,7 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
                              int *vd, int *vo)
 {
     const pycoll_vendor_t *v = c->v;
-    pycoll_status_t requested = take_abort_request(c, "the call");
+    pycoll_status_t requested = vendor_take_abort_request(c, "the call");
     if (requested != PYCOLL_OK)
         return requested;
     if (c->state.status != PYCOLL_OK)

@@ -68,14 +68,31 @@ struct pycoll_vendor_comm {
      * -> 2 (ready; every wait loop of a call, and the watchdog, then fails the communicator with it). */
     atomic_int abort_state;
     int32_t abort_rank;
+    pycoll_status_t abort_status; /* PYCOLL_ERR_PEER_FAILURE, or PYCOLL_ERR_REVOKED (pycoll_vendor_comm_revoke) */
     char abort_reason[448];
+    int revoked; /* stopped by the vendor's revoke: no work in flight, still the parent of a shrink */
 };
+
+/* Whether the loaded vendor has what a PYCOLL_VENDOR_HAS_* bit names (never for a version-1 struct). */
+int vendor_has(const pycoll_vendor_t *v, int32_t bit);
+/* A communicator of the family not started yet (NULL without memory), and its start: after the vendor's call
+ * that makes its comm (init, shrink) returned r, waited for until ready (the deadline aborts), its device and
+ * stream found; c itself, or NULL with *status and error set (c destroyed). */
+pycoll_vendor_comm_t *vendor_comm_alloc(const pycoll_vendor_t *v, int32_t rank, int32_t size, int64_t timeout_ns);
+pycoll_vendor_comm_t *vendor_comm_started(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline,
+                                          pycoll_status_t *status, char *error, size_t error_len);
+/* An abort or revoke another thread requested, taken now (the communicator fails with it); PYCOLL_OK where none
+ * is pending. Under c->lock. */
+pycoll_status_t vendor_take_abort_request(pycoll_vendor_comm_t *c, const char *what);
+/* Until a non-blocking vendor's communicator leaves "in progress"; the deadline aborts it. */
+pycoll_status_t vendor_wait_ready(pycoll_vendor_comm_t *c, const char *what, int64_t deadline_ns);
 
 /* The address of `name` in the loaded library lib, or NULL: for a symbol some versions of a library lack (a
  * weak symbol of older CANN), looked up after loading instead of being required by it. */
 void (*vendor_optional_symbol(const pycoll_vendor_library_t *lib, const char *name))(void);
-/* Stops the vendor's communicator now, also mid-collective, on a thread of its own bounded by the timeout (at
- * most 5 s; past it the call is left to finish alone and c->abandoned is set). */
+/* Stops the vendor's communicator now, also mid-collective: revoked where the vendor can (it stays the parent
+ * of a shrink; c->revoked), else aborted on a thread of its own bounded by the timeout (at most 5 s; past it the
+ * call is left to finish alone and c->abandoned is set). */
 void vendor_abort_now(pycoll_vendor_comm_t *c);
 /* dlopen path into lib and resolve every symbol into its slot (nothing when lib is already loaded); one lock for
  * every library pycoll loads at run time. */

@@ -72,6 +72,17 @@ typedef ncclResult_t (*pycoll_nccl_fn_comm_init_rank_config)(ncclComm_t *comm, i
 typedef ncclResult_t (*pycoll_nccl_fn_nccl_broadcast)(const void *sendbuf, void *recvbuf, size_t count,
                                                       ncclDataType_t dtype, int root, ncclComm_t comm,
                                                       void *stream);
+/* Surviving a lost rank (NCCL 2.27 and newer; looked up after loading). ncclCommShrink's flags: DEFAULT where
+ * the parent has no work in flight (or was revoked), ABORT to stop it first; ncclCommRevoke's must be 0. */
+#define PYCOLL_NCCL_SHRINK_DEFAULT 0x00
+#define PYCOLL_NCCL_SHRINK_ABORT 0x01
+#define PYCOLL_NCCL_REVOKE_DEFAULT 0x00
+typedef ncclResult_t (*pycoll_nccl_fn_comm_shrink)(ncclComm_t comm, int *exclude_ranks, int exclude_count,
+                                                   ncclComm_t *newcomm, pycoll_nccl_config_t *config,
+                                                   int shrink_flags);
+typedef ncclResult_t (*pycoll_nccl_fn_comm_revoke)(ncclComm_t comm, int revoke_flags);
+typedef ncclResult_t (*pycoll_nccl_fn_comm_grow)(ncclComm_t comm, int nranks, const ncclUniqueId *unique_id,
+                                                 int rank, ncclComm_t *newcomm, pycoll_nccl_config_t *config);
 typedef int (*pycoll_nccl_fn_cuda_stream_query)(void *stream);
 typedef int (*pycoll_nccl_fn_cuda_malloc)(void **ptr, size_t size);
 typedef int (*pycoll_nccl_fn_cuda_memset)(void *ptr, int value, size_t count);

@@ -3,6 +3,7 @@
  * layer polls them against the deadline and calls ncclCommAbort when it passes. Most entries are NCCL's own
  * functions (their C signatures are the struct's); the adapters below cover where NCCL's differ. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <string.h>
 
 #include "../common/vendor_common.h"
@@ -30,6 +31,41 @@ static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 static int broadcast(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream)
 {
     return nccl_broadcast(buf, buf, count, (ncclDataType_t)dtype, root, comm, stream);
+}
+
+/* Surviving a lost rank: optional, as NCCL before 2.27 lacks them; looked up once, after loading. */
+static pycoll_nccl_fn_comm_shrink comm_shrink;
+static pycoll_nccl_fn_comm_revoke comm_revoke;
+static pycoll_nccl_fn_comm_grow comm_grow;
+static pthread_once_t fault_tolerance_once = PTHREAD_ONCE_INIT;
+
+static void resolve_fault_tolerance(void)
+{
+    *(void (**)(void))&comm_shrink = vendor_optional_symbol(&pycoll_nccl_vendor.libraries[0], "ncclCommShrink");
+    *(void (**)(void))&comm_revoke = vendor_optional_symbol(&pycoll_nccl_vendor.libraries[0], "ncclCommRevoke");
+    *(void (**)(void))&comm_grow = vendor_optional_symbol(&pycoll_nccl_vendor.libraries[0], "ncclCommGrow");
+}
+
+static int32_t fault_tolerance(void)
+{
+    pthread_once(&fault_tolerance_once, resolve_fault_tolerance);
+    return (comm_shrink ? PYCOLL_VENDOR_HAS_SHRINK : 0) | (comm_revoke ? PYCOLL_VENDOR_HAS_REVOKE : 0) |
+           (comm_grow ? PYCOLL_VENDOR_HAS_GROW : 0);
+}
+
+/* A NULL config: the new communicator inherits the parent's, non-blocking included. */
+static int shrink(void *comm, const int32_t *exclude, int32_t n, int abort_in_flight, void **newcomm)
+{
+    int ranks[n > 0 ? n : 1]; /* NCCL takes them as int *, unwritten */
+    for (int32_t i = 0; i < n; i++)
+        ranks[i] = exclude[i];
+    return comm_shrink(comm, ranks, n, (ncclComm_t *)newcomm, NULL,
+                       abort_in_flight ? PYCOLL_NCCL_SHRINK_ABORT : PYCOLL_NCCL_SHRINK_DEFAULT);
+}
+
+static int revoke(void *comm)
+{
+    return comm_revoke(comm, PYCOLL_NCCL_REVOKE_DEFAULT);
 }
 
 /* The events behind collectives that return once enqueued (vendor_async.c): without timing, the cheapest kind
@@ -144,4 +180,7 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .scratch_alloc = scratch_alloc,
     .host_memory = host_memory,
     .event_create = event_create,
+    .fault_tolerance = fault_tolerance,
+    .shrink = shrink,
+    .revoke = revoke,
 };

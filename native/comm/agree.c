@@ -260,7 +260,7 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     st = pycoll_ft_reset(p2p, epoch, lost);
     if (st == PYCOLL_ERR_UNSUPPORTED) { /* nothing changed: the communicator is as it was */
         snprintf(comm->error, sizeof comm->error, "agree and shrink are not available over the %s transport (shared "
-                 "memory and TCP have them)", p2p->ops->name);
+                 "memory and TCP, alone or together, have them)", p2p->ops->name);
         ft->epoch--;
         progress_end_turn(comm);
         goto release;

@@ -1,6 +1,7 @@
 /* What agree and shrink (native/comm/agree.c) need of a message transport after a failure or a revoke (or
  * before an agreement on a healthy one): a fresh start among the peers that are still there, over the same
- * connections. Internal; the TCP and shared-memory transports have it (ft_reset.c dispatches). */
+ * connections. Internal; the TCP and shared-memory transports have it, and the routed one over them
+ * (ft_reset.c dispatches). */
 #ifndef PYCOLL_COMMON_FT_RESET_H
 #define PYCOLL_COMMON_FT_RESET_H
 
@@ -13,8 +14,11 @@
  * receive. A peer that cannot resume (gone, closed, its stream cut mid-frame) is cut and marked in lost[].
  * Afterwards post and ops->progress work as on a new transport; a peer lost then is recorded as a
  * PYCOLL_ERR_PEER_FAILURE naming it, which the caller may clear (pycoll_ft_clear_error) to go on with the
- * others. PYCOLL_ERR_UNSUPPORTED (nothing changed) for a transport without it. */
+ * others. PYCOLL_ERR_UNSUPPORTED (nothing changed) for a transport without it. A routed transport
+ * (routed_transport.c) resets each of its children. */
 pycoll_status_t pycoll_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
+/* Whether p2p is of a kind that has pycoll_ft_reset (a finalized one still refuses). */
+int pycoll_ft_can_reset(const pycoll_p2p_t *p2p);
 /* Stop talking to peer r for good, so that r sees this rank gone (it must not wait for it). */
 void pycoll_ft_cut(pycoll_p2p_t *p2p, int32_t r);
 /* Whether the transport has stopped talking to peer r (found it dead, closed or cut): only the first error is
@@ -45,5 +49,11 @@ pycoll_status_t shm_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
 void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r);
 int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
 void shm_ft_wake(pycoll_p2p_t *p2p);
+pycoll_status_t routed_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
+void routed_ft_cut(pycoll_p2p_t *p2p, int32_t r);
+int routed_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
+void routed_ft_wake(pycoll_p2p_t *p2p);
+void routed_ft_poll(pycoll_p2p_t *p2p);
+void routed_ft_resume(pycoll_p2p_t *p2p);
 
 #endif

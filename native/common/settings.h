@@ -25,6 +25,9 @@
       "random one per job)")                                                                                     \
     X(JOB_ID, TEXT, NULL, NULL, 0, 0,                                                                            \
       "the job's id, so that jobs sharing a host and a port keep apart (pycoll run sets a random one per job)")  \
+    X(GROW_GENERATION, INT, "1", NULL, 1, 0,                                                                     \
+      "which grow of the job a process started by pycoll.join() with no unique id joins: the k-th comm.grow "    \
+      "without an id publishes its id as generation k in the rendezvous store (docs/fault_tolerance.md)")        \
     X(STORE_MAX_BYTES, INT, "67108864", NULL, 1, 0,                                                              \
       "the most the rendezvous store on rank 0 holds, keys and values together (TCPStore(max_bytes=))")          \
     X(WAIT_REPORT_S, FLOAT, "30", NULL, 0, 0,                                                                    \

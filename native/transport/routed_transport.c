@@ -10,12 +10,18 @@
  *
  * Before a child is used, the collective's state (descriptors, deadline, spin, memory table, interrupt check)
  * is copied into it; a child's first error becomes this transport's (rank, status and text as the child wrote
- * them), and an error anywhere is told to every child's peers, so ranks behind either transport learn it. */
+ * them), and an error anywhere is told to every child's peers, so ranks behind either transport learn it.
+ *
+ * Fault tolerance (common/ft_reset.h, at the end of this file): each child starts the epoch over its own peers,
+ * and a peer is cut, probed or found gone on the child that reaches it; the agreement drives this transport
+ * through ops->progress, one pass over every child, as a wait does. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/ft_reset.h"
 #include "common/idle_wait.h"
 #include "common/p2p_share.h"
 #include "common/request_queue.h"
@@ -30,6 +36,7 @@ typedef struct routed_transport {
     int32_t n_children;
     pycoll_p2p_t **children;
     int32_t *route; /* route[r]: the child that reaches rank r */
+    atomic_int wake; /* routed_ft_wake: run the interrupt check now */
 } routed_transport_t;
 
 static routed_transport_t *impl(pycoll_p2p_t *p2p) { return (routed_transport_t *)p2p; }
@@ -93,7 +100,8 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
                             (int)pycoll_first_pending_peer(reqs, n));
             break;
         }
-        if (now >= next_check) {
+        if (now >= next_check || (atomic_load_explicit(&t->wake, memory_order_relaxed) &&
+                                  atomic_exchange_explicit(&t->wake, 0, memory_order_relaxed))) {
             next_check = now + CHECK_EVERY_NS;
             if (idle_wait_interrupted(p2p))
                 break;
@@ -162,8 +170,17 @@ static void routed_destroy(pycoll_p2p_t *p2p)
     free(t);
 }
 
-/* No progress: a composite of composites is not needed. */
-static const pycoll_p2p_ops_t routed_ops = PYCOLL_P2P_OPS(routed, "routed", .finalize = routed_finalize);
+/* ops->progress (p2p.h): one pass of routed_wait, never sleeping -- what an agreement (native/comm/agree.c)
+ * drives the family transport with. */
+static int routed_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n, int64_t started_ns)
+{
+    if (p2p->status != PYCOLL_OK)
+        return 0;
+    return progress_children(impl(p2p), reqs, n, started_ns);
+}
+
+static const pycoll_p2p_ops_t routed_ops = PYCOLL_P2P_OPS(routed, "routed", .finalize = routed_finalize,
+                                                          .progress = routed_progress);
 
 /* Why these children cannot make one transport, or NULL. */
 static const char *check_children(int32_t n_children, pycoll_p2p_t *const *children, const int32_t *route,
@@ -230,4 +247,86 @@ pycoll_p2p_t *pycoll_routed_transport_create(int32_t n_children, pycoll_p2p_t *c
     t->children = own;
     t->route = own_route;
     return &t->base;
+}
+
+/* ---- fault tolerance (common/ft_reset.h) ---- */
+
+static int is_routed(const pycoll_p2p_t *p2p) { return p2p->ops == &routed_ops; }
+
+/* The child that reaches r, with the collective's state, or NULL (r out of range, or not a routed transport). */
+static pycoll_p2p_t *child_of(pycoll_p2p_t *p2p, int32_t r)
+{
+    if (!is_routed(p2p) || r < 0 || r >= p2p->size)
+        return NULL;
+    routed_transport_t *t = impl(p2p);
+    pycoll_p2p_t *child = t->children[t->route[r]];
+    share_state(t, child);
+    return child;
+}
+
+/* Every child starts the epoch; each cuts and marks in lost[] its own peers that cannot resume (it leaves the
+ * entries of ranks other children reach alone), so one array serves all of them. */
+pycoll_status_t routed_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
+{
+    routed_transport_t *t = impl(p2p);
+    for (int32_t c = 0; c < t->n_children; c++)
+        if (!pycoll_ft_can_reset(t->children[c]))
+            return PYCOLL_ERR_UNSUPPORTED; /* before any child changed: the transport is as it was */
+    pycoll_ft_clear_error(p2p);
+    atomic_store_explicit(&t->wake, 0, memory_order_relaxed);
+    for (int32_t c = 0; c < t->n_children; c++) {
+        pycoll_p2p_t *child = t->children[c];
+        share_state(t, child);
+        const pycoll_status_t st = pycoll_ft_reset(child, epoch, lost);
+        if (st == PYCOLL_ERR_UNSUPPORTED) /* a child finalized alone: the communicator is closed already */
+            return pycoll_p2p_fail(p2p, PYCOLL_ERR_CLOSED, -1, "the %s transport under the routed one was closed",
+                                   child->ops->name);
+        if (st != PYCOLL_OK)
+            return take_child_error(t, child);
+    }
+    return PYCOLL_OK;
+}
+
+void routed_ft_cut(pycoll_p2p_t *p2p, int32_t r)
+{
+    pycoll_p2p_t *child = child_of(p2p, r);
+    if (child)
+        pycoll_ft_cut(child, r);
+}
+
+int routed_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
+{
+    pycoll_p2p_t *child = child_of(p2p, r);
+    return child && pycoll_ft_peer_gone(child, r);
+}
+
+void routed_ft_wake(pycoll_p2p_t *p2p)
+{
+    if (is_routed(p2p))
+        atomic_store_explicit(&impl(p2p)->wake, 1, memory_order_relaxed);
+}
+
+/* A child that can tell without a system call (shared memory) checks now; its error becomes this one's. */
+void routed_ft_poll(pycoll_p2p_t *p2p)
+{
+    routed_transport_t *t = impl(p2p);
+    for (int32_t c = 0; c < t->n_children && p2p->status == PYCOLL_OK; c++) {
+        share_state(t, t->children[c]);
+        pycoll_ft_poll(t->children[c]);
+        take_child_error(t, t->children[c]);
+    }
+}
+
+/* Every child forgets its error (an abort copied this transport's into each) and reads what it left unread;
+ * the first error one of them finds then becomes this transport's. */
+void routed_ft_resume(pycoll_p2p_t *p2p)
+{
+    routed_transport_t *t = impl(p2p);
+    pycoll_ft_clear_error(p2p);
+    for (int32_t c = 0; c < t->n_children; c++) {
+        share_state(t, t->children[c]);
+        pycoll_ft_resume(t->children[c]);
+    }
+    for (int32_t c = 0; c < t->n_children && p2p->status == PYCOLL_OK; c++)
+        take_child_error(t, t->children[c]);
 }

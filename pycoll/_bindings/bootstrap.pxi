@@ -95,35 +95,52 @@ cdef int _stop_setup(void *ctx) noexcept nogil:
         return 0
 
 
+cdef class _SetupConfig:
+    """A pycoll_init_config_t and what it points to (the interface's name, the watch's holder), alive while the
+    bootstrap runs; finish() turns its status into the communicator or the error."""
+    cdef pycoll_init_config_t config
+    cdef bytes ifname
+    cdef list holder
+
+    def __init__(self, str transport, double timeout, ifname, int64_t ring_bytes, int64_t segment_bytes,
+                 double spin_us, watch):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        pycoll_init_config_init(&self.config)
+        self.config.transport = TRANSPORTS[transport]
+        self.config.timeout_s = timeout
+        self.ifname = ifname.encode() if ifname else b""
+        if self.ifname:
+            self.config.ifname = self.ifname
+        self.config.shm_ring_bytes = ring_bytes
+        self.config.segment_bytes = segment_bytes
+        self.config.spin_ns = -1 if spin_us < 0 else <int64_t>(spin_us * 1000)
+        self.config.check_interrupt = _signal_raised
+        self.holder = [watch if watch is not None else (lambda: None), None]
+        self.config.should_stop = _stop_setup
+        self.config.stop_ctx = <void *>self.holder
+
+    cdef NativeComm finish(self, pycoll_status_t st, pycoll_comm_t *comm):
+        holder = self.holder
+        if st in (PYCOLL_ERR_PEER_FAILURE, PYCOLL_ERR_TIMEOUT) and holder[1] is None:
+            _stop_setup(<void *>holder)  # a failure recorded for the job explains this one: it is the real reason
+        if st != PYCOLL_OK and holder[1] is not None:
+            raise holder[1]  # the watch's verdict: why the job failed, whatever the wait ended with
+        if st == PYCOLL_ERR_INTERRUPTED:
+            _reraise_pending()
+        if st != PYCOLL_OK:
+            raise _bootstrap_failed(st)
+        cdef NativeComm native = NativeComm.__new__(NativeComm)
+        native.comm = comm
+        return native
+
+
 cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double timeout, ifname,
                            int64_t ring_bytes, int64_t segment_bytes, double spin_us, watch):
     cdef pycoll_unique_id_t id = _id_from_bytes(unique_id)
-    cdef pycoll_init_config_t config
+    cdef _SetupConfig setup = _SetupConfig(transport, timeout, ifname, ring_bytes, segment_bytes, spin_us, watch)
+    cdef pycoll_comm_t *comm = NULL
     cdef pycoll_status_t st
-    cdef bytes b_ifname = ifname.encode() if ifname else b""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    pycoll_init_config_init(&config)
-    config.transport = TRANSPORTS[transport]
-    config.timeout_s = timeout
-    if b_ifname:
-        config.ifname = b_ifname
-    config.shm_ring_bytes = ring_bytes
-    config.segment_bytes = segment_bytes
-    config.spin_ns = -1 if spin_us < 0 else <int64_t>(spin_us * 1000)
-    config.check_interrupt = _signal_raised
-    holder = [watch if watch is not None else (lambda: None), None]
-    config.should_stop = _stop_setup
-    config.stop_ctx = <void *>holder
-    cdef NativeComm native = NativeComm.__new__(NativeComm)
     with nogil:
-        st = pycoll_comm_init_rank_config(&native.comm, size, &id, rank, &config)
-    if st in (PYCOLL_ERR_PEER_FAILURE, PYCOLL_ERR_TIMEOUT) and holder[1] is None:
-        _stop_setup(<void *>holder)  # a failure recorded for the job explains this one: it is the real reason
-    if st != PYCOLL_OK and holder[1] is not None:
-        raise holder[1]  # the watch's verdict: why the job failed, whatever the wait ended with
-    if st == PYCOLL_ERR_INTERRUPTED:
-        _reraise_pending()
-    if st != PYCOLL_OK:
-        raise _bootstrap_failed(st)
-    return native
+        st = pycoll_comm_init_rank_config(&comm, size, &id, rank, &setup.config)
+    return setup.finish(st, comm)

@@ -311,6 +311,28 @@ cdef class NativeComm:
         native.comm = child
         return native
 
+    def grow(self, unique_id, int world_size, *, str transport="auto", double timeout=300.0, ifname=None,
+             int64_t ring_bytes=0, int64_t segment_bytes=0, double spin_us=-1.0, watch=None):
+        """pycoll_comm_grow_config: a NativeComm of world_size ranks, this one's members first (unique_id: rank
+        0's is used, the others may pass None); the other arguments as init_rank's."""
+        if world_size > PYCOLL_MAX_WORLD_SIZE:
+            raise ValueError(f"world_size must be at most {PYCOLL_MAX_WORLD_SIZE} (PYCOLL_MAX_WORLD_SIZE), "
+                             f"got {world_size}")
+        cdef pycoll_unique_id_t id
+        cdef const pycoll_unique_id_t *given = NULL
+        if unique_id is not None:
+            id = _id_from_bytes(unique_id)
+            given = &id
+        cdef _SetupConfig setup = _SetupConfig(transport, timeout, ifname, ring_bytes, segment_bytes, spin_us,
+                                               watch)
+        cdef pycoll_comm_t *grown = NULL
+        cdef pycoll_status_t st
+        cdef pycoll_comm_t *c = self._enter()
+        with nogil:
+            st = pycoll_comm_grow_config(c, world_size, given, &setup.config, &grown)
+        self.active -= 1
+        return setup.finish(st, grown)
+
     @property
     def failed_ranks(self):
         """pycoll_comm_failed_ranks: this communicator's ranks that agreements found lost."""

@@ -307,6 +307,9 @@ cdef extern from "pycoll/bootstrap.h" nogil:
     pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size,
                                                  const pycoll_unique_id_t *id, int32_t rank,
                                                  const pycoll_init_config_t *config)
+    pycoll_status_t pycoll_comm_grow_config(pycoll_comm_t *comm, int32_t world_size,
+                                            const pycoll_unique_id_t *id, const pycoll_init_config_t *config,
+                                            pycoll_comm_t **out)
     void pycoll_host_identity(char *text, size_t len)
     void pycoll_test_force_segment_draws(const char *suffix, int32_t n)
     const char *pycoll_comm_transport(const pycoll_comm_t *comm)

@@ -3,6 +3,7 @@
 found by name, and its communicators. Pointers and streams arrive as integers; dtype and op as pycoll ids."""
 
 from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 
 from pycoll._bindings.libpycoll cimport *
 
@@ -19,6 +20,14 @@ cdef extern from "pycoll/vendor.h" nogil:
     int pycoll_vendor_work_wait(pycoll_vendor_work_t *work, double timeout_s)
     pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len)
     void pycoll_vendor_work_release(pycoll_vendor_work_t *work)
+    int32_t pycoll_vendor_fault_tolerance(const pycoll_vendor_t *vendor)
+    void pycoll_vendor_comm_revoke(pycoll_vendor_comm_t *comm)
+    pycoll_vendor_comm_t *pycoll_vendor_comm_shrink(pycoll_vendor_comm_t *comm, const int32_t *exclude, int32_t n,
+                                                    pycoll_status_t *status, char *error, size_t error_len)
+    enum:
+        PYCOLL_VENDOR_HAS_SHRINK
+        PYCOLL_VENDOR_HAS_REVOKE
+        PYCOLL_VENDOR_HAS_GROW
 
 cdef enum:
     ERROR_LEN = 512
@@ -176,6 +185,13 @@ cdef class Vendor:
     def comm(self, bytes unique_id, int32_t rank, int32_t size, double timeout):
         return VendorComm(self, unique_id, rank, size, timeout)
 
+    def fault_tolerance(self):
+        """What the loaded library has of "shrink", "revoke" and "grow" (none before loading)."""
+        cdef int32_t bits = pycoll_vendor_fault_tolerance(self.vendor)
+        return frozenset(name for name, bit in (("shrink", PYCOLL_VENDOR_HAS_SHRINK),
+                                                ("revoke", PYCOLL_VENDOR_HAS_REVOKE),
+                                                ("grow", PYCOLL_VENDOR_HAS_GROW)) if bits & bit)
+
 
 cdef class VendorComm:
     """One vendor communicator. Collectives block until done on the stream, or raise (Timeout aborts it). The
@@ -186,6 +202,8 @@ cdef class VendorComm:
     cdef readonly str name
 
     def __cinit__(self, Vendor vendor, bytes unique_id, int32_t rank, int32_t size, double timeout):
+        if vendor is None:  # shrink()'s: it sets the communicator itself
+            return
         if len(unique_id) != vendor.vendor.unique_id_bytes:
             raise ValueError(f"unique_id must be {vendor.vendor.unique_id_bytes} bytes, got {len(unique_id)}")
         cdef char error[ERROR_LEN]
@@ -230,6 +248,39 @@ cdef class VendorComm:
         cdef bytes text = reason.encode("utf-8", "replace")
         if self.comm != NULL:
             pycoll_vendor_comm_request_abort(self.comm, failed_rank, text)
+
+    def revoke(self):
+        """From any thread, as request_abort, but the call fails with CommunicatorRevoked; the vendor's work in
+        flight is stopped, by its revoke where it has one (the communicator stays the parent of a shrink)."""
+        if self.comm != NULL:
+            pycoll_vendor_comm_revoke(self.comm)
+
+    def shrink(self, exclude, double timeout):
+        """A VendorComm of this one's ranks but `exclude` (ascending), through the vendor's shrink: every rank
+        that remains calls it. A PycollError where the vendor cannot (the loaded library has no shrink, or this
+        communicator was aborted): re-create it then."""
+        cdef pycoll_vendor_comm_t *c = self._open()
+        cdef int32_t n = len(exclude)
+        cdef int32_t *ids = <int32_t *>malloc(max(n, 1) * sizeof(int32_t))
+        cdef char error[ERROR_LEN]
+        cdef pycoll_status_t st = PYCOLL_OK
+        cdef pycoll_vendor_comm_t *child = NULL
+        cdef VendorComm new
+        if ids == NULL:
+            raise MemoryError()
+        try:
+            for i, rank in enumerate(exclude):
+                ids[i] = rank
+            error[0] = 0
+            with nogil:
+                child = pycoll_vendor_comm_shrink(c, ids, n, &st, error, ERROR_LEN)
+        finally:
+            free(ids)
+        if child == NULL:
+            raise_status(st, _text(error))
+        new = VendorComm.__new__(VendorComm, None, None, 0, 0, 0.0)
+        new.comm, new.name, new.timeout = child, self.name, self.timeout
+        return new
 
     @property
     def device(self):

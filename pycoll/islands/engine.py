@@ -26,7 +26,7 @@ from pycoll.dtypes import OPS, dtype_id
 from pycoll.errors import BackendUnavailable, MismatchError, PeerFailure, PycollError, SettingError, Timeout
 from pycoll.islands import crossing, messages, schedules
 from pycoll.islands.failures import IslandWatch
-from pycoll.islands.formation import Islands, form
+from pycoll.islands.formation import Islands, form, island_key
 from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
 from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_for
 from pycoll.islands.store import IslandStore
@@ -119,7 +119,7 @@ class IslandsEngine(Engine):
 
     def __init__(self, *, rank, world_size, store, timeout, options):
         self.rank, self.size, self.timeout = rank, world_size, float(timeout)
-        self.inner = self.leaders = self._watch = None
+        self.inner = self.leaders = self._watch = self._island_host = None
         self._scratch = self._host_scratch = None
         self._broken = False
         memory = memory_kind(options.get("device"))
@@ -182,16 +182,25 @@ class IslandsEngine(Engine):
             every.update(island_refused)
         if watched:
             self._watch.start([outcomes[r][2] for r in self.island.ranks if r != self.rank], self._peer_failed)
-        self.islands = Islands(formed.islands, every)
-        # From the leaders' probes, which every rank now holds alike: every rank decides each call alike.
-        leaders = [outcomes[island.ranks[0]][3] for island in formed.islands]
-        self.crossing = crossing.CrossingModel(
-            tuple((island.size, island.memory, copy) for island, (copy, _) in zip(formed.islands, leaders)),
-            min(host for _, host in leaders), schedules.STAGING_SEGMENT_BYTES, forced)
+        # What a shrink rebuilds the islands from: each rank's record, each island's probe (by what it is).
+        self.records = [rec[:3] for rec in records]
+        self.probes = {island_key(island): outcomes[island.ranks[0]][3] for island in formed.islands}
+        self.forced = forced
         # What every island declares: the dtypes and ops the communicator accepts.
         self.dtypes = tuple(name for name in ALL_DTYPES if all(name in rec[4][0] for rec in records))
         self.ops = tuple(name for name in ALL_OPS if all(name in rec[4][1] for rec in records))
         self.memory = memory
+        self.assemble(formed, every)
+
+    def assemble(self, formed, refused):
+        """What every call reads, from the islands formed (init's, or the survivors' after a shrink) and what
+        their vendors refuse: the same on every rank, as are the leaders' probes the crossing model is made
+        from, so every rank decides each call alike."""
+        self.islands = Islands(formed.islands, refused)
+        probes = [self.probes[island_key(island)] for island in formed.islands]
+        self.crossing = crossing.CrossingModel(
+            tuple((island.size, island.memory, copy) for island, (copy, _) in zip(formed.islands, probes)),
+            min(host for _, host in probes), schedules.STAGING_SEGMENT_BYTES, self.forced)
         self._scratch = Scratch(self._runtime)
         self._host_scratch = Scratch(HostRuntime())
         # The description every call exchanges first, beside its negation: made once, reused by every call.
@@ -257,10 +266,11 @@ class IslandsEngine(Engine):
     def _break(self, exc):
         """This rank leaves the collective on `exc`: the ranks still waiting on it learn of it now, not at their
         deadline. Its island peers waiting inside their vendor's collective get the watch's notice (failures.py)
-        and abort theirs; ranks waiting on it in a host step see it close its host communicators (without
-        lingering: they raise PeerFailure naming it). Its own vendor communicator is marked failed, so closing
-        does not wait on peers that aborted theirs. The communicator is unusable afterwards, as after any
-        PeerFailure."""
+        and abort theirs; ranks waiting on it in a step between islands or in its host island see it close those
+        communicators (without lingering: they raise PeerFailure naming it), and ranks waiting in the job's host
+        communicator see it revoked (CommunicatorRevoked). Its own vendor communicator is marked failed (and
+        stopped, by the vendor's revoke where it has one). The communicator is unusable afterwards, as after any
+        PeerFailure, but the job's connections stay: the survivors shrink it."""
         if self._broken:
             return
         self._broken = True
@@ -269,10 +279,12 @@ class IslandsEngine(Engine):
             self._watch.notify(-1, reason)
         if self.inner is not None:
             self.inner.request_abort(-1, reason)
-        for engine in (self.leaders, self.inner, self.world):
+        # The step communicators are closed (their peers raise PeerFailure naming this rank; a shrink makes new
+        # ones), the job's is revoked: its connections are what the survivors shrink over.
+        for engine in (self.leaders, self.inner, self._island_host, self.world):
             if engine is not None and engine.native is not None:
                 try:
-                    engine.native.close(0.0)
+                    engine.native.revoke() if engine is self.world else engine.native.close(0.0)
                 except PycollError:  # what a broken communicator reports at close: the failure is raised already
                     pass
 
@@ -322,15 +334,42 @@ class IslandsEngine(Engine):
     def split(self, color, key):
         raise NotImplementedError("split: backend 'auto' has no sub-communicators across islands yet")
 
+    # -- surviving a lost rank (docs/fault_tolerance.md) --------------------------------------------------------
+    def revoke(self):
+        """Every communicator this rank's calls wait in is revoked (the host ones: their peers' waits end too),
+        its island peers hear of it through the watch, and its vendor communicator's work in flight stops."""
+        if self._watch is not None:
+            self._watch.notify(-1, f"rank {self.rank} revoked the communicator")
+        if self.inner is not None:
+            self.inner.revoke()
+        for engine in (self.leaders, self._island_host, self.world):
+            if engine is not None:
+                engine.revoke()
+
+    def agree(self, flag, timeout):
+        return self.world.agree(flag, timeout)
+
+    def shrink(self, exclude, timeout):
+        from pycoll.islands.shrink import shrink
+        return shrink(self, exclude, timeout)
+
+    @property
+    def failed_ranks(self):
+        return self.world.failed_ranks
+
     def close(self):
         if self._watch is not None:  # first: its goodbye tells the peers that this rank's exit is no failure
             self._watch.close()
         for scratch in (self._scratch, self._host_scratch):
             if scratch is not None:
                 scratch.close()
-        for engine in (self.inner, self.leaders, self.world):
+        for engine in (self.inner, self.leaders, self._island_host, self.world):
             if engine is not None:
                 if engine.close_linger is not None and self.close_linger is not None:  # the communicator's bound
                     engine.close_linger = min(engine.close_linger, self.close_linger)
-                engine.close()
-        self.inner = self.leaders = None
+                try:
+                    engine.close()
+                except PycollError:
+                    if not self._broken:
+                        raise  # after a failure (raised already), what the ranks left unfinished is no news
+        self.inner = self.leaders = self._island_host = None

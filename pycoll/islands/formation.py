@@ -63,6 +63,11 @@ class Islands:
         return "\n".join(map(str, self.islands))
 
 
+def island_key(island):
+    """What makes an island (its host, backend and memory kind): the same before and after a shrink."""
+    return island.host, island.backend, island.memory
+
+
 def form(records):
     """Islands from every rank's (memory kind, backend, host number), in rank order."""
     groups = {}

@@ -29,3 +29,23 @@ class IslandStore:
         watch = getattr(self._store, "watch", None)
         if watch is not None:
             watch()
+
+
+class HostExchange:
+    """The store an island's vendor engine exchanges its ids through after a shrink, when the job's store may
+    have died with its host: a host communicator of the island's survivors (`calls`: its all_gather, as
+    pycoll.objects takes it). Rank 0's set and every other rank's get are one all-gather of rank 0's value, so
+    they pair up in the order every rank makes them, as an engine's creations do."""
+
+    def __init__(self, calls, rank):
+        self._calls, self._rank = calls, rank
+
+    def set(self, key, value):
+        self._exchange(bytes(value))
+
+    def get(self, key, timeout=None):
+        return self._exchange(None)
+
+    def _exchange(self, value):
+        from pycoll.objects import all_gather_object
+        return all_gather_object(self._calls, value)[0]

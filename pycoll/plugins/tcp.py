@@ -96,6 +96,19 @@ class TcpBackend(plugins.Backend):
                          else get_unique_id(ifname, toward=master_addr))
         native = create_native(unique_id, rank, world_size, timeout=timeout, transport=self.transport_choice,
                                ifname=ifname, watch=getattr(store, "watch", None))
+        return self._engine(native, rank, world_size, timeout, store)
+
+    def grow(self, engine, unique_id, world_size, *, timeout, ifname=None):
+        """The engine of the job grown from engine's members to world_size ranks (pycoll_comm_grow): they keep
+        their ranks; unique_id is rank 0's (None elsewhere)."""
+        from pycoll.bootstrap import grow_native
+
+        native = grow_native(engine.native, unique_id, world_size, timeout=timeout, transport=self.transport_choice,
+                             ifname=ifname or settings.get("PYCOLL_SOCKET_IFNAME"))
+        return self._engine(native, native.rank, world_size, timeout, None)
+
+    def _engine(self, native, rank, world_size, timeout, store):
+        """The engine over a communicator the bootstrap made, with rank 0's cost model."""
         engine = NativeEngine(native, timeout, transport=native.transport, hosts=Hosts(native.host_of, rank))
         try:
             _share_cost_model(native, rank, world_size, *self.cost_model_for(engine.transport), store=store,

@@ -130,7 +130,8 @@ class VendorEngine(Engine):
 
     _serials = itertools.count()
 
-    def __init__(self, backend, *, rank, world_size, store, timeout, options):
+    def __init__(self, backend, *, rank, world_size, store, timeout, options, comms=None):
+        # comms: the vendor communicators by algorithm, already made (shrink()); else the default one is made.
         from pycoll._bindings import vendor as _vendor
         self.backend = backend
         self.name = backend.name
@@ -141,7 +142,7 @@ class VendorEngine(Engine):
         self._store = store
         self._prefix = f"pycoll/{self.name}/{next(VendorEngine._serials)}"
         self._default = (options or {}).get("algorithm", "auto")
-        self._comms = {}
+        self._comms = dict(comms or {})
         self._closed = False
         self._enqueue = False   # inside start(): the vendor's collectives return once enqueued
         self._work_comm = None  # the communicator of the collective start() enqueued
@@ -323,6 +324,30 @@ class VendorEngine(Engine):
         any of this engine's communicators, else the next, raises PeerFailure saying `reason` (VendorComm's)."""
         for comm in list(self._comms.values()):
             comm.request_abort(failed_rank, reason)
+
+    def revoke(self):
+        """From any thread: the call waiting on any of this engine's communicators, else the next, raises
+        CommunicatorRevoked; the vendor's work in flight stops (by its revoke where it has one, which keeps each
+        communicator the parent of a shrink, else by its abort)."""
+        for comm in list(self._comms.values()):
+            comm.revoke()
+
+    def can_shrink(self):
+        """Whether the loaded library shrinks communicators (ncclCommShrink): the same on every rank that loaded
+        the same library, which the caller checks with them before shrink()."""
+        return "shrink" in self.vendor.fault_tolerance()
+
+    def shrunk(self, exclude, store, *, by_vendor):
+        """The engine of this one's ranks but `exclude` (ascending), called by those ranks alike. by_vendor: each
+        communicator shrunk by the vendor (no new id, so no rendezvous: ncclCommShrink); else the default one is
+        created afresh among them. `store` is where the new engine's ids are exchanged from now on (the job's
+        store may have died with its host)."""
+        excluded = set(exclude)
+        survivors = [r for r in range(self.size) if r not in excluded]
+        comms = {algorithm: comm.shrink(list(exclude), self.timeout) for algorithm, comm in self._comms.items()} \
+            if by_vendor else None
+        return VendorEngine(self.backend, rank=survivors.index(self.rank), world_size=len(survivors), store=store,
+                            timeout=self.timeout, options={"algorithm": self._default}, comms=comms)
 
     def close(self):
         self._closed = True

@@ -42,6 +42,7 @@ struct fake_comm {
     pthread_cond_t cond;
     fake_job_t *head, *tail;
     int ready, stop, drain, async_error;
+    int cancelled; /* fake_comm_cancel: the worker is gone, its jobs freed */
 };
 
 #define MAX_STREAMS 64
@@ -762,7 +763,21 @@ void fake_comm_set_mismatch_error(fake_comm_t *c, int code)
     c->mismatch_error = code;
 }
 
-static void finish(fake_comm_t *c, int abort)
+const char *fake_comm_id(const fake_comm_t *c)
+{
+    return c->id;
+}
+
+int fake_comm_busy(fake_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int busy = c->head != NULL;
+    pthread_mutex_unlock(&c->lock);
+    return busy;
+}
+
+/* Stops the worker (mid-collective too) and frees its jobs, each leaving its stream. */
+static void stop_worker(fake_comm_t *c, int abort)
 {
     pthread_mutex_lock(&c->lock);
     if (abort)
@@ -776,6 +791,20 @@ static void finish(fake_comm_t *c, int abort)
         next = j->next;
         free_job(j);
     }
+    c->head = c->tail = NULL;
+}
+
+void fake_comm_cancel(fake_comm_t *c)
+{
+    if (!c->cancelled)
+        stop_worker(c, 1);
+    c->cancelled = 1;
+}
+
+static void finish(fake_comm_t *c, int abort)
+{
+    if (!c->cancelled)
+        stop_worker(c, abort);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c->sent);

@@ -49,6 +49,13 @@ long long fake_stream_mark(void *stream);
 int fake_stream_reached(void *stream, long long mark);
 /* 1 while any stream has queued work (what a device-wide synchronisation, cudaFree, waits for). */
 int fake_any_stream_busy(void);
+/* The id c joined on (a shrink derives its child's from it). */
+const char *fake_comm_id(const fake_comm_t *c);
+/* 1 while c has work queued or running. */
+int fake_comm_busy(fake_comm_t *c);
+/* Revoke: stop at once, even mid-collective, releasing the streams of its work (the kernels end); c stays, to
+ * be freed by abort or destroy. */
+void fake_comm_cancel(fake_comm_t *c);
 /* Abort: stop at once, even mid-collective. Destroy: finish queued work first. Both free c. */
 void fake_comm_abort(fake_comm_t *c);
 void fake_comm_destroy(fake_comm_t *c);

@@ -32,7 +32,19 @@ enum { SUCCESS = 0, INVALID_ARGUMENT = 4, INVALID_USAGE = 5, IN_PROGRESS = 7 };
  *   (ncclInvalidUsage, "called while ncclInProgress" logged).
  * - Sends and receives (fake_collectives.c says how they are modelled): a send waits, past the per-peer buffer
  *   (NCCL_BUFFSIZE; FAKE_P2P_BUFFER_BYTES here), for its receive; a receive of another count than its send's is
- *   an asynchronous ncclInvalidUsage. */
+ *   an asynchronous ncclInvalidUsage.
+ * - ncclCommRevoke (2.27; nccl.h: "stops all in-flight operations and marks communicator state as
+ *   ncclInProgress. The state will change to ncclSuccess when the communicator is quiescent"): revokeFlags must
+ *   be NCCL_REVOKE_DEFAULT (0), a second revoke is ncclInvalidArgument, and on a revoked communicator every
+ *   collective, send/recv and ncclCommFinalize is ncclInvalidUsage; it stays the parent of a shrink, and destroy
+ *   or abort free it.
+ * - ncclCommShrink (2.27): only the ranks that remain call it, each with the same ascending list of the ranks
+ *   to exclude (a caller in it, or a rank out of range, is ncclInvalidArgument); NCCL_SHRINK_DEFAULT needs a
+ *   parent with no work in flight or one revoked (here: work in flight or a recorded error on a parent never
+ *   revoked is ncclInvalidUsage, where the real library would hang), NCCL_SHRINK_ABORT stops that work first;
+ *   other flags are ncclInvalidArgument. The new communicator numbers the remaining ranks in their order, takes
+ *   the parent's configuration where config is NULL (non-blocking: ncclInProgress until ready), and is
+ *   independent of the parent. -DFAKE_NCCL_NO_SHRINK builds a library from before 2.27, without either. */
 enum { ALGO_TREE = 1, ALGO_RING = 2, ALGO_COLLNET_DIRECT = 4, ALGO_COLLNET_CHAIN = 8, ALGO_NVLS = 16,
        ALGO_NVLS_TREE = 32, ALGO_PAT = 64, ALGO_ALL = 127 };
 static const struct { const char *name; unsigned bit; } algorithm_names[] = {
@@ -149,6 +161,14 @@ static int busy_launching(comm_t *c, const char *name)
     return 1;
 }
 
+/* A call on a revoked communicator: refused (see the rules above). */
+static int revoked(comm_t *c, const char *name)
+{
+    if (c->revoked)
+        fake_log("%s rank=%d called on a revoked communicator: ncclInvalidUsage", name, c->rank);
+    return c->revoked;
+}
+
 /* A call that enqueued work on c: on a non-blocking communicator, "in progress" outside a group, and the
  * group's end inside one. */
 static int launched(comm_t *c)
@@ -185,6 +205,8 @@ EXPORT int ncclCommGetAsyncError(comm_t *c, int *state)
 EXPORT int ncclCommFinalize(comm_t *c)
 {
     fake_log("ncclCommFinalize rank=%d", c->rank);
+    if (c->revoked)
+        return INVALID_USAGE;
     if (c->sticky)
         return c->sticky;
     c->finalizing = 1;
@@ -194,6 +216,58 @@ EXPORT int ncclCommFinalize(comm_t *c)
     return IN_PROGRESS;
 }
 
+#ifndef FAKE_NCCL_NO_SHRINK
+enum { SHRINK_DEFAULT = 0, SHRINK_ABORT = 1 };
+
+EXPORT int ncclCommRevoke(comm_t *c, int flags)
+{
+    fake_log("ncclCommRevoke rank=%d flags=%d", c->rank, flags);
+    if (flags != 0 || c->revoked)
+        return INVALID_ARGUMENT;
+    fake_comm_cancel(c->fake);
+    c->revoked = 1;
+    c->finalizing = 0;
+    if (c->blocking)
+        return SUCCESS;
+    c->launching = LAUNCH_POLLS;
+    return IN_PROGRESS;
+}
+
+EXPORT int ncclCommShrink(comm_t *c, int *exclude, int n, comm_t **out, config_head_t *config, int flags)
+{
+    char list[256] = "";
+    for (int i = 0, at = 0; i < n && exclude && at < (int)sizeof list - 12; i++)
+        at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", i ? "," : "", exclude[i]);
+    fake_log("ncclCommShrink rank=%d exclude=%s flags=%d config=%s", c->rank, list, flags, config ? "set" : "null");
+    int injected = fake_injected("ncclCommShrink");
+    if (injected)
+        return injected;
+    if (busy_launching(c, "ncclCommShrink"))
+        return INVALID_USAGE;
+    if ((flags != SHRINK_DEFAULT && flags != SHRINK_ABORT) || n < 0 || n >= c->nranks || (n && !exclude))
+        return INVALID_ARGUMENT;
+    int below = 0;
+    for (int i = 0; i < n; i++) {
+        if (exclude[i] < 0 || exclude[i] >= c->nranks || exclude[i] == c->rank || (i && exclude[i] <= exclude[i - 1]))
+            return INVALID_ARGUMENT;
+        below += exclude[i] < c->rank;
+    }
+    if (flags == SHRINK_DEFAULT && !c->revoked &&
+        (fake_comm_busy(c->fake) || c->sticky || fake_vendor_async_error(c))) {
+        fake_log("ncclCommShrink rank=%d: NCCL_SHRINK_DEFAULT with work in flight: ncclInvalidUsage", c->rank);
+        return INVALID_USAGE;
+    }
+    if (flags == SHRINK_ABORT)
+        fake_comm_cancel(c->fake);
+    char id[160];
+    snprintf(id, sizeof id, "%.80s.s%d-%.40s", fake_comm_id(c->fake), c->shrinks++, list);
+    *out = fake_vendor_comm_new(id, c->rank - below, c->nranks - n, INVALID_USAGE);
+    (*out)->algorithms = c->algorithms;
+    (*out)->blocking = config ? config->blocking : c->blocking;
+    return (*out)->blocking == 0 ? IN_PROGRESS : SUCCESS;
+}
+#endif
+
 EXPORT int ncclCommAbort(comm_t *c)
 {
     fake_vendor_comm_end(c, "ncclCommAbort", 1);
@@ -202,6 +276,10 @@ EXPORT int ncclCommAbort(comm_t *c)
 
 EXPORT int ncclCommDestroy(comm_t *c)
 {
+    if (c->revoked) { /* its work was stopped: nothing to finish */
+        fake_vendor_comm_end(c, "ncclCommDestroy", 1);
+        return SUCCESS;
+    }
     if (!c->finalizing) { /* finalizes first, blocking: waits for every peer */
         c->finalizing = 1;
         fake_comm_enqueue(c->fake, FAKE_BARRIER, NULL, NULL, 0, FAKE_U8, 0, -1, &c->finalize_stream, 0);
@@ -235,6 +313,8 @@ static const fake_vendor_t nccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops
 static int collective(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int op,
                       int root, comm_t *c, void *stream)
 {
+    if (revoked(c, name))
+        return INVALID_USAGE;
     if (c->sticky)
         return c->sticky;
     if (busy_launching(c, name))
@@ -284,6 +364,8 @@ static int p2p(const char *name, int kind, const void *send, void *recv, size_t 
     int injected = fake_injected(name);
     if (injected)
         return injected;
+    if (revoked(c, name))
+        return INVALID_USAGE;
     if (c->sticky)
         return c->sticky;
     if (busy_launching(c, name))

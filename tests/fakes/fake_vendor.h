@@ -20,6 +20,8 @@ typedef struct fake_vendor_comm {
     int finalizing;      /* a finalize is queued on finalize_stream */
     char finalize_stream; /* its address is the stream the finalize runs on */
     int launching;       /* a non-blocking call returned "in progress": async-error polls left until it is not */
+    int revoked;         /* ncclCommRevoke: its work stopped, every later call but a shrink refused */
+    int shrinks;         /* shrinks made from it so far: each child's id is derived from the count */
 } fake_vendor_comm_t;
 
 /* How a vendor numbers dtypes and ops: its code -> the engine's (-1: the vendor has the code, the fake does not

@@ -2,12 +2,13 @@
 
 kill: all-reduces in a loop until the test kills a rank (kill -9); the survivors catch PeerFailure, shrink and
       all-reduce their old rank + 1 on the new communicator; "sum" is its result, "done" the wall-clock time then.
+      Where the shrunk communicator spans hosts, "hier_sums" are the distinct values of a hierarchical
+      all-reduce of a vector of old rank + 1 on it, "hier_ran" the algorithm that ran.
 revoke: every rank all-reduces once, then rank 1 revokes while the others wait in an all-reduce for it (they
       raise CommunicatorRevoked); then all shrink and all-reduce.
 agree: a healthy agreement, then the old communicator still runs; rank 2 kills itself while the others agree; they
       shrink.
 exclude: ranks 0..2 shrink with exclude=[3] while rank 3 waits in an all-reduce (it is cut off).
-unsupported: agree where the job runs over shared memory and TCP at once (hosts faked by the test).
 forge_epoch: (shared memory) rank 1 claims, in the rings it writes, to have started epoch 7 at a head 2^40 bytes
       ahead, then every rank runs a ring all-reduce: the others must not skip that far, but name rank 1.
 """
@@ -28,7 +29,7 @@ comm = None
 with failure_reported(report):
     comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "20")))
     rank, size = comm.rank, comm.size
-    report["rank"] = rank
+    report.update(rank=rank, transport=comm.transport)
 
     def all_reduce_ranks(c):
         """The sum of (old rank + 1) over c's members."""
@@ -48,6 +49,10 @@ with failure_reported(report):
         new = comm.shrink()
         report["sum"] = all_reduce_ranks(new)
         report["done"] = time.time()
+        if new.hosts > 1:  # the host-aware algorithm on the survivors' (now uneven) hosts
+            v = np.full(4099, rank + 1.0)
+            new.all_reduce(v, algorithm="hierarchical")
+            report.update(hier_sums=sorted(set(v.tolist())), hier_ran=new.last_algorithm)
         report.update(ranks=new.ranks, new_rank=new.rank, failed_ranks=comm.failed_ranks, ok=True)
         try:
             comm.all_reduce(big)
@@ -140,14 +145,6 @@ with failure_reported(report):
                 all_reduce_ranks(comm)
             except pycoll.CommunicatorClosed as exc:
                 report["old"] = str(exc)
-    elif scenario == "unsupported":
-        # Shared memory within each (faked) host and TCP between them: no agreement yet, and nothing broken.
-        report["transport"] = comm.transport
-        try:
-            comm.agree(1)
-        except pycoll.PycollError as exc:
-            report.update(error=type(exc).__name__, message=str(exc))
-        report.update(sum=all_reduce_ranks(comm), ok=True)
     elif scenario == "forge_epoch":
         from shm_segments import RING_FIELDS, Segments, load, store
 

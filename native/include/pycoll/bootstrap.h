@@ -93,6 +93,11 @@ PYCOLL_API pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, in
                                                         const pycoll_unique_id_t *id, int32_t rank,
                                                         const pycoll_init_config_t *config);
 
+/* pycoll_comm_grow (pycoll/comm.h) with every choice of the new communicator spelled out (its timeout_s too). */
+PYCOLL_API pycoll_status_t pycoll_comm_grow_config(pycoll_comm_t *comm, int32_t world_size,
+                                                   const pycoll_unique_id_t *id, const pycoll_init_config_t *config,
+                                                   pycoll_comm_t **out);
+
 /* An id listening on the address of `ifname` when given, else on the local address the kernel routes to
  * `toward` (a host name or address) from, else as pycoll_get_unique_id. */
 PYCOLL_API pycoll_status_t pycoll_unique_id_create(pycoll_unique_id_t *id, const char *ifname, const char *toward);

@@ -103,6 +103,21 @@ PYCOLL_API pycoll_status_t pycoll_comm_agree(pycoll_comm_t *comm, int64_t *flag,
 PYCOLL_API pycoll_status_t pycoll_comm_shrink(pycoll_comm_t *comm, const int32_t *exclude, int32_t n_exclude,
                                               double timeout_s, pycoll_comm_t **out);
 PYCOLL_API int32_t pycoll_comm_failed_ranks(const pycoll_comm_t *comm, int32_t *ranks, int32_t max);
+/* Growing a job (native/bootstrap/grow.c; the id is pycoll/bootstrap.h's pycoll_unique_id_t).
+ * pycoll_comm_grow: collective over comm's members: *out a communicator of world_size (> comm's size) ranks, in
+ * which each member keeps its rank in comm and the new processes are ranks size..world_size-1. The id is read on
+ * comm's rank 0 only (the others may pass NULL) and reaches the members over comm; the program hands the same
+ * id to the new processes by its own means. It must be made (pycoll_get_unique_id) by a process that takes
+ * part, as for pycoll_comm_init_rank. A fresh bootstrap: new connections and segments, nothing shared with
+ * comm, which may be destroyed afterwards. timeout_s <= 0: comm's timeout. Errors as pycoll_comm_init_rank's
+ * (PYCOLL_ERR_TIMEOUT names the ranks that did not come), PYCOLL_ERR_INVALID for world_size <= comm's size or
+ * no id on rank 0 (every member alike); the message: pycoll_bootstrap_error().
+ * pycoll_comm_join: a new process's side, as pycoll_comm_init_rank with rank in [1, world_size). */
+struct pycoll_unique_id;
+PYCOLL_API pycoll_status_t pycoll_comm_grow(pycoll_comm_t *comm, int32_t world_size, const struct pycoll_unique_id *id,
+                                            double timeout_s, pycoll_comm_t **out);
+PYCOLL_API pycoll_status_t pycoll_comm_join(pycoll_comm_t **out, int32_t world_size, const struct pycoll_unique_id *id,
+                                            int32_t rank, double timeout_s);
 
 /* After a failed call: the message, and the rank it is about (or -1). */
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);

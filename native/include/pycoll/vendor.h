@@ -19,9 +19,12 @@
 extern "C" {
 #endif
 
-/* The layout of pycoll_vendor_t. A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED);
- * every version starts with `version` and `name`, so the refusal can name the vendor. */
-#define PYCOLL_VENDOR_VERSION 1
+/* The layout of pycoll_vendor_t. Version 2 appends the fault-tolerance entries (shrink, revoke, and which of
+ * them the loaded library has); a version-1 struct is read without them (its communicators are re-created and
+ * aborted instead). A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED); every version
+ * starts with `version` and `name`, so the refusal can name the vendor. */
+#define PYCOLL_VENDOR_VERSION 2
+#define PYCOLL_VENDOR_OLDEST_VERSION 1
 /* The dtypes version 1 maps: int8 .. float64 (ids 0-7). Later dtypes (complex64, complex128) are refused by every
  * version-1 vendor, so the struct's layout stays what vendors were compiled against. */
 #define PYCOLL_VENDOR_V1_DTYPES 8
@@ -47,8 +50,16 @@ typedef enum pycoll_vendor_call {
     PYCOLL_VENDOR_CALL_GROUP_END,
     PYCOLL_VENDOR_CALL_STREAM_WAIT,
     PYCOLL_VENDOR_CALL_SCRATCH_ALLOC,
-    PYCOLL_VENDOR_CALL_FINALIZE
+    PYCOLL_VENDOR_CALL_FINALIZE,
+    PYCOLL_VENDOR_CALL_SHRINK,
+    PYCOLL_VENDOR_CALL_REVOKE
 } pycoll_vendor_call_t;
+
+/* What pycoll_vendor_fault_tolerance reports the loaded library has (ncclCommShrink, ncclCommRevoke,
+ * ncclCommGrow: NCCL 2.27 and newer). */
+#define PYCOLL_VENDOR_HAS_SHRINK 1
+#define PYCOLL_VENDOR_HAS_REVOKE 2
+#define PYCOLL_VENDOR_HAS_GROW 4
 
 /* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
  * function pointer its address is stored in -- an entry of the vendor struct where the vendor's C signature is
@@ -67,12 +78,12 @@ typedef struct pycoll_vendor_library {
     void *handle;             /* set by pycoll_vendor_load once the library and every symbol are loaded */
 } pycoll_vendor_library_t;
 
-/* A vendor, version 1. pycoll_vendor_load fills the entries named by the libraries' symbols; the backend sets
+/* A vendor, version 2. pycoll_vendor_load fills the entries named by the libraries' symbols; the backend sets
  * the rest (adapters, the vendor's mapping of results). Entries are declared with the vendor's C ABI: results
  * and enums are ints, counts uint64_t (size_t on the 64-bit hosts pycoll supports), handles and streams
  * pointers; 0 is success. Entries marked optional may be NULL; what the generic layer does then is said beside
  * each. */
-typedef struct pycoll_vendor_v1 {
+typedef struct pycoll_vendor_v2 {
     uint32_t version;             /* PYCOLL_VENDOR_VERSION */
     const char *name;             /* "nccl": every message starts with it */
     int64_t unique_id_bytes;      /* <= PYCOLL_VENDOR_MAX_ID_BYTES */
@@ -155,9 +166,20 @@ typedef struct pycoll_vendor_v1 {
     int (*event_record)(void *event, void *stream);
     int (*event_query)(void *event);
     int (*event_destroy)(void *event);
-} pycoll_vendor_v1_t;
 
-typedef pycoll_vendor_v1_t pycoll_vendor_t;
+    /* Version 2. Optional, each (NULL, or absent from the loaded library as fault_tolerance says: a shrink
+     * re-creates the communicator among the survivors, a stop aborts it). */
+    /* The PYCOLL_VENDOR_HAS_* bits of what the loaded library has; called after loading. */
+    int32_t (*fault_tolerance)(void);
+    /* A communicator of comm's ranks but exclude[0..n) (ranks of comm, ascending), renumbered in their order,
+     * non-blocking like init; called by those ranks only. abort_in_flight: comm may still have work in flight
+     * (not revoked), which the vendor stops first (NCCL_SHRINK_ABORT; else NCCL_SHRINK_DEFAULT). */
+    int (*shrink)(void *comm, const int32_t *exclude, int32_t n, int abort_in_flight, void **newcomm);
+    /* Stop comm's work in flight, keeping it as the parent of a shrink (ncclCommRevoke); its later calls fail. */
+    int (*revoke)(void *comm);
+} pycoll_vendor_v2_t;
+
+typedef pycoll_vendor_v2_t pycoll_vendor_t;
 typedef struct pycoll_vendor_comm pycoll_vendor_comm_t;
 
 /* A vendor built into libpycoll, by name ("nccl", "hccl"); NULL if there is none of that name. */
@@ -201,6 +223,21 @@ PYCOLL_API void pycoll_vendor_comm_set_timeout(pycoll_vendor_comm_t *comm, doubl
  * teardown gives up). Only the first request counts. */
 PYCOLL_API void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *comm, int32_t failed_rank,
                                                  const char *reason);
+
+/* Surviving a lost rank. pycoll_vendor_fault_tolerance: the PYCOLL_VENDOR_HAS_* bits of the loaded library (0
+ * before loading, or for a version-1 vendor). pycoll_vendor_comm_revoke: from any thread, as request_abort, but
+ * the call waiting on comm (else the next) fails with PYCOLL_ERR_REVOKED; where the vendor can revoke, comm's
+ * work in flight is stopped and comm stays the parent of a shrink, else it is aborted. Every failure of comm
+ * (an error, a deadline, an abort request) likewise stops it by revoking where the vendor can.
+ * pycoll_vendor_comm_shrink: called by every rank of comm but exclude[0..n) (ranks of comm), each passing the
+ * same list: a communicator of those ranks, renumbered in their order, through the vendor's shrink
+ * (PYCOLL_ERR_UNSUPPORTED where it has none, or comm was aborted: re-create it then), ready within comm's
+ * timeout; NULL on failure, with *status and error set. comm is left as it was (broken: destroy it). */
+PYCOLL_API int32_t pycoll_vendor_fault_tolerance(const pycoll_vendor_t *vendor);
+PYCOLL_API void pycoll_vendor_comm_revoke(pycoll_vendor_comm_t *comm);
+PYCOLL_API pycoll_vendor_comm_t *pycoll_vendor_comm_shrink(pycoll_vendor_comm_t *comm, const int32_t *exclude,
+                                                           int32_t n, pycoll_status_t *status, char *error,
+                                                           size_t error_len);
 
 PYCOLL_API pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *comm, const void *sendbuf, void *recvbuf,
                                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
