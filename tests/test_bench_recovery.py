@@ -36,7 +36,9 @@ def rows(markdown):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("peer", list(recovery_peers.PEERS))
+# A torchrun restart costs seconds of torch start-up per kill: that row runs under -m stress.
+@pytest.mark.parametrize("peer", [pytest.param(peer, marks=pytest.mark.stress) if peer == "torchrun" else peer
+                                  for peer in recovery_peers.PEERS])
 def test_recovery_bench_beside_a_peer(peer, tmp_path):
     label, unavailable, _ = recovery_peers.PEERS[peer]
     if unavailable():
