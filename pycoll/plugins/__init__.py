@@ -72,6 +72,10 @@ _METHOD_ARGS = {
 }
 
 
+# What an engine written per collective may lack: refused where called, not through a failed Work.
+_OPTIONAL = ("all_to_all", "gather", "scatter", "send", "recv")
+
+
 def _no_point_to_point(engine, what):
     return NotImplementedError(f"{what}: backend {getattr(engine, 'name', type(engine).__name__)} has no "
                                "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
@@ -121,6 +125,8 @@ class Engine:
         method_args = _METHOD_ARGS.get(name)
         if method_args is None:
             raise NotImplementedError(f"{type(self).__name__} has no {call.collective}")
+        if getattr(type(self), name) is getattr(Engine, name) and name in _OPTIONAL:
+            getattr(self, name)(*method_args(call))  # the default raises, at the call even when async
         if async_op:
             return self.start(name, *method_args(call))
         return getattr(self, name)(*method_args(call))
