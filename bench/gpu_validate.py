@@ -4,13 +4,19 @@
 
 NEVER RUN YET: written without a GPU (none was available where pycoll was developed); its first run on a GPU
 machine is its first test. It refuses to run (exit code 2, nothing written) where there is no usable GPU: no
-PyTorch with CUDA, fewer than 2 visible devices, or pycoll's nccl backend unusable (pycoll.backends() says why).
+PyTorch with CUDA, no visible device, or pycoll's nccl backend unusable (pycoll.backends() says why).
 The report opens with a PASS or FAIL for each part.
 
-What it does, each part in fresh processes (one rank per GPU, N = every visible GPU unless --nproc):
+Its ranks (layout()): one per GPU where there are 2 or more (N = every visible GPU unless --nproc). On one GPU,
+two ranks share it where both NCCLs (pycoll's and PyTorch's) are 2.30 or newer, with NCCL_MULTI_RANK_GPU_ENABLE=1
+(NCCL refuses two ranks of a communicator on one device before that); else one rank, and the parts that need a
+peer (a killed rank) say they did not run.
+
+What it does, each part in fresh processes:
 1. versions: NVIDIA driver, CUDA (driver and runtime), NCCL (pycoll's and PyTorch's), NVRTC, the GPUs;
-2. correctness of every dtype x op x size {0, 1, 7, 1001, 2^20+3, 2^28} (--quick: up to 2^20+3) of
-   pycoll.all_reduce on backend nccl against torch.distributed's all_reduce on NCCL, on the same data;
+2. correctness of every dtype x op x size {0, 1, 7, 1001, 2^20+3, 2^28} (--quick: up to 2^20+3; 2^28 for
+   all_reduce only) of pycoll's all_reduce, reduce_scatter, all_gather, broadcast and reduce on backend nccl
+   against torch.distributed's on NCCL, on the same data (correctness_rows());
 3. compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh over
    ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum, and time;
 4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
@@ -53,12 +59,42 @@ def preflight():
         import torch
     except ImportError:
         return "PyTorch is not installed (pip install torch, a CUDA build)"
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
         return f"PyTorch sees no CUDA device (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
-    if torch.cuda.device_count() < 2:
-        # One rank per GPU: with one, there is no collective to check and no peer to kill.
-        return f"it needs at least 2 GPUs, one per rank, and PyTorch sees {torch.cuda.device_count()}"
     return None
+
+
+# NCCL runs two ranks of one communicator on one GPU from 2.30 on, where NCCL_MULTI_RANK_GPU_ENABLE=1.
+MULTI_RANK_GPU_NCCL = (2, 30)
+
+
+def _version(text):
+    """(major, minor) of "2.30.1", () where unknown."""
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def layout(gpus, pycoll_nccl, torch_nccl, nproc=None):
+    """(ranks, extra environment, why) for `gpus` visible devices and the two NCCL versions ("2.30.1"): one
+    rank per GPU from 2 GPUs on; on one, two ranks sharing it where both NCCLs allow it, else one rank. A rank
+    uses GPU LOCAL_RANK % gpus (_device)."""
+    if gpus >= 2:
+        return nproc or gpus, {}, f"one rank per GPU ({gpus} GPUs)"
+    shared = all(_version(v) >= MULTI_RANK_GPU_NCCL for v in (pycoll_nccl, torch_nccl))
+    if shared:
+        return nproc or 2, {"NCCL_MULTI_RANK_GPU_ENABLE": "1"}, (
+            f"one GPU, two ranks sharing it (NCCL {pycoll_nccl} and PyTorch's {torch_nccl}: "
+            f"NCCL_MULTI_RANK_GPU_ENABLE=1)")
+    return 1, {}, (f"one GPU, one rank: two ranks on one GPU need NCCL 2.30+ in pycoll and PyTorch (here "
+                   f"{pycoll_nccl or 'unknown'} and {torch_nccl or 'unknown'})")
+
+
+def _device():
+    import torch
+
+    return int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
 
 
 def versions():
@@ -106,7 +142,7 @@ def _init(timeout=120.0):
 
     import pycoll
 
-    local = int(os.environ["LOCAL_RANK"])
+    local = _device()
     torch.cuda.set_device(local)
     comm = pycoll.init(backend="nccl", timeout=timeout)
     port = int(os.environ["TORCH_PORT"])
@@ -115,44 +151,103 @@ def _init(timeout=120.0):
     return comm, torch, dist
 
 
-def _data(torch, dtype, n, rank, op):
-    """Deterministic per-rank data whose reduction is exact in every dtype (no overflow, no rounding)."""
-    g = torch.Generator(device="cuda").manual_seed(1000 * rank + n)
+def _data(torch, dtype, n, rank, op, device="cuda", wrap=lambda t: t):
+    """Deterministic per-rank data whose reduction is exact in every dtype (no overflow, no rounding), made on
+    `device` and handed to the collectives as wrap() makes it."""
+    g = torch.Generator(device=device).manual_seed(1000 * rank + n)
     if op == "prod":
-        x = torch.randint(0, 2, (n,), device="cuda", generator=g) * 2 - 1
+        x = torch.randint(0, 2, (n,), device=device, generator=g) * 2 - 1
         if dtype == "uint8":
-            x = torch.ones(n, device="cuda", dtype=torch.int64)
+            x = torch.ones(n, device=device, dtype=torch.int64)
     else:
-        x = torch.randint(0 if dtype == "uint8" else -8, 9, (n,), device="cuda", generator=g)
-    return x.to(getattr(torch, dtype))
+        x = torch.randint(0 if dtype == "uint8" else -8, 9, (n,), device=device, generator=g)
+    return wrap(x.to(getattr(torch, dtype)))
+
+
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+CHECKED = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+
+
+def correctness_rows(comm, dist, torch, sizes, dtypes=DTYPES, ops=OPS, device="cuda", wrap=lambda t: t,
+                     sync=lambda: None, collectives=CHECKED, for_torch=lambda t: t):
+    """Each of CHECKED by pycoll's `comm` and by torch.distributed's default group on the same data, compared
+    exactly: rows of {"collective", "n", "dtype", "op", "equal"} (or "pycoll"/"torch": what raised). Roots are
+    the last rank; off the root, pycoll's reduce must leave the input as it was. Where torch has no avg for a
+    dtype, its reference is its sum divided by the world size (integers truncate, as NCCL's avg). for_torch(t):
+    the tensor torch's group is handed for t (the same memory)."""
+    size, rank, root = comm.size, comm.rank, comm.size - 1
+    torch_ops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+                 "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+
+    def reference(call, op, result):
+        """call(torch's op) into `result`; avg through the sum where torch refuses it (gloo sums integers, then
+        fails to divide them in place: the sum starts again from the input)."""
+        before = result.clone()
+        try:
+            call(torch_ops[op] if op else None)
+        except Exception:
+            if op != "avg":
+                raise
+            result.copy_(before)
+            call(torch_ops["sum"])
+            if result.is_floating_point():
+                result.div_(size)
+            else:
+                result.copy_(torch.div(result, size, rounding_mode="trunc"))
+
+    def one(collective, n, dtype, op):
+        x = _data(torch, dtype, n * size if collective == "reduce_scatter" else n, rank, op, device, wrap)
+        zeros = wrap(torch.zeros(n * size if collective == "all_gather" else n, dtype=x.dtype, device=device))
+        mine, theirs = (x.clone(), x.clone()) if collective in ("all_reduce", "broadcast", "reduce") else (
+            zeros.clone(), zeros.clone())
+        pycoll_call = {
+            "all_reduce": lambda: comm.all_reduce(mine, op=op),
+            "reduce_scatter": lambda: comm.reduce_scatter(x, mine, op=op),
+            "all_gather": lambda: comm.all_gather(x, mine),
+            "broadcast": lambda: comm.broadcast(mine, root=root),
+            "reduce": lambda: comm.reduce(mine, root=root, op=op),
+        }[collective]
+        t_theirs, t_x = for_torch(theirs), for_torch(x)
+        torch_call = {
+            "all_reduce": lambda o: dist.all_reduce(t_theirs, op=o),
+            "reduce_scatter": lambda o: dist.reduce_scatter_tensor(t_theirs, t_x.clone(), op=o),
+            "all_gather": lambda o: dist.all_gather_into_tensor(t_theirs, t_x),
+            "broadcast": lambda o: dist.broadcast(t_theirs, src=root),
+            "reduce": lambda o: dist.reduce(t_theirs, dst=root, op=o),
+        }[collective]
+        row = {"collective": collective, "n": n, "dtype": dtype, "op": op}
+        try:
+            pycoll_call()
+        except Exception as exc:  # noqa: BLE001 -- reported in the table
+            row["pycoll"] = f"{type(exc).__name__}: {exc}"[:200]
+        try:
+            reference(torch_call, op, theirs)
+        except Exception as exc:  # noqa: BLE001 -- reported in the table
+            row["torch"] = f"{type(exc).__name__}: {exc}"[:200]
+        sync()
+        if "pycoll" not in row and "torch" not in row:
+            want = x if collective == "reduce" and rank != root else theirs
+            row["equal"] = bool(torch.equal(mine, want))
+        return row
+
+    rows = []
+    for collective in collectives:
+        for n in sizes:
+            for dtype in dtypes:
+                for op in ops if collective in REDUCING else (None,):
+                    rows.append(one(collective, n, dtype, op))
+    return rows
 
 
 def worker_correctness(quick):
     comm, torch, dist = _init()
-    ops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
-           "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
     rows = []
     for n in SIZES:
         if quick and n > 2**20 + 3:
             continue
-        for dtype in DTYPES:
-            for op in OPS:
-                x = _data(torch, dtype, n, comm.rank, op)
-                mine, theirs = x.clone(), x.clone()
-                row = {"n": n, "dtype": dtype, "op": op}
-                try:
-                    comm.all_reduce(mine, op=op)
-                except Exception as exc:  # noqa: BLE001 -- reported in the table
-                    row["pycoll"] = f"{type(exc).__name__}: {exc}"[:200]
-                try:
-                    dist.all_reduce(theirs, op=ops[op])
-                except Exception as exc:  # noqa: BLE001 -- torch refuses some (avg of integers)
-                    row["torch"] = f"{type(exc).__name__}"[:200]
-                torch.cuda.synchronize()
-                if "pycoll" not in row and "torch" not in row:
-                    row["equal"] = bool(torch.equal(mine, theirs))
-                rows.append(row)
-                del x, mine, theirs
+        # The largest size for all_reduce only: the others' inputs or outputs are `size` times larger.
+        rows += correctness_rows(comm, dist, torch, (n,), sync=torch.cuda.synchronize,
+                                 collectives=CHECKED if n <= 2**20 + 3 else ("all_reduce",))
         torch.cuda.empty_cache()
     return rows
 
@@ -349,7 +444,7 @@ def worker_mixed(quick):
     rank = int(os.environ["RANK"])
     on_gpu = rank < int(os.environ["MIXED_GPUS"])
     if on_gpu:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(_device())
     comm = pycoll.init(backend="auto", device="cuda" if on_gpu else "host", timeout=120.0)
 
     def to_rank(arr):
@@ -415,16 +510,18 @@ COMPENSATED_MAX_ULPS = 4.0
 def verdicts(parts):
     """Each part's pass or fail, with why: the first run on a GPU must say plainly whether pycoll works there.
     `parts[part][rank]` is that rank's rows, or a dict saying how it failed."""
-    def judge(part, is_bad, good, bad_text):
+    def judge(part, is_bad, good, bad_text, every_rank=False):
         failed = [r for r, rows in parts[part].items() if isinstance(rows, dict)]
         if failed:
             return False, f"ranks {failed} failed"
-        bad = [row for row in parts[part].get(0, []) if is_bad(row)]
+        ranks = sorted(parts[part]) if every_rank else [0]
+        bad = [row for r in ranks for row in parts[part].get(r, []) if is_bad(row)]
         return not bad, f"{len(bad)} {bad_text}" if bad else good
 
     out = {
+        # Every rank: each checks its own result (a reduce's root is the last rank).
         "correctness": judge("correctness", lambda r: not r.get("equal"), "every case equal to torch's",
-                             "cases not equal to torch's"),
+                             "cases not equal to torch's", every_rank=True),
         "algorithms": judge("algorithms", lambda r: "error" in r or (
             r["accuracy"] == "compensated" and r["max_ulps"] > COMPENSATED_MAX_ULPS),
             f"every algorithm ran; compensated within {COMPENSATED_MAX_ULPS} ulps",
@@ -432,11 +529,14 @@ def verdicts(parts):
         "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream",
                          "collectives ran before the side stream's kernel"),
     }
-    # The last rank exits on purpose; every other rank must have raised, not hung or returned.
-    last = max(parts["killed"], default=0)
-    survivors = [rows for r, rows in parts["killed"].items() if r != last]
-    raised = [rows[0]["raised"] if isinstance(rows, list) and rows else None for rows in survivors]
-    out["killed"] = (bool(survivors) and all(raised), f"the survivors raised {raised}")
+    if "killed" in parts:
+        # The last rank exits on purpose; every other rank must have raised, not hung or returned.
+        last = max(parts["killed"], default=0)
+        survivors = [rows for r, rows in parts["killed"].items() if r != last]
+        raised = [rows[0]["raised"] if isinstance(rows, list) and rows else None for rows in survivors]
+        out["killed"] = (bool(survivors) and all(raised), f"the survivors raised {raised}")
+    else:
+        out["killed"] = (None, "not run: one rank, no peer to lose")
     if "mixed" in parts:
         out["mixed"] = mixed_verdict(parts["mixed"])
     return out
@@ -458,9 +558,12 @@ def report(args, info, parts, bench_table):
     lines = ["# pycoll on NVIDIA GPUs: validation", "",
              f"`python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
+    if getattr(args, "layout", None):
+        lines += [f"- ranks: {args.layout}"]
     lines += [f"- {k}: {v}" for k, v in info.items()]
     lines += ["", "## Verdict", ""]
-    lines += [f"- {part}: {'PASS' if ok else 'FAIL'} ({why})" for part, (ok, why) in verdicts(parts).items()]
+    lines += [f"- {part}: {'NOT RUN' if ok is None else 'PASS' if ok else 'FAIL'} ({why})"
+              for part, (ok, why) in verdicts(parts).items()]
     for title, key in (("Correctness against torch.distributed (NCCL)", "correctness"),
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),
@@ -478,7 +581,8 @@ def report(args, info, parts, bench_table):
                 continue  # every rank holds the same result; rank 0 speaks for them
             if key == "correctness":
                 bad = [r for r in rows if not r.get("equal")]
-                lines.append(f"- {len(rows) - len(bad)} of {len(rows)} (dtype, op, size) cases equal to torch's")
+                lines.append(f"- {len(rows) - len(bad)} of {len(rows)} (collective, dtype, op, size) cases equal "
+                             f"to torch's")
                 lines += [f"  - not equal or not run: {json.dumps(r)}" for r in bad]
             else:
                 lines += [f"- rank {rank}: {json.dumps(r)}" for r in rows]
@@ -488,7 +592,8 @@ def report(args, info, parts, bench_table):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--nproc", type=int, default=None, help="ranks, one per GPU (default: every visible GPU)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="ranks (default: one per visible GPU; on one GPU, two where NCCL allows, else one)")
     p.add_argument("--quick", action="store_true", help="sizes up to 2^20+3 elements and 64 MiB")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.md"))
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per part")
@@ -511,16 +616,27 @@ def main(argv=None):
         return 0
     import torch
 
-    args.nproc = args.nproc or torch.cuda.device_count()
+    from pycoll.plugins import nccl as nccl_plugin
+
+    gpus = torch.cuda.device_count()
+    backend = nccl_plugin.NcclBackend()
+    backend.probe()
+    args.nproc, env, args.layout = layout(gpus, backend.nccl_version(),
+                                          ".".join(map(str, torch.cuda.nccl.version())), args.nproc)
+    print(f"gpu_validate: {args.layout}", file=sys.stderr)
     info = versions()
     parts = {}
     for part in ("correctness", "algorithms", "streams", "killed", "torch_bench"):
+        if part == "killed" and args.nproc < 2:
+            continue  # no peer to lose
         print(f"gpu_validate: {part} on {args.nproc} ranks", file=sys.stderr)
-        parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout)
+        parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout, env=env)
     print(f"gpu_validate: mixed on {args.nproc} GPU ranks and {MIXED_HOST_RANKS} host ranks", file=sys.stderr)
     parts["mixed"] = run_ranks("mixed", args.nproc + MIXED_HOST_RANKS, args.quick, args.timeout,
-                               env={"MIXED_GPUS": str(args.nproc)})
-    bench = subprocess.run([sys.executable, "-m", "pycoll", "bench", "-n", str(args.nproc), "--backend", "nccl",
+                               env={**env, "MIXED_GPUS": str(args.nproc)})
+    # pycoll bench puts rank r on GPU r: one rank per GPU there.
+    bench = subprocess.run([sys.executable, "-m", "pycoll", "bench", "-n", str(min(args.nproc, gpus)),
+                            "--backend", "nccl",
                             "--device", "cuda", "-b", "1K", "-e", "64M" if args.quick else "1G", "-f", "4"],
                            capture_output=True, text=True, timeout=args.timeout)
     table = bench.stdout if bench.returncode == 0 else f"exit {bench.returncode}\n{bench.stderr[-3000:]}"

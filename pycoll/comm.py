@@ -655,6 +655,25 @@ class Communicator:
         check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
         return self._call(Call("all_to_all", send, recv), async_op, out, (x, out))
 
+    def _all_to_all_v(self, x, send_counts, out, recv_counts, *, async_op=False):
+        """Uneven all-to-all for the torch backend on device engines (engine.uneven_all_to_all): send_counts[r]
+        elements of flat x to rank r, recv_counts[r] of flat out from rank r, blocks consecutive in rank order.
+        The caller has checked that the ranks' counts pair up."""
+        engine = self._engine_or_raise()
+        if not getattr(engine, "uneven_all_to_all", False):
+            raise NotImplementedError(f"uneven all_to_all: backend {self.backend} has none here (the torch "
+                                      f"backend runs it over send/recv)")
+        send = self._buffer(x, "x", writable=False)
+        recv = self._buffer(out, "out", writable=True)
+        self._same_dtype(send, recv, "x", "out")
+        for counts, buf, name in ((send_counts, send, "x"), (recv_counts, recv, "out")):
+            if len(counts) != self._size or any(c < 0 for c in counts) or sum(counts) != buf.count:
+                raise ValueError(f"{name}: {self._size} counts >= 0 adding up to its {buf.count} elements expected, "
+                                 f"got {list(counts)}")
+        check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
+        counts = np.asarray([*send_counts, *recv_counts], dtype=np.int64)
+        return self._call(Call("all_to_all", send, recv, counts=counts), async_op, out, (x, out))
+
     def gather(self, x, out, root=0, *, async_op=False):
         """Rank r's x goes to block r of out on root, which holds size * len(x) elements; out may be None on
         the other ranks (and is not touched there). Returns out."""

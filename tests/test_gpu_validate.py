@@ -1,6 +1,8 @@
 """bench/gpu_validate.py, the end-to-end validation of a GPU machine, refuses clearly where there is no usable GPU:
 exit code 2, the reason on stderr, and no results file written (it has never run on a GPU: see its docstring).
-Its verdicts and report are checked on stand-in results, and its mixed part's checks on the fake NCCL."""
+One GPU is not refused: two ranks share it where both NCCLs allow it, else one rank runs. Its verdicts and report
+are checked on stand-in results; its mixed part's checks, and its correctness part's comparison of every checked
+collective with torch.distributed's (gloo standing in for NCCL on torch's side), on the fake NCCL."""
 
 import functools
 import subprocess
@@ -112,3 +114,92 @@ def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_res
     args = type("Args", (), {"nproc": 2, "quick": True})()
     text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong), "table")
     assert "- mixed: FAIL" in text and "A mixed job" in text
+
+
+# ---- one GPU: two ranks share it where NCCL allows, else one rank; nothing refused ----
+
+def test_one_gpu_is_not_refused(monkeypatch):
+    import types
+
+    import torch
+
+    import pycoll
+
+    module = _validate_module()
+    usable = types.SimpleNamespace(name="nccl", usable=True, reason="")
+    monkeypatch.setattr(pycoll, "backends", lambda: [usable])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert module.preflight() is None
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert "no CUDA device" in module.preflight()
+
+
+def test_the_layout_shares_one_gpu_where_both_nccls_allow_it():
+    layout = _validate_module().layout
+    nproc, env, why = layout(1, "2.30.1", "2.30.0")
+    assert (nproc, env) == (2, {"NCCL_MULTI_RANK_GPU_ENABLE": "1"}) and "sharing it" in why
+    for pycoll_nccl, torch_nccl in (("2.29.7", "2.30.0"), ("2.30.1", "2.27.5"), ("", "2.31.0")):
+        nproc, env, why = layout(1, pycoll_nccl, torch_nccl)
+        assert (nproc, env) == (1, {}) and "one rank" in why, (pycoll_nccl, torch_nccl)
+    assert layout(8, "2.21.5", "2.21.5")[:2] == (8, {})
+    assert layout(8, "2.21.5", "2.21.5", nproc=4)[:2] == (4, {})
+
+
+def test_a_one_rank_run_says_the_killed_part_did_not_run():
+    module = _validate_module()
+    parts = _parts()
+    del parts["killed"]
+    ok, why = module.verdicts(parts)["killed"]
+    assert ok is None and "not run" in why
+    args = type("Args", (), {"nproc": 1, "quick": True, "layout": "one GPU, one rank"})()
+    text = module.report(args, {"gpu": "stand-in"}, parts, "table")
+    assert "- killed: NOT RUN" in text and "- ranks: one GPU, one rank" in text
+
+
+# ---- correctness of every checked collective against torch.distributed, on the fake NCCL (torch's side: gloo) ----
+
+GLOO_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "float32", "float64")
+
+
+def _correctness_rank(ports, rank, world):
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakes.fake_torch_cuda import cuda, enable
+
+    import pycoll
+
+    comm = pycoll.init("nccl", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=ports[0],
+                       timeout=30.0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[1]}", rank=rank, world_size=world)
+    enable()
+    # gloo takes the same memory as the CPU tensor it is.
+    rows = _validate_module().correctness_rows(comm, dist, torch, (0, 7, 1001), dtypes=GLOO_DTYPES, device="cpu",
+                                               wrap=cuda, for_torch=lambda t: t.as_subclass(torch.Tensor))
+    dist.destroy_process_group()
+    comm.close()
+    return rows
+
+
+@pytest.mark.timeout(120)
+def test_the_correctness_part_checks_every_collective_on_fake_nccl(fakes, tmp_path):
+    pytest.importorskip("torch")
+    module = _validate_module()
+    results = run_ranks_ok(functools.partial(_correctness_rank, (free_port(), free_port())), 2,
+                           {**fakes("nccl"), "FAKE_COLL_DIR": str(tmp_path)}, timeout=110)
+    ranks = dict(enumerate(results))
+    for rank, rows in ranks.items():
+        bad = [row for row in rows if not row.get("equal")]
+        assert not bad, (rank, [sorted(row.items()) for row in bad[:3]])
+        assert {row["collective"] for row in rows} == set(module.CHECKED)
+        assert {row["op"] for row in rows if row["collective"] == "reduce_scatter"} == set(module.OPS)
+    parts = _parts(correctness=ranks)
+    assert module.verdicts(parts)["correctness"][0]
+    # A wrong result on the reduce's root (the last rank) alone fails the part.
+    wrong = {0: ranks[0], 1: [dict(row, equal=False) if row["collective"] == "reduce" else row for row in ranks[1]]}
+    ok, why = module.verdicts(_parts(correctness=wrong))["correctness"]
+    assert not ok and "not equal" in why

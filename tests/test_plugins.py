@@ -55,3 +55,22 @@ def test_get_unusable_vendor_backend_raises_backend_unavailable(tmp_path):
                          env=env).stdout
     assert "unavailable: nccl: libnccl.so.2 not found" in out
     assert "'hccl'" in out and "'nccl'" in out
+
+
+def test_an_engine_without_point_to_point_refuses_it_at_the_call():
+    """A per-collective engine lacking send/recv, gather, scatter or all_to_all refuses each where it is called,
+    async or not (not through a Work that fails later)."""
+    from pycoll.plugins import Call, Engine
+
+    class OnlyAllReduce(Engine):
+        name = "only-all-reduce"
+
+    engine = OnlyAllReduce()
+    for call, text in ((Call("send/recv", dest=1), "send: backend only-all-reduce has no point-to-point"),
+                       (Call("send/recv", source=1), "recv: backend only-all-reduce has no point-to-point"),
+                       (Call("gather", root=0), "gather: backend only-all-reduce has none"),
+                       (Call("scatter", root=0), "scatter: backend only-all-reduce has none"),
+                       (Call("all_to_all"), "all_to_all: backend only-all-reduce has none")):
+        for async_op in (False, True):
+            with pytest.raises(NotImplementedError, match=text):
+                engine.run(call, async_op)

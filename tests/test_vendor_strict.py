@@ -105,7 +105,7 @@ def _hccl_refusals(rank, world):
 def test_hccl_refuses_unsupported_dtypes_before_the_call(hccl_env, soc, bf16_sum_refused):
     for refused, b, (got, _) in run_ranks_ok(_hccl_refusals, 2, dict(hccl_env, FAKE_HCCL_SOC=soc)):
         assert "HCCL reduces no uint8" in refused["uint8 sum"]
-        assert "no float64" in refused["float64 sum"]
+        assert "only Ascend 950 parts reduce float64" in refused["float64 sum"]
         assert "no prod on bfloat16" in refused["bfloat16 prod"] or bf16_sum_refused
         assert (refused["bfloat16 sum"] is not None) == bf16_sum_refused
         if bf16_sum_refused:
@@ -114,6 +114,27 @@ def test_hccl_refuses_unsupported_dtypes_before_the_call(hccl_env, soc, bf16_sum
         assert b == [1, 1] and got == [3.0, 3.0, 3.0]
     # Only the backstop call reached the vendor with a dtype it refuses.
     assert _log(hccl_env).count("HCCL_E_NOT_SUPPORT") == 2
+
+
+def _hccl_float64_sums(rank, world):
+    engine = make_engine("hccl", rank, world, 10.0)
+    x = np.array([0.1, 1e300, -2.5], np.float64) * (rank + 1)
+    engine.all_reduce(_on_stream(x), _on_stream(x), 0, "auto", "fast")
+    y = np.array([rank + 0.25, 7.0], np.float64)
+    out = np.zeros(2, np.float64)
+    engine.reduce(_on_stream(y), _on_stream(out), 0, 1, "fast")
+    engine.close()
+    return x.tolist(), out.tolist()
+
+
+@pytest.mark.timeout(60)
+def test_hccl_reduces_float64_on_ascend_950(hccl_env):
+    """CANN 9.0's HCCL reduces float64 on Ascend 950 parts (only): accepted there, and exact."""
+    results = run_ranks_ok(_hccl_float64_sums, 2, dict(hccl_env, FAKE_HCCL_SOC="Ascend950PR"))
+    want = (np.array([0.1, 1e300, -2.5]) + np.array([0.1, 1e300, -2.5]) * 2).tolist()
+    assert [r[0] for r in results] == [want, want]
+    assert results[1][1] == [1.5, 14.0]  # rank 1 is the root
+    assert "HCCL_E_NOT_SUPPORT" not in _log(hccl_env)
 
 
 # ---- 3. NCCL runs only what it can per collective; pycoll's own schedules for the rest ----
@@ -255,28 +276,33 @@ def test_nccl_healthy_teardown_finalizes_then_destroys(nccl_env):
     assert "ncclCommAbort" not in log and "deadlocked" not in log
 
 
-# ---- 7. HCCL_CONNECT_TIMEOUT within HCCL's range, per communicator, never left behind ----
+# ---- 7. HCCL_CONNECT_TIMEOUT within HCCL's range, set once per process (HCCL reads it once), not left behind ----
 
 def _hccl_connect_timeouts(rank, world):
+    import warnings
     out = []
-    for timeout in (5.0, 300.0):
-        engine = make_engine("hccl", rank, world, timeout)
-        out.append(os.environ.get("HCCL_CONNECT_TIMEOUT"))
+    for timeout in (5.0, 300.0, 100.0):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine = make_engine("hccl", rank, world, timeout)
+        out.append((os.environ.get("HCCL_CONNECT_TIMEOUT"), [str(w.message) for w in caught]))
         engine.close()
     return out
 
 
 @pytest.mark.timeout(60)
-def test_hccl_connect_timeout_is_clamped_and_per_communicator(hccl_env):
-    assert run_ranks_ok(_hccl_connect_timeouts, 2, hccl_env) == [[None, None]] * 2
+def test_hccl_connect_timeout_is_clamped_and_set_once_per_process(hccl_env):
+    for (env1, warned1), (env2, warned2), (env3, warned3) in run_ranks_ok(_hccl_connect_timeouts, 2, hccl_env):
+        assert (env1, env2, env3) == (None, None, None) and warned1 == [] and warned3 == []  # 100 s clamps to 120
+        assert len(warned2) == 1 and "HCCL_CONNECT_TIMEOUT=300" in warned2[0] and "keeps 120 s" in warned2[0]
     log = _log(hccl_env)
-    assert "rank=0 nranks=2 algo= connect_timeout=120" in log   # 5 s is below HCCL's 120 s minimum
-    assert "rank=0 nranks=2 algo= connect_timeout=300" in log   # the second communicator's own
+    assert log.count("rank=0 nranks=2 algo= connect_timeout=120") == 3  # 5 s is below HCCL's 120 s minimum
 
 
 @pytest.mark.timeout(60)
 def test_hccl_connect_timeout_the_user_set_is_kept(hccl_env):
-    assert run_ranks_ok(_hccl_connect_timeouts, 2, dict(hccl_env, HCCL_CONNECT_TIMEOUT="600")) == [["600"] * 2] * 2
+    got = run_ranks_ok(_hccl_connect_timeouts, 2, dict(hccl_env, HCCL_CONNECT_TIMEOUT="600"))
+    assert got == [[("600", [])] * 3] * 2
     assert "connect_timeout=120" not in _log(hccl_env)
 
 

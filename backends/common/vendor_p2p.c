@@ -233,14 +233,11 @@ static const pycoll_memory_kernels_t *test_kernels(const char *path, char *why, 
     return vendor_library_open(&test_table_library, path, why, why_len) == PYCOLL_OK ? test_memory_table() : NULL;
 }
 
-pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, const void *buf)
+/* The memory table for buf's memory into *kernels (NULL: the host's, for memory the host reaches; device memory
+ * needs its device's table); refused, saying why, where pycoll has none for it. */
+static pycoll_status_t bind_kernels(pycoll_vendor_comm_t *c, void *stream, const void *buf,
+                                    const pycoll_memory_kernels_t **out)
 {
-    if (check_send_recv(c) != PYCOLL_OK)
-        return NULL;
-    if (!stream)
-        stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
-    /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h): NULL, the host
-     * table, for memory the host reaches; device memory needs its device's table. */
     const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
         char why[160] = "";
@@ -253,13 +250,26 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
             kernels = cuda_kernels_bind(&c->state, stream, buf, why, sizeof why);
         else
             snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
-        if (!kernels) {
-            vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: this buffer is device memory (%s), where pycoll's own "
-                          "algorithms need its device kernel table, and %s", c->v->name, c->v->host_memory
-                          ? "the runtime says so" : "the vendor cannot say where a buffer lives", why);
-            return NULL;
-        }
+        if (!kernels)
+            return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: this buffer is device memory (%s), where pycoll's "
+                                 "own algorithms need its device kernel table, and %s", c->v->name,
+                                 c->v->host_memory ? "the runtime says so" : "the vendor cannot say where a buffer "
+                                 "lives", why);
     }
+    *out = kernels;
+    return PYCOLL_OK;
+}
+
+pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, const void *buf)
+{
+    if (check_send_recv(c) != PYCOLL_OK)
+        return NULL;
+    if (!stream)
+        stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
+    /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h). */
+    const pycoll_memory_kernels_t *kernels = NULL;
+    if (bind_kernels(c, stream, buf, &kernels) != PYCOLL_OK)
+        return NULL;
     c->state.kernels = kernels;
     c->state.ops = &vendor_p2p_ops;
     c->stream = stream;
@@ -275,5 +285,96 @@ pycoll_status_t pycoll_vendor_comm_sync(pycoll_vendor_comm_t *c, void *stream)
     vendor_comm_lock(c);
     pycoll_status_t st = vendor_finish(c, "pycoll's kernels", 0, stream, pycoll_now_ns() + c->timeout_ns);
     vendor_comm_unlock(c);
+    return st;
+}
+
+/* ---- gather, scatter, all-to-all: one group of sends and receives, as ProcessGroupNCCL runs them ---- */
+
+static pycoll_status_t check_counts(pycoll_vendor_comm_t *c, const char *what, const int64_t *counts)
+{
+    for (int32_t r = 0; counts && r < c->state.size; r++)
+        if (counts[r] < 0)
+            return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: %s count for rank %d is %lld (< 0)", c->v->name, what,
+                                 (int)r, (long long)counts[r]);
+    return PYCOLL_OK;
+}
+
+pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *c, const void *sendbuf, const int64_t *send_counts,
+                                       void *recvbuf, const int64_t *recv_counts, int32_t ncounts,
+                                       pycoll_dtype_t dtype, void *stream)
+{
+    int64_t deadline = pycoll_now_ns() + c->timeout_ns;
+    const int32_t size = c->state.size, me = c->state.rank;
+    int vd = 0;
+    pycoll_status_t st = check_send_recv(c);
+    if (st == PYCOLL_OK)
+        st = vendor_begin(c, 0, dtype, -1, -1, &vd, NULL);
+    if (st == PYCOLL_OK && (send_counts || recv_counts) && ncounts != size)
+        st = vendor_reject(c, PYCOLL_ERR_INVALID, "%s: %d counts for a %d-rank communicator (one per rank)",
+                           c->v->name, (int)ncounts, (int)size);
+    if (st == PYCOLL_OK)
+        st = check_counts(c, "send", send_counts);
+    if (st == PYCOLL_OK)
+        st = check_counts(c, "receive", recv_counts);
+    int64_t own_send = send_counts ? send_counts[me] : 0, own_recv = recv_counts ? recv_counts[me] : 0;
+    if (st == PYCOLL_OK && own_send != own_recv)
+        st = vendor_reject(c, PYCOLL_ERR_INVALID, "%s: rank %d sends itself %lld elements but receives %lld from "
+                           "itself", c->v->name, (int)me, (long long)own_send, (long long)own_recv);
+    if (st != PYCOLL_OK)
+        return st;
+    if (!stream)
+        stream = c->own_stream;
+    const int64_t elem = (int64_t)pycoll_dtype_size(dtype);
+    /* The block a rank sends itself never meets the vendor (NCCL takes a send to oneself, HCCL's point-to-point
+     * does not say it does): it is copied on the stream, before the group, by the memory's own table. */
+    const pycoll_memory_kernels_t *kernels = NULL;
+    if (own_send > 0 && (st = bind_kernels(c, stream, recvbuf, &kernels)) != PYCOLL_OK)
+        return st;
+    pycoll_request_t *reqs = calloc((size_t)(2 * size), sizeof *reqs);
+    if (!reqs)
+        return vendor_reject(c, PYCOLL_ERR_NOMEM, "%s: out of memory for a group of %d messages", c->v->name,
+                             (int)(2 * size));
+    pycoll_request_t *head = NULL, **tail = &head;
+    int64_t send_at = 0, recv_at = 0, own_send_at = 0, own_recv_at = 0;
+    for (int32_t r = 0; r < size; r++) {
+        int64_t ns = send_counts ? send_counts[r] : 0, nr = recv_counts ? recv_counts[r] : 0;
+        if (r == me) {
+            own_send_at = send_at;
+            own_recv_at = recv_at;
+        } else {
+            if (nr > 0) {
+                pycoll_request_t *q = &reqs[2 * r];
+                *q = (pycoll_request_t){.buf = (char *)recvbuf + recv_at * elem, .nbytes = nr * elem, .peer = r};
+                *tail = q;
+                tail = &q->next;
+            }
+            if (ns > 0) {
+                pycoll_request_t *q = &reqs[2 * r + 1];
+                *q = (pycoll_request_t){.buf = (char *)sendbuf + send_at * elem, .nbytes = ns * elem, .peer = r,
+                                        .is_send = 1};
+                *tail = q;
+                tail = &q->next;
+            }
+        }
+        send_at += ns;
+        recv_at += nr;
+    }
+    if (own_send > 0) {
+        void *dst = (char *)recvbuf + own_recv_at * elem;
+        const void *src = (const char *)sendbuf + own_send_at * elem;
+        if (!kernels)
+            memmove(dst, src, (size_t)(own_send * elem));
+        else if ((st = kernels->copy(dst, src, own_send * elem)) != PYCOLL_OK)
+            st = vendor_reject(c, st, "%s: copying rank %d's own block: %s", c->v->name, (int)me,
+                               kernels->last_error ? kernels->last_error() : "the device copy failed");
+    }
+    if (st == PYCOLL_OK && head) {
+        st = issue_group(c, head, vd, elem, stream, deadline);
+    } else if (st == PYCOLL_OK && own_send > 0) { /* one rank, or nothing to exchange: the copy still finishes */
+        vendor_comm_lock(c);
+        st = vendor_finish(c, "pycoll's kernels", 0, stream, deadline);
+        vendor_comm_unlock(c);
+    }
+    free(reqs);
     return st;
 }

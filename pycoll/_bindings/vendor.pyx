@@ -21,6 +21,9 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len)
     void pycoll_vendor_work_release(pycoll_vendor_work_t *work)
     int32_t pycoll_vendor_fault_tolerance(const pycoll_vendor_t *vendor)
+    pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *comm, const void *sendbuf,
+                                           const int64_t *send_counts, void *recvbuf, const int64_t *recv_counts,
+                                           int32_t ncounts, pycoll_dtype_t dtype, void *stream)
     void pycoll_vendor_comm_revoke(pycoll_vendor_comm_t *comm)
     pycoll_vendor_comm_t *pycoll_vendor_comm_shrink(pycoll_vendor_comm_t *comm, const int32_t *exclude, int32_t n,
                                                     pycoll_status_t *status, char *error, size_t error_len)
@@ -341,6 +344,39 @@ cdef class VendorComm:
         with nogil:
             st = pycoll_vendor_send_recv(c, <void *>send, send_count, send_peer, <void *>recv, recv_count,
                                          recv_peer, <pycoll_dtype_t>dtype, <void *>stream)
+        self._check(st)
+
+    def exchange(self, uintptr_t send, send_counts, uintptr_t recv, recv_counts, int dtype, uintptr_t stream):
+        """One vendor group: send_counts[r] elements of send to rank r, recv_counts[r] from rank r into recv
+        (blocks consecutive in rank order; None: nothing sent / received), this rank's own block copied."""
+        cdef pycoll_vendor_comm_t *c = self._open()
+        cdef int32_t n = len(send_counts if send_counts is not None else recv_counts or ())
+        cdef int64_t *sc = NULL
+        cdef int64_t *rc = NULL
+        cdef pycoll_status_t st
+        cdef int32_t i
+        for counts, what in ((send_counts, "send_counts"), (recv_counts, "recv_counts")):
+            if counts is not None and len(counts) != n:
+                raise ValueError(f"{what}: {n} counts expected (as many as the other side's), got {len(counts)}")
+        try:
+            if send_counts is not None:
+                sc = <int64_t *>malloc(n * sizeof(int64_t))
+                if sc == NULL:
+                    raise MemoryError()
+                for i in range(n):
+                    sc[i] = send_counts[i]
+            if recv_counts is not None:
+                rc = <int64_t *>malloc(n * sizeof(int64_t))
+                if rc == NULL:
+                    raise MemoryError()
+                for i in range(n):
+                    rc[i] = recv_counts[i]
+            with nogil:
+                st = pycoll_vendor_exchange(c, <void *>send, sc, <void *>recv, rc, n, <pycoll_dtype_t>dtype,
+                                            <void *>stream)
+        finally:
+            free(sc)
+            free(rc)
         self._check(st)
 
     cdef pycoll_comm_t *_native(self, uintptr_t stream, uintptr_t buf) except NULL:

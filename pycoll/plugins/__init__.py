@@ -64,7 +64,16 @@ _METHOD_ARGS = {
     "broadcast": lambda c: (c.recv, c.root),
     "reduce": lambda c: (c.send, c.recv, c.op, c.root, c.accuracy),
     "barrier": lambda c: (),
+    "all_to_all": lambda c: (c.send, c.recv, c.counts),
+    "gather": lambda c: (c.send, c.recv, c.root),
+    "scatter": lambda c: (c.send, c.recv, c.root),
+    "send": lambda c: (c.send, c.dest, c.tag),
+    "recv": lambda c: (c.recv, c.source, c.tag),
 }
+
+
+# What an engine written per collective may lack: refused where called, not through a failed Work.
+_OPTIONAL = ("all_to_all", "gather", "scatter", "send", "recv")
 
 
 def _no_point_to_point(engine, what):
@@ -106,16 +115,21 @@ class Engine:
         handle for pycoll.Work: wait(timeout) -> bool, done(), error() (the exception it failed with, or
         None), algorithm. This default serves engines written per collective: it calls the method named after
         the collective (all_reduce(send, recv, op, algorithm, accuracy), reduce_scatter(same),
-        all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root, accuracy), barrier()), or
-        ``start(name, *those arguments)``; engines with one path for every call (NativeEngine) override it."""
-        if call.collective == "send/recv":
-            raise _no_point_to_point(self, "send" if call.dest >= 0 else "recv")
-        method_args = _METHOD_ARGS.get(call.collective)
+        all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root, accuracy), barrier(),
+        all_to_all(send, recv, counts), gather(send, recv, root), scatter(send, recv, root), send(buf, dest, tag),
+        recv(buf, source, tag)), or ``start(name, *those arguments)``; engines with one path for every call
+        (NativeEngine) override it."""
+        name = call.collective
+        if name == "send/recv":
+            name = "send" if call.dest >= 0 else "recv"
+        method_args = _METHOD_ARGS.get(name)
         if method_args is None:
             raise NotImplementedError(f"{type(self).__name__} has no {call.collective}")
+        if getattr(type(self), name) is getattr(Engine, name) and name in _OPTIONAL:
+            getattr(self, name)(*method_args(call))  # the default raises, at the call even when async
         if async_op:
-            return self.start(call.collective, *method_args(call))
-        return getattr(self, call.collective)(*method_args(call))
+            return self.start(name, *method_args(call))
+        return getattr(self, name)(*method_args(call))
 
     def all_reduce(self, send, recv, op, algorithm, accuracy):
         raise NotImplementedError
@@ -134,6 +148,25 @@ class Engine:
 
     def barrier(self):
         raise NotImplementedError
+
+    def all_to_all(self, send, recv, counts):
+        """counts: None (equal blocks), or the int64 array of every peer's send counts then receive counts
+        (Communicator._all_to_all_v, for engines with uneven_all_to_all)."""
+        raise NotImplementedError(f"all_to_all: backend {getattr(self, 'name', type(self).__name__)} has none")
+
+    def gather(self, send, recv, root):
+        raise NotImplementedError(f"gather: backend {getattr(self, 'name', type(self).__name__)} has none")
+
+    def scatter(self, send, recv, root):
+        raise NotImplementedError(f"scatter: backend {getattr(self, 'name', type(self).__name__)} has none")
+
+    def send(self, buf, dest, tag):
+        raise _no_point_to_point(self, "send")
+
+    def recv(self, buf, source, tag):
+        raise _no_point_to_point(self, "recv")
+
+    uneven_all_to_all = False  # all_to_all takes per-peer counts (the torch backend's uneven all-to-all)
 
     def split(self, color, key):
         """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,

@@ -319,6 +319,49 @@ class VendorEngine(Engine):
         self._call(self._comm("auto"), "barrier", framework_stream(self.backend.memory))
         return self._resolved("auto")
 
+    # -- point-to-point and what runs as one group of it (ProcessGroupNCCL's gather, scatter, all-to-all) ------
+    # The vendor matches messages per pair of ranks in the order they are issued and carries no tag: a tag is
+    # accepted and not sent. Each call completes before it returns (the group is waited for on its stream).
+    uneven_all_to_all = True
+
+    def send(self, buf, dest, tag):
+        self._check_device(buf)
+        self._comm("auto").send_recv(buf.ptr, buf.count, dest, 0, 0, -1, buf.dtype, current_stream(buf.owner))
+
+    def recv(self, buf, source, tag):
+        self._check_device(buf)
+        self._comm("auto").send_recv(0, 0, -1, buf.ptr, buf.count, source, buf.dtype, current_stream(buf.owner))
+
+    def _exchange(self, send, send_counts, recv, recv_counts, stream_owner):
+        for b in (send, recv):
+            if b is not None:
+                self._check_device(b)
+        dtype = (send if send is not None else recv).dtype
+        self._comm("auto").exchange(0 if send is None else send.ptr, send_counts, 0 if recv is None else recv.ptr,
+                                    recv_counts, dtype, current_stream(stream_owner.owner))
+        return self._resolved("auto")
+
+    def _one_hot(self, rank, count):
+        counts = [0] * self.size
+        counts[rank] = count
+        return counts
+
+    def all_to_all(self, send, recv, counts):
+        if counts is None:
+            counts = [send.count // self.size] * (2 * self.size)
+        counts = [int(c) for c in counts]
+        return self._exchange(send, counts[:self.size], recv, counts[self.size:], recv)
+
+    def gather(self, send, recv, root):
+        at_root = self.rank == root
+        return self._exchange(send, self._one_hot(root, send.count), recv,
+                              [send.count] * self.size if at_root else None, send)
+
+    def scatter(self, send, recv, root):
+        at_root = self.rank == root
+        return self._exchange(send, [recv.count] * self.size if at_root else None, recv,
+                              self._one_hot(root, recv.count), recv)
+
     def request_abort(self, failed_rank, reason):
         """From any thread: a peer failure learned of elsewhere (pycoll/islands/failures.py). The call waiting on
         any of this engine's communicators, else the next, raises PeerFailure saying `reason` (VendorComm's)."""

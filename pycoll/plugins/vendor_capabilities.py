@@ -16,13 +16,15 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduc
 
 class Refusal(typing.NamedTuple):
     """A request the vendor refuses: `collectives` of `dtype` (pycoll's dtype name), with `op` (None: every op),
-    on devices of `generation` (None: every device); `why` is said to the user and cites the rule."""
+    on devices of `generation` (None: every device) but those of `unless` (None: no exception; a device of
+    unknown generation is refused); `why` is said to the user and cites the rule."""
 
     collectives: tuple
     dtype: str
     op: typing.Optional[str]
     generation: typing.Optional[str]
     why: str
+    unless: typing.Optional[str] = None
 
 
 def _names():
@@ -43,7 +45,8 @@ def refusal(backend, kind, dtype, op, device_name):
     generation = backend.device_generation(device_name) if device_name else None
     for rule in backend.refusals:
         if (kind in rule.collectives and rule.dtype == dtype_name and (rule.op is None or rule.op == op_name)
-                and (rule.generation is None or rule.generation == generation)):
+                and (rule.generation is None or rule.generation == generation)
+                and (rule.unless is None or rule.unless != generation)):
             device = f" on {device_name}" if device_name else ""
             with_op = f" with op {op_name}" if rule.op else ""
             return f"{kind} of {dtype_name}{with_op} is not supported by {backend.name.upper()}{device}: {rule.why}"
@@ -63,10 +66,11 @@ def markdown(backend) -> str:
         else:
             algorithms = "auto"
         refused = [r for r in backend.refusals if kind in r.collectives]
-        dtypes = ", ".join(d for d in backend.dtypes if not any(r.dtype == d and r.op is None and r.generation is None
-                                                         for r in refused))
-        notes = [f"no {r.dtype}{' ' + r.op if r.op else ''}{' on ' + r.generation if r.generation else ''}"
-                 for r in refused if not (r.op is None and r.generation is None)]
+        always = [r for r in refused if r.op is None and r.generation is None and r.unless is None]
+        dtypes = ", ".join(d for d in backend.dtypes if not any(r.dtype == d for r in always))
+        notes = [f"{r.dtype} only on {r.unless}" if r.unless else
+                 f"no {r.dtype}{' ' + r.op if r.op else ''}{' on ' + r.generation if r.generation else ''}"
+                 for r in refused if r not in always]
         if notes:
             dtypes += " (" + "; ".join(notes) + ")"
         ops = ", ".join(every_op) if kind in REDUCTIONS else "-"
@@ -76,7 +80,8 @@ def markdown(backend) -> str:
     if backend.refusals:
         lines += ["", "Refused before the call (TypeError; the communicator stays usable):"]
         lines += [f"- {', '.join(r.collectives)} of {r.dtype}{' with ' + r.op if r.op else ''}"
-                  f"{' on ' + r.generation if r.generation else ''}: {r.why}" for r in backend.refusals]
+                  f"{' on ' + r.generation if r.generation else ''}{' except on ' + r.unless if r.unless else ''}: "
+                  f"{r.why}" for r in backend.refusals]
     return "\n".join(lines)
 
 

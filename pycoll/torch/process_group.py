@@ -139,9 +139,9 @@ class _Staging:
         return _raw(torch.cat([t.detach().reshape(-1) for t in tensors]))
 
     def flat_outputs(self, tensors, name):
-        """One flat buffer whose consecutive blocks finish() copies into `tensors`."""
+        """One flat buffer, on the tensors' device, whose consecutive blocks finish() copies into `tensors`."""
         _same_dtype([_tensor(t, f"{name}[{i}]") for i, t in enumerate(tensors)], name)
-        flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype)
+        flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
         start = 0
         for t in tensors:
             self._back.append((t.detach(), flat[start:start + t.numel()].view(t.shape)))
@@ -609,6 +609,10 @@ class PycollProcessGroup(dist.ProcessGroup):
         if sum(send_counts) != send.numel() or sum(recv_counts) != recv.numel():
             raise ValueError(f"{what}: the blocks must fill the tensors")
         self._exchange_counts(send_counts, recv_counts, send.element_size(), what)
+        if engine is self._cuda:
+            # The vendor's messages complete only together with their peers' (a send past the vendor's buffer
+            # waits for its receive): one group of every send and receive, as ProcessGroupNCCL runs it.
+            return [engine._all_to_all_v(send, send_counts, recv, recv_counts, async_op=True)]
         me = self.rank()
         send_at = [0, *itertools.accumulate(send_counts)]
         recv_at = [0, *itertools.accumulate(recv_counts)]

@@ -18,12 +18,14 @@ enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN };
 /* The rules of the real HCCL this fake enforces (hccl.h, hccl_types.h and src/ops of Ascend's HCCL), each
  * checked before anything is enqueued, so a refusal leaves the communicator as it was:
  * - every collective and HcclBarrier take an aclrtStream that must not be NULL: HCCL_E_PTR;
- * - reductions (HcclAllReduce, HcclReduceScatter, HcclReduce) refuse uint8 and float64 on every current part,
- *   bfloat16 on the Atlas 910 generation (aclrtGetSocName "Ascend910A", "Ascend910ProB", ...: only
+ * - reductions (HcclAllReduce, HcclReduceScatter, HcclReduce) refuse uint8 on every part, float64 on all but
+ *   the Ascend 950 parts ("Ascend950*": CANN 9.0's HCCL reduces float64 there, within a node), bfloat16 on the
+ *   Atlas 910 generation (aclrtGetSocName "Ascend910A", "Ascend910ProB", ...: only
  *   "Ascend910B*" and "Ascend910_93*" have it), and prod on bfloat16: HCCL_E_NOT_SUPPORT. The device is
  *   FAKE_HCCL_SOC (default "Ascend910B1");
- * - HCCL_ALGO is read once per process, at the first communicator's creation: a later value is ignored;
- * - HCCL_CONNECT_TIMEOUT must be within [120, 7200] seconds: HCCL_E_PARA at init otherwise;
+ * - HCCL_ALGO and HCCL_CONNECT_TIMEOUT are read once per process, at the first communicator's creation: a
+ *   later value is ignored; HCCL_CONNECT_TIMEOUT must be within [120, 7200] seconds: HCCL_E_PARA at init
+ *   otherwise;
  * - HcclReduce may write recvBuf on every rank, not only the root (here it writes the result there);
  * - HcclCommDestroy, HCCL's only way to stop a communicator, releases its links and device memory after its
  *   streams' tasks: behind a task waiting on a dead peer it never returns (here: FAKE_DEADLOCK_S, then
@@ -47,7 +49,7 @@ static int reduction_supported(int dtype, int op)
 {
     const char *soc = soc_name();
     int atlas_910 = strncmp(soc, "Ascend910B", 10) != 0 && strncmp(soc, "Ascend910_93", 12) != 0;
-    if (dtype == DT_UINT8 || dtype == DT_FP64)
+    if (dtype == DT_UINT8 || (dtype == DT_FP64 && strncmp(soc, "Ascend950", 9) != 0))
         return 0;
     if (dtype == DT_BFP16 && (atlas_910 || op == OP_PROD))
         return 0;
@@ -56,6 +58,8 @@ static int reduction_supported(int dtype, int op)
 
 static char process_algorithm[256];
 static int algorithm_read;
+static char process_connect[32];
+static int connect_read;
 
 typedef struct { char internal[4108]; } root_info_t;
 typedef fake_vendor_comm_t comm_t;
@@ -105,7 +109,13 @@ EXPORT int HcclCommInitRootInfo(uint32_t nranks, const root_info_t *info, uint32
         snprintf(process_algorithm, sizeof process_algorithm, "%s", algo ? algo : "");
         algorithm_read = 1;
     }
-    const char *connect = getenv("HCCL_CONNECT_TIMEOUT");
+    /* HCCL reads HCCL_CONNECT_TIMEOUT once per process, as HCCL_ALGO. */
+    if (!connect_read) {
+        const char *value = getenv("HCCL_CONNECT_TIMEOUT");
+        snprintf(process_connect, sizeof process_connect, "%s", value ? value : "");
+        connect_read = 1;
+    }
+    const char *connect = process_connect[0] ? process_connect : NULL;
     fake_log("HcclCommInitRootInfo rank=%u nranks=%u algo=%s connect_timeout=%s", rank, nranks, process_algorithm,
              connect ? connect : "");
     int injected = fake_injected("HcclCommInitRootInfo");

@@ -269,6 +269,16 @@ PYCOLL_API pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *comm, c
                                                    int64_t send_count, int32_t send_peer, void *recvbuf,
                                                    int64_t recv_count, int32_t recv_peer, pycoll_dtype_t dtype,
                                                    void *stream);
+/* One vendor group of sends and receives, as ProcessGroupNCCL runs gather, scatter and all-to-all: send_counts[r]
+ * elements from sendbuf to rank r and recv_counts[r] from rank r into recvbuf, each side's blocks consecutive in
+ * rank order (a NULL counts array: nothing sent / received; zero counts are skipped); ncounts, the length of
+ * each array, must be the communicator's size. This rank's own block
+ * (send_counts[rank] == recv_counts[rank]) is copied on the stream by its memory's table (host memory: memmove;
+ * CUDA memory: pycoll's CUDA kernels). Completes before it returns, within the communicator's timeout. */
+PYCOLL_API pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *comm, const void *sendbuf,
+                                                  const int64_t *send_counts, void *recvbuf,
+                                                  const int64_t *recv_counts, int32_t ncounts, pycoll_dtype_t dtype,
+                                                  void *stream);
 
 /* Asynchronous collectives, as torch's ProcessGroupNCCL runs them. While `on` (and the vendor has events), each
  * of the vendor's collectives (all_reduce ... barrier) returns once it is enqueued on its stream; an event
