@@ -51,3 +51,13 @@ def test_the_hccl_watchdog_sets_the_communicators_acl_context_before_it_queries(
     log = _run("hccl", 0, fakes, tmp_path, {})
     assert "without an ACL context" not in log, log
     assert log.count("aclrtSetCurrentContext primary") >= 2, log
+
+
+@pytest.mark.timeout(60)
+def test_a_watchdog_that_cannot_set_the_device_fails_the_works_saying_so(fakes, tmp_path):
+    env = dict(job_env(fakes("nccl"), tmp_path), FAKE_CUDA_DEVICE_COUNT="2", FAKE_CUDA_CURRENT_DEVICE="1",
+               FAKE_COLL_FAIL="cudaSetDevice=101")
+    for finished, errors, _ in run_ranks_ok(functools.partial(_async_sums, "nccl", 1), 2, env, timeout=50):
+        assert finished == [True, True, True], finished
+        assert all("watchdog thread could not make the communicator's device (1) current" in e for e in errors), errors
+    assert "no device set on this thread" not in (tmp_path / "log").read_text()  # it never queried without it

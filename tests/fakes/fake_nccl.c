@@ -483,6 +483,9 @@ EXPORT int cudaGetDevice(int *device)
 EXPORT int cudaSetDevice(int device)
 {
     fake_log("cudaSetDevice device=%d tid=%ld", device, (long)syscall(SYS_gettid));
+    int injected = fake_injected("cudaSetDevice");
+    if (injected)
+        return injected;
     if (device < 0 || device >= device_count())
         return 101; /* cudaErrorInvalidDevice */
     thread_current_device(NULL);
