@@ -50,12 +50,17 @@ static inline long long __double_as_longlong(double d) { long long u; std::memcp
 static inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
 static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
 static inline int atomicMax(int *p, int v) { int old = *p; *p = v > old ? v : old; return old; }
+// One thread: a shuffle from a lane that does not exist leaves the value as it is; nothing to synchronise.
+static inline int __shfl_down_sync(unsigned, int v, int) { return v; }
+static inline void __syncthreads() {}
+#define __shared__ static
 #define __device__
 #define __global__
 """
 
 
-def _host_library(tmp_path, dtype):
+def _host_library(tmp_path, dtype, shim=SHIM, tail=""):
+    """The kernels of dtype compiled for the host over `shim` (CUDA's built-ins), `tail` appended."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler to build the kernels for the host")
@@ -69,10 +74,10 @@ static float host_f16_to_f32(unsigned short h) { return (float)(_Float16)__built
 static unsigned short host_f32_to_f16_subnormal(float f) { return __builtin_bit_cast(unsigned short, (_Float16)f); }
 """
     path = tmp_path / f"k_{dtype}.cpp"
-    path.write_text(SHIM + helpers + source)
+    path.write_text(shim + helpers + source + tail)
     out = tmp_path / f"k_{dtype}.so"
     result = subprocess.run([cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                             "-o", str(out), str(path)], capture_output=True, text=True)
+                             "-pthread", "-o", str(out), str(path)], capture_output=True, text=True)
     if result.returncode != 0 and "_Float16" in result.stderr:
         pytest.skip("the host C++ compiler has no _Float16")
     assert result.returncode == 0, result.stderr

@@ -121,10 +121,30 @@ static int watch_once(pycoll_vendor_comm_t *c)
     return c->pending != NULL;
 }
 
+/* Before its first query the watchdog takes the communicator's device (or ACL context): without it, CUDA
+ * would make device 0's primary context current on this thread, and AscendCL refuses the queries. A failure
+ * there breaks the communicator (its works fail with the reason) rather than querying on the wrong device. */
+static void bind_watchdog(pycoll_vendor_comm_t *c)
+{
+    const pycoll_vendor_t *v = c->v;
+    int r = v == &pycoll_nccl_vendor ? nccl_bind_thread(c->device)
+            : v == &pycoll_hccl_vendor && c->comm ? hccl_bind_thread(c->comm)
+                                                  : 0;
+    if (r == 0)
+        return;
+    vendor_comm_lock(c);
+    pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1,
+                    "%s: the watchdog thread could not make the communicator's device (%d) current: %s (code %d)",
+                    v->name, (int)c->device, v->runtime_error ? v->runtime_error(r) : "runtime error", r);
+    vendor_abort_now(c);
+    vendor_comm_unlock(c);
+}
+
 static void *watchdog(void *arg)
 {
     pycoll_vendor_comm_t *c = arg;
     int64_t busy_since = 0;
+    bind_watchdog(c);
     vendor_comm_lock(c);
     while (!c->watchdog_stop) {
         if (!watch_once(c)) {

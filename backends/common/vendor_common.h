@@ -135,5 +135,10 @@ void vendor_comm_lock(pycoll_vendor_comm_t *c);
 void vendor_comm_unlock(pycoll_vendor_comm_t *c);
 pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline);
 void vendor_watchdog_stop(pycoll_vendor_comm_t *c);
+/* A thread pycoll starts has no current device or context: the built-in vendors' binding of it to c's (NCCL:
+ * cudaSetDevice of c->device; HCCL: the ACL context current when its comm was created), 0 or the runtime's
+ * error. A vendor struct from outside pycoll gets none (its runtime calls run as the thread finds them). */
+int nccl_bind_thread(int32_t device);
+int hccl_bind_thread(void *comm);
 
 #endif

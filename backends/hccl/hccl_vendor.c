@@ -131,6 +131,19 @@ static void remember_context(void *comm)
     pthread_mutex_unlock(&contexts_lock);
 }
 
+/* The context current when comm was created, set on the calling thread (a thread pycoll starts: the watchdog,
+ * whose event and async-error queries need one); 0 where none was remembered. */
+int hccl_bind_thread(void *comm)
+{
+    aclrtContext context = NULL;
+    pthread_mutex_lock(&contexts_lock);
+    for (comm_context_t *e = contexts; e; e = e->next)
+        if (e->comm == comm)
+            context = e->context;
+    pthread_mutex_unlock(&contexts_lock);
+    return context ? acl_set_context(context) : 0;
+}
+
 static int destroy(void *comm)
 {
     pthread_mutex_lock(&contexts_lock);

@@ -89,5 +89,6 @@ typedef int (*pycoll_nccl_fn_cuda_memset)(void *ptr, int value, size_t count);
 typedef int (*pycoll_nccl_fn_cuda_pointer_get_attributes)(pycoll_cuda_pointer_attributes_t *attributes,
                                                           const void *ptr);
 typedef int (*pycoll_nccl_fn_cuda_event_create_with_flags)(void **event, unsigned flags);
+typedef int (*pycoll_nccl_fn_cuda_set_device)(int device);
 
 #endif

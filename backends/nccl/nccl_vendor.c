@@ -17,6 +17,15 @@ static pycoll_nccl_fn_cuda_stream_query cuda_stream_query;
 static pycoll_nccl_fn_cuda_malloc cuda_malloc;
 static pycoll_nccl_fn_cuda_memset cuda_memset;
 static pycoll_nccl_fn_cuda_pointer_get_attributes cuda_pointer_get_attributes;
+static pycoll_nccl_fn_cuda_set_device cuda_set_device;
+
+/* A thread pycoll starts (the watchdog) has no current device: its first runtime call would make device 0's
+ * primary context current -- an extra context on GPU 0 for every rank of a node -- so it sets the
+ * communicator's device first, as ProcessGroupNCCL's watchdog does. */
+int nccl_bind_thread(int32_t device)
+{
+    return device >= 0 && cuda_set_device ? cuda_set_device(device) : 0;
+}
 
 static int comm_init(void **comm, int32_t size, const void *id, int32_t rank)
 {
@@ -151,6 +160,7 @@ static const pycoll_vendor_symbol_t cudart_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "cudaEventRecord", VENDOR_SLOT(V.event_record)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaEventQuery", VENDOR_SLOT(V.event_query)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaEventDestroy", VENDOR_SLOT(V.event_destroy)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaSetDevice", VENDOR_SLOT(cuda_set_device)},
 };
 #undef V
 

@@ -31,7 +31,7 @@ from pycoll.islands.kinds import ISLAND_BACKENDS, memory_kind
 from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_for
 from pycoll.islands.store import IslandStore
 from pycoll.objects import all_gather_object
-from pycoll.plugins import ALL_DTYPES, ALL_OPS, Call, Engine
+from pycoll.plugins import ALL_DTYPES, ALL_OPS, Call, Engine, vendor
 from pycoll.plugins.vendor_capabilities import REDUCTIONS
 from pycoll.work import CompletedHandle
 
@@ -220,18 +220,27 @@ class IslandsEngine(Engine):
         self.copy_in(staged, buf)
         return staged
 
+    def _after_caller(self, buf):
+        """The copies below are the runtime's synchronous ones, on its default stream: first the work the caller
+        queued on its current stream (which may be a non-blocking one) must be done (staging.py)."""
+        self._runtime.wait_stream(vendor.current_stream(buf.owner), self.timeout)
+
     def copy_in(self, staged, buf):
         """buf into host Buffer `staged` (nothing where they are one memory)."""
         if staged.ptr != buf.ptr:
+            self._after_caller(buf)
             self._runtime.to_host(staged.ptr, buf.ptr, buf.nbytes)
 
     def stage_out(self, staged, buf):
         """Host Buffer `staged` into buf (nothing where they are one memory)."""
         if staged.ptr != buf.ptr:
+            self._after_caller(buf)
             self._runtime.to_device(buf.ptr, staged.ptr, buf.nbytes)
 
-    def copy(self, dst, src, nbytes):
+    def copy(self, dst, src, nbytes, like):
+        """nbytes from src to dst, both in this rank's memory; like: the Buffer dst is in (its stream)."""
         if dst != src:
+            self._after_caller(like)
             self._runtime.copy(dst, src, nbytes)
 
     def scratch(self, name, like, count):

@@ -13,8 +13,9 @@ A job of one island runs the island's own collective (vendor-only).
 
 `ctx` (engine.IslandsEngine) gives: islands, island, island_rank, is_leader, size, inner, leaders, world, stage_in /
 stage_out (this rank's memory <-> host), staging (the host Buffer a buffer is staged in) and copy_in (a copy into
-it), copy (within this rank's memory), scratch(name, like, count) (this rank's memory), host_scratch(name, like,
-count), and crossing (crossing.CrossingModel, the same on every rank).
+it), copy (within this rank's memory; its last argument, the destination's Buffer, names the stream it follows),
+scratch(name, like, count) (this rank's memory), host_scratch(name, like, count), and crossing
+(crossing.CrossingModel, the same on every rank).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _bytes(buf):
 def island_reduce(ctx, send, recv, op):
     """The island's reduction of send onto its leader's recv (recv: the leader's only)."""
     if ctx.island.size == 1:
-        ctx.copy(recv.ptr, send.ptr, send.nbytes)
+        ctx.copy(recv.ptr, send.ptr, send.nbytes, recv)
     else:
         _run(ctx.inner, "reduce", send, recv if ctx.is_leader else None, op=op, root=0)
 
@@ -60,7 +61,7 @@ def island_broadcast(ctx, buf, root=0):
 
 def island_all_gather(ctx, send, recv):
     if ctx.island.size == 1:
-        ctx.copy(recv.ptr, send.ptr, send.nbytes)
+        ctx.copy(recv.ptr, send.ptr, send.nbytes, recv)
     else:
         _run(ctx.inner, "all_gather", send, recv)
 
@@ -241,7 +242,7 @@ def reduce_scatter(ctx, call):
     else:
         island_reduce(ctx, send, None, SUM if op == AVG else op)
     island_broadcast(ctx, mine)
-    ctx.copy(recv.ptr, mine.ptr + ctx.island_rank * block, block)
+    ctx.copy(recv.ptr, mine.ptr + ctx.island_rank * block, block, recv)
     return "hierarchical"
 
 

@@ -2,20 +2,25 @@
 
 Device memory is copied through the vendor's own runtime, the library the vendor backend loaded: the CUDA
 runtime's cudaMemcpy (cudaMemcpyDefault: the driver knows each pointer's side) and AscendCL's aclrtMemcpy; scratch
-comes from cudaMalloc / aclrtMalloc, kept for the communicator's life and grown when a call needs more. Both
-copies are synchronous with respect to the host and run after the island's vendor call has completed (a blocking
-vendor call returns once its stream is done), so no stream ordering is needed on top. Host memory needs no copy:
-its ranks hand their own arrays to the step between islands.
+comes from cudaMalloc / aclrtMalloc, kept for the communicator's life and grown when a call needs more. Host
+memory needs no copy: its ranks hand their own arrays to the step between islands.
+
+Stream order: cudaMemcpy and aclrtMemcpy run on the default (legacy) stream, which waits for no work on a
+non-blocking stream -- and the streams of torch's pool, where the caller may have written its input, are
+non-blocking. So before every copy the caller's current stream (vendor.current_stream of the buffer's owner) is
+waited for, within the communicator's timeout: the copy then reads what the caller's earlier work wrote. Both
+copies return once done, before the caller queues anything more, so its later work sees their results.
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 
 import numpy as np
 
 from pycoll.buffers import Buffer
-from pycoll.errors import BackendUnavailable, PycollError
+from pycoll.errors import BackendUnavailable, PycollError, Timeout
 
 # AscendCL's aclrtMemcpyKind (acl_rt.h).
 _ACL_HOST_TO_DEVICE, _ACL_DEVICE_TO_HOST, _ACL_DEVICE_TO_DEVICE = 1, 2, 3
@@ -49,10 +54,19 @@ def _open_runtime(backend):
                              f"({'; '.join(reasons)})")
 
 
+_CUDA_NOT_READY = 600  # cudaErrorNotReady
+_ACL_STREAM_SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+# How long one look at the caller's stream waits (a polling runtime) before looking again.
+_STREAM_POLL_S = 0.0002
+
+
 class HostRuntime:
-    """Host memory: copies are memmoves; no scratch beyond NumPy's."""
+    """Host memory: copies are memmoves; no scratch beyond NumPy's; no streams."""
 
     memory = "host"
+
+    def wait_stream(self, stream, timeout):
+        """Nothing to wait for."""
 
     def copy(self, dst, src, nbytes):
         if nbytes:
@@ -79,9 +93,22 @@ class CudaRuntime:
         self._lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         self._lib.cudaFree.argtypes = [ctypes.c_void_p]
 
+        self._lib.cudaStreamQuery.argtypes = [ctypes.c_void_p]
+
     def _check(self, code, what):
         if code:
             raise PycollError(f"host staging: {what} failed (cudaError {code})")
+
+    def wait_stream(self, stream, timeout):
+        """Until the work queued on `stream` (the caller's current stream) has completed; Timeout after
+        `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while (code := self._lib.cudaStreamQuery(stream)) == _CUDA_NOT_READY:
+            if time.monotonic() > deadline:
+                raise Timeout(f"host staging: the caller's stream {stream:#x} did not finish its earlier work "
+                              f"within {timeout} s")
+            time.sleep(_STREAM_POLL_S)
+        self._check(code, f"cudaStreamQuery of the caller's stream {stream:#x}")
 
     def copy(self, dst, src, nbytes):
         if nbytes:
@@ -109,6 +136,16 @@ class NpuRuntime:
                                           ctypes.c_int]
         self._lib.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
         self._lib.aclrtFree.argtypes = [ctypes.c_void_p]
+        self._lib.aclrtSynchronizeStreamWithTimeout.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+
+    def wait_stream(self, stream, timeout):
+        """As CudaRuntime.wait_stream, through aclrtSynchronizeStreamWithTimeout."""
+        code = self._lib.aclrtSynchronizeStreamWithTimeout(stream, max(1, int(timeout * 1000)))
+        if code == _ACL_STREAM_SYNC_TIMEOUT:
+            raise Timeout(f"host staging: the caller's stream {stream:#x} did not finish its earlier work "
+                          f"within {timeout} s")
+        if code:
+            raise PycollError(f"host staging: aclrtSynchronizeStreamWithTimeout failed (aclError {code})")
 
     def _copy(self, dst, src, nbytes, kind):
         if nbytes:

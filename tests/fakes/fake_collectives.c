@@ -20,6 +20,7 @@ typedef struct fake_job {
     void *recv;
     size_t count;
     void *stream;
+    struct fake_ticket *ticket; /* its place on its stream (NULL: a group, which waits on its first operation's) */
     struct fake_comm *comm;
     struct fake_job *next;
     /* FAKE_GROUP: its point-to-point jobs, progressed together. A send or receive in a group: its message
@@ -45,28 +46,63 @@ struct fake_comm {
     int cancelled; /* fake_comm_cancel: the worker is gone, its jobs freed */
 };
 
-#define MAX_STREAMS 64
+/* Streams, as a GPU runs them: the work queued on a stream runs in order, off the caller's thread -- a
+ * collective on its communicator's worker, any other work (fake_stream_submit: a copy, a "kernel", an event's
+ * wait) on the stream's own thread -- and each piece starts only once the one queued before it on its stream
+ * has completed and the marks it depends on (fake_ticket_t) are reached. With legacy_default set (the CUDA
+ * runtime), the NULL stream (and cudaStreamLegacy, 0x1) is CUDA's legacy default stream: work queued on it
+ * waits for all work queued before on every blocking stream, and work queued on a blocking stream waits for
+ * the legacy stream's; a stream flagged FAKE_STREAM_NON_BLOCKING takes part in neither. Per stream, never
+ * recycled: how much work was ever queued on it and how much has completed (an event compares them). */
+#define MAX_STREAMS 256
+#define MAX_DEPS 32
+int fake_legacy_default_stream;
+
+typedef struct fake_ticket {
+    void *stream;
+    long long index; /* its place on stream: runs once index - 1 pieces have completed there */
+    int ndeps;
+    void *dep_stream[MAX_DEPS];
+    long long dep_mark[MAX_DEPS];
+} fake_ticket_t;
+
+typedef struct stream_op {
+    fake_ticket_t ticket;
+    void (*fn)(void *);
+    void *arg;
+    struct stream_op *next;
+} stream_op_t;
+
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-/* idle_ns: when the stream's last work completed (0: not since it was last looked at). */
-static struct { void *stream; int pending; long long idle_ns; } streams[MAX_STREAMS];
+static pthread_cond_t streams_cond = PTHREAD_COND_INITIALIZER; /* broadcast at every completion */
+static struct stream_slot {
+    void *stream;
+    int used, flags, has_thread;
+    long long queued, completed;
+    long long idle_ns; /* when its last work completed (0: not since it was last looked at) */
+    stream_op_t *head, *tail; /* fake_stream_submit's work not started yet */
+} streams[MAX_STREAMS];
 
-/* Per stream, never recycled: how much work was ever queued on it and how much has completed, which is what
- * an event recorded on it compares (fake_stream_mark, fake_stream_reached). */
-#define MAX_MARKED 256
-static struct { void *stream; int used; long long queued, completed; } marks[MAX_MARKED];
-
-static int mark_slot(void *stream)
+static int is_legacy(void *stream)
 {
-    for (int i = 0; i < MAX_MARKED; i++)
-        if (marks[i].used && marks[i].stream == stream)
-            return i;
-    for (int i = 0; i < MAX_MARKED; i++)
-        if (!marks[i].used) {
-            marks[i].used = 1;
-            marks[i].stream = stream;
-            return i;
+    return stream == NULL || stream == (void *)1;
+}
+
+/* Under streams_lock: stream's slot (made on first use), NULL when the table is full. */
+static struct stream_slot *slot_of(void *stream)
+{
+    if (stream == (void *)1)
+        stream = NULL;
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i].used && streams[i].stream == stream)
+            return &streams[i];
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (!streams[i].used) {
+            streams[i] = (struct stream_slot){.stream = stream, .used = 1};
+            return &streams[i];
         }
-    return -1;
+    fprintf(stderr, "fake collectives: more than %d streams\n", MAX_STREAMS);
+    return NULL;
 }
 
 static long long now_ns(void)
@@ -76,42 +112,183 @@ static long long now_ns(void)
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void stream_add(void *stream, int delta)
+static void add_dep(fake_ticket_t *t, struct stream_slot *s)
+{
+    if (s->queued > s->completed && t->ndeps < MAX_DEPS) {
+        t->dep_stream[t->ndeps] = s->stream;
+        t->dep_mark[t->ndeps++] = s->queued;
+    }
+}
+
+/* Under streams_lock: a new piece of work on stream, its ticket in *t. */
+static void enter_locked(void *stream, fake_ticket_t *t)
+{
+    struct stream_slot *s = slot_of(stream);
+    *t = (fake_ticket_t){.stream = s ? s->stream : stream};
+    if (!s)
+        return;
+    if (fake_legacy_default_stream && is_legacy(stream)) {
+        for (int i = 0; i < MAX_STREAMS; i++)
+            if (streams[i].used && !is_legacy(streams[i].stream) && !(streams[i].flags & FAKE_STREAM_NON_BLOCKING))
+                add_dep(t, &streams[i]);
+    } else if (fake_legacy_default_stream && !(s->flags & FAKE_STREAM_NON_BLOCKING)) {
+        struct stream_slot *legacy = slot_of(NULL);
+        if (legacy)
+            add_dep(t, legacy);
+    }
+    t->index = ++s->queued;
+    s->idle_ns = 0;
+}
+
+static int ticket_ready_locked(const fake_ticket_t *t);
+
+static void complete_locked(struct stream_slot *s)
+{
+    s->completed++;
+    if (s->completed >= s->queued)
+        s->idle_ns = now_ns();
+    pthread_cond_broadcast(&streams_cond);
+}
+
+/* Markers (work that does nothing: an event's record, a wait on an event) complete once their turn has come:
+ * as soon as anyone looks, without a thread of their own. */
+static _Thread_local int pumping;
+
+static void pump_locked(struct stream_slot *s)
+{
+    if (pumping > 8) /* markers waiting on markers: looked at again on the next look */
+        return;
+    pumping++;
+    while (s->head && !s->head->fn && ticket_ready_locked(&s->head->ticket)) {
+        stream_op_t *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        complete_locked(s);
+        free(op);
+    }
+    pumping--;
+}
+
+static int reached_locked(void *stream, long long mark)
+{
+    struct stream_slot *s = slot_of(stream);
+    if (s && s->completed < mark)
+        pump_locked(s);
+    return !s || s->completed >= mark;
+}
+
+static int ticket_ready_locked(const fake_ticket_t *t)
+{
+    struct stream_slot *s = slot_of(t->stream);
+    if (s && s->completed < t->index - 1)
+        return 0; /* its turn has not come (pump_locked looks at the work before it first) */
+    for (int i = 0; i < t->ndeps; i++)
+        if (!reached_locked(t->dep_stream[i], t->dep_mark[i]))
+            return 0;
+    return 1;
+}
+
+static int ticket_ready(const fake_ticket_t *t)
 {
     pthread_mutex_lock(&streams_lock);
-    int m = mark_slot(stream);
-    if (m >= 0) {
-        if (delta > 0)
-            marks[m].queued += delta;
-        else
-            marks[m].completed -= delta;
+    int ready = reached_locked(t->stream, t->index - 1) && ticket_ready_locked(t);
+    pthread_mutex_unlock(&streams_lock);
+    return ready;
+}
+
+/* A piece of work on stream completed (or was abandoned by an abort: its kernel ended). */
+static void leave(void *stream)
+{
+    pthread_mutex_lock(&streams_lock);
+    struct stream_slot *s = slot_of(stream);
+    if (s) {
+        complete_locked(s);
+        pump_locked(s);
     }
-    int free_slot = -1;
-    for (int i = 0; i < MAX_STREAMS; i++) {
-        if (streams[i].pending && streams[i].stream == stream) {
-            streams[i].pending += delta;
-            streams[i].idle_ns = streams[i].pending ? 0 : now_ns();
-            pthread_mutex_unlock(&streams_lock);
-            return;
+    pthread_mutex_unlock(&streams_lock);
+}
+
+static void *stream_thread(void *arg)
+{
+    struct stream_slot *s = arg;
+    pthread_mutex_lock(&streams_lock);
+    for (;;) {
+        for (;;) {
+            pump_locked(s);
+            if (s->head && s->head->fn && ticket_ready_locked(&s->head->ticket))
+                break;
+            pthread_cond_wait(&streams_cond, &streams_lock);
         }
-        if (!streams[i].pending && free_slot < 0)
-            free_slot = i;
+        stream_op_t *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&streams_lock);
+        op->fn(op->arg);
+        pthread_mutex_lock(&streams_lock);
+        complete_locked(s);
+        pump_locked(s);
+        free(op);
     }
-    if (free_slot >= 0 && delta > 0) {
-        streams[free_slot].stream = stream;
-        streams[free_slot].pending = delta;
-        streams[free_slot].idle_ns = 0;
+    return NULL;
+}
+
+long long fake_stream_submit(void *stream, void (*fn)(void *), void *arg, void *after_stream, long long after_mark)
+{
+    stream_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return -1;
+    op->fn = fn;
+    op->arg = arg;
+    pthread_mutex_lock(&streams_lock);
+    struct stream_slot *s = slot_of(stream);
+    if (!s) {
+        pthread_mutex_unlock(&streams_lock);
+        free(op);
+        return -1;
     }
+    enter_locked(stream, &op->ticket);
+    if (after_mark > 0 && op->ticket.ndeps < MAX_DEPS) {
+        op->ticket.dep_stream[op->ticket.ndeps] = after_stream == (void *)1 ? NULL : after_stream;
+        op->ticket.dep_mark[op->ticket.ndeps++] = after_mark;
+    }
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    long long index = op->ticket.index;
+    pump_locked(s);
+    if (fn && !s->has_thread) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        s->has_thread = pthread_create(&thread, &attr, stream_thread, s) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    pthread_cond_broadcast(&streams_cond);
+    pthread_mutex_unlock(&streams_lock);
+    return index;
+}
+
+void fake_stream_set_flags(void *stream, int flags)
+{
+    pthread_mutex_lock(&streams_lock);
+    struct stream_slot *s = slot_of(stream);
+    if (s)
+        s->flags = flags;
     pthread_mutex_unlock(&streams_lock);
 }
 
 int fake_stream_busy(void *stream)
 {
-    int busy = 0;
     pthread_mutex_lock(&streams_lock);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        if (streams[i].pending && streams[i].stream == stream)
-            busy = 1;
+    struct stream_slot *s = slot_of(stream);
+    if (s)
+        pump_locked(s);
+    int busy = s && s->queued > s->completed;
     pthread_mutex_unlock(&streams_lock);
     return busy;
 }
@@ -120,11 +297,13 @@ long long fake_stream_idle_for_ns(void *stream)
 {
     long long idle = 0;
     pthread_mutex_lock(&streams_lock);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        if (!streams[i].pending && streams[i].stream == stream && streams[i].idle_ns) {
-            idle = now_ns() - streams[i].idle_ns;
-            streams[i].idle_ns = 0;
-        }
+    struct stream_slot *s = slot_of(stream);
+    if (s)
+        pump_locked(s);
+    if (s && s->queued <= s->completed && s->idle_ns) {
+        idle = now_ns() - s->idle_ns;
+        s->idle_ns = 0;
+    }
     pthread_mutex_unlock(&streams_lock);
     return idle;
 }
@@ -132,8 +311,8 @@ long long fake_stream_idle_for_ns(void *stream)
 long long fake_stream_mark(void *stream)
 {
     pthread_mutex_lock(&streams_lock);
-    int m = mark_slot(stream);
-    long long queued = m >= 0 ? marks[m].queued : 0;
+    struct stream_slot *s = slot_of(stream);
+    long long queued = s ? s->queued : 0;
     pthread_mutex_unlock(&streams_lock);
     return queued;
 }
@@ -141,8 +320,7 @@ long long fake_stream_mark(void *stream)
 int fake_stream_reached(void *stream, long long mark)
 {
     pthread_mutex_lock(&streams_lock);
-    int m = mark_slot(stream);
-    int reached = m < 0 || marks[m].completed >= mark;
+    int reached = reached_locked(stream, mark);
     pthread_mutex_unlock(&streams_lock);
     return reached;
 }
@@ -151,8 +329,11 @@ int fake_any_stream_busy(void)
 {
     int busy = 0;
     pthread_mutex_lock(&streams_lock);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        busy |= streams[i].pending > 0;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (streams[i].used)
+            pump_locked(&streams[i]);
+        busy |= streams[i].used && streams[i].queued > streams[i].completed;
+    }
     pthread_mutex_unlock(&streams_lock);
     return busy;
 }
@@ -571,7 +752,8 @@ static void free_job(fake_job_t *j)
         free_job(k);
     }
     if (j->kind != FAKE_GROUP)
-        stream_add(j->stream, -1);
+        leave(j->stream);
+    free(j->ticket);
     free(j);
 }
 
@@ -595,6 +777,14 @@ static void *worker(void *arg)
             break;
         fake_job_t *j = c->head;
         pthread_mutex_unlock(&c->lock);
+        /* Its turn on its stream: what was queued there before it (and what that waits for) has completed. */
+        const fake_ticket_t *ticket = j->kind == FAKE_GROUP ? j->children->ticket : j->ticket;
+        while (!ticket_ready(ticket) && !stopping(c))
+            usleep(100);
+        if (stopping(c)) {
+            pthread_mutex_lock(&c->lock);
+            break;
+        }
         int failed = j->async_error;
         const char *kernel_us = getenv("FAKE_KERNEL_US"); /* a device kernel's run time, for latency tests */
         if (failed && kernel_us) /* it runs that long before it hits the failure */
@@ -743,7 +933,10 @@ void fake_comm_enqueue(fake_comm_t *c, int kind, const void *send, void *recv, s
     fake_job_t *j = calloc(1, sizeof *j);
     *j = (fake_job_t){.kind = kind, .dtype = dtype, .op = op, .root = root, .async_error = async_error,
                       .send = send, .recv = recv, .count = count, .stream = stream, .comm = c};
-    stream_add(stream, 1);
+    j->ticket = calloc(1, sizeof *j->ticket);
+    pthread_mutex_lock(&streams_lock);
+    enter_locked(stream, j->ticket);
+    pthread_mutex_unlock(&streams_lock);
     if (group_depth == 0 && is_p2p(j)) { /* a lone send or receive is a group of its own */
         fake_job_t *g = group_job(c);
         g->children = j;

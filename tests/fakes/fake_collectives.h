@@ -38,6 +38,16 @@ void fake_comm_set_mismatch_error(fake_comm_t *c, int code);
  * for). Per thread, as in NCCL. */
 void fake_group_start(void);
 void fake_group_end(void);
+/* Streams (fake_collectives.c says how their work is ordered): set fake_legacy_default_stream to give the NULL
+ * stream CUDA's legacy semantics; a stream flagged FAKE_STREAM_NON_BLOCKING (cudaStreamNonBlocking) does not
+ * synchronise with it. */
+enum { FAKE_STREAM_NON_BLOCKING = 1 };
+extern int fake_legacy_default_stream;
+void fake_stream_set_flags(void *stream, int flags);
+/* Queues fn(arg) (NULL: nothing, a marker) on stream, to run on the stream's own thread in its turn, and, when
+ * after_mark > 0, once after_stream's mark after_mark is reached too (cudaStreamWaitEvent); its mark on
+ * stream (an event recorded now completes with it), -1 without memory. */
+long long fake_stream_submit(void *stream, void (*fn)(void *), void *arg, void *after_stream, long long after_mark);
 /* 1 while `stream` has queued work. */
 int fake_stream_busy(void *stream);
 /* How long ago `stream`'s last work completed, once per completion (0: busy, or already asked): how late the

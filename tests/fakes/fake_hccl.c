@@ -32,8 +32,12 @@ enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN };
  *   "HcclCommDestroy deadlocked" is logged), as aclrtFree synchronises the device;
  * - AscendCL calls need a current context on the calling thread (aclrtSetDevice or aclrtSetCurrentContext on
  *   that thread; ACL_ERROR_RT_CONTEXT_NULL otherwise): here the thread that creates a communicator has one (the
- *   framework set its device), any other thread has none until it sets one, and HcclCommDestroy on a thread
- *   without one fails (HCCL_E_RUNTIME, "without an ACL context" logged) and frees nothing;
+ *   framework set its device), any other thread has none until it sets one, and HcclCommDestroy,
+ *   HcclGetCommAsyncError (HCCL_E_RUNTIME), aclrtQueryEventStatus and aclrtMemcpyAsync
+ *   (ACL_ERROR_RT_CONTEXT_NULL) on a thread without one fail ("without an ACL context" logged) and do nothing;
+ * - streams run their work asynchronously, in order, each on a thread of its own (fake_collectives.c); no stream
+ *   waits for another's work but through an event (aclrtStreamWaitEvent); aclrtMemcpy is synchronous and waits
+ *   for no stream;
  * - HcclBatchSendRecv's items progress together, as an NCCL group's; HcclSend and HcclRecv each run alone. A
  *   send waits, past the per-peer buffer (FAKE_P2P_BUFFER_BYTES), for its receive; a receive of another count
  *   than its send's is an asynchronous HCCL_E_PARA (hccl.h: the peer's count and dataType must match);
@@ -160,6 +164,10 @@ EXPORT int HcclCommDestroy(comm_t *c)
 #ifndef FAKE_HCCL_OLD_CANN
 EXPORT int HcclGetCommAsyncError(comm_t *c, int *error)
 {
+    if (!current_context) {
+        fake_log("HcclGetCommAsyncError rank=%d without an ACL context: HCCL_E_RUNTIME", c->rank);
+        return 15;
+    }
     *error = fake_vendor_async_error(c);
     return SUCCESS;
 }
@@ -310,8 +318,20 @@ EXPORT int aclrtRecordEvent(fake_event_t *event, void *stream)
     return 0;
 }
 
+/* An AscendCL call on a thread with no current context (see the rules above): logged, ACL_ERROR_RT_CONTEXT_NULL. */
+static int without_context(const char *call)
+{
+    if (current_context)
+        return 0;
+    fake_log("%s without an ACL context: ACL_ERROR_RT_CONTEXT_NULL", call);
+    return 107002;
+}
+
 EXPORT int aclrtQueryEventStatus(fake_event_t *event, int *status)
 {
+    int r = without_context("aclrtQueryEventStatus");
+    if (r)
+        return r;
     *status = fake_event_done(event); /* 1: ACL_EVENT_RECORDED_STATUS_COMPLETE */
     return 0;
 }
@@ -359,4 +379,26 @@ EXPORT int aclrtSynchronizeStreamWithTimeout(void *stream, int32_t timeout_ms)
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* aclrtMemcpyAsync: queued on stream (the fake's streams run their work in order, off the caller's thread); a
+ * host source (kind 1) is read when the call is made, as the runtime stages it. */
+EXPORT int aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, int kind, void *stream)
+{
+    int r = without_context("aclrtMemcpyAsync");
+    if (r)
+        return r;
+    if (count > dest_max || kind < 0 || kind > 4)
+        return 107000;
+    return fake_copy_async(stream, dst, src, count, kind == 1) < 0 ? 207001 : 0;
+}
+
+EXPORT int aclrtSynchronizeStream(void *stream)
+{
+    return fake_stream_sync(stream, "aclrtSynchronizeStream") ? 507046 : 0;
+}
+
+EXPORT int aclrtStreamWaitEvent(void *stream, fake_event_t *event)
+{
+    return fake_stream_submit(stream, NULL, NULL, event->stream, event->mark) < 0 ? 207001 : 0;
 }

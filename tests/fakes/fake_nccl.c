@@ -1,7 +1,10 @@
 /* A fake libnccl.so.2 + libcudart for pycoll's binding tests: the same C symbols and values as NCCL's nccl.h
  * (typed here as plain ints), backed by fake_vendor.c and fake_collectives.c. Every call is logged to FAKE_COLL_LOG
  * so tests can check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +12,8 @@
 #include <strings.h>
 
 #include "fake_vendor.h"
+
+static int thread_current_device(const char *call);
 
 enum { SUCCESS = 0, INVALID_ARGUMENT = 4, INVALID_USAGE = 5, IN_PROGRESS = 7 };
 
@@ -142,6 +147,7 @@ EXPORT int ncclCommInitRankConfig(comm_t **out, int nranks, unique_id_t id, int 
     if (config->magic != 0xcafebeef || config->version < 21400 || rank < 0 || rank >= nranks)
         return INVALID_ARGUMENT;
     *out = fake_vendor_comm_new(id.internal, rank, nranks, INVALID_USAGE);
+    (*out)->device = thread_current_device(NULL) < 0 ? 0 : thread_current_device(NULL);
     (*out)->algorithms = parse_algorithms(algo);
     (*out)->blocking = config->blocking;
     return config->blocking == 0 ? IN_PROGRESS : SUCCESS;
@@ -210,6 +216,7 @@ EXPORT int ncclCommFinalize(comm_t *c)
     if (c->sticky)
         return c->sticky;
     c->finalizing = 1;
+    fake_stream_set_flags(&c->finalize_stream, FAKE_STREAM_NON_BLOCKING); /* NCCL's own, not the legacy's */
     fake_comm_enqueue(c->fake, FAKE_BARRIER, NULL, NULL, 0, FAKE_U8, 0, -1, &c->finalize_stream, 0);
     if (c->blocking)
         return fake_wait_or_deadlock(finalize_busy, c, "ncclCommFinalize") ? INVALID_USAGE : SUCCESS;
@@ -263,6 +270,7 @@ EXPORT int ncclCommShrink(comm_t *c, int *exclude, int n, comm_t **out, config_h
     snprintf(id, sizeof id, "%.80s.s%d-%.40s", fake_comm_id(c->fake), c->shrinks++, list);
     *out = fake_vendor_comm_new(id, c->rank - below, c->nranks - n, INVALID_USAGE);
     (*out)->algorithms = c->algorithms;
+    (*out)->device = c->device;
     (*out)->blocking = config ? config->blocking : c->blocking;
     return (*out)->blocking == 0 ? IN_PROGRESS : SUCCESS;
 }
@@ -282,6 +290,7 @@ EXPORT int ncclCommDestroy(comm_t *c)
     }
     if (!c->finalizing) { /* finalizes first, blocking: waits for every peer */
         c->finalizing = 1;
+        fake_stream_set_flags(&c->finalize_stream, FAKE_STREAM_NON_BLOCKING);
         fake_comm_enqueue(c->fake, FAKE_BARRIER, NULL, NULL, 0, FAKE_U8, 0, -1, &c->finalize_stream, 0);
     }
     if (fake_wait_or_deadlock(finalize_busy, c, "ncclCommDestroy")) {
@@ -292,11 +301,11 @@ EXPORT int ncclCommDestroy(comm_t *c)
     return SUCCESS;
 }
 
+/* The device current on the thread that created it (as NCCL's), or FAKE_COLL_DEVICE. */
 EXPORT int ncclCommCuDevice(comm_t *c, int *device)
 {
-    (void)c;
     const char *d = getenv("FAKE_COLL_DEVICE");
-    *device = d ? atoi(d) : 0;
+    *device = d ? atoi(d) : c->device;
     return SUCCESS;
 }
 
@@ -412,27 +421,82 @@ EXPORT int ncclGroupEnd(void)
     return in_progress ? IN_PROGRESS : SUCCESS;
 }
 
-/* ---- the CUDA runtime pieces pycoll uses ---- */
+/* ---- the CUDA runtime pieces pycoll uses ----
+ *
+ * Streams run their work asynchronously, in order, each on a thread of its own (fake_collectives.c), with CUDA's
+ * legacy default stream: NULL and cudaStreamLegacy (0x1) synchronise with every blocking stream, a stream made
+ * with cudaStreamNonBlocking (1) does not. cudaMemcpy is synchronous: queued on the legacy stream, so it waits
+ * for that stream's earlier work (and, through it, the blocking streams'), never for a non-blocking stream's;
+ * cudaMemcpyAsync is queued on its stream -- a pageable host source is read when the call is made, and a copy to
+ * pageable host memory returns once done, as the real runtime stages them; memory from cudaMallocHost is pinned:
+ * copies to and from it stay asynchronous. The "device" is host memory, so the direction is the `kind` given
+ * (cudaMemcpyDefault, 4: device to device).
+ *
+ * Every thread has a current device: none until it calls cudaSetDevice (the process's main thread starts with
+ * FAKE_CUDA_CURRENT_DEVICE where that is set, as if the framework had set it). A call that needs a context on a
+ * thread with none makes device 0's primary context current, as the real runtime does -- an extra context on
+ * GPU 0 on a real node -- and logs "<call>: no device set on this thread" so a test sees it. */
+
+static _Thread_local int thread_device = -2; /* -2: not looked at yet; -1: none */
+
+static int device_count(void)
+{
+    const char *n = getenv("FAKE_CUDA_DEVICE_COUNT");
+    return n ? atoi(n) : 1;
+}
+
+/* This thread's device; call: a call that needs a context (then none current is logged and becomes 0). */
+static int thread_current_device(const char *call)
+{
+    if (thread_device == -2) {
+        const char *d = getenv("FAKE_CUDA_CURRENT_DEVICE");
+        thread_device = d && syscall(SYS_gettid) == getpid() ? atoi(d) : -1;
+    }
+    if (thread_device < 0 && call) {
+        fake_log("%s: no device set on this thread (tid %ld): the runtime made device 0's primary context current",
+                 call, (long)syscall(SYS_gettid));
+        thread_device = 0;
+    }
+    return thread_device;
+}
+
+__attribute__((constructor)) static void cuda_streams(void)
+{
+    fake_legacy_default_stream = 1;
+}
 
 /* One device, or FAKE_CUDA_DEVICE_COUNT (0: the runtime's answer on a machine without a GPU). */
 EXPORT int cudaGetDeviceCount(int *count)
 {
-    const char *n = getenv("FAKE_CUDA_DEVICE_COUNT");
-    *count = n ? atoi(n) : 1;
+    *count = device_count();
     return *count ? 0 : 100; /* cudaErrorNoDevice */
 }
 
-/* The device this thread uses: FAKE_CUDA_CURRENT_DEVICE, else 0 (what a rank that never set one gets). */
+/* The device this thread uses: the one it set, else 0 (what a thread that never set one gets). */
 EXPORT int cudaGetDevice(int *device)
 {
-    const char *d = getenv("FAKE_CUDA_CURRENT_DEVICE");
-    *device = d ? atoi(d) : 0;
+    int d = thread_current_device(NULL);
+    *device = d < 0 ? 0 : d;
+    return 0;
+}
+
+EXPORT int cudaSetDevice(int device)
+{
+    fake_log("cudaSetDevice device=%d tid=%ld", device, (long)syscall(SYS_gettid));
+    int injected = fake_injected("cudaSetDevice");
+    if (injected)
+        return injected;
+    if (device < 0 || device >= device_count())
+        return 101; /* cudaErrorInvalidDevice */
+    thread_current_device(NULL);
+    thread_device = device;
     return 0;
 }
 
 /* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {
+    thread_current_device("cudaStreamQuery");
     if (fake_stream_busy(stream))
         return 600;
     long long idle = fake_stream_idle_for_ns(stream);
@@ -441,24 +505,70 @@ EXPORT int cudaStreamQuery(void *stream)
     return 0;
 }
 
+EXPORT int cudaStreamCreateWithFlags(void **stream, unsigned flags)
+{
+    thread_current_device("cudaStreamCreateWithFlags");
+    *stream = malloc(1);
+    if (!*stream)
+        return 2;
+    fake_stream_set_flags(*stream, flags & 1 ? FAKE_STREAM_NON_BLOCKING : 0);
+    return 0;
+}
+
+EXPORT int cudaStreamCreate(void **stream)
+{
+    return cudaStreamCreateWithFlags(stream, 0);
+}
+
+EXPORT int cudaStreamDestroy(void *stream)
+{
+    (void)stream; /* kept: its slot's counts stay valid for events recorded on it */
+    return 0;
+}
+
+EXPORT int cudaStreamSynchronize(void *stream)
+{
+    thread_current_device("cudaStreamSynchronize");
+    return fake_stream_sync(stream, "cudaStreamSynchronize") ? 6 : 0; /* cudaErrorLaunchTimeout */
+}
+
 /* Events: complete once the work queued on their stream before cudaEventRecord has (cudaErrorNotReady, 600,
  * before). "cudaEventRecord" is logged, so a test can see that a call enqueued instead of waiting. */
 EXPORT int cudaEventCreateWithFlags(fake_event_t **event, unsigned flags)
 {
     (void)flags;
+    thread_current_device("cudaEventCreateWithFlags");
     *event = fake_event_new();
     return *event ? 0 : 2;
 }
 
 EXPORT int cudaEventRecord(fake_event_t *event, void *stream)
 {
+    thread_current_device("cudaEventRecord");
     fake_event_record(event, stream, "cudaEventRecord");
     return 0;
 }
 
 EXPORT int cudaEventQuery(fake_event_t *event)
 {
+    thread_current_device("cudaEventQuery");
     return fake_event_done(event) ? 0 : 600;
+}
+
+EXPORT int cudaEventSynchronize(fake_event_t *event)
+{
+    thread_current_device("cudaEventSynchronize");
+    return event->mark && fake_wait_mark(event->stream, event->mark, "cudaEventSynchronize") ? 6 : 0;
+}
+
+/* The stream's later work waits for the event's (a marker queued on stream). */
+EXPORT int cudaStreamWaitEvent(void *stream, fake_event_t *event, unsigned flags)
+{
+    (void)flags;
+    thread_current_device("cudaStreamWaitEvent");
+    fake_log("cudaStreamWaitEvent stream=%#lx on=%#lx", (unsigned long)(uintptr_t)stream,
+             (unsigned long)(uintptr_t)event->stream);
+    return fake_stream_submit(stream, NULL, NULL, event->stream, event->mark) < 0 ? 2 : 0;
 }
 
 EXPORT int cudaEventDestroy(fake_event_t *event)
@@ -469,6 +579,7 @@ EXPORT int cudaEventDestroy(fake_event_t *event)
 
 EXPORT int cudaMalloc(void **ptr, size_t size)
 {
+    thread_current_device("cudaMalloc");
     *ptr = malloc(size);
     return *ptr ? 0 : 2;
 }
@@ -481,6 +592,7 @@ static int device_busy(void *unused)
 
 EXPORT int cudaFree(void *ptr)
 {
+    thread_current_device("cudaFree");
     fake_wait_or_deadlock(device_busy, NULL, "cudaFree");
     free(ptr);
     return 0;
@@ -488,18 +600,80 @@ EXPORT int cudaFree(void *ptr)
 
 EXPORT int cudaMemset(void *ptr, int value, size_t count)
 {
+    thread_current_device("cudaMemset");
     memset(ptr, value, count);
     return 0;
 }
 
-/* Synchronous, as cudaMemcpy is with respect to the host: the fake's "device" memory is host memory, so every
- * kind (cudaMemcpyDefault, 4, included) is a memmove. */
-EXPORT int cudaMemcpy(void *dst, const void *src, size_t count, int kind)
+/* Pinned host memory (cudaMallocHost): copies to and from it are not staged. */
+enum { MAX_PINNED = 32 };
+static struct { char *start; size_t bytes; } pinned[MAX_PINNED];
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_pinned(const void *ptr)
 {
+    int found = 0;
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED && !found; i++)
+        found = pinned[i].start && (const char *)ptr >= pinned[i].start &&
+                (const char *)ptr < pinned[i].start + pinned[i].bytes;
+    pthread_mutex_unlock(&pinned_lock);
+    return found;
+}
+
+EXPORT int cudaMallocHost(void **ptr, size_t size)
+{
+    thread_current_device("cudaMallocHost");
+    *ptr = malloc(size ? size : 1);
+    if (!*ptr)
+        return 2;
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (!pinned[i].start) {
+            pinned[i].start = *ptr;
+            pinned[i].bytes = size;
+            break;
+        }
+    pthread_mutex_unlock(&pinned_lock);
+    return 0;
+}
+
+EXPORT int cudaFreeHost(void *ptr)
+{
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].start == ptr)
+            pinned[i].start = NULL;
+    pthread_mutex_unlock(&pinned_lock);
+    free(ptr);
+    return 0;
+}
+
+enum { H2D = 1, D2H = 2 };
+
+EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, void *stream)
+{
+    thread_current_device("cudaMemcpyAsync");
     if (kind < 0 || kind > 4)
         return 21; /* cudaErrorInvalidMemcpyDirection */
-    memmove(dst, src, count);
+    long long mark = fake_copy_async(stream, dst, src, count, kind == H2D && !is_pinned(src));
+    if (mark < 0)
+        return 2;
+    if (kind == D2H && !is_pinned(dst) && fake_wait_mark(stream, mark, "cudaMemcpyAsync"))
+        return 6;
     return 0;
+}
+
+/* Synchronous: queued on the legacy stream, and returns once done. */
+EXPORT int cudaMemcpy(void *dst, const void *src, size_t count, int kind)
+{
+    thread_current_device("cudaMemcpy");
+    if (kind < 0 || kind > 4)
+        return 21; /* cudaErrorInvalidMemcpyDirection */
+    long long mark = fake_copy_async(NULL, dst, src, count, 0);
+    if (mark < 0)
+        return 2;
+    return fake_wait_mark(NULL, mark, "cudaMemcpy") ? 6 : 0;
 }
 
 EXPORT const char *cudaGetErrorString(int error)

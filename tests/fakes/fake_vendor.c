@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 fake_vendor_comm_t *fake_vendor_comm_new(const char *id, int rank, int nranks, int mismatch)
@@ -57,8 +58,11 @@ fake_event_t *fake_event_new(void)
 
 void fake_event_record(fake_event_t *e, void *stream, const char *call)
 {
+    /* A marker of its own on the stream, as the runtime's record is: on the legacy stream it also waits for the
+     * blocking streams' earlier work. */
+    long long mark = fake_stream_submit(stream, NULL, NULL, NULL, 0);
     e->stream = stream;
-    e->mark = fake_stream_mark(stream);
+    e->mark = mark > 0 ? mark : fake_stream_mark(stream);
     fake_log("%s stream=%#lx", call, (unsigned long)(uintptr_t)stream);
 }
 
@@ -82,4 +86,75 @@ int fake_wait_or_deadlock(int (*fn)(void *), void *arg, const char *what)
         nanosleep(&pause, NULL);
     }
     return 0;
+}
+
+typedef struct mark_wait {
+    void *stream;
+    long long mark;
+} mark_wait_t;
+
+static int mark_pending(void *arg)
+{
+    const mark_wait_t *w = arg;
+    return !fake_stream_reached(w->stream, w->mark);
+}
+
+int fake_wait_mark(void *stream, long long mark, const char *what)
+{
+    mark_wait_t w = {stream, mark};
+    return fake_wait_or_deadlock(mark_pending, &w, what);
+}
+
+int fake_stream_sync(void *stream, const char *what)
+{
+    return fake_wait_mark(stream, fake_stream_mark(stream), what);
+}
+
+static void sleep_us(void *arg)
+{
+    long long us = (long long)(intptr_t)arg;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+EXPORT long long fake_stream_sleep(void *stream, long long us)
+{
+    return fake_stream_submit(stream, sleep_us, (void *)(intptr_t)us, NULL, 0);
+}
+
+typedef struct copy_job {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+    void *staged; /* the source as it was when the copy was queued (a pageable host source), or NULL */
+} copy_job_t;
+
+static void run_copy(void *arg)
+{
+    copy_job_t *c = arg;
+    memmove(c->dst, c->staged ? c->staged : c->src, c->nbytes);
+    free(c->staged);
+    free(c);
+}
+
+long long fake_copy_async(void *stream, void *dst, const void *src, size_t nbytes, int snapshot)
+{
+    copy_job_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    *c = (copy_job_t){dst, src, nbytes, NULL};
+    if (snapshot && nbytes) {
+        c->staged = malloc(nbytes);
+        if (!c->staged) {
+            free(c);
+            return -1;
+        }
+        memcpy(c->staged, src, nbytes);
+    }
+    long long mark = fake_stream_submit(stream, run_copy, c, NULL, 0);
+    if (mark < 0) {
+        free(c->staged);
+        free(c);
+    }
+    return mark;
 }

@@ -22,6 +22,7 @@ typedef struct fake_vendor_comm {
     int launching;       /* a non-blocking call returned "in progress": async-error polls left until it is not */
     int revoked;         /* ncclCommRevoke: its work stopped, every later call but a shrink refused */
     int shrinks;         /* shrinks made from it so far: each child's id is derived from the count */
+    int device;          /* the device it runs on (NCCL's: current on the creating thread) */
 } fake_vendor_comm_t;
 
 /* How a vendor numbers dtypes and ops: its code -> the engine's (-1: the vendor has the code, the fake does not
@@ -45,6 +46,16 @@ typedef struct fake_event {
 fake_event_t *fake_event_new(void);
 void fake_event_record(fake_event_t *e, void *stream, const char *call);
 int fake_event_done(const fake_event_t *e);
+
+/* Until stream's mark is reached (fake_wait_mark), or until the work queued on stream now has completed
+ * (fake_stream_sync): 0, or 1 after FAKE_DEADLOCK_S ("<what> deadlocked" logged), as fake_wait_or_deadlock. */
+int fake_wait_mark(void *stream, long long mark, const char *what);
+int fake_stream_sync(void *stream, const char *what);
+/* For tests: a "kernel" of `us` microseconds queued on stream; its mark. */
+long long fake_stream_sleep(void *stream, long long us);
+/* An asynchronous copy queued on stream (snapshot: the source is read now, as the runtime stages a pageable
+ * host source before it returns); its mark, -1 without memory. */
+long long fake_copy_async(void *stream, void *dst, const void *src, size_t nbytes, int snapshot);
 
 /* A communicator joining the rendezvous on id in the background; mismatch: the vendor's code for a receive
  * whose count differs from its send's. */
