@@ -523,7 +523,9 @@ pycoll_vendor_comm_t *pycoll_vendor_comm_create(const pycoll_vendor_t *v, const 
 }
 
 /* A healthy communicator leaves its peers cleanly: finalize (where the vendor has it), waited for until the
- * deadline, then destroy; a broken one, or one whose finalize failed or missed the deadline, is aborted. */
+ * deadline, then destroy; a broken one, or one whose finalize failed or missed the deadline, is aborted. A
+ * failure stops the communicator with a revoke where the vendor has one (it stays a shrink's parent): a revoked
+ * communicator still holds its resources, so it is aborted here too. */
 static void teardown(pycoll_vendor_comm_t *c)
 {
     const pycoll_vendor_t *v = c->v;
@@ -535,7 +537,7 @@ static void teardown(pycoll_vendor_comm_t *c)
         int r = v->finalize(c->comm);
         pycoll_status_t st = r != 0 && r != v->in_progress ? vendor_fail_result(c, what, r)
                                                            : vendor_wait_ready(c, what, deadline);
-        if (st != PYCOLL_OK)
+        if (st != PYCOLL_OK && !c->comm)
             return; /* aborted: by vendor_fail_result, or at the deadline */
     }
     release_bounded(c, c->state.status == PYCOLL_OK ? v->destroy : v->abort);
