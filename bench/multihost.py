@@ -10,7 +10,8 @@ Ctrl-C, SIGTERM). Needs root and iproute2; otherwise it says why and exits witho
                               [--max-mib 64] [--before PYTHON] [--out bench/results/multihost.md]
 
 --before PYTHON adds default-before and tcp-before: the same two run by another interpreter (another build of
-pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run.
+pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
+inherit the environment: PYCOLL_SPIN_US=0 measures the waits that sleep at once (recorded in the results).
 
 Each rank is `ip netns exec HOST python bench/multihost.py --worker LIB ...`.
 """
@@ -35,7 +36,6 @@ from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts  # noqa: E402
 
 LIBS = ("default", "tcp", "gloo")
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
-TAG = "pcmh"
 
 
 def sizes(max_mib):
@@ -146,11 +146,11 @@ def run_job(names, placement, lib, args):
                 p.wait()
 
 
-def shape(names, tbf):
+def shape(names, tbf, tag):
     """tbf on both ends of every host's veth: eth0 in the host (its egress) and its port on the switch (its
     ingress, as the switch's egress)."""
     for i, name in enumerate(names):
-        for ns, dev in ((name, "eth0"), (f"{TAG}-sw", f"p{i}")):
+        for ns, dev in ((name, "eth0"), (f"{tag}-sw", f"p{i}")):
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *tbf],
                            check=True, capture_output=True, text=True)
 
@@ -160,8 +160,9 @@ def measure_layout(hosts, per_host, args, tbf):
     placement = [r // per_host for r in range(hosts * per_host)]
     per_job = {lib: {} for lib in args.libs}
     what, wrong = {}, 0
-    with namespace_hosts(hosts, tag=TAG) as names:
-        shape(names, tbf)
+    tag = f"pcmh{os.getpid() % 100000}"  # this run's own namespaces: another run may be going
+    with namespace_hosts(hosts, tag=tag) as names:
+        shape(names, tbf, tag)
         for rep in range(args.reps):
             for lib in args.libs:  # interleaved: each repetition runs every library once
                 print(f"{hosts}x{per_host} rep {rep + 1}/{args.reps}: {lib}", flush=True)
@@ -231,9 +232,10 @@ def main():
         return
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     libs = ",".join(lib for lib in args.libs if BEFORE not in lib)
+    spin = f"PYCOLL_SPIN_US={os.environ['PYCOLL_SPIN_US']} " if "PYCOLL_SPIN_US" in os.environ else ""
     doc = ["# All-reduce across network-namespace hosts", "",
-           f"Produced by `python bench/multihost.py --layouts {args.layouts} --rate {args.rate} --burst {args.burst} "
-           f"--latency {args.latency} --reps {args.reps} --libs {libs} "
+           f"Produced by `{spin}python bench/multihost.py --layouts {args.layouts} --rate {args.rate} "
+           f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} "
            f"--max-mib {args.max_mib}{' --before ' + args.before if args.before else ''}` "
            f"(as root) in {time.monotonic() - start:.0f} s.", "", machine(), f"- Kernel {kernel}.",
            f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
