@@ -16,6 +16,7 @@
 #include "comm/comm_internal.h"
 #include "common/idle_wait.h"
 #include "common/p2p_share.h"
+#include "transport/tcp_transport.h"
 
 #define CHECK_EVERY_NS 100000000LL /* how often a waiting caller runs its interrupt check */
 #define PROGRESS_SPIN_NS 100000LL  /* the most the progress thread's transport waits poll before sleeping */
@@ -230,7 +231,10 @@ static void flight_step(p2p_flight_t *f)
             return;
         }
     }
-    idle_wait_pass(&f->idle, now, transport->deadline_ns);
+    /* A nap at most (work queued meanwhile joins the flight after it), ended early by a TCP transport's
+     * events: a message that arrives is acted on at once, not at the nap's end. */
+    const int64_t until = now + IDLE_NAP_NS < transport->deadline_ns ? now + IDLE_NAP_NS : transport->deadline_ns;
+    idle_wait_pass_fd(&f->idle, now, until, tcp_transport_wait_fd(transport));
 }
 
 /* The sends and receives at the head of the queue that may join the flight (at most `room`): of the flight's

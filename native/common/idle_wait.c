@@ -1,6 +1,7 @@
 /* See idle_wait.h. */
 #include "common/idle_wait.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <time.h>
 
@@ -14,13 +15,24 @@ void idle_nap(int64_t ns)
 
 void idle_wait_pass(idle_wait_t *w, int64_t now, int64_t deadline_ns)
 {
+    idle_wait_pass_fd(w, now, deadline_ns < now + IDLE_NAP_NS ? deadline_ns : now + IDLE_NAP_NS, -1);
+}
+
+void idle_wait_pass_fd(idle_wait_t *w, int64_t now, int64_t until_ns, int fd)
+{
     if (now < w->spin_until) {
         if (++w->idle > IDLE_YIELD_AFTER_POLLS)
             sched_yield();
         return;
     }
-    const int64_t left = deadline_ns - now;
-    idle_nap(left < IDLE_NAP_NS ? left : IDLE_NAP_NS);
+    const int64_t left = until_ns - now;
+    if (fd < 0 || left <= 0) {
+        idle_nap(left);
+        return;
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    struct timespec ts = {.tv_sec = (time_t)(left / 1000000000LL), .tv_nsec = (long)(left % 1000000000LL)};
+    ppoll(&pfd, 1, &ts, NULL);
 }
 
 int idle_wait_interrupted(pycoll_p2p_t *p2p)

@@ -31,6 +31,10 @@ static inline void idle_wait_moved(idle_wait_t *w) { w->idle = 0; }
 /* A poll moved nothing at `now`: spin on (yielding after a while), or nap until deadline_ns at the latest. */
 void idle_wait_pass(idle_wait_t *w, int64_t now, int64_t deadline_ns);
 
+/* The same, but a sleep ends at until_ns or as soon as fd polls readable (fd < 0: a nap until until_ns): a wait
+ * that has a descriptor for what it waits for never sleeps past its arrival. */
+void idle_wait_pass_fd(idle_wait_t *w, int64_t now, int64_t until_ns, int fd);
+
 /* Sleep ns nanoseconds (nothing for ns <= 0). */
 void idle_nap(int64_t ns);
 

@@ -21,11 +21,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/frame.h"
 #include "common/ft_reset.h"
 #include "common/idle_wait.h"
 #include "common/p2p_share.h"
 #include "common/request_queue.h"
 #include "pycoll/transports.h"
+#include "transport/tcp_transport.h"
 
 #define CHECK_EVERY_NS 100000000LL /* how often a blocked wait checks for interrupts */
 /* A child reports the timeout of its own requests; this is the backstop should none do (it never should). */
@@ -80,12 +82,25 @@ static int progress_children(routed_transport_t *t, pycoll_request_t *const *req
     return moved;
 }
 
+/* Whether every request of reqs[0..n) still pending goes to child c. */
+static int only_child_pending(const routed_transport_t *t, pycoll_request_t *const *reqs, int n, int32_t c)
+{
+    for (int i = 0; i < n; i++)
+        if (!reqs[i]->complete && t->route[reqs[i]->peer] != c)
+            return 0;
+    return 1;
+}
+
 static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     routed_transport_t *t = impl(p2p);
     const int64_t started = pycoll_now_ns();
     idle_wait_t idle = idle_wait_start(p2p, started);
     int64_t next_check = started + CHECK_EVERY_NS;
+    int wait_fd = -1;
+    int32_t fd_child = 0;
+    for (int32_t c = 0; c < t->n_children && wait_fd < 0; c++) /* asked per wait: a reset renews it */
+        wait_fd = tcp_transport_wait_fd(t->children[fd_child = c]);
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         if (progress_children(t, reqs, n, started)) {
             idle_wait_moved(&idle);
@@ -106,8 +121,16 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
             if (idle_wait_interrupted(p2p))
                 break;
         }
-        /* The children see the deadline on their next pass. */
-        idle_wait_pass(&idle, now, p2p->deadline_ns);
+        /* Once the spin is over, sleep on the TCP child's events, not for a fixed nap: a message from another
+         * host ends the sleep when it arrives. Where a request of a child without such a descriptor (shared
+         * memory) is pending, a nap's length at most; else until the next interrupt check, or the time the
+         * children probe the peers waited for. The children see the deadline on their next pass. */
+        int64_t until = now + IDLE_NAP_NS;
+        if (wait_fd >= 0 && only_child_pending(t, reqs, n, fd_child)) {
+            const int64_t probe_at = started + PYCOLL_PROBE_AFTER_NS;
+            until = now < probe_at && probe_at < next_check ? probe_at : next_check;
+        }
+        idle_wait_pass_fd(&idle, now, until < p2p->deadline_ns ? until : p2p->deadline_ns, wait_fd);
     }
     if (p2p->status != PYCOLL_OK) {
         routed_abort(p2p, p2p->status, p2p->error);
@@ -302,8 +325,12 @@ int routed_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
 
 void routed_ft_wake(pycoll_p2p_t *p2p)
 {
-    if (is_routed(p2p))
-        atomic_store_explicit(&impl(p2p)->wake, 1, memory_order_relaxed);
+    if (!is_routed(p2p))
+        return;
+    routed_transport_t *t = impl(p2p);
+    atomic_store_explicit(&t->wake, 1, memory_order_relaxed);
+    for (int32_t c = 0; c < t->n_children; c++) /* ends a sleep on a child's descriptor (routed_wait) */
+        pycoll_ft_wake(t->children[c]);
 }
 
 /* A child that can tell without a system call (shared memory) checks now; its error becomes this one's. */

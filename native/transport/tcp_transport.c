@@ -34,6 +34,7 @@
 #include "common/idle_wait.h"
 #include "common/request_queue.h"
 #include "pycoll/transports.h"
+#include "transport/tcp_transport.h"
 
 #define INBUF_BYTES (64 * 1024) /* per-peer read-ahead: larger payloads bypass it */
 #define PROBE_AFTER_NS PYCOLL_PROBE_AFTER_NS
@@ -710,6 +711,12 @@ static void tcp_destroy(pycoll_p2p_t *p2p)
 }
 
 static const pycoll_p2p_ops_t tcp_ops = PYCOLL_P2P_OPS(tcp, "tcp", .finalize = tcp_finalize, .progress = tcp_progress);
+
+int tcp_transport_wait_fd(const pycoll_p2p_t *p2p)
+{
+    /* The epoll set itself: its descriptor polls readable while an event waits in it. */
+    return p2p->ops == &tcp_ops ? ((const tcp_transport_t *)p2p)->epfd : -1;
+}
 
 pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                           size_t error_len)

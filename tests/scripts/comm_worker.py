@@ -156,6 +156,12 @@ try:
         report["algorithm"] = comm.last_algorithm
         report["options"] = comm._engine.native.options
         report["ok"] = True
+    elif scenario == "late":
+        # Rank 0 comes TEST_LATE_S late to a barrier: the others wait that long for it.
+        if rank == 0:
+            time.sleep(float(os.environ["TEST_LATE_S"]))
+        comm.barrier()
+        report["ok"] = True
     elif scenario == "closer":
         # The victim closes its communicator (and stays alive); the others' next collective must fail fast.
         x = np.ones(1 << 16, dtype=np.float32)

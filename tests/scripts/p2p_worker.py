@@ -62,6 +62,16 @@ with scenario_report(report):
             for i, w in enumerate(works):
                 assert np.all(w.wait(timeout) == prv * 10 + i), i
         report["ok"] = True
+    elif scenario == "late_recv":
+        # Rank 1 receives on the progress thread what rank 0 sends TEST_LATE_S late.
+        x = np.zeros(4, dtype=np.float32)
+        if rank == 0:
+            time.sleep(float(os.environ["TEST_LATE_S"]))
+            comm.send(x + 1, 1)
+        elif rank == 1:
+            comm.recv(x, 0, async_op=True).wait()
+            assert (x == 1).all(), x
+        report["ok"] = True
     elif scenario == "pipeline":
         # Stages 0..size-1: activations forward, gradients backward, micro-batches in flight (1F1B-like).
         micro, width = 4, 50_000
