@@ -149,3 +149,18 @@ def scenario_module(script, backends):
     `backend` (backend_fixture) and run (scenario_runner). In a test module:
     backend, run = scenario_module("p2p_worker.py", ["tcp", "shm"])."""
     return backend_fixture(backends), scenario_runner(script)
+
+
+def close_at_once(comms):
+    """Closes the communicators of ranks that run as threads of one process at once, as separate processes
+    would: a close waits (up to its linger) for the other ranks' goodbyes, so one after another would wait out
+    each linger. Entries that are not communicators (a rank's exception) are skipped."""
+    import threading
+
+    import pycoll
+
+    threads = [threading.Thread(target=c.close) for c in comms if isinstance(c, pycoll.Communicator)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

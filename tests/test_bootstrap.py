@@ -14,7 +14,7 @@ import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from multiproc import segments_of
+from multiproc import close_at_once, segments_of
 
 import pycoll
 from pycoll._bindings.comm import MAX_WORLD_SIZE, NativeComm, unique_id_address
@@ -48,15 +48,6 @@ def _join(unique_id, world, ranks=None, timeout=20.0, backend="cpu"):
     for t in threads:
         t.join()
     return [results[i] for i in range(len(ranks))]
-
-
-def _close(comms):
-    """Closes concurrently, as separate ranks do (each close waits briefly for the others' goodbyes)."""
-    threads = [threading.Thread(target=c.close) for c in comms if isinstance(c, pycoll.Communicator)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def _hello(kind, rank, world, job, nonce):
@@ -108,7 +99,7 @@ def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
             t.join()
         assert all((x == 6.0).all() for x in out)
     finally:
-        _close(comms)
+        close_at_once(comms)
     # Only this job's names (other jobs may run on the machine): its ranks are threads of this process.
     assert segments_of([os.getpid()]) - before == set()
 
@@ -116,7 +107,7 @@ def test_a_job_of_three_runs_collectives_and_leaves_nothing_behind():
 def test_a_single_rank_job():
     (comm,) = _join(pycoll.get_unique_id("lo"), 1)
     assert (comm.size, comm.hosts, comm.transport) == (1, 1, "shm")
-    _close([comm])
+    close_at_once([comm])
 
 
 def test_the_id_listens_where_asked_and_never_on_the_wildcard(monkeypatch):
@@ -169,7 +160,7 @@ def test_the_missing_ranks_are_named_at_the_deadline():
 
 def test_an_id_serves_one_communicator():
     unique_id = pycoll.get_unique_id("lo")
-    _close(_join(unique_id, 1))
+    close_at_once(_join(unique_id, 1))
     with pytest.raises(pycoll.Timeout, match="did the process that made the unique id call"):
         pycoll.init_rank(unique_id, 1, 2, timeout=1.0, ifname="lo")
 
@@ -239,7 +230,7 @@ def test_junk_impostors_and_a_flood_do_not_keep_the_ranks_apart():
         assert isinstance(results["root"], pycoll.Communicator), results
         assert joined_s < 10, joined_s
     finally:
-        _close([rank1, results["root"]])
+        close_at_once([rank1, results["root"]])
 
 
 def test_a_watch_that_raises_ends_the_wait_at_once():
@@ -391,7 +382,7 @@ def test_a_set_up_that_runs_out_of_memory_closes_nothing_it_did_not_open():
 
 def test_a_bootstrap_error_names_the_roots_address_once():
     unique_id = pycoll.get_unique_id("lo")
-    _close(_join(unique_id, 1))  # the id's listener is gone: rank 1 finds nobody there
+    close_at_once(_join(unique_id, 1))  # the id's listener is gone: rank 1 finds nobody there
     address = unique_id_address(unique_id)
     with pytest.raises(pycoll.Timeout) as caught:
         pycoll.init_rank(unique_id, 1, 2, timeout=1.0, ifname="lo")

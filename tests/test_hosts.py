@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from multiproc import close_at_once
 
 from pycoll.rendezvous.hosts import Hosts, host_identity
 
@@ -54,19 +55,8 @@ def test_the_bootstrap_picks_the_transport_the_backend_asks_for_on_one_host(back
         assert [c.transport for c in comms] == [transport] * 3
         assert [(c.hosts, c.local_rank, c.local_size) for c in comms] == [(1, r, 3) for r in range(3)]
     finally:
-        _close_at_once(comms)
+        close_at_once(comms)
 
-
-def _close_at_once(comms):
-    """Closes every rank's communicator on a thread of its own: a close waits (up to its linger) for the other
-    ranks to close too, so closing them one after another would wait out each linger."""
-    import threading
-
-    threads = [threading.Thread(target=c.close) for c in comms if not isinstance(c, Exception)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def test_shm_across_hosts_is_a_clear_error_naming_the_ranks_elsewhere(tmp_path):
