@@ -37,7 +37,9 @@ cd "$root/tests"
 # forged aborts and state frames naming ranks outside the job); a fork()ed child's calls refused before they touch
 # anything, segment names drawn again when taken, a duplicate rank and another job's id refused at the listener,
 # compensated sums of special values across every algorithm, complex data over every algorithm, and revoke, agree
-# and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program).
+# and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program), a job
+# grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor exchange of gather, scatter
+# and all-to-all, the watchdog's device, and the waits that sleep on the TCP transport's events.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
   test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
   test_shm_faults.py test_shm_single_copy.py test_async.py test_work.py test_buckets.py test_split.py \
@@ -46,4 +48,5 @@ cd "$root/tests"
   test_cuda_context.py test_cuda_devices.py test_close.py test_vendor_p2p_groups.py test_vendor_async.py \
   test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py test_cuda_scratch.py \
   test_peer_reports.py test_fork.py test_segment_names.py test_init_conflicts.py test_compensated_specials.py \
-  test_complex_collectives.py test_elastic.py test_elastic_routed.py test_c_fault_tolerance.py "$@"
+  test_complex_collectives.py test_elastic.py test_elastic_routed.py test_c_fault_tolerance.py test_grow.py \
+  test_islands_shrink.py test_vendor_exchange.py test_vendor_thread_device.py test_idle_wait_events.py "$@"
