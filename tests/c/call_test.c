@@ -12,17 +12,9 @@
 
 #include <pycoll/pycoll.h>
 
-#define N 8
-static int failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                                       \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            printf(__VA_ARGS__);                                                                               \
-            printf("\n");                                                                                      \
-            failures++;                                                                                        \
-        }                                                                                                      \
-    } while (0)
+#define N 8
 
 /* A call that must be refused with PYCOLL_ERR_INVALID, the error naming `says`. */
 static void refused(pycoll_comm_t *comm, const pycoll_call_t *call, const char *says, int blocking)

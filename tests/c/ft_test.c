@@ -14,16 +14,7 @@
 
 #include <pycoll/pycoll.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                       \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            printf(__VA_ARGS__);                                                                               \
-            printf("\n");                                                                                      \
-            failures++;                                                                                        \
-        }                                                                                                      \
-    } while (0)
+#include "check.h"
 
 /* The sum of (rank in the first communicator + 1) over comm's members. */
 static pycoll_status_t sum_ranks(pycoll_comm_t *comm, int first_rank, double *sum)

@@ -12,16 +12,7 @@
 
 #include <pycoll/pycoll.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                       \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            printf(__VA_ARGS__);                                                                               \
-            printf("\n");                                                                                      \
-            failures++;                                                                                        \
-        }                                                                                                      \
-    } while (0)
+#include "check.h"
 
 #define MEMBERS 3
 #define GROWN 4
