@@ -53,6 +53,8 @@ typedef struct tcp_peer {
     /* receiving */
     frame_header_t recv_hdr;
     int64_t recv_hdr_done; /* == sizeof(frame_header_t) once a header is parked, waiting for its recv */
+    int64_t recv_body_done; /* bytes of that data frame read into its receive: kept here because an abort
+                             * must know them after the algorithm that posted the receive has freed it */
     char *inbuf;           /* INBUF_BYTES of read-ahead; bytes [in_start, in_end) are not consumed yet */
     int64_t in_start, in_end;
     int readable;          /* the socket may hold unread input (epoll said so and no recv came up short) */
@@ -263,6 +265,7 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
             memcpy(&peer->recv_hdr, peer->inbuf + peer->in_start, sizeof(frame_header_t));
             peer->in_start += (int64_t)sizeof(frame_header_t);
             peer->recv_hdr_done = sizeof(frame_header_t);
+            peer->recv_body_done = 0;
             int consumed;
             pycoll_status_t st = on_header(t, r, &consumed);
             if (st != PYCOLL_OK || peer->state != PEER_OPEN)
@@ -286,14 +289,17 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
             memcpy((char *)req->buf + req->progress, peer->inbuf + peer->in_start, (size_t)n);
             peer->in_start += n;
             req->progress += n;
+            peer->recv_body_done += n;
         } else if (left > 0) {
             static const char *mid = "closed its connection mid-message (process exited or was killed?)";
             int64_t n = left >= INBUF_BYTES ? read_socket(t, r, (char *)req->buf + req->progress, left, mid)
                                             : fill_inbuf(t, r, mid);
             if (n == 0)
                 return t->base.status;
-            if (left >= INBUF_BYTES)
+            if (left >= INBUF_BYTES) {
                 req->progress += n;
+                peer->recv_body_done += n;
+            }
         }
         if (req->progress == req->nbytes) {
             pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
@@ -595,8 +601,7 @@ static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
     for (int r = 0; r < p2p->size; r++) {
         tcp_peer_t *peer = &t->peers[r];
         if (peer->state == PEER_OPEN && header_complete(peer) && peer->recv_hdr.kind == FRAME_DATA) {
-            const pycoll_request_t *req = peer->q.recv_head;
-            peer->skip = peer->recv_hdr.nbytes - (req && req->progress > 0 ? req->progress : 0);
+            peer->skip = peer->recv_hdr.nbytes - peer->recv_body_done;
             peer->recv_hdr_done = 0;
         }
     }
