@@ -164,3 +164,18 @@ def close_at_once(comms):
         t.start()
     for t in threads:
         t.join()
+
+
+def survivor_sum(n, dead):
+    """What the survivors' all-reduce of (their old rank + 1) gives, with the ranks in `dead` gone."""
+    return float(sum(r + 1 for r in range(n) if r not in dead))
+
+
+def kill_mid_loop(job, n, victim):
+    """SIGKILLs rank `victim` of job (n ranks that report ready, then loop over collectives) well inside its
+    loop; returns when it was killed (time.time()) and the survivors' reports."""
+    job.wait_ready(range(n))
+    time.sleep(0.3)  # well inside the loop of all-reduces
+    killed_at = time.time()
+    os.kill(job.procs[victim].pid, signal.SIGKILL)
+    return killed_at, job.reports([r for r in range(n) if r != victim], deadline_s=40)

@@ -9,30 +9,22 @@ import signal
 import time
 
 import pytest
-from multiproc import Ranks, backend_fixture, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks, backend_fixture, kill_mid_loop, no_segment_left, survivor_sum  # noqa: F401 (a fixture)
 
 backend = backend_fixture(["tcp", "shm"])
 N = 4
-
-
-def _survivor_sum(dead):
-    return float(sum(r + 1 for r in range(N) if r not in dead))
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("victim", [0, 1, N - 1])
 def test_killed_rank_the_survivors_shrink_and_all_reduce(backend, victim, no_segment_left):
     with Ranks(N, "elastic_worker.py", "kill", timeout=10) as job:
-        job.wait_ready(range(N))
-        time.sleep(0.3)  # well inside the loop of all-reduces
-        killed_at = time.time()
-        os.kill(job.procs[victim].pid, signal.SIGKILL)
-        survivors = [r for r in range(N) if r != victim]
-        reports = job.reports(survivors, deadline_s=40)
+        killed_at, reports = kill_mid_loop(job, N, victim)
+    survivors = [r for r in range(N) if r != victim]
     for r, rep in reports.items():
         assert rep.get("ok"), (r, rep)
         assert rep["failed_rank"] == victim, (r, rep)
-        assert rep["sum"] == _survivor_sum({victim}), (r, rep)
+        assert rep["sum"] == survivor_sum(N, {victim}), (r, rep)
         assert rep["ranks"] == survivors and rep["new_rank"] == survivors.index(r), (r, rep)
         assert rep["failed_ranks"] == [victim], (r, rep)
         assert "unusable" in rep.get("old", ""), (r, rep)  # the old communicator refuses collectives
@@ -50,9 +42,9 @@ def test_revoke_wakes_the_ranks_waiting_in_a_collective(backend, no_segment_left
     for r, rep in reports.items():
         assert rep.get("ok"), (r, rep)
         assert "revoked" in rep.get("revoked", ""), (r, rep)
-        assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
+        assert rep["sum"] == survivor_sum(N, set()) and rep["ranks"] == list(range(N)), (r, rep)
         assert rep["failed_ranks"] == [], (r, rep)
-        assert rep["async_sum"] == _survivor_sum(set()), (r, rep)
+        assert rep["async_sum"] == survivor_sum(N, set()), (r, rep)
         assert rep["split_sum"] == sum(q + 1.0 for q in range(N) if q % 2 == r % 2), (r, rep)
     woke = max(rep["raised_at"] for r, rep in reports.items() if r != 1) - revoked_at
     print(f"\n{backend}: the ranks waiting in an all-reduce raised CommunicatorRevoked {woke * 1e3:.1f} ms after "
@@ -68,7 +60,7 @@ def test_revoke_from_another_thread_wakes_its_own_rank_too(backend, no_segment_l
     revoked_at = reports[1]["revoked_at"]
     for r, rep in reports.items():
         assert rep.get("ok") and "revoked" in rep.get("revoked", ""), (r, rep)
-        assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
+        assert rep["sum"] == survivor_sum(N, set()) and rep["ranks"] == list(range(N)), (r, rep)
     woke = max(reports[r]["raised_at"] for r in (0, 1, 2)) - revoked_at
     print(f"\n{backend}: revoked from a thread of a rank inside an all-reduce: the ranks in it raised "
           f"CommunicatorRevoked {woke * 1e3:.1f} ms after the revoke")
@@ -80,10 +72,10 @@ def test_agree_leaves_the_dead_rank_out(backend, no_segment_left):
         reports = job.reports([0, 1, 3], deadline_s=40)
     for r, rep in reports.items():
         assert rep.get("ok"), (r, rep)
-        assert rep["healthy"] == 0 and rep["still"] == _survivor_sum(set()), (r, rep)
+        assert rep["healthy"] == 0 and rep["still"] == survivor_sum(N, set()), (r, rep)
         assert rep["flag"] == 0b1110, (r, rep)  # rank 0's flag AND the others' (rank 2's never counted)
         assert rep["failed_ranks"] == [2], (r, rep)
-        assert rep["sum"] == _survivor_sum({2}) and rep["ranks"] == [0, 1, 3], (r, rep)
+        assert rep["sum"] == survivor_sum(N, {2}) and rep["ranks"] == [0, 1, 3], (r, rep)
 
 
 @pytest.mark.timeout(60)
@@ -94,7 +86,7 @@ def test_exclude_leaves_a_healthy_rank_out(backend, no_segment_left):
     for r in range(3):
         rep = reports[r]
         assert rep.get("ok"), (r, rep)
-        assert rep["sum"] == _survivor_sum({3}) and rep["ranks"] == [0, 1, 2], (r, rep)
+        assert rep["sum"] == survivor_sum(N, {3}) and rep["ranks"] == [0, 1, 2], (r, rep)
         assert rep["failed_ranks"] == [3], (r, rep)
         assert "unusable" in rep.get("old", ""), (r, rep)
 

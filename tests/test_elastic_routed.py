@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks, kill_mid_loop, no_segment_left, survivor_sum  # noqa: F401 (a fixture)
 
 N = 4
 
@@ -25,21 +25,13 @@ def default_backend(monkeypatch):
     monkeypatch.delenv("PYCOLL_BACKEND", raising=False)  # the default backend chooses per pair of ranks
 
 
-def _survivor_sum(dead):
-    return float(sum(r + 1 for r in range(N) if r not in dead))
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("victim", [0, 3])
 def test_killed_rank_on_either_host_the_survivors_shrink_and_all_reduce(victim, no_segment_left):
     with Ranks(N, "elastic_worker.py", "kill", timeout=10, rank_env=_host_env) as job:
-        job.wait_ready(range(N))
-        time.sleep(0.3)  # well inside the loop of all-reduces
-        killed_at = time.time()
-        os.kill(job.procs[victim].pid, signal.SIGKILL)
-        survivors = [r for r in range(N) if r != victim]
-        reports = job.reports(survivors, deadline_s=40)
-    want = _survivor_sum({victim})
+        killed_at, reports = kill_mid_loop(job, N, victim)
+    survivors = [r for r in range(N) if r != victim]
+    want = survivor_sum(N, {victim})
     for r, rep in reports.items():
         assert rep.get("ok") and rep["transport"] == "shm+tcp", (r, rep)
         assert rep["failed_rank"] == victim and rep["failed_ranks"] == [victim], (r, rep)
@@ -65,8 +57,8 @@ def test_many_kills_of_a_random_rank_at_a_random_point(no_segment_left):
             os.kill(job.procs[victim].pid, signal.SIGKILL)
             reports = job.reports([r for r in range(N) if r != victim], deadline_s=40)
         for r, rep in reports.items():
-            assert rep.get("ok") and rep["sum"] == _survivor_sum({victim}), (victim, r, rep)
-            assert rep["hier_sums"] == [_survivor_sum({victim})] and rep["failed_ranks"] == [victim], (victim, r, rep)
+            assert rep.get("ok") and rep["sum"] == survivor_sum(N, {victim}), (victim, r, rep)
+            assert rep["hier_sums"] == [survivor_sum(N, {victim})] and rep["failed_ranks"] == [victim], (victim, r, rep)
 
 
 @pytest.mark.timeout(60)
@@ -75,8 +67,8 @@ def test_revoke_reaches_the_ranks_of_the_other_host(no_segment_left):
         reports = job.reports(deadline_s=40)
     for r, rep in reports.items():
         assert rep.get("ok") and "revoked" in rep.get("revoked", ""), (r, rep)
-        assert rep["sum"] == _survivor_sum(set()) and rep["ranks"] == list(range(N)), (r, rep)
-        assert rep["async_sum"] == _survivor_sum(set()), (r, rep)
+        assert rep["sum"] == survivor_sum(N, set()) and rep["ranks"] == list(range(N)), (r, rep)
+        assert rep["async_sum"] == survivor_sum(N, set()), (r, rep)
         assert rep["split_sum"] == sum(q + 1.0 for q in range(N) if q % 2 == r % 2), (r, rep)
 
 
@@ -86,6 +78,6 @@ def test_agree_leaves_out_a_rank_that_dies_during_it(no_segment_left):
         reports = job.reports([0, 1, 3], deadline_s=40)
     for r, rep in reports.items():
         assert rep.get("ok"), (r, rep)
-        assert rep["healthy"] == 0 and rep["still"] == _survivor_sum(set()), (r, rep)
+        assert rep["healthy"] == 0 and rep["still"] == survivor_sum(N, set()), (r, rep)
         assert rep["flag"] == 0b1110 and rep["failed_ranks"] == [2], (r, rep)
-        assert rep["sum"] == _survivor_sum({2}) and rep["ranks"] == [0, 1, 3], (r, rep)
+        assert rep["sum"] == survivor_sum(N, {2}) and rep["ranks"] == [0, 1, 3], (r, rep)
