@@ -142,6 +142,19 @@ def cuda_kernels_scale(uintptr_t ptr, int64_t count, int dtype, int64_t divisor,
         raise_status(st, _text(error))
 
 
+cdef int64_t *_counts_copy(counts, int32_t n) except? NULL:
+    """n counts as a C array the caller frees (NULL for None: that side moves nothing)."""
+    if counts is None:
+        return NULL
+    cdef int64_t *out = <int64_t *>malloc(n * sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    cdef int32_t i
+    for i in range(n):
+        out[i] = counts[i]
+    return out
+
+
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor
@@ -354,23 +367,12 @@ cdef class VendorComm:
         cdef int64_t *sc = NULL
         cdef int64_t *rc = NULL
         cdef pycoll_status_t st
-        cdef int32_t i
         for counts, what in ((send_counts, "send_counts"), (recv_counts, "recv_counts")):
             if counts is not None and len(counts) != n:
                 raise ValueError(f"{what}: {n} counts expected (as many as the other side's), got {len(counts)}")
         try:
-            if send_counts is not None:
-                sc = <int64_t *>malloc(n * sizeof(int64_t))
-                if sc == NULL:
-                    raise MemoryError()
-                for i in range(n):
-                    sc[i] = send_counts[i]
-            if recv_counts is not None:
-                rc = <int64_t *>malloc(n * sizeof(int64_t))
-                if rc == NULL:
-                    raise MemoryError()
-                for i in range(n):
-                    rc[i] = recv_counts[i]
+            sc = _counts_copy(send_counts, n)
+            rc = _counts_copy(recv_counts, n)
             with nogil:
                 st = pycoll_vendor_exchange(c, <void *>send, sc, <void *>recv, rc, n, <pycoll_dtype_t>dtype,
                                             <void *>stream)
