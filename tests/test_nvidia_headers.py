@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NCCL_API = ROOT / "backends" / "nccl" / "nccl_api.h"
 NCCL_VENDOR = ROOT / "backends" / "nccl" / "nccl_vendor.c"
 VENDOR_COMMON = ROOT / "backends" / "common" / "vendor_common.h"
+VENDOR_OPS = ROOT / "backends" / "common" / "vendor_ops.h"
 CUDA_API = ROOT / "backends" / "cuda" / "cuda_api.h"
 
 
@@ -195,7 +196,7 @@ template <class Real, class Mine> constexpr bool same_abi() {
 def test_nccl_signatures_match_the_real_nccl_h(tmp_path, includes):
     checks = [f"SAME_ABI({symbol}, {_slot_type(slot)});" for symbol, slot in _symbol_slots("nccl_symbols")]
     assert any("ncclCommInitRankConfig" in c for c in checks) and any("ncclAllReduce" in c for c in checks)
-    text = "\n".join([ABI_CLASSES, "#include <nccl.h>", '#include "pycoll/vendor.h"', _renamed_nccl_api(),
+    text = "\n".join([ABI_CLASSES, "#include <nccl.h>", f'#include "{VENDOR_OPS}"', _renamed_nccl_api(),
                       *checks, "int main() { return 0; }", ""])
     _build(tmp_path, "nccl_signatures.cc", text, includes, "c++")
 
@@ -214,7 +215,7 @@ def test_nccl_fault_tolerance_declarations_match_the_real_nccl_h(tmp_path, inclu
     checks = [f"SAME_ABI({symbol}, {_slot_type(slot)});" for symbol, slot in found.items()]
     checks += [f'static_assert(PYCOLL_{name} == {name}, "{name}");'
                for name in ("NCCL_SHRINK_DEFAULT", "NCCL_SHRINK_ABORT", "NCCL_REVOKE_DEFAULT")]
-    text = "\n".join([ABI_CLASSES, "#include <nccl.h>", '#include "pycoll/vendor.h"', _renamed_nccl_api(),
+    text = "\n".join([ABI_CLASSES, "#include <nccl.h>", f'#include "{VENDOR_OPS}"', _renamed_nccl_api(),
                       *checks, "int main() { return 0; }", ""])
     _build(tmp_path, "nccl_fault_tolerance.cc", text, includes, "c++")
 
@@ -223,7 +224,7 @@ def test_cuda_runtime_driver_and_nvrtc_declarations_match_the_real_headers(tmp_p
     checks = [f"SAME_ABI({symbol}, {_slot_type(slot)});" for symbol, slot in _symbol_slots("cudart_symbols")]
     text = "\n".join([
         ABI_CLASSES, "#include <cuda_runtime_api.h>", "#include <cuda.h>", "#include <nvrtc.h>",
-        '#include "pycoll/vendor.h"', _renamed_nccl_api(), f'#include "{CUDA_API}"', *checks,
+        f'#include "{VENDOR_OPS}"', _renamed_nccl_api(), f'#include "{CUDA_API}"', *checks,
         "#define CHECK(field, symbol, ret, params) SAME_ABI(symbol, ret(*) params);",
         "PYCOLL_NVRTC_FUNCTIONS(CHECK)", "PYCOLL_CUDA_DRIVER_FUNCTIONS(CHECK)",
         "PYCOLL_CUDA_DRIVER_OPTIONAL_FUNCTIONS(CHECK)",

@@ -127,9 +127,7 @@ static int watch_once(pycoll_vendor_comm_t *c)
 static void bind_watchdog(pycoll_vendor_comm_t *c)
 {
     const pycoll_vendor_t *v = c->v;
-    int r = v == &pycoll_nccl_vendor ? nccl_bind_thread(c->device)
-            : v == &pycoll_hccl_vendor && c->comm ? hccl_bind_thread(c->comm)
-                                                  : 0;
+    int r = v->bind_thread ? v->bind_thread(c->device, c->comm) : 0;
     if (r == 0)
         return;
     vendor_comm_lock(c);

@@ -25,20 +25,11 @@ static const char *vendor_name(const pycoll_vendor_t *v)
     return v && v->name ? v->name : "vendor";
 }
 
-/* Every entry point that takes a struct from outside checks its layout first. */
-static pycoll_status_t check_version(const pycoll_vendor_t *v, char *error, size_t error_len)
+/* The entry points take the vendor from the caller: NULL is refused by name. */
+static pycoll_status_t check_vendor(const pycoll_vendor_t *v, char *error, size_t error_len)
 {
     if (!v)
-        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "vendor: no vendor struct (NULL)");
-    if (v->version < PYCOLL_VENDOR_OLDEST_VERSION || v->version > PYCOLL_VENDOR_VERSION)
-        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
-                                   "%s: vendor struct version %u, but this libpycoll reads versions %d to %d only",
-                                   vendor_name(v), (unsigned)v->version, PYCOLL_VENDOR_OLDEST_VERSION,
-                                   PYCOLL_VENDOR_VERSION);
-    if (v->unique_id_bytes <= 0 || v->unique_id_bytes > PYCOLL_VENDOR_MAX_ID_BYTES)
-        return pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
-                                   "%s: unique id of %lld bytes (1 to %d are supported)", vendor_name(v),
-                                   (long long)v->unique_id_bytes, PYCOLL_VENDOR_MAX_ID_BYTES);
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "vendor: no vendor (NULL)");
     return PYCOLL_OK;
 }
 
@@ -52,7 +43,7 @@ static int loaded(const pycoll_vendor_t *v)
 
 static pycoll_status_t check_loaded(const pycoll_vendor_t *v, char *error, size_t error_len)
 {
-    pycoll_status_t st = check_version(v, error, error_len);
+    pycoll_status_t st = check_vendor(v, error, error_len);
     if (st == PYCOLL_OK && !loaded(v))
         st = pycoll_format_error(error, error_len, PYCOLL_ERR_UNSUPPORTED,
                                  "%s: %s%s%s is not loaded (pycoll_vendor_load)", v->name, v->libraries[0].what,
@@ -67,12 +58,9 @@ const char *vendor_call_name(const pycoll_vendor_t *v, pycoll_vendor_call_t call
         for (int32_t j = 0; j < v->libraries[i].num_symbols; j++)
             if (v->libraries[i].symbols[j].call == call)
                 return v->libraries[i].symbols[j].name;
-    /* Looked up after loading (older libraries lack them): NCCL's are the only ones so far. */
-    if (call == PYCOLL_VENDOR_CALL_SHRINK || call == PYCOLL_VENDOR_CALL_REVOKE)
-        return call == PYCOLL_VENDOR_CALL_SHRINK ? "ncclCommShrink" : "ncclCommRevoke";
-    /* HCCL's point-to-point is looked up after loading (older CANN lacks it), and one call serves the group. */
-    if (v == &pycoll_hccl_vendor && call >= PYCOLL_VENDOR_CALL_SEND && call <= PYCOLL_VENDOR_CALL_GROUP_END)
-        return "HcclBatchSendRecv";
+    if (v->late_call_names && call > PYCOLL_VENDOR_CALL_NONE && call < PYCOLL_VENDOR_NUM_CALLS &&
+        v->late_call_names[call])
+        return v->late_call_names[call];
     return "a vendor call";
 }
 
@@ -85,13 +73,23 @@ pycoll_vendor_t *pycoll_vendor_find(const char *name)
     return NULL;
 }
 
+const char *pycoll_vendor_name(const pycoll_vendor_t *v)
+{
+    return vendor_name(v);
+}
+
+int64_t pycoll_vendor_unique_id_bytes(const pycoll_vendor_t *v)
+{
+    return v ? v->unique_id_bytes : 0;
+}
+
 /* One lock for every vendor library: loads are rare, and two threads must not both dlopen the same one. */
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *v, int32_t library, const char *path, char *error,
                                    size_t error_len)
 {
-    pycoll_status_t st = check_version(v, error, error_len);
+    pycoll_status_t st = check_vendor(v, error, error_len);
     if (st == PYCOLL_OK && (library < 0 || library >= v->num_libraries || library >= 2))
         st = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s: library %d is not 0 to %d", v->name,
                                  (int)library, (int)v->num_libraries - 1);
@@ -239,7 +237,7 @@ static void release_bounded(pycoll_vendor_comm_t *c, int (*fn)(void *comm))
 
 int vendor_has(const pycoll_vendor_t *v, int32_t bit)
 {
-    return v->version >= 2 && v->fault_tolerance && loaded(v) && (v->fault_tolerance() & bit) &&
+    return v->fault_tolerance && loaded(v) && (v->fault_tolerance() & bit) &&
            (bit != PYCOLL_VENDOR_HAS_SHRINK || v->shrink) && (bit != PYCOLL_VENDOR_HAS_REVOKE || v->revoke);
 }
 
@@ -619,7 +617,7 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
                              (long long)count);
     if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown dtype id %d", v->name, (int)dtype);
-    if (dtype >= PYCOLL_VENDOR_V1_DTYPES || v->dtypes[dtype] < 0)
+    if (dtype >= VENDOR_NUM_DTYPES || v->dtypes[dtype] < 0)
         return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s has no %s", v->name, pycoll_dtype_name(dtype));
     if (op != -1 && (unsigned)op >= PYCOLL_NUM_OPS)
         return vendor_reject(c, PYCOLL_ERR_INVALID, "%s: unknown op id %d", v->name, op);

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "pycoll/vendor.h"
+#include "vendor_ops.h"
 
 /* The address of a vendor struct entry as a symbol's slot. */
 #define VENDOR_SLOT(entry) ((void (**)(void))&(entry))
@@ -16,6 +16,12 @@
  * what a missing symbol means (or NULL), and its array of symbols, counted here. */
 #define VENDOR_LIBRARY(what, requirement, symbols)                                                               \
     {(what), (requirement), (symbols), (int32_t)(sizeof(symbols) / sizeof((symbols)[0])), NULL}
+
+/* How a vendor's results read in messages and what they mean to the caller (vendor_ops.h): the mapping, the
+ * array of result names, counted here, and the word before a result's number. */
+#define VENDOR_RESULTS(map, names, label)                                                                       \
+    .status_of = (map), .result_names = (names),                                                                \
+    .num_result_names = (int32_t)(sizeof(names) / sizeof((names)[0])), .code_label = (label)
 
 /* The symbols both vendors name alike -- their prefix ("nccl", "Hccl") and the same name -- and whose
  * signatures fill the same entries of the vendor struct V, so that one list serves both symbol tables.
@@ -73,7 +79,7 @@ struct pycoll_vendor_comm {
     int revoked; /* stopped by the vendor's revoke: no work in flight, still the parent of a shrink */
 };
 
-/* Whether the loaded vendor has what a PYCOLL_VENDOR_HAS_* bit names (never for a version-1 struct). */
+/* Whether the loaded vendor has what a PYCOLL_VENDOR_HAS_* bit names. */
 int vendor_has(const pycoll_vendor_t *v, int32_t bit);
 /* A communicator of the family not started yet (NULL without memory), and its start: after the vendor's call
  * that makes its comm (init, shrink) returned r, waited for until ready (the deadline aborts), its device and
@@ -100,10 +106,16 @@ pycoll_status_t vendor_library_open(pycoll_vendor_library_t *lib, const char *pa
 
 /* backends/cuda/cuda_kernels.c: the CUDA memory table with its kernels on `stream` for this thread, in the
  * context of buf's device, waiting no longer than p2p's deadline, or NULL (why says what is not loaded, or why
- * buf's device is unknown). */
+ * buf's device is unknown): NCCL's device_kernels. */
 struct pycoll_memory_kernels;
 const struct pycoll_memory_kernels *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf,
                                                       char *why, size_t why_len);
+
+/* For tests only (pycoll._bindings.vendor._set_test_device_kernels; in no installed header): a memory table
+ * that serves every vendor's device memory in this process, in place of the vendor's device_kernels (NULL: the
+ * vendor's again). The fake vendor libraries' "device" memory is host memory, so a test double of a device
+ * table (tests/fakes/guarded_memory.c) can stand in for one there. */
+PYCOLL_API void vendor_set_test_device_kernels(const struct pycoll_memory_kernels *table);
 
 /* The name of the vendor's result r ("ncclRemoteError"), for messages. */
 const char *vendor_result_name(const pycoll_vendor_t *v, int r);
@@ -135,10 +147,5 @@ void vendor_comm_lock(pycoll_vendor_comm_t *c);
 void vendor_comm_unlock(pycoll_vendor_comm_t *c);
 pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline);
 void vendor_watchdog_stop(pycoll_vendor_comm_t *c);
-/* A thread pycoll starts has no current device or context: the built-in vendors' binding of it to c's (NCCL:
- * cudaSetDevice of c->device; HCCL: the ACL context current when its comm was created), 0 or the runtime's
- * error. A vendor struct from outside pycoll gets none (its runtime calls run as the thread finds them). */
-int nccl_bind_thread(int32_t device);
-int hccl_bind_thread(void *comm);
 
 #endif

@@ -5,12 +5,12 @@
  * separate groups run one after another and a send completes only once its peer receives it (past the per-peer
  * buffer, NCCL_BUFFSIZE): nccl.h, "sends and receives that must progress concurrently must be in one group". */
 #define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algorithms/reduction.h"
-#include "common/settings.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)
@@ -219,18 +219,12 @@ static void p2p_destroy(pycoll_p2p_t *p2p)
 /* No finalize: the vendor carries no collective history to compare at close. */
 static const pycoll_p2p_ops_t vendor_p2p_ops = PYCOLL_P2P_OPS(p2p, "vendor", .finalize = NULL);
 
-/* A test hook: where PYCOLL_TEST_MEMORY_TABLE names a library, device memory gets the table its
- * pycoll_test_memory_table() returns. The fake vendor libraries' device memory is host memory, so a test double
- * of a device table kept outside libpycoll (tests/fakes/guarded_memory.c) can stand in for one there. */
-static const pycoll_memory_kernels_t *(*test_memory_table)(void);
-static const pycoll_vendor_symbol_t test_table_symbols[] = {
-    {PYCOLL_VENDOR_CALL_NONE, "pycoll_test_memory_table", VENDOR_SLOT(test_memory_table)}};
-static pycoll_vendor_library_t test_table_library = VENDOR_LIBRARY("PYCOLL_TEST_MEMORY_TABLE", NULL,
-                                                                   test_table_symbols);
+/* Set by tests only (vendor_set_test_device_kernels): a process-wide table for every vendor's device memory. */
+static _Atomic(const pycoll_memory_kernels_t *) test_device_kernels;
 
-static const pycoll_memory_kernels_t *test_kernels(const char *path, char *why, size_t why_len)
+void vendor_set_test_device_kernels(const pycoll_memory_kernels_t *table)
 {
-    return vendor_library_open(&test_table_library, path, why, why_len) == PYCOLL_OK ? test_memory_table() : NULL;
+    atomic_store(&test_device_kernels, table);
 }
 
 /* The memory table for buf's memory into *kernels (NULL: the host's, for memory the host reaches; device memory
@@ -241,14 +235,10 @@ static pycoll_status_t bind_kernels(pycoll_vendor_comm_t *c, void *stream, const
     const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
         char why[160] = "";
-        const char *test_table = setting_text(SETTING_TEST_MEMORY_TABLE);
-        /* NCCL's device memory is CUDA memory: pycoll's CUDA kernels, on the collective's stream. No other
-         * vendor of the family has send/recv (check_send_recv above) nor a kernel table for its memory yet. */
-        if (test_table)
-            kernels = test_kernels(test_table, why, sizeof why);
-        else if (strcmp(c->v->name, "nccl") == 0)
-            kernels = cuda_kernels_bind(&c->state, stream, buf, why, sizeof why);
-        else
+        kernels = atomic_load(&test_device_kernels);
+        if (!kernels && c->v->device_kernels)
+            kernels = c->v->device_kernels(&c->state, stream, buf, why, sizeof why);
+        else if (!kernels)
             snprintf(why, sizeof why, "pycoll has no kernels for %s's device memory", c->v->name);
         if (!kernels)
             return vendor_reject(c, PYCOLL_ERR_UNSUPPORTED, "%s: this buffer is device memory (%s), where pycoll's "

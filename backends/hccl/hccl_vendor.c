@@ -1,4 +1,4 @@
-/* HCCL as a pycoll vendor (pycoll/vendor.h): the vendor struct, filled from libhccl and AscendCL when they are
+/* HCCL as a pycoll vendor (vendor_ops.h): the vendor struct, filled from libhccl and AscendCL when they are
  * dlopen'ed. HCCL's calls block (no "in progress"); its streams are waited on in slices with
  * aclrtSynchronizeStreamWithTimeout, and at the deadline the communicator is destroyed (HCCL has no abort
  * call: destroying it releases the peers' links, so their waits fail too). HCCL has no average. Its
@@ -133,15 +133,16 @@ static void remember_context(void *comm)
 
 /* The context current when comm was created, set on the calling thread (a thread pycoll starts: the watchdog,
  * whose event and async-error queries need one); 0 where none was remembered. */
-int hccl_bind_thread(void *comm)
+static int bind_thread(int32_t device, void *comm)
 {
+    (void)device;
     aclrtContext context = NULL;
     pthread_mutex_lock(&contexts_lock);
     for (comm_context_t *e = contexts; e; e = e->next)
         if (e->comm == comm)
             context = e->context;
     pthread_mutex_unlock(&contexts_lock);
-    return context ? acl_set_context(context) : 0;
+    return comm && context ? acl_set_context(context) : 0;
 }
 
 static int destroy(void *comm)
@@ -286,6 +287,14 @@ static const char *const result_names[] = {
     "HCCL_E_AGAIN",        "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING",    "HCCL_E_OPRETRY_FAIL",
     "HCCL_E_OOM",          [HCCL_E_IN_STATUS] = "HCCL_E_IN_STATUS"};
 
+/* Point-to-point is looked up after loading (older CANN lacks it), and one call serves the whole group. */
+static const char *const late_call_names[PYCOLL_VENDOR_NUM_CALLS] = {
+    [PYCOLL_VENDOR_CALL_SEND] = "HcclBatchSendRecv",
+    [PYCOLL_VENDOR_CALL_RECV] = "HcclBatchSendRecv",
+    [PYCOLL_VENDOR_CALL_GROUP_START] = "HcclBatchSendRecv",
+    [PYCOLL_VENDOR_CALL_GROUP_END] = "HcclBatchSendRecv",
+};
+
 /* HcclSend and HcclRecv are named in messages: HcclBatchSendRecv issues both. */
 static const pycoll_vendor_symbol_t hccl_symbols[] = {
     VENDOR_COLLECTIVE_SYMBOLS("Hccl", V, comm_destroy, V.broadcast),
@@ -304,8 +313,9 @@ static const pycoll_vendor_symbol_t acl_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "aclrtSetCurrentContext", VENDOR_SLOT(acl_set_context)},
 };
 
+_Static_assert(sizeof(HcclRootInfo) <= PYCOLL_VENDOR_MAX_ID_BYTES, "HcclRootInfo outgrew PYCOLL_VENDOR_MAX_ID_BYTES");
+
 pycoll_vendor_t pycoll_hccl_vendor = {
-    .version = PYCOLL_VENDOR_VERSION,
     .name = "hccl",
     .unique_id_bytes = sizeof(HcclRootInfo),
     .in_progress = -1,
@@ -317,10 +327,9 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .ops = {[PYCOLL_SUM] = HCCL_REDUCE_SUM, [PYCOLL_PROD] = HCCL_REDUCE_PROD, [PYCOLL_MIN] = HCCL_REDUCE_MIN,
             [PYCOLL_MAX] = HCCL_REDUCE_MAX, [PYCOLL_AVG] = -1},
     .deadline_action = "destroyed",
-    .code_label = "HcclResult",
     .num_libraries = 2,
     .libraries = {VENDOR_LIBRARY("HCCL", NULL, hccl_symbols), VENDOR_LIBRARY("AscendCL", NULL, acl_symbols)},
-    .status_of = status_of,
+    VENDOR_RESULTS(status_of, result_names, "HcclResult"),
     .error_string = error_string,
     .async_error = async_error,
     .destroy = destroy,
@@ -329,8 +338,6 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .recv = recv,
     .group_start = group_start,
     .group_end = group_end,
-    .result_names = result_names,
-    .num_result_names = sizeof result_names / sizeof result_names[0],
     .comm_init = comm_init,
     .stream_busy = PYCOLL_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
     .scratch_alloc = scratch_alloc,
@@ -341,5 +348,7 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .event_record = event_record,
     .event_query = event_query,
     .event_destroy = event_destroy,
+    .bind_thread = bind_thread,
+    .late_call_names = late_call_names,
 };
 #undef V

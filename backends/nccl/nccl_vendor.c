@@ -1,4 +1,4 @@
-/* NCCL as a pycoll vendor (pycoll/vendor.h): the vendor struct, filled from libnccl and the CUDA runtime when
+/* NCCL as a pycoll vendor (vendor_ops.h): the vendor struct, filled from libnccl and the CUDA runtime when
  * they are dlopen'ed. Communicators are non-blocking (ncclCommInitRankConfig with blocking = 0), so the generic
  * layer polls them against the deadline and calls ncclCommAbort when it passes. Most entries are NCCL's own
  * functions (their C signatures are the struct's); the adapters below cover where NCCL's differ. */
@@ -22,8 +22,9 @@ static pycoll_nccl_fn_cuda_set_device cuda_set_device;
 /* A thread pycoll starts (the watchdog) has no current device: its first runtime call would make device 0's
  * primary context current -- an extra context on GPU 0 for every rank of a node -- so it sets the
  * communicator's device first, as ProcessGroupNCCL's watchdog does. */
-int nccl_bind_thread(int32_t device)
+static int bind_thread(int32_t device, void *comm)
 {
+    (void)comm;
     return device >= 0 && cuda_set_device ? cuda_set_device(device) : 0;
 }
 
@@ -76,6 +77,11 @@ static int revoke(void *comm)
 {
     return comm_revoke(comm, PYCOLL_NCCL_REVOKE_DEFAULT);
 }
+
+static const char *const late_call_names[PYCOLL_VENDOR_NUM_CALLS] = {
+    [PYCOLL_VENDOR_CALL_SHRINK] = "ncclCommShrink",
+    [PYCOLL_VENDOR_CALL_REVOKE] = "ncclCommRevoke",
+};
 
 /* The events behind collectives that return once enqueued (vendor_async.c): without timing, the cheapest kind
  * (cudaEventDisableTiming, 2), as torch's ProcessGroupNCCL records them. */
@@ -164,8 +170,9 @@ static const pycoll_vendor_symbol_t cudart_symbols[] = {
 };
 #undef V
 
+_Static_assert(sizeof(ncclUniqueId) <= PYCOLL_VENDOR_MAX_ID_BYTES, "ncclUniqueId outgrew PYCOLL_VENDOR_MAX_ID_BYTES");
+
 pycoll_vendor_t pycoll_nccl_vendor = {
-    .version = PYCOLL_VENDOR_VERSION,
     .name = "nccl",
     .unique_id_bytes = sizeof(ncclUniqueId),
     .in_progress = ncclInProgress,
@@ -175,14 +182,11 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .ops = {[PYCOLL_SUM] = ncclSum, [PYCOLL_PROD] = ncclProd, [PYCOLL_MIN] = ncclMin, [PYCOLL_MAX] = ncclMax,
             [PYCOLL_AVG] = ncclAvg},
     .deadline_action = "aborted",
-    .code_label = "code",
     .num_libraries = 2,
     /* ncclGetLastError (2.13), non-blocking init and ncclCommFinalize (2.14) set the oldest NCCL we accept. */
     .libraries = {VENDOR_LIBRARY("NCCL", "NCCL 2.14 or newer is needed", nccl_symbols),
                   VENDOR_LIBRARY("the CUDA runtime", NULL, cudart_symbols)},
-    .status_of = status_of,
-    .result_names = result_names,
-    .num_result_names = sizeof result_names / sizeof result_names[0],
+    VENDOR_RESULTS(status_of, result_names, "code"),
     .comm_init = comm_init,
     .broadcast = broadcast,
     .stream_wait = stream_wait,
@@ -193,4 +197,8 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .fault_tolerance = fault_tolerance,
     .shrink = shrink,
     .revoke = revoke,
+    .late_call_names = late_call_names,
+    .bind_thread = bind_thread,
+    /* NCCL's device memory is CUDA memory: pycoll's CUDA kernels, on the collective's stream. */
+    .device_kernels = cuda_kernels_bind,
 };

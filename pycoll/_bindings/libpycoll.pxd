@@ -227,14 +227,11 @@ cdef extern from "pycoll/pycoll.h" nogil:
                                    char *error, size_t error_len)
 
 cdef extern from "pycoll/vendor.h" nogil:
-    # One vendor family (NCCL, HCCL, ...): a versioned struct per vendor, read only through these calls.
+    # One vendor family (NCCL, HCCL, ...): an opaque handle per vendor, read only through these calls.
     enum:
-        PYCOLL_VENDOR_VERSION
         PYCOLL_VENDOR_MAX_ID_BYTES
     ctypedef struct pycoll_vendor_t:
-        uint32_t version
-        const char *name
-        int64_t unique_id_bytes
+        pass
     ctypedef struct pycoll_vendor_comm_t:
         pass
     pycoll_vendor_t *pycoll_vendor_find(const char *name)

@@ -12,6 +12,8 @@ from pycoll._bindings.comm import error_for_status
 from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
 cdef extern from "pycoll/vendor.h" nogil:
+    const char *pycoll_vendor_name(const pycoll_vendor_t *vendor)
+    int64_t pycoll_vendor_unique_id_bytes(const pycoll_vendor_t *vendor)
     const char *pycoll_vendor_device_name(const pycoll_vendor_t *vendor)
     ctypedef struct pycoll_vendor_work_t:
         pass
@@ -32,6 +34,15 @@ cdef extern from "pycoll/vendor.h" nogil:
         PYCOLL_VENDOR_HAS_REVOKE
         PYCOLL_VENDOR_HAS_GROW
 
+# A test hook, declared here only: no installed header has it (backends/common/vendor_common.h).
+cdef extern from *:
+    """
+    #include "pycoll/types.h"
+    struct pycoll_memory_kernels;
+    PYCOLL_API void vendor_set_test_device_kernels(const struct pycoll_memory_kernels *table);
+    """
+    void vendor_set_test_device_kernels(const void *table) nogil
+
 cdef enum:
     ERROR_LEN = 512
 
@@ -39,7 +50,6 @@ cdef enum:
 SUM = PYCOLL_SUM
 AVG = PYCOLL_AVG
 FLOAT_DTYPES = frozenset({PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64})
-VENDOR_VERSION = PYCOLL_VENDOR_VERSION
 ERR_UNSUPPORTED = PYCOLL_ERR_UNSUPPORTED
 
 
@@ -155,6 +165,13 @@ cdef int64_t *_counts_copy(counts, int32_t n) except? NULL:
     return out
 
 
+def _set_test_device_kernels(uintptr_t table):
+    """For tests only: the memory table at address `table` (0: none) serves every vendor's device memory in this
+    process, in place of the vendor's own (a test double of a device table over the fake libraries, whose
+    "device" memory is host memory)."""
+    vendor_set_test_device_kernels(<const void *>table)
+
+
 cdef class Vendor:
     """A vendor built into libpycoll, by name ("nccl", "hccl"): its libraries are loaded once per process."""
     cdef pycoll_vendor_t *vendor
@@ -167,11 +184,11 @@ cdef class Vendor:
 
     @property
     def name(self):
-        return _text(self.vendor.name)
+        return _text(pycoll_vendor_name(self.vendor))
 
     @property
     def unique_id_bytes(self):
-        return self.vendor.unique_id_bytes
+        return pycoll_vendor_unique_id_bytes(self.vendor)
 
     def load(self, int32_t library, str path):
         """None when library `library` (0: the collectives, 1: the runtime) loads from path (or one already
@@ -188,7 +205,7 @@ cdef class Vendor:
 
     def unique_id(self):
         cdef char error[ERROR_LEN]
-        cdef bytearray uid = bytearray(self.vendor.unique_id_bytes)
+        cdef bytearray uid = bytearray(pycoll_vendor_unique_id_bytes(self.vendor))
         cdef char *p = uid
         cdef int64_t n = len(uid)
         cdef pycoll_status_t st
@@ -220,8 +237,8 @@ cdef class VendorComm:
     def __cinit__(self, Vendor vendor, bytes unique_id, int32_t rank, int32_t size, double timeout):
         if vendor is None:  # shrink()'s: it sets the communicator itself
             return
-        if len(unique_id) != vendor.vendor.unique_id_bytes:
-            raise ValueError(f"unique_id must be {vendor.vendor.unique_id_bytes} bytes, got {len(unique_id)}")
+        if len(unique_id) != vendor.unique_id_bytes:
+            raise ValueError(f"unique_id must be {vendor.unique_id_bytes} bytes, got {len(unique_id)}")
         cdef char error[ERROR_LEN]
         cdef pycoll_status_t st = PYCOLL_OK
         cdef const char *uid = unique_id

@@ -175,6 +175,17 @@ static int revoked(comm_t *c, const char *name)
     return c->revoked;
 }
 
+/* What every launch of c checks first: revoked, a sticky error, a non-blocking call still in progress (the
+ * result to return), else 0. */
+static int launch_refusal(comm_t *c, const char *name)
+{
+    if (revoked(c, name))
+        return INVALID_USAGE;
+    if (c->sticky)
+        return c->sticky;
+    return busy_launching(c, name) ? INVALID_USAGE : 0;
+}
+
 /* A call that enqueued work on c: on a non-blocking communicator, "in progress" outside a group, and the
  * group's end inside one. */
 static int launched(comm_t *c)
@@ -322,12 +333,9 @@ static const fake_vendor_t nccl = {dtypes, sizeof dtypes / sizeof dtypes[0], ops
 static int collective(const char *name, int kind, const void *send, void *recv, size_t count, int dtype, int op,
                       int root, comm_t *c, void *stream)
 {
-    if (revoked(c, name))
-        return INVALID_USAGE;
-    if (c->sticky)
-        return c->sticky;
-    if (busy_launching(c, name))
-        return INVALID_USAGE;
+    int refusal = launch_refusal(c, name);
+    if (refusal)
+        return refusal;
     if (!(c->algorithms & collective_algorithms(kind) & ALGO_RUNNABLE_HERE)) {
         fake_log("%s rank=%d: no algorithm NCCL_ALGO allows can run it: ncclInvalidUsage", name, c->rank);
         if (!c->blocking)
@@ -373,12 +381,9 @@ static int p2p(const char *name, int kind, const void *send, void *recv, size_t 
     int injected = fake_injected(name);
     if (injected)
         return injected;
-    if (revoked(c, name))
-        return INVALID_USAGE;
-    if (c->sticky)
-        return c->sticky;
-    if (busy_launching(c, name))
-        return INVALID_USAGE;
+    int refusal = launch_refusal(c, name);
+    if (refusal)
+        return refusal;
     if ((unsigned)dtype >= sizeof dtypes / sizeof dtypes[0] || peer < 0 || peer >= c->nranks || peer == c->rank)
         return INVALID_ARGUMENT;
     fake_comm_enqueue(c->fake, kind, send, recv, count, dtypes[dtype], 0, peer, stream, fake_injected("async"));

@@ -1,8 +1,8 @@
 /* A test double for a device memory table (native/algorithms/reduction.h): the host kernels, each call counted,
  * and guarded allocations. Built by the tests into a shared library of its own (tests/fakes/guarded_memory.py),
- * never into libpycoll. The vendor transport uses it for "device" memory when PYCOLL_TEST_MEMORY_TABLE names
- * that library (backends/common/vendor_p2p.c) -- against the fake libnccl and libhccl, whose device memory is
- * host memory -- and the simulator when given its address (pycoll.simulate(..., memory_table=)), so a test
+ * never into libpycoll. The vendor transport uses it for "device" memory once a test installs it
+ * (guarded_memory.install_named, through the bindings' test-only setter) -- against the fake libnccl and libhccl,
+ * whose device memory is host memory -- and the simulator when given its address (pycoll.simulate(..., memory_table=)), so a test
  * without a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
  * transport's table, as a real device table needs:
  * - a block from alloc is poisoned (all bits set: NaN in every float dtype), so a schedule that read scratch it
@@ -275,7 +275,7 @@ static const pycoll_memory_kernels_t guarded_kernels = {
     .alloc = g_alloc, .free = g_free, .version = PYCOLL_MEMORY_KERNELS_VERSION, .repro_summary = g_repro_summary,
     .repro_encode = g_repro_encode, .repro_decode = g_repro_decode, .copy_to_host = g_copy_to_host};
 
-/* The table, under the name the vendor transport looks up in the library PYCOLL_TEST_MEMORY_TABLE names. */
+/* The table, for the tests to install (guarded_memory.py). */
 const pycoll_memory_kernels_t *pycoll_test_memory_table(void)
 {
     return &guarded_kernels;

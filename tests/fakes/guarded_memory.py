@@ -1,13 +1,15 @@
 """The guarded test memory table (guarded_memory.c), which stands in for a device memory table where there is no
 device, built with the system C compiler into a shared library of its own (libpycoll does not carry it): its
-address for pycoll.simulate(memory_table=), its path for PYCOLL_TEST_MEMORY_TABLE (the vendor transport), and
-the calls a process made to each of its entries."""
+address for pycoll.simulate(memory_table=), its path in PYCOLL_TEST_MEMORY_TABLE (a rank process then installs
+it as the vendor transport's table for device memory: install_named), and the calls a process made to each of its
+entries."""
 
 from __future__ import annotations
 
 import atexit
 import ctypes
 import functools
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from fakes.vendor_harness import FAKES, compile_shared
 
+# Read by the test suite only (make_engine), never by pycoll: the path of the table a rank's vendors use.
 VARIABLE = "PYCOLL_TEST_MEMORY_TABLE"
 ENTRIES = ("copy", "alloc", "free", "live", "corrupt", "compensated_load", "compensated_combine",
            "compensated_store", "reduce_into", "reduce", "scale_avg", "repro_summary", "repro_encode",
@@ -50,6 +53,15 @@ def _load(path: str | None) -> ctypes.CDLL:
 def table_address() -> int:
     """The table's address, for pycoll.simulate(memory_table=)."""
     return _load(None).pycoll_test_memory_table()
+
+
+def install_named() -> None:
+    """Where VARIABLE names a library, its table serves every vendor's device memory in this process (the fake
+    libraries' "device" memory is host memory): through the bindings' test-only setter."""
+    path = os.environ.get(VARIABLE)
+    if path:
+        from pycoll._bindings import vendor
+        vendor._set_test_device_kernels(_load(path).pycoll_test_memory_table())
 
 
 def old_table_address() -> int:

@@ -96,7 +96,11 @@ def _backend_class(name: str):
 
 
 def make_engine(name: str, rank, world, timeout, options=None):
-    """This rank's engine of backend `name` over the store in STORE_DIR (call it in a rank's process)."""
+    """This rank's engine of backend `name` over the store in STORE_DIR (call it in a rank's process), with the
+    guarded test table for device memory where the job's environment names one."""
+    from fakes import guarded_memory
+
+    guarded_memory.install_named()
     backend = _backend_class(name)()
     assert backend.probe() is None
     return backend.create(rank=rank, world_size=world, store=FileStore(os.environ["STORE_DIR"]), timeout=timeout,

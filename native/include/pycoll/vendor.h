@@ -1,7 +1,6 @@
-/* Vendor collective libraries behind pycoll's device backends: NCCL (NVIDIA GPUs), HCCL (Ascend NPUs), any
- * other that fills a pycoll_vendor_t. As NCCL's ncclNet_vN_t, a vendor is one versioned struct of function
- * pointers, filled from the dlopen'ed library (backends/<vendor>/), and one generic set of pycoll_vendor_*
- * calls (backends/common/) runs every vendor the same way: the argument checks, the first-error record, the
+/* Vendor collective libraries behind pycoll's device backends: NCCL (NVIDIA GPUs), HCCL (Ascend NPUs). A vendor
+ * is a table of entries built into libpycoll (backends/<vendor>/, filled from the dlopen'ed library), and one
+ * generic set of pycoll_vendor_* calls (backends/common/) runs every vendor the same way: the argument checks, the first-error record, the
  * deadline (abort the communicator when it passes, so a dead peer never hangs the caller) and the stream wait
  * are written once.
  *
@@ -19,41 +18,8 @@
 extern "C" {
 #endif
 
-/* The layout of pycoll_vendor_t. Version 2 appends the fault-tolerance entries (shrink, revoke, and which of
- * them the loaded library has); a version-1 struct is read without them (its communicators are re-created and
- * aborted instead). A struct carrying another version is refused (PYCOLL_ERR_UNSUPPORTED); every version
- * starts with `version` and `name`, so the refusal can name the vendor. */
-#define PYCOLL_VENDOR_VERSION 2
-#define PYCOLL_VENDOR_OLDEST_VERSION 1
-/* The dtypes version 1 maps: int8 .. float64 (ids 0-7). Later dtypes (complex64, complex128) are refused by every
- * version-1 vendor, so the struct's layout stays what vendors were compiled against. */
-#define PYCOLL_VENDOR_V1_DTYPES 8
 /* The largest unique id of any vendor (HCCL's HcclRootInfo; NCCL's ncclUniqueId is 128 bytes). */
 #define PYCOLL_VENDOR_MAX_ID_BYTES 4108
-
-/* The vendor calls a message can name. */
-typedef enum pycoll_vendor_call {
-    PYCOLL_VENDOR_CALL_NONE = -1,
-    PYCOLL_VENDOR_CALL_UNIQUE_ID,
-    PYCOLL_VENDOR_CALL_INIT,
-    PYCOLL_VENDOR_CALL_ASYNC_ERROR,
-    PYCOLL_VENDOR_CALL_DEVICE,
-    PYCOLL_VENDOR_CALL_ALL_REDUCE,
-    PYCOLL_VENDOR_CALL_REDUCE_SCATTER,
-    PYCOLL_VENDOR_CALL_ALL_GATHER,
-    PYCOLL_VENDOR_CALL_BROADCAST,
-    PYCOLL_VENDOR_CALL_REDUCE,
-    PYCOLL_VENDOR_CALL_BARRIER,
-    PYCOLL_VENDOR_CALL_SEND,
-    PYCOLL_VENDOR_CALL_RECV,
-    PYCOLL_VENDOR_CALL_GROUP_START,
-    PYCOLL_VENDOR_CALL_GROUP_END,
-    PYCOLL_VENDOR_CALL_STREAM_WAIT,
-    PYCOLL_VENDOR_CALL_SCRATCH_ALLOC,
-    PYCOLL_VENDOR_CALL_FINALIZE,
-    PYCOLL_VENDOR_CALL_SHRINK,
-    PYCOLL_VENDOR_CALL_REVOKE
-} pycoll_vendor_call_t;
 
 /* What pycoll_vendor_fault_tolerance reports the loaded library has (ncclCommShrink, ncclCommRevoke,
  * ncclCommGrow: NCCL 2.27 and newer). */
@@ -61,125 +27,9 @@ typedef enum pycoll_vendor_call {
 #define PYCOLL_VENDOR_HAS_REVOKE 2
 #define PYCOLL_VENDOR_HAS_GROW 4
 
-/* One symbol a vendor library exports: the call it serves (its name is the call's name in messages), and the
- * function pointer its address is stored in -- an entry of the vendor struct where the vendor's C signature is
- * the entry's, else a pointer of the backend's own that an adapter calls. */
-typedef struct pycoll_vendor_symbol {
-    pycoll_vendor_call_t call;
-    const char *name;
-    void (**slot)(void);
-} pycoll_vendor_symbol_t;
-
-typedef struct pycoll_vendor_library {
-    const char *what;         /* "NCCL", "the CUDA runtime": named in messages */
-    const char *requirement;  /* appended when a symbol is missing ("NCCL 2.14 or newer is needed"), or NULL */
-    const pycoll_vendor_symbol_t *symbols;
-    int32_t num_symbols;
-    void *handle;             /* set by pycoll_vendor_load once the library and every symbol are loaded */
-} pycoll_vendor_library_t;
-
-/* A vendor, version 2. pycoll_vendor_load fills the entries named by the libraries' symbols; the backend sets
- * the rest (adapters, the vendor's mapping of results). Entries are declared with the vendor's C ABI: results
- * and enums are ints, counts uint64_t (size_t on the 64-bit hosts pycoll supports), handles and streams
- * pointers; 0 is success. Entries marked optional may be NULL; what the generic layer does then is said beside
- * each. */
-typedef struct pycoll_vendor_v2 {
-    uint32_t version;             /* PYCOLL_VENDOR_VERSION */
-    const char *name;             /* "nccl": every message starts with it */
-    int64_t unique_id_bytes;      /* <= PYCOLL_VENDOR_MAX_ID_BYTES */
-    /* The result meaning "still running" (ncclInProgress) for non-blocking vendors; -1 where calls block. */
-    int32_t in_progress;
-    /* The vendor's code for each pycoll dtype and op; -1: the vendor has none (PYCOLL_ERR_UNSUPPORTED). */
-    int32_t dtypes[PYCOLL_VENDOR_V1_DTYPES];
-    int32_t ops[PYCOLL_NUM_OPS];
-    const char *deadline_action;  /* what abort did, for the timeout message: "aborted", "destroyed" */
-    /* The names of results 0 .. num_result_names-1 ("ncclRemoteError"), and the word before a result's number
-     * in messages ("code", "HcclResult"). */
-    const char *const *result_names;
-    int32_t num_result_names;
-    const char *code_label;
-    /* The libraries, loaded in this order: the collectives, then the runtime that owns the streams. */
-    int32_t num_libraries;
-    pycoll_vendor_library_t libraries[2];
-
-    pycoll_status_t (*status_of)(int result);   /* what a result means to the caller */
-    const char *(*error_string)(int result);
-    const char *(*last_error)(void *comm);      /* optional: the vendor's detail on the last failure */
-    int (*library_version)(int *version);       /* optional (0): the vendor's version code, e.g. 22304 */
-
-    int (*unique_id)(void *id);
-    int (*comm_init)(void **comm, int32_t size, const void *id, int32_t rank);
-    /* *state: 0, in_progress, or the error a running collective hit. */
-    int (*async_error)(void *comm, int *state);
-    int (*abort)(void *comm);     /* stop now, also mid-collective; frees comm */
-    int (*destroy)(void *comm);   /* finish queued work, free comm */
-    int (*device)(void *comm, int *device); /* optional (-1): the device the communicator runs on */
-
-    int (*all_reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, void *comm, void *stream);
-    int (*reduce_scatter)(const void *send, void *recv, uint64_t recv_count, int dtype, int op, void *comm,
-                          void *stream);
-    int (*all_gather)(const void *send, void *recv, uint64_t send_count, int dtype, void *comm, void *stream);
-    int (*broadcast)(void *buf, uint64_t count, int dtype, int root, void *comm, void *stream);
-    int (*reduce)(const void *send, void *recv, uint64_t count, int dtype, int op, int root, void *comm,
-                  void *stream);
-    int (*barrier)(void *comm, void *stream);   /* optional: an all-reduce of one scratch word instead */
-    /* Optional, all four or none (then send/recv return PYCOLL_ERR_UNSUPPORTED): point-to-point, grouped so
-     * that a send and a receive in one group progress together. */
-    int (*send)(const void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
-    int (*recv)(void *buf, uint64_t count, int dtype, int peer, void *comm, void *stream);
-    int (*group_start)(void);
-    int (*group_end)(void);
-
-    /* The runtime. Wait up to slice_ms (or just look, for a runtime that polls) for the stream's work: 0 when
-     * it is done, stream_busy while it is not, anything else is the runtime's error. */
-    int (*stream_wait)(void *stream, int32_t slice_ms);
-    int32_t stream_busy;
-    const char *(*runtime_error)(int code);      /* optional: the runtime's text for a code */
-    /* Optional where barrier is set: zeroed device memory, and its release. */
-    int (*scratch_alloc)(void **ptr, size_t bytes);
-    int (*scratch_free)(void *ptr);
-    /* Optional (unknown: device memory): 1 when the host can read and write the memory at ptr. */
-    int (*host_memory)(const void *ptr);
-
-    /* Optional (NULL: teardown is destroy alone): leave the peers cleanly, in progress like init on a
-     * non-blocking vendor (ncclCommFinalize). Its completion is waited for until the communicator's deadline,
-     * then abort: a destroy without it can wait forever on a dead peer. */
-    int (*finalize)(void *comm);
-    /* Optional, both or neither: a stream of the communicator's own, used where the caller gives none (HCCL
-     * refuses a NULL stream with HCCL_E_PTR). */
-    int (*stream_create)(void **stream);
-    int (*stream_destroy)(void *stream);
-    /* Optional (NULL: every failed call breaks the communicator): 1 for a result that is a synchronous
-     * refusal -- the call checked its arguments and enqueued nothing -- so the communicator stays usable. */
-    int (*refused)(int result);
-    /* 1 where the vendor's reduce may write recvbuf on every rank (HCCL): non-roots get scratch, so the
-     * caller's buffers there stay unchanged. Needs scratch_alloc / scratch_free. */
-    int32_t reduce_writes_every_rank;
-    /* Optional: the device's model ("Ascend910B1"), which decides what the vendor supports; NULL if unknown. */
-    const char *(*device_name)(void);
-    /* Optional, all four or none (then pycoll_vendor_comm_set_async has no effect: every call completes before
-     * it returns): the runtime's events, for collectives that return once enqueued. event_query: 0 once the
-     * work recorded before the event has completed, stream_busy while it has not, else the runtime's error.
-     * Appended last: a vendor struct without them ends before them only if it was built before they existed,
-     * which the built-in vendors never are. */
-    int (*event_create)(void **event);
-    int (*event_record)(void *event, void *stream);
-    int (*event_query)(void *event);
-    int (*event_destroy)(void *event);
-
-    /* Version 2. Optional, each (NULL, or absent from the loaded library as fault_tolerance says: a shrink
-     * re-creates the communicator among the survivors, a stop aborts it). */
-    /* The PYCOLL_VENDOR_HAS_* bits of what the loaded library has; called after loading. */
-    int32_t (*fault_tolerance)(void);
-    /* A communicator of comm's ranks but exclude[0..n) (ranks of comm, ascending), renumbered in their order,
-     * non-blocking like init; called by those ranks only. abort_in_flight: comm may still have work in flight
-     * (not revoked), which the vendor stops first (NCCL_SHRINK_ABORT; else NCCL_SHRINK_DEFAULT). */
-    int (*shrink)(void *comm, const int32_t *exclude, int32_t n, int abort_in_flight, void **newcomm);
-    /* Stop comm's work in flight, keeping it as the parent of a shrink (ncclCommRevoke); its later calls fail. */
-    int (*revoke)(void *comm);
-} pycoll_vendor_v2_t;
-
-typedef pycoll_vendor_v2_t pycoll_vendor_t;
+/* A vendor built into libpycoll. Its table of entries is internal (backends/common/vendor_ops.h): it is
+ * compiled with libpycoll, never loaded from outside it, so it carries no layout version. */
+typedef struct pycoll_vendor pycoll_vendor_t;
 typedef struct pycoll_vendor_comm pycoll_vendor_comm_t;
 
 /* A vendor built into libpycoll, by name ("nccl", "hccl"); NULL if there is none of that name. */
@@ -188,6 +38,9 @@ PYCOLL_API pycoll_vendor_t *pycoll_vendor_find(const char *name);
  * struct; the first that loads stays loaded (later calls return PYCOLL_OK). */
 PYCOLL_API pycoll_status_t pycoll_vendor_load(pycoll_vendor_t *vendor, int32_t library, const char *path,
                                               char *error, size_t error_len);
+/* The vendor's name ("nccl"), which starts its messages, and the size of its unique ids. */
+PYCOLL_API const char *pycoll_vendor_name(const pycoll_vendor_t *vendor);
+PYCOLL_API int64_t pycoll_vendor_unique_id_bytes(const pycoll_vendor_t *vendor);
 /* The current device's model as the vendor's runtime names it ("Ascend910B1"); "" where unknown. */
 PYCOLL_API const char *pycoll_vendor_device_name(const pycoll_vendor_t *vendor);
 /* The loaded library's version code; 0 before loading or where the vendor has none. */
@@ -225,7 +78,7 @@ PYCOLL_API void pycoll_vendor_comm_request_abort(pycoll_vendor_comm_t *comm, int
                                                  const char *reason);
 
 /* Surviving a lost rank. pycoll_vendor_fault_tolerance: the PYCOLL_VENDOR_HAS_* bits of the loaded library (0
- * before loading, or for a version-1 vendor). pycoll_vendor_comm_revoke: from any thread, as request_abort, but
+ * before loading). pycoll_vendor_comm_revoke: from any thread, as request_abort, but
  * the call waiting on comm (else the next) fails with PYCOLL_ERR_REVOKED; where the vendor can revoke, comm's
  * work in flight is stopped and comm stays the parent of a shrink, else it is aborted. Every failure of comm
  * (an error, a deadline, an abort request) likewise stops it by revoking where the vendor can.
