@@ -57,20 +57,59 @@ def test_get_unusable_vendor_backend_raises_backend_unavailable(tmp_path):
     assert "'hccl'" in out and "'nccl'" in out
 
 
-def test_an_engine_without_point_to_point_refuses_it_at_the_call():
-    """A per-collective engine lacking send/recv, gather, scatter or all_to_all refuses each where it is called,
-    async or not (not through a Work that fails later)."""
+def test_an_engine_has_one_shape_run_required_the_rest_optional():
+    """Plugin API 2: Engine is an abstract class; one without run() cannot be made, one with only run() has
+    every optional member's documented default, and what it lacks is refused naming the backend."""
     from pycoll.plugins import Call, Engine
 
-    class OnlyAllReduce(Engine):
-        name = "only-all-reduce"
+    class NoRun(Engine):
+        def all_reduce(self, send, recv, op, algorithm, accuracy):
+            return "ring"
 
-    engine = OnlyAllReduce()
-    for call, text in ((Call("send/recv", dest=1), "send: backend only-all-reduce has no point-to-point"),
-                       (Call("send/recv", source=1), "recv: backend only-all-reduce has no point-to-point"),
-                       (Call("gather", root=0), "gather: backend only-all-reduce has none"),
-                       (Call("scatter", root=0), "scatter: backend only-all-reduce has none"),
-                       (Call("all_to_all"), "all_to_all: backend only-all-reduce has none")):
-        for async_op in (False, True):
-            with pytest.raises(NotImplementedError, match=text):
-                engine.run(call, async_op)
+    with pytest.raises(TypeError, match="run"):
+        NoRun()
+
+    class OnlyRun(Engine):
+        name = "only-run"
+
+        def run(self, call, async_op=False):
+            return call.collective
+
+    engine = OnlyRun()
+    assert engine.run(Call("barrier")) == "barrier"
+    assert (engine.transport, engine.hosts, engine.close_linger, engine.native) == (None, None, None, None)
+    assert engine.uneven_all_to_all is False and tuple(engine.failed_ranks) == ()
+    assert engine.fast_path({}) is None
+    assert engine.request_abort(1, "gone") is None and engine.abort() is None and engine.close() is None
+    for what, call in (("split", lambda: engine.split(0, 0)), ("revoke", engine.revoke),
+                       ("agree", lambda: engine.agree(1, 1.0)), ("shrink", lambda: engine.shrink([1], 1.0))):
+        with pytest.raises(NotImplementedError, match=f"{what}: backend only-run"):
+            call()
+
+
+def test_every_engine_is_an_engine_and_the_host_backends_are_siblings():
+    from pycoll.islands.engine import IslandsEngine
+    from pycoll.plugins import Engine
+    from pycoll.plugins.cpu import CpuBackend
+    from pycoll.plugins.host import HostBackend, NativeEngine
+    from pycoll.plugins.shm import ShmBackend
+    from pycoll.plugins.tcp import TcpBackend
+    from pycoll.plugins.vendor import VendorEngine
+
+    for engine in (NativeEngine, VendorEngine, IslandsEngine):
+        assert issubclass(engine, Engine) and "run" in vars(engine), engine
+    for backend in (TcpBackend, ShmBackend, CpuBackend):
+        assert backend.__bases__ == (HostBackend,), backend
+
+
+def test_a_plugin_declaring_plugin_api_1_is_refused_naming_both_versions():
+    class Old(plugins.Backend):
+        name = "old-plugin"
+        api_version = 1
+
+    assert plugins.PLUGIN_API_VERSION == 2
+    with pytest.raises(plugins.BackendUnavailable,
+                       match="backend 'old-plugin' declares plugin API version 1; this pycoll requires version 2"):
+        plugins.register(Old())
+    with plugins._lock:
+        assert "old-plugin" not in plugins._registry

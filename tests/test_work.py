@@ -10,7 +10,8 @@ import pytest
 from multiproc import free_port
 
 import pycoll
-from pycoll.plugins import Engine
+from pycoll.plugins import Call, Engine
+from pycoll.plugins.engine import run_now
 from pycoll.work import CompletedHandle, Work
 
 
@@ -124,21 +125,23 @@ def test_after_close_async_calls_raise_communicator_closed(comm):
 
 
 class RunsNow(Engine):
-    """An engine without a progress thread, like the vendor ones: the default Engine.start."""
+    """An engine without a progress thread, like the vendor ones: an async call runs now (run_now)."""
 
-    def all_reduce(self, send, recv, op, algorithm, accuracy):
-        raise pycoll.PeerFailure("rank 1 died", rank=1)
+    def run(self, call, async_op=False):
+        return run_now(self._run, call) if async_op else self._run(call)
 
-    def barrier(self):
+    def _run(self, call):
+        if call.collective == "all_reduce":
+            raise pycoll.PeerFailure("rank 1 died", rank=1)
         return "ring"
 
 
 def test_engines_without_a_progress_thread_return_completed_works_with_the_error_inside():
     engine = RunsNow()
-    ok = Work(engine.start("barrier"), None, None)
+    ok = Work(engine.run(Call("barrier"), True), None, None)
     assert ok.is_completed() and ok.wait() is None and ok.algorithm == "ring"
-    failed = Work(engine.start("all_reduce", None, None, 0, "auto", "fast"), "x", None)
+    failed = Work(engine.run(Call("all_reduce"), True), "x", None)
     assert failed.is_completed() and isinstance(failed.exception(), pycoll.PeerFailure)
     with pytest.raises(pycoll.PeerFailure, match="rank 1 died"):
         failed.wait()
-    assert isinstance(engine.start("barrier"), CompletedHandle)
+    assert isinstance(engine.run(Call("barrier"), True), CompletedHandle)

@@ -32,8 +32,8 @@ from pycoll.islands.staging import HostRuntime, Scratch, host_buffer, runtime_fo
 from pycoll.islands.store import IslandStore
 from pycoll.objects import all_gather_object
 from pycoll.plugins import ALL_DTYPES, ALL_OPS, Call, Engine, vendor
+from pycoll.plugins.engine import run_now
 from pycoll.plugins.vendor_capabilities import REDUCTIONS
-from pycoll.work import CompletedHandle
 
 _COLLECTIVE_IDS = {name: i for i, name in enumerate(schedules.SCHEDULES)}
 _ACCURACY_IDS = {name: i for i, name in enumerate(("fast", "compensated", "reproducible"))}
@@ -257,10 +257,7 @@ class IslandsEngine(Engine):
         self._reporting(self._check_same_call, call)
         self._check_offered(call)
         if async_op:  # run now: the handle is complete (the steps block on host and device alike)
-            try:
-                return CompletedHandle(algorithm=self._reporting(schedule, self, call))
-            except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait
-                return CompletedHandle(error=exc)
+            return run_now(self._reporting, schedule, self, call)
         return self._reporting(schedule, self, call)
 
     # -- failures ---------------------------------------------------------------------------------------------
@@ -291,9 +288,9 @@ class IslandsEngine(Engine):
         # The step communicators are closed (their peers raise PeerFailure naming this rank; a shrink makes new
         # ones), the job's is revoked: its connections are what the survivors shrink over.
         for engine in (self.leaders, self.inner, self._island_host, self.world):
-            if engine is not None and engine.native is not None:
+            if engine is not None:
                 try:
-                    engine.native.revoke() if engine is self.world else engine.native.close(0.0)
+                    engine.revoke() if engine is self.world else engine.abort()
                 except PycollError:  # what a broken communicator reports at close: the failure is raised already
                     pass
 

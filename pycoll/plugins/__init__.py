@@ -23,8 +23,10 @@ import threading
 
 from pycoll._bindings.abi import DTYPES, OPS
 from pycoll.errors import BackendUnavailable
+from pycoll.plugins.engine import Engine as Engine
 
-PLUGIN_API_VERSION = 1
+# 2: one Engine shape, an abstract class with run(call, async_op) required (docs/plugins.md).
+PLUGIN_API_VERSION = 2
 ENTRY_POINT_GROUP = "pycoll.backends"
 ALL_DTYPES = tuple(DTYPES)  # in id order, as the C ABI names them
 ALL_OPS = tuple(OPS)
@@ -55,154 +57,6 @@ class Call:
         return f"Call({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
 
 
-# How Engine.run maps a call onto the per-collective methods of engines written against them (VendorEngine):
-# their arguments, in their order.
-_METHOD_ARGS = {
-    "all_reduce": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
-    "reduce_scatter": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
-    "all_gather": lambda c: (c.send, c.recv),
-    "broadcast": lambda c: (c.recv, c.root),
-    "reduce": lambda c: (c.send, c.recv, c.op, c.root, c.accuracy),
-    "barrier": lambda c: (),
-    "all_to_all": lambda c: (c.send, c.recv, c.counts),
-    "gather": lambda c: (c.send, c.recv, c.root),
-    "scatter": lambda c: (c.send, c.recv, c.root),
-    "send": lambda c: (c.send, c.dest, c.tag),
-    "recv": lambda c: (c.recv, c.source, c.tag),
-}
-
-
-# What an engine written per collective may lack: refused where called, not through a failed Work.
-_OPTIONAL = ("all_to_all", "gather", "scatter", "send", "recv")
-
-
-def _no_point_to_point(engine, what):
-    return NotImplementedError(f"{what}: backend {getattr(engine, 'name', type(engine).__name__)} has no "
-                               "point-to-point messages yet (the host-memory backends cpu, shm and tcp have)")
-
-
-def _no_fault_tolerance(engine, what):
-    return NotImplementedError(f"{what}: backend {getattr(engine, 'name', type(engine).__name__)} cannot survive a "
-                               "lost rank yet (the host-memory backends cpu, shm and tcp can)")
-
-
-class Engine:
-    """One communicator's state inside a backend. The Communicator checks every argument (dtype, length and
-    memory kind of each buffer included) and hands the engine one Call per collective (run). What every
-    engine declares, set in its constructor:"""
-
-    transport = None    # what the collectives run over ("shm", "tcp", "shm+tcp"), None: the backend's name
-    hosts = None        # a pycoll.rendezvous.hosts.Hosts, where the backend finds the hosts (finds_hosts)
-    close_linger = None  # the most seconds close() waits for the peers' goodbyes, None: it waits for none;
-    #                      the Communicator shortens it to its own close deadline
-    native = None       # the host engines' NativeComm (pycoll/_bindings/comm.pyx), None for the vendor ones
-
-    def fast_path(self, accepted):
-        """Optional: an object whose all_reduce(x, op, out, algorithm, accuracy) and broadcast(x, root) run the
-        common case without Buffers (see pycoll/_bindings/fast_path.pxi) and return None for any other; None
-        when the engine has none. `accepted` maps each argument the communicator accepts to its id: "ops",
-        "algorithms", "accuracies", "dtypes" (numpy dtype name -> id)."""
-        return None
-
-    def request_abort(self, failed_rank, reason):
-        """Optional, from any thread: a peer failure learnt of elsewhere (failed_rank -1 where unknown). Where an
-        engine can, the call waiting on it, else the next, raises PeerFailure saying `reason`; by default its
-        waits end at their deadline, as any wait on a departed peer does."""
-
-    def run(self, call, async_op=False):
-        """Run `call` (a Call). Blocking: return the algorithm that ran (None for send/recv and barrier
-        is fine). async_op: start it in the background, after every call made before it, and return its
-        handle for pycoll.Work: wait(timeout) -> bool, done(), error() (the exception it failed with, or
-        None), algorithm. This default serves engines written per collective: it calls the method named after
-        the collective (all_reduce(send, recv, op, algorithm, accuracy), reduce_scatter(same),
-        all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root, accuracy), barrier(),
-        all_to_all(send, recv, counts), gather(send, recv, root), scatter(send, recv, root), send(buf, dest, tag),
-        recv(buf, source, tag)), or ``start(name, *those arguments)``; engines with one path for every call
-        (NativeEngine) override it."""
-        name = call.collective
-        if name == "send/recv":
-            name = "send" if call.dest >= 0 else "recv"
-        method_args = _METHOD_ARGS.get(name)
-        if method_args is None:
-            raise NotImplementedError(f"{type(self).__name__} has no {call.collective}")
-        if getattr(type(self), name) is getattr(Engine, name) and name in _OPTIONAL:
-            getattr(self, name)(*method_args(call))  # the default raises, at the call even when async
-        if async_op:
-            return self.start(name, *method_args(call))
-        return getattr(self, name)(*method_args(call))
-
-    def all_reduce(self, send, recv, op, algorithm, accuracy):
-        raise NotImplementedError
-
-    def reduce_scatter(self, send, recv, op, algorithm, accuracy):
-        raise NotImplementedError
-
-    def all_gather(self, send, recv):
-        raise NotImplementedError
-
-    def broadcast(self, buf, root):
-        raise NotImplementedError
-
-    def reduce(self, send, recv, op, root, accuracy):
-        raise NotImplementedError
-
-    def barrier(self):
-        raise NotImplementedError
-
-    def all_to_all(self, send, recv, counts):
-        """counts: None (equal blocks), or the int64 array of every peer's send counts then receive counts
-        (Communicator._all_to_all_v, for engines with uneven_all_to_all)."""
-        raise NotImplementedError(f"all_to_all: backend {getattr(self, 'name', type(self).__name__)} has none")
-
-    def gather(self, send, recv, root):
-        raise NotImplementedError(f"gather: backend {getattr(self, 'name', type(self).__name__)} has none")
-
-    def scatter(self, send, recv, root):
-        raise NotImplementedError(f"scatter: backend {getattr(self, 'name', type(self).__name__)} has none")
-
-    def send(self, buf, dest, tag):
-        raise _no_point_to_point(self, "send")
-
-    def recv(self, buf, source, tag):
-        raise _no_point_to_point(self, "recv")
-
-    uneven_all_to_all = False  # all_to_all takes per-peer counts (the torch backend's uneven all-to-all)
-
-    def split(self, color, key):
-        """The engine of a new communicator for the ranks that pass the same color >= 0 (-1: none for this rank,
-        return None), over this engine's connections. Collective over this engine's ranks."""
-        raise NotImplementedError(f"split: backend {getattr(self, 'name', type(self).__name__)} has no "
-                                  "sub-communicators yet (the host-memory backends cpu, shm and tcp have)")
-
-    def revoke(self):
-        """Fault tolerance (docs/fault_tolerance.md): revoke(), agree(flag, timeout), shrink(exclude, timeout)
-        -> a new engine, failed_ranks; only the host-memory engines have them so far."""
-        raise _no_fault_tolerance(self, "revoke")
-
-    def agree(self, flag, timeout):
-        raise _no_fault_tolerance(self, "agree")
-
-    def shrink(self, exclude, timeout):
-        raise _no_fault_tolerance(self, "shrink")
-
-    failed_ranks = ()
-
-    def start(self, collective, *args):
-        """For run(async_op=True) of engines written per collective: start `collective` with the arguments of
-        its method in the background and return its handle. The default runs it now and returns a completed
-        handle, so every engine takes async_op=True; engines whose device runs it in the background
-        (VendorEngine: enqueued on its stream, finished by the communicator's watchdog) override it."""
-        from pycoll.work import CompletedHandle
-
-        try:
-            return CompletedHandle(algorithm=getattr(self, collective)(*args))
-        except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait, as a background failure would be
-            return CompletedHandle(error=exc)
-
-    def close(self):
-        """Idempotent."""
-
-
 class Backend:
     """A backend plugin. Subclasses set the class attributes and implement probe() and create()."""
 
@@ -224,7 +78,8 @@ class Backend:
         return None
 
     def create(self, *, rank, world_size, store, timeout, options):
-        """An Engine for this rank. `store` is the job's rendezvous store (pycoll.rendezvous.store)."""
+        """An Engine (pycoll.plugins.Engine) for this rank. `store` is the job's rendezvous store
+        (pycoll.rendezvous.store)."""
         raise NotImplementedError
 
 
@@ -253,8 +108,9 @@ def register(backend: Backend) -> None:
     if not isinstance(backend, Backend):
         raise TypeError(f"backend must be a pycoll.plugins.Backend, got {type(backend).__name__}")
     if backend.api_version != PLUGIN_API_VERSION:
-        raise ValueError(f"backend {backend.name!r} was written for plugin API {backend.api_version}; "
-                         f"this pycoll speaks {PLUGIN_API_VERSION}")
+        raise BackendUnavailable(f"backend {backend.name!r} declares plugin API version {backend.api_version}; "
+                                 f"this pycoll requires version {PLUGIN_API_VERSION} (docs/plugins.md says what "
+                                 "changed)")
     if not backend.name:
         raise ValueError("backend has no name")
     with _lock:

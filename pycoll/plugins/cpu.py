@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pycoll import plugins
 from pycoll.algorithms import ALGORITHMS
+from pycoll.plugins.host import HostBackend
 from pycoll.plugins.shm import ShmBackend
-from pycoll.plugins.tcp import TcpBackend
 
 SHM, TCP, ROUTED = "shm", "tcp", "shm+tcp"
 
 
-class CpuBackend(TcpBackend):
-    """Declares what TcpBackend does; the bootstrap picks the transport (engine.transport says which)."""
+class CpuBackend(HostBackend):
+    """The host engine over the transport the bootstrap picks per pair of ranks (engine.transport says which)."""
 
     name = "cpu"
     # "shm_slots" too: it runs where the job is on one host (the shared-memory transport's own collectives);

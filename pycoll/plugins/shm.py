@@ -7,7 +7,7 @@ import os
 
 from pycoll import plugins
 from pycoll.algorithms import ALGORITHMS
-from pycoll.plugins.tcp import TcpBackend
+from pycoll.plugins.host import HostBackend
 
 SHM_DIR = "/dev/shm"
 
@@ -30,8 +30,8 @@ SHM_COST_MODEL = dict(
                      'shm_slots': 0.5918})
 
 
-class ShmBackend(TcpBackend):
-    """TcpBackend's engine and algorithms over the shared-memory transport (native/transport/shm_transport.c),
+class ShmBackend(HostBackend):
+    """The host engine and pycoll's algorithms over the shared-memory transport (native/transport/shm_transport.c),
     plus that transport's native collectives (algorithm "shm_slots": native/transport/shm_collectives.c). Every
     rank on one host: the C bootstrap refuses others, naming the ranks elsewhere. One rank too: its collectives
     are the shared-memory transport's (algorithm "shm_slots" runs everywhere this backend does)."""

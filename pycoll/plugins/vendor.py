@@ -124,9 +124,28 @@ def divide_in_place(buf, divisor: int) -> None:
         arr[...] = np.where(wide < 0, -q, q).astype(arr.dtype)
 
 
+# run() maps a Call onto the engine's method named after the collective: its arguments, in their order.
+_METHOD_ARGS = {
+    "all_reduce": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
+    "reduce_scatter": lambda c: (c.send, c.recv, c.op, c.algorithm, c.accuracy),
+    "all_gather": lambda c: (c.send, c.recv),
+    "broadcast": lambda c: (c.recv, c.root),
+    "reduce": lambda c: (c.send, c.recv, c.op, c.root, c.accuracy),
+    "barrier": lambda c: (),
+    "all_to_all": lambda c: (c.send, c.recv, c.counts),
+    "gather": lambda c: (c.send, c.recv, c.root),
+    "scatter": lambda c: (c.send, c.recv, c.root),
+    "send": lambda c: (c.send, c.dest, c.tag),
+    "recv": lambda c: (c.recv, c.source, c.tag),
+}
+
+
 class VendorEngine(Engine):
     """An Engine over one vendor communicator per algorithm, created on first use, as its VendorBackend
-    declares."""
+    declares. run() calls the method named after the collective -- all_reduce(send, recv, op, algorithm,
+    accuracy), reduce_scatter(same), all_gather(send, recv), broadcast(buf, root), reduce(send, recv, op, root,
+    accuracy), barrier(), all_to_all(send, recv, counts), gather(send, recv, root), scatter(send, recv, root),
+    send(buf, dest, tag), recv(buf, source, tag) -- or, async, start(name, *those arguments)."""
 
     _serials = itertools.count()
 
@@ -160,6 +179,13 @@ class VendorEngine(Engine):
         finally:
             _vendor.set_async(comm, False)
         self._work_comm = comm
+
+    def run(self, call, async_op=False):
+        name = call.collective
+        if name == "send/recv":
+            name = "send" if call.dest >= 0 else "recv"
+        args = _METHOD_ARGS[name](call)
+        return self.start(name, *args) if async_op else getattr(self, name)(*args)
 
     def start(self, collective, *args):
         """The collective enqueued on its stream, its handle the communicator's work: the watchdog thread of
