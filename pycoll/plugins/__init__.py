@@ -3,12 +3,14 @@
 Modelled on NCCL's versioned plugin structs: a backend states the plugin API version it was written for, what
 memory it takes and what it supports, answers `probe()` before use, and only then creates engines. Built-in
 backends register by name here; third-party ones through the entry-point group ``pycoll.backends``, whose
-objects are Backend subclasses (or instances).
+objects are Backend subclasses (or instances). The engine is one abstract class, Engine (engine.py), whose
+run(call, async_op) every backend implements (docs/plugins.md).
 
 The built-in backends live beside this file, each registered when imported:
 tcp          host memory over sockets: pycoll's own algorithms in libpycoll (native/)
 shm          host memory, one host: the same algorithms over shared-memory rings
 cpu          the default for host memory: shm when every rank is on one host, else tcp
+             (the three are siblings under HostBackend, host.py: the bootstrap and the engine they share)
 nccl, hccl   device memory through the vendor libraries, dlopen'ed at run time (nccl.py and hccl.py declare
              them; vendor.py is their one engine, over libpycoll's vendor family)
 auto         each rank its own memory kind: islands of one kind, collectives across them (pycoll/islands/)
