@@ -23,21 +23,20 @@ import sys
 import numpy as np
 
 from pycoll.algorithms import ACCURACIES as _ACCURACY_IDS, COLL_ALGORITHMS, NATIVE_ONLY
-from pycoll.dtypes import DTYPES
+from pycoll.dtypes import DTYPE_INFO, FLOAT_DTYPES
 from pycoll.simulate import simulate
 
 __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "ulp_distance", "make_inputs",
            "reduction_error", "run_accuracy_report", "reproducible_bits", "reproducible_bits_processes",
            "format_table"]
 
-FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
 # Simulated ranks run over the in-process transport, which has no native collectives.
 ALGORITHMS = tuple(name for name in COLL_ALGORITHMS["all_reduce"] if name not in NATIVE_ONLY)
 ACCURACIES = tuple(_ACCURACY_IDS)
 
-# (bits of precision, bit width) of each float format.
-_FORMATS = {"float16": (11, 16), "bfloat16": (8, 16), "float32": (24, 32), "float64": (53, 64)}
+# (bits of precision, bit width) of each float format, from the C dtype table.
+_FORMATS = {name: (DTYPE_INFO[name].precision, 8 * DTYPE_INFO[name].size) for name in FLOAT_DTYPES}
 PRECISION_BITS = {name: precision for name, (precision, _) in _FORMATS.items()}
 _UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 _INT = {16: np.int16, 32: np.int32, 64: np.int64}

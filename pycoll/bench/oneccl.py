@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from pycoll import settings
+from pycoll.dtypes import REAL_DTYPES
 
 ENV = "PYCOLL_BENCH_ONECCL"
 # The `oneccl` package, not `oneccl-cpu`: the CPU wheel's libccl.so.1 needs a libccl.so.2 that only `oneccl`
@@ -26,8 +27,8 @@ ENV = "PYCOLL_BENCH_ONECCL"
 PACKAGES = "oneccl==2022.1.2 oneccl-devel==2022.1.2"
 INSTALL = f"python -m venv DIR && DIR/bin/pip install {PACKAGES}, then {ENV}=DIR or --mpi-prefix oneccl=DIR"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oneccl_shim.cpp")
-# The order of oneccl_shim.cpp's kDtypes and kOps.
-DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+# The order of oneccl_shim.cpp's kDtypes (pycoll's ids: every dtype but the complex ones, which come last) and kOps.
+DTYPES = REAL_DTYPES
 OPS = ("sum", "prod", "min", "max")
 ADDRESS_BYTES = 256  # ccl::kvs::address_max_size
 KVS_FILE = "oneccl-kvs-address"

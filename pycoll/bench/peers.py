@@ -23,6 +23,7 @@ from pycoll import settings
 from pycoll.bench import launch, oneccl, sweep
 from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
+from pycoll.dtypes import REAL_DTYPES
 
 
 class _GlooComm:
@@ -156,7 +157,7 @@ class Peer:
 
 class GlooPeer(Peer):
     name = "gloo"
-    dtypes = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+    dtypes = REAL_DTYPES
 
     def unavailable(self):
         if importlib.util.find_spec("torch") is None:
