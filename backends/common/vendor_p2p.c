@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "algorithms/reduction.h"
-#include "common/settings.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)
@@ -241,7 +240,8 @@ static pycoll_status_t bind_kernels(pycoll_vendor_comm_t *c, void *stream, const
     const pycoll_memory_kernels_t *kernels = NULL;
     if (!c->v->host_memory || !c->v->host_memory(buf)) {
         char why[160] = "";
-        const char *test_table = setting_text(SETTING_TEST_MEMORY_TABLE);
+        /* the test suite's hook (tests/fakes/guarded_memory.c), not a setting of the library */
+        const char *test_table = getenv("PYCOLL_TEST_MEMORY_TABLE");
         /* NCCL's device memory is CUDA memory: pycoll's CUDA kernels, on the collective's stream. No other
          * vendor of the family has send/recv (check_send_recv above) nor a kernel table for its memory yet. */
         if (test_table)

@@ -343,3 +343,12 @@ cdef extern from "pycoll/types.h" nogil:
         pycoll_dtype_t accumulator
         int32_t precision
     const pycoll_dtype_info_t *pycoll_dtype_table(int32_t *count)
+
+cdef extern from "pycoll/settings.h" nogil:
+    ctypedef struct pycoll_setting_value_t:
+        int64_t integer
+        double number
+    pycoll_status_t pycoll_setting_parse(const pycoll_setting_t *setting, const char *text,
+                                         pycoll_setting_value_t *value, char *error, size_t error_len)
+    void pycoll_setting_expects(const pycoll_setting_t *setting, char *out, size_t len)
+    pycoll_status_t pycoll_settings_check(char *error, size_t error_len)

@@ -18,7 +18,6 @@ import subprocess
 import tempfile
 import time
 
-from pycoll import settings
 from pycoll.dtypes import REAL_DTYPES
 
 ENV = "PYCOLL_BENCH_ONECCL"
@@ -92,7 +91,7 @@ def build(prefix: str) -> str:
 
 def unavailable() -> str | None:
     """None when the peer can run, else why not; builds the shim (once) to find out."""
-    prefix = settings.get(ENV)
+    prefix = os.environ.get(ENV) or None
     if prefix is None:
         return f"{ENV} is not set (install: {INSTALL})"
     for path, package in _needed(prefix):
@@ -143,7 +142,7 @@ class OnecclComm:
         self.rank, self.size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         for name, value in SETTINGS.items():  # the environment's own values win
             os.environ.setdefault(name, value)
-        lib = self.lib = ctypes.CDLL(shim_path(settings.get(ENV)))
+        lib = self.lib = ctypes.CDLL(shim_path(os.environ.get(ENV) or None))
         lib.oneccl_shim_error.restype = ctypes.c_char_p
         size_t, int_, ptr = ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p
         lib.oneccl_shim_main_kvs.argtypes = [ctypes.c_char_p, size_t]

@@ -19,7 +19,6 @@ import sys
 
 import numpy as np
 
-from pycoll import settings
 from pycoll.bench import launch, oneccl, sweep
 from pycoll.bench.progress import for_rank
 from pycoll.bench.worker import run_cases
@@ -221,7 +220,7 @@ class PrefixMpiPeer(Peer):
         self.name = name
 
     def prefix(self) -> str | None:
-        return settings.get(PREFIX_ENV[self.name])
+        return os.environ.get(PREFIX_ENV[self.name]) or None
 
     def paths(self) -> tuple[str, str, str]:
         """(mpiexec, libmpi, site-packages) under the prefix."""
