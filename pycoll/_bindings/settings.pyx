@@ -7,7 +7,7 @@ from libc.stdint cimport int32_t
 
 from pycoll._bindings.libpycoll cimport *
 
-from pycoll.errors import SettingError
+from pycoll.errors import SettingError as _SettingError
 
 _TYPES = {PYCOLL_SETTING_TEXT: "text", PYCOLL_SETTING_PATH: "path", PYCOLL_SETTING_INT: "int",
           PYCOLL_SETTING_FLOAT: "float", PYCOLL_SETTING_FLAG: "flag", PYCOLL_SETTING_CHOICE: "choice"}
@@ -50,7 +50,7 @@ def parse(str name, str text):
     cdef char error[512]
     encoded = text.encode()
     if b"\0" in encoded or pycoll_setting_parse(setting, encoded, &value, error, sizeof(error)) != PYCOLL_OK:
-        failure = SettingError(name, text, expects(name))
+        failure = _SettingError(name, text, expects(name))
         if b"\0" not in encoded:
             failure.args = (error.decode(errors="replace"),)  # the C library's words, as an embedder reads them
         raise failure
