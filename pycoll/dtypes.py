@@ -10,7 +10,7 @@ import numpy as np
 from pycoll._bindings.abi import DTYPE_TABLE, DTYPES, OPS
 
 __all__ = ["OPS", "DTYPES", "DType", "DTYPE_INFO", "FLOAT_DTYPES", "COMPLEX_DTYPES", "REAL_DTYPES",
-           "COMPENSATED_DTYPES", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
+           "COMPENSATED_DTYPES", "float_dtype", "dtype_id", "op_id", "unsupported_dtype", "integer_argument"]
 
 
 class DType(NamedTuple):
@@ -43,6 +43,20 @@ COMPLEX_DTYPES = tuple(d.name for d in DTYPE_INFO.values() if d.complex)
 REAL_DTYPES = tuple(d.name for d in DTYPE_INFO.values() if not d.complex)
 # The dtypes compensated (and reproducible) summation applies to.
 COMPENSATED_DTYPES = tuple(d.name for d in DTYPE_INFO.values() if d.compensated)
+
+def float_dtype(dtype):
+    """The numpy dtype of a float dtype name or dtype ("bfloat16" needs ml_dtypes); ValueError otherwise."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    if name not in FLOAT_DTYPES:
+        raise ValueError(f"dtype: {name!r} is not one of {', '.join(FLOAT_DTYPES)}")
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ValueError("dtype: bfloat16 needs the ml_dtypes package (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
 
 _ids = {}  # np.dtype -> id, filled on first use of each dtype
 

@@ -18,7 +18,7 @@ from pycoll._bindings.settings import SETTINGS
 __all__ = ["Setting", "REGISTRY", "get", "check_values", "unknown", "check_environment", "markdown_table", "describe"]
 
 # Variables of pycoll's own test suite and CI (PYCOLL_TEST_*) and of its benchmarks' peers (PYCOLL_BENCH_*,
-# read by pycoll.bench): not the library's, never warned about.
+# read by pycoll.tools.bench): not the library's, never warned about.
 OWN_PREFIXES = ("PYCOLL_TEST_", "PYCOLL_BENCH_")
 
 

@@ -33,8 +33,9 @@ def test_the_ops_a_row_names_are_the_ones_the_kernels_reduce(d):
 
 
 def test_the_modules_lists_come_from_the_table():
-    from pycoll import accuracy, fused_norm
-    from pycoll.bench import oneccl, peers, sweep
+    from pycoll import fused_norm
+    from pycoll.tools import accuracy
+    from pycoll.tools.bench import oneccl, peers, sweep
 
     assert fused_norm.FLOAT_DTYPES is accuracy.FLOAT_DTYPES is dtypes.FLOAT_DTYPES
     assert oneccl.DTYPES is sweep.DTYPES is peers.GlooPeer.dtypes is dtypes.REAL_DTYPES

@@ -1,6 +1,6 @@
 """The guarded test memory table (guarded_memory.c), which stands in for a device memory table where there is no
 device, built with the system C compiler into a shared library of its own (libpycoll does not carry it): its
-address for pycoll.simulate(memory_table=), its path for PYCOLL_TEST_MEMORY_TABLE (the vendor transport), and
+address for pycoll.tools.simulate(memory_table=), its path for PYCOLL_TEST_MEMORY_TABLE (the vendor transport), and
 the calls a process made to each of its entries."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _load(path: str | None) -> ctypes.CDLL:
 
 
 def table_address() -> int:
-    """The table's address, for pycoll.simulate(memory_table=)."""
+    """The table's address, for pycoll.tools.simulate(memory_table=)."""
     return _load(None).pycoll_test_memory_table()
 
 
