@@ -1,5 +1,5 @@
 """The accuracy report: max and mean error in ulps against the correctly rounded exact sum, per algorithm x
-accuracy mode x world size x dtype x data set (pycoll/accuracy.py says how each is measured).
+accuracy mode x world size x dtype x data set (pycoll/tools/accuracy.py says how each is measured).
 
     python bench/accuracy_report.py                       # writes bench/results/accuracy.md
     python bench/accuracy_report.py --sim 2 4 --real 2 --count 1024 --out /tmp/accuracy.md
@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import pycoll
-from pycoll.accuracy import (
+from pycoll.tools.accuracy import (
     ACCURACIES,
     ALGORITHMS,
     DATASETS,
@@ -84,7 +84,7 @@ def main(argv=None):
         "Error = number of representable values between rank 0's result and the exact sum (math.fsum) rounded "
         "once to the dtype (0: correctly rounded). `sim`: simulated ranks running the C schedules in one "
         "process; `tcp`: real rank processes over TCP loopback. "
-        f"{args.count} elements per rank, seed {args.seed}. Data sets: see pycoll/accuracy.py. "
+        f"{args.count} elements per rank, seed {args.seed}. Data sets: see pycoll/tools/accuracy.py. "
         f"Algorithms: {', '.join(ALGORITHMS)}; modes: {', '.join(ACCURACIES)}.\n",
         "Fast errors of thousands of ulps come from sums that cancel to near zero, where an ulp of the result "
         "is tiny; the mean column of the full table shows the typical error. Compensated mode carries "

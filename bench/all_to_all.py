@@ -103,7 +103,7 @@ def run_pycoll(backend, world):
 def run_mpi(python, world, mca):
     cmd = ["mpirun", "-n", str(world), "--oversubscribe", "--bind-to", "none", *mca, python, __file__,
            "--mpi-worker"]
-    # As pycoll.bench.peers does: the bench machines are containers that run as root.
+    # As pycoll.tools.bench.peers does: the bench machines are containers that run as root.
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=600, env=env)
     if proc.returncode:

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pycoll.bench import raw_socket, sweep
+from pycoll.tools.bench import raw_socket, sweep
 
 ALGORITHMS = ("auto", "ring", "halving_doubling", "mesh", "recursive_doubling")
 
@@ -131,7 +131,7 @@ def main():
         f"in {elapsed:.0f} s, which ran:", "",
         *[f"    {c}" for c in commands], "",
         machine(), "",
-        "Method (the same for every library, pycoll/bench/timing.py): float32 sum, out of place; per size a "
+        "Method (the same for every library, pycoll/tools/bench/timing.py): float32 sum, out of place; per size a "
         "warm-up, then timed iterations (200 for small sizes down to 5 at 64 MiB), each one started right after "
         "a barrier; each rank takes the median of its iterations; the time shown is the slowest rank's median. "
         "busbw = size / time x 2(n-1)/n. Every library is checked: #wrong on integer data must be 0. "

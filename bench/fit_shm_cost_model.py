@@ -19,7 +19,8 @@ import numpy as np
 
 from pycoll._bindings import sim
 from pycoll.algorithms import ALGORITHM_ALIASES, ALGORITHMS
-from pycoll.tuning import MIN_SCALE, CostModel
+from pycoll.cost_model import CostModel
+from pycoll.tools.tuning import MIN_SCALE
 
 # Round values: ~1 us per message over the rings, ~5 GB/s copies, ~10 GB/s reductions.
 CONSTANTS = (1e-6, 1 / 5e9, 1 / 10e9)

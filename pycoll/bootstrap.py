@@ -69,6 +69,7 @@ def _setup_settings(ifname):
     """What pycoll's environment variables choose for a new communicator (pycoll_init_config_t)."""
     from pycoll.algorithms import segment_bytes_from_env
 
+    settings.check_values()
     spin_us = settings.get("PYCOLL_SPIN_US")  # unset: -1, the library's choice (pycoll_init_config_t.spin_ns)
     return dict(ifname=ifname or settings.get("PYCOLL_SOCKET_IFNAME"),
                 ring_bytes=settings.get("PYCOLL_SHM_RING_BYTES") or 0, segment_bytes=segment_bytes_from_env(),

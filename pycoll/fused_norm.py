@@ -17,10 +17,8 @@ import numpy as np
 
 from pycoll._bindings import kernels as _kernels
 from pycoll.algorithms import algorithm_name
-from pycoll.dtypes import dtype_id
+from pycoll.dtypes import FLOAT_DTYPES, dtype_id
 from pycoll.errors import MismatchError
-
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def row_split(rows, size, rank):

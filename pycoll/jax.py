@@ -43,7 +43,7 @@ import numpy as np
 from pycoll._bindings import jax_ffi
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
-from pycoll.dtypes import op_id
+from pycoll.dtypes import REAL_DTYPES as _DTYPES, op_id
 from pycoll.errors import (
     CommunicatorClosed,
     CommunicatorRevoked,
@@ -60,7 +60,6 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", 
 _OPS = {name: op_id(name) for name in ("sum", "prod", "min", "max", "avg")}
 _ACCURACIES = {**ACCURACIES, **{alias: ACCURACIES[name] for alias, name in ACCURACY_ALIASES.items()}}
 _ALGORITHMS = {name: i for name, i in ALGORITHMS.items() if name not in NATIVE_ONLY}  # those: auto picks them
-_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _LINEAR_OPS = ("sum", "avg")
 
 # ---- registration of the custom-call targets (once per process) --------------------------------------------

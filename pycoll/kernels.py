@@ -8,7 +8,7 @@ the portable scalar one) is chosen from the CPU at first use; PYCOLL_SIMD=scalar
 import numpy as np
 
 from pycoll._bindings import kernels as _kernels
-from pycoll.dtypes import DTYPES, dtype_id, op_id
+from pycoll.dtypes import COMPENSATED_DTYPES, DTYPE_INFO, DTYPES, dtype_id, op_id
 
 __all__ = ["reduce_into", "reduce", "scale_avg", "compensated_load", "compensated_combine", "compensated_store",
            "accumulator_dtype", "simd_name"]
@@ -17,11 +17,8 @@ if not _kernels.compensation_selftest():
     raise ImportError("pycoll's compensated kernels lost TwoSum's error term: libpycoll was compiled without "
                       "IEEE semantics (-ffast-math, FMA contraction or reassociation); rebuild it without them")
 
-# The dtypes compensated summation applies to (complex: part by part).
-_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
-_NAMES = {i: name for name, i in DTYPES.items()}
-# Each float dtype's accumulator (from C: pycoll_accumulator_dtype), and the ids of those accumulators.
-_ACCUMULATORS = {name: np.dtype(_NAMES[_kernels.accumulator_dtype(DTYPES[name])]) for name in _FLOAT_DTYPES}
+# Each compensated dtype's accumulator (the C dtype table's), and the ids of those accumulators.
+_ACCUMULATORS = {name: np.dtype(DTYPE_INFO[name].accumulator) for name in COMPENSATED_DTYPES}
 _PAIR_IDS = {dtype: DTYPES[dtype.name] for dtype in set(_ACCUMULATORS.values())}
 
 

@@ -1,25 +1,25 @@
 """pycoll's environment variables: each PYCOLL_* variable is declared once, in libpycoll's table
-(native/common/settings.h: name, type, default, doc), and every Python read goes through get() here, so a value
-is parsed, checked and explained in one place. A value a variable cannot take is a SettingError naming the
-variable and what it expects; an unknown PYCOLL_* variable (a typo, usually) is warned about once, naming the
-closest known one. `pycoll config --env` lists them, and the table of docs/getting_started.md is markdown_table()'s
-output."""
+(native/common/settings.h: name, type, default, doc), and every Python read goes through get() here, which has
+the C library parse and check the value: one set of rules for Python users and C embedders. A value a variable
+cannot take is a SettingError naming the variable and what it expects; an unknown PYCOLL_* variable (a typo,
+usually) is warned about once, naming the closest known one. `pycoll config --env` lists them, and the table of
+docs/getting_started.md is markdown_table()'s output."""
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import warnings
 from typing import NamedTuple
 
+from pycoll._bindings import settings as _settings
 from pycoll._bindings.settings import SETTINGS
-from pycoll.errors import SettingError
 
-__all__ = ["Setting", "REGISTRY", "get", "unknown", "check_environment", "markdown_table", "describe"]
+__all__ = ["Setting", "REGISTRY", "get", "check_values", "unknown", "check_environment", "markdown_table", "describe"]
 
-# Variables of pycoll's own test suite and CI (PYCOLL_TEST_*): not the library's, never warned about.
-TEST_PREFIX = "PYCOLL_TEST_"
+# Variables of pycoll's own test suite and CI (PYCOLL_TEST_*) and of its benchmarks' peers (PYCOLL_BENCH_*,
+# read by pycoll.tools.bench): not the library's, never warned about.
+OWN_PREFIXES = ("PYCOLL_TEST_", "PYCOLL_BENCH_")
 
 
 class Setting(NamedTuple):
@@ -32,37 +32,13 @@ class Setting(NamedTuple):
     doc: str
 
     def expects(self) -> str:
-        """What a value must be, for messages."""
-        if self.type == "int":
-            what = "a whole number" if math.isinf(self.min) else f"a whole number of at least {int(self.min)}"
-            return what + (" that is a power of two" if self.power_of_two else "")
-        if self.type == "float":
-            return "a number" if math.isinf(self.min) else f"a number of at least {self.min:g}"
-        if self.type == "flag":
-            return "1 (on) or 0 (off)"
-        if self.type == "choice":
-            return "one of " + ", ".join(self.choices)
-        return "text"
+        """What a value must be, for messages (the C library's words)."""
+        return _settings.expects(self.name)
 
     def parse(self, text: str):
-        """The typed value of `text`, or SettingError."""
-        if self.type in ("text", "path"):
-            return text
-        if self.type == "flag":
-            if text not in ("0", "1"):
-                raise SettingError(self.name, text, self.expects())
-            return text == "1"
-        if self.type == "choice":
-            if text not in self.choices:
-                raise SettingError(self.name, text, self.expects())
-            return text
-        try:
-            value = int(text) if self.type == "int" else float(text)
-        except ValueError:
-            raise SettingError(self.name, text, self.expects()) from None
-        if value < self.min or (self.power_of_two and value & (value - 1)):
-            raise SettingError(self.name, text, self.expects())
-        return value
+        """The typed value of `text`, or SettingError: parsed and checked by libpycoll (native/common/settings.c),
+        by the rules and with the message a C embedder gets from pycoll_comm_init_rank."""
+        return _settings.parse(self.name, text)
 
 
 REGISTRY = {row["name"]: Setting(**row) for row in SETTINGS}
@@ -77,12 +53,22 @@ def get(name: str, env=None):
     return None if text is None else setting.parse(text)
 
 
+def check_values(env=None):
+    """Parse every declared variable `env` (default os.environ) sets, in the table's order: the first bad one is
+    a SettingError, as pycoll_comm_init_rank refuses it in C (pycoll_settings_check) -- the same one, the same
+    words, also for the variables only C reads (PYCOLL_SIMD)."""
+    env = os.environ if env is None else env
+    for setting in REGISTRY.values():
+        if env.get(setting.name):
+            setting.parse(env[setting.name])
+
+
 def unknown(env=None) -> list[tuple[str, str | None]]:
     """(name, the closest known name or None) for each PYCOLL_* variable in `env` that no one declared."""
     env = os.environ if env is None else env
     return [(name, next(iter(difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)), None))
             for name in sorted(env) if name.startswith("PYCOLL_") and name not in REGISTRY
-            and not name.startswith(TEST_PREFIX)]
+            and not name.startswith(OWN_PREFIXES)]
 
 
 _checked = []  # once per process

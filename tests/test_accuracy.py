@@ -1,4 +1,4 @@
-"""pycoll.accuracy: the exact reference and ulp distance are right (checked against fractions.Fraction), and
+"""pycoll.tools.accuracy: the exact reference and ulp distance are right (checked against fractions.Fraction), and
 the accuracy targets hold on the real C schedules: compensated float32/float64 within 1 ulp of the correctly
 rounded exact sum for every algorithm and world size, with no growth in N, while fast ring's error provably
 grows with N on a crafted input. Simulated ranks up to 64, real processes over TCP up to 4.
@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pycoll.accuracy import (
+from pycoll.tools.accuracy import (
     ALGORITHMS as REPORT_ALGORITHMS,
     DATASETS,
     correctly_rounded_sum,
@@ -25,7 +25,7 @@ from pycoll.accuracy import (
     run_accuracy_report,
     ulp_distance,
 )
-from pycoll.simulate import simulate
+from pycoll.tools.simulate import simulate
 
 ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]

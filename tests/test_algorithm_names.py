@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import pycoll
-from pycoll import simulate, tuning
+from pycoll import cost_model
 from pycoll.algorithms import ALGORITHM_ALIASES, ALGORITHMS, NATIVE_ONLY, algorithm_name, default_algorithm
+from pycoll.tools import simulate
 
 TRANSPORTS = ("shm", "tcp", "shm+tcp")  # what Communicator.transport says for the host backends
 
@@ -47,14 +48,14 @@ def test_pycoll_algorithm_and_the_simulator_take_the_former_name(monkeypatch):
 
 @pytest.mark.timeout(10)
 def test_a_tune_file_written_with_the_former_name_keeps_its_factors(tmp_path, monkeypatch):
-    model = tuning.CostModel(1e-6, 2e-10, 1e-10, latency_scale={"ring": 1.5, "shm": 0.25},
+    model = cost_model.CostModel(1e-6, 2e-10, 1e-10, latency_scale={"ring": 1.5, "shm": 0.25},
                              bandwidth_scale={"ring": 0.75, "shm": 0.5})
     path = tmp_path / "cost_model.json"
     path.write_text(json.dumps({"alpha_s": model.alpha_s, "beta_s_per_byte": model.beta_s_per_byte,
                                 "gamma_s_per_byte": model.gamma_s_per_byte, "latency_scale": model.latency_scale,
                                 "bandwidth_scale": model.bandwidth_scale}))
     monkeypatch.setenv("PYCOLL_TUNE_FILE", str(path))
-    loaded = tuning.load()
+    loaded = cost_model.load()
     assert loaded.latency_scale == {"ring": 1.5, "shm_slots": 0.25}, loaded
     assert loaded.bandwidth_scale == {"ring": 0.75, "shm_slots": 0.5}, loaded
     assert np.all(loaded.as_array()[3:] >= 0)

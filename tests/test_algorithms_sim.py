@@ -11,7 +11,7 @@ import pytest
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS as ALGORITHM_IDS
 from pycoll.errors import MismatchError, PeerFailure, PycollError, Timeout
-from pycoll.simulate import simulate
+from pycoll.tools.simulate import simulate
 
 ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling"]
 SIZES = range(1, 9)

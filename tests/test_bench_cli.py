@@ -15,8 +15,8 @@ import pytest
 
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS, NATIVE_ONLY
-from pycoll.bench import check, peers, progress, report, sweep, timing
 from pycoll.cli import bench as bench_cli
+from pycoll.tools.bench import check, peers, progress, report, sweep, timing
 
 SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
 FAST = ["--iters", "3", "--warmup", "1"]
@@ -199,7 +199,7 @@ def _row(backend, transport, nbytes, time_us, algorithm="auto", picked="ring", d
 
 @pytest.mark.timeout(10)
 def test_headers_and_ratio_table_say_which_backend_was_measured():
-    from pycoll.bench import report
+    from pycoll.tools.bench import report
 
     rows = [_row("cpu", "shm", 64, 2.0), _row("tcp", "tcp", 64, 5.0), _row("cpu", "shm", 4096, 9.0),
             _row("tcp", "tcp", 4096, 8.0, algorithm="ring")]
@@ -218,7 +218,7 @@ def test_the_plot_has_a_title_with_world_size_dtype_and_backends(tmp_path, monke
     pytest.importorskip("matplotlib")
     import matplotlib.figure
 
-    from pycoll.bench import plot
+    from pycoll.tools.bench import plot
 
     rows = [_row("cpu", "shm", 64, 2.0), _row("cpu", "shm", 4096, 9.0), _row("gloo", None, 64, 4.0)]
     want = "all_reduce: 2 ranks, float32; backend cpu over shm, gloo"
@@ -309,7 +309,7 @@ def test_a_barrier_sweep_is_one_row_of_0_bytes(tmp_path, backend, picked, world)
     assert (row["collective"], row["bytes"], row["count"], row["picked"], row["world"], row["in_place"]) == \
         ("barrier", 0, 0, picked, world, None)
     assert row["time_us"] > 0 and row["algbw"] == row["busbw"] == 0 and row["wrong"] == 0
-    from pycoll.bench import plot
+    from pycoll.tools.bench import plot
 
     assert plot.title([row]) == f"barrier: {world} rank{'s' if world > 1 else ''}; backend {backend}"
 
@@ -680,7 +680,7 @@ def test_help_lists_the_modes_and_how_to_launch():
 def test_a_peers_own_algorithm_label_survives_the_sweeps_filter():
     """Peers label their one schedule "default", which is not pycoll's: filtering the sweep's names by the
     algorithm table must keep it (gloo's comparison ran 0 cases when it did not)."""
-    from pycoll.bench import sweep
+    from pycoll.tools.bench import sweep
 
     kept = sweep.cases(collective="all_reduce", dtypes=["float32"], ops=["sum"], algorithms=["default"],
                        accuracies=["fast"], size_list=[64], in_place=[False])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES
-from pycoll.bench import check, report, sweep, timing, worker
 from pycoll.cli import bench as bench_cli
+from pycoll.tools.bench import check, report, sweep, timing, worker
 
 FAST = ["--iters", "5", "--warmup", "1"]
 FORM_COLUMNS = ["time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "max_rel_err"]

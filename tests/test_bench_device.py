@@ -9,8 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from pycoll.bench import sweep, worker
 from pycoll.cli import bench as bench_cli
+from pycoll.tools.bench import sweep, worker
 
 
 def run_cli(*args, env=None):

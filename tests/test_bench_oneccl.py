@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from pycoll.bench import oneccl, peers, sweep
 from pycoll.cli import bench as bench_cli
+from pycoll.tools.bench import oneccl, peers, sweep
 
 FAST = ["--iters", "3", "--warmup", "1"]
 

@@ -12,7 +12,7 @@ from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
 from pycoll import MismatchError
 from pycoll._bindings import abi
 from pycoll.algorithms import COLL_ALGORITHMS
-from pycoll.simulate import simulate
+from pycoll.tools.simulate import simulate
 
 NEW = ("all_to_all", "gather", "scatter", "all_gather_v", "reduce_scatter_v")
 

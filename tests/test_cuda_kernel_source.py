@@ -12,7 +12,7 @@ import pytest
 
 from pycoll import kernels
 from pycoll._bindings import vendor
-from pycoll.accuracy import make_inputs
+from pycoll.tools.accuracy import make_inputs
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -169,7 +169,7 @@ def _reproducible_cases(dtype):
 def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path, dtype):
     """The device's exact mode -- summary, encode on every rank, the limbs summed as int64 (the int64 program's
     pycoll_reduce), decode -- gives the bytes of the host's reproducible all_reduce of the same data."""
-    from pycoll.simulate import simulate
+    from pycoll.tools.simulate import simulate
 
     lib = _host_library(tmp_path, dtype)
     emask = (1 << {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}[dtype]) - 1

@@ -240,9 +240,10 @@ def test_every_public_name_has_a_reference_entry():
 def test_reference_entries_reads_the_directives():
     names, modules = reference_entries("```{eval-rst}\n.. autofunction:: pycoll.init\n```\n"
                                        "```{eval-rst}\n.. automodule:: pycoll.errors\n   :members:\n```\n"
-                                       "```{eval-rst}\n.. automodule:: pycoll.simulate\n   :members: simulate\n```\n"
+                                       "```{eval-rst}\n.. automodule:: pycoll.tools.simulate\n"
+                                       "   :members: simulate\n```\n"
                                        "```{eval-rst}\n.. autoclass:: pycoll.ray.PycollGroup\n   :members: a, b\n```\n")
-    assert names == {"pycoll.init", "pycoll.simulate.simulate", "pycoll.ray.PycollGroup"}
+    assert names == {"pycoll.init", "pycoll.tools.simulate.simulate", "pycoll.ray.PycollGroup"}
     assert modules == {"pycoll.errors"}
 
 

@@ -12,7 +12,7 @@ from test_algorithms_sim import assert_exact, assert_identical, expected, ill_co
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS
 from pycoll.errors import PeerFailure, PycollError, Timeout
-from pycoll.simulate import simulate
+from pycoll.tools.simulate import simulate
 
 # Even hosts, uneven ones (3+1, 2+1, 1+2, 3+2+1), interleaved ranks, one host, and one rank per host.
 HOST_SHAPES = [
@@ -190,7 +190,7 @@ def test_data_goes_only_through_the_memory_table(hosts, accuracy):
     intact, and was used (the pieces' partials live in its memory)."""
     from test_memory_table import _run as run_guarded
 
-    from pycoll.accuracy import make_inputs
+    from pycoll.tools.accuracy import make_inputs
 
     inputs = make_inputs("mixed", len(hosts), 1001, "float16", seed=13)
     for op in ("sum", "avg"):

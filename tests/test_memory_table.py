@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from fakes.guarded_memory import ENTRIES, counts, table_address
 
-from pycoll.accuracy import make_inputs
-from pycoll.simulate import simulate
+from pycoll.tools.accuracy import make_inputs
+from pycoll.tools.simulate import simulate
 
 
 def _run(coll, inputs, **kwargs):

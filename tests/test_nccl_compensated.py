@@ -10,7 +10,7 @@ import pytest
 from fakes import guarded_memory
 from fakes.vendor_harness import all_reduce_error, buffer, make_engine, run_ranks_ok, vendor_fixtures, with_engine
 
-from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
+from pycoll.tools.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -106,7 +106,7 @@ def _four_ranks(engine, rank, world):
 
 @pytest.mark.timeout(120)
 def test_four_ranks_within_one_ulp_where_plain_float32_is_not(env):
-    from pycoll.simulate import simulate
+    from pycoll.tools.simulate import simulate
     world = 4
     outs = run_ranks_ok(_four_ranks, world, env, timeout=110)
     for dtype in ("float16", "float32", "float64"):
@@ -221,7 +221,7 @@ def test_device_memory_runs_every_data_copy_and_scratch_through_the_memory_table
     "device" memory): every scratch buffer is the table's (poisoned on allocation, canaries checked on free, all
     freed at close), every copy and kernel is the table's, and the bits equal the host path's and the simulated
     C ring's."""
-    from pycoll.simulate import simulate
+    from pycoll.tools.simulate import simulate
     world = 4
     table = {guarded_memory.VARIABLE: guarded_memory.library_path()}
     guarded = run_ranks_ok(_every_compensated_collective, world, dict(env, FAKE_CUDA_MEMORY_TYPE="2", **table),

@@ -14,7 +14,7 @@ import pytest
 from fakes import guarded_memory
 from fakes.vendor_harness import buffer, make_engine, run_ranks_ok, vendor_fixtures
 
-from pycoll.accuracy import make_inputs
+from pycoll.tools.accuracy import make_inputs
 
 SUM, MAX, AVG = 0, 3, 4
 COUNT = 1001
@@ -89,7 +89,7 @@ def _every_reproducible_call(rank, world):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("world", [2, 4])
 def test_device_memory_gives_the_host_bytes_and_refuses_what_it_has_no_kernels_for(env, tmp_path, world):
-    from pycoll.simulate import simulate
+    from pycoll.tools.simulate import simulate
     table = {guarded_memory.VARIABLE: guarded_memory.library_path()}
     device = run_ranks_ok(_every_reproducible_call, world, dict(env, FAKE_CUDA_MEMORY_TYPE="2", **table),
                           timeout=220)

@@ -11,9 +11,9 @@ import pytest
 from fakes.guarded_memory import counts, old_table_address, table_address
 from test_memory_table import _run as run_guarded
 
-from pycoll.accuracy import make_inputs
 from pycoll.errors import PeerFailure, PycollError
-from pycoll.simulate import simulate
+from pycoll.tools.accuracy import make_inputs
+from pycoll.tools.simulate import simulate
 
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
 COUNT = 67  # not a multiple of any world size

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from test_kernels_variants import run_under_variant, supported_variants
 
-from pycoll.accuracy import correctly_rounded_sum
-from pycoll.simulate import simulate
+from pycoll.tools.accuracy import correctly_rounded_sum
+from pycoll.tools.simulate import simulate
 
 FRAC = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}

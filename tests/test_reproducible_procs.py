@@ -8,8 +8,8 @@ import pytest
 from multiproc import Ranks
 from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
-from pycoll.accuracy import make_inputs
-from pycoll.simulate import simulate
+from pycoll.tools.accuracy import make_inputs
+from pycoll.tools.simulate import simulate
 
 
 def simulated_digest(dtype):

@@ -1,4 +1,4 @@
-"""accuracy="reproducible" on simulated ranks (pycoll.simulate runs the production dispatch): the bytes of the
+"""accuracy="reproducible" on simulated ranks (pycoll.tools.simulate runs the production dispatch): the bytes of the
 result do not move with the world size (zero contributions added), the rank order, the algorithm or the segment
 size; the error against the exact sum is at most 1 ulp; special values give what the docs promise; what the
 mode does not cover is refused with a typed error."""
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from fakes.guarded_memory import old_table_address
 
-from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
 from pycoll.errors import PycollError
-from pycoll.simulate import simulate
+from pycoll.tools.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
+from pycoll.tools.simulate import simulate
 
 FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical"]

@@ -122,12 +122,12 @@ def test_sockets_are_closed_when_the_transport_cannot_be_made():
 def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
     # The communicator remembers its decisions (native/comm/decisions.c): a new cost model or host map must
     # change what the same call runs next, on every rank alike.
-    from pycoll import tuning
+    from pycoll import cost_model
 
     comms = _job((0, 0, 1, 1))
     count = 4096
-    latency_bound = tuning.CostModel(1.0, 1e-15, 1e-15)  # messages dominate: the fewest steps win
-    bandwidth_bound = tuning.CostModel(1e-12, 1e-9, 1e-9)  # bytes dominate: the ring's share wins
+    latency_bound = cost_model.CostModel(1.0, 1e-15, 1e-15)  # messages dominate: the fewest steps win
+    bandwidth_bound = cost_model.CostModel(1e-12, 1e-9, 1e-9)  # bytes dominate: the ring's share wins
     seen = [[] for _ in comms]
 
     def body(rank, comm):

@@ -12,6 +12,7 @@ import pytest
 
 import pycoll
 from pycoll import settings
+from pycoll._bindings.abi import STATUS_INVALID
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,8 @@ def test_documented_table_is_the_registrys():
 
 def _reads_outside_the_registry(path):
     text = path.read_text(errors="replace")
-    return re.findall(r'(?:getenv|environ\.get|environ\[)\(?\s*"(PYCOLL_[A-Z0-9_]+)"', text)
+    names = re.findall(r'(?:getenv|environ\.get|environ\[)\(?\s*"(PYCOLL_[A-Z0-9_]+)"', text)
+    return [name for name in names if not name.startswith(settings.OWN_PREFIXES)]  # the tests' and benches' own
 
 
 def test_no_source_reads_a_pycoll_variable_but_through_the_registry():
@@ -122,3 +124,34 @@ def test_the_c_side_reads_through_the_same_table():
         return out.stdout.strip()
     assert identity("the-same-host") == "the-same-host"
     assert identity("") not in ("", "the-same-host")
+
+
+@pytest.fixture(scope="module")
+def settings_program(tmp_path_factory):
+    from c_programs import build
+
+    return build(tmp_path_factory, "settings_test")
+
+
+@pytest.mark.parametrize(("name", "text"), [("PYCOLL_SIMD", "avx3"), ("PYCOLL_SHM_STREAMING", "maybe"),
+                                            ("PYCOLL_SPIN_US", "soon")])
+def test_a_bad_value_is_refused_alike_by_the_c_init_and_by_python(settings_program, monkeypatch, name, text):
+    """A C embedder's pycoll_comm_init_rank refuses the value with PYCOLL_ERR_INVALID (it used to ignore it),
+    and its message is Python's SettingError, word for word, at settings.get and at init."""
+    out = subprocess.run([str(settings_program)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, **{name: text}))
+    assert out.returncode == 0, out.stdout + out.stderr
+    with pytest.raises(pycoll.SettingError) as python:
+        settings.get(name, {name: text})
+    assert out.stdout.strip() == f"refused: {STATUS_INVALID}: {python.value}"
+    monkeypatch.setenv(name, text)
+    with pytest.raises(pycoll.SettingError) as at_init:
+        pycoll.init(rank=0, world_size=1)
+    assert str(at_init.value) == str(python.value)
+
+
+def test_the_c_init_runs_with_good_values(settings_program):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYCOLL_")}
+    out = subprocess.run([str(settings_program)], capture_output=True, text=True, timeout=60,
+                         env=dict(env, PYCOLL_SIMD="scalar", PYCOLL_SHM_RING_BYTES="65536"))
+    assert (out.returncode, out.stdout.strip()) == (0, "init ok"), out.stdout + out.stderr

@@ -10,10 +10,11 @@ import pytest
 from multiproc import Ranks
 
 import pycoll
-from pycoll import tuning
+from pycoll import cost_model
 from pycoll._bindings import sim as _sim
 from pycoll._bindings.comm import COST_MODEL_LEN
 from pycoll.algorithms import ALGORITHMS
+from pycoll.tools import tuning
 
 
 @pytest.mark.timeout(120)
@@ -31,11 +32,11 @@ def test_pycoll_tune_measures_and_stores_the_constants_and_each_algorithms_facto
     # Every algorithm auto chooses among that the default backend runs (a native one only where it lists it).
     runs = next(set(b.algorithms) for b in pycoll.backends() if b.name == "cpu")
     for key in ("latency_scale", "bandwidth_scale"):
-        assert set(model[key]) == set(tuning.CHOICES) & runs, model
+        assert set(model[key]) == set(cost_model.CHOICES) & runs, model
         assert all(factor >= tuning.MIN_SCALE for factor in model[key].values()), model
     assert model["measured_with_ranks"] == 2
     # The table of where auto picks what, from 4 B on, each row naming an algorithm the stored model picks.
-    stored = tuning.CostModel(**{k: v for k, v in model.items() if not k.startswith("measured")})
+    stored = cost_model.CostModel(**{k: v for k, v in model.items() if not k.startswith("measured")})
     table = [line.split("] ", 1)[-1] for line in done.stdout.splitlines() if " .. " in line]
     assert table and table[0].split()[:2] == ["4", "B"], done.stdout
     assert [line.split()[-1] for line in table] == [name for *_, name in tuning.choice_table(stored, 2)]
@@ -44,11 +45,11 @@ def test_pycoll_tune_measures_and_stores_the_constants_and_each_algorithms_facto
 
 def test_fit_recovers_each_algorithms_factors_from_two_times():
     constants = (20e-6, 1 / 2e9, 1 / 8e9)
-    truth = {name: (0.5 + i, 2.0 - 0.4 * i) for i, name in enumerate(tuning.CHOICES)}
-    model = tuning.CostModel(*constants, latency_scale={n: f[0] for n, f in truth.items()},
+    truth = {name: (0.5 + i, 2.0 - 0.4 * i) for i, name in enumerate(cost_model.CHOICES)}
+    model = cost_model.CostModel(*constants, latency_scale={n: f[0] for n, f in truth.items()},
                              bandwidth_scale={n: f[1] for n, f in truth.items()})
     times = {name: tuple(_sim.predict_all_reduce_s(ALGORITHMS[name], 4, nbytes, model.as_array())
-                         for nbytes in (tuning.SMALL_BYTES, tuning.LARGE_BYTES)) for name in tuning.CHOICES}
+                         for nbytes in (tuning.SMALL_BYTES, tuning.LARGE_BYTES)) for name in cost_model.CHOICES}
     fitted = tuning.fit_scales(constants, 4, times)
     for name, (latency, bandwidth) in truth.items():
         assert fitted.latency_scale[name] == pytest.approx(latency)
@@ -62,18 +63,18 @@ def test_load_reads_old_files_and_skips_unknown_algorithms(tmp_path, monkeypatch
     path = tmp_path / "model.json"
     monkeypatch.setenv("PYCOLL_TUNE_FILE", str(path))
     path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10}))
-    old = tuning.load()
+    old = cost_model.load()
     assert old.latency_scale == {} and list(old.as_array()[3:]) == [0.0] * (COST_MODEL_LEN - 3)
     path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10,
                                 "latency_scale": {"ring": 2.0, "telepathy": 9.0},
                                 "bandwidth_scale": {"mesh": 3.0}}))
-    model = tuning.load()
+    model = cost_model.load()
     assert model.latency_scale == {"ring": 2.0} and model.bandwidth_scale == {"mesh": 3.0}
-    assert tuning.CostModel.from_array(model.as_array()) == model
+    assert cost_model.CostModel.from_array(model.as_array()) == model
     for bad in ({"ring": -1.0}, {"ring": "fast"}, [2.0]):
         path.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 1e-10,
                                     "latency_scale": bad}))
-        assert tuning.load() is None, bad
+        assert cost_model.load() is None, bad
 
 
 def _auto_choice(tmp_path, alpha, beta, gamma, *, rank0_only=False, **scales):
@@ -91,7 +92,7 @@ def _auto_choice(tmp_path, alpha, beta, gamma, *, rank0_only=False, **scales):
 
 
 def _default_scales():
-    defaults = tuning.CostModel.from_array(_sim.default_cost_model())
+    defaults = cost_model.CostModel.from_array(_sim.default_cost_model())
     return defaults, {"latency_scale": defaults.latency_scale, "bandwidth_scale": dict(defaults.bandwidth_scale)}
 
 

@@ -54,8 +54,7 @@ pycoll_status_t memory_copy(pycoll_p2p_t *p2p, void *dst, const void *src, int64
 /* Complex too: its sum is compensated part by part (kernels/compensated.c). */
 static bool is_float(pycoll_dtype_t dtype)
 {
-    return dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16 || dtype == PYCOLL_FLOAT32 ||
-           dtype == PYCOLL_FLOAT64 || dtype == PYCOLL_COMPLEX64 || dtype == PYCOLL_COMPLEX128;
+    return (pycoll_dtype_table(NULL)[dtype].flags & PYCOLL_DTYPE_COMPENSATED) != 0;
 }
 
 void reduction_init(reduction_t *red, pycoll_p2p_t *p2p, pycoll_dtype_t dtype, pycoll_op_t op,

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/error_format.h"
+#include "pycoll/settings.h"
 #include "pycoll/transports.h"
 
 pycoll_status_t init_fail(boot_state_t *s, pycoll_status_t status, const char *fmt, ...)
@@ -125,6 +126,8 @@ static pycoll_status_t check_arguments(boot_state_t *s, pycoll_comm_t **comm, co
         return init_fail(s, PYCOLL_ERR_INVALID, "rank must be in [0, %d), got %d", (int)s->size, (int)s->rank);
     if (!(config->timeout_s > 0))
         return init_fail(s, PYCOLL_ERR_INVALID, "timeout_s must be positive, got %g", config->timeout_s);
+    if (pycoll_settings_check(s->error, BOOT_ERROR_LEN) != PYCOLL_OK)
+        return PYCOLL_ERR_INVALID;
     if (config->transport > PYCOLL_TRANSPORT_SHM)
         return init_fail(s, PYCOLL_ERR_INVALID, "transport must be AUTO, TCP or SHM, got %u", config->transport);
     int64_t ring = config->shm_ring_bytes;

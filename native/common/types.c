@@ -1,19 +1,42 @@
-/* Names and sizes of pycoll's enums. */
+/* The dtype table and the names of pycoll's enums. */
 #include "pycoll/p2p.h"
 #include <stdio.h>
 
+#define ALL_OPS ((1u << PYCOLL_NUM_OPS) - 1)
+#define UNORDERED_OPS ((1u << PYCOLL_SUM) | (1u << PYCOLL_PROD) | (1u << PYCOLL_AVG))
+#define INT (PYCOLL_DTYPE_INTEGER | PYCOLL_DTYPE_SIGNED)
+#define FLOAT (PYCOLL_DTYPE_FLOAT | PYCOLL_DTYPE_SIGNED | PYCOLL_DTYPE_COMPENSATED)
+#define COMPLEX (PYCOLL_DTYPE_COMPLEX | PYCOLL_DTYPE_SIGNED | PYCOLL_DTYPE_COMPENSATED)
+
+static const pycoll_dtype_info_t dtypes[PYCOLL_NUM_DTYPES] = {
+    /* id, name, size, flags, ops, accumulator (half floats sum in float32), precision */
+    {PYCOLL_INT8, "int8", 1, INT, ALL_OPS, PYCOLL_INT8, 0},
+    {PYCOLL_UINT8, "uint8", 1, PYCOLL_DTYPE_INTEGER, ALL_OPS, PYCOLL_UINT8, 0},
+    {PYCOLL_INT32, "int32", 4, INT, ALL_OPS, PYCOLL_INT32, 0},
+    {PYCOLL_INT64, "int64", 8, INT, ALL_OPS, PYCOLL_INT64, 0},
+    {PYCOLL_FLOAT16, "float16", 2, FLOAT, ALL_OPS, PYCOLL_FLOAT32, 11},
+    {PYCOLL_BFLOAT16, "bfloat16", 2, FLOAT, ALL_OPS, PYCOLL_FLOAT32, 8},
+    {PYCOLL_FLOAT32, "float32", 4, FLOAT, ALL_OPS, PYCOLL_FLOAT32, 24},
+    {PYCOLL_FLOAT64, "float64", 8, FLOAT, ALL_OPS, PYCOLL_FLOAT64, 53},
+    {PYCOLL_COMPLEX64, "complex64", 8, COMPLEX, UNORDERED_OPS, PYCOLL_COMPLEX64, 0},
+    {PYCOLL_COMPLEX128, "complex128", 16, COMPLEX, UNORDERED_OPS, PYCOLL_COMPLEX128, 0},
+};
+
+const pycoll_dtype_info_t *pycoll_dtype_table(int32_t *count)
+{
+    if (count)
+        *count = PYCOLL_NUM_DTYPES;
+    return dtypes;
+}
+
 size_t pycoll_dtype_size(pycoll_dtype_t dtype)
 {
-    static const size_t sizes[PYCOLL_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 8, 16};
-    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? sizes[dtype] : 0;
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? (size_t)dtypes[dtype].size : 0;
 }
 
 const char *pycoll_dtype_name(pycoll_dtype_t dtype)
 {
-    static const char *const names[PYCOLL_NUM_DTYPES] = {"int8",    "uint8",   "int32",     "int64",
-                                                         "float16", "bfloat16", "float32",  "float64",
-                                                         "complex64", "complex128"};
-    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? names[dtype] : "?";
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? dtypes[dtype].name : "?";
 }
 
 const char *pycoll_op_name(pycoll_op_t op)

@@ -13,15 +13,12 @@
 
 static int is_float(pycoll_dtype_t dtype)
 {
-    return dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16 || dtype == PYCOLL_FLOAT32 ||
-           dtype == PYCOLL_FLOAT64;
+    return (pycoll_dtype_table(NULL)[dtype].flags & PYCOLL_DTYPE_FLOAT) != 0;
 }
 
 pycoll_dtype_t pycoll_accumulator_dtype(pycoll_dtype_t dtype)
 {
-    if (dtype == PYCOLL_FLOAT16 || dtype == PYCOLL_BFLOAT16)
-        return PYCOLL_FLOAT32;
-    return dtype; /* float32, float64, complex64 and complex128; integers have no compensated form */
+    return (unsigned)dtype < PYCOLL_NUM_DTYPES ? pycoll_dtype_table(NULL)[dtype].accumulator : dtype;
 }
 
 /* Checks the arguments, then rewrites a complex (count, dtype) as its real parts: a complex sum is compensated

@@ -28,7 +28,8 @@ static enum simd_level cpu_simd_level(void)
     return SIMD_SCALAR;
 }
 
-/* A forced variant the CPU lacks falls back to the best it has; an unknown name is ignored. */
+/* A forced variant the CPU lacks falls back to the best it has. An unknown name is refused by init
+ * (pycoll_settings_check); kernels used with no communicator take it as the best. */
 static enum simd_level requested_simd_level(enum simd_level best)
 {
     const char *forced = setting_text(SETTING_SIMD);

@@ -5,6 +5,6 @@ abi      the ids and names of the C enums and decision.c's algorithm tables, bou
 buffer   memory addresses of arrays: the buffer protocol and DLPack capsules
 kernels  the SIMD reduction kernels (pycoll.kernels)
 comm     the native communicator (pycoll_comm_*), and the one map from status codes to exceptions
-sim      N ranks as threads over the in-process transport, each calling its own pycoll_comm_t (pycoll.simulate)
+sim      N ranks as threads over the in-process transport, each calling its own pycoll_comm_t (pycoll.tools.simulate)
 vendor   the NCCL and HCCL communicators (pycoll.plugins.nccl, .hccl)
 """

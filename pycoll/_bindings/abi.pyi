@@ -1,6 +1,7 @@
 """Type stubs for pycoll._bindings.abi: the ids and names of the C enums (native/include/pycoll/types.h) and
 the algorithm table (native/algorithms/table.c), bound from C once."""
 
+DTYPE_TABLE: tuple[dict, ...]
 DTYPES: dict[str, int]
 OPS: dict[str, int]
 ALGORITHMS: dict[str, int]

@@ -3,7 +3,7 @@
 constants from C rather than retyping them): every Python module takes dtype, op, algorithm, accuracy and
 collective ids from here, so the C headers are their one source of truth."""
 
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, uint32_t
 
 from pycoll._bindings.libpycoll cimport *
 
@@ -11,10 +11,6 @@ from pycoll._bindings.libpycoll cimport *
 cdef dict _names(const char *(*name_of)(int) noexcept nogil, int count):
     # "?" is an id the C library reserves but does not define (yet): not a name anyone can ask for.
     return {name_of(i).decode(): i for i in range(count) if name_of(i).decode() != "?"}
-
-
-cdef const char *_dtype(int i) noexcept nogil:
-    return pycoll_dtype_name(<pycoll_dtype_t>i)
 
 
 cdef const char *_op(int i) noexcept nogil:
@@ -33,8 +29,23 @@ cdef const char *_coll(int i) noexcept nogil:
     return pycoll_coll_name(<pycoll_coll_t>i)
 
 
+cdef tuple _dtype_table():
+    cdef int32_t n = 0
+    cdef const pycoll_dtype_info_t *table = pycoll_dtype_table(&n)
+    flags = {"integer": PYCOLL_DTYPE_INTEGER, "float": PYCOLL_DTYPE_FLOAT, "complex": PYCOLL_DTYPE_COMPLEX,
+             "compensated": PYCOLL_DTYPE_COMPENSATED, "signed": PYCOLL_DTYPE_SIGNED}
+    return tuple(dict({flag: bool(table[i].flags & bit) for flag, bit in flags.items()},
+                      id=table[i].id, name=table[i].name.decode(), size=table[i].size,
+                      ops=tuple(op for op in range(PYCOLL_NUM_OPS) if table[i].ops & (<uint32_t>1 << op)),
+                      accumulator=table[i].accumulator, precision=table[i].precision)
+                 for i in range(n))
+
+
+# One dict per dtype, in id order (types.c's table): id, name, size, the flags integer, float, complex,
+# compensated and signed, ops (the op ids that reduce it), accumulator (a dtype id) and precision (bits).
+DTYPE_TABLE = _dtype_table()
 # name -> id, in id order
-DTYPES = _names(_dtype, PYCOLL_NUM_DTYPES)
+DTYPES = {row["name"]: row["id"] for row in DTYPE_TABLE}
 OPS = _names(_op, PYCOLL_NUM_OPS)
 ALGORITHMS = _names(_algorithm, PYCOLL_NUM_ALGOS)  # "auto" (0) included
 ACCURACIES = _names(_accuracy, PYCOLL_NUM_ACCURACIES)

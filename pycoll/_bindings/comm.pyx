@@ -192,7 +192,7 @@ cdef class NativeComm:
         return pycoll_algorithm_name(pycoll_comm_last_algorithm(self.comm)).decode()
 
     def set_cost_model(self, values):
-        """values: pycoll.tuning.CostModel.as_array()'s layout (cost_model.pxi)."""
+        """values: pycoll.cost_model.CostModel.as_array()'s layout (cost_model.pxi)."""
         cdef pycoll_cost_model_t model
         fill_cost_model(&model, values)
         cdef pycoll_comm_t *c = self._enter()

@@ -1,5 +1,5 @@
 # The cost model as Python hands it over: None (the defaults) or a flat sequence of floats in the layout of
-# pycoll.tuning.CostModel.as_array(): alpha, beta, gamma, then latency_scale and bandwidth_scale, each indexed
+# pycoll.cost_model.CostModel.as_array(): alpha, beta, gamma, then latency_scale and bandwidth_scale, each indexed
 # by algorithm id (the ids the cost model weighs, below PYCOLL_COST_MODEL_ALGOS). The inter-host terms are not in it: they keep pycoll_default_cost_model's values (`pycoll tune`
 # measures one host). Included by the modules that pass a model to C (_comm, _sim).
 

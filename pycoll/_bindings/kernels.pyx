@@ -178,11 +178,6 @@ def norm_rows(out, x, residual, weight, bias, int64_t rows, int64_t hidden, int 
         _release(&views)
 
 
-def accumulator_dtype(int dtype):
-    """The dtype id (sum, comp) pairs of dtype are kept in."""
-    return <int>pycoll_accumulator_dtype(<pycoll_dtype_t>dtype)
-
-
 def compensated_load(sum, comp, src, int dtype):
     """sum = src in the accumulator type, comp = 0."""
     cdef Py_buffer *vs

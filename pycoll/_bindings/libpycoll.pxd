@@ -325,3 +325,27 @@ cdef extern from "pycoll/settings.h" nogil:
         int32_t power_of_two
         const char *doc
     const pycoll_setting_t *pycoll_settings(int32_t *count)
+
+# The dtype table and settings validation (types.h, settings.h): appended as one block.
+cdef extern from "pycoll/types.h" nogil:
+    enum:
+        PYCOLL_DTYPE_INTEGER, PYCOLL_DTYPE_FLOAT, PYCOLL_DTYPE_COMPLEX, PYCOLL_DTYPE_COMPENSATED,
+        PYCOLL_DTYPE_SIGNED
+    ctypedef struct pycoll_dtype_info_t:
+        pycoll_dtype_t id
+        const char *name
+        int32_t size
+        uint32_t flags
+        uint32_t ops
+        pycoll_dtype_t accumulator
+        int32_t precision
+    const pycoll_dtype_info_t *pycoll_dtype_table(int32_t *count)
+
+cdef extern from "pycoll/settings.h" nogil:
+    ctypedef struct pycoll_setting_value_t:
+        int64_t integer
+        double number
+    pycoll_status_t pycoll_setting_parse(const pycoll_setting_t *setting, const char *text,
+                                         pycoll_setting_value_t *value, char *error, size_t error_len)
+    void pycoll_setting_expects(const pycoll_setting_t *setting, char *out, size_t len)
+    pycoll_status_t pycoll_settings_check(char *error, size_t error_len)

@@ -2,3 +2,6 @@
 (native/common/settings.h), bound from C once."""
 
 SETTINGS: tuple[dict[str, object], ...]
+
+def expects(name: str) -> str: ...
+def parse(name: str, text: str) -> object: ...

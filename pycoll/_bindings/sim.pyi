@@ -1,5 +1,5 @@
 """Type stubs for pycoll._bindings.sim: N ranks as threads over the in-process transport, each calling its own
-pycoll_comm_t (pycoll.simulate), and the cost model's decisions (native/algorithms/cost_model.c)."""
+pycoll_comm_t (pycoll.tools.simulate), and the cost model's decisions (native/algorithms/cost_model.c)."""
 
 from collections.abc import Sequence
 from typing import Any

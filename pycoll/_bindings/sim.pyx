@@ -2,7 +2,7 @@
 """Runs collectives on the in-process simulated transport (native/transport/sim_transport.c): one thread per
 rank, each with its own communicator (pycoll_comm_create over its simulated p2p) calling the same
 pycoll_comm_* functions production calls -- the same argument checks, algorithm decision, descriptors,
-sequence numbers and history fingerprints. The GIL is released for the whole run. pycoll.simulate builds the
+sequence numbers and history fingerprints. The GIL is released for the whole run. pycoll.tools.simulate builds the
 per-rank calls."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t

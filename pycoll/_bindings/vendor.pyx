@@ -7,7 +7,7 @@ from libc.stdlib cimport free, malloc
 
 from pycoll._bindings.libpycoll cimport *
 
-from pycoll._bindings.abi import ACCURACIES, ALGORITHMS
+from pycoll._bindings.abi import ACCURACIES, ALGORITHMS, DTYPE_TABLE as _DTYPE_TABLE
 from pycoll._bindings.comm import error_for_status
 from pycoll.errors import BackendUnavailable, CommunicatorClosed
 
@@ -49,7 +49,7 @@ cdef enum:
 # pycoll's ids the vendor engine needs, bound from the C headers.
 SUM = PYCOLL_SUM
 AVG = PYCOLL_AVG
-FLOAT_DTYPES = frozenset({PYCOLL_FLOAT16, PYCOLL_BFLOAT16, PYCOLL_FLOAT32, PYCOLL_FLOAT64})
+FLOAT_DTYPES = frozenset(row["id"] for row in _DTYPE_TABLE if row["float"])
 ERR_UNSUPPORTED = PYCOLL_ERR_UNSUPPORTED
 
 

@@ -10,10 +10,10 @@ import os
 import sys
 import tempfile
 
-from pycoll.accuracy import format_table
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHM_ALIASES
-from pycoll.bench import accuracy_report, launch, peers, plot, report, sweep
-from pycoll.bench.progress import Progress, follow
+from pycoll.tools.accuracy import format_table
+from pycoll.tools.bench import accuracy_report, launch, peers, plot, report, sweep
+from pycoll.tools.bench.progress import Progress, follow
 
 HELP = "benchmark collectives (sizes x dtypes x ops x algorithms), optionally against gloo and MPI"
 
@@ -257,7 +257,7 @@ def _launched(n, config, timeout, runner):
 
 
 def _pycoll_job(n, config_path, result_path, timeout):
-    launch.run_module(n, "pycoll.bench.worker", [config_path, result_path], timeout=timeout)
+    launch.run_module(n, "pycoll.tools.bench.worker", [config_path, result_path], timeout=timeout)
 
 
 def _error(message, code=2) -> int:
@@ -297,7 +297,7 @@ def run(args) -> int:
         except launch.RankFailed as exc:
             return _error(f"{exc} (its error is above)", 1)
     else:
-        from pycoll.bench import worker
+        from pycoll.tools.bench import worker
 
         try:
             rows = worker.run(config, Progress.for_terminal(sys.stderr))

@@ -12,4 +12,4 @@ def register(subparsers):
                     "which algorithm, and store the model where pycoll.init() finds it "
                     "(PYCOLL_TUNE_FILE, default ~/.cache/pycoll/cost_model.json).")
     parser.add_argument("-n", "--nproc", type=int, default=2, help="ranks to measure with (default: 2)")
-    parser.set_defaults(func=lambda args: launch_module("pycoll.tuning", args.nproc))
+    parser.set_defaults(func=lambda args: launch_module("pycoll.tools.tuning", args.nproc))

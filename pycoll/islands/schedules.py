@@ -25,8 +25,7 @@ import collections
 import numpy as np
 
 from pycoll import kernels
-from pycoll.accuracy import FLOAT_DTYPES, float_dtype
-from pycoll.dtypes import OPS
+from pycoll.dtypes import FLOAT_DTYPES, OPS, float_dtype
 from pycoll.islands.staging import host_array
 from pycoll.plugins import ALL_DTYPES, Call
 

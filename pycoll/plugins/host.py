@@ -141,7 +141,7 @@ def _share_cost_model(native, rank, world_size, backend, defaults=None, *, store
     import numpy as np
 
     from pycoll._bindings.comm import COST_MODEL_LEN
-    from pycoll.tuning import load
+    from pycoll.cost_model import load
 
     if rank == 0:
         model = load(backend) or defaults

@@ -16,7 +16,7 @@ def default_cost_model():
     """auto's model over shared memory where `pycoll tune` stored none: the library's defaults are loopback
     TCP's. Fitted by bench/fit_shm_cost_model.py from `pycoll bench --backend shm --algorithm all` at 2 and 4
     ranks on the 2-core development host (bench/results/shm.md says when and how)."""
-    from pycoll.tuning import CostModel
+    from pycoll.cost_model import CostModel
 
     return CostModel(**SHM_COST_MODEL)
 

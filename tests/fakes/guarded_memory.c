@@ -2,7 +2,7 @@
  * and guarded allocations. Built by the tests into a shared library of its own (tests/fakes/guarded_memory.py),
  * never into libpycoll. The vendor transport uses it for "device" memory once a test installs it
  * (guarded_memory.install_named, through the bindings' test-only setter) -- against the fake libnccl and libhccl,
- * whose device memory is host memory -- and the simulator when given its address (pycoll.simulate(..., memory_table=)), so a test
+ * whose device memory is host memory -- and the simulator when given its address (pycoll.tools.simulate(..., memory_table=)), so a test
  * without a GPU can show that every data copy and every data scratch buffer of the C schedules goes through the
  * transport's table, as a real device table needs:
  * - a block from alloc is poisoned (all bits set: NaN in every float dtype), so a schedule that read scratch it

@@ -1,6 +1,6 @@
 """The guarded test memory table (guarded_memory.c), which stands in for a device memory table where there is no
 device, built with the system C compiler into a shared library of its own (libpycoll does not carry it): its
-address for pycoll.simulate(memory_table=), its path in PYCOLL_TEST_MEMORY_TABLE (a rank process then installs
+address for pycoll.tools.simulate(memory_table=), its path in PYCOLL_TEST_MEMORY_TABLE (a rank process then installs
 it as the vendor transport's table for device memory: install_named), and the calls a process made to each of its
 entries."""
 
@@ -51,7 +51,7 @@ def _load(path: str | None) -> ctypes.CDLL:
 
 
 def table_address() -> int:
-    """The table's address, for pycoll.simulate(memory_table=)."""
+    """The table's address, for pycoll.tools.simulate(memory_table=)."""
     return _load(None).pycoll_test_memory_table()
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 import pycoll
-from pycoll.accuracy import float_dtype, make_inputs
+from pycoll.tools.accuracy import float_dtype, make_inputs
 
 COUNT = 12 * 257  # whole blocks at 2, 3 and 4 ranks
 PLACES = {2: (0, 1), 3: (2, 1), 4: (3, 0)}  # where contributions a and b go, by world size

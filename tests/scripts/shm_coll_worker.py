@@ -16,9 +16,9 @@ from shm_segments import Segments
 from worker_report import report_and_close
 
 import pycoll
-from pycoll.accuracy import make_inputs
-from pycoll.bench.sweep import numpy_dtype
 from pycoll.dtypes import COMPLEX_DTYPES, DTYPES
+from pycoll.tools.accuracy import make_inputs
+from pycoll.tools.bench.sweep import numpy_dtype
 
 # The shared area's boundaries in bytes (native/transport/shm_collectives.c): one slot (the largest round: as
 # large as a ring, at most 4 MiB) and the one-round path's limit. Counts are placed on both sides of each.

@@ -33,6 +33,22 @@ typedef struct {
 /* Every setting, in the order the documentation lists them; *count receives how many. Never NULL. */
 PYCOLL_API const pycoll_setting_t *pycoll_settings(int32_t *count);
 
+/* A value parsed by its setting's type: a flag (0 or 1) or whole number in `integer`, a number in `number`. */
+typedef struct {
+    int64_t integer;
+    double number;
+} pycoll_setting_value_t;
+
+/* Parses `text` as a value of `setting`: PYCOLL_OK and *value (may be NULL), or PYCOLL_ERR_INVALID with
+ * "NAME='text': expected WHAT" in error[error_len] -- the text pycoll's Python SettingError carries too. */
+PYCOLL_API pycoll_status_t pycoll_setting_parse(const pycoll_setting_t *setting, const char *text,
+                                                pycoll_setting_value_t *value, char *error, size_t error_len);
+/* What a value of `setting` must be, as the error says it ("one of scalar, avx2, avx512"), into out[len]. */
+PYCOLL_API void pycoll_setting_expects(const pycoll_setting_t *setting, char *out, size_t len);
+/* Checks every setting the environment gives a (non-empty) value: PYCOLL_OK, or PYCOLL_ERR_INVALID and the
+ * first bad one's error. pycoll_comm_init_rank* run it first, so a bad value is refused, never ignored. */
+PYCOLL_API pycoll_status_t pycoll_settings_check(char *error, size_t error_len);
+
 #ifdef __cplusplus
 }
 #endif

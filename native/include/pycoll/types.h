@@ -57,6 +57,28 @@ typedef enum pycoll_status {
     PYCOLL_ERR_REVOKED = 13      /* the communicator was revoked (pycoll_comm_revoke): shrink it to go on */
 } pycoll_status_t;
 
+/* What kind of number a dtype is, and what pycoll can do with it (pycoll_dtype_info_t.flags). */
+enum {
+    PYCOLL_DTYPE_INTEGER = 1 << 0,     /* a whole number: sums are exact in every accuracy mode */
+    PYCOLL_DTYPE_FLOAT = 1 << 1,       /* a real floating-point number */
+    PYCOLL_DTYPE_COMPLEX = 1 << 2,     /* a pair of floats (real, imaginary): no order, so no min or max */
+    PYCOLL_DTYPE_COMPENSATED = 1 << 3, /* accuracy compensated and reproducible apply (complex: part by part) */
+    PYCOLL_DTYPE_SIGNED = 1 << 4,
+};
+
+/* One dtype: the C library's one description of it, which the Python layer binds rather than retypes. */
+typedef struct {
+    pycoll_dtype_t id;
+    const char *name;              /* numpy's name: "bfloat16", "complex64" */
+    int32_t size;                  /* bytes per element */
+    uint32_t flags;                /* PYCOLL_DTYPE_* */
+    uint32_t ops;                  /* bit 1 << op for each pycoll_op_t that reduces it */
+    pycoll_dtype_t accumulator;    /* what a compensated sum of it accumulates in; itself where none */
+    int32_t precision;             /* a float's significand bits, the implicit one included; 0 for others */
+} pycoll_dtype_info_t;
+
+/* Every dtype, in id order (table[i].id == i); *count receives how many. Never NULL. */
+PYCOLL_API const pycoll_dtype_info_t *pycoll_dtype_table(int32_t *count);
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
 PYCOLL_API const char *pycoll_dtype_name(pycoll_dtype_t dtype);
 PYCOLL_API const char *pycoll_op_name(pycoll_op_t op);

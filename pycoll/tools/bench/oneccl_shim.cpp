@@ -1,10 +1,10 @@
 // A C interface over oneCCL's C++ API, so that `pycoll bench --compare oneccl` drives oneCCL from Python
 // (ctypes) through the very same sweep code as every other peer. It is no part of pycoll's build: the bench
 // compiles it at run time against the headers and library of the environment PYCOLL_BENCH_ONECCL names
-// (pycoll/bench/oneccl.py), into a cache directory.
+// (pycoll/tools/bench/oneccl.py), into a cache directory.
 //
 // Every function returns 0, or -1 with the message of oneCCL's exception for oneccl_shim_error().
-// dtype and op are the indices of pycoll/bench/oneccl.py's DTYPES and OPS, in the order of the tables below.
+// dtype and op are the indices of pycoll/tools/bench/oneccl.py's DTYPES and OPS, in the order of the tables below.
 
 #include <oneapi/ccl.hpp>
 

@@ -5,7 +5,7 @@
 
 The report (`pycoll bench --accuracy-report`, bench/accuracy_report.py) runs every algorithm x accuracy mode x
 world size x dtype x data set through the real C schedules -- simulated ranks in one process
-(pycoll.simulate), or real rank processes over TCP -- and tabulates the max and mean error in ulps.
+(pycoll.tools.simulate), or real rank processes over TCP -- and tabulates the max and mean error in ulps.
 
 Data sets (each rank's values, drawn from one seeded generator so every rank can rebuild all of them):
   gaussian  standard normal values.
@@ -23,38 +23,23 @@ import sys
 import numpy as np
 
 from pycoll.algorithms import ACCURACIES as _ACCURACY_IDS, COLL_ALGORITHMS, NATIVE_ONLY
-from pycoll.dtypes import DTYPES
-from pycoll.simulate import simulate
+from pycoll.dtypes import DTYPE_INFO, FLOAT_DTYPES, float_dtype
+from pycoll.tools.simulate import simulate
 
 __all__ = ["FLOAT_DTYPES", "DATASETS", "float_dtype", "correctly_rounded_sum", "ulp_distance", "make_inputs",
            "reduction_error", "run_accuracy_report", "reproducible_bits", "reproducible_bits_processes",
            "format_table"]
 
-FLOAT_DTYPES = tuple(name for name in DTYPES if "float" in name)
 DATASETS = ("gaussian", "mixed", "crafted")
 # Simulated ranks run over the in-process transport, which has no native collectives.
 ALGORITHMS = tuple(name for name in COLL_ALGORITHMS["all_reduce"] if name not in NATIVE_ONLY)
 ACCURACIES = tuple(_ACCURACY_IDS)
 
-# (bits of precision, bit width) of each float format.
-_FORMATS = {"float16": (11, 16), "bfloat16": (8, 16), "float32": (24, 32), "float64": (53, 64)}
+# (bits of precision, bit width) of each float format, from the C dtype table.
+_FORMATS = {name: (DTYPE_INFO[name].precision, 8 * DTYPE_INFO[name].size) for name in FLOAT_DTYPES}
 PRECISION_BITS = {name: precision for name, (precision, _) in _FORMATS.items()}
 _UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 _INT = {16: np.int16, 32: np.int32, 64: np.int64}
-
-
-def float_dtype(dtype):
-    """The numpy dtype of a float dtype name or dtype ("bfloat16" needs ml_dtypes); ValueError otherwise."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    if name not in _FORMATS:
-        raise ValueError(f"dtype: {name!r} is not one of {', '.join(FLOAT_DTYPES)}")
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise ValueError("dtype: bfloat16 needs the ml_dtypes package (pip install ml_dtypes)") from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def _round_to_odd_f64(nearest, residual_sign):
@@ -280,7 +265,7 @@ def _run_processes(size, plan, backend, timeout):
         # without the built extensions) first on sys.path, so it comes off before the import.
         program = ("import os, sys\n"
                    "if sys.path and sys.path[0] in ('', os.getcwd()): del sys.path[0]\n"
-                   "from pycoll.accuracy import _rank_main\n"
+                   "from pycoll.tools.accuracy import _rank_main\n"
                    "_rank_main(__import__('json').loads(sys.argv[1]))\n")
         code = launch([sys.executable, "-c", program, json.dumps(plan)], size, backend=backend, timeout=timeout)
         if code != 0 or not os.path.exists(out):

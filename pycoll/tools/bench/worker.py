@@ -1,4 +1,4 @@
-"""One rank of a pycoll sweep. `python -m pycoll.bench.worker CONFIG.json RESULT.json` under a launcher's
+"""One rank of a pycoll sweep. `python -m pycoll.tools.bench.worker CONFIG.json RESULT.json` under a launcher's
 environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): rank 0 writes the rows to RESULT.json."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 
-from pycoll.bench import check, sweep, timing
-from pycoll.bench.progress import for_rank
+from pycoll.tools.bench import check, sweep, timing
+from pycoll.tools.bench.progress import for_rank
 
 DEVICES = ("cpu", "cuda", "npu")
 

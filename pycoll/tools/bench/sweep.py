@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from pycoll._bindings import abi
-from pycoll.dtypes import COMPLEX_DTYPES
+from pycoll.dtypes import REAL_DTYPES
 
 # The collectives a sweep times and checks (worker.run_collective), of the C ABI's: the rooted-vector, uneven and
 # message ones need per-rank layouts this sweep does not build.
@@ -17,7 +17,7 @@ COLLECTIVES = tuple(name for name in abi.COLLECTIVES
                     if name in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
                                 "barrier"))
 # Not the complex dtypes: check.py's exact references and error measures are real numbers.
-DTYPES = tuple(name for name in abi.DTYPES if name not in COMPLEX_DTYPES)
+DTYPES = REAL_DTYPES
 OPS = tuple(abi.OPS)
 ACCURACIES = tuple(abi.ACCURACIES)
 # Collectives that take an algorithm argument; the others run what auto picks (the algorithm table's size rule).

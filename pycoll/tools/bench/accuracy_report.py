@@ -1,14 +1,14 @@
 """`pycoll bench --accuracy-report`: all-reduce error in ulps against the correctly rounded exact sum, per
-algorithm x accuracy mode x world size x dtype x data set. pycoll.accuracy measures; this picks what to run
+algorithm x accuracy mode x world size x dtype x data set. pycoll.tools.accuracy measures; this picks what to run
 from the command line and reports progress (bench/accuracy_report.py writes the full results file)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from pycoll import accuracy
 from pycoll.algorithms import ACCURACY_ALIASES, ALGORITHMS
-from pycoll.bench import sweep
+from pycoll.tools import accuracy
+from pycoll.tools.bench import sweep
 
 # Real processes: the world sizes one host can start; simulated ranks (threads driving the same C schedules)
 # reach the large ones.

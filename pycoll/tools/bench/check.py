@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pycoll.accuracy import PRECISION_BITS
-from pycoll.bench.sweep import numpy_dtype
+from pycoll.tools.accuracy import PRECISION_BITS
+from pycoll.tools.bench.sweep import numpy_dtype
 
 FRACTION_BITS = {name: bits - 1 for name, bits in PRECISION_BITS.items()}  # the stored bits, without the hidden one
 EXPONENT_SPREAD = {"float16": 8, "bfloat16": 8, "float32": 8, "float64": 6}

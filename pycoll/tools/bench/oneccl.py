@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 
-from pycoll import settings
+from pycoll.dtypes import REAL_DTYPES
 
 ENV = "PYCOLL_BENCH_ONECCL"
 # The `oneccl` package, not `oneccl-cpu`: the CPU wheel's libccl.so.1 needs a libccl.so.2 that only `oneccl`
@@ -26,8 +26,8 @@ ENV = "PYCOLL_BENCH_ONECCL"
 PACKAGES = "oneccl==2022.1.2 oneccl-devel==2022.1.2"
 INSTALL = f"python -m venv DIR && DIR/bin/pip install {PACKAGES}, then {ENV}=DIR or --mpi-prefix oneccl=DIR"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oneccl_shim.cpp")
-# The order of oneccl_shim.cpp's kDtypes and kOps.
-DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+# The order of oneccl_shim.cpp's kDtypes (pycoll's ids: every dtype but the complex ones, which come last) and kOps.
+DTYPES = REAL_DTYPES
 OPS = ("sum", "prod", "min", "max")
 ADDRESS_BYTES = 256  # ccl::kvs::address_max_size
 KVS_FILE = "oneccl-kvs-address"
@@ -91,7 +91,7 @@ def build(prefix: str) -> str:
 
 def unavailable() -> str | None:
     """None when the peer can run, else why not; builds the shim (once) to find out."""
-    prefix = settings.get(ENV)
+    prefix = os.environ.get(ENV) or None
     if prefix is None:
         return f"{ENV} is not set (install: {INSTALL})"
     for path, package in _needed(prefix):
@@ -142,7 +142,7 @@ class OnecclComm:
         self.rank, self.size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         for name, value in SETTINGS.items():  # the environment's own values win
             os.environ.setdefault(name, value)
-        lib = self.lib = ctypes.CDLL(shim_path(settings.get(ENV)))
+        lib = self.lib = ctypes.CDLL(shim_path(os.environ.get(ENV) or None))
         lib.oneccl_shim_error.restype = ctypes.c_char_p
         size_t, int_, ptr = ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p
         lib.oneccl_shim_main_kvs.argtypes = [ctypes.c_char_p, size_t]

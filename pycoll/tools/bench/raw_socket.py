@@ -11,7 +11,7 @@ import socket
 import statistics
 import time
 
-from pycoll.bench.sweep import iterations
+from pycoll.tools.bench.sweep import iterations
 
 POLL_UP_TO = 64 * 1024
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from pycoll.bench import report
+from pycoll.tools.bench import report
 
 
 class PlotUnavailable(RuntimeError):

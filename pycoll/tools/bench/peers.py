@@ -1,11 +1,11 @@
 """The peers of `--compare`: torch.distributed (gloo, CPU) and mpi4py: `mpi` is Open MPI with its default
 transports (shared memory between the ranks of a host), `mpi-tcp` Open MPI over TCP only, `impi` Intel MPI (the
 `impi-rt` package) and `mpich` MPICH (the `mpich` package), each from its own environment (PREFIX_ENV), and
-`oneccl` Intel oneCCL on the CPU (pycoll/bench/oneccl.py), from its environment too.
+`oneccl` Intel oneCCL on the CPU (pycoll/tools/bench/oneccl.py), from its environment too.
 
 Each peer is wrapped in a small adapter with the Communicator methods the sweep uses, so the very same
 worker.run_cases times it: barrier, one timed call, per-rank median, medians gathered with the peer itself,
-and the same #wrong / max_rel_err checks. `python -m pycoll.bench.peers NAME CONFIG.json RESULT.json` is one
+and the same #wrong / max_rel_err checks. `python -m pycoll.tools.bench.peers NAME CONFIG.json RESULT.json` is one
 rank of a peer's job.
 """
 
@@ -19,10 +19,10 @@ import sys
 
 import numpy as np
 
-from pycoll import settings
-from pycoll.bench import launch, oneccl, sweep
-from pycoll.bench.progress import for_rank
-from pycoll.bench.worker import run_cases
+from pycoll.dtypes import REAL_DTYPES
+from pycoll.tools.bench import launch, oneccl, sweep
+from pycoll.tools.bench.progress import for_rank
+from pycoll.tools.bench.worker import run_cases
 
 
 class _GlooComm:
@@ -156,7 +156,7 @@ class Peer:
 
 class GlooPeer(Peer):
     name = "gloo"
-    dtypes = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+    dtypes = REAL_DTYPES
 
     def unavailable(self):
         if importlib.util.find_spec("torch") is None:
@@ -168,7 +168,7 @@ class GlooPeer(Peer):
         return None
 
     def launch(self, n, config_path, result_path, timeout):
-        launch.run_module(n, "pycoll.bench.peers", ["gloo", config_path, result_path], timeout=timeout)
+        launch.run_module(n, "pycoll.tools.bench.peers", ["gloo", config_path, result_path], timeout=timeout)
 
 
 class MpiPeer(Peer):
@@ -191,7 +191,7 @@ class MpiPeer(Peer):
     def launch(self, n, config_path, result_path, timeout):
         # No binding, since ranks may outnumber the cores.
         cmd = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", *self.mca,
-               sys.executable, "-m", "pycoll.bench.peers", self.name, config_path, result_path]
+               sys.executable, "-m", "pycoll.tools.bench.peers", self.name, config_path, result_path]
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1")
         launch.run_command(cmd, env, timeout)
@@ -220,7 +220,7 @@ class PrefixMpiPeer(Peer):
         self.name = name
 
     def prefix(self) -> str | None:
-        return settings.get(PREFIX_ENV[self.name])
+        return os.environ.get(PREFIX_ENV[self.name]) or None
 
     def paths(self) -> tuple[str, str, str]:
         """(mpiexec, libmpi, site-packages) under the prefix."""
@@ -241,7 +241,7 @@ class PrefixMpiPeer(Peer):
 
     def launch(self, n, config_path, result_path, timeout):
         mpiexec, libmpi, site = self.paths()
-        cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "pycoll.bench.peers", self.name, config_path,
+        cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "pycoll.tools.bench.peers", self.name, config_path,
                result_path]
         path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
         # No pinning, as for Open MPI above (Intel MPI pins by default; MPICH's hydra does not).
@@ -260,7 +260,7 @@ class OnecclPeer(Peer):
         return oneccl.unavailable()
 
     def launch(self, n, config_path, result_path, timeout):
-        launch.run_module(n, "pycoll.bench.peers", [self.name, config_path, result_path], timeout=timeout)
+        launch.run_module(n, "pycoll.tools.bench.peers", [self.name, config_path, result_path], timeout=timeout)
 
 
 def set_prefixes(text: str) -> None:
