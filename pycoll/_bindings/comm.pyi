@@ -9,14 +9,9 @@ from typing import Any
 from typing_extensions import Self, disjoint_base
 
 from pycoll.errors import (
-    AuthenticationError as AuthenticationError,
     CommunicatorClosed as CommunicatorClosed,
-    CommunicatorRevoked as CommunicatorRevoked,
-    MismatchError as MismatchError,
-    PeerFailure as PeerFailure,
     PycollError as PycollError,
-    Timeout as Timeout,
-    WrongProcess as WrongProcess,
+    error_for_status_name as error_for_status_name,
 )
 
 COST_MODEL_LEN: int

@@ -13,31 +13,15 @@ from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 
-import re
-
-from pycoll.errors import (AuthenticationError, CommunicatorClosed, CommunicatorRevoked, MismatchError, PeerFailure,
-                           PycollError, Timeout, WrongProcess)
-
-
-# The exception class of each pycoll_status_t; any other status is a PycollError.
-_ERROR_CLASSES = {PYCOLL_ERR_TIMEOUT: Timeout, PYCOLL_ERR_PEER_FAILURE: PeerFailure,
-                  PYCOLL_ERR_MISMATCH: MismatchError, PYCOLL_ERR_CLOSED: CommunicatorClosed,
-                  PYCOLL_ERR_INVALID: ValueError, PYCOLL_ERR_NOMEM: MemoryError, PYCOLL_ERR_BUSY: RuntimeError,
-                  PYCOLL_ERR_AUTH: AuthenticationError, PYCOLL_ERR_FORKED: WrongProcess,
-                  PYCOLL_ERR_REVOKED: CommunicatorRevoked}
+from pycoll.errors import CommunicatorClosed, PycollError, error_for_status_name
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
     """The exception for a pycoll_status_t: the one place status codes become Python errors (native
-    communicators, vendor bindings and the simulator all use it). Timeout and PeerFailure carry the rank that
-    failed (None: unknown)."""
-    cls = _ERROR_CLASSES.get(status, PycollError)
-    if cls is Timeout or cls is PeerFailure:
-        return cls(message, rank=failed_rank if failed_rank >= 0 else None)
-    if cls is WrongProcess:
-        owner = re.search(r"by process (\d+)|belongs to process (\d+)", message)
-        return cls(message, owner_pid=int(owner.group(owner.lastindex)) if owner else None)
-    return cls(message)
+    communicators, vendor bindings and the simulator all use it), through pycoll.errors.STATUS_CLASSES.
+    Timeout and PeerFailure carry the rank that failed (None: unknown)."""
+    return error_for_status_name(pycoll_status_name(<pycoll_status_t>status).decode(), message,
+                                 failed_rank if failed_rank >= 0 else None)
 
 
 cdef extern from "Python.h":
