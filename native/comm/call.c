@@ -111,11 +111,11 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
         return PYCOLL_OK;
     case PYCOLL_COLL_GATHER:
         out->count = call->send_count;
-        EXPECT(recv_count, is_root ? "size * send_count" : "0 off the root",
+        EXPECT(recv_count, is_root || call->recvbuf ? "size * send_count" : "0 off the root",
                is_root || call->recvbuf ? size * call->send_count : 0);
         return PYCOLL_OK;
     case PYCOLL_COLL_SCATTER:
-        EXPECT(send_count, is_root ? "size * recv_count" : "0 off the root",
+        EXPECT(send_count, is_root || call->sendbuf ? "size * recv_count" : "0 off the root",
                is_root || call->sendbuf ? size * call->recv_count : 0);
         return PYCOLL_OK;
     case PYCOLL_COLL_ALL_GATHER_V:
@@ -279,6 +279,13 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
         if (counts[i] < 0 || counts[i] > most) {
             snprintf(error, error_len, "%s must be in [0, %lld], got %lld", i ? "recv_count" : "send_count",
                      (long long)most, (long long)counts[i]);
+            return PYCOLL_ERR_INVALID;
+        }
+    const void *buffers[2] = {call->sendbuf, call->recvbuf};
+    for (int i = 0; i < 2; i++)
+        if (counts[i] > 0 && !buffers[i]) {
+            snprintf(error, error_len, "%s is NULL for %lld elements (%s)", i ? "recvbuf" : "sendbuf",
+                     (long long)counts[i], i ? "recv_count" : "send_count");
             return PYCOLL_ERR_INVALID;
         }
     if (call->counts && !takes_counts) {
