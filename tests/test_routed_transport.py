@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import NativeComm, shm_segment_bytes
-from pycoll.algorithms import ALGORITHMS
-from pycoll.dtypes import OPS, dtype_id
+from pycoll.buffers import as_buffer
+from pycoll.dtypes import OPS
 from pycoll.errors import PycollError
+from pycoll.plugins import Call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,8 +80,7 @@ def test_all_reduce_is_exact_over_any_host_shape(host_of, algorithm):
 
     def body(rank, comm):
         x = np.arange(count, dtype=np.int64) * (rank + 1)
-        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, results[rank].ctypes.data, count, count,
-                 dtype_id(np.dtype(np.int64)), op=OPS["sum"], algorithm=ALGORITHMS[algorithm])
+        comm.run(Call("all_reduce", as_buffer(x), as_buffer(results[rank]), op=OPS["sum"], algorithm=algorithm))
         comm.close(1.0)
 
     assert _on_threads(comms, body) == [None] * n
@@ -100,8 +99,7 @@ def test_a_rank_no_child_reaches_is_a_clear_error_not_a_hang():
         os.close(segment)
     x = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="rank 1 is not reachable over the tcp transport of rank 0"):
-        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, 4, 4, dtype_id(np.dtype(np.float32)),
-                 op=OPS["sum"], algorithm=ALGORITHMS["ring"])
+        comm.run(Call("all_reduce", as_buffer(x), as_buffer(x), op=OPS["sum"], algorithm="ring"))
 
 
 def test_sockets_are_closed_when_the_transport_cannot_be_made():
@@ -133,8 +131,7 @@ def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
     def body(rank, comm):
         def all_reduce():
             x = np.full(count, rank + 1, np.int64)
-            comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, count, count,
-                     dtype_id(np.dtype(np.int64)), op=OPS["sum"])
+            comm.run(Call("all_reduce", as_buffer(x), as_buffer(x), op=OPS["sum"]))
             assert (x == 10).all()
             seen[rank].append(comm.last_algorithm)
 

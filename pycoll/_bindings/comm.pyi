@@ -13,6 +13,7 @@ from pycoll.errors import (
     PycollError as PycollError,
     error_for_status_name as error_for_status_name,
 )
+from pycoll.plugins import Call
 
 COST_MODEL_LEN: int
 
@@ -74,11 +75,9 @@ class NativeComm:
     @property
     def failed_ranks(self) -> list[int]: ...
     def close(self, linger: float = 0.0) -> None: ...
-    # One call (pycoll_call_t, native/include/pycoll/call.h): blocking returns None once done on this rank;
-    # async_op=True returns the NativeWork of the call queued on the progress thread.
-    def run(self, collective: int, send: int = 0, recv: int = 0, send_count: int = 0, recv_count: int = 0,
-            dtype: int = 0, *, op: int = 0, algorithm: int = 0, accuracy: int = 0, root: int = -1, dest: int = -1,
-            source: int = -1, tag: int = 0, counts: int = 0, async_op: bool = False) -> NativeWork | None: ...
+    # One pycoll.plugins.Call, packed once into a pycoll_call_t (native/include/pycoll/call.h): blocking returns
+    # None once done on this rank; async_op=True returns the NativeWork of the call queued on the progress thread.
+    def run(self, call: Call, async_op: bool = False) -> NativeWork | None: ...
     def broadcast_internal(self, buf: int, count: int, dtype: int, root: int) -> None: ...
 
 @disjoint_base

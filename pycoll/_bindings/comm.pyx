@@ -13,6 +13,8 @@ from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 
+from pycoll._bindings.abi import (ACCURACIES as _ACCURACIES, ALGORITHMS as _ALGORITHMS,
+                                  COLLECTIVES as _COLLECTIVES)
 from pycoll.errors import CommunicatorClosed, PycollError, error_for_status_name
 
 
@@ -200,22 +202,14 @@ cdef class NativeComm:
         finally:
             free(ids)
 
-    def run(self, int collective, uintptr_t send=0, uintptr_t recv=0, int64_t send_count=0,
-            int64_t recv_count=0, int dtype=0, *, int op=0, int algorithm=0, int accuracy=0, int root=-1,
-            int dest=-1, int source=-1, uint32_t tag=0, uintptr_t counts=0, bint async_op=False):
-        """One call (pycoll_call_t: native/include/pycoll/call.h says what each field means for each
-        collective): buffers as addresses, counts as elements of each buffer, counts (the _v collectives) as
-        the address of `size` int64 that the caller keeps alive until the call completes, as it does the
-        buffers. Blocking: None once done on this rank; async_op: the NativeWork of the call queued on the
+    def run(self, call, bint async_op=False):
+        """One pycoll.plugins.Call, packed once into a pycoll_call_t (call.py's fields mean what call.h's do):
+        the library checks it (native/comm/call.c). The caller keeps its buffers and counts alive until the call
+        completes. Blocking: None once done on this rank; async_op: the NativeWork of the call queued on the
         progress thread."""
-        cdef pycoll_call_t call
-        pycoll_call_init(&call, <pycoll_coll_t>collective)
-        call.sendbuf, call.recvbuf = <const void *>send, <void *>recv
-        call.send_count, call.recv_count, call.counts = send_count, recv_count, <const int64_t *>counts
-        call.dtype, call.op = <pycoll_dtype_t>dtype, <pycoll_op_t>op
-        call.algorithm, call.accuracy = <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy
-        call.root, call.dest, call.source, call.tag = root, dest, source, tag
-        return self._run(&call, async_op)
+        cdef pycoll_call_t c
+        _pack(&c, call)
+        return self._run(&c, async_op)
 
     cdef object _run(self, const pycoll_call_t *call, bint async_op):
         """The one way a call reaches C (run() and the fast path): blocking, None; else its NativeWork."""
@@ -233,9 +227,12 @@ cdef class NativeComm:
     def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
         """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
         collective stays #1."""
+        cdef pycoll_call_t call
+        pycoll_call_init(&call, PYCOLL_COLL_BROADCAST)
+        call.recvbuf, call.recv_count, call.dtype, call.root = <void *>buf, count, <pycoll_dtype_t>dtype, root
         pycoll_comm_set_internal(self._open(), 1)
         try:
-            self.run(PYCOLL_COLL_BROADCAST, 0, buf, 0, count, dtype, root=root)
+            self._run(&call, False)
         finally:
             pycoll_comm_set_internal(self.comm, 0)
 
@@ -377,6 +374,23 @@ cdef class NativeComm:
         pycoll.jax's XLA custom calls: pycoll_comm_acquire(id) gives the communicator while it exists (NULL
         after close, never another one), and close waits for a call that holds it."""
         return pycoll_comm_id(self.comm) if self.comm != NULL else 0
+
+
+cdef int _pack(pycoll_call_t *c, call) except -1:
+    """c: the pycoll_call_t of a pycoll.plugins.Call (its names as ids, its Buffers as addresses and counts)."""
+    pycoll_call_init(c, <pycoll_coll_t>_COLLECTIVES[call.collective])
+    recv, send = call.recv, call.send
+    if recv is not None:
+        c.recvbuf, c.recv_count, c.dtype = <void *><uintptr_t>recv.ptr, recv.count, <pycoll_dtype_t>recv.dtype
+    if send is not None:
+        c.sendbuf, c.send_count, c.dtype = <const void *><uintptr_t>send.ptr, send.count, <pycoll_dtype_t>send.dtype
+    if call.counts is not None:
+        c.counts = <const int64_t *><uintptr_t>call.counts.ctypes.data
+    c.op = <pycoll_op_t>call.op
+    c.algorithm = <pycoll_algorithm_t>_ALGORITHMS[call.algorithm]
+    c.accuracy = <pycoll_accuracy_t>_ACCURACIES[call.accuracy]
+    c.root, c.dest, c.source, c.tag = call.root, call.dest, call.source, call.tag
+    return 0
 
 
 cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):
