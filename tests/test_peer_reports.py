@@ -11,7 +11,7 @@ import pytest
 from multiproc import Ranks
 
 import pycoll
-from pycoll._bindings.comm import NativeComm
+from pycoll._bindings import testing
 from pycoll.plugins import Call
 
 FRAME = struct.Struct("<IIqii40s40s")  # native/common/frame.h: pycoll_frame_header_t
@@ -59,7 +59,7 @@ def test_forged_shared_memory_abort_is_a_peer_failure(status, failed_rank, says)
 def _rank0_with_impostors():
     """Rank 0 of a 3-rank TCP communicator whose peers are sockets this test holds."""
     pairs = [socket.socketpair() for _ in range(2)]
-    comm = NativeComm.over_tcp(0, 3, [None, pairs[0][0].detach(), pairs[1][0].detach()], 3.0)
+    comm = testing.over_tcp(0, 3, [None, pairs[0][0].detach(), pairs[1][0].detach()], 3.0)
     return comm, [b for _, b in pairs]
 
 

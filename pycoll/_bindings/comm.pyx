@@ -15,7 +15,7 @@ include "cost_model.pxi"
 
 from pycoll._bindings.abi import (ACCURACIES as _ACCURACIES, ALGORITHMS as _ALGORITHMS,
                                   COLLECTIVES as _COLLECTIVES)
-from pycoll.errors import CommunicatorClosed, PycollError, error_for_status_name
+from pycoll.errors import CommunicatorClosed, error_for_status_name
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
@@ -62,43 +62,7 @@ cdef int _tag_this_thread() except -1:
 
 
 cdef class NativeComm:
-    """One pycoll_comm_t. Collectives take raw addresses and element counts."""
-    cdef pycoll_comm_t *comm
-    # Calls of this object now in C (their threads hold no GIL there): close waits for them. Threads take turns
-    # in C (native/comm/progress.c): a call that finds another thread's running waits for it, never refused.
-    cdef int active
-    cdef bint closing
-
-    @staticmethod
-    def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0, int64_t segment_bytes=0):
-        """A communicator over connected sockets (fds[r] to rank r; fds[rank] ignored). Takes ownership of
-        the file descriptors. Its options: timeout (seconds per collective), spin_us (how long a wait polls
-        before it sleeps), segment_bytes (ring segment; 0: the default)."""
-        cdef char err[512]
-        cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
-        cdef pycoll_p2p_t *p2p
-        if cfds == NULL:
-            raise MemoryError()
-        try:
-            for r in range(size):
-                cfds[r] = -1 if fds[r] is None else int(fds[r])
-            err[0] = 0
-            p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
-        finally:
-            free(cfds)
-        return _over(p2p, err, timeout, spin_us, segment_bytes)
-
-    @staticmethod
-    def over_routed(int rank, int size, fds, segment_fds, pids, int64_t ring_bytes, double timeout,
-                    double spin_us=0.0, int64_t segment_bytes=0):
-        """Per-pair transports (routed_transport.pxi): shared memory with the ranks whose segment_fds[r] is
-        given (this host's), TCP with the others over fds[r]; segment_fds[r] is rank r's segment of
-        shm_segment_bytes(size, ring_bytes) bytes (the caller keeps the descriptors), pids[r] its process id or 0
-        if unknown; the other arguments as over_tcp."""
-        cdef char err[512]
-        err[0] = 0
-        return _over(_routed_p2p(rank, size, fds, segment_fds, pids, ring_bytes, err), err, timeout, spin_us,
-                     segment_bytes)
+    """One pycoll_comm_t (its fields: comm.pxd). Collectives take one pycoll.plugins.Call each."""
 
     @staticmethod
     def init_rank(unique_id, rank, size, *, str transport="auto", double timeout=300.0, ifname=None,
@@ -185,22 +149,6 @@ cdef class NativeComm:
         with nogil:  # waits for queued collectives, which run without the GIL
             pycoll_comm_set_cost_model(c, &model)
         self._leave(PYCOLL_OK)
-
-    def set_hosts(self, host_of):
-        """host_of[r]: rank r's host number (pycoll.rendezvous.hosts.Hosts.host_of), every rank alike; it shapes
-        the hierarchical all-reduce."""
-        cdef int32_t size = pycoll_comm_size(self._open())
-        if len(host_of) != size:
-            raise ValueError(f"hosts: {len(host_of)} entries for {size} ranks")
-        cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
-        if ids == NULL:
-            raise MemoryError()
-        try:
-            for r in range(size):
-                ids[r] = host_of[r]
-            self._leave(pycoll_comm_set_hosts(self._enter(), ids))
-        finally:
-            free(ids)
 
     def run(self, call, bint async_op=False):
         """One pycoll.plugins.Call, packed once into a pycoll_call_t (call.py's fields mean what call.h's do):
@@ -393,26 +341,6 @@ cdef int _pack(pycoll_call_t *c, call) except -1:
     return 0
 
 
-cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):
-    """A NativeComm over a transport just created (NULL: err says why), with the communicator's options."""
-    cdef pycoll_comm_options_t options
-    cdef pycoll_status_t st
-    if p2p == NULL:
-        raise PycollError(err.decode(errors="replace"))
-    p2p.check_interrupt = _signal_raised
-    cdef NativeComm native = NativeComm.__new__(NativeComm)
-    pycoll_comm_options_init(&options)
-    options.timeout_s = timeout
-    options.spin_ns = <int64_t>(spin_us * 1000)
-    options.segment_bytes = segment_bytes
-    st = pycoll_comm_create(&native.comm, p2p, &options, err, 512)
-    if st != PYCOLL_OK:
-        p2p.ops.destroy(p2p)
-        raise error_for_status(st, err.decode(errors="replace"))
-    return native
-
-
 include "fast_path.pxi"
 include "work.pxi"
-include "routed_transport.pxi"
 include "bootstrap.pxi"
