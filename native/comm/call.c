@@ -121,8 +121,10 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
     case PYCOLL_COLL_ALL_GATHER_V:
     case PYCOLL_COLL_REDUCE_SCATTER_V: {
         const int gathers = call->collective == PYCOLL_COLL_ALL_GATHER_V;
-        EXPECT(send_count, gathers ? "counts[rank]" : "sum(counts)", gathers ? call->counts[rank] : total);
-        EXPECT(recv_count, gathers ? "sum(counts)" : "counts[rank]", gathers ? total : call->counts[rank]);
+        char own[32]; /* this rank's entry, by number: ranks that disagree read their own */
+        snprintf(own, sizeof own, "counts[%d]", (int)rank);
+        EXPECT(send_count, gathers ? own : "sum(counts)", gathers ? call->counts[rank] : total);
+        EXPECT(recv_count, gathers ? "sum(counts)" : own, gathers ? total : call->counts[rank]);
         out->count = 0;
         out->desc_count = counts_fingerprint(call->counts, size);
         return PYCOLL_OK;
