@@ -5,6 +5,7 @@
  * PYCOLL_ERR_UNSUPPORTED) and a message naming the field, the communicator intact. Prints "rank R ok" and exits 0,
  * or prints what failed and exits 1. Built and run by tests/test_c_call.py. */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,18 +42,20 @@ static void bad_fields(pycoll_comm_t *comm, int rank, float *x, float *y)
     pycoll_call_t call;
     pycoll_call_init(&call, PYCOLL_COLL_ALL_REDUCE);
     call.sendbuf = x, call.recvbuf = y, call.send_count = call.recv_count = N, call.dtype = PYCOLL_FLOAT32;
-    pycoll_call_t bad = call;
-    bad.dtype = (pycoll_dtype_t)99;
-    refused(comm, &bad, "dtype: unknown id 99", 1);
-    bad = call;
-    bad.op = (pycoll_op_t)99;
-    refused(comm, &bad, "op: unknown id 99", 0);
-    bad = call;
-    bad.algorithm = (pycoll_algorithm_t)99;
-    refused(comm, &bad, "algorithm: unknown id 99", 1);
-    bad = call;
-    bad.accuracy = (pycoll_accuracy_t)99;
-    refused(comm, &bad, "accuracy: unknown id 99", 1);
+    static const struct {
+        size_t offset; /* of an enum field, int-sized */
+        const char *says;
+    } unknown[] = {{offsetof(pycoll_call_t, dtype), "dtype: unknown id 99"},
+                   {offsetof(pycoll_call_t, op), "op: unknown id 99"},
+                   {offsetof(pycoll_call_t, algorithm), "algorithm: unknown id 99"},
+                   {offsetof(pycoll_call_t, accuracy), "accuracy: unknown id 99"}};
+    const int no_such_id = 99;
+    pycoll_call_t bad;
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        bad = call;
+        memcpy((char *)&bad + unknown[i].offset, &no_such_id, sizeof no_such_id);
+        refused(comm, &bad, unknown[i].says, (int)(i % 2));
+    }
     bad = call;
     bad.send_count = bad.recv_count = -1;
     refused(comm, &bad, "send_count must be in [0, ", 1);
