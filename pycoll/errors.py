@@ -80,3 +80,23 @@ class SettingError(PycollError, ValueError):
     def __init__(self, name, value, expects):
         super().__init__(f"{name}={value!r}: expected {expects}")
         self.name, self.value, self.expects = name, value, expects
+
+
+# The exception class of each status of the C library, by the name it exports (pycoll_status_name): the one
+# table, for the bindings' status codes and for JAX, whose FFI errors carry the name. Any other is a PycollError.
+STATUS_CLASSES = {"invalid": ValueError, "timeout": Timeout, "peer_failure": PeerFailure, "mismatch": MismatchError,
+                  "closed": CommunicatorClosed, "nomem": MemoryError, "busy": RuntimeError,
+                  "auth": AuthenticationError, "forked": WrongProcess, "revoked": CommunicatorRevoked}
+
+
+def error_for_status_name(status, message, failed_rank=None):
+    """The exception for a C status by its name: Timeout and PeerFailure carry the rank that failed (None:
+    unknown), WrongProcess the process the communicator belongs to where the message names it."""
+    cls = STATUS_CLASSES.get(status, PycollError)
+    if cls is Timeout or cls is PeerFailure:
+        return cls(message, rank=failed_rank)
+    if cls is WrongProcess:
+        import re
+        owner = re.search(r"by process (\d+)|belongs to process (\d+)", message)
+        return cls(message, owner_pid=int(owner.group(owner.lastindex)) if owner else None)
+    return cls(message)

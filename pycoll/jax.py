@@ -44,15 +44,7 @@ from pycoll._bindings import jax_ffi
 from pycoll.algorithms import ACCURACIES, ACCURACY_ALIASES, ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
 from pycoll.dtypes import REAL_DTYPES as _DTYPES, op_id
-from pycoll.errors import (
-    CommunicatorClosed,
-    CommunicatorRevoked,
-    MismatchError,
-    PeerFailure,
-    PycollError,
-    Timeout,
-    WrongProcess,
-)
+from pycoll.errors import STATUS_CLASSES, CommunicatorClosed, error_for_status_name
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "raise_pycoll_error"]
 
@@ -248,22 +240,17 @@ def _check_leading(x, size, tiled, name="x"):
                          f"got {x.shape[0]}")
 
 
-_ERRORS = {"Timeout": Timeout, "PeerFailure": PeerFailure, "MismatchError": MismatchError,
-           "CommunicatorClosed": CommunicatorClosed, "ValueError": ValueError, "PycollError": PycollError,
-           "WrongProcess": WrongProcess, "CommunicatorRevoked": CommunicatorRevoked}
-
-
 def raise_pycoll_error(exc):
     """Re-raise a JAX runtime error that a pycoll.jax collective reported as the pycoll exception it stands for
-    (Timeout, PeerFailure, MismatchError, ...), chained to the original; any other exception unchanged."""
+    (Timeout, PeerFailure, MismatchError, ...: the status named at its head, through
+    pycoll.errors.STATUS_CLASSES), chained to the original; any other exception unchanged."""
     message = str(exc)
     marker = "pycoll "
     at = message.find(marker)
     if at >= 0:
-        name = message[at + len(marker):].split(":", 1)[0]
-        cls = _ERRORS.get(name)
-        if cls is not None:
-            raise cls(message[at:]) from exc
+        status = message[at + len(marker):].split(":", 1)[0]
+        if status in STATUS_CLASSES:
+            raise error_for_status_name(status, message[at:]) from exc
     raise exc
 
 

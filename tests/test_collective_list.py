@@ -12,9 +12,10 @@ import pytest
 
 import pycoll
 from pycoll._bindings import abi
-from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS, NATIVE_ONLY
+from pycoll.algorithms import COLL_ALGORITHMS, NATIVE_ONLY
+from pycoll.buffers import as_buffer
 from pycoll.comm import Communicator
-from pycoll.dtypes import dtype_id
+from pycoll.plugins import Call
 
 IDS_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "native", "include", "pycoll", "ids.h")
 
@@ -25,7 +26,7 @@ ABI_VALUES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast"
 
 K = 4  # elements per rank's block
 # A valid call on one rank of each kind (ids.h) as (send elements or None, recv elements or None, extra
-# NativeComm.run keywords): on one rank every collective with both buffers copies send into recv.
+# pycoll.plugins.Call keywords): on one rank every collective with both buffers copies send into recv.
 KIND_CALLS = {
     "reduction": (K, K, {}),
     "blocks": (K, K, {}),
@@ -80,12 +81,10 @@ def test_every_schedule_of_the_table_runs_through_the_call_description(native, c
     extra = dict(extra)
     send = np.arange(send_n, dtype=np.float64) + 1 if send_n is not None else None
     recv = np.zeros(recv_n, dtype=np.float64) if recv_n is not None else None
-    counts = np.array([K], dtype=np.int64)
     if extra.pop("counts", False):
-        extra["counts"] = counts.ctypes.data
-    native.run(abi.COLLECTIVES[coll], send.ctypes.data if send is not None else 0,
-               recv.ctypes.data if recv is not None else 0, send_n or 0, recv_n or 0, dtype_id("float64"),
-               algorithm=ALGORITHMS[algorithm], **extra)
+        extra["counts"] = np.array([K], dtype=np.int64)
+    native.run(Call(coll, as_buffer(send) if send is not None else None,
+                    as_buffer(recv) if recv is not None else None, algorithm=algorithm, **extra))
     assert native.last_algorithm == algorithm, coll
     if send is not None and recv is not None:  # one rank: every collective with both buffers copies its block
         assert np.array_equal(recv, send), (coll, algorithm, recv)

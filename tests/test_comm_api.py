@@ -212,3 +212,16 @@ def test_dlpack_cuda_array_without_cupy_says_what_to_install(comm, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "cupy", None)  # as if CuPy were not installed
     with pytest.raises(TypeError, match="install CuPy"):
         comm.all_reduce(JaxLikeGpuArray())
+
+
+def test_uneven_counts_are_checked_by_the_library_alone(comm):
+    """The counts= forms: Python only packs the counts; their values against the buffers, and the algorithm the
+    uneven reduce-scatter has, are the C library's rules (native/comm/call.c), refused there naming the field."""
+    x, out = np.ones(3, np.float32), np.empty(4, np.float32)
+    with pytest.raises(ValueError, match=re.escape("all_gather_v: recv_count must be sum(counts) = 3, got 4")):
+        comm.all_gather(x, out, counts=[3])
+    with pytest.raises(ValueError, match=re.escape("counts[0] must be >= 0, got -1")):
+        comm.all_gather(x, out, counts=[-1])
+    with pytest.raises(ValueError, match="recursive_doubling has no reduce_scatter_v; it runs as ring"):
+        comm.reduce_scatter(x, np.empty(3, np.float32), counts=[3], algorithm="recursive_doubling")
+    assert comm.all_gather(x, out[:3], counts=[3]) is not None  # refused before anything was sent: still usable

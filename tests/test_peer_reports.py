@@ -11,8 +11,8 @@ import pytest
 from multiproc import Ranks
 
 import pycoll
-from pycoll._bindings.abi import COLLECTIVES
-from pycoll._bindings.comm import NativeComm
+from pycoll._bindings import testing
+from pycoll.plugins import Call
 
 FRAME = struct.Struct("<IIqii40s40s")  # native/common/frame.h: pycoll_frame_header_t
 MAGIC, DATA, ABORT, STATE = 0x50434C31, 1, 2, 4
@@ -22,16 +22,16 @@ ERR_INVALID, ERR_SYSTEM, ERR_NOMEM = 1, 6, 8
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("backend", ["tcp", "shm"])
 def test_a_rank_that_fails_with_a_bad_argument_is_a_peer_failure_elsewhere(backend):
-    """Rank 1's ring all-reduce gets a NULL buffer: rank 1 raises its ValueError; ranks 0 and 2, in the same
-    all-reduce, raise PeerFailure naming rank 1 and what it reported (they raised ValueError for rank 1's
-    argument)."""
+    """Rank 1's pairwise all-to-all gets one buffer as both send and receive buffer: rank 1 raises its
+    ValueError; ranks 0 and 2, in the same all-to-all, raise PeerFailure naming rank 1 and what it reported
+    (they raised ValueError for rank 1's argument)."""
     with Ranks(3, "peer_report_worker.py", "bad_argument", env={"PYCOLL_BACKEND": backend}, timeout=10) as ranks:
         reports = ranks.reports()
-    assert reports[1].get("error") == "ValueError" and "NULL" in reports[1]["message"], reports[1]
+    assert reports[1].get("error") == "ValueError" and "overlap" in reports[1]["message"], reports[1]
     for r in (0, 2):
         rep = reports[r]
         assert rep.get("error") == "PeerFailure" and rep["failed_rank"] == 1, (r, rep)
-        assert "rank 1 failed: invalid argument there:" in rep["message"] and "NULL" in rep["message"], rep
+        assert "rank 1 failed: invalid argument there:" in rep["message"] and "overlap" in rep["message"], rep
 
 
 @pytest.mark.timeout(60)
@@ -59,7 +59,7 @@ def test_forged_shared_memory_abort_is_a_peer_failure(status, failed_rank, says)
 def _rank0_with_impostors():
     """Rank 0 of a 3-rank TCP communicator whose peers are sockets this test holds."""
     pairs = [socket.socketpair() for _ in range(2)]
-    comm = NativeComm.over_tcp(0, 3, [None, pairs[0][0].detach(), pairs[1][0].detach()], 3.0)
+    comm = testing.over_tcp(0, 3, [None, pairs[0][0].detach(), pairs[1][0].detach()], 3.0)
     return comm, [b for _, b in pairs]
 
 
@@ -84,7 +84,7 @@ def test_forged_tcp_frame_is_a_peer_failure_naming_its_sender(frame, says, blame
     try:
         impostors[0].sendall(frame)
         with pytest.raises(pycoll.PeerFailure) as caught:
-            comm.run(COLLECTIVES["barrier"])
+            comm.run(Call("barrier"))
         assert says in str(caught.value) and caught.value.rank == blamed, caught.value
     finally:
         comm.close()

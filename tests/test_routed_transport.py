@@ -1,6 +1,7 @@
 """The routed transport (native/transport/routed_transport.c) in one process: ranks as threads, each a
-NativeComm.over_routed whose shared-memory child maps memfd segments of its "host" and whose TCP child holds
-socketpairs to the other hosts' ranks -- no rendezvous, so any host shape, and wrong wiring, can be built."""
+communicator of pycoll._bindings.testing.over_routed whose shared-memory child maps memfd segments of its "host"
+and whose TCP child holds socketpairs to the other hosts' ranks -- no rendezvous, so any host shape, and wrong
+wiring, can be built."""
 
 import os
 import socket
@@ -9,11 +10,12 @@ import threading
 import numpy as np
 import pytest
 
-from pycoll._bindings.abi import COLLECTIVES
-from pycoll._bindings.comm import NativeComm, shm_segment_bytes
-from pycoll.algorithms import ALGORITHMS
-from pycoll.dtypes import OPS, dtype_id
+from pycoll._bindings import testing
+from pycoll._bindings.comm import shm_segment_bytes
+from pycoll.buffers import as_buffer
+from pycoll.dtypes import OPS
 from pycoll.errors import PycollError
+from pycoll.plugins import Call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,13 +43,13 @@ def _job(host_of, timeout=20.0):
     socks, local, segments = _wiring(host_of)
     try:
         n = len(host_of)
-        comms = [NativeComm.over_routed(r, n, socks[r], local[r], [0] * n, RING_BYTES, timeout)
+        comms = [testing.over_routed(r, n, socks[r], local[r], [0] * n, RING_BYTES, timeout)
                  for r in range(n)]
     finally:
         for fd in segments:
             os.close(fd)
     for comm in comms:
-        comm.set_hosts(list(host_of))
+        testing.set_hosts(comm, list(host_of))
     return comms
 
 
@@ -80,8 +82,7 @@ def test_all_reduce_is_exact_over_any_host_shape(host_of, algorithm):
 
     def body(rank, comm):
         x = np.arange(count, dtype=np.int64) * (rank + 1)
-        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, results[rank].ctypes.data, count, count,
-                 dtype_id(np.dtype(np.int64)), op=OPS["sum"], algorithm=ALGORITHMS[algorithm])
+        comm.run(Call("all_reduce", as_buffer(x), as_buffer(results[rank]), op=OPS["sum"], algorithm=algorithm))
         comm.close(1.0)
 
     assert _on_threads(comms, body) == [None] * n
@@ -95,13 +96,12 @@ def test_a_rank_no_child_reaches_is_a_clear_error_not_a_hang():
     segment = os.memfd_create("routed-test", os.MFD_CLOEXEC)
     os.ftruncate(segment, shm_segment_bytes(2, RING_BYTES))
     try:
-        comm = NativeComm.over_routed(0, 2, [None, None], [segment, None], [0, 0], RING_BYTES, 5.0)
+        comm = testing.over_routed(0, 2, [None, None], [segment, None], [0, 0], RING_BYTES, 5.0)
     finally:
         os.close(segment)
     x = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="rank 1 is not reachable over the tcp transport of rank 0"):
-        comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, 4, 4, dtype_id(np.dtype(np.float32)),
-                 op=OPS["sum"], algorithm=ALGORITHMS["ring"])
+        comm.run(Call("all_reduce", as_buffer(x), as_buffer(x), op=OPS["sum"], algorithm="ring"))
 
 
 def test_sockets_are_closed_when_the_transport_cannot_be_made():
@@ -112,7 +112,7 @@ def test_sockets_are_closed_when_the_transport_cannot_be_made():
     theirs.settimeout(5.0)  # an open socket would block the recv below: fail, never hang
     try:
         with pytest.raises(PycollError, match="ring size must be a power of two"):
-            NativeComm.over_routed(0, 2, [None, fd], [segment, None], [0, 0], 1000, 5.0)
+            testing.over_routed(0, 2, [None, fd], [segment, None], [0, 0], 1000, 5.0)
         assert theirs.recv(1) == b""  # the other end sees the close
     finally:
         os.close(segment)
@@ -133,8 +133,7 @@ def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
     def body(rank, comm):
         def all_reduce():
             x = np.full(count, rank + 1, np.int64)
-            comm.run(COLLECTIVES["all_reduce"], x.ctypes.data, x.ctypes.data, count, count,
-                     dtype_id(np.dtype(np.int64)), op=OPS["sum"])
+            comm.run(Call("all_reduce", as_buffer(x), as_buffer(x), op=OPS["sum"]))
             assert (x == 10).all()
             seen[rank].append(comm.last_algorithm)
 
@@ -143,7 +142,7 @@ def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
         all_reduce()
         comm.set_cost_model(bandwidth_bound.as_array())
         all_reduce()
-        comm.set_hosts([0, 0, 0, 0])  # one host now: nothing for hierarchical to save
+        testing.set_hosts(comm, [0, 0, 0, 0])  # one host now: nothing for hierarchical to save
         all_reduce()
         comm.close(1.0)
 

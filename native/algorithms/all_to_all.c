@@ -13,9 +13,10 @@ pycoll_status_t pairwise_all_to_all(coll_ctx_t *ctx, const void *sendbuf, void *
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_send_recv_args(p2p, "all_to_all", sendbuf, recvbuf, count, dtype, PYCOLL_SUM);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
+    assert_checked(p2p, sendbuf, count, dtype, PYCOLL_SUM, 0);
+    assert_checked(p2p, recvbuf, count, dtype, PYCOLL_SUM, 0);
+    if (count == 0)
+        return PYCOLL_OK;
     const int32_t size = p2p->size, rank = p2p->rank;
     const int64_t block = count * (int64_t)pycoll_dtype_size(dtype);
     const char *in = sendbuf;
@@ -23,7 +24,7 @@ pycoll_status_t pairwise_all_to_all(coll_ctx_t *ctx, const void *sendbuf, void *
     /* A block is received into out while later steps still send from in: the two must not overlap. */
     if (in < out + size * block && out < in + size * block)
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "all_to_all: sendbuf and recvbuf overlap");
-    status = memory_copy(p2p, out + rank * block, in + rank * block, block, "all_to_all");
+    pycoll_status_t status = memory_copy(p2p, out + rank * block, in + rank * block, block, "all_to_all");
     pycoll_request_t reqs[2 * ALL_TO_ALL_IN_FLIGHT];
     for (int32_t first = 1; status == PYCOLL_OK && first < size; first += ALL_TO_ALL_IN_FLIGHT) {
         int n = 0;

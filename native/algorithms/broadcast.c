@@ -10,13 +10,8 @@
 pycoll_status_t binomial_tree_broadcast(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "broadcast", buf, count, dtype, PYCOLL_SUM);
-    if (status != PYCOLL_OK)
-        return status;
+    assert_checked(p2p, buf, count, dtype, PYCOLL_SUM, root);
     const int32_t size = p2p->size;
-    if (root < 0 || root >= size)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "broadcast: root %d is not a rank of 0..%d", (int)root,
-                               (int)size - 1);
     if (size == 1 || count == 0)
         return PYCOLL_OK;
     /* Tree over ranks relative to root: vr receives from vr - lowbit(vr) and sends to vr + m for every power
@@ -37,6 +32,7 @@ pycoll_status_t binomial_tree_broadcast(coll_ctx_t *ctx, void *buf, int64_t coun
     memset(reqs, 0, (size_t)(segs * (1 + children)) * sizeof *reqs);
     pycoll_request_t *recvs = reqs, *sends = reqs + segs;
     char *data = buf;
+    pycoll_status_t status = PYCOLL_OK;
     for (int64_t k = 0; vr != 0 && status == PYCOLL_OK && k < segs; k++) {
         int64_t len = nbytes - k * seg < seg ? nbytes - k * seg : seg;
         status = post_request(p2p, &recvs[k], false, ring_index(vr - lowbit + root, size), data + k * seg, len,

@@ -123,21 +123,7 @@ static pycoll_status_t root_transfers(pycoll_p2p_t *p2p, bool is_send, char *blo
     return status;
 }
 
-static pycoll_status_t check_rooted(pycoll_p2p_t *p2p, const char *what, const void *mine, const void *roots,
-                                    int64_t count, pycoll_dtype_t dtype, int32_t root)
-{
-    pycoll_status_t status = check_collective_args(p2p, what, mine, count, dtype, PYCOLL_SUM);
-    if (status != PYCOLL_OK)
-        return status;
-    if (root < 0 || root >= p2p->size)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: root %d is not a rank of 0..%d", what, (int)root,
-                               (int)p2p->size - 1);
-    if (p2p->rank == root && count > 0 && !roots)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: the root's buffer of every block is NULL", what);
-    return PYCOLL_OK;
-}
-
-/* The schedules, after the check: block is one rank's block in bytes, never 0. */
+/* The schedules: block is one rank's block in bytes, never 0. */
 typedef pycoll_status_t (*rooted_schedule_t)(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t block,
                                              int32_t root);
 
@@ -173,20 +159,21 @@ static pycoll_status_t flat_scatter_blocks(pycoll_p2p_t *p2p, const void *sendbu
     return status != PYCOLL_OK ? status : memory_copy(p2p, recvbuf, in + root * block, block, "scatter");
 }
 
-/* Check a gather (its own block is sendbuf, the root's blocks recvbuf) or a scatter (the other way round), then
- * run the schedule unless there is nothing to move. */
+/* Run a gather (its own block is sendbuf, the root's blocks recvbuf) or a scatter (the other way round) unless
+ * there is nothing to move. */
 static pycoll_status_t run_rooted(coll_ctx_t *ctx, bool gathers, rooted_schedule_t schedule, const void *sendbuf,
                                   void *recvbuf, int64_t count, pycoll_dtype_t dtype, int32_t root)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     const void *mine = gathers ? sendbuf : recvbuf, *roots = gathers ? recvbuf : sendbuf;
-    pycoll_status_t status = check_rooted(p2p, gathers ? "gather" : "scatter", mine, roots, count, dtype, root);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
+    assert_checked(p2p, mine, count, dtype, PYCOLL_SUM, root);
+    assert_checked(p2p, p2p->rank == root ? roots : mine, count, dtype, PYCOLL_SUM, root);
+    if (count == 0)
+        return PYCOLL_OK;
     return schedule(p2p, sendbuf, recvbuf, count * (int64_t)pycoll_dtype_size(dtype), root);
 }
 
-/* The four entry points of collectives.h (rooted_schedule): each checks, then runs its schedule. */
+/* The four entry points of collectives.h (rooted_schedule): each runs its schedule. */
 #define ROOTED_ENTRY(name, gathers, schedule)                                                                    \
     pycoll_status_t name(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count, pycoll_dtype_t dtype, \
                          int32_t root)                                                                             \

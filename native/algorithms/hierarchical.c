@@ -275,11 +275,11 @@ pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t coun
                                         pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_collective_args(p2p, "hierarchical all_reduce", buf, count, dtype, op);
-    if (status != PYCOLL_OK || p2p->size == 1 || count == 0)
-        return status;
+    assert_checked(p2p, buf, count, dtype, op, 0);
+    if (p2p->size == 1 || count == 0)
+        return PYCOLL_OK;
     host_plan_t plan;
-    status = host_plan_init(&plan, p2p, ctx->host_of);
+    pycoll_status_t status = host_plan_init(&plan, p2p, ctx->host_of);
     if (status != PYCOLL_OK)
         return status;
     const int32_t host = plan.host[p2p->rank], nlocal = plan.local_size[host];

@@ -82,18 +82,9 @@ static bool reduce_setup(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, in
                          pycoll_status_t *status)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    *status = check_collective_args(p2p, "reduce", sendbuf, count, dtype, op);
-    if (*status != PYCOLL_OK)
-        return false;
-    if (root < 0 || root >= p2p->size) {
-        *status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: root %d is not a rank of 0..%d", (int)root,
-                                  (int)p2p->size - 1);
-        return false;
-    }
-    if (p2p->rank == root && count > 0 && !recvbuf) {
-        *status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce: recvbuf is NULL on the root");
-        return false;
-    }
+    assert_checked(p2p, sendbuf, count, dtype, op, root);
+    assert_checked(p2p, p2p->rank == root ? recvbuf : sendbuf, count, dtype, op, root);
+    *status = PYCOLL_OK;
     if (count == 0)
         return false;
     reduction_init(red, p2p, dtype, op, accuracy);

@@ -10,8 +10,10 @@ static bool reduce_scatter_setup(coll_ctx_t *ctx, const void *sendbuf, void *rec
                                  pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red,
                                  pycoll_status_t *status)
 {
-    *status = check_send_recv_args(ctx->p2p, "reduce_scatter", sendbuf, recvbuf, count, dtype, op);
-    if (*status != PYCOLL_OK || count == 0)
+    assert_checked(ctx->p2p, sendbuf, count, dtype, op, 0);
+    assert_checked(ctx->p2p, recvbuf, count, dtype, op, 0);
+    *status = PYCOLL_OK;
+    if (count == 0)
         return false;
     reduction_init(red, ctx->p2p, dtype, op, accuracy);
     return true;
@@ -73,9 +75,11 @@ pycoll_status_t ring_all_gather(coll_ctx_t *ctx, const void *sendbuf, void *recv
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    pycoll_status_t status = check_send_recv_args(p2p, "all_gather", sendbuf, recvbuf, count, dtype, PYCOLL_SUM);
-    if (status != PYCOLL_OK || count == 0)
-        return status;
+    assert_checked(p2p, sendbuf, count, dtype, PYCOLL_SUM, 0);
+    assert_checked(p2p, recvbuf, count, dtype, PYCOLL_SUM, 0);
+    if (count == 0)
+        return PYCOLL_OK;
+    pycoll_status_t status;
     const size_t dsize = pycoll_dtype_size(dtype);
     char *own = (char *)recvbuf + (int64_t)p2p->rank * count * (int64_t)dsize;
     status = memory_copy(p2p, own, sendbuf, count * (int64_t)dsize, "all_gather"); /* the ranges may overlap */

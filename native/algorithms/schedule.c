@@ -1,39 +1,16 @@
-/* Shared schedule helpers: argument checks, scratch and request bookkeeping. */
+/* Shared schedule helpers: the all-reduce set-up, scratch and request bookkeeping. */
 #include "algorithms/phases.h"
 #include "algorithms/schedule.h"
 
 #include <stdlib.h>
 
-pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
-                                      pycoll_dtype_t dtype, pycoll_op_t op)
-{
-    if (count < 0)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: count must be >= 0, got %lld", what,
-                               (long long)count);
-    if ((unsigned)dtype >= PYCOLL_NUM_DTYPES)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: unknown dtype %d", what, (int)dtype);
-    if ((unsigned)op >= PYCOLL_NUM_OPS)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: unknown op %d", what, (int)op);
-    if (count > 0 && !buf)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: buffer is NULL for %lld elements", what,
-                               (long long)count);
-    return PYCOLL_OK;
-}
-
-pycoll_status_t check_send_recv_args(pycoll_p2p_t *p2p, const char *what, const void *sendbuf, const void *recvbuf,
-                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op)
-{
-    pycoll_status_t status = check_collective_args(p2p, what, sendbuf, count, dtype, op);
-    if (status == PYCOLL_OK && count > 0 && !recvbuf)
-        return pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "%s: recvbuf is NULL", what);
-    return status;
-}
-
 bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_t count, pycoll_dtype_t dtype,
                       pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red, pycoll_status_t *status)
 {
-    *status = check_collective_args(ctx->p2p, what, buf, count, dtype, op);
-    if (*status != PYCOLL_OK || ctx->p2p->size == 1 || count == 0)
+    (void)what;
+    assert_checked(ctx->p2p, buf, count, dtype, op, 0);
+    *status = PYCOLL_OK;
+    if (ctx->p2p->size == 1 || count == 0)
         return false;
     reduction_init(red, ctx->p2p, dtype, op, accuracy);
     return true;

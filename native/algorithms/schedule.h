@@ -3,6 +3,7 @@
 #ifndef PYCOLL_ALGORITHMS_SCHEDULE_H
 #define PYCOLL_ALGORITHMS_SCHEDULE_H
 
+#include <assert.h>
 #include "algorithms/context.h"
 #include "pycoll/algorithms.h"
 
@@ -88,12 +89,15 @@ static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)
     return ((uint32_t)phase << 24) | (uint32_t)(step & 0xFFFFFF);
 }
 
-/* Checks shared by every collective; on failure records a message naming the argument on p2p. */
-pycoll_status_t check_collective_args(pycoll_p2p_t *p2p, const char *what, const void *buf, int64_t count,
-                                      pycoll_dtype_t dtype, pycoll_op_t op);
-/* The same for a collective with a separate result buffer: recvbuf must be there when there is data. */
-pycoll_status_t check_send_recv_args(pycoll_p2p_t *p2p, const char *what, const void *sendbuf, const void *recvbuf,
-                                     int64_t count, pycoll_dtype_t dtype, pycoll_op_t op);
+/* What comm_check_call (comm/call.c) guaranteed before any schedule runs -- known ids, a count >= 0, a buffer
+ * wherever there is data, a root that is a rank -- asserted in debug builds, never checked again here. */
+static inline void assert_checked(const pycoll_p2p_t *p2p, const void *buf, int64_t count, pycoll_dtype_t dtype,
+                                  pycoll_op_t op, int32_t root)
+{
+    (void)p2p, (void)buf, (void)count, (void)dtype, (void)op, (void)root;
+    assert(count >= 0 && (count == 0 || buf) && (unsigned)dtype < PYCOLL_NUM_DTYPES &&
+           (unsigned)op < PYCOLL_NUM_OPS && root >= 0 && root < p2p->size);
+}
 
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). Host
  * bookkeeping only (request arrays, offsets); data goes in data_alloc's memory. */

@@ -24,19 +24,15 @@ pycoll_status_t ring_all_gather_v(coll_ctx_t *ctx, const void *sendbuf, void *re
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     const int32_t rank = p2p->rank;
-    pycoll_status_t status = check_send_recv_args(p2p, "all_gather_v", sendbuf, recvbuf, counts[rank], dtype,
-                                                  PYCOLL_SUM);
-    if (status != PYCOLL_OK)
-        return status;
     int64_t *offsets, total;
     const block_layout_t layout = counted_blocks(p2p, counts, &offsets, &total, "all_gather_v");
     if (!offsets)
         return PYCOLL_ERR_NOMEM;
-    if (total > 0 && !recvbuf)
-        status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "all_gather_v: recvbuf is NULL");
+    assert_checked(p2p, sendbuf, counts[rank], dtype, PYCOLL_SUM, 0);
+    assert_checked(p2p, recvbuf, total, dtype, PYCOLL_SUM, 0);
     const size_t dsize = pycoll_dtype_size(dtype);
-    if (status == PYCOLL_OK) /* the ranges may overlap (sendbuf may be this rank's block of recvbuf) */
-        status = memory_copy(p2p, (char *)recvbuf + offsets[rank] * (int64_t)dsize, sendbuf,
+    /* the ranges may overlap (sendbuf may be this rank's block of recvbuf) */
+    pycoll_status_t status = memory_copy(p2p, (char *)recvbuf + offsets[rank] * (int64_t)dsize, sendbuf,
                              counts[rank] * (int64_t)dsize, "all_gather_v");
     if (status == PYCOLL_OK && total > 0)
         status = ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
@@ -52,10 +48,10 @@ pycoll_status_t ring_reduce_scatter_v(coll_ctx_t *ctx, const void *sendbuf, void
     const block_layout_t layout = counted_blocks(p2p, counts, &offsets, &total, "reduce_scatter_v");
     if (!offsets)
         return PYCOLL_ERR_NOMEM;
-    pycoll_status_t status = check_collective_args(p2p, "reduce_scatter_v", sendbuf, total, dtype, op);
-    if (status == PYCOLL_OK && counts[p2p->rank] > 0 && !recvbuf)
-        status = pycoll_p2p_fail(p2p, PYCOLL_ERR_INVALID, -1, "reduce_scatter_v: recvbuf is NULL");
-    if (status == PYCOLL_OK && total > 0) {
+    assert_checked(p2p, sendbuf, total, dtype, op, 0);
+    assert_checked(p2p, recvbuf, counts[p2p->rank], dtype, op, 0);
+    pycoll_status_t status = PYCOLL_OK;
+    if (total > 0) {
         reduction_t red;
         reduction_init(&red, p2p, dtype, op, accuracy);
         /* sendbuf is read-only: the partials travel through the workspace, as in ring_reduce_scatter. */

@@ -111,18 +111,20 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
         return PYCOLL_OK;
     case PYCOLL_COLL_GATHER:
         out->count = call->send_count;
-        EXPECT(recv_count, is_root ? "size * send_count" : "0 off the root",
+        EXPECT(recv_count, is_root || call->recvbuf ? "size * send_count" : "0 off the root",
                is_root || call->recvbuf ? size * call->send_count : 0);
         return PYCOLL_OK;
     case PYCOLL_COLL_SCATTER:
-        EXPECT(send_count, is_root ? "size * recv_count" : "0 off the root",
+        EXPECT(send_count, is_root || call->sendbuf ? "size * recv_count" : "0 off the root",
                is_root || call->sendbuf ? size * call->recv_count : 0);
         return PYCOLL_OK;
     case PYCOLL_COLL_ALL_GATHER_V:
     case PYCOLL_COLL_REDUCE_SCATTER_V: {
         const int gathers = call->collective == PYCOLL_COLL_ALL_GATHER_V;
-        EXPECT(send_count, gathers ? "counts[rank]" : "sum(counts)", gathers ? call->counts[rank] : total);
-        EXPECT(recv_count, gathers ? "sum(counts)" : "counts[rank]", gathers ? total : call->counts[rank]);
+        char own[32]; /* this rank's entry, by number: ranks that disagree read their own */
+        snprintf(own, sizeof own, "counts[%d]", (int)rank);
+        EXPECT(send_count, gathers ? own : "sum(counts)", gathers ? call->counts[rank] : total);
+        EXPECT(recv_count, gathers ? "sum(counts)" : own, gathers ? total : call->counts[rank]);
         out->count = 0;
         out->desc_count = counts_fingerprint(call->counts, size);
         return PYCOLL_OK;
@@ -279,6 +281,13 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
         if (counts[i] < 0 || counts[i] > most) {
             snprintf(error, error_len, "%s must be in [0, %lld], got %lld", i ? "recv_count" : "send_count",
                      (long long)most, (long long)counts[i]);
+            return PYCOLL_ERR_INVALID;
+        }
+    const void *buffers[2] = {call->sendbuf, call->recvbuf};
+    for (int i = 0; i < 2; i++)
+        if (counts[i] > 0 && !buffers[i]) {
+            snprintf(error, error_len, "%s is NULL for %lld elements (%s)", i ? "recvbuf" : "sendbuf",
+                     (long long)counts[i], i ? "recv_count" : "send_count");
             return PYCOLL_ERR_INVALID;
         }
     if (call->counts && !takes_counts) {

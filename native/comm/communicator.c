@@ -3,6 +3,7 @@
  * native/algorithms/context.h), and stays broken after the first error (a half-finished collective leaves
  * peers in unknown states, so continuing would risk silently wrong data). Non-blocking collectives run the same
  * comm_run_call on the progress thread (progress.c); each blocking entry point here first waits its turn. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,17 +403,13 @@ pycoll_status_t comm_finish(pycoll_comm_t *comm, pycoll_status_t st)
     return PYCOLL_OK;
 }
 
-/* The collective begin() stamped, run by the schedule its algorithm's table entry (table.c) has for it. */
-static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, char *error, size_t error_len,
-                                pycoll_algorithm_t algorithm)
+/* The collective begin() stamped, run by the schedule its algorithm's table entry (table.c) has for it: the
+ * caller's algorithm serves it (comm_check_call), and so does the decision's. */
+static pycoll_status_t dispatch(pycoll_comm_t *comm, const comm_call_t *call, pycoll_algorithm_t algorithm)
 {
     const pycoll_call_t *c = &call->args;
     const coll_algorithm_t *a = algorithm_entry(algorithm);
-    if (!a || !algorithm_serves(a, c->collective)) {
-        snprintf(error, error_len, "algorithm %s has no %s", pycoll_algorithm_name(algorithm),
-                 pycoll_coll_name(c->collective));
-        return PYCOLL_ERR_UNSUPPORTED;
-    }
+    assert(a && algorithm_serves(a, c->collective));
     return comm_finish(comm, collective_runners[c->collective](a, &comm->ctx, c, call->count));
 }
 
@@ -425,9 +422,9 @@ pycoll_status_t comm_run_stage(pycoll_comm_t *comm, const comm_call_t *stamped, 
         return st;
     *ran = (pycoll_algorithm_t)comm->p2p->desc.algorithm;
     if (!comm->view)
-        return dispatch(comm, runs, error, error_len, *ran);
+        return dispatch(comm, runs, *ran);
     group_view_enter(comm->view); /* the root's transport carries this split's collective */
-    return group_view_leave(comm->view, dispatch(comm, runs, error, error_len, *ran));
+    return group_view_leave(comm->view, dispatch(comm, runs, *ran));
 }
 
 const pycoll_native_collectives_t *comm_coded_native(pycoll_comm_t *comm, pycoll_algorithm_t requested,

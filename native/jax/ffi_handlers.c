@@ -30,35 +30,26 @@ static pycoll_xla_error *fail(const pycoll_xla_call_frame *frame, int errc, cons
     return frame->api->error_create(&args);
 }
 
-/* What a pycoll status becomes across XLA's FFI: XLA's error code, and the pycoll exception class
- * (pycoll._bindings.comm.error_for_status) named at the head of the message so that pycoll.jax can raise the
- * same type. A status not listed is XLA's INTERNAL; one without a class, a PycollError. */
-static const struct {
-    int errc;
-    const char *error_class;
-} for_status[] = {
-    [PYCOLL_ERR_INVALID] = {PYCOLL_XLA_INVALID_ARGUMENT, "ValueError"},
-    [PYCOLL_ERR_UNSUPPORTED] = {PYCOLL_XLA_UNIMPLEMENTED, NULL},
-    [PYCOLL_ERR_TIMEOUT] = {PYCOLL_XLA_DEADLINE_EXCEEDED, "Timeout"},
-    [PYCOLL_ERR_PEER_FAILURE] = {PYCOLL_XLA_UNAVAILABLE, "PeerFailure"},
-    [PYCOLL_ERR_MISMATCH] = {PYCOLL_XLA_FAILED_PRECONDITION, "MismatchError"},
-    [PYCOLL_ERR_CLOSED] = {PYCOLL_XLA_FAILED_PRECONDITION, "CommunicatorClosed"},
-    [PYCOLL_ERR_NOMEM] = {PYCOLL_XLA_RESOURCE_EXHAUSTED, NULL},
-    [PYCOLL_ERR_INTERRUPTED] = {PYCOLL_XLA_CANCELLED, NULL},
-    [PYCOLL_ERR_BUSY] = {PYCOLL_XLA_RESOURCE_EXHAUSTED, NULL},
-    [PYCOLL_ERR_FORKED] = {PYCOLL_XLA_FAILED_PRECONDITION, "WrongProcess"},
-    [PYCOLL_ERR_REVOKED] = {PYCOLL_XLA_ABORTED, "CommunicatorRevoked"},
+/* What a pycoll status becomes across XLA's FFI: XLA's error code. The status's own name (pycoll_status_name)
+ * heads the message, so that pycoll.jax raises the exception pycoll.errors.STATUS_CLASSES gives it. A status
+ * not listed is XLA's INTERNAL. */
+static const int xla_code[] = {
+    [PYCOLL_ERR_INVALID] = PYCOLL_XLA_INVALID_ARGUMENT,      [PYCOLL_ERR_UNSUPPORTED] = PYCOLL_XLA_UNIMPLEMENTED,
+    [PYCOLL_ERR_TIMEOUT] = PYCOLL_XLA_DEADLINE_EXCEEDED,     [PYCOLL_ERR_PEER_FAILURE] = PYCOLL_XLA_UNAVAILABLE,
+    [PYCOLL_ERR_MISMATCH] = PYCOLL_XLA_FAILED_PRECONDITION,  [PYCOLL_ERR_CLOSED] = PYCOLL_XLA_FAILED_PRECONDITION,
+    [PYCOLL_ERR_NOMEM] = PYCOLL_XLA_RESOURCE_EXHAUSTED,      [PYCOLL_ERR_INTERRUPTED] = PYCOLL_XLA_CANCELLED,
+    [PYCOLL_ERR_BUSY] = PYCOLL_XLA_RESOURCE_EXHAUSTED,       [PYCOLL_ERR_FORKED] = PYCOLL_XLA_FAILED_PRECONDITION,
+    [PYCOLL_ERR_REVOKED] = PYCOLL_XLA_ABORTED,
 };
 
-/* The error of collective `name`, which failed with st: "pycoll <class>: <name>: <detail>". */
+/* The error of collective `name`, which failed with st: "pycoll <status name>: <name>: <detail>". */
 static pycoll_xla_error *fail_status(const pycoll_xla_call_frame *frame, pycoll_status_t st, const char *name,
                                      const char *detail)
 {
-    const int listed = (int)st > 0 && (size_t)st < sizeof for_status / sizeof for_status[0] && for_status[st].errc;
-    const char *error_class = listed && for_status[st].error_class ? for_status[st].error_class : "PycollError";
+    const int listed = (int)st > 0 && (size_t)st < sizeof xla_code / sizeof xla_code[0] && xla_code[st];
     char head[96];
-    snprintf(head, sizeof head, "pycoll %s: %s", error_class, name);
-    return fail(frame, listed ? for_status[st].errc : PYCOLL_XLA_INTERNAL, "%s: %s", head, detail);
+    snprintf(head, sizeof head, "pycoll %s: %s", pycoll_status_name(st), name);
+    return fail(frame, listed ? xla_code[st] : PYCOLL_XLA_INTERNAL, "%s: %s", head, detail);
 }
 
 static int to_pycoll_dtype(int32_t xla, pycoll_dtype_t *out)
@@ -278,9 +269,8 @@ static pycoll_xla_error *run(pycoll_xla_call_frame *frame, pycoll_coll_t coll)
      * and its destroy waits until this call releases it. */
     pycoll_comm_t *comm = pycoll_comm_acquire((uint64_t)handle);
     if (comm == NULL)
-        return fail(frame, PYCOLL_XLA_FAILED_PRECONDITION,
-                    "pycoll CommunicatorClosed: %s: the communicator this program was compiled with is closed%s",
-                    name, "");
+        return fail_status(frame, PYCOLL_ERR_CLOSED, name,
+                           "the communicator this program was compiled with is closed");
     pycoll_xla_error *err = run_on(frame, coll, comm, in, out, dtype, op, root, accuracy, algorithm);
     pycoll_comm_release(comm);
     return err;

@@ -9,15 +9,10 @@ from typing import Any
 from typing_extensions import Self, disjoint_base
 
 from pycoll.errors import (
-    AuthenticationError as AuthenticationError,
     CommunicatorClosed as CommunicatorClosed,
-    CommunicatorRevoked as CommunicatorRevoked,
-    MismatchError as MismatchError,
-    PeerFailure as PeerFailure,
-    PycollError as PycollError,
-    Timeout as Timeout,
-    WrongProcess as WrongProcess,
+    error_for_status_name as error_for_status_name,
 )
+from pycoll.plugins import Call
 
 COST_MODEL_LEN: int
 
@@ -44,12 +39,6 @@ class NativeWork:
 @disjoint_base
 class NativeComm:
     @staticmethod
-    def over_tcp(rank: int, size: int, fds: Sequence[int], timeout: float, spin_us: float = 0.0,
-                 segment_bytes: int = 0) -> NativeComm: ...
-    @staticmethod
-    def over_routed(rank: int, size: int, fds: Sequence[int], segment_fds: Sequence[int], pids: Sequence[int],
-                    ring_bytes: int, timeout: float, spin_us: float = 0.0, segment_bytes: int = 0) -> NativeComm: ...
-    @staticmethod
     def init_rank(unique_id: bytes, rank: int, size: int, *, transport: str = "auto", timeout: float = 300.0,
                   ifname: str | None = None, ring_bytes: int = 0, segment_bytes: int = 0, spin_us: float = -1.0,
                   watch: Callable[[], object] | None = None) -> NativeComm: ...
@@ -68,7 +57,6 @@ class NativeComm:
     @property
     def rank(self) -> int: ...
     def set_cost_model(self, values: Sequence[float]) -> None: ...
-    def set_hosts(self, host_of: Sequence[int]) -> None: ...
     def split(self, color: int, key: int) -> NativeComm | None: ...
     def revoke(self) -> None: ...
     def agree(self, flag: int, timeout: float = 0.0) -> int: ...
@@ -79,11 +67,9 @@ class NativeComm:
     @property
     def failed_ranks(self) -> list[int]: ...
     def close(self, linger: float = 0.0) -> None: ...
-    # One call (pycoll_call_t, native/include/pycoll/call.h): blocking returns None once done on this rank;
-    # async_op=True returns the NativeWork of the call queued on the progress thread.
-    def run(self, collective: int, send: int = 0, recv: int = 0, send_count: int = 0, recv_count: int = 0,
-            dtype: int = 0, *, op: int = 0, algorithm: int = 0, accuracy: int = 0, root: int = -1, dest: int = -1,
-            source: int = -1, tag: int = 0, counts: int = 0, async_op: bool = False) -> NativeWork | None: ...
+    # One pycoll.plugins.Call, packed once into a pycoll_call_t (native/include/pycoll/call.h): blocking returns
+    # None once done on this rank; async_op=True returns the NativeWork of the call queued on the progress thread.
+    def run(self, call: Call, async_op: bool = False) -> NativeWork | None: ...
     def broadcast_internal(self, buf: int, count: int, dtype: int, root: int) -> None: ...
 
 @disjoint_base

@@ -13,31 +13,17 @@ from pycoll._bindings.libpycoll cimport *
 
 include "cost_model.pxi"
 
-import re
-
-from pycoll.errors import (AuthenticationError, CommunicatorClosed, CommunicatorRevoked, MismatchError, PeerFailure,
-                           PycollError, Timeout, WrongProcess)
-
-
-# The exception class of each pycoll_status_t; any other status is a PycollError.
-_ERROR_CLASSES = {PYCOLL_ERR_TIMEOUT: Timeout, PYCOLL_ERR_PEER_FAILURE: PeerFailure,
-                  PYCOLL_ERR_MISMATCH: MismatchError, PYCOLL_ERR_CLOSED: CommunicatorClosed,
-                  PYCOLL_ERR_INVALID: ValueError, PYCOLL_ERR_NOMEM: MemoryError, PYCOLL_ERR_BUSY: RuntimeError,
-                  PYCOLL_ERR_AUTH: AuthenticationError, PYCOLL_ERR_FORKED: WrongProcess,
-                  PYCOLL_ERR_REVOKED: CommunicatorRevoked}
+from pycoll._bindings.abi import (ACCURACIES as _ACCURACIES, ALGORITHMS as _ALGORITHMS,
+                                  COLLECTIVES as _COLLECTIVES)
+from pycoll.errors import CommunicatorClosed, error_for_status_name
 
 
 def error_for_status(int status, str message, int failed_rank=-1):
     """The exception for a pycoll_status_t: the one place status codes become Python errors (native
-    communicators, vendor bindings and the simulator all use it). Timeout and PeerFailure carry the rank that
-    failed (None: unknown)."""
-    cls = _ERROR_CLASSES.get(status, PycollError)
-    if cls is Timeout or cls is PeerFailure:
-        return cls(message, rank=failed_rank if failed_rank >= 0 else None)
-    if cls is WrongProcess:
-        owner = re.search(r"by process (\d+)|belongs to process (\d+)", message)
-        return cls(message, owner_pid=int(owner.group(owner.lastindex)) if owner else None)
-    return cls(message)
+    communicators, vendor bindings and the simulator all use it), through pycoll.errors.STATUS_CLASSES.
+    Timeout and PeerFailure carry the rank that failed (None: unknown)."""
+    return error_for_status_name(pycoll_status_name(<pycoll_status_t>status).decode(), message,
+                                 failed_rank if failed_rank >= 0 else None)
 
 
 cdef extern from "Python.h":
@@ -76,43 +62,7 @@ cdef int _tag_this_thread() except -1:
 
 
 cdef class NativeComm:
-    """One pycoll_comm_t. Collectives take raw addresses and element counts."""
-    cdef pycoll_comm_t *comm
-    # Calls of this object now in C (their threads hold no GIL there): close waits for them. Threads take turns
-    # in C (native/comm/progress.c): a call that finds another thread's running waits for it, never refused.
-    cdef int active
-    cdef bint closing
-
-    @staticmethod
-    def over_tcp(int rank, int size, fds, double timeout, double spin_us=0.0, int64_t segment_bytes=0):
-        """A communicator over connected sockets (fds[r] to rank r; fds[rank] ignored). Takes ownership of
-        the file descriptors. Its options: timeout (seconds per collective), spin_us (how long a wait polls
-        before it sleeps), segment_bytes (ring segment; 0: the default)."""
-        cdef char err[512]
-        cdef int *cfds = <int *>malloc(max(size, 1) * sizeof(int))
-        cdef pycoll_p2p_t *p2p
-        if cfds == NULL:
-            raise MemoryError()
-        try:
-            for r in range(size):
-                cfds[r] = -1 if fds[r] is None else int(fds[r])
-            err[0] = 0
-            p2p = pycoll_tcp_transport_create(rank, size, cfds, err, sizeof(err))
-        finally:
-            free(cfds)
-        return _over(p2p, err, timeout, spin_us, segment_bytes)
-
-    @staticmethod
-    def over_routed(int rank, int size, fds, segment_fds, pids, int64_t ring_bytes, double timeout,
-                    double spin_us=0.0, int64_t segment_bytes=0):
-        """Per-pair transports (routed_transport.pxi): shared memory with the ranks whose segment_fds[r] is
-        given (this host's), TCP with the others over fds[r]; segment_fds[r] is rank r's segment of
-        shm_segment_bytes(size, ring_bytes) bytes (the caller keeps the descriptors), pids[r] its process id or 0
-        if unknown; the other arguments as over_tcp."""
-        cdef char err[512]
-        err[0] = 0
-        return _over(_routed_p2p(rank, size, fds, segment_fds, pids, ring_bytes, err), err, timeout, spin_us,
-                     segment_bytes)
+    """One pycoll_comm_t (its fields: comm.pxd). Collectives take one pycoll.plugins.Call each."""
 
     @staticmethod
     def init_rank(unique_id, rank, size, *, str transport="auto", double timeout=300.0, ifname=None,
@@ -200,38 +150,14 @@ cdef class NativeComm:
             pycoll_comm_set_cost_model(c, &model)
         self._leave(PYCOLL_OK)
 
-    def set_hosts(self, host_of):
-        """host_of[r]: rank r's host number (pycoll.rendezvous.hosts.Hosts.host_of), every rank alike; it shapes
-        the hierarchical all-reduce."""
-        cdef int32_t size = pycoll_comm_size(self._open())
-        if len(host_of) != size:
-            raise ValueError(f"hosts: {len(host_of)} entries for {size} ranks")
-        cdef int32_t *ids = <int32_t *>malloc(max(size, 1) * sizeof(int32_t))
-        if ids == NULL:
-            raise MemoryError()
-        try:
-            for r in range(size):
-                ids[r] = host_of[r]
-            self._leave(pycoll_comm_set_hosts(self._enter(), ids))
-        finally:
-            free(ids)
-
-    def run(self, int collective, uintptr_t send=0, uintptr_t recv=0, int64_t send_count=0,
-            int64_t recv_count=0, int dtype=0, *, int op=0, int algorithm=0, int accuracy=0, int root=-1,
-            int dest=-1, int source=-1, uint32_t tag=0, uintptr_t counts=0, bint async_op=False):
-        """One call (pycoll_call_t: native/include/pycoll/call.h says what each field means for each
-        collective): buffers as addresses, counts as elements of each buffer, counts (the _v collectives) as
-        the address of `size` int64 that the caller keeps alive until the call completes, as it does the
-        buffers. Blocking: None once done on this rank; async_op: the NativeWork of the call queued on the
+    def run(self, call, bint async_op=False):
+        """One pycoll.plugins.Call, packed once into a pycoll_call_t (call.py's fields mean what call.h's do):
+        the library checks it (native/comm/call.c). The caller keeps its buffers and counts alive until the call
+        completes. Blocking: None once done on this rank; async_op: the NativeWork of the call queued on the
         progress thread."""
-        cdef pycoll_call_t call
-        pycoll_call_init(&call, <pycoll_coll_t>collective)
-        call.sendbuf, call.recvbuf = <const void *>send, <void *>recv
-        call.send_count, call.recv_count, call.counts = send_count, recv_count, <const int64_t *>counts
-        call.dtype, call.op = <pycoll_dtype_t>dtype, <pycoll_op_t>op
-        call.algorithm, call.accuracy = <pycoll_algorithm_t>algorithm, <pycoll_accuracy_t>accuracy
-        call.root, call.dest, call.source, call.tag = root, dest, source, tag
-        return self._run(&call, async_op)
+        cdef pycoll_call_t c
+        _pack(&c, call)
+        return self._run(&c, async_op)
 
     cdef object _run(self, const pycoll_call_t *call, bint async_op):
         """The one way a call reaches C (run() and the fast path): blocking, None; else its NativeWork."""
@@ -249,9 +175,12 @@ cdef class NativeComm:
     def broadcast_internal(self, uintptr_t buf, int64_t count, int dtype, int root):
         """broadcast for pycoll's own use (init's cost model): errors call it internal, and the user's first
         collective stays #1."""
+        cdef pycoll_call_t call
+        pycoll_call_init(&call, PYCOLL_COLL_BROADCAST)
+        call.recvbuf, call.recv_count, call.dtype, call.root = <void *>buf, count, <pycoll_dtype_t>dtype, root
         pycoll_comm_set_internal(self._open(), 1)
         try:
-            self.run(PYCOLL_COLL_BROADCAST, 0, buf, 0, count, dtype, root=root)
+            self._run(&call, False)
         finally:
             pycoll_comm_set_internal(self.comm, 0)
 
@@ -395,26 +324,23 @@ cdef class NativeComm:
         return pycoll_comm_id(self.comm) if self.comm != NULL else 0
 
 
-cdef NativeComm _over(pycoll_p2p_t *p2p, char *err, double timeout, double spin_us, int64_t segment_bytes):
-    """A NativeComm over a transport just created (NULL: err says why), with the communicator's options."""
-    cdef pycoll_comm_options_t options
-    cdef pycoll_status_t st
-    if p2p == NULL:
-        raise PycollError(err.decode(errors="replace"))
-    p2p.check_interrupt = _signal_raised
-    cdef NativeComm native = NativeComm.__new__(NativeComm)
-    pycoll_comm_options_init(&options)
-    options.timeout_s = timeout
-    options.spin_ns = <int64_t>(spin_us * 1000)
-    options.segment_bytes = segment_bytes
-    st = pycoll_comm_create(&native.comm, p2p, &options, err, 512)
-    if st != PYCOLL_OK:
-        p2p.ops.destroy(p2p)
-        raise error_for_status(st, err.decode(errors="replace"))
-    return native
+cdef int _pack(pycoll_call_t *c, call) except -1:
+    """c: the pycoll_call_t of a pycoll.plugins.Call (its names as ids, its Buffers as addresses and counts)."""
+    pycoll_call_init(c, <pycoll_coll_t>_COLLECTIVES[call.collective])
+    recv, send = call.recv, call.send
+    if recv is not None:
+        c.recvbuf, c.recv_count, c.dtype = <void *><uintptr_t>recv.ptr, recv.count, <pycoll_dtype_t>recv.dtype
+    if send is not None:
+        c.sendbuf, c.send_count, c.dtype = <const void *><uintptr_t>send.ptr, send.count, <pycoll_dtype_t>send.dtype
+    if call.counts is not None:
+        c.counts = <const int64_t *><uintptr_t>call.counts.ctypes.data
+    c.op = <pycoll_op_t>call.op
+    c.algorithm = <pycoll_algorithm_t>_ALGORITHMS[call.algorithm]
+    c.accuracy = <pycoll_accuracy_t>_ACCURACIES[call.accuracy]
+    c.root, c.dest, c.source, c.tag = call.root, call.dest, call.source, call.tag
+    return 0
 
 
 include "fast_path.pxi"
 include "work.pxi"
-include "routed_transport.pxi"
 include "bootstrap.pxi"

@@ -25,6 +25,7 @@ cdef extern from "pycoll/pycoll.h" nogil:
     size_t pycoll_dtype_size(pycoll_dtype_t dtype)
     const char *pycoll_dtype_name(pycoll_dtype_t dtype)
     const char *pycoll_op_name(pycoll_op_t op)
+    const char *pycoll_status_name(pycoll_status_t status)
 
     # kernels.h
     pycoll_status_t pycoll_reduce_into(void *dst, const void *src, int64_t count, pycoll_dtype_t dtype,

@@ -1,4 +1,4 @@
-# The routed transport's construction for NativeComm.over_routed (included by comm.pyx): a shared-memory child
+# The routed transport's construction for over_routed (included by testing.pyx): a shared-memory child
 # for this host's ranks, a TCP child for the other hosts', and the route between them.
 
 from posix.unistd cimport close

@@ -4,7 +4,6 @@ communicator, and the bootstrap that makes one over the transport each backend c
 from __future__ import annotations
 
 from pycoll import plugins, settings
-from pycoll._bindings.abi import COLLECTIVES
 from pycoll._bindings.comm import FastPath, NativeComm
 from pycoll.algorithms import ACCURACIES, ALGORITHMS
 from pycoll.dtypes import dtype_id
@@ -16,11 +15,6 @@ COST_MODEL_KEY = "pycoll/cost_model"  # rank 0's model in the rendezvous store (
 # close within milliseconds of each other; one still busy after this is not waited for (it checks this rank's
 # goodbye when it closes).
 CLOSE_LINGER_S = 5.0
-
-
-def _memory(buf):
-    """(address, elements) of a Buffer, or (0, 0) for a buffer this rank does not use."""
-    return (0, 0) if buf is None else (buf.ptr, buf.count)
 
 
 class NativeEngine(plugins.Engine):
@@ -39,13 +33,7 @@ class NativeEngine(plugins.Engine):
                         accepted["dtypes"], tuple(ALGORITHMS))
 
     def run(self, call, async_op=False):
-        (send, send_count), (recv, recv_count) = _memory(call.send), _memory(call.recv)
-        some = call.send if call.send is not None else call.recv
-        work = self.native.run(COLLECTIVES[call.collective], send, recv, send_count, recv_count,
-                               some.dtype if some is not None else 0, op=call.op,
-                               algorithm=ALGORITHMS[call.algorithm], accuracy=ACCURACIES[call.accuracy],
-                               root=call.root, dest=call.dest, source=call.source, tag=call.tag,
-                               counts=call.counts.ctypes.data if call.counts is not None else 0, async_op=async_op)
+        work = self.native.run(call, async_op)
         return work if async_op else self.native.last_algorithm
 
     def split(self, color, key):

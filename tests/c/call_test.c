@@ -1,9 +1,12 @@
 /* pycoll_comm_run from C: two processes (forked, joined by a socket pair) run collectives and messages through
  * the one call description, blocking and non-blocking, and every rank checks that bad calls -- another
- * struct version or size, an unknown collective, counts that do not fit -- are refused with
- * PYCOLL_ERR_INVALID and a message naming the field, the communicator intact. Prints "rank R ok" and exits 0,
+ * struct version or size, an unknown id, counts that do not fit or overflow, a NULL buffer, a root, peer or
+ * algorithm that is not one -- are refused with PYCOLL_ERR_INVALID (reproducible where it is not supported:
+ * PYCOLL_ERR_UNSUPPORTED) and a message naming the field, the communicator intact. Prints "rank R ok" and exits 0,
  * or prints what failed and exits 1. Built and run by tests/test_c_call.py. */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,14 +19,109 @@
 
 #define N 8
 
-/* A call that must be refused with PYCOLL_ERR_INVALID, the error naming `says`. */
-static void refused(pycoll_comm_t *comm, const pycoll_call_t *call, const char *says, int blocking)
+/* A call that must be refused with `expected`, the error naming `says`. */
+static void refused_as(pycoll_comm_t *comm, const pycoll_call_t *call, const char *says, int blocking,
+                       pycoll_status_t expected)
 {
     pycoll_work_t *work = (pycoll_work_t *)&failures; /* must come back NULL */
     pycoll_status_t st = pycoll_comm_run(comm, call, blocking ? NULL : &work);
-    CHECK(st == PYCOLL_ERR_INVALID, "%s: status %d, expected PYCOLL_ERR_INVALID", says, (int)st);
+    CHECK(st == expected, "%s: status %d, expected %d", says, (int)st, (int)expected);
     CHECK(strstr(pycoll_comm_error(comm), says) != NULL, "%s: error says \"%s\"", says, pycoll_comm_error(comm));
     CHECK(blocking || work == NULL, "%s: a refused non-blocking call left a work", says);
+}
+
+static void refused(pycoll_comm_t *comm, const pycoll_call_t *call, const char *says, int blocking)
+{
+    refused_as(comm, call, says, blocking, PYCOLL_ERR_INVALID);
+}
+
+/* What the library alone refuses, with no binding above it to check first: every rule of a call lives in the
+ * library (comm/call.c), so each bad field is refused before anything is sent, the communicator intact. */
+static void bad_fields(pycoll_comm_t *comm, int rank, float *x, float *y)
+{
+    pycoll_call_t call;
+    pycoll_call_init(&call, PYCOLL_COLL_ALL_REDUCE);
+    call.sendbuf = x, call.recvbuf = y, call.send_count = call.recv_count = N, call.dtype = PYCOLL_FLOAT32;
+    static const struct {
+        size_t offset; /* of an enum field, int-sized */
+        const char *says;
+    } unknown[] = {{offsetof(pycoll_call_t, dtype), "dtype: unknown id 99"},
+                   {offsetof(pycoll_call_t, op), "op: unknown id 99"},
+                   {offsetof(pycoll_call_t, algorithm), "algorithm: unknown id 99"},
+                   {offsetof(pycoll_call_t, accuracy), "accuracy: unknown id 99"}};
+    const int no_such_id = 99;
+    pycoll_call_t bad;
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        bad = call;
+        memcpy((char *)&bad + unknown[i].offset, &no_such_id, sizeof no_such_id);
+        refused(comm, &bad, unknown[i].says, (int)(i % 2));
+    }
+    bad = call;
+    bad.send_count = bad.recv_count = -1;
+    refused(comm, &bad, "send_count must be in [0, ", 1);
+    bad = call;
+    bad.send_count = bad.recv_count = INT64_MAX / 4; /* its bytes would overflow int64 */
+    refused(comm, &bad, "send_count must be in [0, ", 0);
+    bad = call;
+    bad.sendbuf = NULL;
+    refused(comm, &bad, "sendbuf is NULL for 8 elements", 1);
+    bad = call;
+    bad.recvbuf = NULL;
+    refused(comm, &bad, "recvbuf is NULL for 8 elements", 0);
+    bad = call;
+    bad.op = PYCOLL_MAX, bad.dtype = PYCOLL_COMPLEX64, bad.send_count = bad.recv_count = N / 2;
+    refused(comm, &bad, "complex numbers have no order", 1);
+    bad = call;
+    bad.algorithm = PYCOLL_ALGO_SHM_SLOTS; /* this communicator is over TCP */
+    refused(comm, &bad, "shm_slots runs only over the shared-memory transport", 1);
+    bad = call;
+    bad.counts = (const int64_t[]){N, N};
+    refused(comm, &bad, "only the _v collectives take them", 1);
+
+    pycoll_call_init(&bad, PYCOLL_COLL_REDUCE_SCATTER);
+    bad.sendbuf = x, bad.recvbuf = y, bad.send_count = N, bad.recv_count = N / 2, bad.dtype = PYCOLL_FLOAT32;
+    bad.algorithm = PYCOLL_ALGO_RECURSIVE_DOUBLING;
+    refused(comm, &bad, "recursive_doubling has no reduce_scatter; it runs as ring", 1);
+
+    pycoll_call_init(&bad, PYCOLL_COLL_ALL_GATHER);
+    bad.sendbuf = x, bad.recvbuf = y, bad.send_count = N / 2, bad.recv_count = N / 2, bad.dtype = PYCOLL_FLOAT32;
+    refused(comm, &bad, "all_gather: recv_count must be size * send_count = 8, got 4", 1);
+    bad.recv_count = N;
+    bad.accuracy = PYCOLL_ACCURACY_REPRODUCIBLE;
+    refused_as(comm, &bad, "accuracy reproducible: all_gather is not supported", 1, PYCOLL_ERR_UNSUPPORTED);
+
+    pycoll_call_init(&bad, PYCOLL_COLL_BROADCAST);
+    bad.recvbuf = y, bad.recv_count = N, bad.dtype = PYCOLL_FLOAT32;
+    refused(comm, &bad, "root out of range: -1", 1);
+    bad.root = 2;
+    refused(comm, &bad, "root out of range: 2", 0);
+
+    pycoll_call_init(&bad, PYCOLL_COLL_GATHER);
+    bad.sendbuf = x, bad.send_count = N / 2, bad.root = 0, bad.dtype = PYCOLL_FLOAT32;
+    bad.recvbuf = y, bad.recv_count = N / 2; /* a recvbuf holds every block, also off the root */
+    refused(comm, &bad, "gather: recv_count must be size * send_count = 8, got 4", 1);
+    bad.recvbuf = NULL;
+    refused(comm, &bad, "recvbuf is NULL for 4 elements", 1);
+
+    pycoll_call_init(&bad, PYCOLL_COLL_SEND_RECV);
+    bad.sendbuf = x, bad.send_count = N, bad.dtype = PYCOLL_FLOAT32;
+    bad.dest = rank; /* itself */
+    refused(comm, &bad, "peer must be another rank of this communicator's 2, got", 1);
+    bad.dest = 5;
+    refused(comm, &bad, "peer must be another rank of this communicator's 2, got 5", 0);
+    bad.dest = 1 - rank, bad.source = 1 - rank;
+    refused(comm, &bad, "one of them; got both", 1);
+
+    const int64_t negative[2] = {-1, N}, huge[2] = {INT64_MAX / 40, INT64_MAX / 40}, fine[2] = {N / 2, N / 2};
+    pycoll_call_init(&bad, PYCOLL_COLL_ALL_GATHER_V);
+    bad.sendbuf = x, bad.send_count = N / 2, bad.recvbuf = y, bad.recv_count = N, bad.dtype = PYCOLL_FLOAT32;
+    refused(comm, &bad, "counts is NULL (2 entries expected)", 1);
+    bad.counts = negative;
+    refused(comm, &bad, "counts[0] must be >= 0, got -1", 1);
+    bad.counts = huge;
+    refused(comm, &bad, "counts: the sum is too large (rank 1's entry overflows it)", 0);
+    bad.counts = fine, bad.recv_count = N - 1;
+    refused(comm, &bad, "all_gather_v: recv_count must be sum(counts) = 8, got 7", 1);
 }
 
 static void bad_calls(pycoll_comm_t *comm, float *x, float *y)
@@ -67,6 +165,7 @@ static int rank_main(int rank, int fd)
     for (int i = 0; i < N; i++)
         x[i] = (float)(rank + 1) * (float)i;
     bad_calls(comm, x, y);
+    bad_fields(comm, rank, x, y);
 
     pycoll_call_t call; /* blocking all_reduce */
     pycoll_call_init(&call, PYCOLL_COLL_ALL_REDUCE);

@@ -158,12 +158,12 @@ def check_bad_input(comm):
     expect(TypeError, ["counts[0]"], comm.all_gather, mine, whole, counts=[1.5] + counts[1:])
     expect(TypeError, ["counts"], comm.all_gather, mine, whole, counts=5)
     expect(TypeError, ["counts"], comm.all_gather, mine, whole, counts="12")
-    expect(ValueError, ["x", f"counts[{rank}]"], comm.all_gather, np.zeros(counts[rank] + 1, np.int64), whole,
-           counts=counts)
-    expect(ValueError, ["out", "sum(counts)"], comm.all_gather, mine, np.zeros(total + 1, np.int64), counts=counts)
-    expect(ValueError, ["x", "sum(counts)"], comm.reduce_scatter, np.zeros(total - 1, np.int64), mine, counts=counts)
-    expect(ValueError, ["out", f"counts[{rank}]"], comm.reduce_scatter, whole, np.zeros(counts[rank] + 1, np.int64),
-           counts=counts)
+    # Their values against the buffers: the library's rule (native/comm/call.c), naming its fields.
+    one_more, whole_more = np.zeros(counts[rank] + 1, np.int64), np.zeros(total + 1, np.int64)
+    expect(ValueError, ["send_count", f"counts[{rank}]"], comm.all_gather, one_more, whole, counts=counts)
+    expect(ValueError, ["recv_count", "sum(counts)"], comm.all_gather, mine, whole_more, counts=counts)
+    expect(ValueError, ["send_count", "sum(counts)"], comm.reduce_scatter, whole[1:], mine, counts=counts)
+    expect(ValueError, ["recv_count", f"counts[{rank}]"], comm.reduce_scatter, whole, one_more, counts=counts)
     expect(ValueError, ["algorithm", "ring"], comm.reduce_scatter, whole, mine, counts=counts, algorithm="mesh")
     expect(ValueError, ["op"], comm.reduce_scatter, whole, mine, "nope", counts=counts)
     # The communicator is intact: a collective after all of these works.

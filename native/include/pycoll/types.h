@@ -82,6 +82,8 @@ PYCOLL_API const pycoll_dtype_info_t *pycoll_dtype_table(int32_t *count);
 PYCOLL_API size_t pycoll_dtype_size(pycoll_dtype_t dtype);
 PYCOLL_API const char *pycoll_dtype_name(pycoll_dtype_t dtype);
 PYCOLL_API const char *pycoll_op_name(pycoll_op_t op);
+/* A status's name ("timeout", "peer_failure", ...; "?" for none): what language bindings map to their errors. */
+PYCOLL_API const char *pycoll_status_name(pycoll_status_t status);
 
 #ifdef __cplusplus
 }
