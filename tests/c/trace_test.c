@@ -7,15 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <pycoll/pycoll.h>
 
 #include "check.h"
+#include "two_ranks.h"
 
 static char file_text[1 << 16];
+static const char *dir; /* argv[1] */
 
 static void read_file(const char *path)
 {
@@ -26,17 +25,11 @@ static void read_file(const char *path)
         fclose(f);
 }
 
-static int rank_main(int rank, int fd, const char *dir)
+static int rank_main(int rank, int fd)
 {
-    int fds[2] = {-1, -1};
-    fds[1 - rank] = fd;
-    char error[PYCOLL_ERROR_LEN];
-    pycoll_p2p_t *p2p = pycoll_tcp_transport_create(rank, 2, fds, error, sizeof error);
-    pycoll_comm_t *comm = NULL;
-    if (!p2p || pycoll_comm_create(&comm, p2p, NULL, error, sizeof error) != PYCOLL_OK) {
-        printf("rank %d: %s\n", rank, error);
+    pycoll_comm_t *comm = two_ranks_comm(rank, fd);
+    if (!comm)
         return 1;
-    }
     float x[4] = {1, 2, 3, 4}, y[4];
     for (int i = 0; i < 3; i++)
         CHECK(pycoll_comm_all_reduce(comm, x, y, 4, PYCOLL_FLOAT32, PYCOLL_SUM, PYCOLL_ALGO_AUTO,
@@ -76,27 +69,10 @@ static int rank_main(int rank, int fd, const char *dir)
 
 int main(int argc, char **argv)
 {
-    int pair[2];
-    if (argc != 2 || socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) {
+    if (argc != 2) {
         printf("usage: trace_test DIR\n");
         return 1;
     }
-    fflush(stdout);
-    pid_t child = fork();
-    if (child < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (child == 0) {
-        close(pair[0]);
-        const int code = rank_main(1, pair[1], argv[1]);
-        fflush(stdout); /* _exit does not flush */
-        _exit(code);
-    }
-    close(pair[1]);
-    int code = rank_main(0, pair[0], argv[1]);
-    fflush(stdout);
-    int status = 0;
-    waitpid(child, &status, 0);
-    return code || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    dir = argv[1];
+    return run_two_ranks(rank_main);
 }
