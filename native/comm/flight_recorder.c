@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"
@@ -69,13 +68,6 @@ int flight_entry_read(const flight_entry_t *e, flight_entry_t *copy)
     return 0; /* a writer kept it busy: the dump leaves this one entry out rather than show a torn one */
 }
 
-int64_t flight_realtime_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 uint64_t flight_recorder_begin(pycoll_comm_t *comm, const comm_call_t *call, int is_async)
 {
     flight_recorder_t *r = comm->recorder;
@@ -90,8 +82,7 @@ uint64_t flight_recorder_begin(pycoll_comm_t *comm, const comm_call_t *call, int
     write_open(e);
     e->id = id;
     e->seq = seq;
-    e->start_unix_ns = flight_realtime_ns();
-    e->start_ns = pycoll_now_ns();
+    e->start_ns = pycoll_now_ns(); /* one clock read: the dump converts it to wall-clock time */
     e->end_ns = 0;
     e->count = call->count ? call->count : (a->send_count > a->recv_count ? a->send_count : a->recv_count);
     atomic_store_explicit(&e->waits.wait_ns, 0, memory_order_relaxed);
@@ -107,8 +98,7 @@ uint64_t flight_recorder_begin(pycoll_comm_t *comm, const comm_call_t *call, int
     e->accuracy = (uint8_t)a->accuracy;
     e->is_async = (uint8_t)(is_async != 0);
     e->state = FLIGHT_RUNNING;
-    e->transport = comm->family->transport->ops->name;
-    e->error[0] = 0;
+    e->transport = comm->family->transport->ops->name; /* the error text is written only on failure */
     write_close(e);
     if (!is_async)
         flight_recorder_runs(comm, id);

@@ -18,8 +18,7 @@ typedef struct flight_entry {
     uint64_t id;      /* the recorder's count of calls when this one entered (from 1; 0: never used) */
     uint64_t seq;     /* the call's number among the communicator's collectives (or among its sends and
                        * receives): the same on every rank for the same collective */
-    int64_t start_unix_ns;                 /* CLOCK_REALTIME: comparable across processes and hosts */
-    int64_t start_ns, end_ns;              /* pycoll_now_ns; end_ns 0 while it runs */
+    int64_t start_ns, end_ns;              /* pycoll_now_ns (CLOCK_MONOTONIC); end_ns 0 while it runs */
     int64_t count;
     wait_tally_t waits;                    /* time its waits blocked, and on which peer */
     int32_t root, peer;                    /* -1: none */
@@ -36,9 +35,8 @@ struct flight_recorder {
     atomic_int failed;                      /* a call failed: its error dump is written */
 };
 
-/* flight_recorder.c: a consistent copy of e (0: a writer kept it busy); the time in CLOCK_REALTIME ns. */
+/* flight_recorder.c: a consistent copy of e (0: a writer kept it busy). */
 int flight_entry_read(const flight_entry_t *e, flight_entry_t *copy);
-int64_t flight_realtime_ns(void);
 
 struct pycoll_comm;
 /* trace_dump.c: dump comm into PYCOLL_TRACE_DIR (nothing when it is unset), and every communicator of the

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
@@ -14,6 +15,13 @@
 #include "common/settings.h"
 
 #define TRACE_FORMAT_VERSION 1
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 typedef struct json_text {
     char *data;
@@ -95,7 +103,9 @@ static int reduces(int collective)
 
 static const char *const state_names[] = {"running", "completed", "failed"};
 
-static void write_entry(json_text_t *j, const flight_entry_t *e)
+/* unix_offset: CLOCK_REALTIME minus CLOCK_MONOTONIC at the dump, which turns the entries' monotonic times into
+ * wall-clock times that compare across processes and hosts (a wall-clock step since a call shifts its times). */
+static void write_entry(json_text_t *j, const flight_entry_t *e, int64_t unix_offset)
 {
     const int p2p = e->collective == PYCOLL_COLL_SEND_RECV;
     json_printf(j, "    {\"seq\": %llu, \"collective\": ", (unsigned long long)e->seq);
@@ -113,8 +123,8 @@ static void write_entry(json_text_t *j, const flight_entry_t *e)
     json_printf(j, ", \"accuracy\": ");
     json_string(j, pycoll_accuracy_name((pycoll_accuracy_t)e->accuracy));
     json_printf(j, ", \"async\": %s, \"bytes\": null, \"start_unix_ns\": %lld", e->is_async ? "true" : "false",
-                (long long)e->start_unix_ns);
-    json_int_or_null(j, "end_unix_ns", e->end_ns != 0, e->start_unix_ns + (e->end_ns - e->start_ns));
+                (long long)(e->start_ns + unix_offset));
+    json_int_or_null(j, "end_unix_ns", e->end_ns != 0, e->end_ns + unix_offset);
     const int32_t wait_peer = atomic_load_explicit(&e->waits.peer, memory_order_relaxed);
     json_printf(j, ", \"wait_ns\": %lld", (long long)atomic_load_explicit(&e->waits.wait_ns, memory_order_relaxed));
     json_int_or_null(j, "wait_peer", wait_peer >= 0, wait_peer);
@@ -127,13 +137,14 @@ static void write_calls(json_text_t *j, const flight_recorder_t *r)
 {
     const uint64_t last = r ? atomic_load_explicit(&r->calls, memory_order_acquire) : 0;
     const uint64_t first = r && last > r->capacity ? last - r->capacity + 1 : 1;
+    const int64_t unix_offset = realtime_ns() - pycoll_now_ns();
     int written = 0;
     for (uint64_t id = first; id <= last; id++) {
         flight_entry_t e;
         if (!flight_entry_read(&r->ring[(id - 1) % r->capacity], &e) || e.id != id)
             continue; /* overwritten by a newer call since `last` was read */
         json_printf(j, written++ ? ",\n" : "\n");
-        write_entry(j, &e);
+        write_entry(j, &e, unix_offset);
     }
     json_printf(j, written ? "\n  ]" : "]");
 }
@@ -165,7 +176,7 @@ static char *dump_text(const pycoll_comm_t *comm, const char *reason, size_t *le
     json_printf(&j, ", \"pid\": %d, \"reason\": ", (int)getpid());
     json_string(&j, reason);
     json_printf(&j, ", \"dumped_unix_ns\": %lld, \"capacity\": %llu, \"dropped\": %llu,\n  \"calls\": [",
-                (long long)flight_realtime_ns(), (unsigned long long)(r ? r->capacity : 0),
+                (long long)realtime_ns(), (unsigned long long)(r ? r->capacity : 0),
                 (unsigned long long)(r && calls > r->capacity ? calls - r->capacity : 0));
     write_calls(&j, r);
     json_printf(&j, "}\n");
