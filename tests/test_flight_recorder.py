@@ -28,8 +28,8 @@ def by_seq(dump):
     return {call["seq"]: call for call in dump["calls"]}
 
 
-def stuck_in_49(dump):
-    call = by_seq(dump).get(49)
+def stuck_in_50(dump):
+    call = by_seq(dump).get(50)
     return call is not None and call["state"] == "running" and call["end_unix_ns"] is None
 
 
@@ -39,7 +39,7 @@ def test_a_signal_dumps_every_rank_naming_the_call_the_stalled_rank_never_entere
         assert json.loads(job.procs[2].stdout.readline()) == {"stalling": True}
         found = {}
         end = time.monotonic() + 30
-        while not (len(found) == 4 and all(stuck_in_49(found[r]) for r in (0, 1, 3))):
+        while not (len(found) == 4 and all(stuck_in_50(found[r]) for r in (0, 1, 3))):
             assert time.monotonic() < end, {r: d["calls"][-1:] for r, d in found.items()}
             for p in job.procs:
                 os.kill(p.pid, signal.SIGUSR2)
@@ -47,9 +47,9 @@ def test_a_signal_dumps_every_rank_naming_the_call_the_stalled_rank_never_entere
             found = dumps(tmp_path)
         for r in (0, 1, 3):
             assert found[r]["reason"] == "signal" and found[r]["world"] == 4
-            assert all(c["state"] == "completed" for s, c in by_seq(found[r]).items() if s != 49)
+            assert all(c["state"] == "completed" for s, c in by_seq(found[r]).items() if s != 50)
         stalled = found[2]["calls"]
-        assert [c["seq"] for c in stalled] == list(range(49)), "rank 2 never entered seq 49"
+        assert [c["seq"] for c in stalled] == list(range(1, 50)), "rank 2 never entered seq 50"
         assert all(c["state"] == "completed" and c["collective"] == "all_reduce" for c in stalled)
         assert len({d["comm_uid"] for d in found.values()}) == 1
 
@@ -61,7 +61,7 @@ def test_a_signal_dumps_every_rank_naming_the_call_the_stalled_rank_never_entere
         while not os.path.exists(path):
             assert time.monotonic() - sent < 1.0, "no dump within a second of the signal"
             time.sleep(0.01)
-        assert stuck_in_49(dumps(tmp_path)[0])
+        assert stuck_in_50(dumps(tmp_path)[0])
 
 
 def test_an_error_dumps_the_failing_call_on_every_rank(tmp_path):
@@ -74,9 +74,9 @@ def test_an_error_dumps_the_failing_call_on_every_rank(tmp_path):
         assert reports[r]["outcome"] == "MismatchError", reports[r]
         assert found[r]["reason"] == "error"
         last = found[r]["calls"][-1]
-        assert last["seq"] == 3 and last["state"] == "failed" and last["end_unix_ns"] is not None, last
+        assert last["seq"] == 4 and last["state"] == "failed" and last["end_unix_ns"] is not None, last
         assert last["collective"] == ("all_reduce" if r == 0 else "broadcast")
-        assert "all_reduce" in last["error"] and "broadcast" in last["error"], last["error"]
+        assert "#4 all_reduce" in last["error"] and "#4 broadcast" in last["error"], last["error"]  # seq as errors
         assert [c["state"] for c in found[r]["calls"][:3]] == ["completed"] * 3
 
 
@@ -86,10 +86,10 @@ def test_the_ring_keeps_exactly_the_last_n_and_close_dumps_when_asked(tmp_path):
         reports = job.reports()
     found = dumps(tmp_path)
     for r in (0, 1):
-        assert reports[r]["seqs"] == list(range(14, 20))
+        assert reports[r]["seqs"] == list(range(15, 21))
         assert found[r]["reason"] == "close"
         assert (found[r]["capacity"], found[r]["dropped"]) == (6, 14)
-        assert [c["seq"] for c in found[r]["calls"]] == list(range(14, 20))
+        assert [c["seq"] for c in found[r]["calls"]] == list(range(15, 21))
 
 
 def test_no_buffer_records_nothing():
@@ -104,7 +104,7 @@ def test_an_async_record_ends_when_its_work_completes():
         report = job.reports()[0]
     queued, done = report["queued"], report["done"]
     assert queued["async"] is True and queued["state"] == "running" and queued["end_unix_ns"] is None
-    assert done["seq"] == queued["seq"] == 0 and done["state"] == "completed"
+    assert done["seq"] == queued["seq"] == 1 and done["state"] == "completed"
     assert done["end_unix_ns"] - done["start_unix_ns"] > 300_000_000  # rank 1 joined 0.5 s late
     assert done["wait_peer"] == 1 and done["wait_ns"] > 300_000_000
     assert "PYCOLL_TRACE_DIR" in report["no_dir"]

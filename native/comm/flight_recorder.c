@@ -93,10 +93,11 @@ uint64_t flight_recorder_begin(pycoll_comm_t *comm, const comm_call_t *call, int
     const pycoll_call_t *a = &call->args;
     const int p2p = comm_call_is_p2p(call);
     /* Atomic: threads may call one communicator at once (they take turns only later, progress.c). One
-     * read-modify-write for a collective: its seq is the calls before it less the sends and receives. */
+     * read-modify-write for a collective: its seq is the calls up to it less the sends and receives. From 1, as
+     * errors number collectives ("#50 all_reduce"). */
     const uint64_t id = atomic_fetch_add_explicit(&r->calls, 1, memory_order_relaxed) + 1;
-    const uint64_t seq = p2p ? atomic_fetch_add_explicit(&r->p2p_calls, 1, memory_order_relaxed)
-                             : id - 1 - atomic_load_explicit(&r->p2p_calls, memory_order_relaxed);
+    const uint64_t seq = p2p ? atomic_fetch_add_explicit(&r->p2p_calls, 1, memory_order_relaxed) + 1
+                             : id - atomic_load_explicit(&r->p2p_calls, memory_order_relaxed);
     flight_entry_t *e = &r->ring[(id - 1) & r->mask];
     write_open(e);
     e->id = (uint32_t)id;
@@ -113,7 +114,7 @@ uint64_t flight_recorder_begin(pycoll_comm_t *comm, const comm_call_t *call, int
     e->state = FLIGHT_RUNNING;
     e->start_ticks = flight_clock_ticks();
     e->end_ticks = 0;
-    e->count = call->count ? call->count : (a->send_count > a->recv_count ? a->send_count : a->recv_count);
+    e->count = a->counts ? a->send_count : call->count; /* the _v ones: this rank's send count */
     atomic_store_explicit(&e->wait_ns, 0, memory_order_relaxed);
     write_close(e);
     if (!is_async)

@@ -18,8 +18,8 @@ enum { FLIGHT_RUNNING = 0, FLIGHT_COMPLETED = 1, FLIGHT_FAILED = 2 };
 typedef struct flight_entry {
     atomic_uint lock;  /* the sequence lock: odd while written */
     uint32_t id;       /* the recorder's count of calls when this one entered (from 1; 0: never used) */
-    uint32_t seq;      /* the call's number among the communicator's collectives (or among its sends and receives):
-                        * the same on every rank for the same collective */
+    uint32_t seq;      /* the call's number among the communicator's collectives (or among its sends and receives),
+                        * from 1: the same on every rank for the same collective */
     int32_t rank;      /* a rooted collective's root, a send's or receive's peer, else -1 */
     atomic_int wait_peer;       /* the peer its longest wait waited for, -1: none */
     uint8_t collective, sends, dtype, op, algorithm, accuracy, is_async, state;

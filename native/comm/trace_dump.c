@@ -115,7 +115,7 @@ typedef struct dump_context {
     const char *transport;
 } dump_context_t;
 
-/* The seq whose low 32 bits are `low`, near `count` (numbered so far when the dump began: the ring's calls are
+/* The seq whose low 32 bits are `low`, near `count` (the last numbered when the dump began: the ring's calls are
  * within 2^31 of it, before it, or just after for calls that entered since). */
 static uint64_t restore_seq(uint64_t count, uint32_t low)
 {

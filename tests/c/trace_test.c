@@ -46,12 +46,12 @@ static int rank_main(int rank, int fd)
     read_file(path);
     CHECK(strstr(file_text, "\"format\": \"pycoll-trace\"") && strstr(file_text, "\"reason\": \"request\""),
           "the file holds a dump: %.200s", file_text);
-    CHECK(strstr(file_text, "\"seq\": 2, \"collective\": \"all_reduce\"") && !strstr(file_text, "\"seq\": 3"),
+    CHECK(strstr(file_text, "\"seq\": 3, \"collective\": \"all_reduce\"") && !strstr(file_text, "\"seq\": 4"),
           "the file holds the three calls: %s", file_text);
 
     const int64_t n = pycoll_comm_trace_json(comm, NULL, 0);
     char *json = n > 0 ? malloc((size_t)n + 1) : NULL;
-    CHECK(json && pycoll_comm_trace_json(comm, json, n + 1) == n && strstr(json, "\"seq\": 2"),
+    CHECK(json && pycoll_comm_trace_json(comm, json, n + 1) == n && strstr(json, "\"seq\": 3"),
           "trace_json: %lld bytes", (long long)n);
     free(json);
 

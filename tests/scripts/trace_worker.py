@@ -17,7 +17,7 @@ report = {"rank": rank}
 x = np.ones(4, np.float32)
 
 if scenario == "stall":
-    # Rank 2 stalls before its 50th all-reduce (seq 49): the others wait in it until the test kills the job.
+    # Rank 2 stalls before its 50th all-reduce (seq 50): the others wait in it until the test kills the job.
     for i in range(60):
         if rank == 2 and i == 49:
             print(json.dumps({"stalling": True}), flush=True)
