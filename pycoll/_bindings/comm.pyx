@@ -344,3 +344,4 @@ cdef int _pack(pycoll_call_t *c, call) except -1:
 include "fast_path.pxi"
 include "work.pxi"
 include "bootstrap.pxi"
+include "trace.pxi"
