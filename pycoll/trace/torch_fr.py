@@ -14,6 +14,7 @@ import os
 import pickle
 
 import pycoll
+from pycoll.trace.analysis import POINT_TO_POINT
 
 VERSION = "2.10"
 FILE_PREFIX = "torch_fr_rank_"
@@ -77,14 +78,13 @@ def _entry(call, pg_id, group):
 
 def fr_dump(groups) -> dict:
     """torch's dump dict for one process's groups."""
-    tagged = [(c["start_unix_ns"], c["seq"], pg_id, c) for pg_id, g in enumerate(groups) for c in g.calls
-              if c["collective"] not in ("send", "recv")]
-    tagged.sort(key=lambda t: (t[0], t[2], t[1]))
+    kept = [[c for c in g.calls if c["collective"] not in POINT_TO_POINT] for g in groups]
+    tagged = sorted((c["start_unix_ns"], pg_id, c["seq"], c) for pg_id, calls in enumerate(kept) for c in calls)
     # fr_trace aligns ranks by record id, counting every call since the start: the calls each ring dropped
     # (its first recorded seq) come before the first one here.
-    first = sum(min((c["seq"] for c in g.calls), default=0) for g in groups)
+    first = sum(min((c["seq"] for c in calls), default=0) for calls in kept)
     entries = []
-    for i, (_, _, pg_id, call) in enumerate(tagged):
+    for i, (_, pg_id, _, call) in enumerate(tagged):
         entry = _entry(call, pg_id, groups[pg_id])
         entry["record_id"] = first + i
         entries.append(entry)
