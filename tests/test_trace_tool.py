@@ -158,3 +158,15 @@ def test_perfetto_events_of_running_calls_end_at_the_dump(tmp_path):
     (running,) = [e for e in events if e["ph"] == "X" and e["pid"] == 0 and e["args"]["seq"] == 3]
     dumped = comms["c0ffee"][0].data["dumped_unix_ns"]
     assert running["ts"] + running["dur"] == pytest.approx((dumped - perfetto.origin_ns(comms)) / 1e3)
+
+
+def test_a_rank_without_a_dump_is_named_where_the_others_wait(tmp_path):
+    dumps_ = job(hang_rank=2, hang_before=49)
+    write(tmp_path / "d", dumps_[:2] + dumps_[3:])
+    (report,) = analysis.analyze(read_dir(tmp_path / "d"))
+    assert [(h.rank, h.seq, h.dumped) for h in report.hangs] == [(2, 49, False)]
+    out = trace(tmp_path / "d", "--perfetto", tmp_path / "t.json")
+    assert out.returncode == 1 and "HANG: rank 2 never entered all_reduce #49" in out.stdout
+    doc = json.loads((tmp_path / "t.json").read_text())
+    check_trace_event_schema(doc)
+    assert any(e["ph"] == "i" and e["pid"] == 2 for e in doc["traceEvents"])

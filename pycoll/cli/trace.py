@@ -57,21 +57,23 @@ def run(args) -> int:
         return _error(exc)
     reports = analysis.analyze(comms)
     print(report.text(reports, analysis.rank_times(comms)))
+    written = []
     try:
         if args.perfetto:
             perfetto.write(args.perfetto, comms, reports)
-            print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
+            written.append(f"{args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
         if args.plot:
             from pycoll.trace import plot
 
             plot.plot(args.plot, comms, reports, title=f"pycoll trace {args.directory}")
-            print(f"wrote {args.plot}")
+            written.append(args.plot)
         if args.torch_fr:
             from pycoll.trace import torch_fr
 
             os.makedirs(args.torch_fr, exist_ok=True)
-            for path in torch_fr.convert(comms, args.torch_fr):
-                print(f"wrote {path}")
+            written += torch_fr.convert(comms, args.torch_fr)
     except OSError as exc:
         return _error(f"{exc.filename}: {exc.strerror}")
+    for what in written:
+        print(f"wrote {what}")
     return 1 if any(r.findings for r in reports) else 0

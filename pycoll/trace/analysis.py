@@ -34,6 +34,7 @@ class Hang:
     last_seq: int | None  # the rank's last recorded collective, None where it recorded none
     last_end_ns: int | None  # when that call ended (None: it never did)
     since_ns: int  # when the first of the others entered seq
+    dumped: bool = True  # False: the rank left no dump (what it last did is unknown)
 
 
 @dataclasses.dataclass
@@ -127,7 +128,7 @@ def analyze_comm(uid, dumps) -> CommReport:
             last_ns, last = starts[-1]
             report.stragglers.append(Straggler(seq, entered[last]["collective"], last, last_ns - starts[0][0],
                                                last_ns))
-    report.hangs = _hangs(by_rank, by_seq, start)
+    report.hangs = _hangs(by_rank, by_seq, start) + _silent(report.missing, by_seq)
     return report
 
 
@@ -148,6 +149,18 @@ def _hangs(by_rank, by_seq, start):
                           calls[last]["end_unix_ns"] if last is not None else None,
                           min(c["start_unix_ns"] for c in others.values())))
     return sorted(hangs, key=lambda h: (h.seq, h.rank))
+
+
+def _silent(missing, by_seq):
+    """The ranks without a dump, where the others are stuck: each never entered the first collective some
+    dumped rank has not finished (a dead rank never did; a hung one, blocked before it, could not dump)."""
+    stuck = [seq for seq, entered in by_seq.items() if any(c["state"] != "completed" for c in entered.values())]
+    if not stuck or not missing:
+        return []
+    seq = min(stuck)
+    others = by_seq[seq]
+    return [Hang(seq, next(iter(others.values()))["collective"], rank, sorted(others), None, None,
+                 min(c["start_unix_ns"] for c in others.values()), dumped=False) for rank in missing]
 
 
 def rank_times(comms) -> list[RankTime]:

@@ -51,6 +51,14 @@ def events(comms, reports) -> list[dict]:
                             "ts": _us(call["start_unix_ns"], origin),
                             "dur": max(0.0, (end - call["start_unix_ns"]) / 1e3),
                             "args": {k: call[k] for k in _ARGS}})
+        parents = comms[uid][0].data["parent_ranks"]
+        for rank in report.missing:  # a row of its own, for the marks of a rank that left no dump
+            pid = parents[rank] if parents else rank
+            where[uid, rank] = (pid, tid)
+            if pid not in named:
+                named.add(pid)
+                out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0,
+                            "args": {"name": f"rank {pid} (no dump)"}})
     out += _marks(reports, where, origin)
     return out
 

@@ -12,14 +12,18 @@ _MARKS = {"hang": ("X", "red"), "mismatch": ("D", "darkorange"), "straggler": ("
 
 
 def _rows(comms, reports):
-    """(label, dump) per row, world ranks in order, a communicator's rows together under each rank."""
+    """(label, comm uid, rank in it, dump or None) per row, by rank in the world, a rank's communicators
+    together."""
     rows = []
-    for report in reports:
-        for dump in comms[report.uid]:
-            rows.append((dump.global_rank, report.uid, dump))
-    rows.sort(key=lambda r: (r[0], [rep.uid for rep in reports].index(r[1])))
-    return [(f"rank {g}" + (f" · {(d.data['comm_name'] or uid)[:12]}" if len(reports) > 1 else ""), uid, d)
-            for g, uid, d in rows]
+    for i, report in enumerate(reports):
+        dumps = comms[report.uid]
+        parents = dumps[0].data["parent_ranks"]
+        rows += [(d.global_rank, i, d.rank, d) for d in dumps]
+        rows += [(parents[r] if parents else r, i, r, None) for r in report.missing]  # no dump: marks only
+    rows.sort(key=lambda r: r[:2])
+    return [(f"rank {g}" + ("" if d else " (no dump)")
+             + (f" · {(reports[i].name or reports[i].uid)[:12]}" if len(reports) > 1 else ""), reports[i].uid, r, d)
+            for g, i, r, d in rows]
 
 
 def plot(path, comms, reports, title=None) -> None:
@@ -31,14 +35,14 @@ def plot(path, comms, reports, title=None) -> None:
 
     origin = perfetto.origin_ns(comms)
     rows = _rows(comms, reports)
-    names = sorted({c["collective"] for _, _, d in rows for c in d.calls})
+    names = sorted({c["collective"] for *_, d in rows if d for c in d.calls})
     colours = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
     fig, ax = plt.subplots(figsize=(13, 1.2 + 0.45 * len(rows)))
     y_of = {}
-    for y, (_, uid, dump) in enumerate(rows):
-        y_of[uid, dump.rank] = y
+    for y, (_, uid, rank, dump) in enumerate(rows):
+        y_of[uid, rank] = y
         bars = {}
-        for c in dump.calls:
+        for c in dump.calls if dump else ():
             start = c["start_unix_ns"]
             key = (c["collective"], c["state"] != "completed")
             bars.setdefault(key, []).append(((start - origin) / 1e6, max(call_end(c, dump) - start, 0) / 1e6))
@@ -48,7 +52,7 @@ def plot(path, comms, reports, title=None) -> None:
     _mark(ax, reports, y_of, origin)
     for name in names:
         ax.bar(0, 0, color=colours[name], label=name)  # a legend entry per collective
-    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows])
+    ax.set_yticks(range(len(rows)), [row[0] for row in rows])
     ax.invert_yaxis()
     ax.set_xlabel("time since the first recorded call (ms)")
     ax.set_title(title or "pycoll trace")

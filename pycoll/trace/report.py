@@ -38,7 +38,7 @@ def comm_text(report) -> list[str]:
     _listed(lines, report.hangs, lambda h: (
         f"HANG: rank {h.rank} never entered {_call(h.seq, h.collective)}, which rank(s) "
         f"{', '.join(map(str, h.entered))} entered; its last call was "
-        + ("none recorded" if h.last_seq is None else f"#{h.last_seq}"
+        + ("unknown (no dump from it)" if not h.dumped else "none recorded" if h.last_seq is None else f"#{h.last_seq}"
            + (" (still running)" if h.last_end_ns is None else ""))))
     _listed(lines, report.mismatches, lambda m: "MISMATCH at #{}: {}".format(m.seq, "; ".join(
         f"rank(s) {', '.join(map(str, ranks))} called {describe(sig)}" for sig, ranks in m.sides.items())))
