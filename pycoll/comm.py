@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from pycoll import fused_norm, plugins, settings
+from pycoll import flight_recorder, fused_norm, plugins, settings
 from pycoll.algorithms import (
     ACCURACIES,
     ACCURACY_ALIASES,
@@ -717,6 +717,16 @@ class Communicator:
         """Every rank's obj (picklable), as a list in rank order, on every rank."""
         from pycoll.objects import all_gather_object
         return all_gather_object(self, obj)
+
+    def trace_records(self):
+        """This rank's flight record of its recent calls on this communicator, oldest first: dicts with the keys
+        of a dump's "calls" (docs/api.md)."""
+        return flight_recorder.records(self._engine_or_raise())
+
+    def dump_trace(self, path=None):
+        """Write the flight record to `path` (a file, or a directory; None: PYCOLL_TRACE_DIR, ValueError when
+        it is unset) whole or not at all, and return the file written."""
+        return flight_recorder.dump(self._engine_or_raise(), path)
 
     def close(self):
         """Release the connections. Idempotent. Waits briefly (at most min(timeout, 5 s) in all, whether or not

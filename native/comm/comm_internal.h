@@ -24,6 +24,7 @@ typedef struct comm_call {
                           * broadcast: the whole buffer; send_recv: the message); 0 for the _v collectives */
     int64_t desc_count;  /* what the descriptor carries: count, or the _v collectives' counts fingerprint */
     uint32_t thread;     /* the caller's thread tag (pycoll_set_thread_tag), taken when the call is made */
+    uint64_t record;     /* its flight recorder entry (flight_recorder.h), 0: none */
 } comm_call_t;
 
 /* The progress thread's state. The lock guards the queue, `running`, `caller_running` and `stopping`; the
@@ -95,6 +96,7 @@ struct pycoll_comm {
     struct pycoll_comm *live_prev, *live_next;
     int64_t live_holds;
     int live_closing;
+    struct flight_recorder *recorder; /* flight_recorder.h: its recent calls (NULL: not recorded) */
 };
 
 /* decisions.c: the algorithm `coll` runs with for `nbytes` per rank when `requested` (pycoll_decide_algorithm_hosts
@@ -112,6 +114,10 @@ int comm_several_ranks(void);
 /* communicator.c: the thread tag (comm.h) a call made now on comm carries. */
 uint32_t comm_caller_tag(const pycoll_comm_t *comm);
 void comm_live_remove(pycoll_comm_t *comm);
+/* live_comms.c: fn(comm, arg) for each communicator that exists and is not being destroyed, under the list's lock
+ * (fn must not make or destroy one); and the members of c as messages and dumps name them. */
+void comm_live_each(void (*fn)(pycoll_comm_t *comm, void *arg), void *arg);
+void comm_live_members(const pycoll_comm_t *c, char *out, size_t len);
 
 /* call.c: check a call -- version, ids, counts against the collective, root and peer -- without changing any
  * state (PYCOLL_ERR_INVALID with `error` saying which field), and fill *out. The one place calls are checked. */

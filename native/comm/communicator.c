@@ -11,6 +11,7 @@
 #include "algorithms/reduction.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
+#include "comm/flight_recorder.h"
 #include "comm/group_view.h"
 #include "common/p2p_share.h"
 #include "pycoll/bootstrap.h"
@@ -502,8 +503,12 @@ pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, 
     if (st != PYCOLL_OK)
         return thread_error(comm, st, error);
     checked.thread = comm_caller_tag(comm); /* the caller's, also where the progress thread runs it */
-    if (!work)
-        return run_blocking(comm, &checked);
+    checked.record = flight_recorder_begin(comm, &checked, work != NULL);
+    if (!work) {
+        st = run_blocking(comm, &checked);
+        return flight_recorder_end(comm, checked.record, st, comm->last_algorithm, pycoll_comm_error(comm));
+    }
     st = progress_start(comm, &checked, work);
-    return thread_error(comm, st, comm->error);
+    return thread_error(comm, flight_recorder_end(comm, st == PYCOLL_OK ? 0 : checked.record, st, PYCOLL_NUM_ALGOS,
+                                                  comm->error), comm->error);
 }

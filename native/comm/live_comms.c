@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "comm/comm_internal.h"
+#include "comm/flight_recorder.h"
 #include "comm/group_view.h"
 #include "common/p2p_share.h"
 
@@ -19,7 +20,7 @@ static uint64_t last_id;
 
 /* "group [0, 2]": a split's members as the job numbers them (its view's members are the root's ranks); the
  * communicator made by init is every rank. */
-static void write_members(const pycoll_comm_t *c, char *out, size_t len)
+void comm_live_members(const pycoll_comm_t *c, char *out, size_t len)
 {
     const int32_t n = c->p2p->size;
     if (!c->view) {
@@ -58,7 +59,7 @@ static int name_group(const pycoll_p2p_t *p2p, uint32_t group, char *out, size_t
         if (!what)
             continue;
         char members[80];
-        write_members(c, members, sizeof members);
+        comm_live_members(c, members, sizeof members);
         snprintf(out, len, "%s%s", what, members);
         found = 1;
     }
@@ -88,6 +89,7 @@ int comm_several_ranks(void) { return atomic_load_explicit(&several_ranks, memor
 void comm_live_add(pycoll_comm_t *comm)
 {
     pthread_once(&namer_once, install_namer);
+    comm->recorder = flight_recorder_create();
     pthread_mutex_lock(&lock);
     comm->live_id = ++last_id;
     comm->live_prev = NULL;
@@ -112,6 +114,16 @@ void comm_live_remove(pycoll_comm_t *comm)
     if (comm->live_next)
         comm->live_next->live_prev = comm->live_prev;
     count_ranks();
+    pthread_mutex_unlock(&lock);
+    flight_recorder_close(comm); /* unlisted first: no dump of every communicator reads it any more */
+}
+
+void comm_live_each(void (*fn)(pycoll_comm_t *comm, void *arg), void *arg)
+{
+    pthread_mutex_lock(&lock);
+    for (pycoll_comm_t *c = head; c; c = c->live_next)
+        if (!c->live_closing)
+            fn(c, arg);
     pthread_mutex_unlock(&lock);
 }
 

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "comm/flight_recorder.h"
 #include "common/idle_wait.h"
 #include "common/p2p_share.h"
 #include "transport/tcp_transport.h"
@@ -118,6 +119,7 @@ static void work_complete(pycoll_work_t *work, pycoll_status_t status, const cha
         work->error[0] = 0;
     else if (message)
         snprintf(work->error, sizeof work->error, "%s", message);
+    flight_recorder_end(work->comm, work->call.record, status, work->algorithm, work->error); /* before it shows */
     atomic_store_explicit(&work->complete, 1, memory_order_release);
     pthread_cond_broadcast(&work->done);
     pthread_mutex_unlock(&work->lock);
@@ -269,6 +271,7 @@ static void run_work(pycoll_work_t *work)
      * replies. */
     const int64_t spin_ns = p2p->spin_ns;
     p2p->spin_ns = spin_ns < PROGRESS_SPIN_NS ? spin_ns : PROGRESS_SPIN_NS;
+    flight_recorder_runs(comm, work->call.record);
     pycoll_status_t st = comm_run_call(comm, &work->call, work->error, sizeof work->error, &work->algorithm);
     p2p->spin_ns = spin_ns;
     if (st == PYCOLL_ERR_INTERRUPTED && atomic_load(&comm->family->progress.cancel)) {

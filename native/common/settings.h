@@ -51,6 +51,14 @@
     X(SPIN_US, FLOAT, NULL, NULL, -INFINITY, 0,                                                                  \
       "microseconds a TCP or shared-memory wait polls before sleeping (default 2000 when every local rank has a " \
       "core, 200 when ranks share cores; a polling rank yields the core between polls)")                        \
+    X(TRACE_BUFFER, INT, "2048", NULL, 0, 0,                                                                   \
+      "calls each communicator's flight recorder keeps, the latest (0: none recorded)")                          \
+    X(TRACE_DIR, PATH, NULL, NULL, 0, 0,                                                                         \
+      "where the flight recorder's dumps go: on a pycoll error, on PYCOLL_TRACE_SIGNAL, on comm.dump_trace()")    \
+    X(TRACE_SIGNAL, CHOICE, "SIGUSR2", "SIGUSR2|SIGUSR1|off", 0, 0,                                               \
+      "with PYCOLL_TRACE_DIR: the signal that dumps every communicator's record, even of a rank stuck in a wait " \
+      "(unless the program has its own handler for it)")                                                        \
+    X(TRACE_ON_CLOSE, FLAG, "0", NULL, 0, 0, "1: close() dumps the communicator's record into PYCOLL_TRACE_DIR") \
     X(TUNE_FILE, PATH, NULL, NULL, 0, 0, "the cost model pycoll tune writes (default ~/.cache/pycoll/cost_model.json)") \
     X(SIMD, CHOICE, NULL, "scalar|avx2|avx512", 0, 0,                                                            \
       "force a kernel variant (default: the best this CPU has; one it lacks falls back to that)")                \

@@ -26,6 +26,7 @@
 #include "common/idle_wait.h"
 #include "common/p2p_share.h"
 #include "common/request_queue.h"
+#include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"
 
@@ -101,6 +102,7 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
     int32_t fd_child = 0;
     for (int32_t c = 0; c < t->n_children && wait_fd < 0; c++) /* asked per wait: a reset renews it */
         wait_fd = tcp_transport_wait_fd(t->children[fd_child = c]);
+    int32_t blocked_on = WAIT_NOT_BLOCKED;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         if (progress_children(t, reqs, n, started)) {
             idle_wait_moved(&idle);
@@ -130,8 +132,11 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
             const int64_t probe_at = started + PYCOLL_PROBE_AFTER_NS;
             until = now < probe_at && probe_at < next_check ? probe_at : next_check;
         }
+        if (blocked_on == WAIT_NOT_BLOCKED)
+            blocked_on = pycoll_first_pending_peer(reqs, n);
         idle_wait_pass_fd(&idle, now, until < p2p->deadline_ns ? until : p2p->deadline_ns, wait_fd);
     }
+    wait_tally_end(blocked_on, started);
     if (p2p->status != PYCOLL_OK) {
         routed_abort(p2p, p2p->status, p2p->error);
         return p2p->status;

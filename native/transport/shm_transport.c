@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "common/idle_wait.h"
+#include "common/wait_tally.h"
 #include "common/frame.h"
 #include "common/ft_reset.h"
 #include "common/request_queue.h"
@@ -477,6 +478,7 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
     const int64_t started = pycoll_now_ns();
     idle_wait_t idle = idle_wait_start(p2p, started);
     int64_t next_interrupt = started + INTERRUPT_EVERY_NS;
+    int32_t blocked_on = WAIT_NOT_BLOCKED;
     while (p2p->status == PYCOLL_OK && !cond->ready(cond->arg)) {
         if (wait_pass(t, cond, started)) {
             idle_wait_moved(&idle);
@@ -491,8 +493,11 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
             if (idle_wait_interrupted(p2p))
                 break;
         }
+        if (blocked_on == WAIT_NOT_BLOCKED)
+            blocked_on = cond->pending_peer(cond->arg);
         idle_wait_pass(&idle, now, p2p->deadline_ns);
     }
+    wait_tally_end(blocked_on, started);
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
         shm_abort(p2p, p2p->status, p2p->error);

@@ -33,6 +33,7 @@
 #include "common/ft_reset.h"
 #include "common/idle_wait.h"
 #include "common/request_queue.h"
+#include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"
 
@@ -492,6 +493,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     /* Polling first saves the sleep/wake-up of a blocking epoll_wait (tens of microseconds, more than a small
      * message takes to arrive); it is only worth it while the ranks are not short of cores. */
     const int64_t started = pycoll_now_ns(), spin_until = started + p2p->spin_ns;
+    int32_t blocked_on = WAIT_NOT_BLOCKED;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         int64_t now = pycoll_now_ns(), left_ns = p2p->deadline_ns - now;
         /* Cap each sleep so a deadline is noticed promptly even without events. */
@@ -503,6 +505,8 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         if (p2p->status != PYCOLL_OK)
             break;
         /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
+        if (k == 0 && blocked_on == WAIT_NOT_BLOCKED)
+            blocked_on = pycoll_first_pending_peer(reqs, n);
         if (spinning && k == 0)
             sched_yield();
         const int woken = t->woken;
@@ -510,6 +514,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         if ((woken || k < 0 || (k == 0 && timeout_ms > 0)) && idle_wait_interrupted(p2p))
             break;
     }
+    wait_tally_end(blocked_on, started);
     t->waiting_for = -1;
     if (p2p->status != PYCOLL_OK) {
         tcp_abort(p2p, p2p->status, p2p->error);

@@ -140,6 +140,9 @@ cdef extern from "pycoll/pycoll.h" nogil:
     void pycoll_comm_set_cost_model(pycoll_comm_t *comm, const pycoll_cost_model_t *model)
     pycoll_status_t pycoll_comm_set_hosts(pycoll_comm_t *comm, const int32_t *host_of)
     const char *pycoll_comm_error(const pycoll_comm_t *comm)
+    pycoll_status_t pycoll_comm_dump_trace(pycoll_comm_t *comm, const char *path) nogil
+    pycoll_status_t pycoll_comm_trace_path(const pycoll_comm_t *comm, const char *path, char *out, int32_t len)
+    int64_t pycoll_comm_trace_json(pycoll_comm_t *comm, char *buf, int64_t len)
     int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm)
     pycoll_algorithm_t pycoll_comm_last_algorithm(const pycoll_comm_t *comm)
     void pycoll_set_thread_tag(uint32_t tag) nogil

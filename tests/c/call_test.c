@@ -6,13 +6,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <pycoll/pycoll.h>
 
 #include "check.h"
+#include "two_ranks.h"
 
 #define N 8
 
@@ -54,15 +52,9 @@ static void bad_calls(pycoll_comm_t *comm, float *x, float *y)
 
 static int rank_main(int rank, int fd)
 {
-    int fds[2] = {-1, -1};
-    fds[1 - rank] = fd;
-    char error[PYCOLL_ERROR_LEN];
-    pycoll_p2p_t *p2p = pycoll_tcp_transport_create(rank, 2, fds, error, sizeof error);
-    pycoll_comm_t *comm = NULL;
-    if (!p2p || pycoll_comm_create(&comm, p2p, NULL, error, sizeof error) != PYCOLL_OK) {
-        printf("rank %d: %s\n", rank, error);
+    pycoll_comm_t *comm = two_ranks_comm(rank, fd);
+    if (!comm)
         return 1;
-    }
     float x[N], y[N], gathered[2 * N];
     for (int i = 0; i < N; i++)
         x[i] = (float)(rank + 1) * (float)i;
@@ -112,29 +104,4 @@ static int rank_main(int rank, int fd)
     return failures != 0;
 }
 
-int main(void)
-{
-    int pair[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) {
-        perror("socketpair");
-        return 1;
-    }
-    fflush(stdout);
-    pid_t child = fork();
-    if (child < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (child == 0) {
-        close(pair[0]);
-        const int code = rank_main(1, pair[1]);
-        fflush(stdout); /* _exit does not flush */
-        _exit(code);
-    }
-    close(pair[1]);
-    int code = rank_main(0, pair[0]);
-    fflush(stdout);
-    int status = 0;
-    waitpid(child, &status, 0);
-    return code || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-}
+int main(void) { return run_two_ranks(rank_main); }

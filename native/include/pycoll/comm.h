@@ -120,6 +120,17 @@ PYCOLL_API pycoll_status_t pycoll_comm_join(pycoll_comm_t **out, int32_t world_s
                                             int32_t rank, double timeout_s);
 
 /* After a failed call: the message, and the rank it is about (or -1). */
+/* The flight recorder (PYCOLL_TRACE_BUFFER: its last calls, kept by every communicator). pycoll_comm_dump_trace
+ * writes its dump (JSON, docs/api.md's format) to `path` whole or not at all: a file, or a directory to hold the
+ * file pycoll-trace-<comm_uid>-rank<R>.json, or NULL for that file in PYCOLL_TRACE_DIR (PYCOLL_ERR_INVALID when it
+ * is unset). pycoll_comm_trace_path: the file that dump would write, into out. pycoll_comm_trace_json: the dump
+ * into buf (len bytes, NUL-terminated, cut short where it does not fit); returns its whole length, -1 out of
+ * memory. */
+PYCOLL_API pycoll_status_t pycoll_comm_dump_trace(pycoll_comm_t *comm, const char *path);
+PYCOLL_API pycoll_status_t pycoll_comm_trace_path(const pycoll_comm_t *comm, const char *path, char *out,
+                                                  int32_t len);
+PYCOLL_API int64_t pycoll_comm_trace_json(pycoll_comm_t *comm, char *buf, int64_t len);
+
 PYCOLL_API const char *pycoll_comm_error(const pycoll_comm_t *comm);
 PYCOLL_API int32_t pycoll_comm_failed_rank(const pycoll_comm_t *comm);
 /* The algorithm the last collective ran (AUTO resolved). */

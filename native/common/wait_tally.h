@@ -1,0 +1,29 @@
+/* Time the transports' waits spend blocked, and on which peer, counted to the call the waiting thread runs: the
+ * flight recorder (native/comm/flight_recorder.h) points wait_tally_current at the entry of that call, and a wait
+ * that blocked (a poll found nothing) adds its time when it ends. A wait that never blocked costs one compare. */
+#ifndef PYCOLL_COMMON_WAIT_TALLY_H
+#define PYCOLL_COMMON_WAIT_TALLY_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Atomic fields: a dump on another thread reads them while the wait adds. */
+typedef struct wait_tally {
+    atomic_int_fast64_t wait_ns, longest_ns; /* in all, and the longest single wait */
+    atomic_int peer;                          /* the peer of the longest wait, -1: none or unknown */
+} wait_tally_t;
+
+#define WAIT_NOT_BLOCKED (-2) /* a wait's `blocked_on` before any poll found nothing */
+
+extern _Thread_local wait_tally_t *wait_tally_current;
+
+/* A wait that started at started_ns (pycoll_now_ns) ends; blocked_on: the peer it waited for when it first
+ * blocked (-1: unknown), or WAIT_NOT_BLOCKED. */
+void wait_tally_blocked(int32_t blocked_on, int64_t started_ns);
+static inline void wait_tally_end(int32_t blocked_on, int64_t started_ns)
+{
+    if (blocked_on != WAIT_NOT_BLOCKED)
+        wait_tally_blocked(blocked_on, started_ns);
+}
+
+#endif

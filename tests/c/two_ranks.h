@@ -1,0 +1,55 @@
+/* The test programs' two ranks: rank_main(rank, fd) runs as two processes joined by a socket pair (fd, this
+ * rank's end), rank 1 in a forked child. The program's exit status: 0 when both ranks returned 0.
+ * two_ranks_comm: this rank's communicator over the TCP transport on that pair (NULL: it printed why). */
+#ifndef PYCOLL_TEST_TWO_RANKS_H
+#define PYCOLL_TEST_TWO_RANKS_H
+
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <pycoll/pycoll.h>
+
+static pycoll_comm_t *two_ranks_comm(int rank, int fd)
+{
+    int fds[2] = {-1, -1};
+    fds[1 - rank] = fd;
+    char error[PYCOLL_ERROR_LEN];
+    pycoll_p2p_t *p2p = pycoll_tcp_transport_create(rank, 2, fds, error, sizeof error);
+    pycoll_comm_t *comm = NULL;
+    if (!p2p || pycoll_comm_create(&comm, p2p, NULL, error, sizeof error) != PYCOLL_OK) {
+        printf("rank %d: %s\n", rank, error);
+        return NULL;
+    }
+    return comm;
+}
+
+static int run_two_ranks(int (*rank_main)(int rank, int fd))
+{
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) {
+        perror("socketpair");
+        return 1;
+    }
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0) {
+        perror("fork");
+        return 1;
+    }
+    if (child == 0) {
+        close(pair[0]);
+        const int code = rank_main(1, pair[1]);
+        fflush(stdout); /* _exit does not flush */
+        _exit(code);
+    }
+    close(pair[1]);
+    int code = rank_main(0, pair[0]);
+    fflush(stdout);
+    int status = 0;
+    waitpid(child, &status, 0);
+    return code || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+#endif
