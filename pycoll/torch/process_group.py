@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 import pycoll
 from pycoll.errors import MismatchError, Timeout
+from pycoll.torch import flight_recorder
 from pycoll.torch.store import TorchStore
 
 BACKEND_NAME = "pycoll"
@@ -247,6 +248,7 @@ class _Completer:
                 error = exc
             if error is not None and self.first_error is None:
                 self.first_error = error  # before the Work's callbacks run: they may ask the group
+                flight_recorder.dump_on_error()
             work.complete(error)
 
     def stop(self, timeout):
@@ -317,6 +319,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._in_call = None
         self._completer = _Completer(self._explain)
         self._coalesced = None  # the Works issued inside torch's _coalescing_manager(device=...), else None
+        flight_recorder.register(self)
 
     def getBackendName(self):
         return BACKEND_NAME
