@@ -62,3 +62,26 @@ def test_every_collective_of_a_clean_job_matches(tmp_path):
     assert {e["profiling_name"].split(":")[1] for e in fr["entries"]} == set(names)
     verdict = fr_trace(tmp_path / "fr")
     assert "has errors" not in verdict and "Not all ranks" not in verdict and "mismatch" not in verdict.lower()
+
+
+@pytest.mark.timeout(120)
+def test_torch_job_with_a_hung_rank(tmp_path):
+    """4 ranks of the pycoll torch backend, rank 2 stalled before its 50th all_reduce: the others time out and
+    dump, rank 2 dumps from its watcher; torch's fr_trace and pycoll trace both name rank 2 and that call."""
+    from multiproc import Ranks
+
+    with Ranks(4, "torch_trace_worker.py", env={"PYCOLL_TRACE_DIR": str(tmp_path)}) as job:
+        reports = job.reports(deadline_s=90)
+    assert {r: rep["error"] for r, rep in reports.items()} == {0: "Timeout", 1: "Timeout", 2: None, 3: "Timeout"}
+    rank0 = read_dir(tmp_path)
+    (dumps,) = rank0.values()
+    reduces = [c for c in dumps[0].calls if c["collective"] == "all_reduce"]
+    seq = reduces[49]["seq"]  # the 50th all_reduce, by its number on the communicator
+    assert reduces[49]["state"] == "failed" and len(reduces) == 50
+    verdict = fr_trace(tmp_path)
+    assert f"Not all ranks joining collective, sequence number: {seq}\n" in verdict, verdict
+    assert "missing ranks: {2}" in verdict, verdict
+    out = subprocess.run([sys.executable, "-P", "-m", "pycoll", "trace", str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert f"HANG: rank 2 never entered all_reduce #{seq}, which rank(s) 0, 1, 3 entered" in out.stdout, out.stdout
