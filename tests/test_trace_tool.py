@@ -170,3 +170,17 @@ def test_a_rank_without_a_dump_is_named_where_the_others_wait(tmp_path):
     doc = json.loads((tmp_path / "t.json").read_text())
     check_trace_event_schema(doc)
     assert any(e["ph"] == "i" and e["pid"] == 2 for e in doc["traceEvents"])
+
+
+def test_bench_keeps_the_trace_of_its_run(tmp_path):
+    out = subprocess.run([sys.executable, "-P", "-m", "pycoll", "bench", "-n", "2", "-b", "8", "-e", "8", "--iters",
+                          "3", "--warmup", "1", "--trace", str(tmp_path / "t")], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"pycoll trace {tmp_path / 't'}" in out.stdout
+    comms = read_dir(tmp_path / "t")
+    world = [dumps_ for dumps_ in comms.values() if dumps_[0].data["world"] == 2]
+    assert world and [d.rank for d in world[0]] == [0, 1]
+    assert {d.data["reason"] for d in world[0]} == {"close"}
+    assert any(c["collective"] == "all_reduce" and c["state"] == "completed" for c in world[0][0].calls)
+    assert trace(tmp_path / "t").returncode == 0
