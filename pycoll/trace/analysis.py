@@ -67,9 +67,10 @@ class CommReport:
 
     @property
     def findings(self) -> int:
-        """Problems found: hangs, mismatches, failed calls and missing dumps (a straggler is not one: some rank is
-        always last)."""
-        return len(self.hangs) + len(self.mismatches) + len(self.failures) + len(self.missing)
+        """Problems found: hangs, mismatches, calls that failed (on one rank or more) and missing dumps (a
+        straggler is not one: some rank is always last)."""
+        failed_calls = {f.seq for f in self.failures}
+        return len(self.hangs) + len(self.mismatches) + len(failed_calls) + len(self.missing)
 
 
 @dataclasses.dataclass

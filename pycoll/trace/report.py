@@ -42,7 +42,12 @@ def comm_text(report) -> list[str]:
            + (" (still running)" if h.last_end_ns is None else ""))))
     _listed(lines, report.mismatches, lambda m: "MISMATCH at #{}: {}".format(m.seq, "; ".join(
         f"rank(s) {', '.join(map(str, ranks))} called {describe(sig)}" for sig, ranks in m.sides.items())))
-    _listed(lines, report.failures, lambda f: f"FAILED: {_call(f.seq, f.collective)} on rank {f.rank}: {f.error}")
+    failed = collections.defaultdict(list)  # one line per call, however many ranks it failed on
+    for f in report.failures:
+        failed[f.seq, f.collective].append(f)
+    _listed(lines, list(failed.values()), lambda fs: (
+        f"FAILED: {_call(fs[0].seq, fs[0].collective)} on rank(s) {', '.join(str(f.rank) for f in fs)}: "
+        f"{min(fs, key=lambda f: f.rank).error}"))
     if report.stragglers:
         lines.append(f"  stragglers ({len(report.stragglers)} collectives every rank entered):")
         last = collections.Counter(s.rank for s in report.stragglers)

@@ -26,10 +26,12 @@ _HOST_NAME = "gloo"
 _DTYPES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int8": "Char",
            "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long", "bool": "Bool", "uint16": "UInt16",
            "uint32": "UInt32", "uint64": "UInt64", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-# (input, output) elements from the record's count (one rank's block) and the group size, per collective.
+# (input, output) elements from the record's count (one rank's block; all-to-all's: the block per peer) and
+# the group size, per collective.
 _SIZES = {"all_gather": lambda n, w: (n, n * w), "gather": lambda n, w: (n, n * w),
-          "reduce_scatter": lambda n, w: (n * w, n), "scatter": lambda n, w: (n * w, n)}
-# No fixed sizes: the barrier moves nothing, the _v ones each rank's own count.
+          "reduce_scatter": lambda n, w: (n * w, n), "scatter": lambda n, w: (n * w, n),
+          "all_to_all": lambda n, w: (n * w, n * w)}
+# No sizes: the barrier moves nothing; the _v ones' count is a fingerprint of every rank's count.
 _UNSIZED = ("barrier", "all_gather_v", "reduce_scatter_v")
 
 
