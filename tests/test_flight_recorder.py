@@ -81,15 +81,15 @@ def test_an_error_dumps_the_failing_call_on_every_rank(tmp_path):
 
 
 def test_the_ring_keeps_exactly_the_last_n_and_close_dumps_when_asked(tmp_path):
-    env = {"PYCOLL_TRACE_BUFFER": "8", "PYCOLL_TRACE_DIR": str(tmp_path), "PYCOLL_TRACE_ON_CLOSE": "1"}
+    env = {"PYCOLL_TRACE_BUFFER": "6", "PYCOLL_TRACE_DIR": str(tmp_path), "PYCOLL_TRACE_ON_CLOSE": "1"}
     with Ranks(2, "trace_worker.py", "ring", env=env) as job:
         reports = job.reports()
     found = dumps(tmp_path)
     for r in (0, 1):
-        assert reports[r]["seqs"] == list(range(12, 20))
+        assert reports[r]["seqs"] == list(range(14, 20))
         assert found[r]["reason"] == "close"
-        assert (found[r]["capacity"], found[r]["dropped"]) == (8, 12)
-        assert [c["seq"] for c in found[r]["calls"]] == list(range(12, 20))
+        assert (found[r]["capacity"], found[r]["dropped"]) == (6, 14)
+        assert [c["seq"] for c in found[r]["calls"]] == list(range(14, 20))
 
 
 def test_no_buffer_records_nothing():

@@ -7,13 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/flight_clock.h"
 #include "comm/flight_ring.h"
 #include "common/settings.h"
 
 #define TRACE_FORMAT_VERSION 1
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 typedef struct json_text {
     char *data;
@@ -95,45 +104,71 @@ static int reduces(int collective)
 
 static const char *const state_names[] = {"running", "completed", "failed"};
 
-static void write_entry(json_text_t *j, const flight_entry_t *e)
+/* What write_entry needs besides the entry: the 64-bit counts its 32-bit numbers are the low bits of, the time
+ * offset, the transport. clock turns the entries' ticks into CLOCK_MONOTONIC times, and unix_offset (CLOCK_REALTIME
+ * minus CLOCK_MONOTONIC at the dump) those into wall-clock times that compare across processes and hosts (a
+ * wall-clock step since a call shifts its times). */
+typedef struct dump_context {
+    uint64_t coll_seqs, p2p_seqs; /* numbered so far */
+    flight_clock_map_t clock;
+    int64_t unix_offset;
+    const char *transport;
+} dump_context_t;
+
+/* The seq whose low 32 bits are `low`, near `count` (numbered so far when the dump began: the ring's calls are
+ * within 2^31 of it, before it, or just after for calls that entered since). */
+static uint64_t restore_seq(uint64_t count, uint32_t low)
+{
+    return count + (uint64_t)(int64_t)(int32_t)(low - (uint32_t)count);
+}
+
+static void write_entry(json_text_t *j, const flight_entry_t *e, const char *error, const dump_context_t *d)
 {
     const int p2p = e->collective == PYCOLL_COLL_SEND_RECV;
-    json_printf(j, "    {\"seq\": %llu, \"collective\": ", (unsigned long long)e->seq);
+    const uint64_t seq = restore_seq(p2p ? d->p2p_seqs : d->coll_seqs, e->seq);
+    json_printf(j, "    {\"seq\": %llu, \"collective\": ", (unsigned long long)seq);
     json_string(j, p2p ? (e->sends ? "send" : "recv") : pycoll_coll_name((pycoll_coll_t)e->collective));
     json_printf(j, ", \"dtype\": ");
     json_string(j, pycoll_dtype_name((pycoll_dtype_t)e->dtype));
     json_printf(j, ", \"count\": %lld, \"op\": ", (long long)e->count);
     json_string(j, reduces(e->collective) ? pycoll_op_name((pycoll_op_t)e->op) : NULL);
-    json_int_or_null(j, "root", e->root >= 0, e->root);
-    json_int_or_null(j, "peer", e->peer >= 0, e->peer);
+    json_int_or_null(j, "root", !p2p && e->rank >= 0, e->rank);
+    json_int_or_null(j, "peer", p2p, e->rank);
     json_printf(j, ", \"algorithm\": ");
     json_string(j, e->algorithm < PYCOLL_NUM_ALGOS ? pycoll_algorithm_name((pycoll_algorithm_t)e->algorithm) : NULL);
     json_printf(j, ", \"transport\": ");
-    json_string(j, e->transport);
+    json_string(j, d->transport);
     json_printf(j, ", \"accuracy\": ");
     json_string(j, pycoll_accuracy_name((pycoll_accuracy_t)e->accuracy));
     json_printf(j, ", \"async\": %s, \"bytes\": null, \"start_unix_ns\": %lld", e->is_async ? "true" : "false",
-                (long long)e->start_unix_ns);
-    json_int_or_null(j, "end_unix_ns", e->end_ns != 0, e->start_unix_ns + (e->end_ns - e->start_ns));
-    const int32_t wait_peer = atomic_load_explicit(&e->waits.peer, memory_order_relaxed);
-    json_printf(j, ", \"wait_ns\": %lld", (long long)atomic_load_explicit(&e->waits.wait_ns, memory_order_relaxed));
+                (long long)(flight_clock_ns(&d->clock, e->start_ticks) + d->unix_offset));
+    json_int_or_null(j, "end_unix_ns", e->end_ticks != 0, flight_clock_ns(&d->clock, e->end_ticks) + d->unix_offset);
+    const int32_t wait_peer = atomic_load_explicit(&e->wait_peer, memory_order_relaxed);
+    json_printf(j, ", \"wait_ns\": %lld", (long long)atomic_load_explicit(&e->wait_ns, memory_order_relaxed));
     json_int_or_null(j, "wait_peer", wait_peer >= 0, wait_peer);
     json_printf(j, ", \"state\": \"%s\", \"error\": ", state_names[e->state < 3 ? e->state : 0]);
-    json_string(j, e->state == FLIGHT_FAILED ? e->error : NULL);
+    json_string(j, e->state == FLIGHT_FAILED ? error : NULL);
     json_printf(j, "}");
 }
 
-static void write_calls(json_text_t *j, const flight_recorder_t *r)
+static void write_calls(json_text_t *j, const pycoll_comm_t *comm)
 {
+    const flight_recorder_t *r = comm->recorder;
     const uint64_t last = r ? atomic_load_explicit(&r->calls, memory_order_acquire) : 0;
     const uint64_t first = r && last > r->capacity ? last - r->capacity + 1 : 1;
+    const uint64_t p2p_calls = r ? atomic_load_explicit(&r->p2p_calls, memory_order_acquire) : 0;
+    dump_context_t d = {.coll_seqs = last - p2p_calls, .p2p_seqs = p2p_calls,
+                        .unix_offset = realtime_ns() - pycoll_now_ns(),
+                        .transport = comm->family->transport->ops->name};
+    flight_clock_map(&d.clock);
     int written = 0;
     for (uint64_t id = first; id <= last; id++) {
         flight_entry_t e;
-        if (!flight_entry_read(&r->ring[(id - 1) % r->capacity], &e) || e.id != id)
+        char error[FLIGHT_ERROR_LEN];
+        if (!flight_entry_read(r, (id - 1) & r->mask, &e, error) || e.id != (uint32_t)id)
             continue; /* overwritten by a newer call since `last` was read */
         json_printf(j, written++ ? ",\n" : "\n");
-        write_entry(j, &e);
+        write_entry(j, &e, error, &d);
     }
     json_printf(j, written ? "\n  ]" : "]");
 }
@@ -165,9 +200,9 @@ static char *dump_text(const pycoll_comm_t *comm, const char *reason, size_t *le
     json_printf(&j, ", \"pid\": %d, \"reason\": ", (int)getpid());
     json_string(&j, reason);
     json_printf(&j, ", \"dumped_unix_ns\": %lld, \"capacity\": %llu, \"dropped\": %llu,\n  \"calls\": [",
-                (long long)flight_realtime_ns(), (unsigned long long)(r ? r->capacity : 0),
+                (long long)realtime_ns(), (unsigned long long)(r ? r->capacity : 0),
                 (unsigned long long)(r && calls > r->capacity ? calls - r->capacity : 0));
-    write_calls(&j, r);
+    write_calls(&j, comm);
     json_printf(&j, "}\n");
     if (j.short_of_memory) {
         free(j.data);

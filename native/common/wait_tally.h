@@ -1,5 +1,5 @@
 /* Time the transports' waits spend blocked, and on which peer, counted to the call the waiting thread runs: the
- * flight recorder (native/comm/flight_recorder.h) points wait_tally_current at the entry of that call, and a wait
+ * flight recorder (native/comm/flight_recorder.h) points this thread's tally at the entry of that call, and a wait
  * that blocked (a poll found nothing) adds its time when it ends. A wait that never blocked costs one compare. */
 #ifndef PYCOLL_COMMON_WAIT_TALLY_H
 #define PYCOLL_COMMON_WAIT_TALLY_H
@@ -7,15 +7,18 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* Atomic fields: a dump on another thread reads them while the wait adds. */
 typedef struct wait_tally {
-    atomic_int_fast64_t wait_ns, longest_ns; /* in all, and the longest single wait */
-    atomic_int peer;                          /* the peer of the longest wait, -1: none or unknown */
+    /* Where the time goes, in all, and the peer of the longest wait (-1: unknown); NULL: nowhere. Atomic: a dump
+     * on another thread reads them while the wait adds. */
+    atomic_int_fast64_t *wait_ns;
+    atomic_int *peer;
+    int64_t longest_ns; /* of this call's waits so far */
 } wait_tally_t;
 
 #define WAIT_NOT_BLOCKED (-2) /* a wait's `blocked_on` before any poll found nothing */
 
-extern _Thread_local wait_tally_t *wait_tally_current;
+/* The calling thread's (hidden: a direct thread-local access, no lookup through the dynamic linker's table). */
+extern _Thread_local wait_tally_t wait_tally __attribute__((visibility("hidden")));
 
 /* A wait that started at started_ns (pycoll_now_ns) ends; blocked_on: the peer it waited for when it first
  * blocked (-1: unknown), or WAIT_NOT_BLOCKED. */
