@@ -9,7 +9,7 @@ import importlib
 
 import pycoll
 
-SUBCOMMANDS = ("run", "bench", "tune", "config")
+SUBCOMMANDS = ("run", "bench", "tune", "config", "trace")
 
 
 def build_parser():

@@ -50,7 +50,8 @@ SWEEP_DEFAULTS = {"collective": "all_reduce", "algorithm": "auto", "accuracy": "
 _SWEEP_ONLY = (("nproc", "-n"), ("backend", "--backend"), ("collective", "--collective"), ("op", "-o"),
                ("minbytes", "-b"), ("maxbytes", "-e"), ("stepfactor", "-f"), ("iters", "--iters"),
                ("warmup", "--warmup"), ("root", "--root"), ("plot", "--plot"), ("compare", "--compare"),
-               ("mpi_prefix", "--mpi-prefix"), ("in_place", "--in-place"), ("out_of_place", "--out-of-place"))
+               ("mpi_prefix", "--mpi-prefix"), ("in_place", "--in-place"), ("out_of_place", "--out-of-place"),
+               ("trace", "--trace"))
 _REPORT_ONLY = (("worlds", "--worlds"), ("processes", "--processes"), ("data", "--data"), ("count", "--count"))
 
 
@@ -105,6 +106,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     out.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     out.add_argument("--plot", metavar="FILE.png", help="plot busbw and time against size (needs matplotlib)")
+    out.add_argument("--trace", metavar="DIR",
+                     help="keep the run's flight record: every rank dumps its communicators' recent calls into DIR "
+                          "when they close (PYCOLL_TRACE_DIR=DIR, PYCOLL_TRACE_ON_CLOSE=1); read it with "
+                          "pycoll trace DIR")
     out.add_argument("--compare", default=None, metavar="gloo,mpi,mpi-tcp,impi,mpich,oneccl",
                      help="also run these peers (torch.distributed gloo; mpi4py under mpirun with Open MPI's "
                           "default transports, or mpi-tcp: TCP only; impi: Intel MPI from impi-rt; mpich: MPICH "
@@ -260,6 +265,14 @@ def _pycoll_job(n, config_path, result_path, timeout):
     launch.run_module(n, "pycoll.tools.bench.worker", [config_path, result_path], timeout=timeout)
 
 
+def _keep_trace(directory) -> None:
+    """Have every rank started from here (and this process, where it is one) dump its flight record into
+    `directory` at close."""
+    os.makedirs(directory, exist_ok=True)
+    os.environ["PYCOLL_TRACE_DIR"] = os.path.abspath(directory)
+    os.environ["PYCOLL_TRACE_ON_CLOSE"] = "1"
+
+
 def _error(message, code=2) -> int:
     print(f"pycoll bench: error: {message}", file=sys.stderr)
     return code
@@ -291,6 +304,8 @@ def run(args) -> int:
             plot.require_matplotlib()
     except (ValueError, plot.PlotUnavailable) as exc:
         return _error(exc)
+    if args.trace:
+        _keep_trace(args.trace)
     if args.nproc is not None:
         try:
             rows = _launched(args.nproc, config, args.timeout, _pycoll_job)
@@ -334,6 +349,8 @@ def run(args) -> int:
         report.to_csv(everything, args.csv)
     if args.plot:
         plot.plot(everything, args.plot)
+    if args.trace:
+        print(f"# the ranks' flight records are in {args.trace}: pycoll trace {args.trace}", flush=True)
     if any(r["wrong"] for r in everything):
         return _error("some results were wrong (#wrong > 0)", 1)
     return 0

@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 import pycoll
 from pycoll.errors import MismatchError, Timeout
+from pycoll.torch import flight_recorder
 from pycoll.torch.store import TorchStore
 
 BACKEND_NAME = "pycoll"
@@ -214,10 +215,12 @@ class PycollWork(dist.Work):
 class _Completer:
     """The thread that completes a group's PycollWorks, in call order."""
 
-    def __init__(self, explain=lambda call, error: error):
+    def __init__(self, explain=lambda call, error: error, on_error=lambda: None):
         """`explain(call, error)`: the error to report for a collective that failed with MismatchError (the
-        group looks for a peer that refused that call)."""
+        group looks for a peer that refused that call); `on_error()`: called at the first failure (the flight
+        recorder's dump)."""
         self._explain = explain
+        self._on_error = on_error
         self.first_error = None  # the error of the first Work that failed (PycollProcessGroup.failure)
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pycoll-torch-completer", daemon=True)
@@ -247,6 +250,7 @@ class _Completer:
                 error = exc
             if error is not None and self.first_error is None:
                 self.first_error = error  # before the Work's callbacks run: they may ask the group
+                self._on_error()
             work.complete(error)
 
     def stop(self, timeout):
@@ -315,8 +319,9 @@ class PycollProcessGroup(dist.ProcessGroup):
         self._taken = [0] * size  # messages received (or claimed) from each peer, named or any source
         self._calls = 0  # collectives called so far (_collective), the same count on every rank
         self._in_call = None
-        self._completer = _Completer(self._explain)
+        self._completer = _Completer(self._explain, lambda: flight_recorder.dump_on_error(self))
         self._coalesced = None  # the Works issued inside torch's _coalescing_manager(device=...), else None
+        flight_recorder.register(self)
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -730,6 +735,7 @@ class PycollProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     def shutdown(self):
+        flight_recorder.stop_watching(self)
         if not self._handed_over:
             self._root.close()  # fails pending Works, which completes them
         if self._cuda is not None:
