@@ -46,7 +46,7 @@ def _error(message) -> int:
 
 
 def run(args) -> int:
-    from pycoll.bench.plot import PlotUnavailable, require_matplotlib
+    from pycoll.tools.bench.plot import PlotUnavailable, require_matplotlib
     from pycoll.trace import analysis, dumps, perfetto, report
 
     try:

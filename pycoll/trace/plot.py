@@ -4,7 +4,7 @@ disagreed and at the worst stragglers."""
 
 from __future__ import annotations
 
-from pycoll.bench.plot import require_matplotlib
+from pycoll.tools.bench.plot import require_matplotlib
 from pycoll.trace import perfetto
 from pycoll.trace.analysis import call_end
 
