@@ -269,8 +269,8 @@ def _keep_trace(directory) -> None:
     """Have every rank started from here (and this process, where it is one) dump its flight record into
     `directory` at close."""
     os.makedirs(directory, exist_ok=True)
-    os.environ["PYCOLL_TRACE_DIR"] = os.path.abspath(directory)
-    os.environ["PYCOLL_TRACE_ON_CLOSE"] = "1"
+    # written for the ranks this process starts, which read them through the settings registry
+    os.environ.update({"PYCOLL_TRACE_DIR": os.path.abspath(directory), "PYCOLL_TRACE_ON_CLOSE": "1"})
 
 
 def _error(message, code=2) -> int:
