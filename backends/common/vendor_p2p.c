@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 #include "common/error_format.h"
 #include "../common/vendor_common.h"
 #include "cuda_api.h"

@@ -33,7 +33,7 @@
  * peer running another schedule is a mismatch at its first message; within this one, every rank derives the
  * same plan from the same count and host map, and the pieces a pair shares run in the same order on both. */
 #include "algorithms/phases.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 
 #include <stdlib.h>
 

@@ -21,9 +21,9 @@
 #include <string.h>
 
 #include "comm/ft_state.h"
-#include "comm/group_view.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
+#include "transport/group_view.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
 
 #define FT_GROUP_SALT 0x5bd1e995u    /* the agreements' frames: a group no communicator has */
 #define SHRINK_GROUP_SALT 0x27d4eb2fu

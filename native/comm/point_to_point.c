@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "comm/comm_internal.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 #include "common/p2p_share.h"
 
 pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, char *error, size_t error_len)

@@ -13,7 +13,7 @@
  * peers are already in the call. */
 #include <stdio.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 #include "algorithms/schedule.h"
 #include "comm/reproducible_stages.h"
 #include "kernels/reproducible.h"

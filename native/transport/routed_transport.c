@@ -21,11 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
 #include "common/p2p_share.h"
-#include "common/request_queue.h"
+#include "transport/request_queue.h"
 #include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"

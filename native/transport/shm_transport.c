@@ -39,11 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/idle_wait.h"
+#include "transport/idle_wait.h"
 #include "common/wait_tally.h"
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/request_queue.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/request_queue.h"
 #include "transport/shm_layout.h"
 #include "transport/shm_transport.h"
 

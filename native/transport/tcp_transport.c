@@ -29,10 +29,10 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
-#include "common/request_queue.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
+#include "transport/request_queue.h"
 #include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"

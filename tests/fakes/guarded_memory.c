@@ -22,7 +22,7 @@
 #include <string.h>
 #include <threads.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 
 /* The exact-mode loops, as this library's own copy (libpycoll does not export them). */
 #define REPRO_LOOPS_TABLE guarded_repro_loops

@@ -4,8 +4,8 @@
  * rounded once, when the partial is stored. Buffers of partials are laid out unit by unit: a unit of n
  * elements starting at element e occupies bytes [e * wsize, (e + n) * wsize), so a run of whole units is
  * contiguous and can be sent as one message. */
-#ifndef PYCOLL_ALGORITHMS_REDUCTION_H
-#define PYCOLL_ALGORITHMS_REDUCTION_H
+#ifndef PYCOLL_KERNELS_REDUCTION_H
+#define PYCOLL_KERNELS_REDUCTION_H
 
 #include "pycoll/kernels.h"
 #include "pycoll/p2p.h"

@@ -1,5 +1,5 @@
 /* Partials in FAST or COMPENSATED form (reduction.h), on top of the kernels in kernels.h. */
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* The frame header that the message-passing transports (TCP, shared memory) put before every message, and the
  * checks a receiver makes on a header. One copy of the rules that turn ranks disagreeing about a collective
  * into PYCOLL_ERR_MISMATCH naming both sides, so every transport reports a disagreement the same way. */
-#ifndef PYCOLL_COMMON_FRAME_H
-#define PYCOLL_COMMON_FRAME_H
+#ifndef PYCOLL_TRANSPORT_FRAME_H
+#define PYCOLL_TRANSPORT_FRAME_H
 
 #include <string.h>
 
