@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "algorithms/table.h"
-#include "kernels/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"

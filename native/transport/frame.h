@@ -16,7 +16,7 @@
  * at once rather than at the deadline. */
 #define PYCOLL_PROBE_AFTER_NS 50000000LL
 
-/* FRAME_RECOVER: the sender started a fault-tolerance epoch (tag: its number, common/ft_reset.h); what it
+/* FRAME_RECOVER: the sender started a fault-tolerance epoch (tag: its number, transport/ft_reset.h); what it
  * sent before belongs to the epoch it left. */
 enum pycoll_frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4, FRAME_RECOVER = 5 };
 

@@ -1,4 +1,4 @@
-/* pycoll_ft_reset and pycoll_ft_cut (common/ft_reset.h): each transport that can start over has its own. */
+/* pycoll_ft_reset and pycoll_ft_cut (transport/ft_reset.h): each transport that can start over has its own. */
 #include <string.h>
 
 #include "transport/ft_reset.h"
