@@ -33,6 +33,7 @@ cd "$root/tests"
 # shared-memory single copies (their results, fallback, and addresses a rank does not have), and
 # pycoll's CUDA kernels' compile path (the real NVRTC), context handling and device scratch (a fake CUDA driver);
 # and close() bounded while a collective is in flight and no other rank closes;
+# and the C ABI's start_ calls and messages from a C program (tests/c/entry_points_test.c);
 # and threads taking turns, overlapping buffers, point-to-point cycles; and what a peer reports (its own failure,
 # forged aborts and state frames naming ranks outside the job); a fork()ed child's calls refused before they touch
 # anything, segment names drawn again when taken, a duplicate rank and another job's id refused at the listener,
@@ -49,4 +50,5 @@ cd "$root/tests"
   test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py test_cuda_scratch.py \
   test_peer_reports.py test_fork.py test_segment_names.py test_init_conflicts.py test_compensated_specials.py \
   test_complex_collectives.py test_elastic.py test_elastic_routed.py test_c_fault_tolerance.py test_grow.py \
-  test_islands_shrink.py test_vendor_exchange.py test_vendor_thread_device.py test_idle_wait_events.py "$@"
+  test_c_entry_points.py test_islands_shrink.py test_vendor_exchange.py test_vendor_thread_device.py \
+  test_idle_wait_events.py "$@"

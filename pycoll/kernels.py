@@ -13,10 +13,6 @@ from pycoll.dtypes import COMPENSATED_DTYPES, DTYPE_INFO, DTYPES, dtype_id, op_i
 __all__ = ["reduce_into", "reduce", "scale_avg", "compensated_load", "compensated_combine", "compensated_store",
            "accumulator_dtype", "simd_name"]
 
-if not _kernels.compensation_selftest():
-    raise ImportError("pycoll's compensated kernels lost TwoSum's error term: libpycoll was compiled without "
-                      "IEEE semantics (-ffast-math, FMA contraction or reassociation); rebuild it without them")
-
 # Each compensated dtype's accumulator (the C dtype table's), and the ids of those accumulators.
 _ACCUMULATORS = {name: np.dtype(DTYPE_INFO[name].accumulator) for name in COMPENSATED_DTYPES}
 _PAIR_IDS = {dtype: DTYPES[dtype.name] for dtype in set(_ACCUMULATORS.values())}

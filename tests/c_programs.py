@@ -23,3 +23,11 @@ def build(tmp_path_factory, name):
                     "-o", str(binary), f"-I{pycoll.get_include()}", lib, f"-Wl,-rpath,{os.path.dirname(lib)}"],
                    check=True, capture_output=True, text=True)
     return binary
+
+
+def run_ok(program, ranks, timeout=90):
+    """Run a built program; it must exit 0 having printed "rank R ok" for each of its ranks."""
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for r in range(ranks):
+        assert f"rank {r} ok" in result.stdout, result.stdout

@@ -3,20 +3,11 @@ and messages through the one call description, blocking and non-blocking, and ba
 version or size, an unknown collective, counts that do not fit the collective -- refused with
 PYCOLL_ERR_INVALID naming the field."""
 
-import subprocess
-
 import pytest
-from c_programs import build
+from c_programs import build, run_ok
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    return build(tmp_path_factory, "call_test")
-
-
-def test_calls_run_blocking_and_not_and_bad_calls_are_refused(program):
-    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, result.stdout
+def test_calls_run_blocking_and_not_and_bad_calls_are_refused(tmp_path_factory):
+    run_ok(build(tmp_path_factory, "call_test"), ranks=2)

@@ -117,6 +117,10 @@ def test_float32_sum_matches_numpy(a, data):
     np.testing.assert_array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
 
 
-def test_selftest_passes():
-    from pycoll._bindings import kernels as _kernels
-    assert _kernels.compensation_selftest() is True
+@pytest.mark.parametrize("dtype, tiny", [(np.float64, 2.0 ** -60), (np.float32, 2.0 ** -30)])
+def test_the_compiler_kept_twosums_error_term(dtype, tiny):
+    """1 + tiny combined keeps tiny as the error term: lost under -ffast-math, FMA contraction or reassociation.
+    67 elements: the vector body and the tail of every variant (test_kernels_variants.py reruns this under each)."""
+    s, c = np.ones(67, dtype), np.zeros(67, dtype)
+    kernels.compensated_combine(s, c, np.full(67, tiny, dtype), np.zeros(67, dtype))
+    assert (s == 1).all() and (c == dtype(tiny)).all(), (s, c)

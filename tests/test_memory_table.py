@@ -1,5 +1,5 @@
-"""The C schedules touch collective data only through the transport's memory table (native/algorithms/
-reduction.h): every copy, every kernel and every data scratch buffer. Checked on the simulated transport with the
+"""The C schedules touch collective data only through the transport's memory table (native/kernels/
+memory_kernels.h): every copy, every kernel and every data scratch buffer. Checked on the simulated transport with the
 guarded test table (tests/fakes/guarded_memory.c: the host kernels behind counters, allocations poisoned with
 all-ones bits and fenced by canaries) standing in for a device one, for every collective, algorithm and accuracy:
 the bits equal the host table's, every block the table handed out is returned intact, no kernel or copy runs past
@@ -76,17 +76,20 @@ def test_empty_and_single_rank():
 
 def test_no_schedule_copies_data_behind_the_tables_back():
     """The counters above see only calls that reach the table; a plain memcpy would not show. So: no memcpy or
-    memmove in the communicator or the algorithms outside reduction.c's host table, and malloc only there
+    memmove in the communicator, the algorithms or the helpers they share (the reduction helpers, group views)
+    outside memory_kernels.c's host table, and malloc only there
     (host_alloc), in schedule.c's scratch_alloc, which holds bookkeeping (data scratch is data_alloc's), in
     communicator.c's copy of the host map, and for a split's rank lists and host map (split.c: the (color, key)
     pairs, the members, the host renumbering, the host map, the root's ranks; group_view.c: the members). The
     fault-tolerant agreement (agree.c) builds and reads its own small messages (epoch, flag, the lost ranks) and
     allocates its bookkeeping: it never touches a collective's data."""
-    allocations = {"reduction.c": 1, "schedule.c": 1, "communicator.c": 1, "split.c": 5, "group_view.c": 1,
+    allocations = {"memory_kernels.c": 1, "schedule.c": 1, "communicator.c": 1, "split.c": 5, "group_view.c": 1,
                    "agree.c": 5}
-    message_copies = {"reduction.c": 1, "agree.c": 9}  # reduction.c: host_copy's memmove
+    message_copies = {"memory_kernels.c": 1, "agree.c": 9}  # memory_kernels.c: host_copy's memmove
     root = Path(__file__).resolve().parent.parent / "native"
-    for path in sorted((root / "algorithms").glob("*.c")) + sorted((root / "comm").glob("*.c")):
+    shared = [root / "kernels" / "memory_kernels.c", root / "kernels" / "reduction.c",
+              root / "transport" / "group_view.c"]
+    for path in sorted((root / "algorithms").glob("*.c")) + sorted((root / "comm").glob("*.c")) + shared:
         text = path.read_text()
         copies = re.findall(r"\bmem(?:cpy|move)\s*\(", text)
         assert len(copies) == message_copies.get(path.name, 0), path.name

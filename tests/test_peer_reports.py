@@ -14,7 +14,7 @@ import pycoll
 from pycoll._bindings import testing
 from pycoll.plugins import Call
 
-FRAME = struct.Struct("<IIqii40s40s")  # native/common/frame.h: pycoll_frame_header_t
+FRAME = struct.Struct("<IIqii40s40s")  # native/transport/frame.h: pycoll_frame_header_t
 MAGIC, DATA, ABORT, STATE = 0x50434C31, 1, 2, 4
 ERR_INVALID, ERR_SYSTEM, ERR_NOMEM = 1, 6, 8
 

@@ -120,7 +120,7 @@ def test_sockets_are_closed_when_the_transport_cannot_be_made():
 
 
 def test_auto_follows_a_new_cost_model_and_host_map_between_calls():
-    # The communicator remembers its decisions (native/comm/decisions.c): a new cost model or host map must
+    # The communicator remembers its decisions (native/comm/decision_cache.c): a new cost model or host map must
     # change what the same call runs next, on every rank alike.
     from pycoll import cost_model
 

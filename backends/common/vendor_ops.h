@@ -10,7 +10,7 @@
 
 #include "pycoll/vendor.h"
 
-struct pycoll_memory_kernels; /* algorithms/reduction.h */
+struct pycoll_memory_kernels; /* kernels/memory_kernels.h */
 
 /* The dtypes a vendor maps: int8 .. float64 (ids 0-7); no vendor has the complex ones. */
 #define VENDOR_NUM_DTYPES 8

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "vendor_common.h"
 
 static int accepted(const pycoll_vendor_t *v, int r)
@@ -256,7 +256,7 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
         return NULL;
     if (!stream)
         stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
-    /* The schedules touch collective data only through p2p->kernels (algorithms/reduction.h). */
+    /* The schedules touch collective data only through p2p->kernels (kernels/memory_kernels.h). */
     const pycoll_memory_kernels_t *kernels = NULL;
     if (bind_kernels(c, stream, buf, &kernels) != PYCOLL_OK)
         return NULL;

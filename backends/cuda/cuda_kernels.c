@@ -1,4 +1,4 @@
-/* The CUDA memory table (algorithms/reduction.h): the elementwise kernels as CUDA C compiled at run time with
+/* The CUDA memory table (kernels/memory_kernels.h): the elementwise kernels as CUDA C compiled at run time with
  * NVRTC to a CUBIN for the buffer's device, launched through the CUDA driver API on the collective's stream in
  * that device's primary context; copies with cuMemcpyAsync, scratch stream-ordered (cuMemAllocAsync /
  * cuMemFreeAsync on the collective's stream; cuMemAlloc / cuMemFree where the driver is older). libnvrtc and
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "common/error_format.h"
 #include "../common/vendor_common.h"
 #include "cuda_api.h"

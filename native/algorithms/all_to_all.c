@@ -4,7 +4,7 @@
  * itself blocked sending. Steps run in windows of ALL_TO_ALL_IN_FLIGHT: small blocks then cost one round trip
  * per window instead of one per step, while large ones still stream (the transports carry any message size). */
 #include "algorithms/collectives.h"
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "algorithms/schedule.h"
 
 enum { ALL_TO_ALL_IN_FLIGHT = 8 };

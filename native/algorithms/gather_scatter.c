@@ -4,7 +4,7 @@
  * posts all N-1 transfers at once and waits for them together, so they overlap on its links, and no block
  * crosses more than one link (the tree would carry half the data through each level). */
 #include "algorithms/collectives.h"
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "algorithms/schedule.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * each send that share of their 1/L part), against 2 (N-1)/N for a flat ring, whose edge leaving the host carries
  * every step; and the steps that wait on the network drop from 2 (N-1) to 2 (H-1).
  *
- * The phases are the existing schedules (ring.c) run over group views (comm/group_view.h) of the parent's
+ * The phases are the existing schedules (ring.c) run over group views (transport/group_view.h) of the parent's
  * ranks, so no schedule is written twice.
  *
  * Uneven hosts (3 + 1 ranks): each host splits the buffer evenly among its own ranks (split_evenly over L, so
@@ -33,7 +33,7 @@
  * peer running another schedule is a mismatch at its first message; within this one, every rank derives the
  * same plan from the same count and host map, and the pieces a pair shares run in the same order on both. */
 #include "algorithms/phases.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 
 #include <stdlib.h>
 

@@ -7,7 +7,7 @@
 #ifndef PYCOLL_ALGORITHMS_PHASES_H
 #define PYCOLL_ALGORITHMS_PHASES_H
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 #include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
 

@@ -103,7 +103,7 @@ static inline void assert_checked(const pycoll_p2p_t *p2p, const void *buf, int6
  * bookkeeping only (request arrays, offsets); data goes in data_alloc's memory. */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 
-/* Scratch for collective data, from the transport's memory table (reduction.h), so it lives where the
+/* Scratch for collective data, from the transport's memory table (memory_kernels.h), so it lives where the
  * buffers do; PYCOLL_ERR_NOMEM recorded on p2p when it fails. Freed with data_free on the same transport. */
 void *data_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);
 void data_free(pycoll_p2p_t *p2p, void *p);

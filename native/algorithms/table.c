@@ -2,7 +2,7 @@
  * is its schedule file, its id (ids.h) and one row here; a collective it serves is one more field of its row. */
 #include "algorithms/table.h"
 
-#include "algorithms/reduction.h"
+#include "kernels/reduction.h"
 
 #include <pthread.h>
 

@@ -1,6 +1,6 @@
 /* Agreeing and shrinking after a lost rank (comm.h), over the connections the survivors still have.
  *
- * An agreement starts a new fault-tolerance epoch on the family's transport (common/ft_reset.h): every rank
+ * An agreement starts a new fault-tolerance epoch on the family's transport (transport/ft_reset.h): every rank
  * that takes part forgets the transport's error and resumes each peer's stream where that peer started the
  * same epoch, so no frame of the aborted collective can match a later receive; peers known lost (earlier
  * agreements, `exclude`, ranks outside the communicator) are cut. Then two steps, over point-to-point frames
@@ -21,9 +21,9 @@
 #include <string.h>
 
 #include "comm/ft_state.h"
-#include "comm/group_view.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
+#include "transport/group_view.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
 
 #define FT_GROUP_SALT 0x5bd1e995u    /* the agreements' frames: a group no communicator has */
 #define SHRINK_GROUP_SALT 0x27d4eb2fu

@@ -60,7 +60,7 @@ typedef struct comm_family {
     struct comm_ft *ft;   /* ft_state.h: what agreements and shrinks left (NULL before the first) */
 } comm_family_t;
 
-/* decisions.c: one remembered decision. */
+/* decision_cache.c: one remembered decision. */
 #define COMM_DECISIONS 16
 typedef struct comm_decision {
     int64_t nbytes;
@@ -82,7 +82,7 @@ struct pycoll_comm {
     int pid;               /* the process that made it (owner_process.c) */
     uint64_t internal_seq; /* pycoll's own calls so far, numbered apart from the user's */
     pycoll_cost_model_t model;
-    comm_decision_t decisions[COMM_DECISIONS]; /* decisions.c: what model and host map decided lately */
+    comm_decision_t decisions[COMM_DECISIONS]; /* decision_cache.c: what model and host map decided lately */
     pycoll_algorithm_t last_algorithm; /* of the last blocking collective */
     int32_t *host_of; /* the host map (pycoll_comm_set_hosts), NULL: one host; ctx.host_of points here */
     int32_t hosts, max_local; /* its shape, for the decision: 1 and size without a map */
@@ -99,9 +99,9 @@ struct pycoll_comm {
     struct flight_recorder *recorder; /* flight_recorder.h: its recent calls (NULL: not recorded) */
 };
 
-/* decisions.c: the algorithm `coll` runs with for `nbytes` per rank when `requested` (pycoll_decide_algorithm_hosts
- * for this communicator), remembered; forget after changing the cost model or the host map. Called within the
- * communicator's turn (progress.c), like everything that runs a collective. */
+/* decision_cache.c: the algorithm `coll` runs with for `nbytes` per rank when `requested`
+ * (pycoll_decide_algorithm_hosts for this communicator), remembered; forget after changing the cost model or the
+ * host map. Called within the communicator's turn (progress.c), like everything that runs a collective. */
 pycoll_algorithm_t comm_decide(pycoll_comm_t *comm, pycoll_coll_t coll, pycoll_algorithm_t requested,
                                int64_t nbytes);
 void comm_forget_decisions(pycoll_comm_t *comm);

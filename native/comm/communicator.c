@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "algorithms/table.h"
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "algorithms/schedule.h"
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 #include "common/p2p_share.h"
 #include "pycoll/bootstrap.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/idle_wait.h"
+#include "transport/idle_wait.h"
 
 int flight_clock_tsc;
 static int64_t first_ticks, first_ns; /* the pair the rate is measured from */

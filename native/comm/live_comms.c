@@ -7,7 +7,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 #include "common/p2p_share.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -3,12 +3,12 @@
  * carry a descriptor of their own -- the communicator's point-to-point group, seq 0 -- so that between a
  * sender and its receiver only tag and length are matched, in order per direction, while a message met in the
  * middle of a collective (or a collective's message met by a receive) is an order disagreement named as such
- * (common/frame.c). The progress thread keeps many in flight at once (progress.c); a blocking call with
+ * (transport/frame.c). The progress thread keeps many in flight at once (progress.c); a blocking call with
  * nothing queued runs here on the caller's thread. */
 #include <stdio.h>
 
 #include "comm/comm_internal.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 #include "common/p2p_share.h"
 
 pycoll_status_t comm_p2p_begin(pycoll_comm_t *comm, comm_p2p_saved_t *saved, char *error, size_t error_len)

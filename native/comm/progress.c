@@ -15,7 +15,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"
-#include "common/idle_wait.h"
+#include "transport/idle_wait.h"
 #include "common/p2p_share.h"
 #include "transport/tcp_transport.h"
 

@@ -1,4 +1,4 @@
-/* accuracy="reproducible" on a device's memory table (p2p->kernels, algorithms/reduction.h): the exact mode, with
+/* accuracy="reproducible" on a device's memory table (p2p->kernels, kernels/memory_kernels.h): the exact mode, with
  * the table's kernels -- the host loops' arithmetic in the device's language, so that the bits are the host
  * path's -- and the stages of reproducible.c:
  *   1. the table's summary kernel writes the summary into table memory, where its internal all_reduce max runs
@@ -13,7 +13,7 @@
  * peers are already in the call. */
 #include <stdio.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 #include "algorithms/schedule.h"
 #include "comm/reproducible_stages.h"
 #include "kernels/reproducible.h"

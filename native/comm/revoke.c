@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "comm/ft_state.h"
-#include "comm/group_view.h"
-#include "common/ft_reset.h"
+#include "transport/group_view.h"
+#include "transport/ft_reset.h"
 #include "common/p2p_share.h"
 
 comm_ft_t *comm_ft_of(comm_family_t *family)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "comm/comm_internal.h"
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 
 /* The id every member derives alike: the parent's group, how many splits the parent made (a collective count,
  * equal on every rank) and the color. Members of other communicators that share a pair of ranks with this one

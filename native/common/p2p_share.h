@@ -1,4 +1,4 @@
-/* For transports built over others -- a group view over its parent (native/comm/group_view.c), the routed
+/* For transports built over others -- a group view over its parent (native/transport/group_view.c), the routed
  * transport over its children (native/transport/routed_transport.c): moving the collective in progress and the
  * first error between the outer p2p and the inner one. Internal (native/common/p2p.c). */
 #ifndef PYCOLL_COMMON_P2P_SHARE_H

@@ -1,5 +1,5 @@
 /* Compensated summation: loading plain values into (sum, comp) pairs, combining pairs (through the active
- * kernel table), rounding pairs back once, and the import-time check that the compiler kept TwoSum exact. */
+ * kernel table) and rounding pairs back once. */
 #include "kernels/complex_parts.h"
 #include "kernels/half_float.h"
 #include "kernels/kernel_table.h"
@@ -206,34 +206,4 @@ pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, const void 
     else
         store_from_f32(dtype, dst, sum, comp, count, divisor);
     return PYCOLL_OK;
-}
-
-/* Combine 1.0 and 2^-60 (2^-30 for float32) through the kernels actually in use, over enough elements to run
- * both the vector body and the tail. volatile keeps the compiler from folding the check away. */
-#define SELFTEST_N 67
-static int combine_keeps_error(pycoll_combine_kernel combine_f64, pycoll_combine_kernel combine_f32)
-{
-    static volatile double tiny64 = 0x1p-60;
-    static volatile float tiny32 = 0x1p-30f;
-    double s64[SELFTEST_N], c64[SELFTEST_N], t64[SELFTEST_N], z64[SELFTEST_N];
-    float s32[SELFTEST_N], c32[SELFTEST_N], t32[SELFTEST_N], z32[SELFTEST_N];
-    for (int i = 0; i < SELFTEST_N; i++) {
-        s64[i] = 1.0, c64[i] = 0.0, t64[i] = tiny64, z64[i] = 0.0;
-        s32[i] = 1.0f, c32[i] = 0.0f, t32[i] = tiny32, z32[i] = 0.0f;
-    }
-    combine_f64(s64, c64, t64, z64, SELFTEST_N);
-    combine_f32(s32, c32, t32, z32, SELFTEST_N);
-    for (int i = 0; i < SELFTEST_N; i++)
-        if (s64[i] != 1.0 || c64[i] != tiny64 || s32[i] != 1.0f || c32[i] != tiny32)
-            return 0;
-    return 1;
-}
-
-int pycoll_compensation_selftest(void)
-{
-    pycoll_kernel_table_t scalar;
-    pycoll_scalar_kernels(&scalar);
-    const pycoll_kernel_table_t *active = pycoll_active_kernels();
-    return combine_keeps_error(scalar.combine_f64, scalar.combine_f32) &&
-           combine_keeps_error(active->combine_f64, active->combine_f32);
 }

@@ -1,7 +1,7 @@
-/* pycoll_ft_reset and pycoll_ft_cut (common/ft_reset.h): each transport that can start over has its own. */
+/* pycoll_ft_reset and pycoll_ft_cut (transport/ft_reset.h): each transport that can start over has its own. */
 #include <string.h>
 
-#include "common/ft_reset.h"
+#include "transport/ft_reset.h"
 #include "transport/shm_transport.h"
 
 int pycoll_ft_can_reset(const pycoll_p2p_t *p2p)

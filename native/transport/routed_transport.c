@@ -12,7 +12,7 @@
  * is copied into it; a child's first error becomes this transport's (rank, status and text as the child wrote
  * them), and an error anywhere is told to every child's peers, so ranks behind either transport learn it.
  *
- * Fault tolerance (common/ft_reset.h, at the end of this file): each child starts the epoch over its own peers,
+ * Fault tolerance (transport/ft_reset.h, at the end of this file): each child starts the epoch over its own peers,
  * and a peer is cut, probed or found gone on the child that reaches it; the agreement drives this transport
  * through ops->progress, one pass over every child, as a wait does. */
 #include <stdatomic.h>
@@ -21,11 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
 #include "common/p2p_share.h"
-#include "common/request_queue.h"
+#include "transport/request_queue.h"
 #include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"
@@ -277,7 +277,7 @@ pycoll_p2p_t *pycoll_routed_transport_create(int32_t n_children, pycoll_p2p_t *c
     return &t->base;
 }
 
-/* ---- fault tolerance (common/ft_reset.h) ---- */
+/* ---- fault tolerance (transport/ft_reset.h) ---- */
 
 static int is_routed(const pycoll_p2p_t *p2p) { return p2p->ops == &routed_ops; }
 

@@ -59,8 +59,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "algorithms/reduction.h"
-#include "common/frame.h"
+#include "kernels/reduction.h"
+#include "transport/frame.h"
 #include "transport/shm_layout.h"
 #include "transport/shm_single_copy.h"
 #include "transport/shm_slot_copy.h"

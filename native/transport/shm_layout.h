@@ -30,7 +30,7 @@
 
 #define SHM_PAGE_BYTES 4096LL /* a control page, so that what follows it starts page-aligned */
 
-/* RING_CUT: s stopped talking to r for good (the survivors agreed r was gone: common/ft_reset.h). */
+/* RING_CUT: s stopped talking to r for good (the survivors agreed r was gone: transport/ft_reset.h). */
 enum shm_ring_closed { RING_OPEN = 0, RING_GOODBYE = 1, RING_ABORT = 2, RING_CUT = 3 };
 
 /* The control page of the ring sender s -> receiver r (in r's segment). head and tail on cache lines of their

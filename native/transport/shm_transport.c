@@ -3,7 +3,7 @@
  * Each rank owns one segment holding its incoming rings, one per sender: a single-producer/single-consumer
  * byte ring (a power of two bytes) whose head (bytes written, by the sender) and tail (bytes consumed, by the
  * receiver) are C11 atomics on cache lines of their own (shm_layout.h has the segment's layout). A message is
- * the same frame as over TCP (common/frame.h: the collective's descriptor, the previous one, tag, length)
+ * the same frame as over TCP (transport/frame.h: the collective's descriptor, the previous one, tag, length)
  * followed by its payload, streamed through the ring in whatever pieces the free space allows -- so a message
  * larger than the ring works, and mismatches, history fingerprints, STATE probes and the checked close behave
  * exactly as over TCP.
@@ -39,11 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/idle_wait.h"
+#include "transport/idle_wait.h"
 #include "common/wait_tally.h"
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/request_queue.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/request_queue.h"
 #include "transport/shm_layout.h"
 #include "transport/shm_transport.h"
 
@@ -68,7 +68,7 @@ typedef struct ring {
 } ring_t;
 
 typedef struct shm_peer {
-    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
+    pycoll_peer_queues_t q; /* first: the shared helpers of transport/request_queue.h see it */
     ring_t in, out;     /* in: peer -> this rank (this rank's segment); out: this rank -> peer (its segment) */
     void *in_map, *out_map;
     int pidfd;          /* -1: liveness unknown (another pid namespace, or pidfd_open unavailable) */
@@ -774,7 +774,7 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
     return &t->base;
 }
 
-/* ---- fault tolerance (common/ft_reset.h) ---- */
+/* ---- fault tolerance (transport/ft_reset.h) ---- */
 
 /* What may be read of r's ring in the epoch this rank is in: up to where r started its next epoch, if it did
  * (it stored that head before any byte of the new epoch: the acquire on the head makes the epoch visible).

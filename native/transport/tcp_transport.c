@@ -29,10 +29,10 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include "common/frame.h"
-#include "common/ft_reset.h"
-#include "common/idle_wait.h"
-#include "common/request_queue.h"
+#include "transport/frame.h"
+#include "transport/ft_reset.h"
+#include "transport/idle_wait.h"
+#include "transport/request_queue.h"
 #include "common/wait_tally.h"
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"
@@ -45,7 +45,7 @@ typedef pycoll_frame_header_t frame_header_t;
 
 
 typedef struct tcp_peer {
-    pycoll_peer_queues_t q; /* first: the shared helpers of common/request_queue.h see it */
+    pycoll_peer_queues_t q; /* first: the shared helpers of transport/request_queue.h see it */
     int fd;
     peer_state_t state;
     /* sending */
@@ -779,7 +779,7 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     return &t->base;
 }
 
-/* ---- fault tolerance (common/ft_reset.h) ---- */
+/* ---- fault tolerance (transport/ft_reset.h) ---- */
 
 /* A header while this peer's stream is being resynchronised, or a RECOVER: frames before the peer's RECOVER of
  * the awaited epoch are passed over; a RECOVER read outside a reset means the peer left the epoch this rank is

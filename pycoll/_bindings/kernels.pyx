@@ -245,11 +245,3 @@ def simd_name():
     with nogil:
         name = pycoll_simd_name()
     return name.decode()
-
-
-def compensation_selftest():
-    """True if the compiled kernels keep TwoSum's error term (IEEE semantics survived the compiler)."""
-    cdef int ok
-    with nogil:
-        ok = pycoll_compensation_selftest()
-    return bool(ok)

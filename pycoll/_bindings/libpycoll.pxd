@@ -48,7 +48,6 @@ cdef extern from "pycoll/pycoll.h" nogil:
     pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, const void *comp, int64_t count,
                                              pycoll_dtype_t dtype, int64_t divisor)
     const char *pycoll_simd_name()
-    int pycoll_compensation_selftest()
 
     # p2p.h
     enum: PYCOLL_P2P_VERSION

@@ -40,7 +40,7 @@ cdef struct rank_call:
 cdef struct sim_job:
     rank_call *calls
     pycoll_comm_options_t options
-    const void *memory_table  # every rank's p2p->kernels (algorithms/reduction.h); NULL: the host's
+    const void *memory_table  # every rank's p2p->kernels (kernels/memory_kernels.h); NULL: the host's
     int32_t *host_of     # which simulated host each rank is on (pycoll_comm_set_hosts), NULL: one host
 
 cdef pycoll_status_t call_collective(pycoll_comm_t *comm, rank_call *c) noexcept nogil:

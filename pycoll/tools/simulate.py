@@ -118,7 +118,7 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
     the exception's rank_errors lists each rank's own error (or None). segment_bytes is every rank's
     communicator option (None: PYCOLL_RING_SEGMENT_BYTES, else the default). A list passed as algorithms_out
     receives the algorithm each rank's communicator ran (its last_algorithm). memory_table (a test hook): the
-    address of a memory table (native/algorithms/reduction.h) the ranks' transports hand the schedules instead of
+    address of a memory table (native/kernels/memory_kernels.h) the ranks' transports hand the schedules instead of
     the host's, as a device transport would its device's (tests/fakes/guarded_memory.c); 0: the host's. hosts: which
     simulated host each rank is on (hosts[r] for rank r, any labels; None: one host), as a communicator learns
     it at rendezvous: it shapes the hierarchical all-reduce. counts: the _v collectives' per-rank element counts

@@ -7,7 +7,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <pycoll/pycoll.h>
@@ -172,16 +171,10 @@ static int rank_main(int rank, int fd)
     call.dtype = PYCOLL_FLOAT32;
     pycoll_work_t *work = NULL;
     st = pycoll_comm_run(comm, &call, &work);
-    CHECK(st == PYCOLL_OK && work, "start all_gather: %s", pycoll_comm_error(comm));
-    if (work) {
-        while (!pycoll_work_wait(work, 1.0)) {
-        }
-        CHECK(pycoll_work_status(work) == PYCOLL_OK, "all_gather: %s", pycoll_work_error(work));
-        pycoll_work_free(work);
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < N; i++)
-                CHECK(gathered[r * N + i] == (float)(r + 1) * (float)i, "all_gather[%d][%d]", r, i);
-    }
+    two_ranks_finish(comm, st, work, "all_gather");
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++)
+            CHECK(gathered[r * N + i] == (float)(r + 1) * (float)i, "all_gather[%d][%d]", r, i);
 
     pycoll_call_init(&call, PYCOLL_COLL_SEND_RECV); /* a message from rank 0 to rank 1 */
     call.dtype = PYCOLL_FLOAT32, call.tag = 7;
@@ -195,12 +188,7 @@ static int rank_main(int rank, int fd)
         CHECK(y[i] == (float)i, "received[%d] = %g", i, (double)y[i]);
 
     CHECK(pycoll_comm_barrier(comm) == PYCOLL_OK, "barrier (the ABI wrapper): %s", pycoll_comm_error(comm));
-    st = pycoll_comm_finalize(comm, 5.0);
-    CHECK(st == PYCOLL_OK, "finalize: %s", pycoll_comm_error(comm));
-    pycoll_comm_destroy(comm);
-    if (failures == 0)
-        printf("rank %d ok\n", rank);
-    return failures != 0;
+    return two_ranks_close(comm, rank);
 }
 
 int main(void) { return run_two_ranks(rank_main); }

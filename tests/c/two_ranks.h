@@ -1,6 +1,8 @@
 /* The test programs' two ranks: rank_main(rank, fd) runs as two processes joined by a socket pair (fd, this
  * rank's end), rank 1 in a forked child. The program's exit status: 0 when both ranks returned 0.
- * two_ranks_comm: this rank's communicator over the TCP transport on that pair (NULL: it printed why). */
+ * two_ranks_comm: this rank's communicator over the TCP transport on that pair (NULL: it printed why).
+ * two_ranks_finish: the wait for a call started with a work; two_ranks_close: the checked close. Include check.h
+ * first. */
 #ifndef PYCOLL_TEST_TWO_RANKS_H
 #define PYCOLL_TEST_TWO_RANKS_H
 
@@ -23,6 +25,30 @@ static pycoll_comm_t *two_ranks_comm(int rank, int fd)
         return NULL;
     }
     return comm;
+}
+
+/* A call started with status st and work: checked started, waited for (within the communicator's own deadline,
+ * which fails the work sooner), checked finished without error, freed. */
+static inline void two_ranks_finish(pycoll_comm_t *comm, pycoll_status_t st, pycoll_work_t *work, const char *what)
+{
+    CHECK(st == PYCOLL_OK && work, "start %s: %s", what, pycoll_comm_error(comm));
+    if (!work)
+        return;
+    CHECK(pycoll_work_wait(work, 60.0), "%s: not complete after 60 s", what);
+    CHECK(pycoll_work_status(work) == PYCOLL_OK, "%s: %s", what, pycoll_work_error(work));
+    pycoll_work_free(work);
+}
+
+/* The end of rank_main: a checked close (finalize), the communicator destroyed, "rank R ok" printed where every
+ * check passed; returns rank_main's exit code. */
+static inline int two_ranks_close(pycoll_comm_t *comm, int rank)
+{
+    const pycoll_status_t st = pycoll_comm_finalize(comm, 5.0);
+    CHECK(st == PYCOLL_OK, "finalize: %s", pycoll_comm_error(comm));
+    pycoll_comm_destroy(comm);
+    if (failures == 0)
+        printf("rank %d ok\n", rank);
+    return failures != 0;
 }
 
 static int run_two_ranks(int (*rank_main)(int rank, int fd))

@@ -1,4 +1,4 @@
-/* A test double for a device memory table (native/algorithms/reduction.h): the host kernels, each call counted,
+/* A test double for a device memory table (native/kernels/memory_kernels.h): the host kernels, each call counted,
  * and guarded allocations. Built by the tests into a shared library of its own (tests/fakes/guarded_memory.py),
  * never into libpycoll. The vendor transport uses it for "device" memory once a test installs it
  * (guarded_memory.install_named, through the bindings' test-only setter) -- against the fake libnccl and libhccl,
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <threads.h>
 
-#include "algorithms/reduction.h"
+#include "kernels/memory_kernels.h"
 
 /* The exact-mode loops, as this library's own copy (libpycoll does not export them). */
 #define REPRO_LOOPS_TABLE guarded_repro_loops

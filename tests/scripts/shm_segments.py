@@ -12,7 +12,7 @@ RING_FIELDS = {"head": (0, 8), "tail": (128, 8), "closed": (256, 4), "status": (
                "desc": (272, 40), "prev": (312, 40), "text": (352, 512)}
 FLAG_FIELDS = {"posted": (0, 8), "desc": (8, 40), "prev": (48, 40), "source": (88, 8), "reduced": (128, 8)}
 FLAGS_BYTES = 256  # one parity
-FRAME_HEADER_BYTES = 104  # native/common/frame.h: pycoll_frame_header_t
+FRAME_HEADER_BYTES = 104  # native/transport/frame.h: pycoll_frame_header_t
 
 
 class Segments:

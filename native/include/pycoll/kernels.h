@@ -44,9 +44,6 @@ PYCOLL_API pycoll_status_t pycoll_compensated_store(void *dst, const void *sum, 
  * environment (read once, at first use) forces a variant; one the CPU lacks falls back to the best it has. */
 PYCOLL_API const char *pycoll_simd_name(void);
 
-/* Import-time check that the compiler kept IEEE semantics: TwoSum(1.0, 2^-60) must keep its error term. */
-PYCOLL_API int pycoll_compensation_selftest(void);
-
 #ifdef __cplusplus
 }
 #endif

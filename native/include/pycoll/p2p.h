@@ -17,7 +17,7 @@ extern "C" {
  * 4: ops end with an optional table of native collectives (`native`) and an optional progress (a wait's one
  *    non-blocking pass, for transports composed of others).
  * 5: the descriptor names its group: communicators split from one another share their parent's transport, so
- *    a transport compares collectives by (group, seq), never by seq alone (common/frame.h's helpers). */
+ *    a transport compares collectives by (group, seq), never by seq alone (transport/frame.h's helpers). */
 #define PYCOLL_P2P_VERSION 5
 #define PYCOLL_ERROR_LEN 512
 
@@ -78,7 +78,7 @@ typedef struct pycoll_request {
      * posted on this rank until it completes): a peer that waits the same way for this rank is a cycle. */
     uint8_t sole_wait;
     uint8_t reserved;
-    uint32_t stuck_epoch; /* transport-private (common/request_queue.c): the stuck wait it is part of */
+    uint32_t stuck_epoch; /* transport-private (transport/request_queue.c): the stuck wait it is part of */
     int64_t progress;  /* transport-private: bytes moved so far */
     struct pycoll_request *next; /* transport-private: queue link */
 } pycoll_request_t;
@@ -164,7 +164,7 @@ typedef struct pycoll_p2p_ops {
      * on all of them at once: move whatever can move with every peer (ABORT, GOODBYE and STATE frames
      * included) and check that peers still live. reqs[0..n) is the caller's whole wait, also requests that
      * other transports carry (their peers are absent here), and started_ns when it began: once
-     * PYCOLL_PROBE_AFTER_NS (common/frame.h) has passed, tell the peers waited for which collective this rank
+     * PYCOLL_PROBE_AFTER_NS (transport/frame.h) has passed, tell the peers waited for which collective this rank
      * is in and whom it waits for; once p2p->deadline_ns has, fail with PYCOLL_ERR_TIMEOUT if the first
      * pending request is this transport's. Returns 1 if anything moved, else 0. An error is left in
      * p2p->status, not aborted: the caller aborts. Sleeping, yielding and the interrupt check are the
@@ -197,7 +197,7 @@ struct pycoll_p2p {
     /* How long a wait polls before it sleeps, set by the communicator from its options (a transport that
      * cannot poll ignores it). */
     int64_t spin_ns;
-    /* The memory table for the memory this transport's buffers live in (native/algorithms/reduction.h): the
+    /* The memory table for the memory this transport's buffers live in (native/kernels/memory_kernels.h): the
      * elementwise kernels, copies and data scratch every schedule uses; NULL: host memory (kernels.h's SIMD
      * kernels, memmove, malloc). May change between collectives (the communicator's workspace follows it). */
     const struct pycoll_memory_kernels *kernels;

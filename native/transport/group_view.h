@@ -2,8 +2,8 @@
  * parent's connections (no new sockets or segments). The hierarchical all-reduce runs the existing schedules
  * over views of one host's ranks and of one rank per host; communicator subgroups (comm.split) can reuse it.
  * Internal (not part of the C ABI): a view lives on the stack of the code that runs a schedule over it. */
-#ifndef PYCOLL_COMM_GROUP_VIEW_H
-#define PYCOLL_COMM_GROUP_VIEW_H
+#ifndef PYCOLL_TRANSPORT_GROUP_VIEW_H
+#define PYCOLL_TRANSPORT_GROUP_VIEW_H
 
 #include "pycoll/p2p.h"
 

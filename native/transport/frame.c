@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/frame.h"
+#include "transport/frame.h"
 
 void pycoll_frame_fill(const pycoll_p2p_t *p2p, pycoll_frame_header_t *h, int kind, uint32_t tag, int64_t nbytes)
 {

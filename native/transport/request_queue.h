@@ -1,7 +1,7 @@
 /* The per-peer queues of posted requests kept by the message transports (TCP, shared memory): posted in
  * order, completed in order, so messages between a pair of ranks match in posting order. */
-#ifndef PYCOLL_COMMON_REQUEST_QUEUE_H
-#define PYCOLL_COMMON_REQUEST_QUEUE_H
+#ifndef PYCOLL_TRANSPORT_REQUEST_QUEUE_H
+#define PYCOLL_TRANSPORT_REQUEST_QUEUE_H
 
 #include <stddef.h>
 

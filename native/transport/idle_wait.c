@@ -1,5 +1,5 @@
 /* See idle_wait.h. */
-#include "common/idle_wait.h"
+#include "transport/idle_wait.h"
 
 #include <poll.h>
 #include <sched.h>

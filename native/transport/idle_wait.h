@@ -2,8 +2,8 @@
  * a sleep ends), giving the core away between polls after a while (often to the very peer waited for), then nap
  * -- never past the deadline. No system call while spinning; one nanosleep per nap. One copy for every
  * transport that polls (shared memory, the routed composite). */
-#ifndef PYCOLL_COMMON_IDLE_WAIT_H
-#define PYCOLL_COMMON_IDLE_WAIT_H
+#ifndef PYCOLL_TRANSPORT_IDLE_WAIT_H
+#define PYCOLL_TRANSPORT_IDLE_WAIT_H
 
 #include "pycoll/p2p.h"
 

@@ -1,6 +1,6 @@
 /* Probes and queues shared by the message transports (request_queue.h). */
-#include "common/frame.h"
-#include "common/request_queue.h"
+#include "transport/frame.h"
+#include "transport/request_queue.h"
 
 /* What a point-to-point STATE frame's tag says (0 for every other): the sender waits alone to receive from
  * the frame's receiver (STUCK, with the number of that wait), or answers a STUCK with the same (CONFIRM).

@@ -2,7 +2,7 @@
  * parent's ranks on post and then belong to the parent: waiting, progress, mismatch and dead-peer detection,
  * deadlines and aborts are all the parent's, so a view behaves exactly like its parent towards its members.
  * Errors the parent reports keep the parent's rank numbers, the ones users know. */
-#include "comm/group_view.h"
+#include "transport/group_view.h"
 #include "common/p2p_share.h"
 
 #include <stdlib.h>

@@ -2,8 +2,8 @@
  * before an agreement on a healthy one): a fresh start among the peers that are still there, over the same
  * connections. Internal; the TCP and shared-memory transports have it, and the routed one over them
  * (ft_reset.c dispatches). */
-#ifndef PYCOLL_COMMON_FT_RESET_H
-#define PYCOLL_COMMON_FT_RESET_H
+#ifndef PYCOLL_TRANSPORT_FT_RESET_H
+#define PYCOLL_TRANSPORT_FT_RESET_H
 
 #include "pycoll/p2p.h"
 

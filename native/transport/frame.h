@@ -1,8 +1,8 @@
 /* The frame header that the message-passing transports (TCP, shared memory) put before every message, and the
  * checks a receiver makes on a header. One copy of the rules that turn ranks disagreeing about a collective
  * into PYCOLL_ERR_MISMATCH naming both sides, so every transport reports a disagreement the same way. */
-#ifndef PYCOLL_COMMON_FRAME_H
-#define PYCOLL_COMMON_FRAME_H
+#ifndef PYCOLL_TRANSPORT_FRAME_H
+#define PYCOLL_TRANSPORT_FRAME_H
 
 #include <string.h>
 
@@ -16,7 +16,7 @@
  * at once rather than at the deadline. */
 #define PYCOLL_PROBE_AFTER_NS 50000000LL
 
-/* FRAME_RECOVER: the sender started a fault-tolerance epoch (tag: its number, common/ft_reset.h); what it
+/* FRAME_RECOVER: the sender started a fault-tolerance epoch (tag: its number, transport/ft_reset.h); what it
  * sent before belongs to the epoch it left. */
 enum pycoll_frame_kind { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_GOODBYE = 3, FRAME_STATE = 4, FRAME_RECOVER = 5 };
 
