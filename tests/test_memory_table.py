@@ -82,10 +82,13 @@ def test_no_schedule_copies_data_behind_the_tables_back():
     communicator.c's copy of the host map, and for a split's rank lists and host map (split.c: the (color, key)
     pairs, the members, the host renumbering, the host map, the root's ranks; group_view.c: the members). The
     fault-tolerant agreement (agree.c) builds and reads its own small messages (epoch, flag, the lost ranks) and
-    allocates its bookkeeping: it never touches a collective's data."""
+    allocates its bookkeeping: it never touches a collective's data. The flight recorder (flight_recorder.c)
+    copies one of its own entries and its error text out for a dump, and trace_dump.c grows the dump's JSON text:
+    call metadata, never data."""
     allocations = {"memory_kernels.c": 1, "schedule.c": 1, "communicator.c": 1, "split.c": 5, "group_view.c": 1,
-                   "agree.c": 5}
-    message_copies = {"memory_kernels.c": 1, "agree.c": 9}  # memory_kernels.c: host_copy's memmove
+                   "agree.c": 5,
+                   "trace_dump.c": 1}
+    message_copies = {"memory_kernels.c": 1, "agree.c": 9, "flight_recorder.c": 2}  # memory_kernels.c: host_copy's memmove
     root = Path(__file__).resolve().parent.parent / "native"
     shared = [root / "kernels" / "memory_kernels.c", root / "kernels" / "reduction.c",
               root / "transport" / "group_view.c"]
