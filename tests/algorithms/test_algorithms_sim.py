@@ -7,13 +7,14 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from algorithm_table import ALL_REDUCE_SCHEDULES as ALGORITHMS
+from sim_checks import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
 
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS as ALGORITHM_IDS
 from pycoll.errors import MismatchError, PeerFailure, PycollError, Timeout
 from pycoll.simulate import simulate
 
-ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling"]
 SIZES = range(1, 9)
 DTYPES = [np.int8, np.uint8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 OPS = ["sum", "prod", "min", "max", "avg"]
@@ -21,55 +22,6 @@ OPS = ["sum", "prod", "min", "max", "avg"]
 
 def counts_for(size):
     return sorted({0, 1, max(size - 1, 0), 1009})
-
-
-def integer_inputs(size, count, dtype, op, seed=0):
-    """Integer-valued data whose exact result every dtype can hold (integers may wrap, like numpy)."""
-    rng = np.random.default_rng(seed)
-    if op == "prod":
-        values = rng.choice([-1, 1, 2], size=(size, count)) if np.dtype(dtype).kind != "u" else \
-            rng.choice([1, 2], size=(size, count))
-    elif op == "avg" and np.dtype(dtype).kind == "f":
-        values = rng.integers(-3, 4, size=(size, count)) * size  # the sum divides exactly by size
-    else:
-        values = rng.integers(-8 if np.dtype(dtype).kind != "u" else 0, 9, size=(size, count))
-    return [values[r].astype(dtype) for r in range(size)]
-
-
-def expected(inputs, dtype, op):
-    stack = np.stack([x.astype(np.int64) for x in inputs]) if inputs[0].size else np.zeros((len(inputs), 0),
-                                                                                          np.int64)
-    n = len(inputs)
-    if op in ("sum", "avg"):
-        total = stack.sum(axis=0)
-    elif op == "prod":
-        total = stack.prod(axis=0)
-    elif op == "min":
-        total = stack.min(axis=0)
-    else:
-        total = stack.max(axis=0)
-    if np.dtype(dtype).kind in "iu":
-        total = total.astype(dtype)  # wraps like the kernels
-        if op == "avg":
-            wide = total.astype(np.int64)
-            total = (np.sign(wide) * (np.abs(wide) // n)).astype(dtype)  # truncation toward zero
-        return total
-    return (total / n if op == "avg" else total).astype(dtype)
-
-
-def assert_exact(outs, inputs, dtype, op, message):
-    """Every rank's result is the exact reduction of integer-valued inputs, in the dtype, bitwise alike."""
-    want = expected(inputs, dtype, op)
-    for out in outs:
-        assert out.dtype == np.dtype(dtype)
-        np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64), err_msg=message)
-    assert_identical(outs)
-
-
-def assert_identical(outs):
-    first = outs[0].view(np.uint8)
-    for r, out in enumerate(outs):
-        assert out.view(np.uint8).tobytes() == first.tobytes(), f"rank {r} differs from rank 0"
 
 
 @pytest.mark.timeout(60)
@@ -252,14 +204,6 @@ def test_segment_size_from_the_environment_is_checked(monkeypatch):
     assert segment_bytes_from_env() == 512 * 1024  # PYCOLL_DEFAULT_SEGMENT_BYTES
     with pytest.raises(ValueError, match="segment_bytes"):
         simulate("all_reduce", [np.ones(3)] * 2, segment_bytes=0)
-
-
-def ill_conditioned(size, count, seed):
-    """float32 data with heavy cancellation: large values of both signs around small ones."""
-    rng = np.random.default_rng(seed)
-    big = rng.choice([-1.0, 1.0], size=(size, count)) * 10.0 ** rng.uniform(2, 4, size=(size, count))
-    small = rng.standard_normal((size, count))
-    return [(big[r] + small[r]).astype(np.float32) for r in range(size)]
 
 
 @pytest.mark.timeout(60)

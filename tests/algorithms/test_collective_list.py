@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from repo_paths import ROOT
 
 import pycoll
 from pycoll._bindings import abi
@@ -16,7 +17,7 @@ from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS, NATIVE_ONLY
 from pycoll.comm import Communicator
 from pycoll.dtypes import dtype_id
 
-IDS_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "native", "include", "pycoll", "ids.h")
+IDS_H = os.path.join(ROOT, "native", "include", "pycoll", "ids.h")
 
 # Part of the ABI: descriptors carry these over the wire and programs built against older headers pass them.
 ABI_VALUES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4, "barrier": 5,

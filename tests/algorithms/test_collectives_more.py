@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks
 
 from pycoll import MismatchError
 from pycoll._bindings import abi

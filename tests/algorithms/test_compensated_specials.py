@@ -6,7 +6,6 @@ compensated pairs), at 2, 3 and 4 ranks. Each job runs every case in one go."""
 
 import pytest
 from multiproc import Ranks
-from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 ALL_REDUCE = {"ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical"}
 

@@ -4,7 +4,7 @@ and prod in fast mode, sum and avg in compensated and reproducible mode, exact a
 rank, and complex64 against a peer's float32 of the same bytes a MismatchError. One job per case,
 each running every combination, so the whole file takes seconds."""
 import pytest
-from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks
 
 # Segments and rings that hold no whole number of complex elements (1000 bytes: 62.5 complex128), so a schedule
 # that cut an element in two would show in the products.

@@ -7,7 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from test_algorithms_sim import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
+from sim_checks import assert_exact, assert_identical, expected, ill_conditioned, integer_inputs
 
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS
@@ -188,7 +188,7 @@ def test_auto_runs_hierarchical_when_the_host_map_says_so():
 def test_data_goes_only_through_the_memory_table(hosts, accuracy):
     """Through the group views too: the guarded test table gives the host table's bits, gets every block back
     intact, and was used (the pieces' partials live in its memory)."""
-    from test_memory_table import _run as run_guarded
+    from fakes.guarded_memory import run_guarded
 
     from pycoll.accuracy import make_inputs
 

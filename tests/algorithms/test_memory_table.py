@@ -6,32 +6,13 @@ the bits equal the host table's, every block the table handed out is returned in
 a block, and the table was used. (tests/test_nccl_compensated.py does the same over the vendor transport.)"""
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes.guarded_memory import ENTRIES, counts, table_address
+from fakes.guarded_memory import ENTRIES, run_guarded
+from repo_paths import ROOT
 
 from pycoll.accuracy import make_inputs
-from pycoll.simulate import simulate
-
-
-def _run(coll, inputs, **kwargs):
-    before = counts()
-    guarded = simulate(coll, inputs, memory_table=table_address(), **kwargs)
-    after = counts()
-    host = simulate(coll, inputs, **kwargs)
-    assert counts() == after, "the host table went through the guarded one"
-    for rank, (g, h) in enumerate(zip(guarded, host)):
-        if h is None:
-            assert g is None
-            continue
-        assert np.asarray(g).tobytes() == np.asarray(h).tobytes(), (coll, kwargs, rank)
-    calls = {entry: after[entry] - before[entry] for entry in ENTRIES}
-    assert calls["corrupt"] == 0, calls
-    assert calls["live"] == 0 and calls["alloc"] == calls["free"], calls  # every block back, when each comm closes
-    return calls
-
 
 ALL_REDUCE = ("ring", "halving_doubling", "mesh", "recursive_doubling")
 REDUCE_SCATTER = ("ring", "halving_doubling", "mesh")
@@ -44,7 +25,7 @@ def test_all_reduce_and_reduce_scatter_every_algorithm(world, accuracy, dtype):
     inputs = make_inputs("mixed", world, 1001, dtype, seed=11)
     for algorithm in ALL_REDUCE:
         for op in ("sum", "avg", "max"):
-            calls = _run("all_reduce", inputs, op=op, algorithm=algorithm, accuracy=accuracy)
+            calls = run_guarded("all_reduce", inputs, op=op, algorithm=algorithm, accuracy=accuracy)
             if algorithm == "mesh" and accuracy == "fast":
                 assert calls["copy"] >= world, calls  # each rank's first contribution into its accumulator
             kernels = sum(calls[k] for k in ENTRIES if k not in ("copy", "alloc", "free", "live", "corrupt"))
@@ -53,7 +34,7 @@ def test_all_reduce_and_reduce_scatter_every_algorithm(world, accuracy, dtype):
                 assert calls["compensated_store"] > 0 and calls["alloc"] > 0, (algorithm, op, calls)
     full = [np.concatenate([x] * world) for x in inputs]
     for algorithm in REDUCE_SCATTER:
-        calls = _run("reduce_scatter", full, op="sum", algorithm=algorithm, accuracy=accuracy)
+        calls = run_guarded("reduce_scatter", full, op="sum", algorithm=algorithm, accuracy=accuracy)
         assert calls["alloc"] > 0, (algorithm, calls)  # the partials live in table memory
 
 
@@ -62,16 +43,16 @@ def test_all_reduce_and_reduce_scatter_every_algorithm(world, accuracy, dtype):
 def test_reduce_all_gather_broadcast(accuracy, count):
     inputs = make_inputs("mixed", 4, count, "float32", seed=12)
     for root in (0, 3):
-        calls = _run("reduce", inputs, op="sum", root=root, accuracy=accuracy, algorithm="auto")
+        calls = run_guarded("reduce", inputs, op="sum", root=root, accuracy=accuracy, algorithm="auto")
         assert calls["alloc"] > 0, calls
-    calls = _run("all_gather", inputs, algorithm="auto")
+    calls = run_guarded("all_gather", inputs, algorithm="auto")
     assert calls["copy"] >= 4, calls  # each rank's own block into the result
-    _run("broadcast", inputs, root=2, algorithm="auto")
+    run_guarded("broadcast", inputs, root=2, algorithm="auto")
 
 
 def test_empty_and_single_rank():
-    _run("all_reduce", make_inputs("mixed", 1, 7, "float32", seed=1), accuracy="compensated")
-    _run("all_reduce", [np.zeros(0, np.float32)] * 3, accuracy="compensated")
+    run_guarded("all_reduce", make_inputs("mixed", 1, 7, "float32", seed=1), accuracy="compensated")
+    run_guarded("all_reduce", [np.zeros(0, np.float32)] * 3, accuracy="compensated")
 
 
 def test_no_schedule_copies_data_behind_the_tables_back():
@@ -85,7 +66,7 @@ def test_no_schedule_copies_data_behind_the_tables_back():
     allocations = {"reduction.c": 1, "schedule.c": 1, "communicator.c": 1, "split.c": 5, "group_view.c": 1,
                    "agree.c": 5}
     message_copies = {"reduction.c": 1, "agree.c": 9}  # reduction.c: host_copy's memmove
-    root = Path(__file__).resolve().parent.parent / "native"
+    root = ROOT / "native"
     for path in sorted((root / "algorithms").glob("*.c")) + sorted((root / "comm").glob("*.c")):
         text = path.read_text()
         copies = re.findall(r"\bmem(?:cpy|move)\s*\(", text)

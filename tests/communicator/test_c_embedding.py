@@ -5,61 +5,28 @@ unique id through a file; the headers also compile as C++."""
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+from c_programs import CC, EXAMPLE, pycoll_cli, pycoll_config, run_ranks
 
 import pycoll
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(ROOT, "examples", "c_allreduce.c")
-CC = shutil.which("cc") or shutil.which("gcc")
 CXX = shutil.which("c++") or shutil.which("g++")
 
 
-def _pycoll_cli(*args):
-    """`python -m pycoll ...` as a user runs it: from outside the source tree, whose uncompiled pycoll/ would
-    shadow the installed package."""
-    return subprocess.run([sys.executable, "-m", "pycoll", *args], capture_output=True, text=True,
-                          cwd=os.path.dirname(ROOT), env=dict(os.environ, PYTHONSAFEPATH="1"))
-
-
-def _config(*flags):
-    result = _pycoll_cli("config", *flags)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
-
-
 def test_config_prints_the_installed_paths():
-    assert _config("--cflags") == [f"-I{pycoll.get_include()}"]
+    assert pycoll_config("--cflags") == [f"-I{pycoll.get_include()}"]
     assert os.path.isfile(os.path.join(pycoll.get_include(), "pycoll", "pycoll.h"))
     assert os.path.isfile(os.path.join(pycoll.get_include(), "pycoll", "bootstrap.h"))
     assert os.path.isfile(pycoll.get_library())
-    assert "-lpycoll" in _config("--libs")
-    assert _pycoll_cli("config").returncode == 2
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    if CC is None:
-        pytest.skip("no C compiler (cc/gcc) on PATH")
-    binary = tmp_path_factory.mktemp("c") / "c_allreduce"
-    subprocess.run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", EXAMPLE, "-o", str(binary),
-                    *_config("--cflags", "--libs")], check=True, capture_output=True, text=True)
-    return binary
-
-
-def _run(binary, world, id_path, extra=(), env=None):
-    env = dict(os.environ, PYCOLL_SOCKET_IFNAME="lo", **(env or {}))
-    procs = [subprocess.Popen([str(binary), str(r), str(world), str(id_path), *extra], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env) for r in range(world)]
-    return [(p.wait(timeout=90), p.stdout.read()) for p in procs]
+    assert "-lpycoll" in pycoll_config("--libs")
+    assert pycoll_cli("config").returncode == 2
 
 
 def test_three_c_processes_all_reduce_through_the_c_bootstrap(example, tmp_path):
-    results = _run(example, 3, tmp_path / "job.id")
+    results = run_ranks(example, 3, tmp_path / "job.id")
     for rank, (code, out) in enumerate(results):
         assert code == 0, results
         assert f"rank {rank}/3 over shm: all_reduce of 1048576 float32 = 6, as expected" in out, results
@@ -90,7 +57,7 @@ def test_a_missing_c_rank_is_a_timeout_naming_it(example, tmp_path):
 
 
 def test_config_help_is_plain_text():
-    result = _pycoll_cli("config", "--help")
+    result = pycoll_cli("config", "--help")
     assert result.returncode == 0
     assert "`" not in result.stdout.replace("$(pycoll config", ""), result.stdout  # no reStructuredText markup
     for option in ("--pkg-config-path", "--cmake-dir", "find_package(pycoll CONFIG)", "pycoll::pycoll"):
@@ -98,7 +65,7 @@ def test_config_help_is_plain_text():
 
 
 def _two_ranks_of(binary, tmp_path):
-    results = _run(binary, 2, tmp_path / "job.id")
+    results = run_ranks(binary, 2, tmp_path / "job.id")
     for rank, (code, out) in enumerate(results):
         assert code == 0 and f"rank {rank}/2 over shm:" in out and "as expected" in out, results
 
@@ -106,17 +73,17 @@ def _two_ranks_of(binary, tmp_path):
 def test_pkg_config_builds_the_example(tmp_path):
     if CC is None or shutil.which("pkg-config") is None:
         pytest.skip("needs a C compiler and pkg-config")
-    [pc_dir] = _config("--pkg-config-path")
+    [pc_dir] = pycoll_config("--pkg-config-path")
     env = dict(os.environ, PKG_CONFIG_PATH=pc_dir)
 
-    def pkg_config(*args):
+    def pkgpycoll_config(*args):
         result = subprocess.run(["pkg-config", *args, "pycoll"], env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         return result.stdout.split()
-    assert pkg_config("--modversion") == [pycoll.__version__]
+    assert pkgpycoll_config("--modversion") == [pycoll.__version__]
     binary = tmp_path / "c_allreduce"
     subprocess.run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", EXAMPLE, "-o", str(binary),
-                    *pkg_config("--cflags", "--libs")], check=True, capture_output=True, text=True)
+                    *pkgpycoll_config("--cflags", "--libs")], check=True, capture_output=True, text=True)
     _two_ranks_of(binary, tmp_path)
 
 
@@ -124,7 +91,7 @@ def test_cmake_package_builds_the_example(tmp_path):
     cmake = shutil.which("cmake")
     if CC is None or cmake is None:
         pytest.skip("needs a C compiler and cmake")
-    [cmake_dir] = _config("--cmake-dir")
+    [cmake_dir] = pycoll_config("--cmake-dir")
     project = tmp_path / "project"
     project.mkdir()
     (project / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.18)
@@ -154,5 +121,5 @@ def test_the_headers_compile_as_cxx():
         pytest.skip("no C++ compiler on PATH")
     source = "#include <pycoll/pycoll.h>\nint main() { pycoll_unique_id_t id; return (int)sizeof id - 128; }\n"
     result = subprocess.run([CXX, "-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-",
-                             *_config("--cflags")], input=source, capture_output=True, text=True)
+                             *pycoll_config("--cflags")], input=source, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

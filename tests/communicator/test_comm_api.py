@@ -5,16 +5,11 @@ import re
 
 import numpy as np
 import pytest
+from repo_paths import ROOT
 
 import pycoll
 
 LONG_COMPLEX = np.dtype(np.clongdouble)  # a complex dtype pycoll does not take (complex64/128 it does)
-
-
-@pytest.fixture
-def comm():
-    with pycoll.init(rank=0, world_size=1, timeout=10) as c:
-        yield c
 
 
 def test_attributes_and_repr(comm):
@@ -143,10 +138,9 @@ def test_init_with_a_launcher_or_arguments_does_not_warn(no_launcher, monkeypatc
 
 
 def test_integer_avg_truncation_is_documented():
-    from pathlib import Path
 
     assert "truncates toward zero" in pycoll.Communicator.all_reduce.__doc__
-    api = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    api = (ROOT / "docs" / "api.md").read_text()
     assert re.search(r"\| `avg` \|.*integers truncate toward zero", api)
 
 

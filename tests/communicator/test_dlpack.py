@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 from multiproc import Ranks
-from test_comm_api import comm  # noqa: F401 -- the world-of-one communicator fixture
 
 from pycoll.buffers import as_buffer
 from pycoll.dtypes import DTYPES

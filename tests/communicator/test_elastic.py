@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from multiproc import Ranks, backend_fixture, kill_mid_loop, no_segment_left, survivor_sum  # noqa: F401 (a fixture)
+from multiproc import Ranks, backend_fixture, kill_mid_loop, survivor_sum
 
 backend = backend_fixture(["tcp", "shm"])
 N = 4

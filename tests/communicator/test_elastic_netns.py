@@ -10,8 +10,6 @@ import time
 import pytest
 from multiproc import Ranks
 from netns_hosts import SUBNET
-from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
-from test_multihost_netns import hosts  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
 PLACEMENT = (0, 0, 1, 1)

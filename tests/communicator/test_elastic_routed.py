@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from multiproc import Ranks, kill_mid_loop, no_segment_left, survivor_sum  # noqa: F401 (a fixture)
+from multiproc import Ranks, kill_mid_loop, survivor_sum
 
 N = 4
 

@@ -4,7 +4,7 @@ parent and the other ranks go on with exact results. Before, the child was silen
 mixed into the parent's and rank 1's results."""
 
 import pytest
-from multiproc import backend_fixture, no_segment_left, scenario_reports  # noqa: F401 (a fixture)
+from multiproc import backend_fixture, scenario_reports
 
 backend = backend_fixture(["shm", "tcp"])
 

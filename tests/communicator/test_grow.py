@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from multiproc import SCRIPTS, Ranks, backend_fixture, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import SCRIPTS, Ranks, backend_fixture
 
 import pycoll
 

@@ -2,18 +2,16 @@
 read through it in Python and C, documented from it; bad values and unknown names reported."""
 
 import os
-import pathlib
 import re
 import subprocess
 import sys
 import warnings
 
 import pytest
+from repo_paths import ROOT
 
 import pycoll
 from pycoll import settings
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_documented_table_is_the_registrys():

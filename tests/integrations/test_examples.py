@@ -1,13 +1,13 @@
 """The examples a user copies, run as a user runs them, checked against what they claim."""
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 from multiproc import Ranks
+from repo_paths import ROOT
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def _params(script, n):

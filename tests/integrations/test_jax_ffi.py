@@ -29,16 +29,7 @@ needs_jax = pytest.mark.skipif(not HAVE_JAX or UNDER_ASAN,
                                "jax is not installed (pip install \".[jax]\")")
 
 
-# ---- in-process tests: one rank ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def solo():
-    import pycoll
-    comm = pycoll.init(backend="tcp", rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(),
-                       timeout=20)
-    yield comm
-    comm.close()
-
-
+# ---- in-process tests: one rank (the solo fixture: integrations/conftest.py) ------------------------------
 @pytest.mark.timeout(60)
 @needs_jax
 def test_a_program_compiled_with_a_closed_communicator_raises_instead_of_using_freed_memory():

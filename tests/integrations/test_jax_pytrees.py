@@ -16,7 +16,6 @@ import pytest
 
 if __name__ != "__main__":
     from multiproc import Ranks
-    from test_jax_ffi import solo  # noqa: F401 -- the one-rank communicator fixture
 
 HAVE_JAX = importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")  # jaxlib aborts at import under the ASan runtime

@@ -8,12 +8,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 try:
     import ray
     HAVE_RAY = True

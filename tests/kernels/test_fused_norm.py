@@ -3,7 +3,7 @@ real processes, and the row kernel under them (native/kernels/row_norm.c)."""
 
 import numpy as np
 import pytest
-from multiproc import backend_fixture, no_segment_left, scenario_reports  # noqa: F401 (a fixture)
+from multiproc import backend_fixture, scenario_reports
 
 from pycoll._bindings import kernels as native_kernels
 from pycoll.dtypes import dtype_id

@@ -9,11 +9,9 @@ import platform
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(900)]
 

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT, markdown_files
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "settings", "sim", "vendor"]
 
@@ -29,14 +29,6 @@ def need(module, reason):
     if os.environ.get("PYCOLL_TEST_REQUIRE_DOCS") == "1":
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=reason)
-
-
-def markdown_files():
-    """The project's Markdown: README.md, docs/ (all of it), the backends' and benchmarks' READMEs and the
-    recorded benchmark tables (included in the docs)."""
-    files = [ROOT / "README.md", ROOT / "backends" / "README.md", ROOT / "bench" / "README.md"]
-    files += sorted(DOCS.rglob("*.md")) + sorted((ROOT / "bench" / "results").glob("*.md"))
-    return [f for f in files if f.exists() and "_build" not in f.parts]
 
 
 # An address of something outside the repository: "https://x", "http://x", "ftp://x", "mailto:a@b", "file:/x",

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 import pycoll
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_importing_from_the_source_tree_says_what_to_do():

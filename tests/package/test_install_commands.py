@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_docs import ROOT, markdown_files
+from repo_paths import ROOT, markdown_files
 
 PYPROJECT = (ROOT / "pyproject.toml").read_text()
 # The other project's name on the package index: a command naming it installs that project, not this one.

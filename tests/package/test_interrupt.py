@@ -6,11 +6,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from multiproc import SCRIPTS
 
-SESSION = Path(__file__).parent / "scripts" / "interrupted_session.py"
+SESSION = SCRIPTS / "interrupted_session.py"
 PROMPT_S = 8.0  # "a few seconds": conftest's grace (3 s) and a loaded machine's slowness
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from multiproc import Ranks, assert_all_ok
-from test_local_users import Stranger, _stranger_uid
+from strangers import Stranger, stranger_uid
 
 from pycoll.errors import PycollError, Timeout
 from pycoll.rendezvous.store import FileStore
@@ -58,7 +58,7 @@ def _swap_link(link, target):
 
 
 def test_a_link_another_user_planted_is_refused(shared, tmp_path):
-    uid = _stranger_uid()
+    uid = stranger_uid()
     shared.chmod(0o1777)  # like /tmp
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)
@@ -75,7 +75,7 @@ def test_a_link_another_user_planted_is_refused(shared, tmp_path):
 
 
 def test_a_swapped_link_never_redirects_an_open_store(shared, tmp_path):
-    uid = _stranger_uid()
+    uid = stranger_uid()
     shared.chmod(0o777)  # not sticky: she may replace an entry of another user's
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)
@@ -126,7 +126,7 @@ def test_a_pickled_store_reopens_the_same_directory(tmp_path):
 
 
 def test_a_job_forms_on_its_own_directory_when_the_link_is_swapped(shared, tmp_path):
-    _stranger_uid()
+    stranger_uid()
     shared.chmod(0o777)
     directory = tmp_path / "job-store"
     directory.mkdir(mode=0o700)

@@ -5,17 +5,16 @@ so these tests need root; they skip otherwise."""
 
 import json
 import os
-import pwd
 import socket
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from c_programs import run_ranks
 from multiproc import Ranks, assert_all_ok
-from test_c_embedding import _run, example  # noqa: F401 -- the compiled examples/c_allreduce.c
+from strangers import Stranger, stranger_uid
 
 from pycoll.errors import AuthenticationError, PycollError
 from pycoll.rendezvous import user_secret
@@ -26,58 +25,6 @@ pytestmark = pytest.mark.timeout(60)
 HOST = "127.0.0.1"
 
 
-def _stranger_uid():
-    if os.geteuid() != 0:
-        pytest.skip("needs root, to run a process as another user")
-    try:
-        return pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        pytest.skip("no user 'nobody' to act as another user")
-
-
-class Stranger:
-    """A child process that becomes user `nobody` and runs ``attack()`` (its JSON-able result comes back by
-    result()), then holds what it opened until release()."""
-
-    def __init__(self, attack):
-        uid = _stranger_uid()
-        self._result_r, result_w = os.pipe()
-        hold_r, self._hold_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover -- the child
-            code = 0
-            try:
-                os.close(self._result_r)
-                os.close(self._hold_w)
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-                held = []
-                report = attack(held)
-                os.write(result_w, json.dumps(report).encode() + b"\n")
-                os.read(hold_r, 1)  # until release()
-            except BaseException as exc:  # noqa: BLE001 -- reported to the test
-                os.write(result_w, json.dumps({"crashed": repr(exc)}).encode() + b"\n")
-                code = 1
-            os._exit(code)
-        os.close(result_w)
-        os.close(hold_r)
-
-    def result(self, timeout=30.0):
-        end = time.monotonic() + timeout
-        data = b""
-        while not data.endswith(b"\n") and time.monotonic() < end:
-            chunk = os.read(self._result_r, 65536)
-            if not chunk:
-                break
-            data += chunk
-        return json.loads(data)
-
-    def release(self):
-        os.close(self._hold_w)
-        os.close(self._result_r)
-        _, status = os.waitpid(self.pid, 0)
-        return status
 
 
 def _attempt(call):
@@ -116,7 +63,7 @@ def _read_id_from_the_store(port):
 
 
 def test_another_user_cannot_read_the_id_join_or_stall_a_local_job(tmp_path, monkeypatch):
-    _stranger_uid()
+    stranger_uid()
     monkeypatch.delenv("PYCOLL_SECRET", raising=False)
     go = tmp_path / "go"
     with Ranks(2, "rdv_worker.py", "late", env={"TEST_LATE": "1", "TEST_GO_FILE": str(go)}, timeout=30) as ranks:
@@ -184,7 +131,7 @@ def test_a_secret_directory_others_can_reach_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_secret_directory_another_user_made_first_is_refused(tmp_path, monkeypatch):
-    uid = _stranger_uid()
+    uid = stranger_uid()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     directory = user_secret.directory()
     os.mkdir(directory, 0o700)
@@ -194,7 +141,7 @@ def test_a_secret_directory_another_user_made_first_is_refused(tmp_path, monkeyp
 
 
 def test_file_store_is_private_and_refuses_values_without_the_secret(tmp_path):
-    _stranger_uid()
+    stranger_uid()
     path = tmp_path / "store"
     store = FileStore(path, timeout=5.0, secret=b"s3cret")
     store.set("pycoll/unique_id", b"the id")
@@ -247,11 +194,11 @@ def test_file_store_refuses_a_directory_others_can_reach(tmp_path):
         FileStore(shared)
 
 
-def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):  # noqa: F811
-    uid = _stranger_uid()
+def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):
+    uid = stranger_uid()
     tmp_path.chmod(0o755)  # the stranger may look into the directory, only the file's mode protects the id
     id_path = tmp_path / "job.id"
-    results = _run(example, 2, id_path)
+    results = run_ranks(example, 2, id_path)
     assert all(code == 0 for code, _ in results), results
     assert stat.S_IMODE(os.stat(id_path).st_mode) == 0o600
     stranger = Stranger(lambda held: {"read": _attempt(id_path.read_bytes)})
@@ -270,7 +217,7 @@ def test_c_example_writes_the_id_for_this_user_only(example, tmp_path):  # noqa:
 
 
 def test_another_users_runtime_directory_is_not_used(tmp_path, monkeypatch):
-    uid = _stranger_uid()
+    uid = stranger_uid()
     theirs = tmp_path / "run-user-other"
     theirs.mkdir()
     os.chown(theirs, uid, uid)

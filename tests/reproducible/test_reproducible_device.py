@@ -8,8 +8,7 @@ refused on every rank with a typed error naming why, as is a table older than th
 import ml_dtypes
 import numpy as np
 import pytest
-from fakes.guarded_memory import counts, old_table_address, table_address
-from test_memory_table import _run as run_guarded
+from fakes.guarded_memory import counts, old_table_address, run_guarded, table_address
 
 from pycoll.accuracy import make_inputs
 from pycoll.errors import PeerFailure, PycollError
@@ -25,7 +24,7 @@ def _inputs(coll, dataset, world, dtype, seed):
 
 
 def _device_bytes_are_the_hosts(coll, inputs, **kw):
-    """run_guarded (test_memory_table) compares the bytes with the host table's and checks every block came back
+    """run_guarded (fakes/guarded_memory.py) compares the bytes with the host table's and checks every block came back
     intact; here also that the table's reproducible entries made them, on every rank."""
     world = len(inputs)
     calls = run_guarded(coll, inputs, accuracy="reproducible", **kw)

@@ -6,7 +6,6 @@ import hashlib
 
 import pytest
 from multiproc import Ranks
-from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 from pycoll.accuracy import make_inputs
 from pycoll.simulate import simulate

@@ -8,6 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from algorithm_table import ALL_REDUCE_SIM_SCHEDULES as ALGORITHMS
 from fakes.guarded_memory import old_table_address
 
 from pycoll.accuracy import correctly_rounded_sum, make_inputs, ulp_distance
@@ -15,7 +16,6 @@ from pycoll.errors import PycollError
 from pycoll.simulate import simulate
 
 FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
-ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling", "hierarchical"]
 COUNT = 67  # not a multiple of any world size or vector width
 
 

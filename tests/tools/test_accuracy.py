@@ -8,11 +8,12 @@ import os
 import subprocess
 import sys
 from fractions import Fraction
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from algorithm_table import ALL_REDUCE_SCHEDULES as ALGORITHMS
+from repo_paths import ROOT
 
 from pycoll.accuracy import (
     ALGORITHMS as REPORT_ALGORITHMS,
@@ -27,9 +28,8 @@ from pycoll.accuracy import (
 )
 from pycoll.simulate import simulate
 
-ALGORITHMS = ["ring", "halving_doubling", "mesh", "recursive_doubling"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = ROOT / "bench"
 
 
 def fraction_rounded(values, dtype):

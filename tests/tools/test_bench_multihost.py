@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
-SCRIPT = Path(__file__).parent.parent / "bench" / "multihost.py"
+SCRIPT = ROOT / "bench" / "multihost.py"
 
 
 def bench(*args):

@@ -5,11 +5,11 @@ after every recovery, and fails on a wrong one). A peer that cannot run is skipp
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 import recovery_peers  # noqa: E402
 

@@ -6,11 +6,11 @@ cannot measure."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "core_to_core.py"
+SCRIPT = ROOT / "bench" / "core_to_core.py"
 
 
 def _module(monkeypatch):

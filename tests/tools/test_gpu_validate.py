@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from fakes.vendor_harness import device_array, fakes_fixture, run_ranks_ok
 from multiproc import free_port
+from repo_paths import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_validate.py"
+SCRIPT = ROOT / "bench" / "gpu_validate.py"
 
 
 def test_it_refuses_without_a_gpu(tmp_path):
@@ -168,7 +169,7 @@ def _correctness_rank(ports, rank, world):
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fakes
     from fakes.fake_torch_cuda import cuda, enable
 
     import pycoll

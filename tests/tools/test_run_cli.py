@@ -10,12 +10,13 @@ import sys
 import time
 
 import pytest
+from multiproc import SCRIPTS as SCRIPTS_DIR
 
 from pycoll.cli import build_parser, main
 
 pytestmark = pytest.mark.timeout(60)
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+SCRIPTS = str(SCRIPTS_DIR)
 
 
 def _pycoll(*args, cwd, env=None, **kwargs):

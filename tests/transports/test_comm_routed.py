@@ -2,20 +2,11 @@
 TEST_RANKS_PER_FAKE_HOST: consecutive ranks share a "host"), so the default backend runs shared memory within
 each host and TCP between them in one job (native/transport/routed_transport.c) -- everything the production
 path does except the network namespaces of test_multihost_netns.py. The fault and mismatch scenarios are
-test_comm_tcp.py's: across the two transports they must behave exactly as over one."""
+transport_faults.py's: across the two transports they must behave exactly as over one."""
 
 import pytest
-import test_comm_tcp as over_tcp
+import transport_faults as faults
 from multiproc import Ranks
-from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
-
-# These scenarios of test_comm_tcp.py take no arguments and run 3 or 4 ranks: collected here as they are, they
-# run over both transports (routed_job below applies to every test of this module).
-from test_comm_tcp import (  # noqa: F401
-    test_close_waits_for_a_slow_rank_at_most_the_linger,
-    test_peer_that_closes_its_communicator_is_named_quickly,
-    test_stopped_peer_makes_the_others_time_out_at_the_deadline,
-)
 
 RANKS_PER_HOST = 2
 
@@ -61,16 +52,34 @@ def test_hierarchical_runs_its_host_phases_over_shared_memory(no_segment_left):
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_named_by_local_and_remote_ranks_within_2s(algorithm, no_segment_left):
     """Rank 2 is killed: rank 3 shares its host (shared memory, pidfd), ranks 0 and 1 reach it over TCP."""
-    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
 
 
 # Two hosts of two ranks: every root case spans both transports.
 test_mismatch_is_reported_on_every_rank, test_ranks_that_disagree_on_the_root_all_raise_mismatch = (
-    over_tcp.mismatch_tests([("broadcast", "0,0,1,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
-                             ("reduce", "0,2,0", "close", 300_000)]))
+    faults.mismatch_tests(["count", "collective"],
+                          [("broadcast", "0,0,1,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
+                           ("reduce", "0,2,0", "close", 300_000)]))
 
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_interrupts_a_collective_blocked_on_both_transports():
     """Rank 0 waits for rank 1 (shared memory) and rank 2 (TCP), which join much later."""
-    assert over_tcp.interrupt_a_blocked_rank(3)["transport"] == "shm+tcp"
+    assert faults.interrupt_a_blocked_rank(3)["transport"] == "shm+tcp"
+
+
+# The scenarios of 3 or 4 ranks that every transport runs alike (transport_faults.py), here over both at once
+# (routed_job above applies to every test of this module).
+@pytest.mark.timeout(60)
+def test_close_waits_for_a_slow_rank_at_most_the_linger():
+    faults.check_close_waits_for_a_slow_rank_at_most_the_linger()
+
+
+@pytest.mark.timeout(60)
+def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
+    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()
+
+
+@pytest.mark.timeout(60)
+def test_peer_that_closes_its_communicator_is_named_quickly():
+    faults.check_peer_that_closes_its_communicator_is_named_quickly()

@@ -1,20 +1,11 @@
 """The shared-memory transport end to end: real processes on one host over backend="shm" (and "cpu", the
-default, which picks it there). The fault and mismatch scenarios are test_comm_tcp.py's, run over shared
+default, which picks it there). The fault and mismatch scenarios are transport_faults.py's, run over shared
 memory: they must behave exactly as over TCP. Plus what only shared memory has: rings smaller than a message,
 and segments that never outlive the job in /dev/shm."""
 
 import pytest
-import test_comm_tcp as over_tcp
-from multiproc import Ranks, no_segment_left  # noqa: F401 (a fixture; importers take it from here)
-
-# These scenarios of test_comm_tcp.py take no arguments: collected here as they are, they run over shared memory
-# (shm_backend below applies to every test of this module).
-from test_comm_tcp import (  # noqa: F401
-    test_close_waits_for_a_slow_rank_at_most_the_linger,
-    test_ctrl_c_interrupts_a_blocked_collective_promptly,
-    test_peer_that_closes_its_communicator_is_named_quickly,
-    test_stopped_peer_makes_the_others_time_out_at_the_deadline,
-)
+import transport_faults as faults
+from multiproc import Ranks
 
 
 @pytest.fixture(autouse=True)
@@ -52,12 +43,34 @@ def test_spin_option_reaches_the_transport():
     assert all(rep.get("ok") and rep["options"]["spin_ns"] == 50000 for rep in reports.values()), reports
 
 
+# The scenarios every transport runs alike (transport_faults.py), here over shared memory (shm_backend above).
 test_mismatch_is_reported_on_every_rank, test_ranks_that_disagree_on_the_root_all_raise_mismatch = (
-    over_tcp.mismatch_tests([("broadcast", "0,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
-                             ("reduce", "0,2,0", "close", 300_000)]))
+    faults.mismatch_tests(["count", "collective"],
+                          [("broadcast", "0,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
+                           ("reduce", "0,2,0", "close", 300_000)]))
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(algorithm, no_segment_left):
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s(algorithm)
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
+
+
+@pytest.mark.timeout(60)
+def test_close_waits_for_a_slow_rank_at_most_the_linger():
+    faults.check_close_waits_for_a_slow_rank_at_most_the_linger()
+
+
+@pytest.mark.timeout(60)
+def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
+    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()
+
+
+@pytest.mark.timeout(60)
+def test_peer_that_closes_its_communicator_is_named_quickly():
+    faults.check_peer_that_closes_its_communicator_is_named_quickly()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_blocked_collective_promptly():
+    faults.interrupt_a_blocked_rank(2)

@@ -2,21 +2,11 @@
 iproute2; only the namespaces' own addresses are used."""
 
 import pytest
-import test_comm_tcp as over_tcp
+import transport_faults as faults
 from multiproc import Ranks
-from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts
-from test_comm_shm import no_segment_left  # noqa: F401 (a fixture)
+from netns_hosts import SUBNET
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def hosts(request):
-    try:
-        with namespace_hosts(request.param) as names:
-            yield names
-    except HostsUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("hosts", [2, 4], indirect=True)
@@ -64,7 +54,7 @@ def test_killed_rank_is_named_on_its_host_and_across_the_network(hosts, victim, 
     """Ranks 0, 1 on host 0 and 2, 3 on host 1: each survivor, local to the victim or not, raises PeerFailure
     naming it within 2 s."""
     placement = [0, 0, 1, 1]
-    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(
         victim, 4, master_addr=f"{SUBNET}.1", wrap=lambda r: ["ip", "netns", "exec", hosts[placement[r]]])
 
 

@@ -9,9 +9,9 @@ import select
 import time
 
 import pytest
-from multiproc import Ranks, assert_all_ok, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks, assert_all_ok
 from shm_watch import SHM_DIR, ShmWatch
-from test_local_users import Stranger, _stranger_uid
+from strangers import Stranger, stranger_uid
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,7 +86,7 @@ def test_another_user_who_takes_every_plausible_name_first_cannot_stop_the_job(t
     """Five 4-rank shm jobs, each under attack by user `nobody`, who knows the ranks' pids and the job's tag and
     watches /dev/shm: every job completes its all-reduce with the right sum on every rank (the old names,
     pycoll-<pid>-<job>-<rank>, were all taken: "File exists" on every rank)."""
-    uid = _stranger_uid()
+    uid = stranger_uid()
     for attempt in range(5):
         work = tmp_path / str(attempt)
         work.mkdir()

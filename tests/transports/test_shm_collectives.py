@@ -5,9 +5,8 @@ the refusal of algorithm="shm_slots" where there is no shared memory -- for all_
 for reduce_scatter and all_gather."""
 
 import pytest
-import test_comm_tcp as over_tcp
+import transport_faults as faults
 from multiproc import Ranks, assert_all_ok
-from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 
 def _run(n, scenario, env=None, timeout=30, backend="shm"):
@@ -124,7 +123,7 @@ def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(c
                                                                                 no_segment_left):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": "shm_slots"})
 
 
 @pytest.mark.timeout(60)
@@ -135,7 +134,7 @@ def test_killed_peer_in_reduce_scatter_or_all_gather_is_reported_within_2s(colle
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COUNT", count)
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
-    over_tcp.test_killed_peer_is_reported_by_every_rank_within_2s("shm_slots")
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": "shm_slots"})
 
 
 @pytest.mark.timeout(60)
@@ -144,4 +143,4 @@ def test_stopped_peer_makes_the_others_time_out_at_the_deadline(collective, monk
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_ALGORITHM", "shm_slots")
     monkeypatch.setenv("TEST_COLLECTIVE", collective)
-    over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()
+    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()

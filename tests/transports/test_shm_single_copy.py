@@ -9,9 +9,8 @@ have; killed and stopped peers while the owners wait for their readers."""
 import platform
 
 import pytest
-import test_comm_tcp as over_tcp
+import transport_faults as faults
 from multiproc import Ranks
-from test_comm_shm import no_segment_left  # noqa: F401  -- a fixture: nothing left in /dev/shm
 
 DEADLINE_S = 10  # each collective's timeout: a detection must come long before it
 
@@ -89,7 +88,7 @@ def test_with_single_copies_off_no_rank_reads_the_address_published():
 def test_killed_peer_is_reported_by_every_rank_within_2s(collective, world, victim, count, no_segment_left):
     """Single-copy collectives (float32: 4 MiB per transfer, an all-gather's 8 MiB) in a loop: the victim dies
     while reading or while others read from it; an owner waiting for its readers names it as any wait does."""
-    over_tcp.check_killed_peer_is_reported_by_every_rank_within_2s(
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(
         victim, world, env={"PYCOLL_BACKEND": "shm", "TEST_COLLECTIVE": collective, "TEST_COUNT": str(count)})
 
 
@@ -99,4 +98,4 @@ def test_stopped_reader_makes_the_root_time_out_naming_it(monkeypatch):
     monkeypatch.setenv("PYCOLL_BACKEND", "shm")
     monkeypatch.setenv("TEST_COLLECTIVE", "broadcast")
     monkeypatch.setenv("TEST_COUNT", str(1 << 20))
-    over_tcp.test_stopped_peer_makes_the_others_time_out_at_the_deadline()
+    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()

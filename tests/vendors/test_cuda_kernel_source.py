@@ -4,11 +4,12 @@ the kernels that dtype needs, and -- compiled for the host with a small shim sta
 That checks the arithmetic, not NVRTC, the driver or a launch: those need a GPU (see backends/README.md)."""
 
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
+from cuda_host_build import DTYPES, host_library, ptr
+from float_cases import same, specials
+from reproducible_cases import double_rounding_traps, edges, spanning
 
 from pycoll import kernels
 from pycoll._bindings import vendor
@@ -16,7 +17,6 @@ from pycoll.accuracy import make_inputs
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 COMPENSATED = ("pycoll_compensated_load", "pycoll_compensated_combine", "pycoll_compensated_store")
 REPRODUCIBLE = ("pycoll_repro_summary", "pycoll_repro_encode", "pycoll_repro_decode")
@@ -36,61 +36,9 @@ def test_no_source_for_an_unknown_dtype():
     assert vendor.cuda_kernel_source(99) is None
 
 
-# A host shim for what NVRTC provides: one thread of one block, the bit casts, and the PTX conversions.
-SHIM = r"""
-#include <cmath>
-#include <cstring>
-#include <cstdint>
-using std::fabs;
-struct dim { unsigned x; };
-static const dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
-static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
-static inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
-static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
-static inline int atomicMax(int *p, int v) { int old = *p; *p = v > old ? v : old; return old; }
-// One thread: a shuffle from a lane that does not exist leaves the value as it is; nothing to synchronise.
-static inline int __shfl_down_sync(unsigned, int v, int) { return v; }
-static inline void __syncthreads() {}
-#define __shared__ static
-#define __device__
-#define __global__
-"""
-
-
-def _host_library(tmp_path, dtype, shim=SHIM, tail=""):
-    """The kernels of dtype compiled for the host over `shim` (CUDA's built-ins), `tail` appended."""
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler to build the kernels for the host")
-    source = vendor.cuda_kernel_source(DTYPES[dtype])
-    # The PTX conversions (float16 only) become the host's: numpy's float16 rounding is the same (RNE).
-    source = source.replace('asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));', "f = host_f16_to_f32(h);")
-    source = source.replace('u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;',
-                            "return host_f32_to_f16_subnormal(f);")
-    helpers = r"""
-static float host_f16_to_f32(unsigned short h) { return (float)(_Float16)__builtin_bit_cast(_Float16, h); }
-static unsigned short host_f32_to_f16_subnormal(float f) { return __builtin_bit_cast(unsigned short, (_Float16)f); }
-"""
-    path = tmp_path / f"k_{dtype}.cpp"
-    path.write_text(shim + helpers + source + tail)
-    out = tmp_path / f"k_{dtype}.so"
-    result = subprocess.run([cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                             "-pthread", "-o", str(out), str(path)], capture_output=True, text=True)
-    if result.returncode != 0 and "_Float16" in result.stderr:
-        pytest.skip("the host C++ compiler has no _Float16")
-    assert result.returncode == 0, result.stderr
-    return ctypes.CDLL(str(out))
-
-
-def _p(a):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_kernels_compiled_for_the_host_match_the_host_kernels(tmp_path, dtype):
-    lib = _host_library(tmp_path, dtype)
+    lib = host_library(tmp_path, dtype)
     n = 513
     rng = np.random.default_rng(3)
     if dtype in FLOATS:
@@ -103,28 +51,28 @@ def test_kernels_compiled_for_the_host_match_the_host_kernels(tmp_path, dtype):
         b = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
     for op_id, op in enumerate(("sum", "prod", "min", "max")):
         got = np.empty_like(a)
-        lib.pycoll_reduce(_p(got), _p(a), _p(b), ctypes.c_longlong(n), ctypes.c_int(op_id))
+        lib.pycoll_reduce(ptr(got), ptr(a), ptr(b), ctypes.c_longlong(n), ctypes.c_int(op_id))
         assert got.tobytes() == kernels.reduce(a, b, op).tobytes(), op
     for divisor in (3, 7):
         got, want = a.copy(), a.copy()
-        lib.pycoll_scale_avg(_p(got), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
+        lib.pycoll_scale_avg(ptr(got), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
         kernels.scale_avg(want, divisor)
         assert got.tobytes() == want.tobytes(), divisor
     if dtype not in FLOATS:
         return
     acc = np.float64 if dtype == "float64" else np.float32
     s1, c1, s2, c2 = (np.empty(n, acc) for _ in range(4))
-    lib.pycoll_compensated_load(_p(s1), _p(c1), _p(a), ctypes.c_longlong(n))
-    lib.pycoll_compensated_load(_p(s2), _p(c2), _p(b), ctypes.c_longlong(n))
+    lib.pycoll_compensated_load(ptr(s1), ptr(c1), ptr(a), ctypes.c_longlong(n))
+    lib.pycoll_compensated_load(ptr(s2), ptr(c2), ptr(b), ctypes.c_longlong(n))
     ws, wc = kernels.compensated_load(a)
     assert s1.tobytes() == np.asarray(ws).tobytes() and c1.tobytes() == np.asarray(wc).tobytes()
     ws2, wc2 = kernels.compensated_load(b)
-    lib.pycoll_compensated_combine(_p(s1), _p(c1), _p(s2), _p(c2), ctypes.c_longlong(n))
+    lib.pycoll_compensated_combine(ptr(s1), ptr(c1), ptr(s2), ptr(c2), ctypes.c_longlong(n))
     kernels.compensated_combine(ws, wc, ws2, wc2)
     assert s1.tobytes() == np.asarray(ws).tobytes() and c1.tobytes() == np.asarray(wc).tobytes()
     for divisor in (1, 3):
         got, want = np.empty_like(a), np.empty_like(a)
-        lib.pycoll_compensated_store(_p(got), _p(s1), _p(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
+        lib.pycoll_compensated_store(ptr(got), ptr(s1), ptr(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
         kernels.compensated_store(want, ws, wc, divisor)
         assert got.tobytes() == want.tobytes(), divisor
 
@@ -148,8 +96,6 @@ def _reproducible_plan(summary, dtype, size):
 
 
 def _reproducible_cases(dtype):
-    from test_reproducible_limbs import double_rounding_traps, edges, spanning
-
     t = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
     big = ml_dtypes.finfo(t).max
     cases = [make_inputs(name, size, 257, dtype, seed=size) for name in ("gaussian", "mixed") for size in (2, 3, 9)]
@@ -171,7 +117,7 @@ def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path,
     pycoll_reduce), decode -- gives the bytes of the host's reproducible all_reduce of the same data."""
     from pycoll.simulate import simulate
 
-    lib = _host_library(tmp_path, dtype)
+    lib = host_library(tmp_path, dtype)
     emask = (1 << {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}[dtype]) - 1
     ran = 0
     for inputs in _reproducible_cases(dtype):
@@ -179,7 +125,7 @@ def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path,
         n = len(inputs[0])
         summary = np.array([0, -emask, 0], np.int32)
         for x in inputs:
-            lib.pycoll_repro_summary(_p(x), ctypes.c_longlong(n), _p(summary))
+            lib.pycoll_repro_summary(ptr(x), ctypes.c_longlong(n), ptr(summary))
         plan = _reproducible_plan(summary.tolist(), dtype, len(inputs))
         if plan is None:
             continue
@@ -187,12 +133,12 @@ def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path,
         total = np.zeros(n * limbs, np.int64)
         for x in inputs:
             encoded = np.empty(n * limbs, np.int64)
-            lib.pycoll_repro_encode(_p(x), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
-                                    ctypes.c_int(limbs), _p(encoded))
+            lib.pycoll_repro_encode(ptr(x), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
+                                    ctypes.c_int(limbs), ptr(encoded))
             total += encoded
         got = np.empty_like(inputs[0])
-        lib.pycoll_repro_decode(_p(total), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
-                                ctypes.c_int(limbs), _p(got))
+        lib.pycoll_repro_decode(ptr(total), ctypes.c_longlong(n), ctypes.c_int(base), ctypes.c_int(bits),
+                                ctypes.c_int(limbs), ptr(got))
         want = simulate("all_reduce", inputs, accuracy="reproducible")[0]
         assert got.tobytes() == want.tobytes(), (len(inputs), plan, np.flatnonzero(got.view(np.uint8) !=
                                                                                    want.view(np.uint8))[:5])
@@ -202,26 +148,24 @@ def test_reproducible_kernels_compiled_for_the_host_give_the_host_bits(tmp_path,
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_compensated_kernels_compiled_for_the_host_keep_special_values(tmp_path, dtype):
-    """Every ordered pair of special values (test_kernels_specials.py's: infinities, NaN, the largest finite and
+    """Every ordered pair of special values (float_cases.py's: infinities, NaN, the largest finite and
     sums past it, both zeros) through the device's load, combine and store: fast mode's sums, and the host
     kernels' bits."""
-    from test_kernels_specials import same, specials
-
-    lib = _host_library(tmp_path, dtype)
+    lib = host_library(tmp_path, dtype)
     v = specials(np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype))
     pairs = (np.ascontiguousarray(np.repeat(v, v.size)), np.ascontiguousarray(np.tile(v, v.size)))
     n = pairs[0].size
     acc = np.float64 if dtype == "float64" else np.float32
     s1, c1, s2, c2 = (np.empty(n, acc) for _ in range(4))
-    lib.pycoll_compensated_load(_p(s1), _p(c1), _p(pairs[0]), ctypes.c_longlong(n))
-    lib.pycoll_compensated_load(_p(s2), _p(c2), _p(pairs[1]), ctypes.c_longlong(n))
-    lib.pycoll_compensated_combine(_p(s1), _p(c1), _p(s2), _p(c2), ctypes.c_longlong(n))
+    lib.pycoll_compensated_load(ptr(s1), ptr(c1), ptr(pairs[0]), ctypes.c_longlong(n))
+    lib.pycoll_compensated_load(ptr(s2), ptr(c2), ptr(pairs[1]), ctypes.c_longlong(n))
+    lib.pycoll_compensated_combine(ptr(s1), ptr(c1), ptr(s2), ptr(c2), ctypes.c_longlong(n))
     ws, wc = kernels.compensated_load(pairs[0])
     kernels.compensated_combine(ws, wc, *kernels.compensated_load(pairs[1]))
     assert s1.tobytes() == ws.tobytes() and c1.tobytes() == wc.tobytes()
     for divisor in (1, 3):
         got, want = np.empty_like(pairs[0]), np.empty_like(pairs[0])
-        lib.pycoll_compensated_store(_p(got), _p(s1), _p(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
+        lib.pycoll_compensated_store(ptr(got), ptr(s1), ptr(c1), ctypes.c_longlong(n), ctypes.c_longlong(divisor))
         kernels.compensated_store(want, ws, wc, divisor)
         assert got.tobytes() == want.tobytes(), divisor
         if divisor == 1:

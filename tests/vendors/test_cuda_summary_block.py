@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from test_cuda_kernel_source import _host_library, _p
+from cuda_host_build import host_library, ptr
 
 pytest.importorskip("ml_dtypes")
 
@@ -71,7 +71,7 @@ extern "C" int summary_block(const void *x, long long n, int *summary, int threa
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_one_block_makes_three_atomics_and_the_summary_of_one_thread(tmp_path, dtype):
-    lib = _host_library(tmp_path, dtype, BLOCK_SHIM, TAIL)
+    lib = host_library(tmp_path, dtype, BLOCK_SHIM, TAIL)
     emask = (1 << {"float32": 8, "float64": 11}[dtype]) - 1
     rng = np.random.default_rng(5)
     cases = {"spread": (rng.standard_normal(3001) * 10.0 ** rng.integers(-30, 30, 3001)).astype(dtype),
@@ -81,11 +81,11 @@ def test_one_block_makes_three_atomics_and_the_summary_of_one_thread(tmp_path, d
     for name, x in cases.items():
         want = np.array([0, -emask, 0], np.int32)
         got = want.copy()
-        assert lib.summary_block(_p(x), ctypes.c_longlong(len(x)), _p(want), 1) == 3, name
-        assert lib.summary_block(_p(x), ctypes.c_longlong(len(x)), _p(got), THREADS) == 3, name
+        assert lib.summary_block(ptr(x), ctypes.c_longlong(len(x)), ptr(want), 1) == 3, name
+        assert lib.summary_block(ptr(x), ctypes.c_longlong(len(x)), ptr(got), THREADS) == 3, name
         assert got.tolist() == want.tolist(), name
         assert (want[2] == 1) == bool(np.isinf(x).any()), name
     top = np.frexp(np.abs(cases["spread"]))[1].max() + (emask >> 1) - 1  # the largest biased exponent
-    assert lib.summary_block(_p(cases["spread"]), ctypes.c_longlong(3001), _p(got := np.array([0, -emask, 0],
+    assert lib.summary_block(ptr(cases["spread"]), ctypes.c_longlong(3001), ptr(got := np.array([0, -emask, 0],
                                                                                              np.int32)), THREADS) == 3
     assert got[0] == top

@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from test_local_users import Stranger, _stranger_uid
+from strangers import Stranger, stranger_uid
 
 from pycoll.errors import PycollError
 from pycoll.islands.failures import IslandWatch
@@ -32,7 +32,7 @@ def _forger(address):
 
 
 def test_another_users_notice_is_dropped_and_this_users_is_heard():
-    _stranger_uid()
+    stranger_uid()
     heard, first = [], threading.Event()
 
     def on_failure(rank, reason):
@@ -71,7 +71,7 @@ def _holder(address):
 def test_a_socket_name_another_user_holds_is_drawn_again(monkeypatch, taken):
     """The first `taken` names the rank draws are one another user's process holds: it draws again and binds
     another (3), or after 8 says so in a PycollError (8)."""
-    _stranger_uid()
+    stranger_uid()
     fixed = "ab" * 16
     draws = iter([fixed] * taken)
     real = secrets.token_hex

@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from fakes.vendor_harness import device_array, fakes_fixture, run_ranks, run_ranks_ok
 from multiproc import free_port, raised
+from repo_paths import ROOT
 
 fakes = fakes_fixture()
 
@@ -433,7 +433,7 @@ def test_a_rank_killed_inside_a_vendor_step_reaches_every_rank_as_peer_failure_l
 
 @pytest.mark.timeout(90)
 def test_the_readme_mixed_example_runs_on_the_fakes_and_says_which_islands_it_formed(env, tmp_path):
-    example = Path(__file__).resolve().parent.parent / "examples" / "mixed_islands.py"
+    example = ROOT / "examples" / "mixed_islands.py"
     done = subprocess.run([sys.executable, "-m", "pycoll", "run", "-n", "6", str(example)], cwd=tmp_path,
                           env=dict(os.environ, **env), capture_output=True, text=True, timeout=80)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

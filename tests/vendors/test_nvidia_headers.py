@@ -17,12 +17,11 @@ Each file is generated from pycoll's sources, so a declaration added there is ch
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 from nvidia_wheels import compiler, wheel_dir
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 NCCL_API = ROOT / "backends" / "nccl" / "nccl_api.h"
 NCCL_VENDOR = ROOT / "backends" / "nccl" / "nccl_vendor.c"
 VENDOR_COMMON = ROOT / "backends" / "common" / "vendor_common.h"

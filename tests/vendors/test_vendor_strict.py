@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 from fakes.vendor_harness import FakeDeviceArray, buffer, fakes_fixture, job_env, make_engine, run_ranks_ok
+from repo_paths import ROOT
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -334,10 +335,9 @@ def test_hccl_reduce_leaves_non_root_buffers_unchanged(hccl_env):
 
 @pytest.mark.timeout(30)
 def test_capability_tables_in_the_docs_are_the_checked_ones():
-    from pathlib import Path
 
     from pycoll.plugins.vendor_capabilities import DOCS, documented, generated_block
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     for doc in DOCS:
         assert documented((root / doc).read_text()) == generated_block(), (
             f"{doc} is stale: run python -m pycoll.plugins.vendor_capabilities")
@@ -468,8 +468,7 @@ def test_device_tensor_that_requires_grad_is_refused_by_name(device):
 
 @pytest.mark.timeout(30)
 def test_nccl_api_version_notes():
-    from pathlib import Path
-    text = (Path(__file__).resolve().parent.parent / "backends" / "nccl" / "nccl_api.h").read_text()
+    text = (ROOT / "backends" / "nccl" / "nccl_api.h").read_text()
     assert "ncclTimeout: NCCL 2.30" in text
     assert "minCTAs, maxCTAs and netName arrived in 2.17" in text
     assert "ncclConfig_t as of NCCL 2.14" not in text
