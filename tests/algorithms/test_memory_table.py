@@ -3,7 +3,7 @@ reduction.h): every copy, every kernel and every data scratch buffer. Checked on
 guarded test table (tests/fakes/guarded_memory.c: the host kernels behind counters, allocations poisoned with
 all-ones bits and fenced by canaries) standing in for a device one, for every collective, algorithm and accuracy:
 the bits equal the host table's, every block the table handed out is returned intact, no kernel or copy runs past
-a block, and the table was used. (tests/test_nccl_compensated.py does the same over the vendor transport.)"""
+a block, and the table was used. (tests/vendors/test_nccl_compensated.py does the same over the vendor transport.)"""
 
 import re
 

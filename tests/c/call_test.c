@@ -2,7 +2,7 @@
  * the one call description, blocking and non-blocking, and every rank checks that bad calls -- another
  * struct version or size, an unknown collective, counts that do not fit -- are refused with
  * PYCOLL_ERR_INVALID and a message naming the field, the communicator intact. Prints "rank R ok" and exits 0,
- * or prints what failed and exits 1. Built and run by tests/test_c_call.py. */
+ * or prints what failed and exits 1. Built and run by tests/communicator/test_c_call.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>

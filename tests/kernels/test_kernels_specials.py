@@ -2,7 +2,7 @@
 NaN, inf - inf is NaN, a finite sum past the largest value is +-inf with its sign, -0.0 + -0.0 is -0.0 -- for
 every float dtype, every pair of special values, any number of ranks and any combine order. The compensation
 never pulls an overflowed sum back into range, never pushes an in-range one out, and a huge float64 average is
-still the correctly rounded mean. (tests/test_kernels_variants.py reruns this module under every SIMD variant.)"""
+still the correctly rounded mean. (test_kernels_variants.py reruns this module under every SIMD variant.)"""
 from fractions import Fraction
 
 import ml_dtypes

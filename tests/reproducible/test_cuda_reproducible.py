@@ -1,8 +1,8 @@
 """accuracy="reproducible" through the CUDA memory table's own entries (backends/cuda/cuda_kernels.c), against the
 fake NCCL (every buffer "device" memory) and the fake CUDA driver (tests/fakes/fake_cuda_driver.c), with the real
 NVRTC compiling the kernels. The fake computes nothing, so this checks the driver calls, not the values (the values:
-tests/test_cuda_kernel_source.py runs the same source on the host; tests/test_nccl_reproducible.py the comm layer's
-path with the host loops standing in): each call launches the summary kernel, sums it over the transport in
+tests/vendors/test_cuda_kernel_source.py runs the same source on the host; test_nccl_reproducible.py the
+comm layer's path with the host loops standing in): each call launches the summary kernel, sums it over the transport in
 device scratch, copies it to the host and waits for the stream before the plan is drawn, then launches encode,
 the int64 sums and decode -- every launch, copy and allocation on the collective's stream, every block freed on it,
 nothing held after the call."""

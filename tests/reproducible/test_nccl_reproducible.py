@@ -4,7 +4,7 @@ libnccl (tests/fakes/fake_nccl.c) in real processes with every buffer reported a
 (FAKE_CUDA_MEMORY_TYPE=2) and the guarded test table (tests/fakes/guarded_memory.c: the host's exact-mode loops
 behind counters) standing in for the CUDA one: the same data through that job and through a job on host memory give
 the same bytes, the simulated host path's; what the device has no kernels for is refused on every rank, typed,
-and the communicator goes on. (tests/test_cuda_scratch.py runs the CUDA table's own entries against a fake
+and the communicator goes on. (tests/vendors/test_cuda_scratch.py runs the CUDA table's own entries against a fake
 driver.)"""
 
 import os

@@ -87,7 +87,7 @@ def _refused(inputs, table=None):
 def _refusals_after_the_summary(errors, *phrases):
     """The refusals of a plan every rank drew: each rank that finished the summary's pass refuses, typed. The
     simulator ends the job at a rank's first error, so a rank still in that pass meets it as a peer's failure;
-    separate processes each refuse and go on (tests/test_nccl_reproducible.py)."""
+    separate processes each refuse and go on (tests/reproducible/test_nccl_reproducible.py)."""
     refusals = [err for err in errors if not isinstance(err, PeerFailure)]
     assert refusals, errors
     for err in refusals:

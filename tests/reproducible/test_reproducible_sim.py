@@ -189,7 +189,7 @@ def test_fsum_reference_agrees_on_gaussian_float64():
 
 def test_hccl_refuses_reproducible_naming_what_to_do():
     """HCCL's collectives run by HCCL's own schedules, and pycoll has no kernels for its memory: no reproducible
-    form there. (NCCL's CUDA memory runs pycoll's: tests/test_nccl_reproducible.py.)"""
+    form there. (NCCL's CUDA memory runs pycoll's: tests/reproducible/test_nccl_reproducible.py.)"""
     from types import SimpleNamespace
 
     from pycoll.comm import Communicator

@@ -2,7 +2,7 @@
 the accuracy targets hold on the real C schedules: compensated float32/float64 within 1 ulp of the correctly
 rounded exact sum for every algorithm and world size, with no growth in N, while fast ring's error provably
 grows with N on a crafted input. Simulated ranks up to 64, real processes over TCP up to 4.
-(tests/test_algorithms_sim.py covers ill-conditioned float32 all-reduce up to 16 ranks against fsum.)"""
+(tests/algorithms/test_algorithms_sim.py covers ill-conditioned float32 all-reduce up to 16 ranks against fsum.)"""
 
 import os
 import subprocess

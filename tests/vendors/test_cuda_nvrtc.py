@@ -130,7 +130,7 @@ def test_reproducible_kernels_take_the_parameters_their_launches_pass(compiled):
     """The CUDA table launches (cuda_kernels.c's k_repro_*) pass summary (x, int64 n, summary), encode (x, int64 n,
     int32 base, bits, limbs, out) and decode (sums, int64 n, int32 base, bits, limbs, out): the kernels' PTX
     parameter lists, by width, are those (the fake driver's log checks the order the table fills them in:
-    tests/test_cuda_reproducible.py)."""
+    tests/reproducible/test_cuda_reproducible.py)."""
     widths = {"pycoll_repro_summary": ["u64", "u64", "u64"],
               "pycoll_repro_encode": ["u64", "u64", "u32", "u32", "u32", "u64"],
               "pycoll_repro_decode": ["u64", "u64", "u32", "u32", "u32", "u64"]}
