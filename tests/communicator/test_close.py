@@ -25,6 +25,8 @@ def _close_reports(scenario, n, timeout, env=None, ranks=(0,)):
 
 @pytest.mark.parametrize("timeout, in_flight", [(30, False), (3, True)])
 def test_close_returns_within_its_bound_when_no_other_rank_closes(backend, timeout, in_flight):
+    if timeout > 5 and backend != "cpu":
+        pytest.skip("the 5 s cap is the communicator's, whatever the transport: waited out once, over cpu")
     report = _close_reports("alone", 2, timeout, env={"TEST_IN_FLIGHT": "1" if in_flight else "0"})[0]
     print(f"{backend}: rank 0 closed alone in {report['close_s']:.2f} s (bound {min(timeout, 5)} s)")
     assert report["close_s"] < min(timeout, 5.0) + MARGIN_S, report

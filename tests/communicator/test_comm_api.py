@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from algorithm_table import ALL_REDUCE_SCHEDULES
 from repo_paths import ROOT
 
 import pycoll
@@ -33,7 +34,7 @@ def test_out_of_place_leaves_x_alone(comm):
 
 def test_avg_and_every_algorithm_name(comm):
     x = np.full(5, 3.0)
-    for algorithm in ("auto", "ring", "halving_doubling", "mesh", "recursive_doubling"):
+    for algorithm in ("auto", *ALL_REDUCE_SCHEDULES):
         comm.all_reduce(x, op="avg", algorithm=algorithm, accuracy="kahan")
     assert np.array_equal(x, np.full(5, 3.0))
 

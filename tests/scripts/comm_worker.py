@@ -216,10 +216,10 @@ try:
         closing.close()
         report["ok"] = True
     elif scenario == "slow_close":
-        # TEST_VICTIM closes 4 s after the others; their close() must stop waiting for it after its linger.
+        # TEST_VICTIM closes 3 s after the others; their close() must stop waiting for it after its linger.
         comm.all_reduce(np.ones(4, dtype=np.float32))
         if rank == int(os.environ["TEST_VICTIM"]):
-            time.sleep(4)
+            time.sleep(3)
         closing, comm = comm, None
         started = time.monotonic()
         closing.close()
