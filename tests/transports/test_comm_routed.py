@@ -70,16 +70,5 @@ def test_ctrl_c_interrupts_a_collective_blocked_on_both_transports():
 
 # The scenarios of 3 or 4 ranks that every transport runs alike (transport_faults.py), here over both at once
 # (routed_job above applies to every test of this module).
-@pytest.mark.timeout(60)
-def test_close_waits_for_a_slow_rank_at_most_the_linger():
-    faults.check_close_waits_for_a_slow_rank_at_most_the_linger()
-
-
-@pytest.mark.timeout(60)
-def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
-    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()
-
-
-@pytest.mark.timeout(60)
-def test_peer_that_closes_its_communicator_is_named_quickly():
-    faults.check_peer_that_closes_its_communicator_is_named_quickly()
+(test_close_waits_for_a_slow_rank_at_most_the_linger, test_stopped_peer_makes_the_others_time_out_at_the_deadline,
+ test_peer_that_closes_its_communicator_is_named_quickly, _) = faults.scenario_tests()  # its own Ctrl-C test above

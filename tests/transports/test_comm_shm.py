@@ -48,29 +48,12 @@ test_mismatch_is_reported_on_every_rank, test_ranks_that_disagree_on_the_root_al
     faults.mismatch_tests(["count", "collective"],
                           [("broadcast", "0,1", "next", 4), ("reduce", "0,0,1,1", "close", 0),
                            ("reduce", "0,2,0", "close", 300_000)]))
+(test_close_waits_for_a_slow_rank_at_most_the_linger, test_stopped_peer_makes_the_others_time_out_at_the_deadline,
+ test_peer_that_closes_its_communicator_is_named_quickly, test_ctrl_c_interrupts_a_blocked_collective_promptly) = (
+    faults.scenario_tests())
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["ring", "mesh"])
 def test_killed_peer_is_reported_by_every_rank_within_2s_and_leaves_no_segment(algorithm, no_segment_left):
     faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
-
-
-@pytest.mark.timeout(60)
-def test_close_waits_for_a_slow_rank_at_most_the_linger():
-    faults.check_close_waits_for_a_slow_rank_at_most_the_linger()
-
-
-@pytest.mark.timeout(60)
-def test_stopped_peer_makes_the_others_time_out_at_the_deadline():
-    faults.check_stopped_peer_makes_the_others_time_out_at_the_deadline()
-
-
-@pytest.mark.timeout(60)
-def test_peer_that_closes_its_communicator_is_named_quickly():
-    faults.check_peer_that_closes_its_communicator_is_named_quickly()
-
-
-@pytest.mark.timeout(60)
-def test_ctrl_c_interrupts_a_blocked_collective_promptly():
-    faults.interrupt_a_blocked_rank(2)

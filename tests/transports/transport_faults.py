@@ -127,3 +127,26 @@ def interrupt_a_blocked_rank(world):
     assert report.get("error") == "KeyboardInterrupt", report
     assert took < 2.0, took  # not the 60 s deadline
     return report
+
+
+def scenario_tests():
+    """The scenarios above that take no arguments, as tests for a module to bind under these names, in this order:
+    test_close_waits_for_a_slow_rank_at_most_the_linger, test_stopped_peer_makes_the_others_time_out_at_the_deadline,
+    test_peer_that_closes_its_communicator_is_named_quickly, test_ctrl_c_interrupts_a_blocked_collective_promptly."""
+    @pytest.mark.timeout(60)
+    def close_waits():
+        check_close_waits_for_a_slow_rank_at_most_the_linger()
+
+    @pytest.mark.timeout(60)
+    def stopped_peer():
+        check_stopped_peer_makes_the_others_time_out_at_the_deadline()
+
+    @pytest.mark.timeout(60)
+    def closing_peer():
+        check_peer_that_closes_its_communicator_is_named_quickly()
+
+    @pytest.mark.timeout(60)
+    def ctrl_c():
+        interrupt_a_blocked_rank(2)
+
+    return close_waits, stopped_peer, closing_peer, ctrl_c
