@@ -29,6 +29,14 @@ def build(tmp_path_factory, name):
     return binary
 
 
+def run_ok(binary, ranks=(0, 1), timeout=90):
+    """Runs a tests/c program, which starts its own ranks: it must exit 0 with each of `ranks` saying "ok"."""
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(f"rank {r} ok" in result.stdout for r in ranks), result.stdout
+    return result.stdout
+
+
 def pycoll_cli(*args):
     """`python -m pycoll ...` as a user runs it: from outside the source tree, whose uncompiled pycoll/ would
     shadow the installed package."""

@@ -38,13 +38,18 @@ def test_wait_with_a_timeout_that_passes_raises_timeout_and_breaks_nothing(backe
     assert "still running" in first["first_message"], first
 
 
+def _survivor_reports(scenario, victim, deadline, tmp_path):
+    """The reports of the two ranks of three that are not `victim`, which async_worker.py's scenario kills or
+    stops while they wait on their Works."""
+    env = {"TEST_VICTIM": str(victim), "TEST_FLAG": str(tmp_path / "out")}
+    with Ranks(3, "async_worker.py", scenario, env=env, timeout=deadline) as ranks:
+        return list(ranks.reports([r for r in range(3) if r != victim]).values())
+
+
 @pytest.mark.timeout(60)
 def test_a_killed_rank_fails_the_waiting_work_and_every_later_one_with_peer_failure(backend, tmp_path):
     deadline = 30.0
-    env = {"TEST_VICTIM": "1", "TEST_FLAG": str(tmp_path / "out")}
-    with Ranks(3, "async_worker.py", "kill", env=env, timeout=deadline) as ranks:
-        reports = ranks.reports([0, 2])
-    for rep in reports.values():
+    for rep in _survivor_reports("kill", 1, deadline, tmp_path):
         assert rep.get("ok"), rep
         assert rep["error"] == "PeerFailure" and rep["failed_rank"] == 1, rep
         # Noticed, not waited out: far from the deadline however loaded the machine (it takes milliseconds).
@@ -55,10 +60,8 @@ def test_a_killed_rank_fails_the_waiting_work_and_every_later_one_with_peer_fail
 @pytest.mark.timeout(60)
 def test_a_stopped_rank_fails_the_waiting_work_with_timeout_at_the_deadline(backend, tmp_path):
     deadline = 3.0
-    env = {"TEST_VICTIM": "2", "TEST_FLAG": str(tmp_path / "out")}
-    with Ranks(3, "async_worker.py", "stop", env=env, timeout=deadline) as ranks:
-        reports = ranks.reports([0, 1])
-    for rep in reports.values():
+    reports = _survivor_reports("stop", 2, deadline, tmp_path)
+    for rep in reports:
         assert rep.get("ok"), rep
         assert rep["error"] in ("Timeout", "PeerFailure"), rep  # the rank that times out first tells the other
         assert deadline * 0.9 <= rep["detect_s"] < deadline + 5, rep
@@ -66,7 +69,7 @@ def test_a_stopped_rank_fails_the_waiting_work_with_timeout_at_the_deadline(back
         # of it, so that scheduling delays on a loaded machine do not fail the test while a blocking issue would.
         assert rep["issue_us"] < deadline / 3 * 1e6, rep
         assert rep["later"] == rep["error"] and rep["after"] == "CommunicatorClosed", rep
-    assert "Timeout" in {rep["error"] for rep in reports.values()}, reports
+    assert "Timeout" in {rep["error"] for rep in reports}, reports
 
 
 @pytest.mark.timeout(60)

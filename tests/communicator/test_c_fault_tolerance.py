@@ -3,10 +3,9 @@ tests/c/ft_test.c (pycoll_comm_revoke, _agree, _shrink, _failed_ranks: three pro
 shrink, all-reduce, revoke, shrink again and agree) and tests/c/grow_test.c (pycoll_comm_grow and pycoll_comm_join:
 three processes grow to four with a new one)."""
 
-import subprocess
 
 import pytest
-from c_programs import build
+from c_programs import build, run_ok
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -17,14 +16,8 @@ def program(tmp_path_factory):
 
 
 def test_a_c_program_survives_a_killed_rank(program):
-    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, result.stdout
+    run_ok(program)
 
 
 def test_a_c_program_grows_a_job_with_a_new_process(tmp_path_factory):
-    program = build(tmp_path_factory, "grow_test")
-    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stdout + result.stderr
-    for r in range(4):
-        assert f"rank {r} ok" in result.stdout, result.stdout
+    run_ok(build(tmp_path_factory, "grow_test"), ranks=range(4))
