@@ -56,8 +56,10 @@ def test_streaming_copies_into_the_slots_give_the_same_bytes(n, scenario, no_seg
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["count", "dtype", "op", "algorithm", "collective", "root"])
-@pytest.mark.parametrize("count", [1000, 300_000])  # the one-round path and the two-phase rounds
+# 1000: the one-round path, 300,000: the two-phase rounds (transport_faults.covering: each kind on one of them).
+@pytest.mark.parametrize("kind, count", faults.covering([(kind,) for kind in ["count", "dtype", "op", "algorithm",
+                                                                               "collective", "root"]],
+                                                        [1000, 300_000]))
 def test_disagreement_is_a_mismatch_on_every_rank(kind, count):
     reports = _run(3, "mismatch", env={"TEST_MISMATCH": kind, "TEST_COUNT": str(count)}, timeout=20)
     for r, rep in reports.items():
@@ -80,10 +82,9 @@ def test_reduce_scatter_and_all_gather_are_exact_on_every_rank(n, no_segment_lef
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("collective, kind", [*(("reduce_scatter", kind) for kind in
-                                                ("count", "dtype", "op", "algorithm", "collective")),
-                                              *(("all_gather", kind) for kind in ("count", "dtype", "collective"))])
-@pytest.mark.parametrize("count", [1000, 300_000])  # one round and several
+@pytest.mark.parametrize("collective, kind, count", faults.covering(
+    [*(("reduce_scatter", kind) for kind in ("count", "dtype", "op", "algorithm", "collective")),
+     *(("all_gather", kind) for kind in ("count", "dtype", "collective"))], [1000, 300_000]))  # one round, several
 def test_reduce_scatter_and_all_gather_disagreement_is_a_mismatch_on_every_rank(collective, kind, count):
     reports = _run(3, "mismatch", env={"TEST_MISMATCH": kind, "TEST_COUNT": str(count),
                                        "TEST_COLLECTIVE": collective}, timeout=20)

@@ -40,6 +40,14 @@ def check_ranks_that_disagree_on_the_root_all_raise_mismatch(collective, roots, 
         assert rep["elapsed"] < 10, rep  # not the 20 s deadline
 
 
+def covering(cases, counts):
+    """(case..., count) parameters: each case with one of `counts` by default, the counts taking turns so that
+    every count meets some cases; the rest of the cross product under -m stress (the same checks again, on paths
+    the default already takes)."""
+    return [(*case, count) if j == i % len(counts) else pytest.param(*case, count, marks=pytest.mark.stress)
+            for i, case in enumerate(cases) for j, count in enumerate(counts)]
+
+
 def mismatch_tests(kinds, root_cases):
     """The two mismatch scenarios as tests for a module: a collective that differs in each of `kinds`, and the
     disagreeing roots of root_cases, (collective, roots, then, count) tuples the transport under test needs.
