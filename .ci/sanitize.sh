@@ -41,14 +41,24 @@ cd "$root/tests"
 # and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program), a job
 # grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor exchange of gather, scatter
 # and all-to-all, the watchdog's device, and the waits that sleep on the TCP transport's events.
-"$venv/bin/python" -m pytest -q -p no:cacheprovider test_kernels*.py test_algorithms_sim.py test_hierarchical_sim.py \
-  test_comm_tcp.py test_comm_shm.py test_comm_routed.py test_routed_transport.py test_shm_collectives.py \
-  test_shm_faults.py test_shm_single_copy.py test_async.py test_work.py test_buckets.py test_split.py \
-  test_point_to_point.py test_collectives_more.py test_vendor_strict.py test_jax_ffi.py test_bootstrap.py \
-  test_hosts.py test_cuda_nvrtc.py \
-  test_cuda_context.py test_cuda_devices.py test_close.py test_vendor_p2p_groups.py test_vendor_async.py \
-  test_hccl_p2p.py test_bootstrap_segments.py test_overlap.py test_threads.py test_cycles.py test_cuda_scratch.py \
-  test_peer_reports.py test_fork.py test_segment_names.py test_init_conflicts.py test_compensated_specials.py \
-  test_complex_collectives.py test_elastic.py test_elastic_routed.py test_c_fault_tolerance.py test_grow.py \
-  test_c_entry_points.py test_islands_shrink.py test_vendor_exchange.py test_vendor_thread_device.py \
-  test_idle_wait_events.py "$@"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  kernels/test_kernels*.py \
+  algorithms/test_algorithms_sim.py algorithms/test_hierarchical_sim.py algorithms/test_collectives_more.py \
+  algorithms/test_overlap.py algorithms/test_compensated_specials.py algorithms/test_complex_collectives.py \
+  transports/test_comm_tcp.py transports/test_comm_shm.py transports/test_comm_routed.py \
+  transports/test_routed_transport.py transports/test_shm_collectives.py transports/test_shm_faults.py \
+  transports/test_shm_single_copy.py transports/test_hosts.py transports/test_bootstrap_segments.py \
+  transports/test_segment_names.py transports/test_idle_wait_events.py \
+  communicator/test_async.py communicator/test_work.py communicator/test_buckets.py communicator/test_split.py \
+  communicator/test_point_to_point.py communicator/test_close.py communicator/test_threads.py \
+  communicator/test_cycles.py communicator/test_peer_reports.py communicator/test_fork.py \
+  communicator/test_init_conflicts.py communicator/test_elastic.py communicator/test_elastic_routed.py \
+  communicator/test_c_fault_tolerance.py communicator/test_grow.py \
+  communicator/test_c_entry_points.py communicator/test_flight_recorder.py communicator/test_c_trace.py \
+  vendors/test_vendor_strict.py vendors/test_cuda_nvrtc.py vendors/test_cuda_context.py \
+  vendors/test_cuda_devices.py vendors/test_vendor_p2p_groups.py vendors/test_vendor_async.py \
+  vendors/test_hccl_p2p.py vendors/test_cuda_scratch.py vendors/test_islands_shrink.py \
+  vendors/test_vendor_exchange.py vendors/test_vendor_thread_device.py \
+  integrations/test_jax_ffi.py \
+  rendezvous/test_bootstrap.py \
+  "$@"

@@ -25,7 +25,7 @@ What it does, each part in fresh processes:
 6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing);
 7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
    every collective across the two islands, integers exact against NumPy on every rank (mixed_checks(); the
-   same checks run on this machine's fake NCCL in tests/test_gpu_validate.py, which is all they have run on).
+   same checks run on this machine's fake NCCL in tests/tools/test_gpu_validate.py, which is all they have run on).
 """
 
 from __future__ import annotations

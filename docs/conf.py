@@ -5,7 +5,7 @@ Build (strict: a warning fails it), from the repository root, with pycoll instal
     sphinx-build -W --keep-going -n -b html docs build/docs
 
 Pages outside docs/ (backends/README.md, bench/README.md, bench/results/*.md) are included, not copied, so
-there is one copy of every text. No page links outside the repository (tests/test_docs.py checks it).
+there is one copy of every text. No page links outside the repository (tests/package/test_docs.py checks it).
 """
 
 import importlib.util

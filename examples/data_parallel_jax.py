@@ -8,7 +8,7 @@ pytree rather than being written in place as GradientBuckets does.
     python examples/data_parallel_jax.py               # one process on the whole batch: the same weights
 
 Averaging the ranks' mean gradients over equal shares is the mean gradient of the whole batch, so every world
-size trains the same model up to float32 rounding (tests/test_examples.py checks it against one process).
+size trains the same model up to float32 rounding (tests/integrations/test_examples.py checks it against one process).
 """
 
 import json

@@ -6,7 +6,7 @@ of the batch, and each layer's gradients start travelling while backward is stil
     python examples/data_parallel_numpy.py               # one process on the whole batch: the same weights
 
 Averaging the ranks' mean gradients over equal shares is the mean gradient of the whole batch, so every world
-size trains the same model up to rounding (tests/test_examples.py checks it against one process).
+size trains the same model up to rounding (tests/integrations/test_examples.py checks it against one process).
 """
 
 import json

@@ -7,7 +7,7 @@ the batch; DDP averages the gradients in buckets that start all-reducing while b
     python examples/ddp_torch.py                        # one process on the whole batch: the same weights
 
 Averaging the ranks' mean gradients over equal shares is the mean gradient of the whole batch, so every world
-size trains the same model up to rounding (tests/test_examples.py checks it against one process).
+size trains the same model up to rounding (tests/integrations/test_examples.py checks it against one process).
 """
 
 import json

@@ -14,7 +14,7 @@ optimizer sharding, on a small transformer-style model (a stack of residual MLP 
   group (each rank gets the sum for its shard), each rank updates its shard, and the shards are all-gathered.
 
 The loss is the mean over the whole batch, so the gradient summed over dp ranks is the whole batch's, and every
-layout trains the same model up to the order of floating-point sums (tests/test_examples.py checks 8 ranks
+layout trains the same model up to the order of floating-point sums (tests/integrations/test_examples.py checks 8 ranks
 against one process).
 """
 

@@ -22,7 +22,7 @@ from pycoll.errors import BackendUnavailable
 try:
     import jax
     import jax.numpy as jnp
-except ImportError as exc:  # tests/test_jax_ffi.py checks this message with jax hidden
+except ImportError as exc:  # tests/integrations/test_jax_ffi.py checks this message with jax hidden
     raise BackendUnavailable(
         f"pycoll.jax needs jax and jaxlib ({exc}); install them with: pip install \"pycoll-collectives[jax]\" "
         "(or pip install jax jaxlib)") from exc

@@ -208,7 +208,7 @@ class _Job:
 class _ExitOrder:
     """Ranks in the order they exit: one pidfd per rank in an epoll set, whose ready list mostly keeps the order
     in which the kernel signalled the exits, however late this process gets to look (a polling loop, or a
-    thread per rank on a busy machine, loses the order of exits milliseconds apart; tests/test_run_cli.py
+    thread per rank on a busy machine, loses the order of exits milliseconds apart; tests/tools/test_run_cli.py
     checks that the first is named). Without pidfds (not Linux, or a kernel before 5.3): the exited ranks of each
     pass, in rank order."""
 

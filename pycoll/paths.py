@@ -1,5 +1,5 @@
 """Where the installed C library and its headers are, for programs that build against pycoll's C ABI
-(``pycoll config --cflags / --libs``, tests/test_c_embedding.py, examples/c_allreduce.c)."""
+(``pycoll config --cflags / --libs``, tests/communicator/test_c_embedding.py, examples/c_allreduce.c)."""
 
 from __future__ import annotations
 

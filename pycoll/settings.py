@@ -89,7 +89,8 @@ def _default_text(setting):
 
 
 def markdown_table() -> str:
-    """The table of environment variables in docs/getting_started.md (tests/test_settings.py keeps the two the same)."""
+    """The table of environment variables in docs/getting_started.md (tests/communicator/test_settings.py keeps
+    the two the same)."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     rows += [f"| `{s.name}` | {_default_text(s)} | {s.doc} |" for s in REGISTRY.values()]
     return "\n".join(rows) + "\n"

@@ -5,13 +5,21 @@ Tests start rank processes (tests/multiproc.py's Ranks), launchers whose ranks a
 blocked in pycoll waits. After Ctrl-C, a launcher that subprocess killed leaves its ranks orphaned, and
 interpreter exit joins every non-daemon thread, each until its own deadline. So every process started here
 carries this session's token in its environment (found in /proc even once orphaned) and is killed at the end,
-and an interrupted session exits at most EXIT_GRACE_S after pytest reports the interrupt."""
+and an interrupted session exits at most EXIT_GRACE_S after pytest reports the interrupt.
+
+It also holds the fixtures that tests of more than one folder use (tests/README.md); a folder's own are in that
+folder's conftest.py."""
 
 import os
 import secrets
 import signal
 import sys
 import threading
+
+import pytest
+from c_programs import build_example
+from multiproc import STARTED_PIDS, segments_of
+from netns_hosts import HostsUnavailable, namespace_hosts
 
 SESSION_VAR = "PYCOLL_TEST_SESSION"  # PYCOLL_TEST_*: never warned about as an unknown setting
 EXIT_GRACE_S = 3.0  # for pytest's summary and ordinary exit; then the process ends regardless
@@ -83,3 +91,29 @@ def pytest_keyboard_interrupt(excinfo):
 
 def pytest_sessionfinish(session, exitstatus):
     kill_session_processes()
+
+
+@pytest.fixture
+def no_segment_left():
+    """Whatever the test does to its ranks, none of the segments they (or this process) created is left in
+    /dev/shm afterwards. Only this test's own: another job's segments coming or going do not fail it."""
+    first, own_before = len(STARTED_PIDS), segments_of([os.getpid()])
+    yield
+    assert segments_of([os.getpid(), *STARTED_PIDS[first:]]) - own_before == set()
+
+
+@pytest.fixture
+def hosts(request):
+    """Network-namespace hosts (tests/netns_hosts.py), request.param of them, for the tests marked netns;
+    skipped, saying why, where they cannot be made (no root, no iproute2)."""
+    try:
+        with namespace_hosts(request.param) as names:
+            yield names
+    except HostsUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """examples/c_allreduce.c built as a user builds it (c_programs.build_example)."""
+    return build_example(tmp_path_factory)

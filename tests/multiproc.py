@@ -43,15 +43,6 @@ def segments_of(pids):
     return {name for name in os.listdir(SHM_DIR) if name.startswith(prefixes)}
 
 
-@pytest.fixture
-def no_segment_left():
-    """Whatever the test does to its ranks, none of the segments they (or this process) created is left in
-    /dev/shm afterwards. Only this test's own: another job's segments coming or going do not fail it."""
-    first, own_before = len(STARTED_PIDS), segments_of([os.getpid()])
-    yield
-    assert segments_of([os.getpid(), *STARTED_PIDS[first:]]) - own_before == set()
-
-
 class Ranks:
     """N processes of one job. Use as a context manager: every process is killed on exit."""
 

@@ -1,7 +1,7 @@
 /* The NVRTC and CUDA driver calls pycoll's CUDA kernels make (cuda_kernels.c), declared here so that pycoll
  * builds without CUDA: each as X(field, symbol, return type, parameters), with pycoll's types (int for results
  * and enums, uint64_t for CUdeviceptr, void * for opaque handles). The same lists fill the function tables, the
- * dlsym names and the compile-time check against the real nvrtc.h and cuda.h (tests/test_nvidia_headers.py),
+ * dlsym names and the compile-time check against the real nvrtc.h and cuda.h (tests/vendors/test_nvidia_headers.py),
  * which compares each symbol's real type with the type here, parameter by parameter, by ABI class. */
 #ifndef PYCOLL_CUDA_API_H
 #define PYCOLL_CUDA_API_H

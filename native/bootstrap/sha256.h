@@ -1,5 +1,5 @@
 /* SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) for the bootstrap's mutual authentication: libpycoll needs
- * nothing but libc, so it carries these ~100 lines rather than a crypto library. tests/test_bootstrap.py checks
+ * nothing but libc, so it carries these ~100 lines rather than a crypto library. tests/rendezvous/test_bootstrap.py checks
  * them against Python's hashlib and hmac. */
 #ifndef PYCOLL_BOOTSTRAP_SHA256_H
 #define PYCOLL_BOOTSTRAP_SHA256_H

@@ -16,7 +16,7 @@
  * it is input: every index, length, flag and rank read from here is checked before use (shm_transport.c,
  * shm_collectives.c), and a value its writer could not have written is a peer failure naming that writer.
  * A writer never reads its own words back (it keeps them in private memory), so what others scribble there
- * cannot mislead it. The offsets are fixed by the asserts below; tests/test_shm_faults.py pokes these fields
+ * cannot mislead it. The offsets are fixed by the asserts below; tests/transports/test_shm_faults.py pokes these fields
  * by the same offsets. */
 #ifndef PYCOLL_TRANSPORT_SHM_LAYOUT_H
 #define PYCOLL_TRANSPORT_SHM_LAYOUT_H
@@ -75,7 +75,7 @@ typedef struct shm_coll_ctrl {
 
 _Static_assert(sizeof(shm_ring_ctrl_t) <= SHM_PAGE_BYTES, "ring control must fit its page");
 _Static_assert(sizeof(shm_coll_ctrl_t) <= SHM_PAGE_BYTES, "collective flags must fit their page");
-/* The offsets tests/test_shm_faults.py uses. */
+/* The offsets tests/transports/test_shm_faults.py uses. */
 _Static_assert(offsetof(shm_ring_ctrl_t, head) == 0 && offsetof(shm_ring_ctrl_t, tail) == 128 &&
                    offsetof(shm_ring_ctrl_t, closed) == 256 && offsetof(shm_ring_ctrl_t, status) == 260 &&
                    offsetof(shm_ring_ctrl_t, failed_rank) == 264 && offsetof(shm_ring_ctrl_t, desc) == 272 &&

@@ -1,7 +1,7 @@
 """What each vendor backend offers, as data: the engine checks a request against it before calling the vendor
 (a refused request raises TypeError and leaves the communicator usable), and the capability table in
 backends/README.md is generated from the same data (`python -m pycoll.plugins.vendor_capabilities`
-rewrites it; tests/test_vendor_strict.py fails when they differ)."""
+rewrites it; tests/vendors/test_vendor_strict.py fails when they differ)."""
 
 from __future__ import annotations
 

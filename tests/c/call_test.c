@@ -3,7 +3,7 @@
  * struct version or size, an unknown id, counts that do not fit or overflow, a NULL buffer, a root, peer or
  * algorithm that is not one -- are refused with PYCOLL_ERR_INVALID (reproducible where it is not supported:
  * PYCOLL_ERR_UNSUPPORTED) and a message naming the field, the communicator intact. Prints "rank R ok" and exits 0,
- * or prints what failed and exits 1. Built and run by tests/test_c_call.py. */
+ * or prints what failed and exits 1. Built and run by tests/communicator/test_c_call.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdint.h>

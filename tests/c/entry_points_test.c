@@ -1,7 +1,7 @@
 /* The per-collective entry points of the C ABI (comm.h, native/comm/entry_points.c) that no binding calls:
  * every pycoll_comm_start_* twin, started and waited for, and the blocking pycoll_comm_send / recv, between two
  * processes over the TCP transport, each result checked exactly. Prints "rank R ok" and exits 0, or prints what
- * failed and exits 1. Built and run by tests/test_c_entry_points.py. */
+ * failed and exits 1. Built and run by tests/communicator/test_c_entry_points.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * get PYCOLL_ERR_PEER_FAILURE naming it, shrink (pycoll_comm_shrink, pycoll_comm_failed_ranks) and all-reduce
  * over the survivors; then rank 0 revokes while rank 1 waits in an all-reduce (both get PYCOLL_ERR_REVOKED),
  * they shrink again and agree. Prints "rank R ok" and exits 0 on ranks 0 and 1, or prints what failed and exits
- * 1. Built and run by tests/test_c_fault_tolerance.py. */
+ * 1. Built and run by tests/communicator/test_c_fault_tolerance.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * their own size (every one alike, PYCOLL_ERR_INVALID), then grow to 4 (pycoll_comm_grow) while the new process
  * refuses rank 0 and a blank id, then joins as rank 3 (pycoll_comm_join); all four all-reduce on the grown
  * communicator, the members with their old ranks. Prints "rank R ok" and exits 0 on every rank, or prints what
- * failed and exits 1. Built and run by tests/test_c_fault_tolerance.py. */
+ * failed and exits 1. Built and run by tests/communicator/test_c_fault_tolerance.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>

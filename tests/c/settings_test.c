@@ -1,6 +1,6 @@
 /* A C embedder's bad setting: pycoll_comm_init_rank (one rank) runs under the environment it is given and
  * prints "refused: STATUS: MESSAGE" when it refuses, or "init ok". pycoll_setting_parse is checked directly
- * too. Built and run by tests/test_settings.py, which compares the message with Python's SettingError. */
+ * too. Built and run by tests/communicator/test_settings.py, which compares the message with Python's SettingError. */
 #include <stdio.h>
 #include <string.h>
 

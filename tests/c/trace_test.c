@@ -2,7 +2,7 @@
  * dumps its record with pycoll_comm_dump_trace into the directory argv[1] and checks the file it names
  * (pycoll_comm_trace_path) holds the three calls, that pycoll_comm_trace_json gives the same record, and that a
  * dump with no path and no PYCOLL_TRACE_DIR is refused naming it. Prints "rank R ok" and exits 0, or prints what
- * failed and exits 1. Built and run by tests/test_c_trace.py. */
+ * failed and exits 1. Built and run by tests/communicator/test_c_trace.py. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 """The guarded test memory table (guarded_memory.c), which stands in for a device memory table where there is no
 device, built with the system C compiler into a shared library of its own (libpycoll does not carry it): its
 address for pycoll.tools.simulate(memory_table=), its path in PYCOLL_TEST_MEMORY_TABLE (a rank process then installs
-it as the vendor transport's table for device memory: install_named), and the calls a process made to each of its
-entries."""
+it as the vendor transport's table for device memory: install_named), the calls a process made to each of its
+entries, and a simulated collective checked through it against the host table."""
 
 from __future__ import annotations
 
@@ -76,3 +76,26 @@ def counts(path: str | None = None) -> dict:
     here): "live" is the blocks not yet freed, "corrupt" the guard violations."""
     lib = _load(path)
     return {entry: lib.pycoll_guarded_memory_count(entry.encode()) for entry in ENTRIES}
+
+
+def run_guarded(coll, inputs, **kwargs):
+    """simulate(coll, inputs, **kwargs) through the guarded table and through the host one: the same bytes on every
+    rank, the host run never in the guarded table, no block corrupted or kept. Returns the calls to each entry."""
+    import numpy as np
+
+    from pycoll.tools.simulate import simulate
+
+    before = counts()
+    guarded = simulate(coll, inputs, memory_table=table_address(), **kwargs)
+    after = counts()
+    host = simulate(coll, inputs, **kwargs)
+    assert counts() == after, "the host table went through the guarded one"
+    for rank, (g, h) in enumerate(zip(guarded, host)):
+        if h is None:
+            assert g is None
+            continue
+        assert np.asarray(g).tobytes() == np.asarray(h).tobytes(), (coll, kwargs, rank)
+    calls = {entry: after[entry] - before[entry] for entry in ENTRIES}
+    assert calls["corrupt"] == 0, calls
+    assert calls["live"] == 0 and calls["alloc"] == calls["free"], calls  # every block back, when each comm closes
+    return calls

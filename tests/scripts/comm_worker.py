@@ -13,8 +13,8 @@ import pycoll
 from pycoll.algorithms import COLL_ALGORITHMS
 
 if "TEST_RANKS_PER_FAKE_HOST" in os.environ:
-    # Hosts faked on one machine (tests/test_comm_routed.py): consecutive ranks share a "host", so the default
-    # backend runs over shared memory within each and TCP between them -- without network namespaces.
+    # Hosts faked on one machine (tests/transports/test_comm_routed.py): consecutive ranks share a "host", so the
+    # default backend runs over shared memory within each and TCP between them -- without network namespaces.
     _fake_host = int(os.environ["RANK"]) // int(os.environ["TEST_RANKS_PER_FAKE_HOST"])
     os.environ["PYCOLL_HOSTID"] = f"fake-host-{_fake_host}"
 
@@ -121,7 +121,7 @@ try:
                         ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
                         assert (np.abs(f - exact) <= ulp).all(), (algorithm, count)
         if "TEST_ORDER_SUM" in os.environ:
-            # Fast float32 shows the order of the sums (tests/test_multihost_netns.py says what to expect).
+            # Fast float32 shows the order of the sums (tests/transports/test_multihost_netns.py says what to expect).
             order = np.full(4096, (2.0 ** 24, 1.0, -2.0 ** 24, 1.0)[rank], dtype=np.float32)
             comm.all_reduce(order, algorithm="hierarchical")
             assert (order == float(os.environ["TEST_ORDER_SUM"])).all(), np.unique(order)
@@ -216,10 +216,10 @@ try:
         closing.close()
         report["ok"] = True
     elif scenario == "slow_close":
-        # TEST_VICTIM closes 4 s after the others; their close() must stop waiting for it after its linger.
+        # TEST_VICTIM closes 3 s after the others; their close() must stop waiting for it after its linger.
         comm.all_reduce(np.ones(4, dtype=np.float32))
         if rank == int(os.environ["TEST_VICTIM"]):
-            time.sleep(4)
+            time.sleep(3)
         closing, comm = comm, None
         started = time.monotonic()
         closing.close()

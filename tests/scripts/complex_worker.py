@@ -1,4 +1,5 @@
-"""One rank of tests/test_complex_collectives.py: `python complex_worker.py` under RANK/WORLD_SIZE/MASTER_* env.
+"""One rank of tests/algorithms/test_complex_collectives.py: `python complex_worker.py` under RANK/WORLD_SIZE/
+MASTER_* env.
 Every collective on complex64 and complex128, every algorithm of the backend, compared exactly against NumPy,
 then the refusals (min, max, a reproducible product). Prints one JSON line {"rank", "ok", "cases", "algorithms",
 "refusals", ...}; any failure is reported under "error" with its traceback.

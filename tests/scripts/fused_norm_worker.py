@@ -1,4 +1,4 @@
-"""One rank of tests/test_fused_norm.py: `python fused_norm_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_*
+"""One rank of tests/kernels/test_fused_norm.py: `python fused_norm_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_*
 env. Prints one JSON line {"rank", "ok", "error", "message", ...}; the test reads it.
 
 correct   every norm x dtype x row count (0, fewer than the ranks, even, uneven) x residual on/off x out given

@@ -1,4 +1,4 @@
-"""A test session that tests/test_interrupt.py starts (`pytest tests/scripts/interrupted_session.py`: the name
+"""A test session that tests/package/test_interrupt.py starts (`pytest tests/scripts/interrupted_session.py`: the name
 keeps it out of the normal run) and interrupts as a terminal's Ctrl-C does. Its one test hangs the way tests
 of this suite can: rank processes that started children of their own (hang.py), and a thread blocked in a
 pycoll wait with a long deadline, which interpreter exit would join. It writes TEST_OUT/ready once everything

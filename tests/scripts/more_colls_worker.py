@@ -1,4 +1,4 @@
-"""One rank of tests/test_collectives_more.py: `python more_colls_worker.py SCENARIO` under RANK/WORLD_SIZE/
+"""One rank of tests/algorithms/test_collectives_more.py: `python more_colls_worker.py SCENARIO` under RANK/WORLD_SIZE/
 MASTER_* env. Prints one JSON line {"rank", "ok", "error", "message", "elapsed", ...}; exits 0 when the scenario
 ran to its report (the test reads the JSON).
 

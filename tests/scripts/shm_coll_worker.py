@@ -23,7 +23,7 @@ from pycoll.tools.bench.sweep import numpy_dtype
 # The shared area's boundaries in bytes (native/transport/shm_collectives.c): one slot (the largest round: as
 # large as a ring, at most 4 MiB) and the one-round path's limit. Counts are placed on both sides of each.
 # The real dtypes: complex ones have no min/max, and their exact sums over every algorithm, this transport's own
-# included, are tests/test_complex_collectives.py's.
+# included, are tests/algorithms/test_complex_collectives.py's.
 REAL_DTYPES = ",".join(d for d in DTYPES if d not in COMPLEX_DTYPES)
 SLOT_BYTES = min(int(os.environ.get("PYCOLL_SHM_RING_BYTES") or 4 << 20), 4 << 20)
 SMALL_BYTES = min(8 << 10, SLOT_BYTES)

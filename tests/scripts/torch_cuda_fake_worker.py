@@ -1,4 +1,4 @@
-"""One rank of tests/test_torch_cuda_fakes.py (2 ranks, multiproc.Ranks, the fake NCCL's libraries in the
+"""One rank of tests/integrations/test_torch_cuda_fakes.py (2 ranks, multiproc.Ranks, the fake NCCL's libraries in the
 environment): torch's whole collective set through the "pycoll" backend on CUDA tensors (tests/fakes/
 fake_torch_cuda.py), each result exact. The group's methods are called as torch.distributed's functions call
 them (torch's C++ dispatch into a Python group turns torch functions off, which the fake CUDA tensors need).

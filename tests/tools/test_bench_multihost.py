@@ -1,0 +1,78 @@
+"""bench/multihost.py's short form: a table from one small run across namespace hosts, and nothing left behind
+(namespaces, veths, ranks) when it finishes or is stopped by SIGTERM mid-run. Needs root and iproute2."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from repo_paths import ROOT
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
+
+SCRIPT = ROOT / "bench" / "multihost.py"
+
+
+def bench(*args):
+    return subprocess.Popen([sys.executable, "-P", str(SCRIPT), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd="/")
+
+
+def namespaces_of(pid):
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"pcmh{pid % 100000}-")]
+
+
+def children_of(pid):
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+@pytest.fixture(autouse=True)
+def root_only():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make network namespaces")
+
+
+def test_a_small_run_writes_its_table_and_removes_its_hosts(tmp_path):
+    out = tmp_path / "multihost.md"
+    proc = bench("--layouts", "2x1", "--libs", "default,tcp", "--reps", "1", "--max-mib", "0", "--out", str(out))
+    stdout, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stdout
+    text = out.read_text()
+    assert "## 2 hosts x 1 rank" in text and "Wrong results over every call: 0." in text, text
+    assert "cpu/tcp" in text and "tcp/tcp" in text, text  # what each ran, as the ranks reported it
+    row = next(line for line in text.splitlines() if line.startswith("| 4 B |"))
+    assert len(row.split("|")) == 6, row  # size, default, tcp, ratio (no peer: "-")
+    assert namespaces_of(proc.pid) == []
+
+
+def test_sigterm_mid_run_removes_namespaces_and_ranks(tmp_path):
+    proc = bench("--layouts", "2x2", "--libs", "default", "--reps", "3", "--out", str(tmp_path / "x.md"))
+    try:
+        assert "rep 1/3" in proc.stdout.readline()  # the hosts exist and the first job is starting
+        ranks, deadline = [], time.monotonic() + 60
+        while len(ranks) < 4 and time.monotonic() < deadline:
+            ranks = children_of(proc.pid)
+            time.sleep(0.05)
+        assert len(ranks) == 4, ranks
+        assert namespaces_of(proc.pid), "no namespaces while the run goes"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert namespaces_of(proc.pid) == []
+    assert [pid for pid in ranks if Path(f"/proc/{pid}").exists()] == [], "ranks left running"

@@ -1,0 +1,206 @@
+"""bench/gpu_validate.py, the end-to-end validation of a GPU machine, refuses clearly where there is no usable GPU:
+exit code 2, the reason on stderr, and no results file written (it has never run on a GPU: see its docstring).
+One GPU is not refused: two ranks share it where both NCCLs allow it, else one rank runs. Its verdicts and report
+are checked on stand-in results; its mixed part's checks, and its correctness part's comparison of every checked
+collective with torch.distributed's (gloo standing in for NCCL on torch's side), on the fake NCCL."""
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes.vendor_harness import device_array, fakes_fixture, run_ranks_ok
+from multiproc import free_port
+from repo_paths import ROOT
+
+SCRIPT = ROOT / "bench" / "gpu_validate.py"
+
+
+def test_it_refuses_without_a_gpu(tmp_path):
+    check = subprocess.run([sys.executable, "-P", str(SCRIPT), "--check"], capture_output=True, text=True,
+                           timeout=100)
+    if check.returncode == 0:
+        pytest.skip("a usable GPU is here: run the validation itself (python bench/gpu_validate.py)")
+    out = tmp_path / "gpu.md"
+    done = subprocess.run([sys.executable, "-P", str(SCRIPT), "--out", str(out), "--quick"], capture_output=True,
+                          text=True, timeout=100)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "gpu_validate: refusing to run: no usable GPU here:" in done.stderr
+    # the reason is one of: no PyTorch, PyTorch without a device, pycoll's nccl backend unusable
+    assert ("PyTorch" in done.stderr) or ("nccl backend is unusable" in done.stderr), done.stderr
+    assert f"{out} was not written" in done.stderr
+    assert not out.exists()
+
+
+def _validate_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_validate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parts(**changes):
+    good = {
+        "correctness": {0: [{"equal": True}], 1: [{"equal": True}]},
+        "algorithms": {0: [{"accuracy": "compensated", "max_ulps": 1.0}, {"accuracy": "fast", "max_ulps": 900.0}],
+                       1: []},
+        "streams": {0: [{"ok": True}], 1: [{"ok": True}]},
+        "killed": {0: [{"raised": "PeerFailure"}], 1: {"exit": 17, "output": ""}},
+        "torch_bench": {0: [{"bytes": 1024, "us": 10.0}]},
+    }
+    good.update(changes)
+    return good
+
+
+def test_the_report_judges_every_part():
+    """Its first run on a GPU must say pass or fail for each part, not leave the reader to judge raw rows."""
+    verdicts = _validate_module().verdicts
+    assert all(ok for ok, _ in verdicts(_parts()).values())
+    cases = {
+        "correctness": {0: [{"equal": True}, {"equal": False}], 1: []},
+        "algorithms": {0: [{"accuracy": "compensated", "max_ulps": 40.0}], 1: []},
+        "streams": {0: [{"ok": False}], 1: []},
+        "killed": {0: [{"raised": None}], 1: {"exit": 17, "output": ""}},
+    }
+    for part, rows in cases.items():
+        ok, why = verdicts(_parts(**{part: rows}))[part]
+        assert not ok, (part, why)
+    ok, why = verdicts(_parts(correctness={0: {"exit": 1, "output": "boom"}, 1: []}))["correctness"]
+    assert not ok and "ranks [0] failed" in why
+    report = _validate_module().report
+    args = type("Args", (), {"nproc": 2, "quick": True})()
+    text = report(args, {"gpu": "stand-in"}, _parts(streams={0: [{"ok": False}], 1: []}), "table")
+    assert "- streams: FAIL" in text and "- correctness: PASS" in text
+
+
+# The mixed part's checks, run as on a GPU machine (two GPU ranks, two host ranks, backend="auto") but on the fake
+# NCCL: the part's own code, but for the torch tensors its GPU ranks pass there.
+fakes = fakes_fixture()
+MIXED = ("cuda", "cuda", "host", "host")
+
+
+def _mixed_rank(port, rank, world):
+    import pycoll
+
+    kind = MIXED[rank]
+    comm = pycoll.init("auto", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
+                       device=kind, timeout=30.0)
+    rows = _validate_module().mixed_checks(comm, lambda arr: device_array(kind, arr),
+                                           lambda arr: getattr(arr, "arr", arr))
+    comm.close()
+    return rows
+
+
+@pytest.mark.timeout(90)
+def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_result(fakes, tmp_path):
+    module = _validate_module()
+    results = run_ranks_ok(functools.partial(_mixed_rank, free_port()), len(MIXED),
+                           {**fakes("nccl"), "FAKE_COLL_DIR": str(tmp_path)}, timeout=80)
+    ranks = dict(enumerate(results))
+    ok, why = module.mixed_verdict(ranks)
+    assert ok, why
+    names = [row["check"] for row in ranks[0]]
+    for collective in ("all_reduce", "reduce_scatter counts=", "all_to_all", "gather", "scatter", "send/recv"):
+        assert any(name.startswith(collective) for name in names), (collective, names)
+    assert {row["ran"] for row in ranks[0] if row["check"].startswith("all_reduce")} <= {"hierarchical",
+                                                                                         "host-staged"}
+    wrong = {**ranks, 3: [dict(row, equal=False) if row["check"] == "all_to_all" else row for row in ranks[3]]}
+    ok, why = module.mixed_verdict(wrong)
+    assert not ok and "(3, 'all_to_all')" in why, why
+    ok, why = module.mixed_verdict({**ranks, 2: {"exit": 1, "output": "boom"}})
+    assert not ok and "ranks [2] failed" in why
+    args = type("Args", (), {"nproc": 2, "quick": True})()
+    text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong), "table")
+    assert "- mixed: FAIL" in text and "A mixed job" in text
+
+
+# ---- one GPU: two ranks share it where NCCL allows, else one rank; nothing refused ----
+
+def test_one_gpu_is_not_refused(monkeypatch):
+    import types
+
+    import torch
+
+    import pycoll
+
+    module = _validate_module()
+    usable = types.SimpleNamespace(name="nccl", usable=True, reason="")
+    monkeypatch.setattr(pycoll, "backends", lambda: [usable])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert module.preflight() is None
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert "no CUDA device" in module.preflight()
+
+
+def test_the_layout_shares_one_gpu_where_both_nccls_allow_it():
+    layout = _validate_module().layout
+    nproc, env, why = layout(1, "2.30.1", "2.30.0")
+    assert (nproc, env) == (2, {"NCCL_MULTI_RANK_GPU_ENABLE": "1"}) and "sharing it" in why
+    for pycoll_nccl, torch_nccl in (("2.29.7", "2.30.0"), ("2.30.1", "2.27.5"), ("", "2.31.0")):
+        nproc, env, why = layout(1, pycoll_nccl, torch_nccl)
+        assert (nproc, env) == (1, {}) and "one rank" in why, (pycoll_nccl, torch_nccl)
+    assert layout(8, "2.21.5", "2.21.5")[:2] == (8, {})
+    assert layout(8, "2.21.5", "2.21.5", nproc=4)[:2] == (4, {})
+
+
+def test_a_one_rank_run_says_the_killed_part_did_not_run():
+    module = _validate_module()
+    parts = _parts()
+    del parts["killed"]
+    ok, why = module.verdicts(parts)["killed"]
+    assert ok is None and "not run" in why
+    args = type("Args", (), {"nproc": 1, "quick": True, "layout": "one GPU, one rank"})()
+    text = module.report(args, {"gpu": "stand-in"}, parts, "table")
+    assert "- killed: NOT RUN" in text and "- ranks: one GPU, one rank" in text
+
+
+# ---- correctness of every checked collective against torch.distributed, on the fake NCCL (torch's side: gloo) ----
+
+GLOO_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "float32", "float64")
+
+
+def _correctness_rank(ports, rank, world):
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fakes
+    from fakes.fake_torch_cuda import cuda, enable
+
+    import pycoll
+
+    comm = pycoll.init("nccl", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=ports[0],
+                       timeout=30.0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[1]}", rank=rank, world_size=world)
+    enable()
+    # gloo takes the same memory as the CPU tensor it is.
+    rows = _validate_module().correctness_rows(comm, dist, torch, (0, 7, 1001), dtypes=GLOO_DTYPES, device="cpu",
+                                               wrap=cuda, for_torch=lambda t: t.as_subclass(torch.Tensor))
+    dist.destroy_process_group()
+    comm.close()
+    return rows
+
+
+@pytest.mark.timeout(120)
+def test_the_correctness_part_checks_every_collective_on_fake_nccl(fakes, tmp_path):
+    pytest.importorskip("torch")
+    module = _validate_module()
+    results = run_ranks_ok(functools.partial(_correctness_rank, (free_port(), free_port())), 2,
+                           {**fakes("nccl"), "FAKE_COLL_DIR": str(tmp_path)}, timeout=110)
+    ranks = dict(enumerate(results))
+    for rank, rows in ranks.items():
+        bad = [row for row in rows if not row.get("equal")]
+        assert not bad, (rank, [sorted(row.items()) for row in bad[:3]])
+        assert {row["collective"] for row in rows} == set(module.CHECKED)
+        assert {row["op"] for row in rows if row["collective"] == "reduce_scatter"} == set(module.OPS)
+    parts = _parts(correctness=ranks)
+    assert module.verdicts(parts)["correctness"][0]
+    # A wrong result on the reduce's root (the last rank) alone fails the part.
+    wrong = {0: ranks[0], 1: [dict(row, equal=False) if row["collective"] == "reduce" else row for row in ranks[1]]}
+    ok, why = module.verdicts(_parts(correctness=wrong))["correctness"]
+    assert not ok and "not equal" in why
