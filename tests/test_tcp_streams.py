@@ -21,8 +21,8 @@ def run(scenario, streams, timeout=20.0):
 
 @pytest.mark.timeout(120)
 def test_striped_messages_are_exact_around_the_split_size():
-    """Each pair of ranks has STREAMS connections more than ... one per stream; results stay exact for sizes
-    just below, at and above the split threshold and for odd sizes (parts of unequal length)."""
+    """The two ranks are joined by STREAMS - 1 more connections than with one stream; results stay exact for
+    sizes just below, at and above the split threshold and for odd sizes (parts of unequal length)."""
     one, striped = run("sizes", 1), run("sizes", STREAMS)
     assert all(rep.get("ok") for rep in [*one.values(), *striped.values()]), (one, striped)
     assert between(striped) == between(one) + STREAMS - 1, (between(one), between(striped))
