@@ -7,6 +7,7 @@
 #include "bootstrap/init_rank.h"
 #include "common/error_format.h"
 #include "pycoll/transports.h"
+#include "transport/tcp_transport.h"
 
 #define SPIN_NS_OWN_CORE 2000000LL /* pycoll.plugins.tcp.spin_us tells why these two */
 #define SPIN_NS_SHARED_CORE 200000LL
@@ -24,14 +25,14 @@ static pycoll_p2p_t *make_transport(boot_state_t *s)
             return NULL;
     }
     if (want_tcp) {
-        tcp = pycoll_tcp_transport_create(s->rank, n, s->peer_fds, error, BOOT_ERROR_LEN);
+        tcp = tcp_transport_create_striped(s->rank, n, s->streams, s->peer_fds, error, BOOT_ERROR_LEN);
         if (!tcp) {
             if (shm)
                 shm->ops->destroy(shm);
             return NULL;
         }
-        for (int32_t r = 0; r < n; r++)
-            s->peer_fds[r] = -1; /* the transport owns them now */
+        for (int64_t i = 0; i < (int64_t)n * s->streams; i++)
+            s->peer_fds[i] = -1; /* the transport owns them now */
     }
     if (!want_tcp || !want_shm)
         return want_tcp ? tcp : shm;

@@ -1,10 +1,19 @@
 /* Step 3 of pycoll_comm_init_rank (init_rank.c): the hosts and the transport, from the table, and the TCP
- * mesh between the pairs of ranks that need it. */
+ * mesh between the pairs of ranks that need it: PYCOLL_TCP_STREAMS connections per pair, each authenticated by
+ * its own handshake and then naming its place among them (STREAM_INDEX_BYTES). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap/init_rank.h"
+
+#define STREAM_INDEX_BYTES 4 /* after a PEER handshake: which of the pair's connections this one is */
+
+/* Connection k to rank r. */
+static int *peer_fd(const boot_state_t *s, int k, int32_t r)
+{
+    return &s->peer_fds[(size_t)k * (size_t)s->size + (size_t)r];
+}
 
 pycoll_status_t init_find_hosts_and_transport(boot_state_t *s)
 {
@@ -57,10 +66,19 @@ static int over_tcp(const boot_state_t *s, int32_t r)
     return s->transport == INIT_TRANSPORT_TCP || s->host_of[r] != s->host_of[s->rank];
 }
 
+/* Whether every connection rank r makes to this rank is in. */
+static int mesh_complete_with(const boot_state_t *s, int32_t r)
+{
+    for (int k = 0; k < s->streams; k++)
+        if (*peer_fd(s, k, r) < 0)
+            return 0;
+    return 1;
+}
+
 static int mesh_complete(const boot_state_t *s)
 {
     for (int32_t r = s->rank + 1; r < s->size; r++)
-        if (over_tcp(s, r) && s->peer_fds[r] < 0)
+        if (over_tcp(s, r) && !mesh_complete_with(s, r))
             return 0;
     return 1;
 }
@@ -68,13 +86,15 @@ static int mesh_complete(const boot_state_t *s)
 static pycoll_status_t admit_peer(boot_state_t *s, boot_conn_t *c, int *taken)
 {
     int32_t r = c->rank;
-    if (c->world_size != s->size || r <= s->rank || r >= s->size || !over_tcp(s, r) || s->peer_fds[r] >= 0) {
+    uint32_t k = get_u32(c->buf);
+    if (c->world_size != s->size || r <= s->rank || r >= s->size || !over_tcp(s, r) || k >= (uint32_t)s->streams ||
+        *peer_fd(s, (int)k, r) >= 0) {
         char why[96];
-        snprintf(why, sizeof why, "a connection claiming rank %d was not expected", (int)r);
+        snprintf(why, sizeof why, "a connection claiming rank %d (connection %u) was not expected", (int)r, k);
         init_note_dropped(s, why);
         return PYCOLL_OK;
     }
-    s->peer_fds[r] = c->fd;
+    *peer_fd(s, (int)k, r) = c->fd;
     *taken = 1;
     return PYCOLL_OK;
 }
@@ -91,7 +111,9 @@ static pycoll_status_t root_hears_rank(boot_state_t *s, int fd, int32_t who, int
     if (boot_recv_all(fd, msg, sizeof msg, boot_now() + 1.0, what, s->error, BOOT_ERROR_LEN) != PYCOLL_OK)
         return init_fail(s, PYCOLL_ERR_PEER_FAILURE, "rank %d failed or exited while the ranks connected", (int)who);
     pycoll_status_t st = init_status_get(s, msg);
-    if (st == PYCOLL_OK) /* its segment's name (step 4), sent as soon as its own mesh was done */
+    /* Its segment's name (step 4), sent as soon as its own mesh was done; in a job over TCP alone, where no
+     * rank has a segment, that it is ready (agree_ready hears it no more). */
+    if (st == PYCOLL_OK && s->transport != INIT_TRANSPORT_TCP)
         st = init_take_name_from_status(s, who, msg);
     if (st == PYCOLL_OK)
         s->names_seen[who] = 1;
@@ -122,7 +144,14 @@ pycoll_status_t init_connect_mesh(boot_state_t *s)
         char addr[BOOT_ADDR_TEXT_LEN];
         boot_addr_text(&s->table[r].addr, addr, sizeof addr);
         snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
-        st = init_connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, &s->peer_fds[r]);
+        for (int k = 0; k < s->streams && st == PYCOLL_OK; k++) {
+            uint8_t index[STREAM_INDEX_BYTES];
+            put_u32(index, (uint32_t)k);
+            st = init_connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, peer_fd(s, k, r));
+            if (st == PYCOLL_OK)
+                st = boot_send_all(*peer_fd(s, k, r), index, sizeof index, s->deadline, what, s->error,
+                                   BOOT_ERROR_LEN);
+        }
         if (st == PYCOLL_ERR_TIMEOUT)
             init_fail(s, st, "rank %d did not accept rank %d's connection within %.3g s", (int)r, (int)s->rank,
                       s->timeout_s);
@@ -130,13 +159,13 @@ pycoll_status_t init_connect_mesh(boot_state_t *s)
     if (st != PYCOLL_OK)
         return st;
     int root = s->root_fd < 0;
-    st = init_serve(s, s->listen_fd, BOOT_KIND_PEER, 0, admit_peer, mesh_complete, root ? s->client_fds : &s->root_fd,
-                    root ? s->size : 1, root ? root_hears_rank : rank_sees_root_message, "");
+    st = init_serve(s, s->listen_fd, BOOT_KIND_PEER, STREAM_INDEX_BYTES, admit_peer, mesh_complete,
+                    root ? s->client_fds : &s->root_fd, root ? s->size : 1, root ? root_hears_rank : rank_sees_root_message, "");
     if (st == PYCOLL_ERR_TIMEOUT) {
         int32_t *missing = malloc((size_t)s->size * sizeof *missing);
         int n = 0;
         for (int32_t r = s->rank + 1; missing && r < s->size; r++)
-            if (over_tcp(s, r) && s->peer_fds[r] < 0)
+            if (over_tcp(s, r) && !mesh_complete_with(s, r))
                 missing[n++] = r;
         char m[256], d[200];
         init_format_ranks(m, sizeof m, missing, missing ? n : 0);

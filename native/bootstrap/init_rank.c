@@ -83,7 +83,10 @@ static pycoll_status_t agree_ready(boot_state_t *s, pycoll_status_t mine)
         snprintf(told, sizeof told, "rank %d: %.360s", (int)s->rank, s->error);
     if (s->root_fd < 0) { /* the root: its own failure, or every rank heard, goes to all */
         int32_t failed = s->rank;
-        pycoll_status_t st = mine != PYCOLL_OK ? mine : init_hear_every_rank(s, NULL, NULL, &failed);
+        /* Over TCP alone a rank says it is ready as soon as its mesh is done: perhaps while the root still
+         * connected its own (root_hears_rank heard it then). */
+        const uint8_t *heard = s->transport == INIT_TRANSPORT_TCP ? s->names_seen : NULL;
+        pycoll_status_t st = mine != PYCOLL_OK ? mine : init_hear_every_rank(s, heard, NULL, &failed);
         init_broadcast_status(s, st, failed, mine != PYCOLL_OK ? told : st != PYCOLL_OK ? s->error : "");
         return st;
     }
@@ -150,8 +153,8 @@ static void release(boot_state_t *s)
     for (int32_t r = 0; r < s->size; r++) {
         if (s->client_fds)
             init_close_fd(&s->client_fds[r]);
-        if (s->peer_fds)
-            init_close_fd(&s->peer_fds[r]);
+        for (int k = 0; s->peer_fds && k < TCP_MAX_STREAMS; k++)
+            init_close_fd(&s->peer_fds[(size_t)k * (size_t)s->size + (size_t)r]);
         if (s->seg_fds)
             init_close_fd(&s->seg_fds[r]);
     }
@@ -210,7 +213,7 @@ pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world
     boot_set_stop_check(config->should_stop, config->stop_ctx);
     size_t n = (size_t)world_size;
     s.client_fds = no_descriptors(n);
-    s.peer_fds = no_descriptors(n);
+    s.peer_fds = no_descriptors(n * TCP_MAX_STREAMS);
     s.seg_fds = no_descriptors(n);
     s.pids = calloc(n, sizeof(int32_t));
     s.table = calloc(n, sizeof(rank_record_t));

@@ -8,6 +8,7 @@
 
 #include "bootstrap/bootstrap_internal.h"
 #include "pycoll/comm.h"
+#include "transport/tcp_stripes.h"
 
 #define HOST_TEXT_BYTES 96
 #define SEGMENT_NAME_BYTES 64
@@ -31,6 +32,7 @@ typedef struct rank_record {
     uint64_t pid_ns;
     int64_t ring_bytes;
     uint32_t transport;
+    uint32_t streams; /* PYCOLL_TCP_STREAMS: connections per pair of ranks over TCP */
     char host[HOST_TEXT_BYTES];
     char segment[SEGMENT_NAME_BYTES]; /* in the record: "shm" when this rank can use shared memory, else "";
                                        * from step 4 on: its segment's name */
@@ -55,10 +57,12 @@ typedef struct boot_state {
     int seg_fd;
     char seg_path[SEGMENT_NAME_BYTES + 16];
     int shm_unlink_all;     /* the outcome is decided: unlink every segment name of this host on the way out */
-    int *peer_fds; /* TCP sockets, -1 where none */
+    int streams;   /* connections per pair of ranks over TCP (every rank's alike) */
+    int *peer_fds; /* TCP sockets, -1 where none: connection k to rank r at [k * size + r], TCP_MAX_STREAMS
+                    * rows */
     int *seg_fds;  /* this host's segments, -1 elsewhere */
     int32_t *pids;
-    uint8_t *names_seen; /* the root: ranks whose segment name arrived while it still connected its mesh */
+    uint8_t *names_seen; /* the root: ranks whose segment name (over TCP alone: ready) came during its mesh */
     int relayed;         /* s->error is another rank's failure, already naming it */
     int dropped;   /* connections to our listeners that failed their handshake */
     char dropped_why[128];

@@ -11,8 +11,8 @@
 #include "common/settings.h"
 #include "pycoll/transports.h"
 
-/* rank, world size, address, pid, pid namespace, ring bytes, transport, host, segment name */
-#define RECORD_BYTES (4 + 4 + BOOT_ADDR_WIRE_BYTES + 4 + 8 + 8 + 4 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES)
+/* rank, world size, address, pid, pid namespace, ring bytes, transport, host, segment name, streams */
+#define RECORD_BYTES (4 + 4 + BOOT_ADDR_WIRE_BYTES + 4 + 8 + 8 + 4 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES + 4)
 /* Descriptors set-up needs beyond one per rank (two on the root): listeners, the root connection, what the
  * process already holds (Python's own, a few libraries'), and poll()'s pending handshakes (MAX_PENDING). */
 #define SPARE_FDS (MAX_PENDING + 64)
@@ -29,6 +29,7 @@ static void record_put(uint8_t *p, const rank_record_t *r)
     put_u32(p + 20, r->transport);
     memcpy(p + 24, r->host, HOST_TEXT_BYTES);
     memcpy(p + 24 + HOST_TEXT_BYTES, r->segment, SEGMENT_NAME_BYTES);
+    put_u32(p + 24 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES, r->streams);
 }
 
 static void record_get(const uint8_t *p, rank_record_t *r)
@@ -43,6 +44,7 @@ static void record_get(const uint8_t *p, rank_record_t *r)
     r->transport = get_u32(p + 20);
     memcpy(r->host, p + 24, HOST_TEXT_BYTES);
     memcpy(r->segment, p + 24 + HOST_TEXT_BYTES, SEGMENT_NAME_BYTES);
+    r->streams = get_u32(p + 24 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES);
     r->host[HOST_TEXT_BYTES - 1] = r->segment[SEGMENT_NAME_BYTES - 1] = 0;
 }
 
@@ -55,14 +57,27 @@ static pycoll_status_t check_descriptor_limit(boot_state_t *s)
     if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
         return PYCOLL_OK;
     int root = s->root_listen_fd >= 0;
-    long long needed = (long long)s->size * (root ? 2 : 1) + SPARE_FDS;
+    long long needed = (long long)s->size * (s->streams + root) + SPARE_FDS;
     if (s->size == 1 || needed <= (long long)limit.rlim_cur)
         return PYCOLL_OK;
     return init_fail(s, PYCOLL_ERR_INVALID, "world_size %d needs about %lld file descriptors on rank %d (%s%d spare), "
                      "more than this process may open (RLIMIT_NOFILE %llu, hard limit %llu): raise it (ulimit -n, or "
-                     "resource.setrlimit) or use a smaller world_size", (int)s->size, needed, (int)s->rank,
-                     root ? "two per rank on the rank serving the id, " : "one per rank, ", SPARE_FDS,
+                     "resource.setrlimit) or use a smaller world_size or PYCOLL_TCP_STREAMS", (int)s->size, needed,
+                     (int)s->rank, root ? "one more per rank on the rank serving the id, " : "", SPARE_FDS,
                      (unsigned long long)limit.rlim_cur, (unsigned long long)limit.rlim_max);
+}
+
+/* PYCOLL_TCP_STREAMS, checked against what the transport can stripe over. */
+static pycoll_status_t read_streams(boot_state_t *s)
+{
+    const char *text = setting_text(SETTING_TCP_STREAMS);
+    char *end = NULL;
+    long streams = text ? strtol(text, &end, 10) : 1;
+    if (text && (end == text || *end || streams < 1 || streams > TCP_MAX_STREAMS))
+        return init_fail(s, PYCOLL_ERR_INVALID, "PYCOLL_TCP_STREAMS=%s: expected a whole number from 1 to %d", text,
+                         TCP_MAX_STREAMS);
+    s->streams = (int)streams;
+    return PYCOLL_OK;
 }
 
 pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
@@ -74,7 +89,9 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
         source = "PYCOLL_SOCKET_IFNAME";
     }
     memset(mine, 0, sizeof *mine);
-    pycoll_status_t st = check_descriptor_limit(s);
+    pycoll_status_t st = read_streams(s);
+    if (st == PYCOLL_OK)
+        st = check_descriptor_limit(s);
     if (st != PYCOLL_OK)
         return st;
     mine->rank = s->rank;
@@ -83,11 +100,12 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
     mine->pid_ns = init_pid_namespace();
     mine->ring_bytes = s->cfg.shm_ring_bytes;
     mine->transport = s->cfg.transport;
+    mine->streams = (uint32_t)s->streams;
     pycoll_host_identity(mine->host, sizeof mine->host);
     boot_addr_t here;
     st = boot_choose_address(ifname, source, &s->root_addr, &here, error, BOOT_ERROR_LEN);
     if (st == PYCOLL_OK && s->size > 1)
-        st = boot_listen(&here, s->size + 16, &s->listen_fd, &mine->addr, error, BOOT_ERROR_LEN);
+        st = boot_listen(&here, s->size * s->streams + 16, &s->listen_fd, &mine->addr, error, BOOT_ERROR_LEN);
     if (st != PYCOLL_OK || s->cfg.transport == PYCOLL_TRANSPORT_TCP)
         return st;
     struct stat dir;
@@ -119,6 +137,9 @@ static pycoll_status_t check_record(boot_state_t *s, const rank_record_t *r)
                          "bytes, rank %d for transport %u with %lld bytes; every rank must ask alike", (int)r->rank,
                          r->transport, (long long)r->ring_bytes, (int)s->rank, root->transport,
                          (long long)root->ring_bytes);
+    if (r->streams != root->streams)
+        return init_fail(s, PYCOLL_ERR_INVALID, "rank %d has PYCOLL_TCP_STREAMS=%u, rank %d has %u; every rank must "
+                         "set it alike", (int)r->rank, r->streams, (int)s->rank, root->streams);
     return PYCOLL_OK;
 }
 

@@ -1,4 +1,5 @@
-/* TCP transport: pycoll_p2p_t over one stream socket per peer (a full mesh), driven by epoll.
+/* TCP transport: pycoll_p2p_t over stream sockets to every peer (a full mesh), driven by epoll: one per peer,
+ * and with PYCOLL_TCP_STREAMS more that carry parts of large frames (tcp_stripes.h).
  *
  * Why a full mesh and not only ring neighbours: every rank watches every peer's socket while it waits, so a
  * peer that dies (kill -9 closes its sockets) is seen by all ranks at once, not just its neighbours, and a
@@ -35,6 +36,7 @@
 #include "transport/request_queue.h"
 #include "common/wait_tally.h"
 #include "pycoll/transports.h"
+#include "transport/tcp_stripes.h"
 #include "transport/tcp_transport.h"
 
 #define INBUF_BYTES (64 * 1024) /* per-peer read-ahead: larger payloads bypass it */
@@ -66,6 +68,7 @@ typedef struct tcp_peer {
     int64_t skip;          /* bytes of a discarded frame still to read past */
     int resumable;         /* gone only because it aborted or moved on: its stream ends at a frame boundary */
     int cut_mid_frame;     /* this rank's stream to it stopped inside a frame (it cannot resume) */
+    tcp_stripes_t x;       /* the extra connections: parts of large data frames */
 } tcp_peer_t;
 
 typedef struct tcp_transport {
@@ -95,12 +98,31 @@ static int header_complete(const tcp_peer_t *peer) { return peer->recv_hdr_done 
 
 static int64_t buffered(const tcp_peer_t *peer) { return peer->in_end - peer->in_start; }
 
+/* A peer's connections leave the epoll set: nothing more is read from it. */
+static void unwatch(tcp_transport_t *t, tcp_peer_t *peer)
+{
+    if (peer->fd >= 0)
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    tcp_stripes_unwatch(&peer->x, t->epfd);
+}
+
+/* The length of a frame's part that follows its header on the first connection. */
+static int64_t first_part(const tcp_peer_t *peer, int64_t nbytes) { return tcp_stripe_first(nbytes, peer->x.n); }
+
+/* A data frame whose header is parked, passed over: what is left of it on every connection is read past. */
+static void skip_parked_frame(tcp_peer_t *peer)
+{
+    const int matched = peer->x.rx != NULL && peer->q.recv_head == peer->x.rx;
+    peer->skip = first_part(peer, peer->recv_hdr.nbytes) - peer->recv_body_done;
+    tcp_stripes_skip_frame(&peer->x, peer->recv_hdr.nbytes, matched);
+    peer->recv_hdr_done = 0;
+}
+
 static pycoll_status_t peer_lost(tcp_transport_t *t, int r, const char *why)
 {
     tcp_peer_t *peer = &t->peers[r];
     peer->state = PEER_DEAD;
-    if (peer->fd >= 0)
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    unwatch(t, peer);
     if (t->finalizing)
         return PYCOLL_OK; /* every collective is done: a peer that left early has harmed nothing */
     return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d %s (rank %d noticed)", r, why,
@@ -141,7 +163,7 @@ static pycoll_status_t adopt_abort(tcp_transport_t *t, int r)
         }
     }
     peer->state = PEER_DEAD;
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    unwatch(t, peer);
     peer->resumable = peer->recv_hdr.nbytes >= got;
     peer->skip = peer->resumable ? peer->recv_hdr.nbytes - got : 0;
     peer->recv_hdr_done = 0;
@@ -152,7 +174,7 @@ static pycoll_status_t on_goodbye(tcp_transport_t *t, int r)
 {
     tcp_peer_t *peer = &t->peers[r];
     peer->state = PEER_DEPARTED;
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    unwatch(t, peer);
     return pycoll_frame_on_goodbye(&t->base, r, &peer->recv_hdr, t->finalizing,
                                    peer->q.recv_head || peer->q.send_head);
 }
@@ -279,12 +301,21 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
         pycoll_request_t *req = peer->q.recv_head;
         if (!req)
             return PYCOLL_OK; /* parked: wait for the matching receive to be posted */
-        if (req->progress == 0) {
+        if (req->progress == 0 && peer->x.rx != req) {
             pycoll_status_t st = match_header(t, r);
             if (st != PYCOLL_OK)
                 return st;
         }
-        const int64_t left = req->nbytes - req->progress;
+        /* Matched: a striped frame's other parts may come in on the extra connections from now on. */
+        const int64_t end = first_part(peer, req->nbytes);
+        int rest_in = 1;
+        if (end < req->nbytes) {
+            const char *why = NULL;
+            rest_in = tcp_stripes_recv(&peer->x, req, req->buf, req->nbytes, &why);
+            if (rest_in < 0)
+                return peer_lost(t, r, why);
+        }
+        const int64_t left = end - req->progress;
         if (left > 0 && buffered(peer) > 0) {
             int64_t n = buffered(peer) < left ? buffered(peer) : left;
             memcpy((char *)req->buf + req->progress, peer->inbuf + peer->in_start, (size_t)n);
@@ -302,9 +333,12 @@ static pycoll_status_t progress_recv(tcp_transport_t *t, int r)
                 peer->recv_body_done += n;
             }
         }
-        if (req->progress == req->nbytes) {
+        if (req->progress == end && !rest_in)
+            return PYCOLL_OK; /* the extra connections' events bring the rest */
+        if (req->progress == end) {
             pycoll_dequeue_complete(&peer->q.recv_head, &peer->q.recv_tail);
             peer->recv_hdr_done = 0;
+            peer->x.rx = NULL;
         }
     }
 }
@@ -318,6 +352,7 @@ static void dequeue_sent(tcp_peer_t *peer, pycoll_request_t *req)
 {
     pycoll_dequeue_complete(&peer->q.send_head, &peer->q.send_tail);
     peer->send_hdr_done = 0;
+    peer->x.tx = NULL;
     if (req == &peer->q.probe)
         peer->q.probe_queued = 0;
 }
@@ -337,15 +372,23 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
             if (req == &peer->q.probe)
                 peer->send_hdr.failed_rank = t->waiting_for; /* STATE: whom this rank waits for */
         }
+        const int64_t end = first_part(peer, req->nbytes);
+        int rest_out = 1;
+        if (end < req->nbytes) {
+            const char *why = NULL;
+            rest_out = tcp_stripes_send(&peer->x, req, req->buf, req->nbytes, &why);
+            if (rest_out < 0)
+                return peer_lost(t, r, why);
+        }
         struct iovec iov[2];
         int iovcnt = 0;
         if (peer->send_hdr_done < (int64_t)sizeof(frame_header_t)) {
             iov[iovcnt].iov_base = (char *)&peer->send_hdr + peer->send_hdr_done;
             iov[iovcnt++].iov_len = sizeof(frame_header_t) - (size_t)peer->send_hdr_done;
         }
-        if (req->progress < req->nbytes) {
+        if (req->progress < end) {
             iov[iovcnt].iov_base = (char *)req->buf + req->progress;
-            iov[iovcnt++].iov_len = (size_t)(req->nbytes - req->progress);
+            iov[iovcnt++].iov_len = (size_t)(end - req->progress);
         }
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = iovcnt ? sendmsg(peer->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
@@ -363,10 +406,10 @@ static pycoll_status_t progress_send(tcp_transport_t *t, int r)
             peer->send_hdr_done = sizeof(frame_header_t);
             req->progress += n - hdr_left;
         }
-        if (peer->send_hdr_done == (int64_t)sizeof(frame_header_t) && req->progress == req->nbytes) {
+        if (peer->send_hdr_done == (int64_t)sizeof(frame_header_t) && req->progress == end && rest_out) {
             dequeue_sent(peer, req);
         } else {
-            return PYCOLL_OK; /* the socket is full */
+            return PYCOLL_OK; /* a socket is full */
         }
     }
     return PYCOLL_OK;
@@ -430,6 +473,22 @@ static void fail_timeout(tcp_transport_t *t, pycoll_request_t *const *reqs, int 
     pycoll_frame_timeout(&t->base, waited, t->peers[waited].q.waits_for_slot, t->peers[waited].q.waits_for);
 }
 
+/* An event on extra connection k of rank r: its input belongs to the striped receive in progress (if any);
+ * a hang-up there is the peer's failure even when no part is due (a connection of the pair is gone). */
+static void on_stream_event(tcp_transport_t *t, int r, int k, uint32_t events)
+{
+    tcp_peer_t *peer = &t->peers[r];
+    if (peer->state != PEER_OPEN || k >= peer->x.n)
+        return;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        peer->x.s[k].readable = 1;
+        progress_recv(t, r);
+        if (t->base.status == PYCOLL_OK && peer->state == PEER_OPEN && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) &&
+            peer->x.rx == NULL && tcp_stripes_closed(&peer->x, k))
+            peer_lost(t, r, "closed a connection (process exited or was killed?)");
+    }
+}
+
 /* Act on what epoll reported: input (or a hang-up) to read, room to write. */
 static void on_events(tcp_transport_t *t, const struct epoll_event *events, int k)
 {
@@ -440,8 +499,11 @@ static void on_events(tcp_transport_t *t, const struct epoll_event *events, int 
             t->woken = 1;
             continue;
         }
-        int r = (int)events[i].data.u32;
-        if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        int r = (int)(events[i].data.u32 & ((1u << TCP_STREAM_SHIFT) - 1));
+        int stream = (int)(events[i].data.u32 >> TCP_STREAM_SHIFT);
+        if (stream > 0) {
+            on_stream_event(t, r, stream, events[i].events);
+        } else if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
             t->peers[r].readable = 1;
             progress_recv(t, r);
         }
@@ -532,28 +594,6 @@ static int tcp_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
     return wait_pass(t, reqs, n, started_ns, 0) > 0;
 }
 
-/* Blocking write with a deadline, for the abort path only. */
-static int write_all(int fd, const void *buf, int64_t len, int64_t deadline)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            p += n;
-            len -= n;
-            continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return -1;
-        int64_t left = deadline - pycoll_now_ns();
-        if (left <= 0)
-            return -1;
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        poll(&pfd, 1, (int)(left / 1000000 + 1));
-    }
-    return 0;
-}
-
 /* Send a control frame to every open peer. A frame cannot be cut into a half-sent message, so a partial send
  * is finished first (within a short deadline); peers that cannot be reached are left to notice the close. */
 static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int32_t failed_rank, const char *text)
@@ -563,15 +603,17 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
     for (int r = 0; r < t->base.size; r++) {
         tcp_peer_t *peer = &t->peers[r];
         pycoll_request_t *req = peer->q.send_head;
-        const int partial = req && (peer->send_hdr_done > 0 || req->progress > 0);
+        const int partial = req && (peer->send_hdr_done > 0 || req->progress > 0 || tcp_stripes_sending(&peer->x, req));
         if (r == t->base.rank || peer->fd < 0 || peer->state == PEER_DEAD) {
             peer->cut_mid_frame |= partial; /* what it reads of this rank ends inside that frame */
             continue;
         }
         if (partial) {
-            if (write_all(peer->fd, (char *)&peer->send_hdr + peer->send_hdr_done,
-                          (int64_t)sizeof(frame_header_t) - peer->send_hdr_done, deadline) != 0 ||
-                write_all(peer->fd, (char *)req->buf + req->progress, req->nbytes - req->progress, deadline) != 0) {
+            const int64_t end = first_part(peer, req->nbytes);
+            if (tcp_write_all(peer->fd, (char *)&peer->send_hdr + peer->send_hdr_done,
+                              (int64_t)sizeof(frame_header_t) - peer->send_hdr_done, deadline) != 0 ||
+                tcp_write_all(peer->fd, (char *)req->buf + req->progress, end - req->progress, deadline) != 0 ||
+                (end < req->nbytes && tcp_stripes_finish_send(&peer->x, req, req->buf, req->nbytes, deadline) != 0)) {
                 peer->cut_mid_frame = 1;
                 continue;
             }
@@ -579,7 +621,7 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
         frame_header_t h;
         fill_header(t, &h, kind, tag, text_len);
         h.failed_rank = failed_rank;
-        if (write_all(peer->fd, &h, sizeof h, deadline) != 0 || (text_len && write_all(peer->fd, text, text_len,
+        if (tcp_write_all(peer->fd, &h, sizeof h, deadline) != 0 || (text_len && tcp_write_all(peer->fd, text, text_len,
                                                                                       deadline) != 0))
             peer->cut_mid_frame = 1;
     }
@@ -588,6 +630,8 @@ static void send_control_frames(tcp_transport_t *t, int kind, uint32_t tag, int3
 static void drop_queues(tcp_transport_t *t)
 {
     pycoll_drop_queues(t->peers, sizeof *t->peers, t->base.size);
+    for (int r = 0; r < t->base.size; r++)
+        t->peers[r].x.tx = t->peers[r].x.rx = NULL;
 }
 
 static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *message)
@@ -605,10 +649,8 @@ static void tcp_abort(pycoll_p2p_t *p2p, pycoll_status_t why, const char *messag
     /* What was being read is discarded on a reset: remember how much of its frame is left. */
     for (int r = 0; r < p2p->size; r++) {
         tcp_peer_t *peer = &t->peers[r];
-        if (peer->state == PEER_OPEN && header_complete(peer) && peer->recv_hdr.kind == FRAME_DATA) {
-            peer->skip = peer->recv_hdr.nbytes - peer->recv_body_done;
-            peer->recv_hdr_done = 0;
-        }
+        if (peer->state == PEER_OPEN && header_complete(peer) && peer->recv_hdr.kind == FRAME_DATA)
+            skip_parked_frame(peer);
     }
     drop_queues(t);
 }
@@ -620,9 +662,11 @@ static void drain_and_close(tcp_transport_t *t, int aborted)
 {
     char sink[4096];
     int64_t deadline = pycoll_now_ns() + (aborted ? ABORT_DRAIN_NS : 0);
-    for (int r = 0; r < t->base.size; r++)
+    for (int r = 0; r < t->base.size; r++) {
         if (t->peers[r].fd >= 0)
             shutdown(t->peers[r].fd, SHUT_WR);
+        tcp_stripes_shutdown(&t->peers[r].x, SHUT_WR);
+    }
     for (int r = 0; r < t->base.size; r++) {
         int fd = t->peers[r].fd;
         if (fd < 0)
@@ -644,6 +688,8 @@ static void drain_and_close(tcp_transport_t *t, int aborted)
         close(fd);
         t->peers[r].fd = -1;
     }
+    for (int r = 0; r < t->base.size; r++)
+        tcp_stripes_close(&t->peers[r].x);
 }
 
 static int any_peer_open(const tcp_transport_t *t)
@@ -690,11 +736,7 @@ static pycoll_status_t tcp_finalize(pycoll_p2p_t *p2p, int64_t deadline_ns)
             break;
         if (p2p->check_interrupt && k <= 0 && p2p->check_interrupt(p2p->interrupt_ctx))
             break;
-        for (int i = 0; i < k && p2p->status == PYCOLL_OK; i++) {
-            int r = (int)events[i].data.u32;
-            t->peers[r].readable = 1;
-            progress_recv(t, r);
-        }
+        on_events(t, events, k);
     }
     if (p2p->status != PYCOLL_ERR_MISMATCH)
         return PYCOLL_OK;
@@ -731,6 +773,16 @@ int tcp_transport_wait_fd(const pycoll_p2p_t *p2p)
 pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,
                                           size_t error_len)
 {
+    return tcp_transport_create_striped(rank, size, 1, fds, error, error_len);
+}
+
+pycoll_p2p_t *tcp_transport_create_striped(int32_t rank, int32_t size, int streams, const int *fds, char *error,
+                                           size_t error_len)
+{
+    if (streams < 1 || streams > TCP_MAX_STREAMS) {
+        snprintf(error, error_len, "%d connections per pair of ranks: expected 1 to %d", streams, TCP_MAX_STREAMS);
+        return NULL;
+    }
     if (size < 1 || rank < 0 || rank >= size) {
         snprintf(error, error_len, "invalid rank %d for world size %d", (int)rank, (int)size);
         return NULL;
@@ -757,6 +809,9 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
     ft_watch_wakefd(t);
     for (int r = 0; r < size; r++) {
         peers[r].fd = r == rank ? -1 : fds[r];
+        peers[r].x.n = peers[r].fd < 0 ? 1 : streams;
+        for (int k = 1; k < TCP_MAX_STREAMS; k++)
+            peers[r].x.s[k].fd = k < peers[r].x.n ? fds[(size_t)k * (size_t)size + (size_t)r] : -1;
         if (peers[r].fd < 0) {
             if (r != rank)
                 peers[r].state = PEER_ABSENT; /* reached over another transport, or a world of one */
@@ -767,11 +822,13 @@ pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int 
         peers[r].inbuf = malloc(INBUF_BYTES);
         peers[r].readable = 1;
         if (!peers[r].inbuf || flags < 0 || fcntl(peers[r].fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-            epoll_ctl(epfd, EPOLL_CTL_ADD, peers[r].fd, &ev) < 0) {
+            epoll_ctl(epfd, EPOLL_CTL_ADD, peers[r].fd, &ev) < 0 || tcp_stripes_watch(&peers[r].x, epfd, r, PEER_EVENTS) < 0) {
             snprintf(error, error_len, "socket for rank %d is unusable: %s", r,
                      peers[r].inbuf ? strerror(errno) : "out of memory");
-            for (int q = 0; q < size; q++)
-                peers[q].fd = -1; /* the caller still owns the sockets on failure */
+            for (int q = 0; q < size; q++) { /* the caller still owns the sockets on failure */
+                peers[q].fd = -1;
+                peers[q].x.n = 1;
+            }
             tcp_destroy(&t->base);
             return NULL;
         }
@@ -792,17 +849,21 @@ static pycoll_status_t ft_on_header(tcp_transport_t *t, int r, int *consumed)
     if (h->nbytes < 0)
         return peer_lost(t, r, "sent a corrupt frame");
     if (peer->resync) {
-        if (h->kind == FRAME_RECOVER && h->tag == peer->resync)
+        if (h->kind == FRAME_RECOVER && h->tag == peer->resync) {
             peer->resync = 0;
-        else
+        } else if (h->kind == FRAME_DATA) {
+            peer->recv_body_done = 0;
+            skip_parked_frame(peer);
+        } else {
             peer->skip = h->nbytes;
+        }
         return PYCOLL_OK;
     }
     peer->moved_to = h->tag;
     peer->state = PEER_DEAD;
     peer->resumable = 1;
     peer->recv_hdr_done = 0;
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+    unwatch(t, peer);
     if (!peer->q.recv_head && !peer->q.send_head)
         return PYCOLL_OK;
     return pycoll_p2p_fail(&t->base, PYCOLL_ERR_PEER_FAILURE, r, "rank %d left this collective: it is agreeing or "
@@ -854,6 +915,8 @@ void tcp_ft_rearm(pycoll_p2p_t *p2p)
         if (r == p2p->rank || t->peers[r].state != PEER_OPEN)
             continue;
         t->peers[r].readable = 1;
+        for (int k = 1; k < t->peers[r].x.n; k++)
+            t->peers[r].x.s[k].readable = 1;
         progress_send(t, r);
         progress_recv(t, r);
     }
@@ -867,16 +930,18 @@ void tcp_ft_cut(pycoll_p2p_t *p2p, int32_t r)
         return;
     if (peer->fd >= 0) {
         if (t->epfd >= 0)
-            epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
+            unwatch(t, peer);
         /* A goodbye first, where the stream is between frames: a peer still finishing the collective before
          * (a healthy rank left out) completes it, and fails only where it needs this rank again. */
         const pycoll_request_t *req = peer->q.send_head;
-        if (peer->state == PEER_OPEN && !(req && (peer->send_hdr_done > 0 || req->progress > 0))) {
+        if (peer->state == PEER_OPEN &&
+            !(req && (peer->send_hdr_done > 0 || req->progress > 0 || tcp_stripes_sending(&peer->x, req)))) {
             frame_header_t h;
             fill_header(t, &h, FRAME_GOODBYE, 0, 0);
             (void)!send(peer->fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
         shutdown(peer->fd, SHUT_RDWR); /* then end-of-stream: this rank is gone for it */
+        tcp_stripes_shutdown(&peer->x, SHUT_RDWR);
     }
     peer->state = PEER_DEAD;
     peer->resumable = 0;
@@ -912,8 +977,12 @@ pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
         } else {
             peer->resync = epoch;
             if (header_complete(peer)) { /* an earlier epoch's frame, never received */
-                peer->skip = peer->recv_hdr.kind == FRAME_DATA ? peer->recv_hdr.nbytes : 0;
-                peer->recv_hdr_done = 0;
+                if (peer->recv_hdr.kind == FRAME_DATA) {
+                    skip_parked_frame(peer);
+                } else {
+                    peer->skip = 0;
+                    peer->recv_hdr_done = 0;
+                }
             }
         }
         peer->moved_to = 0;
@@ -922,7 +991,7 @@ pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
         peer->readable = 1;
         struct epoll_event ev = {.events = PEER_EVENTS, .data.u32 = (uint32_t)r};
         epoll_ctl(t->epfd, EPOLL_CTL_DEL, peer->fd, NULL);
-        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0) {
+        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0 || tcp_stripes_watch(&peer->x, t->epfd, r, PEER_EVENTS) < 0) {
             lost[r] = 1;
             tcp_ft_cut(p2p, r);
             continue;

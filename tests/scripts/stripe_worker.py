@@ -1,0 +1,75 @@
+"""One rank of tests/test_tcp_streams.py: `python stripe_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env,
+with the TCP backend and PYCOLL_TCP_STREAMS set by the test. Prints one JSON line: the scenario's outcome and
+this process's established TCP connections (so that the test counts those between the two ranks)."""
+
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+from worker_report import outcome, peer_failure
+
+import pycoll
+
+# The split threshold of native/transport/tcp_stripes.h (TCP_STRIPE_MIN_BYTES): sizes around it and odd ones.
+STRIPE_MIN = 256 * 1024
+SIZES = (STRIPE_MIN - 1, STRIPE_MIN, STRIPE_MIN + 1, STRIPE_MIN + 4, 1_000_003, 4 * STRIPE_MIN + 13)
+
+
+def connections():
+    """[local, remote] of every established TCP connection of this process (/proc/net/tcp and tcp6)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    found.append([fields[1], fields[2]])
+    return found
+
+
+scenario = sys.argv[1]
+report = {"scenario": scenario}
+comm = pycoll.init(timeout=float(os.environ.get("TEST_TIMEOUT", "30")))
+rank = report["rank"] = comm.rank
+report["connections"] = connections()
+if scenario == "sizes":
+    for nbytes in SIZES:
+        # uint8 sum of two ranks: every byte position differs, so a part put at a wrong offset shows.
+        base = np.arange(nbytes, dtype=np.int64) * 7 % 251
+        x = (base + rank).astype(np.uint8)
+        want = (base * 2 + 1).astype(np.uint8)
+        comm.all_reduce(x)
+        assert np.array_equal(x, want), nbytes
+        f = np.arange(nbytes // 4 + 3, dtype=np.float32) + rank
+        comm.all_reduce(f)
+        assert np.array_equal(f, 2 * np.arange(nbytes // 4 + 3, dtype=np.float32) + 1), nbytes
+        b = np.arange(nbytes, dtype=np.int64).astype(np.uint8) if rank == 0 else np.zeros(nbytes, np.uint8)
+        comm.broadcast(b, root=0)
+        assert np.array_equal(b, np.arange(nbytes, dtype=np.int64).astype(np.uint8)), nbytes
+    report["ok"] = True
+elif scenario == "mismatch":
+    # Both messages are striped; their lengths differ by one element.
+    with outcome(report):
+        comm.all_reduce(np.ones(STRIPE_MIN + rank, dtype=np.float32), algorithm="ring")
+elif scenario == "killed":
+    x = np.ones(16 << 20, dtype=np.float32)
+    if rank == 1:
+        comm.all_reduce(x)  # both sides striping before the kill
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
+    with peer_failure(report):
+        for _ in range(200):
+            comm.all_reduce(x)
+print(json.dumps(report), flush=True)
+if scenario != "killed":
+    comm.close()
