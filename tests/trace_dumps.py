@@ -53,3 +53,26 @@ def write(directory, dumps):
         with open(path, "w") as f:
             json.dump(d, f)
     return directory
+
+
+_PHASES = {"X", "i", "M"}
+
+
+def check_trace_event_schema(doc):
+    """The Trace Event Format's JSON object form, as Perfetto and chrome://tracing read it: the keys each event
+    phase requires, with their types."""
+    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
+    assert doc.get("displayTimeUnit", "ms") in ("ms", "ns")
+    for e in doc["traceEvents"]:
+        assert isinstance(e["name"], str) and e["ph"] in _PHASES, e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        assert isinstance(e.get("args", {}), dict), e
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+        elif e["ph"] == "i":
+            assert e["s"] in ("g", "p", "t"), e
+        else:
+            assert e["name"] in ("process_name", "thread_name", "process_sort_index"), e
+            assert set(e["args"]) <= {"name", "sort_index"}, e
+    json.dumps(doc, allow_nan=False)  # no NaN or infinity, which the viewers reject

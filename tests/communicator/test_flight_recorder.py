@@ -6,10 +6,13 @@ import glob
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from multiproc import Ranks
+from trace_dumps import check_trace_event_schema
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -22,6 +25,12 @@ def dumps(directory):
             dump = json.load(f)
         out[dump["rank"]] = dump
     return out
+
+
+def pycoll_trace(*args):
+    """`pycoll trace ...` as a user runs it, on the installed pycoll."""
+    return subprocess.run([sys.executable, "-P", "-m", "pycoll", "trace", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
 
 
 def by_seq(dump):
@@ -52,6 +61,11 @@ def test_a_signal_dumps_every_rank_naming_the_call_the_stalled_rank_never_entere
         assert [c["seq"] for c in stalled] == list(range(1, 50)), "rank 2 never entered seq 50"
         assert all(c["state"] == "completed" and c["collective"] == "all_reduce" for c in stalled)
         assert len({d["comm_uid"] for d in found.values()}) == 1
+
+        # pycoll trace, on these real dumps, names the rank and the call
+        report = pycoll_trace(tmp_path)
+        assert report.returncode == 1, report.stdout + report.stderr
+        assert "HANG: rank 2 never entered all_reduce #50, which rank(s) 0, 1, 3 entered" in report.stdout
 
         # A rank stuck in its wait (GIL released, inside C) writes its file within a second of the signal.
         path = os.path.join(tmp_path, f"pycoll-trace-{found[0]['comm_uid']}-rank0.json")
@@ -108,3 +122,21 @@ def test_an_async_record_ends_when_its_work_completes():
     assert done["end_unix_ns"] - done["start_unix_ns"] > 300_000_000  # rank 1 joined 0.5 s late
     assert done["wait_peer"] == 1 and done["wait_ns"] > 300_000_000
     assert "PYCOLL_TRACE_DIR" in report["no_dir"]
+
+
+def test_a_ten_thousand_call_job_opens_as_a_perfetto_trace_and_a_png(tmp_path):
+    """A real job of 10,000 all-reduces, every call kept and dumped at close: pycoll trace merges it into a
+    Perfetto trace with one event per call and rank (schema checked) and a PNG timeline. Two ranks, so that a
+    loaded 2-core machine runs it in seconds (tests/tools/test_trace_tool.py merges 4 ranks' 10,000 calls)."""
+    pytest.importorskip("matplotlib")
+    env = {"PYCOLL_TRACE_DIR": str(tmp_path / "d"), "PYCOLL_TRACE_ON_CLOSE": "1", "PYCOLL_TRACE_BUFFER": "10000",
+           "PYCOLL_BACKEND": "shm", "TRACE_CALLS": "10000"}
+    with Ranks(2, "trace_worker.py", "many", env=env, timeout=80) as job:
+        job.reports()
+    out = pycoll_trace(tmp_path / "d", "--perfetto", tmp_path / "t.json", "--plot", tmp_path / "t.png")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    check_trace_event_schema(doc)
+    calls = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(calls) == 2 * 10_000 and {e["pid"] for e in calls} == {0, 1}
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

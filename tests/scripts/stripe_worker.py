@@ -1,4 +1,5 @@
-"""One rank of tests/transports/test_tcp_streams.py: `python stripe_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env,
+"""One rank of tests/transports/test_tcp_streams.py: `python stripe_worker.py SCENARIO` under RANK/WORLD_SIZE/
+MASTER_* env,
 with the TCP backend and PYCOLL_TCP_STREAMS set by the test. Prints one JSON line: the scenario's outcome and
 this process's established TCP connections (so that the test counts those between the two ranks)."""
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import trace_dumps
-from trace_dumps import job, write
+from trace_dumps import check_trace_event_schema, job, write
 
 from pycoll.trace import analysis, dumps, perfetto, read_dir
 
@@ -90,29 +90,6 @@ def test_missing_or_empty_directory(tmp_path):
         read_dir(tmp_path)
     out = trace(tmp_path / "nope")
     assert out.returncode == 2 and "no such directory" in out.stderr
-
-
-_PHASES = {"X", "i", "M"}
-
-
-def check_trace_event_schema(doc):
-    """The Trace Event Format's JSON object form, as Perfetto and chrome://tracing read it: the keys each event
-    phase requires, with their types."""
-    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
-    assert doc.get("displayTimeUnit", "ms") in ("ms", "ns")
-    for e in doc["traceEvents"]:
-        assert isinstance(e["name"], str) and e["ph"] in _PHASES, e
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
-        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
-        assert isinstance(e.get("args", {}), dict), e
-        if e["ph"] == "X":
-            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
-        elif e["ph"] == "i":
-            assert e["s"] in ("g", "p", "t"), e
-        else:
-            assert e["name"] in ("process_name", "thread_name", "process_sort_index"), e
-            assert set(e["args"]) <= {"name", "sort_index"}, e
-    json.dumps(doc, allow_nan=False)  # no NaN or infinity, which the viewers reject
 
 
 def test_perfetto_trace_schema_and_content(tmp_path):
