@@ -82,16 +82,12 @@ def run_job(script, world, plan, timeout):
 
 
 def machine():
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from cpu_model import cpu_model
+
     import pycoll
     from pycoll import kernels
 
-    return (f"{model}, {os.cpu_count()} cores, kernels `{kernels.simd_name()}`; Python "
+    return (f"{cpu_model()}, {os.cpu_count()} cores, kernels `{kernels.simd_name()}`; Python "
             f"{platform.python_version()}, numpy {np.__version__}, pycoll {pycoll.__version__}")
 
 

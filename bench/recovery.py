@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ranks run with PYTHONSAFEPATH
+from cpu_model import cpu_model  # noqa: E402
 from netns_hosts import SUBNET, namespace_hosts  # noqa: E402
 from recovery_peers import PEERS, openmpi_version  # noqa: E402
 
@@ -122,13 +123,7 @@ def percentile(values, q):
 
 def machine():
     load = os.getloadavg()
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"- CPU: {cpu}, {os.cpu_count()} logical cores; {platform.platform()}\n"
+    return (f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores; {platform.platform()}\n"
             f"- Python {platform.python_version()}\n"
             f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started")
 

@@ -122,8 +122,10 @@ def _free_port():
 
 
 def _start(cmd, env, errors):
+    """The job started, and its stdout's lines."""
     # A session of its own, so that the whole job (launcher and ranks) can be killed at the end.
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
+    return job, _Lines(job.stdout)
 
 
 def _end(proc, lines=None):
@@ -158,8 +160,10 @@ def _check_sums(reports, n, victim, what):
         raise RuntimeError(f"{what}: wrong sum after the failure (want {want}): {reports}")
 
 
-def _kill_one_of(job, ready, victim, delay):
-    """Sleep, kill the victim (by the pid its ready line gave) and return the time of the kill."""
+def _kill_when_ready(lines, n, victim, delay, what):
+    """Once all n ranks are ready, sleep, kill the victim (by the pid its ready line gave) and return the time of
+    the kill."""
+    ready = lines.take(n, "ready", time.monotonic() + DEADLINE_S, what)
     pid = next(r["pid"] for r in ready if r["rank"] == victim)
     time.sleep(delay)
     killed = time.monotonic()
@@ -180,11 +184,9 @@ def ulfm_one_kill(n, victim, delay):
     cmd = [mpiexec, "--with-ft", "ulfm", "-n", str(n), "--oversubscribe", "--bind-to", "none",
            "--mca", "btl_sm_backing_directory", backing, sys.executable, os.path.abspath(__file__), "--ulfm-rank"]
     errors = tempfile.TemporaryFile("w+")
-    job = _start(cmd, env, errors)
-    lines = _Lines(job.stdout)
+    job, lines = _start(cmd, env, errors)
     try:
-        ready = lines.take(n, "ready", time.monotonic() + DEADLINE_S, "ulfm: starting")
-        killed = _kill_one_of(job, ready, victim, delay)
+        killed = _kill_when_ready(lines, n, victim, delay, "ulfm: starting")
         reports = lines.take(n - 1, "done", time.monotonic() + DEADLINE_S, "ulfm: recovering")
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}\n{_tail(errors)}") from None
@@ -229,17 +231,14 @@ def _torchrun(nproc, env, errors, *args):
 def torchrun_one_kill(n, victim, delay):
     env = dict(os.environ, PYTHONSAFEPATH="1", OMP_NUM_THREADS="1")
     errors = tempfile.TemporaryFile("w+")
-    job = _torchrun(n, env, errors)
-    lines = _Lines(job.stdout)
+    job, lines = _torchrun(n, env, errors)
     try:
-        ready = lines.take(n, "ready", time.monotonic() + DEADLINE_S, "torchrun: starting")
-        killed = _kill_one_of(job, ready, victim, delay)
+        killed = _kill_when_ready(lines, n, victim, delay, "torchrun: starting")
         # torchrun sees the dead worker, stops the others and ends the job: then the survivors' job starts.
         job.wait(timeout=DEADLINE_S)
         ended = time.monotonic()
         survivors = [r for r in range(n) if r != victim]
-        again = _torchrun(n - 1, env, errors, ",".join(map(str, survivors)))
-        again_lines = _Lines(again.stdout)
+        again, again_lines = _torchrun(n - 1, env, errors, ",".join(map(str, survivors)))
         try:
             reports = again_lines.take(n - 1, "done", time.monotonic() + DEADLINE_S, "torchrun: restart")
         finally:

@@ -13,8 +13,7 @@ pycoll_status_t pairwise_all_to_all(coll_ctx_t *ctx, const void *sendbuf, void *
                                pycoll_dtype_t dtype)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    assert_checked(p2p, sendbuf, count, dtype, PYCOLL_SUM, 0);
-    assert_checked(p2p, recvbuf, count, dtype, PYCOLL_SUM, 0);
+    assert_checked_pair(p2p, sendbuf, recvbuf, count, dtype, PYCOLL_SUM);
     if (count == 0)
         return PYCOLL_OK;
     const int32_t size = p2p->size, rank = p2p->rank;

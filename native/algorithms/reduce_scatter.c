@@ -10,8 +10,7 @@ static bool reduce_scatter_setup(coll_ctx_t *ctx, const void *sendbuf, void *rec
                                  pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy, reduction_t *red,
                                  pycoll_status_t *status)
 {
-    assert_checked(ctx->p2p, sendbuf, count, dtype, op, 0);
-    assert_checked(ctx->p2p, recvbuf, count, dtype, op, 0);
+    assert_checked_pair(ctx->p2p, sendbuf, recvbuf, count, dtype, op);
     *status = PYCOLL_OK;
     if (count == 0)
         return false;
@@ -74,15 +73,13 @@ pycoll_status_t mesh_reduce_scatter(coll_ctx_t *ctx, const void *sendbuf, void *
 pycoll_status_t ring_all_gather(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
                                pycoll_dtype_t dtype)
 {
-    pycoll_p2p_t *p2p = ctx->p2p;
-    assert_checked(p2p, sendbuf, count, dtype, PYCOLL_SUM, 0);
-    assert_checked(p2p, recvbuf, count, dtype, PYCOLL_SUM, 0);
+    assert_checked_pair(ctx->p2p, sendbuf, recvbuf, count, dtype, PYCOLL_SUM);
     if (count == 0)
         return PYCOLL_OK;
-    pycoll_status_t status;
     const size_t dsize = pycoll_dtype_size(dtype);
-    char *own = (char *)recvbuf + (int64_t)p2p->rank * count * (int64_t)dsize;
-    status = memory_copy(p2p, own, sendbuf, count * (int64_t)dsize, "all_gather"); /* the ranges may overlap */
+    char *own = (char *)recvbuf + (int64_t)ctx->p2p->rank * count * (int64_t)dsize;
+    /* the ranges may overlap */
+    pycoll_status_t status = memory_copy(ctx->p2p, own, sendbuf, count * (int64_t)dsize, "all_gather");
     const block_layout_t layout = equal_blocks(count);
     return status != PYCOLL_OK ? status : ring_all_gather_blocks(ctx, recvbuf, dsize, layout);
 }

@@ -99,6 +99,14 @@ static inline void assert_checked(const pycoll_p2p_t *p2p, const void *buf, int6
            (unsigned)op < PYCOLL_NUM_OPS && root >= 0 && root < p2p->size);
 }
 
+/* assert_checked for both buffers of a collective of `count` elements on every rank (no root). */
+static inline void assert_checked_pair(const pycoll_p2p_t *p2p, const void *sendbuf, const void *recvbuf,
+                                       int64_t count, pycoll_dtype_t dtype, pycoll_op_t op)
+{
+    assert_checked(p2p, sendbuf, count, dtype, op, 0);
+    assert_checked(p2p, recvbuf, count, dtype, op, 0);
+}
+
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). Host
  * bookkeeping only (request arrays, offsets); data goes in data_alloc's memory. */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);

@@ -219,6 +219,14 @@ static inline void store_bf16(unsigned char *p, int64_t i, double v)
     memcpy(p + 2 * i, &h, 2);
 }
 
+/* One float dtype's format and its general-form loops (repro_exponents, repro_encode, repro_decode). */
+typedef struct {
+    const fmt_t *fmt;
+    void (*exponents)(const void *x, int64_t n, int32_t *code);
+    void (*encode)(const void *x, const int32_t *code, int64_t n, int64_t *limbs);
+    void (*decode)(const int64_t *limbs, const int32_t *code, int64_t n, void *out);
+} general_kernels_t;
+
 #define DEFINE_KERNELS(name, F, load, store)                                                                  \
     static void name##_exponents(const void *x, int64_t n, int32_t *code)                                     \
     {                                                                                                         \
@@ -234,61 +242,51 @@ static inline void store_bf16(unsigned char *p, int64_t i, double v)
     {                                                                                                         \
         for (int64_t i = 0; i < n; i++)                                                                       \
             store((unsigned char *)out, i, decode_one(limbs + i * F.limbs, code[i], F));                      \
-    }
+    }                                                                                                         \
+    static const general_kernels_t name##_kernels = {&F, name##_exponents, name##_encode, name##_decode};
 
 DEFINE_KERNELS(f64, F64, load_f64, store_f64)
 DEFINE_KERNELS(f32, F32, load_f32, store_f32)
 DEFINE_KERNELS(f16, F16, load_u16, store_f16)
 DEFINE_KERNELS(bf16, BF16, load_u16, store_bf16)
 
-static int fmt_of(pycoll_dtype_t dtype, fmt_t *f)
+/* NULL for a dtype that has no reproducible form (integers, complex: part by part). */
+static const general_kernels_t *kernels_of(pycoll_dtype_t dtype)
 {
     switch (dtype) {
-    case PYCOLL_FLOAT64: *f = F64; return 1;
-    case PYCOLL_FLOAT32: *f = F32; return 1;
-    case PYCOLL_FLOAT16: *f = F16; return 1;
-    case PYCOLL_BFLOAT16: *f = BF16; return 1;
-    default: return 0;
+    case PYCOLL_FLOAT64: return &f64_kernels;
+    case PYCOLL_FLOAT32: return &f32_kernels;
+    case PYCOLL_FLOAT16: return &f16_kernels;
+    case PYCOLL_BFLOAT16: return &bf16_kernels;
+    default: return NULL;
     }
 }
 
 int repro_limbs(pycoll_dtype_t dtype)
 {
-    fmt_t f;
-    return fmt_of(dtype, &f) ? f.limbs : 0;
+    const general_kernels_t *k = kernels_of(dtype);
+    return k ? k->fmt->limbs : 0;
 }
 
 void repro_exponents(const void *x, int64_t n, pycoll_dtype_t dtype, int32_t *code)
 {
-    switch (dtype) {
-    case PYCOLL_FLOAT64: f64_exponents(x, n, code); break;
-    case PYCOLL_FLOAT32: f32_exponents(x, n, code); break;
-    case PYCOLL_FLOAT16: f16_exponents(x, n, code); break;
-    case PYCOLL_BFLOAT16: bf16_exponents(x, n, code); break;
-    default: break;
-    }
+    const general_kernels_t *k = kernels_of(dtype);
+    if (k)
+        k->exponents(x, n, code);
 }
 
 void repro_encode(const void *x, const int32_t *code, int64_t n, pycoll_dtype_t dtype, int64_t *limbs)
 {
-    switch (dtype) {
-    case PYCOLL_FLOAT64: f64_encode(x, code, n, limbs); break;
-    case PYCOLL_FLOAT32: f32_encode(x, code, n, limbs); break;
-    case PYCOLL_FLOAT16: f16_encode(x, code, n, limbs); break;
-    case PYCOLL_BFLOAT16: bf16_encode(x, code, n, limbs); break;
-    default: break;
-    }
+    const general_kernels_t *k = kernels_of(dtype);
+    if (k)
+        k->encode(x, code, n, limbs);
 }
 
 void repro_decode(const int64_t *limbs, const int32_t *code, int64_t n, pycoll_dtype_t dtype, void *out)
 {
-    switch (dtype) {
-    case PYCOLL_FLOAT64: f64_decode(limbs, code, n, out); break;
-    case PYCOLL_FLOAT32: f32_decode(limbs, code, n, out); break;
-    case PYCOLL_FLOAT16: f16_decode(limbs, code, n, out); break;
-    case PYCOLL_BFLOAT16: bf16_decode(limbs, code, n, out); break;
-    default: break;
-    }
+    const general_kernels_t *k = kernels_of(dtype);
+    if (k)
+        k->decode(limbs, code, n, out);
 }
 
 /* ceil(log2(n)) for n >= 1. */
@@ -303,9 +301,10 @@ static int ceil_log2(int32_t n)
 repro_plan_t repro_plan(const int32_t *summary, pycoll_dtype_t dtype, int32_t world_size)
 {
     repro_plan_t plan = {0, REPRO_LIMB_BITS, 0, REPRO_WIDE, 0};
-    fmt_t f;
-    if (!fmt_of(dtype, &f) || summary[REPRO_SUMMARY_LEN - 1])
+    const general_kernels_t *k = kernels_of(dtype);
+    if (!k || summary[REPRO_SUMMARY_LEN - 1])
         return plan; /* an infinity or NaN somewhere: the general mode's codes carry them */
+    const fmt_t f = *k->fmt;
     /* The headroom of the sum over the ranks: W bits a limb, under 2^W from each rank, under 2^62 in all -- a bit
      * below int64's range, so that decoding's carry between limbs and its int64 <-> double round trip never
      * overflow. */

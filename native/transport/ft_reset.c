@@ -1,58 +1,60 @@
-/* pycoll_ft_reset and pycoll_ft_cut (transport/ft_reset.h): each transport that can start over has its own. */
+/* pycoll_ft_reset, pycoll_ft_cut and the rest (transport/ft_reset.h): each transport that can start over has its
+ * own, picked by ops->name. */
 #include <string.h>
 
 #include "transport/ft_reset.h"
 #include "transport/shm_transport.h"
 
+/* One transport's fault-tolerance functions, found by its ops->name. */
+typedef struct {
+    const char *name;
+    pycoll_status_t (*reset)(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
+    void (*cut)(pycoll_p2p_t *p2p, int32_t r);
+    int (*peer_gone)(pycoll_p2p_t *p2p, int32_t r);
+    void (*wake)(pycoll_p2p_t *p2p);
+} ft_kind_t;
+
+#define FT_KIND(kind) {#kind, kind##_ft_reset, kind##_ft_cut, kind##_ft_peer_gone, kind##_ft_wake},
+static const ft_kind_t ft_kinds[] = {PYCOLL_FT_TRANSPORTS(FT_KIND)};
+#undef FT_KIND
+
+static const ft_kind_t *ft_kind_of(const pycoll_p2p_t *p2p)
+{
+    for (size_t i = 0; i < sizeof ft_kinds / sizeof ft_kinds[0]; i++)
+        if (strcmp(p2p->ops->name, ft_kinds[i].name) == 0)
+            return &ft_kinds[i];
+    return NULL;
+}
+
 int pycoll_ft_can_reset(const pycoll_p2p_t *p2p)
 {
-    const char *name = p2p->ops->name;
-    return strcmp(name, "tcp") == 0 || strcmp(name, "shm") == 0 || strcmp(name, "routed") == 0;
+    return ft_kind_of(p2p) != NULL;
 }
 
 pycoll_status_t pycoll_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
 {
-    const char *name = p2p->ops->name;
-    if (strcmp(name, "tcp") == 0)
-        return tcp_ft_reset(p2p, epoch, lost);
-    if (strcmp(name, "shm") == 0)
-        return shm_ft_reset(p2p, epoch, lost);
-    if (strcmp(name, "routed") == 0)
-        return routed_ft_reset(p2p, epoch, lost);
-    return PYCOLL_ERR_UNSUPPORTED;
+    const ft_kind_t *kind = ft_kind_of(p2p);
+    return kind ? kind->reset(p2p, epoch, lost) : PYCOLL_ERR_UNSUPPORTED;
 }
 
 void pycoll_ft_cut(pycoll_p2p_t *p2p, int32_t r)
 {
-    if (r < 0 || r >= p2p->size || r == p2p->rank)
-        return;
-    if (strcmp(p2p->ops->name, "tcp") == 0)
-        tcp_ft_cut(p2p, r);
-    else if (strcmp(p2p->ops->name, "shm") == 0)
-        shm_ft_cut(p2p, r);
-    else if (strcmp(p2p->ops->name, "routed") == 0)
-        routed_ft_cut(p2p, r);
+    const ft_kind_t *kind = ft_kind_of(p2p);
+    if (kind && r >= 0 && r < p2p->size && r != p2p->rank)
+        kind->cut(p2p, r);
 }
 
 int pycoll_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
 {
-    if (strcmp(p2p->ops->name, "tcp") == 0)
-        return tcp_ft_peer_gone(p2p, r);
-    if (strcmp(p2p->ops->name, "shm") == 0)
-        return shm_ft_peer_gone(p2p, r);
-    if (strcmp(p2p->ops->name, "routed") == 0)
-        return routed_ft_peer_gone(p2p, r);
-    return 0;
+    const ft_kind_t *kind = ft_kind_of(p2p);
+    return kind ? kind->peer_gone(p2p, r) : 0;
 }
 
 void pycoll_ft_wake(pycoll_p2p_t *p2p)
 {
-    if (strcmp(p2p->ops->name, "tcp") == 0)
-        tcp_ft_wake(p2p);
-    else if (strcmp(p2p->ops->name, "shm") == 0)
-        shm_ft_wake(p2p);
-    else if (strcmp(p2p->ops->name, "routed") == 0)
-        routed_ft_wake(p2p);
+    const ft_kind_t *kind = ft_kind_of(p2p);
+    if (kind)
+        kind->wake(p2p);
 }
 
 void pycoll_ft_poll(pycoll_p2p_t *p2p)

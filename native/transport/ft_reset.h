@@ -39,20 +39,18 @@ void pycoll_ft_wake(pycoll_p2p_t *p2p);
  * collective fails it even where the others had already handed it everything it needs. */
 void pycoll_ft_poll(pycoll_p2p_t *p2p);
 
-/* The transports' own (ft_reset.c picks by ops->name). */
-pycoll_status_t tcp_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
-void tcp_ft_cut(pycoll_p2p_t *p2p, int32_t r);
-int tcp_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
+/* The transports that can start over, by ops->name: each has the four functions PYCOLL_FT_DECLARE names
+ * (tcp_ft_reset, ...), which ft_reset.c picks from. */
+#define PYCOLL_FT_TRANSPORTS(X) X(tcp) X(shm) X(routed)
+#define PYCOLL_FT_DECLARE(kind)                                                                                  \
+    pycoll_status_t kind##_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);                          \
+    void kind##_ft_cut(pycoll_p2p_t *p2p, int32_t r);                                                            \
+    int kind##_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);                                                       \
+    void kind##_ft_wake(pycoll_p2p_t *p2p);
+PYCOLL_FT_TRANSPORTS(PYCOLL_FT_DECLARE)
+#undef PYCOLL_FT_DECLARE
+/* What only some of them need besides. */
 void tcp_ft_rearm(pycoll_p2p_t *p2p);
-void tcp_ft_wake(pycoll_p2p_t *p2p);
-pycoll_status_t shm_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
-void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r);
-int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
-void shm_ft_wake(pycoll_p2p_t *p2p);
-pycoll_status_t routed_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost);
-void routed_ft_cut(pycoll_p2p_t *p2p, int32_t r);
-int routed_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r);
-void routed_ft_wake(pycoll_p2p_t *p2p);
 void routed_ft_poll(pycoll_p2p_t *p2p);
 void routed_ft_resume(pycoll_p2p_t *p2p);
 

@@ -307,6 +307,64 @@ static void range_of(int32_t j, int32_t size, int64_t count, size_t dsize, int64
     *hi = *lo + per < count ? *lo + per : count;
 }
 
+static void encode_into(const pycoll_exact_codec_t *codec, const void *elems, int64_t n, void *wire)
+{
+    if (codec->encode)
+        codec->encode(codec->ctx, elems, n, wire);
+    else
+        memcpy(wire, elems, (size_t)(n * codec->elem_bytes));
+}
+
+/* A round of the large all-reduce as this rank takes part in it: its number, this rank's slot, and this rank's
+ * range [lo, hi) of the round's elements. */
+typedef struct {
+    uint64_t round;
+    unsigned char *mine;
+    int64_t lo, hi;
+} round_view_t;
+
+/* The start of the next round: this rank's elements of every other rank's range into its own slot (as wire
+ * elements where a codec is given), then every rank's slot posted. Ranges are cut in slot bytes (slot_es per
+ * element) and start at the same element of send (send_es per element). */
+static pycoll_status_t start_round(shm_collectives_t *c, const pycoll_exact_codec_t *codec, const unsigned char *send,
+                                   int64_t count, size_t slot_es, size_t send_es, round_view_t *v)
+{
+    const int32_t me = p2p_of(c)->rank, size = p2p_of(c)->size;
+    v->round = ++c->round;
+    v->mine = slot_of(c, me, v->round);
+    int64_t lo, hi;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, slot_es, &lo, &hi);
+        if (j == me || hi <= lo)
+            continue;
+        if (codec)
+            encode_into(codec, send + lo * send_es, hi - lo, v->mine + lo * slot_es);
+        else
+            slot_copy(&c->copy, v->mine + lo * slot_es, send + lo * send_es, (size_t)(hi - lo) * send_es);
+    }
+    range_of(me, size, count, slot_es, &v->lo, &v->hi);
+    return post_and_wait(c, v->round);
+}
+
+/* The end of a round for a rank that gets the result: once every rank has reduced its range, each other rank's
+ * range copied out of its slot into recv. A range is cut in slot bytes (slot_es per element) and lands at the
+ * same element in recv (recv_es per element). */
+static pycoll_status_t copy_out_reduced(shm_collectives_t *c, uint64_t round, unsigned char *recv, int64_t count,
+                                        size_t slot_es, size_t recv_es)
+{
+    const int32_t me = p2p_of(c)->rank, size = p2p_of(c)->size;
+    pycoll_status_t st = wait_round(c, round, 1);
+    if (st != PYCOLL_OK)
+        return st;
+    int64_t lo, hi;
+    for (int32_t j = 0; j < size; j++) {
+        range_of(j, size, count, slot_es, &lo, &hi);
+        if (j != me && hi > lo)
+            memcpy(recv + lo * recv_es, slot_of(c, j, round) + lo * slot_es, (size_t)(hi - lo) * recv_es);
+    }
+    return PYCOLL_OK;
+}
+
 /* A reduce (root >= 0) reduces the ranges as an all-reduce does, and only the root copies them out: the others
  * neither wait for the reduced flags nor read a slot after their own range. */
 static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t *red, const unsigned char *send,
@@ -315,47 +373,29 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
     const pycoll_p2p_t *p2p = p2p_of(c);
     const int32_t me = p2p->rank, size = p2p->size;
     const size_t ds = red->dsize;
-    const uint64_t round = ++c->round;
-    unsigned char *mine = slot_of(c, me, round);
-    int64_t lo, hi;
-    for (int32_t j = 0; j < size; j++) {
-        range_of(j, size, count, ds, &lo, &hi);
-        if (j != me && hi > lo)
-            slot_copy(&c->copy, mine + lo * ds, send + lo * ds, (size_t)(hi - lo) * ds);
-    }
-    pycoll_status_t st = post_and_wait(c, round);
+    round_view_t v;
+    pycoll_status_t st = start_round(c, NULL, send, count, ds, ds, &v);
     if (st != PYCOLL_OK)
         return st;
-    range_of(me, size, count, ds, &lo, &hi);
     for (int32_t r = 0; r < size; r++)
-        c->sources[r] = (r == me ? send : slot_of(c, r, round)) + lo * ds;
-    if (hi > lo && root == me && recv != send) { /* no one else reads it, and it is not a source */
-        st = reduce_sources(c, red, recv + lo * ds, size, hi - lo);
-    } else if (hi > lo && root < 0 && recv != send) {
+        c->sources[r] = (r == me ? send : slot_of(c, r, v.round)) + v.lo * ds;
+    if (v.hi > v.lo && root == me && recv != send) { /* no one else reads it, and it is not a source */
+        st = reduce_sources(c, red, recv + v.lo * ds, size, v.hi - v.lo);
+    } else if (v.hi > v.lo && root < 0 && recv != send) {
         /* Into my result, then into my slot's range (which no copy-in wrote) for the others, as a copy-in goes. */
-        st = reduce_sources(c, red, recv + lo * ds, size, hi - lo);
+        st = reduce_sources(c, red, recv + v.lo * ds, size, v.hi - v.lo);
         if (st == PYCOLL_OK)
-            slot_copy(&c->copy, mine + lo * ds, recv + lo * ds, (size_t)(hi - lo) * ds);
-    } else if (hi > lo) {
+            slot_copy(&c->copy, v.mine + v.lo * ds, recv + v.lo * ds, (size_t)(v.hi - v.lo) * ds);
+    } else if (v.hi > v.lo) {
         /* Into my slot's range, which no copy-in wrote: the others copy it out from there. */
-        st = reduce_sources(c, red, mine + lo * ds, size, hi - lo);
+        st = reduce_sources(c, red, v.mine + v.lo * ds, size, v.hi - v.lo);
         if (st == PYCOLL_OK && gets_result(p2p, root))
-            memcpy(recv + lo * ds, mine + lo * ds, (size_t)(hi - lo) * ds);
+            memcpy(recv + v.lo * ds, v.mine + v.lo * ds, (size_t)(v.hi - v.lo) * ds);
     }
     if (st != PYCOLL_OK)
         return st;
-    atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
-    if (!gets_result(p2p, root))
-        return PYCOLL_OK;
-    st = wait_round(c, round, 1);
-    if (st != PYCOLL_OK)
-        return st;
-    for (int32_t j = 0; j < size; j++) {
-        range_of(j, size, count, ds, &lo, &hi);
-        if (j != me && hi > lo)
-            memcpy(recv + lo * ds, slot_of(c, j, round) + lo * ds, (size_t)(hi - lo) * ds);
-    }
-    return PYCOLL_OK;
+    atomic_store_explicit(&flags_of(c, me, v.round)->reduced, v.round, memory_order_release);
+    return gets_result(p2p, root) ? copy_out_reduced(c, v.round, recv, count, ds, ds) : PYCOLL_OK;
 }
 
 /* The result on every rank (root -1) or on root only, in the rounds of the small or the large path. */
@@ -434,14 +474,6 @@ static void sum_coded(shm_collectives_t *c, const pycoll_exact_codec_t *codec, c
     }
 }
 
-static void encode_into(const pycoll_exact_codec_t *codec, const void *elems, int64_t n, void *wire)
-{
-    if (codec->encode)
-        codec->encode(codec->ctx, elems, n, wire);
-    else
-        memcpy(wire, elems, (size_t)(n * codec->elem_bytes));
-}
-
 static pycoll_status_t all_reduce_coded_small(shm_collectives_t *c, const pycoll_exact_codec_t *codec,
                                               const void *sendbuf, void *recvbuf, int64_t count)
 {
@@ -466,34 +498,18 @@ static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const pycoll
     const pycoll_p2p_t *p2p = p2p_of(c);
     const int32_t me = p2p->rank, size = p2p->size;
     const size_t wb = (size_t)codec->wire_bytes, eb = (size_t)codec->elem_bytes;
-    const uint64_t round = ++c->round;
-    unsigned char *mine = slot_of(c, me, round);
-    int64_t lo, hi;
-    for (int32_t j = 0; j < size; j++) {
-        range_of(j, size, count, wb, &lo, &hi);
-        if (j != me && hi > lo)
-            encode_into(codec, send + lo * eb, hi - lo, mine + lo * wb);
-    }
-    pycoll_status_t st = post_and_wait(c, round);
+    round_view_t v;
+    pycoll_status_t st = start_round(c, codec, send, count, wb, eb, &v);
     if (st != PYCOLL_OK)
         return st;
-    range_of(me, size, count, wb, &lo, &hi);
     for (int32_t r = 0; r < size; r++)
-        c->sources[r] = r == me ? NULL : slot_of(c, r, round) + lo * wb;
-    if (hi > lo) {
-        sum_coded(c, codec, send + lo * eb, mine + lo * wb, hi - lo);
-        memcpy(recv + lo * eb, mine + lo * wb, (size_t)(hi - lo) * eb);
+        c->sources[r] = r == me ? NULL : slot_of(c, r, v.round) + v.lo * wb;
+    if (v.hi > v.lo) {
+        sum_coded(c, codec, send + v.lo * eb, v.mine + v.lo * wb, v.hi - v.lo);
+        memcpy(recv + v.lo * eb, v.mine + v.lo * wb, (size_t)(v.hi - v.lo) * eb);
     }
-    atomic_store_explicit(&flags_of(c, me, round)->reduced, round, memory_order_release);
-    st = wait_round(c, round, 1);
-    if (st != PYCOLL_OK)
-        return st;
-    for (int32_t j = 0; j < size; j++) {
-        range_of(j, size, count, wb, &lo, &hi);
-        if (j != me && hi > lo)
-            memcpy(recv + lo * eb, slot_of(c, j, round) + lo * wb, (size_t)(hi - lo) * eb);
-    }
-    return PYCOLL_OK;
+    atomic_store_explicit(&flags_of(c, me, v.round)->reduced, v.round, memory_order_release);
+    return copy_out_reduced(c, v.round, recv, count, wb, eb);
 }
 
 static pycoll_status_t shm_all_reduce_coded(pycoll_p2p_t *p2p, const void *sendbuf, void *recvbuf, int64_t count,

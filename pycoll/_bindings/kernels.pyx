@@ -8,12 +8,14 @@ from pycoll._bindings.libpycoll cimport *
 
 
 cdef struct _Views:
-    # The Py_buffers of one kernel call, on the caller's stack: taken by argument name with _take and all
-    # released by one _release in a finally (one place for the acquire/release pairs every binding needs, at
-    # no allocation -- a kernel call on a small array costs a few hundred nanoseconds in all).
+    # One kernel call's buffers, element count and status, on the caller's stack: the Py_buffers taken by
+    # argument name with _take and all released by one _release in a finally (one place for the acquire/release
+    # pairs every binding needs, at no allocation -- a kernel call on a small array costs a few hundred
+    # nanoseconds in all).
     Py_buffer views[5]
     int held
     int64_t count  # the call's element count, from the buffer _take_counted took
+    pycoll_status_t status  # what the kernel returned
 
 
 cdef Py_buffer *_take(_Views *v, object obj, bint writable, str name) except NULL:
@@ -93,10 +95,7 @@ cdef int _check_status(pycoll_status_t status, str what) except -1:
 
 def reduce(out, a, b, int dtype, int op):
     """out = op(a, b) element-wise; out may be a or b."""
-    cdef Py_buffer *vo
-    cdef Py_buffer *va
-    cdef Py_buffer *vb
-    cdef pycoll_status_t status
+    cdef Py_buffer *vo, *va, *vb
     cdef _Views views
     views.held = 0
     try:
@@ -107,10 +106,11 @@ def reduce(out, a, b, int dtype, int op):
         _check_no_partial_overlap(vo, va, "out and a")
         _check_no_partial_overlap(vo, vb, "out and b")
         with nogil:
-            status = pycoll_reduce(vo.buf, va.buf, vb.buf, views.count, <pycoll_dtype_t>dtype, <pycoll_op_t>op)
-        if status != PYCOLL_OK:  # name the pair: complex has no min or max
-            _check_status(status, f"reduce: op {pycoll_op_name(<pycoll_op_t>op).decode()} on dtype "
-                                  f"{pycoll_dtype_name(<pycoll_dtype_t>dtype).decode()}")
+            views.status = pycoll_reduce(vo.buf, va.buf, vb.buf, views.count, <pycoll_dtype_t>dtype,
+                                         <pycoll_op_t>op)
+        if views.status != PYCOLL_OK:  # name the pair: complex has no min or max
+            _check_status(views.status, f"reduce: op {pycoll_op_name(<pycoll_op_t>op).decode()} on dtype "
+                                        f"{pycoll_dtype_name(<pycoll_dtype_t>dtype).decode()}")
     finally:
         _release(&views)
 
@@ -118,15 +118,14 @@ def reduce(out, a, b, int dtype, int op):
 def scale_avg(buf, int dtype, int64_t divisor):
     """buf /= divisor element-wise (integers truncate toward zero)."""
     cdef Py_buffer *v
-    cdef pycoll_status_t status
     cdef _Views views
     views.held = 0
     _check_divisor(divisor)
     try:
         v = _take_counted(&views, buf, True, "buf", <pycoll_dtype_t>dtype)
         with nogil:
-            status = pycoll_scale_avg(v.buf, views.count, <pycoll_dtype_t>dtype, divisor)
-        _check_status(status, "scale_avg")
+            views.status = pycoll_scale_avg(v.buf, views.count, <pycoll_dtype_t>dtype, divisor)
+        _check_status(views.status, "scale_avg")
     finally:
         _release(&views)
 
@@ -137,14 +136,9 @@ NORM_KINDS = {"layernorm": PYCOLL_NORM_LAYER, "rmsnorm": PYCOLL_NORM_RMS}
 def norm_rows(out, x, residual, weight, bias, int64_t rows, int64_t hidden, int dtype, int kind, double eps):
     """Each of `rows` rows of `hidden` elements: out = norm(x (+ residual)) * weight (+ bias), kind a
     NORM_KINDS value; residual and bias may be None. out may be x or residual (the same memory), nothing else."""
-    cdef Py_buffer *vo
-    cdef Py_buffer *vx
-    cdef Py_buffer *vr = NULL
-    cdef Py_buffer *vw
-    cdef Py_buffer *vb = NULL
+    cdef Py_buffer *vo, *vx, *vr = NULL, *vw, *vb = NULL
     cdef const void *pr = NULL
     cdef const void *pb = NULL
-    cdef pycoll_status_t status
     cdef _Views views
     views.held = 0
     if rows < 0 or hidden < 0:
@@ -171,38 +165,31 @@ def norm_rows(out, x, residual, weight, bias, int64_t rows, int64_t hidden, int 
         if vo.len and (vo.buf == vw.buf or (vb != NULL and vo.buf == vb.buf)):
             raise ValueError("out must not be weight or bias")
         with nogil:
-            status = pycoll_norm_rows(vo.buf, vx.buf, pr, vw.buf, pb, rows, hidden, <pycoll_dtype_t>dtype,
-                                      <pycoll_norm_kind_t>kind, eps)
-        _check_status(status, "norm_rows")
+            views.status = pycoll_norm_rows(vo.buf, vx.buf, pr, vw.buf, pb, rows, hidden, <pycoll_dtype_t>dtype,
+                                            <pycoll_norm_kind_t>kind, eps)
+        _check_status(views.status, "norm_rows")
     finally:
         _release(&views)
 
 
 def compensated_load(sum, comp, src, int dtype):
     """sum = src in the accumulator type, comp = 0."""
-    cdef Py_buffer *vs
-    cdef Py_buffer *vc
-    cdef Py_buffer *vx
-    cdef pycoll_status_t status
+    cdef Py_buffer *vs, *vc, *vx
     cdef _Views views
     views.held = 0
     try:
         vx = _take_counted(&views, src, False, "src", <pycoll_dtype_t>dtype)
         _take_pair(&views, sum, comp, True, <pycoll_dtype_t>dtype, &vs, &vc)
         with nogil:
-            status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, views.count, <pycoll_dtype_t>dtype)
-        _check_status(status, "compensated_load")
+            views.status = pycoll_compensated_load(vs.buf, vc.buf, vx.buf, views.count, <pycoll_dtype_t>dtype)
+        _check_status(views.status, "compensated_load")
     finally:
         _release(&views)
 
 
 def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
     """(dst_sum, dst_comp) += (src_sum, src_comp), pairs in the accumulator type of dtype."""
-    cdef Py_buffer *vds
-    cdef Py_buffer *vdc
-    cdef Py_buffer *vss
-    cdef Py_buffer *vsc
-    cdef pycoll_status_t status
+    cdef Py_buffer *vds, *vdc, *vss, *vsc
     cdef _Views views
     views.held = 0
     try:
@@ -213,19 +200,16 @@ def compensated_combine(dst_sum, dst_comp, src_sum, src_comp, int dtype):
         _check_same(vss, vds.len, "src_sum")
         _check_same(vsc, vds.len, "src_comp")
         with nogil:
-            status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, views.count,
-                                                <pycoll_dtype_t>dtype)
-        _check_status(status, "compensated_combine")
+            views.status = pycoll_compensated_combine(vds.buf, vdc.buf, vss.buf, vsc.buf, views.count,
+                                                      <pycoll_dtype_t>dtype)
+        _check_status(views.status, "compensated_combine")
     finally:
         _release(&views)
 
 
 def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
     """dst = dtype((sum + comp) / divisor), rounded once."""
-    cdef Py_buffer *vd
-    cdef Py_buffer *vs
-    cdef Py_buffer *vc
-    cdef pycoll_status_t status
+    cdef Py_buffer *vd, *vs, *vc
     cdef _Views views
     views.held = 0
     _check_divisor(divisor)
@@ -233,8 +217,8 @@ def compensated_store(dst, sum, comp, int dtype, int64_t divisor):
         vd = _take_counted(&views, dst, True, "dst", <pycoll_dtype_t>dtype)
         _take_pair(&views, sum, comp, False, <pycoll_dtype_t>dtype, &vs, &vc)
         with nogil:
-            status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, views.count, <pycoll_dtype_t>dtype, divisor)
-        _check_status(status, "compensated_store")
+            views.status = pycoll_compensated_store(vd.buf, vs.buf, vc.buf, views.count, <pycoll_dtype_t>dtype, divisor)
+        _check_status(views.status, "compensated_store")
     finally:
         _release(&views)
 

@@ -10,10 +10,5 @@ from c_programs import build, run_ok
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    return build(tmp_path_factory, "call_test")
-
-
-def test_calls_run_blocking_and_not_and_bad_calls_are_refused(program):
-    run_ok(program)
+def test_calls_run_blocking_and_not_and_bad_calls_are_refused(tmp_path_factory):
+    run_ok(build(tmp_path_factory, "call_test"))

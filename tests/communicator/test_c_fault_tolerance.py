@@ -10,13 +10,8 @@ from c_programs import build, run_ok
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    return build(tmp_path_factory, "ft_test")
-
-
-def test_a_c_program_survives_a_killed_rank(program):
-    run_ok(program)
+def test_a_c_program_survives_a_killed_rank(tmp_path_factory):
+    run_ok(build(tmp_path_factory, "ft_test"))
 
 
 def test_a_c_program_grows_a_job_with_a_new_process(tmp_path_factory):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from c_programs import run_ranks
 from multiproc import Ranks, assert_all_ok
+from proc_sockets import LISTEN, tcp_sockets
 from strangers import Stranger, stranger_uid
 
 from pycoll.errors import AuthenticationError, PycollError
@@ -38,22 +39,7 @@ def _attempt(call):
 
 def _listening_ports(pid):
     """The TCP ports process ``pid`` listens on (read as root from /proc)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
+    return sorted({int(local.rsplit(":", 1)[1], 16) for state, local, _ in tcp_sockets(pid) if state == LISTEN})
 
 
 def _read_id_from_the_store(port):

@@ -19,7 +19,7 @@ import sys
 import time
 
 import numpy as np
-from worker_report import failure_reported
+from worker_report import all_reduce_until_peer_failure, failure_reported
 
 import pycoll
 
@@ -37,15 +37,18 @@ with failure_reported(report):
         c.all_reduce(x)
         return float(x[0])
 
-    if scenario == "kill":
-        big = np.ones(1 << 14, dtype=np.float32)
-        print('{"ready": true}', flush=True)
+    def revoked_then_shrunk(c):
+        """An all-reduce that c's revoke ends (its message under "revoked", the wall-clock time under
+        "raised_at"), then c shrunk."""
         try:
-            for _ in range(1_000_000):
-                comm.all_reduce(big)
-        except pycoll.PeerFailure as exc:
-            report["caught"] = time.time()
-            report["failed_rank"] = exc.rank
+            all_reduce_ranks(c)
+        except pycoll.CommunicatorRevoked as exc:
+            report["revoked"] = str(exc)
+            report["raised_at"] = time.time()
+        return c.shrink()
+
+    if scenario == "kill":
+        big = all_reduce_until_peer_failure(comm, report, 1 << 14)
         new = comm.shrink()
         report["sum"] = all_reduce_ranks(new)
         report["done"] = time.time()
@@ -86,12 +89,7 @@ with failure_reported(report):
             time.sleep(0.5)  # the others are waiting in the next all-reduce by now
             report["revoked_at"] = time.time()
             comm.revoke()
-        try:
-            all_reduce_ranks(comm)
-        except pycoll.CommunicatorRevoked as exc:
-            report["revoked"] = str(exc)
-            report["raised_at"] = time.time()
-        new = comm.shrink()
+        new = revoked_then_shrunk(comm)
         report.update(sum=all_reduce_ranks(new), ranks=new.ranks, failed_ranks=comm.failed_ranks, ok=True)
         # The shrunk communicator is a full one: non-blocking calls and splits of it.
         y = np.array([rank + 1.0])
@@ -110,12 +108,7 @@ with failure_reported(report):
             threading.Thread(target=watchdog).start()
         if rank == 3:
             time.sleep(1.0)
-        try:
-            all_reduce_ranks(comm)
-        except pycoll.CommunicatorRevoked as exc:
-            report["revoked"] = str(exc)
-            report["raised_at"] = time.time()
-        new = comm.shrink()
+        new = revoked_then_shrunk(comm)
         report.update(sum=all_reduce_ranks(new), ranks=new.ranks, ok=True)
     elif scenario == "agree":
         report["healthy"] = comm.agree(0b1111 & ~(1 << rank))

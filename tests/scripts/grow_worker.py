@@ -14,9 +14,8 @@ import os
 import sys
 import time
 
-import numpy as np
 from grow_check import check_collectives
-from worker_report import failure_reported, report_and_close
+from worker_report import all_reduce_until_peer_failure, failure_reported, report_and_close
 
 import pycoll
 
@@ -45,13 +44,7 @@ with failure_reported(report):
         report.update(rank=grown.rank, size=grown.size, transport=grown.transport,
                       sum=check_collectives(grown), ok=True)
     elif scenario == "replace":
-        big = np.ones(1 << 12, dtype=np.float32)
-        print('{"ready": true}', flush=True)
-        try:
-            for _ in range(1_000_000):
-                comm.all_reduce(big)
-        except pycoll.PeerFailure as exc:
-            report["failed_rank"] = exc.rank
+        all_reduce_until_peer_failure(comm, report, 1 << 12)
         small = comm.shrink()
         uid = None
         if small.rank == 0:

@@ -1,12 +1,14 @@
 """What the worker scripts share about their report, the JSON line the test reads from the last line of stdout:
-the outcome of a call that is expected to fail or to meet a dead peer, and the end of a run (the scenario's
-error, the report printed, the communicator closed)."""
+the outcome of a call that is expected to fail or to meet a dead peer (or of a loop until a peer dies), and the
+end of a run (the scenario's error, the report printed, the communicator closed)."""
 
 import contextlib
 import json
 import sys
 import time
 import traceback
+
+import numpy as np
 
 import pycoll
 
@@ -35,6 +37,21 @@ def peer_failure(report):
         report["outcome"] = "PeerFailure"
         report["failed_rank"] = exc.rank
     report["seconds"] = time.monotonic() - start
+
+
+def all_reduce_until_peer_failure(comm, report, elements):
+    """Print the ready line the test waits for, then all-reduce `elements` float32 ones in a loop until a peer
+    dies (the test kills one): the rank the PeerFailure names under "failed_rank", the wall-clock time it was
+    caught under "caught". Returns the array, for calls on the broken communicator."""
+    x = np.ones(elements, dtype=np.float32)
+    print('{"ready": true}', flush=True)
+    try:
+        for _ in range(1_000_000):
+            comm.all_reduce(x)
+    except pycoll.PeerFailure as exc:
+        report["caught"] = time.time()
+        report["failed_rank"] = exc.rank
+    return x
 
 
 def expect(exc_type, words, fn, *args, **kwargs):

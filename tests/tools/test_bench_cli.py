@@ -16,7 +16,7 @@ import pytest
 from pycoll._bindings import sim as _sim
 from pycoll.algorithms import ALGORITHMS, COLL_ALGORITHMS, NATIVE_ONLY
 from pycoll.cli import bench as bench_cli
-from pycoll.tools.bench import check, peers, progress, report, sweep, timing
+from pycoll.tools.bench import check, oneccl, peers, progress, report, sweep, timing
 
 SIZES = ["-b", "8", "-e", "4K", "-f", "8"]  # 8, 64, 512, 4096 bytes
 FAST = ["--iters", "3", "--warmup", "1"]
@@ -407,13 +407,15 @@ def test_a_missing_packaged_mpi_says_what_to_install(monkeypatch, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_compare_skips_a_packaged_mpi_not_installed(monkeypatch, tmp_path, capfd):
-    monkeypatch.setenv("PYCOLL_BENCH_IMPI", "")  # restored after the test, which --mpi-prefix changes
-    status = bench_cli.main(["-n", "2", "-b", "8", "-e", "8", *FAST, "--compare", "impi",
-                             "--mpi-prefix", f"impi={tmp_path}"])
+@pytest.mark.parametrize("peer, env, hint", [("impi", "PYCOLL_BENCH_IMPI", "pip install impi-rt mpi4py"),
+                                             ("oneccl", oneccl.ENV, "pip install oneccl")])
+def test_compare_skips_a_peer_not_installed(peer, env, hint, monkeypatch, tmp_path, capfd):
+    monkeypatch.setenv(env, "")  # restored after the test, which --mpi-prefix changes
+    status = bench_cli.main(["-n", "2", "-b", "8", "-e", "8", *FAST, "--compare", peer,
+                             "--mpi-prefix", f"{peer}={tmp_path}"])
     out = capfd.readouterr().out
     assert status == 0
-    assert "--compare impi: skipped:" in out and "pip install impi-rt mpi4py" in out, out
+    assert f"--compare {peer}: skipped:" in out and hint in out, out
 
 
 @pytest.mark.timeout(10)

@@ -66,17 +66,6 @@ def test_a_shim_that_does_not_compile_gives_the_compilers_message(monkeypatch, t
     assert not any(cache.rglob("*.so"))  # nothing half-built is left to be taken for the shim
 
 
-@pytest.mark.timeout(60)
-def test_compare_skips_oneccl_not_installed(monkeypatch, tmp_path, capfd):
-    monkeypatch.chdir(tmp_path)  # the ranks' `python -m` must import the installed pycoll, not the source tree
-    monkeypatch.setenv(oneccl.ENV, "")  # restored after the test, which --mpi-prefix changes
-    status = bench_cli.main(["-n", "2", "-b", "8", "-e", "8", *FAST, "--compare", "oneccl",
-                             "--mpi-prefix", f"oneccl={tmp_path}"])
-    out = capfd.readouterr().out
-    assert status == 0
-    assert "--compare oneccl: skipped:" in out and "pip install oneccl" in out, out
-
-
 @pytest.mark.timeout(10)
 def test_mpi_prefix_names_oneccls_environment(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(oneccl.ENV, "")  # restored after the test, which set_prefixes changes
