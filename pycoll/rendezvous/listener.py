@@ -147,6 +147,10 @@ class AdmittingServer:
     def stop(self):
         self._stopping = True
         self._native.stop()
+        with contextlib.suppress(OSError):
+            # Wakes the C listener's poll at once (it would see the stop within 0.1 s); the descriptor stays
+            # open until the listener has returned, so it cannot be reused under it.
+            self._listener.shutdown(socket.SHUT_RDWR)
         self.wake()
         for thread in (self._listen_thread, self._thread):
             if thread.is_alive():
