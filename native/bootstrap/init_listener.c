@@ -5,16 +5,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/init_rank.h"
 
-void init_note_dropped(boot_state_t *s, const char *why)
+#define ACCEPT_PAUSE_S 0.25 /* how long a listener rests when accept() fails with nothing to make room */
+
+static void note_drop(boot_state_t *s, const boot_conn_t *c, const char *why)
 {
     s->dropped++;
     snprintf(s->dropped_why, sizeof s->dropped_why, "%.120s", why);
+    if (s->on_drop)
+        s->on_drop(s->drop_ctx, c, why);
 }
+
+void init_note_dropped(boot_state_t *s, const char *why) { note_drop(s, NULL, why); }
 
 void init_dropped_clause(const boot_state_t *s, char *out, size_t len)
 {
@@ -25,14 +32,52 @@ void init_dropped_clause(const boot_state_t *s, char *out, size_t len)
         out[0] = 0;
 }
 
+/* Closes a dropped connection after reading what it sent: closing with unread bytes would reset it, and the
+ * other side would see a reset instead of the close. */
+static void drain_and_close(int fd)
+{
+    uint8_t sink[4096];
+    for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+        ;
+    close(fd);
+}
+
+/* The connection to drop to make room: the oldest that has sent nothing, else the oldest still in its
+ * handshake; -1 when every one is a rank of the job (never dropped). */
+static int evictee(const boot_conn_t *pending, int n)
+{
+    int oldest = -1, oldest_silent = -1;
+    for (int i = 0; i < n; i++) {
+        if (boot_conn_authenticated(&pending[i]))
+            continue;
+        if (oldest < 0 || pending[i].deadline < pending[oldest].deadline)
+            oldest = i;
+        if (boot_conn_silent(&pending[i]) &&
+            (oldest_silent < 0 || pending[i].deadline < pending[oldest_silent].deadline))
+            oldest_silent = i;
+    }
+    return oldest_silent >= 0 ? oldest_silent : oldest;
+}
+
+static void evict(boot_state_t *s, boot_conn_t *pending, int *n, int i, const char *why)
+{
+    pending[i].drop = BOOT_DROP_JUNK;
+    note_drop(s, &pending[i], why);
+    drain_and_close(pending[i].fd);
+    pending[i] = pending[--*n];
+}
+
 pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
                                   const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what)
 {
-    boot_conn_t *pending = calloc(MAX_PENDING, sizeof *pending);
-    struct pollfd *fds = calloc((size_t)(1 + MAX_PENDING + n_watch), sizeof *fds);
+    const int cap = s->max_pending > 0 ? s->max_pending : MAX_PENDING;
+    const double handshake_s = s->handshake_s > 0 ? s->handshake_s : BOOT_HANDSHAKE_S;
+    boot_conn_t *pending = calloc((size_t)cap, sizeof *pending);
+    struct pollfd *fds = calloc((size_t)(1 + cap + n_watch), sizeof *fds);
     int *watching = malloc((size_t)(n_watch > 0 ? n_watch : 1) * sizeof *watching);
     pycoll_status_t st = PYCOLL_OK;
     int n = 0;
+    double resume_at = 0.0; /* a listener resting after accept() failed is not polled before then */
     if (!pending || !fds || !watching)
         st = init_fail(s, PYCOLL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; watching && i < n_watch; i++)
@@ -50,7 +95,7 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
         for (int i = 0; i < n; i++)
             wake = pending[i].deadline < wake ? pending[i].deadline : wake;
         int nfds = 0;
-        fds[nfds++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        fds[nfds++] = (struct pollfd){.fd = now >= resume_at ? listen_fd : -1, .events = POLLIN};
         for (int i = 0; i < n; i++)
             fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
         for (int32_t i = 0; i < n_watch; i++)
@@ -74,8 +119,10 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
             char why[160];
             int r = now > pending[i].deadline ? -1 : boot_server_step(&pending[i], &s->auth, kind, extra, why,
                                                                      sizeof why);
-            if (now > pending[i].deadline)
-                snprintf(why, sizeof why, "silent for %.0f s during the handshake", BOOT_HANDSHAKE_S);
+            if (now > pending[i].deadline) {
+                pending[i].drop = BOOT_DROP_QUIET;
+                snprintf(why, sizeof why, "did not finish the handshake within %g s", handshake_s);
+            }
             if (r == 0) {
                 i++;
                 continue;
@@ -84,31 +131,48 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
             if (r > 0)
                 st = admit(s, &pending[i], &taken);
             else
-                init_note_dropped(s, why);
+                note_drop(s, &pending[i], why);
             if (!taken)
-                close(pending[i].fd);
+                drain_and_close(pending[i].fd);
             pending[i] = pending[--n];
         }
-        /* A flood of silent connections must not keep a rank out: at the bound the oldest handshake makes room
-         * (a rank it evicts connects again; a rank's own handshake takes milliseconds). */
-        for (int accepted = 0, fd; st == PYCOLL_OK && (fds[0].revents & POLLIN) && accepted < MAX_PENDING &&
-                                   (fd = boot_accept(listen_fd)) >= 0;
-             accepted++) {
-            if (n == MAX_PENDING) {
-                int oldest = -1;
-                for (int i = 0; i < n; i++)
-                    if (!boot_conn_authenticated(&pending[i]) &&
-                        (oldest < 0 || pending[i].deadline < pending[oldest].deadline))
-                        oldest = i;
-                if (oldest < 0) { /* every one of them is a rank of the job: never dropped */
+        /* A flood of silent connections must not keep a rank out: at the bound the oldest silent handshake makes
+         * room (a rank it evicts connects again; a rank's own handshake takes milliseconds). Out of descriptors,
+         * the oldest handshake makes room too, or with none the listener rests instead of spinning. */
+        for (int accepted = 0; st == PYCOLL_OK && fds[0].fd >= 0 && (fds[0].revents & POLLIN) && accepted < cap;) {
+            int fd = boot_accept(listen_fd);
+            if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+                char why[160];
+                int victim = evictee(pending, n);
+                if (victim >= 0)
+                    snprintf(why, sizeof why, "dropped to free a file descriptor (%s)", strerror(errno));
+                else
+                    snprintf(why, sizeof why, "accept failed: %s; not accepting for %g s", strerror(errno),
+                             ACCEPT_PAUSE_S);
+                if (victim < 0) {
+                    note_drop(s, NULL, why);
+                    resume_at = now + ACCEPT_PAUSE_S;
+                    break;
+                }
+                evict(s, pending, &n, victim, why);
+                continue;
+            }
+            if (fd < 0)
+                break;
+            accepted++;
+            if (n == cap) {
+                int victim = evictee(pending, n);
+                if (victim < 0) { /* every one of them is a rank of the job: never dropped */
                     close(fd);
                     break;
                 }
-                close(pending[oldest].fd);
-                init_note_dropped(s, "evicted while too many connections were in their handshake");
-                pending[oldest] = pending[--n];
+                char why[160];
+                snprintf(why, sizeof why, "dropped: %d connections are already in the handshake (the oldest silent "
+                         "one goes first)", n);
+                evict(s, pending, &n, victim, why);
             }
-            boot_conn_start(&pending[n++], fd, now);
+            boot_conn_start(&pending[n], fd, now);
+            pending[n++].deadline = now + handshake_s;
         }
     }
     for (int i = 0; i < n; i++)
@@ -128,11 +192,12 @@ pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *t
     const struct timespec pause = {0, 20 * 1000 * 1000};
     double other_job_since = -1.0;
     for (;;) {
-        int other_job = 0;
+        int refused = 0;
         pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
         if (st == PYCOLL_OK)
-            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, &other_job, s->error,
-                                       BOOT_ERROR_LEN);
+            st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, &refused, NULL,
+                                       s->error, BOOT_ERROR_LEN);
+        int other_job = refused == BOOT_REFUSED_OTHER_JOB;
         if (st == PYCOLL_ERR_PEER_FAILURE && boot_should_stop())
             return init_fail(s, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
         double now = boot_now();

@@ -66,6 +66,11 @@ typedef struct boot_state {
     int relayed;         /* s->error is another rank's failure, already naming it */
     int dropped;   /* connections to our listeners that failed their handshake */
     char dropped_why[128];
+    int32_t max_pending; /* handshakes in progress at once on a listener (0: MAX_PENDING) */
+    double handshake_s;  /* how long a connection may take to finish its handshake (0: BOOT_HANDSHAKE_S) */
+    /* Told of each dropped connection (c: NULL when it is not one being admitted); may be NULL. */
+    void (*on_drop)(void *ctx, const boot_conn_t *c, const char *why);
+    void *drop_ctx;
     char *error;
 } boot_state_t;
 
@@ -101,7 +106,8 @@ pycoll_status_t init_send_root_table(boot_state_t *s, size_t item_bytes,
 
 /* ---- the listeners and authenticated connections (init_listener.c) ---- */
 
-/* Accepts and advances handshakes on `listen_fd` until `done` says enough ranks are in. Shared by the root's
+/* Accepts and advances handshakes on `listen_fd` until `done` says enough ranks are in (or, with no deadline,
+ * until the stop check says so: the rendezvous store's listener). Shared by the root's
  * registration (kind ROOT, records follow) and the mesh (kind PEER). `admit` takes a finished connection:
  * PYCOLL_OK keeps it, another status ends the wait with that failure; it returns 1 in *keep when it took the
  * descriptor. `watch` (n_watch descriptors, -1 for none) are established connections that on_watch reads when

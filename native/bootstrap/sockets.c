@@ -37,6 +37,12 @@ void boot_set_stop_check(int (*should_stop)(void *ctx), void *ctx)
 
 int boot_should_stop(void) { return stop_check && stop_check(stop_ctx); }
 
+void boot_get_stop_check(int (**should_stop)(void *ctx), void **ctx)
+{
+    *should_stop = stop_check;
+    *ctx = stop_ctx;
+}
+
 static socklen_t to_sockaddr(const boot_addr_t *a, struct sockaddr_storage *ss)
 {
     memset(ss, 0, sizeof *ss);

@@ -25,6 +25,7 @@ double boot_now(void); /* CLOCK_MONOTONIC seconds */
 #define BOOT_CHECK_S 0.1
 void boot_set_stop_check(int (*should_stop)(void *ctx), void *ctx);
 int boot_should_stop(void);
+void boot_get_stop_check(int (**should_stop)(void *ctx), void **ctx); /* to restore it after another wait */
 void boot_addr_text(const boot_addr_t *addr, char *text, size_t len); /* "1.2.3.4:5" or "[::1]:5" */
 
 /* The address this rank should listen on: the IPv4 (else IPv6) address of interface `ifname` when given;

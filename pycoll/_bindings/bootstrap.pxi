@@ -144,3 +144,4 @@ cdef NativeComm _init_rank(unique_id, int rank, int size, str transport, double 
     with nogil:
         st = pycoll_comm_init_rank_config(&comm, size, &id, rank, &setup.config)
     return setup.finish(st, comm)
+include "store_listener.pxi"

@@ -1,5 +1,5 @@
-"""The rendezvous store's server: TCPStore's rank 0 runs it in a daemon thread, on the shared non-blocking core
-(pycoll.rendezvous.listener), bounded in clients and bytes, refusing the wildcard address without a secret."""
+"""The rendezvous store's server: TCPStore's rank 0 runs it in daemon threads, on the C listener and the serving
+loop of pycoll.rendezvous.listener, bounded in clients and bytes, refusing the wildcard address without a secret."""
 
 import ipaddress
 import logging
@@ -10,7 +10,7 @@ import time
 
 from pycoll import settings
 from pycoll.errors import PycollError
-from pycoll.rendezvous import handshake, listener
+from pycoll.rendezvous import listener
 from pycoll.rendezvous.store_protocol import (
     AUTH_FAILURE_KEY,
     F64,
@@ -39,13 +39,16 @@ MAX_CLIENTS = 4096  # admitted connections; those still in the handshake are bou
 FAILURE_GRACE = 1.0  # seconds a failed rendezvous's store stays up for ranks that have not connected yet
 
 
-class StoreServer(listener.HandshakeServer):
-    """The store's server on the shared non-blocking core (pycoll.rendezvous.listener). Holds at most ``max_bytes`` of
-    keys and values. A client whose HELLO claims a rank and that fails the secret check is recorded under
-    AUTH_FAILURE_KEY, which every waiting rank watches, so the whole job fails fast and says who."""
+class StoreServer(listener.AdmittingServer):
+    """The store's server (pycoll.rendezvous.listener). Holds at most ``max_bytes`` of keys and values. A client
+    whose HELLO claims a rank and that fails the secret check is recorded under AUTH_FAILURE_KEY, which every
+    waiting rank watches, so the whole job fails fast and says who."""
 
     def __init__(self, host, port, secret, handshake_timeout, max_bytes, secret_file):
-        super().__init__(_listen(host, port), secret=secret, handshake_timeout=handshake_timeout, name="store")
+        # The instance goes in the server's HELLO; a client's later connections (one per thread) present it back,
+        # so that a closing server still serves its own clients and a restarted one is noticed.
+        super().__init__(_listen(host, port), secret=secret, instance=secrets.token_bytes(16),
+                         handshake_timeout=handshake_timeout, name="store")
         self._secret_file = secret_file
         self.port = self._listener.getsockname()[1]
         self._max_bytes = max_bytes
@@ -54,10 +57,6 @@ class StoreServer(listener.HandshakeServer):
         self._waiters = {}  # key -> connections whose GET waits for it
         self._idle = threading.Event()  # set while no client is connected
         self._idle.set()
-        # Sent in the server's Hello; a client's later connections (one per thread) present it back, so that
-        # a closing server still serves its own clients and a restarted one is noticed.
-        self.instance = secrets.token_hex(8)
-        self._closing = False
         self._failed_at = None  # when a rank failed the secret check (the rendezvous cannot succeed)
         self.start()
 
@@ -65,25 +64,18 @@ class StoreServer(listener.HandshakeServer):
         """Refuses new clients at once (a client of the next rendezvous must not see this one's keys; it
         retries until the next server is up), then stops once every client has disconnected, or after
         ``linger`` seconds: ranks still reading the store when rank 0 finishes must not lose it."""
-        self._closing = True
         end = time.monotonic() + linger
         if self._failed_at is not None:
             # Ranks still starting learn why the job failed instead of timing out on a store that is gone.
             time.sleep(max(min(self._failed_at + FAILURE_GRACE, end) - time.monotonic(), 0.0))
+        else:
+            self.close_to_new()
         self._idle.wait(max(end - time.monotonic(), 0.0))
         super().stop()
 
-    def new_hello(self):
-        return handshake.new_hello(handshake.KIND_STORE, -1, 0, self.instance, self.secret)
-
-    def screen(self, peer):
-        if self._closing and self._failed_at is None and peer.job_id != self.instance:
-            raise handshake.Refused("the store is closing: it takes no new clients")
-
-    def admit_check(self, peer):
-        self.screen(peer)  # the store may have started closing while this client authenticated
+    def admit_check(self, rank):
         if len(self.admitted) >= MAX_CLIENTS:
-            raise handshake.HandshakeError(f"{len(self.admitted)} clients are already connected")
+            raise PycollError(f"{len(self.admitted)} clients are already connected")
 
     def on_admitted(self, conn):
         self._idle.clear()
@@ -94,15 +86,14 @@ class StoreServer(listener.HandshakeServer):
         if not self.admitted:
             self._idle.set()
 
-    def on_handshake_failed(self, conn, exc):
-        peer = conn.handshake.peer
+    def on_handshake_failed(self, rank, reason):
         if self._secret_file is not None:
             # Every rank of this user on this host reads the same file: only another user (or a rank that sees
             # another filesystem) fails, and a stranger must not be able to stop the job by claiming a rank.
             return
-        if isinstance(exc, handshake.AuthenticationError) and peer is not None and peer.rank >= 0:
-            message = (f"rank {peer.rank} failed the shared-secret check of the rendezvous store (rank 0's "
-                       f"{self.name} at port {self.port}): {exc}; every rank needs the same PYCOLL_SECRET")
+        if rank >= 0:
+            message = (f"rank {rank} failed the shared-secret check of the rendezvous store (rank 0's "
+                       f"{self.name} at port {self.port}): {reason}; every rank needs the same PYCOLL_SECRET")
             self._put(AUTH_FAILURE_KEY.encode(), message.encode())
             self._failed_at = time.monotonic()
 

@@ -61,7 +61,7 @@ class TCPStore:
         self._secret = secret
         self._secret_file = secret_file
         self._rank = -1 if rank is None else rank
-        self._instance = ""  # the server's, learnt on the first connection
+        self._instance = handshake.NO_INSTANCE  # the server's, learnt on the first connection
         self._lock = threading.Lock()  # guards _socks and _closed
         self._local = threading.local()
         self._socks = []
@@ -106,12 +106,13 @@ class TCPStore:
         sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.001))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hello = handshake.new_hello(handshake.KIND_STORE, self._rank, 0, self._instance, self._secret)
-            server = handshake.client_handshake(sock, hello, self._secret, deadline, self._check_instance)
-            self._instance = server.job_id
+            self._instance = handshake.client_handshake(sock, self._secret, self._rank, self._instance, deadline)
             return sock
         except BaseException as exc:
             sock.close()
+            if isinstance(exc, PeerFailure):
+                raise PeerFailure(f"the rendezvous store at {self.host}:{self.port} is a new one: rank 0 restarted "
+                                  "its store (or another job took the port)", rank=0) from None
             if isinstance(exc, handshake.AuthenticationError):
                 who = f"rank {self._rank}" if self._rank >= 0 else "this client"
                 hint = "" if self._secret_file is None else (
@@ -123,11 +124,6 @@ class TCPStore:
                 raise type(exc)(f"the service at {self.host}:{self.port} is not a usable pycoll store: "
                                 f"{exc}") from None
             raise
-
-    def _check_instance(self, server):
-        if self._instance and server.job_id != self._instance:
-            raise PeerFailure(f"the rendezvous store at {self.host}:{self.port} is a new one: rank 0 restarted "
-                              "its store (or another job took the port)", rank=0)
 
     def _socket(self):
         """This thread's connection: each thread has its own, so a GET waiting in one thread never holds up

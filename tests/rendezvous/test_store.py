@@ -145,8 +145,7 @@ def _raw(port, payload=b"", linger=0.0):
 
 def _authenticated_raw_client(port):
     sock = socket.create_connection((HOST, port), timeout=5.0)
-    hello = handshake.new_hello(handshake.KIND_STORE, -1, 0, "", None)
-    handshake.client_handshake(sock, hello, None, time.monotonic() + 5.0)
+    handshake.client_handshake(sock, None, -1, handshake.NO_INSTANCE, time.monotonic() + 5.0)
     return sock
 
 
@@ -155,7 +154,7 @@ def test_junk_on_the_port_is_dropped_and_the_store_keeps_working(server, client,
     assert _raw(server.port, os.urandom(4096)) == b""
     assert _raw(server.port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
     assert _raw(server.port) is not None  # connect and close: a port scan
-    huge_job_id = struct.pack("!4sHBBiiH", b"PYCL", 1, handshake.KIND_STORE, 0, 0, 1, 65535)
+    huge_job_id = struct.pack("!4sHBBiiH", b"PYCL", 1, 1, 0, 0, 1, 65535)  # the former store HELLO's header
     assert _raw(server.port, huge_job_id) == b""
     assert _raw(server.port, b"PYCL\x00\x63" + bytes(12)) == b""  # unknown protocol version
     with _authenticated_raw_client(server.port) as sock:
@@ -171,6 +170,19 @@ def test_junk_on_the_port_is_dropped_and_the_store_keeps_working(server, client,
     assert "bad magic" in caplog.text
 
 
+def test_the_store_opens_connections_with_the_c_bootstrap_handshake(server):
+    # One implementation of the authentication: a store client's HELLO is native/bootstrap/handshake.h's (kind 3,
+    # no instance yet, flagged as having no secret), answered with the server's HELLO, its instance and a proof.
+    hello = b"PYCB" + struct.pack("!HBBii", 1, 3, 2, -1, 0) + bytes(16) + os.urandom(32)
+    with socket.create_connection((HOST, server.port), timeout=5.0) as sock:
+        sock.sendall(hello)
+        reply = b""
+        while len(reply) < 96 and (chunk := sock.recv(96 - len(reply))):
+            reply += chunk
+    assert len(reply) == 96 and reply[:8] == b"PYCB" + struct.pack("!HBB", 1, 3, 2), reply
+    assert reply[16:32] != bytes(16)  # the store's instance, for the client's later connections
+
+
 def test_half_open_connection_is_dropped_after_the_handshake_timeout(server, client):
     with socket.create_connection((HOST, server.port), timeout=5.0) as silent:
         client.set("during", b"ok")  # the silent connection does not block others
@@ -178,6 +190,19 @@ def test_half_open_connection_is_dropped_after_the_handshake_timeout(server, cli
         start = time.monotonic()
         assert silent.recv(16) == b""  # closed by the server (handshake_timeout=1 s)
         assert time.monotonic() - start < 4.0
+
+
+def test_a_slowloris_is_dropped_at_the_handshake_deadline(server, client):
+    # A HELLO dribbled out a byte at a time keeps the connection busy, not alive: the deadline runs from accept.
+    with socket.create_connection((HOST, server.port), timeout=5.0) as slow:
+        start = time.monotonic()
+        with pytest.raises(OSError):  # once the server has closed it, a send fails (reset, broken pipe)
+            while time.monotonic() - start < 4.0:
+                slow.send(b"P")
+                client.set("during", b"ok")  # the others are served meanwhile
+                time.sleep(0.2)
+        assert time.monotonic() - start < 3.0  # handshake_timeout=1 s
+    assert client.get("during") == b"ok"
 
 
 def test_a_store_client_is_not_fooled_by_another_service(unused_port):
