@@ -28,7 +28,7 @@ SHM = "/dev/shm"
 # job (16 bytes), secret (32 bytes).
 ID_ADDR, ID_JOB, ID_SECRET = 8, 28, 44
 STATUS_BYTES = 4 + 4 + 384
-RECORD_BYTES = 4 + 4 + 20 + 4 + 8 + 8 + 4 + 96 + 64
+RECORD_BYTES = 4 + 4 + 20 + 4 + 8 + 8 + 4 + 4 + 96 + 64  # rank_record_t, native/bootstrap/init_rank.h
 NAME_BYTES = 64
 
 # A rank in a process of its own: rank 0 makes the id and prints it; every rank prints how init_rank ended.
@@ -87,7 +87,7 @@ def _impostor_rank_1(unique_id, segment_name):
         sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
         assert _recv(sock, 1) == b"\x06"
         record = (struct.pack("!ii", 1, 2) + unique_id[ID_ADDR:ID_ADDR + 20] +
-                  struct.pack("!iQqI", os.getpid(), os.stat("/proc/self/ns/pid").st_ino, 0, TRANSPORTS["shm"]) +
+                  struct.pack("!iQqII", os.getpid(), os.stat("/proc/self/ns/pid").st_ino, 0, TRANSPORTS["shm"], 1) +
                   host_identity().encode().ljust(96, b"\0")[:96] + b"shm".ljust(NAME_BYTES, b"\0"))
         sock.sendall(record)
         table = _recv(sock, STATUS_BYTES + 2 * RECORD_BYTES)
