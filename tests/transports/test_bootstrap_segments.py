@@ -28,7 +28,7 @@ SHM = "/dev/shm"
 # job (16 bytes), secret (32 bytes).
 ID_ADDR, ID_JOB, ID_SECRET = 8, 28, 44
 STATUS_BYTES = 4 + 4 + 384
-RECORD_BYTES = 4 + 4 + 20 + 4 + 8 + 8 + 4 + 4 + 96 + 64  # rank_record_t, native/bootstrap/init_rank.h
+RECORD_BYTES = 4 + 4 + 20 + 4 + 8 + 8 + 4 + 96 + 64 + 4  # as native/bootstrap/init_registration.c sends it
 NAME_BYTES = 64
 
 # A rank in a process of its own: rank 0 makes the id and prints it; every rank prints how init_rank ended.
@@ -64,7 +64,8 @@ def _recv(sock, n):
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+            said = data[8:STATUS_BYTES].rstrip(bytes(1))
+            raise ConnectionError(f"closed after {len(data)} of {n} bytes: {said!r}")
         data += chunk
     return data
 
@@ -87,8 +88,9 @@ def _impostor_rank_1(unique_id, segment_name):
         sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
         assert _recv(sock, 1) == b"\x06"
         record = (struct.pack("!ii", 1, 2) + unique_id[ID_ADDR:ID_ADDR + 20] +
-                  struct.pack("!iQqII", os.getpid(), os.stat("/proc/self/ns/pid").st_ino, 0, TRANSPORTS["shm"], 1) +
-                  host_identity().encode().ljust(96, b"\0")[:96] + b"shm".ljust(NAME_BYTES, b"\0"))
+                  struct.pack("!iQqI", os.getpid(), os.stat("/proc/self/ns/pid").st_ino, 0, TRANSPORTS["shm"]) +
+                  host_identity().encode().ljust(96, b"\0")[:96] + b"shm".ljust(NAME_BYTES, b"\0") +
+                  struct.pack("!I", 1))  # one TCP stream per pair, as the root's
         sock.sendall(record)
         table = _recv(sock, STATUS_BYTES + 2 * RECORD_BYTES)
         assert struct.unpack("!i", table[:4])[0] == 0, table[8:STATUS_BYTES]
