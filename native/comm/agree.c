@@ -3,7 +3,7 @@
  * An agreement starts a new fault-tolerance epoch on the family's transport (transport/ft_reset.h): every rank
  * that takes part forgets the transport's error and resumes each peer's stream where that peer started the
  * same epoch, so no frame of the aborted collective can match a later receive; peers known lost (earlier
- * agreements, `exclude`, ranks outside the communicator) are cut. Then two steps, over point-to-point frames
+ * agreements, `exclude`, ranks outside the communicator) are cut. Then three steps, over point-to-point frames
  * stamped with a descriptor of their own:
  *  1. every live rank sends (flag, the ranks it knows lost) to every other live rank and combines what comes:
  *     the AND of the flags, the union of the lost sets, plus every peer the transport finds gone meanwhile;
@@ -12,10 +12,17 @@
  *     it hears from (one it finds gone instead it skips). The first of them that does not die gives every
  *     rank its value, and the later ones only repeat it: every rank that returns holds the same value, also
  *     when ranks die during the agreement.
- * A rank that finds a peer gone cuts it, so that the peer finds it gone too and nobody waits for a rank that
- * stopped talking to it. The communicators made before a failure stay broken (revoke.c); shrink makes a
- * communicator of the survivors as a view over the same transport (as a split), stamped with a group of its
- * own, so nothing of the old communicator can match its messages. */
+ *  3. every live rank sends a last message to every other and waits for theirs before it returns. A rank that
+ *     went on -- its next collective failed and aborted, or it started the next agreement -- would hide from a
+ *     slower one the messages of steps 1 and 2 it sent before (an abort is read before what is still unread),
+ *     and that one would take it for dead; so nobody goes on before every live rank is past step 2. In this
+ *     step a peer that is gone (it went on, or died after the value was decided) is only skipped.
+ * In steps 1 and 2 a rank that finds a peer gone cuts it, so that the peer finds it gone too and nobody waits for
+ * a rank that stopped talking to it: that failure detector is perfect only because no live rank has gone on.
+ * The communicators made before a failure stay broken (revoke.c); shrink makes a communicator of the survivors
+ * as a view over the same transport (as a split), stamped with a group of its own, so nothing of the old
+ * communicator can match its messages. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,19 +48,41 @@ typedef struct agreement {
     size_t msg_bytes;       /* epoch, flag, then a byte per rank: lost or not */
     int64_t started_ns;
     int64_t next_check_ns;
+    int leaving;            /* step 3: a peer gone is skipped, not lost */
 } agreement_t;
 
-/* The transport recorded an error: a peer lost is noted and cut, and the agreement goes on without it (1);
- * anything else (the deadline, an interrupt) ends it (0). */
+/* The test seam (pycoll_test_agreement_hook): called before each round of step 2 with its coordinator. Set from
+ * whichever thread the test runs on, read by the one agreeing. */
+typedef void (*round_hook_t)(int32_t coordinator);
+static _Atomic round_hook_t round_hook;
+
+void pycoll_test_agreement_hook(void (*hook)(int32_t coordinator)) { atomic_store(&round_hook, hook); }
+
+/* Peer r is lost to this agreement. In steps 1 and 2 it is cut too, so that it finds this rank gone; in step 3
+ * it only finished (or died once the value was decided): cutting it would part two survivors for good. */
+static void lose(agreement_t *a, int32_t r)
+{
+    a->lost[r] = 1;
+    if (!a->leaving)
+        pycoll_ft_cut(a->p2p, r);
+}
+
+/* The transport recorded an error: a peer lost is noted (lose), and the agreement goes on without it (1);
+ * anything else (the deadline, an interrupt) ends it (0). In step 3 whatever a peer that went on reports (its
+ * abort: a failure, a revoke, a mismatch, a timeout of its next collective) is not this agreement's: the
+ * transport marked that peer gone, and the wait skips it. */
 static int absorb_error(agreement_t *a)
 {
     pycoll_p2p_t *p2p = a->p2p;
     while (p2p->status != PYCOLL_OK) { /* resuming reads what was left unread: it may find another */
+        const pycoll_status_t st = p2p->status;
         const int32_t r = p2p->failed_rank;
-        if (p2p->status != PYCOLL_ERR_PEER_FAILURE || r < 0 || r >= p2p->size || r == p2p->rank)
+        const int named = r >= 0 && r < p2p->size && r != p2p->rank;
+        if (st == PYCOLL_ERR_PEER_FAILURE && named)
+            lose(a, r);
+        else if (!a->leaving || (st != PYCOLL_ERR_PEER_FAILURE && st != PYCOLL_ERR_REVOKED &&
+                                 st != PYCOLL_ERR_MISMATCH && st != PYCOLL_ERR_TIMEOUT))
             return 0;
-        a->lost[r] = 1;
-        pycoll_ft_cut(p2p, r);
         pycoll_ft_resume(p2p);
     }
     return 1;
@@ -96,8 +125,7 @@ static pycoll_status_t exchange(agreement_t *a, const int32_t *to, int n_to, con
             if (reqs[i].complete || a->lost[peer])
                 continue;
             if (pycoll_ft_peer_gone(p2p, peer)) {
-                a->lost[peer] = 1; /* gone while another peer's loss was the recorded error */
-                pycoll_ft_cut(p2p, peer);
+                lose(a, peer); /* gone while another peer's loss was the recorded error */
                 continue;
             }
             pending[n++] = &reqs[i];
@@ -135,8 +163,7 @@ static pycoll_status_t exchange(agreement_t *a, const int32_t *to, int n_to, con
         memcpy(&epoch, message(a, i + 1), sizeof epoch);
         if (got[i] && epoch != a->ft->epoch) { /* a frame of another agreement: that peer is not in this one */
             got[i] = 0;
-            a->lost[req->peer] = 1;
-            pycoll_ft_cut(p2p, req->peer);
+            lose(a, req->peer);
         }
     }
     return p2p->status;
@@ -150,7 +177,17 @@ static void encode(const agreement_t *a, unsigned char *msg, int64_t flag, const
     memcpy(msg + 16, lost, (size_t)a->p2p->size);
 }
 
-/* The two steps (above). value: this rank's message (flag and lost set) in, the agreed one out. */
+/* The other members not known lost, into live[]; how many. */
+static int live_peers(const agreement_t *a, int32_t *live)
+{
+    int n_live = 0;
+    for (int32_t i = 0; i < a->n; i++)
+        if (a->members[i] != a->p2p->rank && !a->lost[a->members[i]])
+            live[n_live++] = a->members[i];
+    return n_live;
+}
+
+/* The three steps (above). value: this rank's message (flag and lost set) in, the agreed one out. */
 static pycoll_status_t agree_steps(agreement_t *a, unsigned char *value)
 {
     pycoll_p2p_t *p2p = a->p2p;
@@ -162,10 +199,7 @@ static pycoll_status_t agree_steps(agreement_t *a, unsigned char *value)
         free(got);
         return pycoll_p2p_fail(p2p, PYCOLL_ERR_NOMEM, -1, "agreement: out of memory");
     }
-    int n_live = 0;
-    for (int32_t i = 0; i < a->n; i++)
-        if (a->members[i] != me && !a->lost[a->members[i]])
-            live[n_live++] = a->members[i];
+    int n_live = live_peers(a, live);
     pycoll_status_t st = exchange(a, live, n_live, value, live, n_live, 0, got);
     int64_t flag;
     memcpy(&flag, value + 8, sizeof flag);
@@ -186,17 +220,22 @@ static pycoll_status_t agree_steps(agreement_t *a, unsigned char *value)
         const int32_t c = a->members[i];
         if (a->lost[c])
             continue;
+        const round_hook_t hook = atomic_load_explicit(&round_hook, memory_order_relaxed);
+        if (hook)
+            hook(c);
         if (c == me) {
-            n_live = 0;
-            for (int32_t j = 0; j < a->n; j++)
-                if (a->members[j] != me && !a->lost[a->members[j]])
-                    live[n_live++] = a->members[j];
+            n_live = live_peers(a, live);
             st = exchange(a, live, n_live, value, NULL, 0, 1u + (uint32_t)c, got);
         } else {
             st = exchange(a, NULL, 0, NULL, &c, 1, 1u + (uint32_t)c, got);
             if (st == PYCOLL_OK && got[0])
                 memcpy(value, message(a, 1), a->msg_bytes);
         }
+    }
+    if (st == PYCOLL_OK) {
+        a->leaving = 1;
+        n_live = live_peers(a, live);
+        st = exchange(a, live, n_live, value, live, n_live, 1u + (uint32_t)size, got);
     }
     free(live);
     free(got);
@@ -227,7 +266,7 @@ static pycoll_status_t agreement(pycoll_comm_t *comm, const int32_t *exclude, in
     uint8_t *lost = calloc((size_t)size, 1);
     int32_t *members = malloc((size_t)csize * sizeof *members);
     const size_t msg_bytes = 16 + (size_t)size;
-    const int32_t n_reqs = 4 * size + 4;
+    const int32_t n_reqs = 6 * size + 4; /* each step posts at most 2 (size - 1) */
     pycoll_request_t *reqs = calloc((size_t)n_reqs, sizeof *reqs);
     unsigned char *msgs = calloc((size_t)size + 2, msg_bytes);
     value = calloc(1, msg_bytes);

@@ -23,4 +23,8 @@ typedef struct comm_ft {
 /* The family's state, made at its first agreement (NULL: out of memory). */
 comm_ft_t *comm_ft_of(comm_family_t *family);
 
+/* For tests only: hook(coordinator) runs before each consensus round of every agreement of this process (agree.c),
+ * so a test can stall or end a rank at a fixed point of the protocol; NULL (the default) runs none. */
+PYCOLL_API void pycoll_test_agreement_hook(void (*hook)(int32_t coordinator));
+
 #endif

@@ -8,9 +8,10 @@ kernel wherever it is (inside C code too, no Python cleanup, as kill -9), DELAY_
   buckets       a loop of GradientBuckets steps (several buckets in flight)
   async         a loop of non-blocking all-reduces, several in flight
   shrink        a loop of all-reduces; then VICTIM2, a survivor, dies DELAY2_MS after entering the shrink
-The survivors catch the error, shrink (again, when another rank is lost meanwhile) and all-reduce their world
-rank + 1 on the shrunk communicator. Prints one JSON line: the error seen, every wrong result (none expected),
-the members after the shrink and the sum there."""
+The survivors catch the error, shrink and all-reduce their world rank + 1 on the shrunk communicator; they shrink
+again unless all of them agree that the all-reduce succeeded (a rank lost meanwhile may fail it on some only).
+Prints one JSON line: the error seen, every wrong result (none expected), the members after the shrink and the sum
+there."""
 
 import json
 import os
@@ -135,7 +136,9 @@ def loop(comm, names, deadline):
 
 
 def recover(comm, members):
-    """Shrink until an all-reduce on the shrunk communicator succeeds: (members, its sum)."""
+    """Shrink until an all-reduce on the shrunk communicator succeeds on every survivor: (members, its sum). A rank
+    dying inside that all-reduce may leave some ranks with the sum and others with PeerFailure, so the survivors
+    agree (the AND of "it succeeded here") before they take it; else they all shrink again."""
     for attempt in range(4):
         if KIND == "shrink" and RANK == VICTIM2 and attempt == 0:
             die_in(DELAY2_MS)
@@ -148,10 +151,17 @@ def recover(comm, members):
         x = np.array([RANK + 1.0])
         try:
             new.all_reduce(x)
-            return members, float(x[0])
-        except pycoll.PycollError as exc:  # another rank lost after the shrink: shrink again
+            succeeded = 1
+        except pycoll.PycollError as exc:  # another rank lost after the shrink
             report.setdefault("again", []).append(type(exc).__name__)
-            comm = new
+            succeeded = 0
+        try:
+            if new.agree(succeeded):
+                return members, float(x[0])
+        except pycoll.PycollError as exc:
+            report["shrink_error"] = f"agree: {type(exc).__name__}: {str(exc)[:300]}"
+            return members, None
+        comm = new
     return members, None
 
 
