@@ -4,7 +4,7 @@ does next -- an all-reduce that fails and aborts, the next shrink, a revoke -- m
 take it for dead (and cut it off for good) nor fail the slower one's shrink."""
 
 import pytest
-from multiproc import Ranks, backend_fixture, no_segment_left  # noqa: F401 (a fixture)
+from multiproc import Ranks, backend_fixture
 
 backend = backend_fixture(["shm", "tcp"])
 
