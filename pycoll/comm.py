@@ -1,6 +1,8 @@
 """The Communicator and pycoll.init(): the user-facing API (docs/api.md).
 
-The Communicator checks every argument once, for every backend, then hands Buffers to the backend's engine.
+The Communicator turns the arguments into Buffers and checks what only Python sees (memory kind, dtypes, overlap);
+the library checks the rest of each call (native/comm/call.c): in the host engines' own C call, and for every
+other engine (vendor libraries, plugins) through pycoll_call_check before the engine is called.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import weakref
 import numpy as np
 
 from pycoll import flight_recorder, fused_norm, plugins, settings
+from pycoll._bindings.comm import check_call
 from pycoll.algorithms import (
     ACCURACIES,
     ACCURACY_ALIASES,
@@ -214,37 +217,32 @@ class Communicator:
             raise TypeError(f"{name_b} has dtype {DTYPE_NAMES[b.dtype]} but {name_a} has {DTYPE_NAMES[a.dtype]}")
 
     def _result_buffer(self, send, out, what):
-        """Where a reduction's result goes: x itself (in place) or out, which must match x (and be x's memory
-        exactly or none of it)."""
+        """Where a reduction's result goes: x itself (in place) or out, of x's dtype (and x's memory exactly or
+        none of it)."""
         if out is None:
             return send
         recv = self._buffer(out, "out", writable=True)
         self._same_dtype(send, recv, "x", "out")
-        if recv.count != send.count:
-            raise ValueError(f"out has {recv.count} elements but x has {send.count}")
         check_no_overlap(send, "x", recv, "out", what, in_place=True)
         return recv
 
-    def _blocks(self, x, out, whole, what):
-        """Buffers of x and out, one dtype, in separate memory, where `whole` ("x" or "out") holds one block per
-        rank, each the length of the other."""
+    def _pair(self, x, out, what, own_block=None):
+        """Buffers of x and out, one dtype, in separate memory, except that x may be out's block at byte offset
+        own_block ("rank": this rank's block of x's length), which the collective copies x into first."""
         send = self._buffer(x, "x", writable=False)
         recv = self._buffer(out, "out", writable=True)
         self._same_dtype(send, recv, "x", "out")
-        big, small, part = (send, recv, "out") if whole == "x" else (recv, send, "x")
-        if big.count != self._size * small.count:
-            raise ValueError(f"{whole} must hold size * len({part}) = {self._size} * {small.count} elements, "
-                             f"got {big.count}")
-        # all_gather copies x into its own block of out first, then writes only out: x may be that block.
-        own_block = self._rank * send.nbytes if whole == "out" else None
+        if own_block == "rank":
+            own_block = self._rank * send.nbytes
         check_no_overlap(send, "x", recv, "out", what, in_place=False, own_block=own_block)
         return send, recv
 
-    def _root(self, root):
-        root = integer_argument(root, "root")
-        if not 0 <= root < self._size:
-            raise ValueError(f"root must be in [0, {self._size}), got {root}")
-        return root
+    def _rank_argument(self, value, name):
+        """An integer that a call's rank field holds (32 bits); the library checks that it is a rank here."""
+        value = integer_argument(value, name)
+        if not -2 ** 31 <= value < 2 ** 31:
+            raise ValueError(f"{name} must be a rank in [0, {self._size}), got {value}")
+        return value
 
     def _ran(self, algorithm):
         """After the fast path: True when it ran the collective (`algorithm` is what ran), False when it left
@@ -285,10 +283,14 @@ class Communicator:
             raise copy.copy(self._failure).with_traceback(None)  # a fresh one: no earlier call's traceback
         self._engine_or_raise()
 
-    def _call(self, call, async_op, result, keep, *, records=True):
-        """Run a checked Call on the engine: blocking, return `result` (last_algorithm says what ran, where
-        `records`); async_op, queue it and return its Work, which keeps `keep` (the caller's arrays) alive."""
+    def _call(self, call, async_op, result, keep, *, records=True, checked=False):
+        """Run a Call on the engine: blocking, return `result` (last_algorithm says what ran, where `records`);
+        async_op, queue it and return its Work, which keeps `keep` (the caller's arrays) alive. The library's
+        rules are checked first, here unless the engine's own C call checks them (or `checked`: a call the C
+        rules do not describe, which the caller checked)."""
         engine = self._engine_or_raise()
+        if not (engine.validates_calls or checked):
+            check_call(call, self._rank, self._size)
         if not self._async(async_op):
             algorithm = self._run(engine.run, call)
             if records:
@@ -336,7 +338,7 @@ class Communicator:
                 self._ran(self._run(fast.reduce_scatter, x, out, op, algorithm, accuracy)):
             return out
         self._engine_or_raise()
-        send, recv = self._blocks(x, out, whole="x", what="reduce_scatter")
+        send, recv = self._pair(x, out, "reduce_scatter")
         call = Call("reduce_scatter", send, recv, op=self._op(op),
                     algorithm=self._algorithm(algorithm, "reduce_scatter"),
                     accuracy=self._accuracy(accuracy))
@@ -352,7 +354,7 @@ class Communicator:
         if fast is not None and async_op is False and self._ran(self._run(fast.all_gather, x, out)):
             return out
         self._engine_or_raise()
-        send, recv = self._blocks(x, out, whole="out", what="all_gather")
+        send, recv = self._pair(x, out, "all_gather", own_block="rank")
         return self._call(Call("all_gather", send, recv), async_op, out, (x, out))
 
     def broadcast(self, x, root=0, *, async_op=False):
@@ -362,7 +364,7 @@ class Communicator:
             return x
         self._engine_or_raise()
         buf = self._buffer(x, "x", writable=True)
-        return self._call(Call("broadcast", recv=buf, root=self._root(root)), async_op, x, (x,))
+        return self._call(Call("broadcast", recv=buf, root=self._rank_argument(root, "root")), async_op, x, (x,))
 
     def reduce(self, x, root=0, op="sum", *, out=None, accuracy="fast", async_op=False):
         """Reduce x onto root: into out there (x itself when out is None). Other ranks' buffers are unchanged."""
@@ -370,7 +372,7 @@ class Communicator:
         if fast is not None and async_op is False and self._ran(self._run(fast.reduce, x, root, op, out, accuracy)):
             return x if out is None else out
         self._engine_or_raise()
-        root = self._root(root)
+        root = self._rank_argument(root, "root")
         send = self._buffer(x, "x", writable=out is None and self._rank == root)
         recv = self._result_buffer(send, out, "reduce") if self._rank == root else None
         call = Call("reduce", send, recv, op=self._op(op), root=root, accuracy=self._accuracy(accuracy))
@@ -385,13 +387,6 @@ class Communicator:
         return self._call(Call("barrier"), async_op, None, None)
 
     # -- point to point ---------------------------------------------------------------------------------------
-    def _peer(self, peer, name):
-        peer = integer_argument(peer, name)
-        if not 0 <= peer < self._size or peer == self._rank:
-            raise ValueError(f"{name} must be another rank in [0, {self._size}), got {peer} (this rank is "
-                             f"{self._rank})")
-        return peer
-
     @staticmethod
     def _tag(tag):
         tag = integer_argument(tag, "tag")
@@ -406,7 +401,7 @@ class Communicator:
         so an exchange (each rank sends to and receives from the other) cannot deadlock."""
         if self._fast is not None and async_op is False and self._run(self._fast.send, x, dst, tag):
             return None
-        message = dict(send=self._buffer(x, "x", writable=False), dest=self._peer(dst, "dst"))
+        message = dict(send=self._buffer(x, "x", writable=False), dest=self._rank_argument(dst, "dst"))
         return self._call(Call("send/recv", tag=self._tag(tag), **message), async_op, None, (x,), records=False)
 
     def recv(self, x, src, tag=0, *, async_op=False):
@@ -414,7 +409,7 @@ class Communicator:
         Returns x (with async_op=True, a Work whose wait() returns it)."""
         if self._fast is not None and async_op is False and self._run(self._fast.recv, x, src, tag):
             return x
-        message = dict(recv=self._buffer(x, "x", writable=True), source=self._peer(src, "src"))
+        message = dict(recv=self._buffer(x, "x", writable=True), source=self._rank_argument(src, "src"))
         return self._call(Call("send/recv", tag=self._tag(tag), **message), async_op, x, (x,), records=False)
 
     # -- subgroups -------------------------------------------------------------------------------------------
@@ -466,13 +461,21 @@ class Communicator:
             self._failed = True
             raise
 
+    def _other_rank(self, peer, name):
+        """Another rank of this communicator (shrink's exclude: no call of the library's describes it)."""
+        peer = integer_argument(peer, name)
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise ValueError(f"{name} must be another rank in [0, {self._size}), got {peer} (this rank is "
+                             f"{self._rank})")
+        return peer
+
     def shrink(self, exclude=(), *, timeout=None):
         """A communicator of the ranks still alive, numbered in their order here (``ranks``: their ranks
         here), over this one's connections, after a PeerFailure, a Timeout or a revoke, or to leave out the
         healthy ranks in `exclude` (every survivor passes the same). Collective over the survivors: the dead and
         the excluded never answer. This communicator then refuses collectives (it may still agree and shrink)
         and must stay open while the new one is used (closing it closes the new one, as a split)."""
-        exclude = sorted({self._peer(r, "exclude") for r in exclude})
+        exclude = sorted({self._other_rank(r, "exclude") for r in exclude})
         engine = self._engine_or_raise()
         try:
             child = engine.shrink(exclude, self._wait_s(timeout))
@@ -574,28 +577,18 @@ class Communicator:
             raise ValueError(f"counts must fit in 64 bits, got {entries}")
         return np.array(entries, dtype=np.int64)
 
-    def _counted(self, buf, name, expected, what):
-        if buf.count != expected:
-            raise ValueError(f"{name} must hold {what} = {expected} elements, got {buf.count}")
-
     def _all_gather_v(self, x, out, counts, async_op, own_block=None):
         # own_block: the byte offset of this rank's block in out, where x may be that block (the C schedule
         # copies it first); the public all_gather passes none.
         self._engine_or_raise()
         counts = self._counts(counts)
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
-        check_no_overlap(send, "x", recv, "out", "all_gather with counts", in_place=False, own_block=own_block)
+        send, recv = self._pair(x, out, "all_gather with counts", own_block)
         return self._call(Call("all_gather_v", send, recv, counts=counts), async_op, out, (x, out, counts))
 
     def _reduce_scatter_v(self, x, out, op, counts, algorithm, accuracy, async_op):
         self._engine_or_raise()
         counts = self._counts(counts)
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
-        check_no_overlap(send, "x", recv, "out", "reduce_scatter with counts", in_place=False)
+        send, recv = self._pair(x, out, "reduce_scatter with counts")
         call = Call("reduce_scatter_v", send, recv, op=self._op(op),
                     algorithm=self._algorithm(algorithm, "reduce_scatter_v"), accuracy=self._accuracy(accuracy),
                     counts=counts)
@@ -640,39 +633,31 @@ class Communicator:
         if fast is not None and async_op is False and self._ran(self._run(fast.all_to_all, x, out)):
             return out
         self._engine_or_raise()
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
-        if send.count % self._size:
-            raise ValueError(f"x must hold size * k elements (size {self._size}), got {send.count}")
-        self._counted(recv, "out", send.count, "len(x)")
-        check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
+        send, recv = self._pair(x, out, "all_to_all")
         return self._call(Call("all_to_all", send, recv), async_op, out, (x, out))
 
     def _all_to_all_v(self, x, send_counts, out, recv_counts, *, async_op=False):
         """Uneven all-to-all for the torch backend on device engines (engine.uneven_all_to_all): send_counts[r]
         elements of flat x to rank r, recv_counts[r] of flat out from rank r, blocks consecutive in rank order.
-        The caller has checked that the ranks' counts pair up."""
+        The caller has checked that the ranks' counts pair up; the counts are checked here, as the C rules have no
+        uneven all_to_all (pycoll's schedules run none)."""
         engine = self._engine_or_raise()
         if not getattr(engine, "uneven_all_to_all", False):
             raise NotImplementedError(f"uneven all_to_all: backend {self.backend} has none here (the torch "
                                       f"backend runs it over send/recv)")
-        send = self._buffer(x, "x", writable=False)
-        recv = self._buffer(out, "out", writable=True)
-        self._same_dtype(send, recv, "x", "out")
+        send, recv = self._pair(x, out, "all_to_all")
         for counts, buf, name in ((send_counts, send, "x"), (recv_counts, recv, "out")):
             if len(counts) != self._size or any(c < 0 for c in counts) or sum(counts) != buf.count:
                 raise ValueError(f"{name}: {self._size} counts >= 0 adding up to its {buf.count} elements expected, "
                                  f"got {list(counts)}")
-        check_no_overlap(send, "x", recv, "out", "all_to_all", in_place=False)
         counts = np.asarray([*send_counts, *recv_counts], dtype=np.int64)
-        return self._call(Call("all_to_all", send, recv, counts=counts), async_op, out, (x, out))
+        return self._call(Call("all_to_all", send, recv, counts=counts), async_op, out, (x, out), checked=True)
 
     def gather(self, x, out, root=0, *, async_op=False):
         """Rank r's x goes to block r of out on root, which holds size * len(x) elements; out may be None on
         the other ranks (and is not touched there). Returns out."""
         self._engine_or_raise()
-        root = self._root(root)
+        root = self._rank_argument(root, "root")
         send = self._buffer(x, "x", writable=False)
         recv = self._root_blocks(root, out, "out", send, "x", "gather")
         return self._call(Call("gather", send, recv, root=root), async_op, out, (x, out))
@@ -681,14 +666,15 @@ class Communicator:
         """Block r of root's x (size * len(out) elements) goes to rank r's out; x may be None on the other
         ranks (and is not read there). Returns out."""
         self._engine_or_raise()
-        root = self._root(root)
+        root = self._rank_argument(root, "root")
         recv = self._buffer(out, "out", writable=True)
         send = self._root_blocks(root, x, "x", recv, "out", "scatter")
         return self._call(Call("scatter", send, recv, root=root), async_op, out, (x, out))
 
     def _root_blocks(self, root, blocks, name, one, one_name, what):
-        """The root's buffer of size blocks of one's length (gather's out, scatter's x), checked; None off the
-        root, where the argument is neither read nor written."""
+        """The root's buffer of size blocks of one's length (gather's out, scatter's x; the library checks the
+        length), of one's dtype and apart from it; None off the root, where the argument is neither read nor
+        written."""
         if self._rank != root:
             return None
         if blocks is None:
@@ -696,8 +682,6 @@ class Communicator:
         buf = self._buffer(blocks, name, writable=name == "out")
         x, out = (one, buf) if name == "out" else (buf, one)
         self._same_dtype(x, out, "x", "out")
-        self._counted(buf, name, self._size * one.count,
-                      f"size * len({one_name}) = {self._size} * {one.count}")
         check_no_overlap(x, "x", out, "out", what, in_place=False)
         return buf
 
@@ -705,7 +689,7 @@ class Communicator:
         """Root's obj (any picklable object), returned on every rank (root gets obj itself). Pickle: only
         between ranks that trust each other, as the job's ranks do."""
         from pycoll.objects import broadcast_object
-        return broadcast_object(self, obj, self._root(root))
+        return broadcast_object(self, obj, self._rank_argument(root, "root"))
 
     def all_gather_object(self, obj):
         """Every rank's obj (picklable), as a list in rank order, on every rank."""

@@ -1,6 +1,8 @@
 /* Checking a call description (pycoll/call.h) -- the one place: every entry point, blocking or queued, from C,
- * Python or JAX, runs its call through comm_check_call before anything is sent. Argument errors do not break
- * the communicator: they are caught identically on every rank that made them. */
+ * Python or JAX, runs its call through comm_check_call before anything is sent, and engines that run elsewhere
+ * (a vendor library, a third-party plugin) have it checked by the same rules through pycoll_call_check, which
+ * needs only the rank and the size. Argument errors do not break the communicator: they are caught identically
+ * on every rank that made them. */
 #include <stdio.h>
 
 #include "algorithms/table.h"
@@ -71,10 +73,9 @@ static pycoll_status_t wrong_count(char *error, size_t error_len, const pycoll_c
 /* The counts against the collective (call.h's table; total: the _v collectives' sum of counts), and the count
  * the algorithms take. A buffer a rank does not use may be NULL there; its count is then 0. One case per
  * collective: a new one adds its case here. */
-static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_t *call, int64_t total,
+static pycoll_status_t check_shape(const pycoll_call_t *call, int32_t rank, int32_t size, int64_t total,
                                    comm_call_t *out, char *error, size_t error_len)
 {
-    const int32_t size = comm->p2p->size, rank = comm->p2p->rank;
     const int is_root = call->root == rank;
     out->count = call->recv_count;
     switch (call->collective) {
@@ -105,8 +106,12 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
         EXPECT(recv_count, "0 (no buffers)", 0);
         return PYCOLL_OK;
     case PYCOLL_COLL_ALL_TO_ALL:
-        out->count = call->send_count / (size > 0 ? size : 1);
-        EXPECT(send_count, "size * k", size * out->count);
+        out->count = call->send_count / size;
+        if (call->send_count % size) {
+            snprintf(error, error_len, "all_to_all: send_count must be size * k (a multiple of size %d), got %lld",
+                     (int)size, (long long)call->send_count);
+            return PYCOLL_ERR_INVALID;
+        }
         EXPECT(recv_count, "send_count", call->send_count);
         return PYCOLL_OK;
     case PYCOLL_COLL_GATHER:
@@ -143,15 +148,16 @@ static pycoll_status_t check_shape(const pycoll_comm_t *comm, const pycoll_call_
     return invalid(error, error_len, "%s: unknown id %lld", "collective", call->collective);
 }
 
-static pycoll_status_t check_rank(const pycoll_comm_t *comm, const pycoll_call_t *call, char *error,
+static pycoll_status_t check_rank(const pycoll_call_t *call, int32_t rank, int32_t size, char *error,
                                   size_t error_len)
 {
-    const int32_t size = comm->p2p->size, rank = comm->p2p->rank;
     const pycoll_coll_t c = call->collective;
     const int rooted = c == PYCOLL_COLL_BROADCAST || c == PYCOLL_COLL_REDUCE || c == PYCOLL_COLL_GATHER ||
                        c == PYCOLL_COLL_SCATTER;
-    if (rooted && (call->root < 0 || call->root >= size))
-        return invalid(error, error_len, "%s out of range: %lld", "root", call->root);
+    if (rooted && (call->root < 0 || call->root >= size)) {
+        snprintf(error, error_len, "root must be in [0, %d), got %d", (int)size, (int)call->root);
+        return PYCOLL_ERR_INVALID;
+    }
     if (!rooted && call->root != -1)
         return invalid(error, error_len, "%s: this collective has none, so -1, got %lld", "root", call->root);
     if (c != PYCOLL_COLL_SEND_RECV) {
@@ -160,15 +166,17 @@ static pycoll_status_t check_rank(const pycoll_comm_t *comm, const pycoll_call_t
                            call->dest != -1 ? call->dest : call->source);
         return PYCOLL_OK;
     }
-    if ((call->dest == -1) == (call->source == -1)) {
+    /* With neither rank, one buffer still says which the call is: its rank is the one missing (-1). */
+    const int sends = call->dest != -1 || (call->source == -1 && call->sendbuf && !call->recvbuf);
+    if ((call->dest == -1) == (call->source == -1) && (call->dest != -1 || !call->sendbuf == !call->recvbuf)) {
         snprintf(error, error_len, "send_recv: a send (dest) or a receive (source), one of them; got %s",
                  call->dest == -1 ? "neither" : "both");
         return PYCOLL_ERR_INVALID;
     }
-    const int32_t peer = call->dest != -1 ? call->dest : call->source;
+    const int32_t peer = sends ? call->dest : call->source;
     if (peer < 0 || peer >= size || peer == rank) {
-        snprintf(error, error_len, "peer must be another rank of this communicator's %d, got %d (this rank is %d)",
-                 (int)size, (int)peer, (int)rank);
+        snprintf(error, error_len, "%s must be another rank in [0, %d), got %d (this rank is %d)",
+                 sends ? "dest" : "source", (int)size, (int)peer, (int)rank);
         return PYCOLL_ERR_INVALID;
     }
     return PYCOLL_OK;
@@ -187,8 +195,9 @@ static pycoll_status_t algorithm_not_served(pycoll_coll_t collective, pycoll_alg
     return PYCOLL_ERR_INVALID;
 }
 
-static pycoll_status_t check_algorithm(const pycoll_comm_t *comm, pycoll_coll_t collective,
-                                       pycoll_algorithm_t algorithm, char *error, size_t error_len)
+/* What only the communicator knows of an algorithm: whether its transport runs it. */
+static pycoll_status_t check_transport(const pycoll_comm_t *comm, pycoll_algorithm_t algorithm, char *error,
+                                       size_t error_len)
 {
     const pycoll_native_collectives_t *native = comm->p2p->ops->native;
     if (algorithm == PYCOLL_ALGO_SHM_SLOTS && comm->view) {
@@ -204,9 +213,6 @@ static pycoll_status_t check_algorithm(const pycoll_comm_t *comm, pycoll_coll_t 
                  "transport is %s", comm->p2p->ops->name ? comm->p2p->ops->name : "unnamed");
         return PYCOLL_ERR_INVALID;
     }
-    if (algorithm != PYCOLL_ALGO_AUTO && collective != PYCOLL_COLL_SEND_RECV &&
-        !algorithm_serves(algorithm_entry(algorithm), collective))
-        return algorithm_not_served(collective, algorithm, error, error_len);
     return PYCOLL_OK;
 }
 
@@ -250,8 +256,10 @@ static pycoll_status_t check_reproducible(const pycoll_call_t *call, char *error
     return PYCOLL_OK;
 }
 
-pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *call, comm_call_t *out, char *error,
-                                size_t error_len)
+/* Every rule of call.h that needs only this rank and the size: the communicator's check and pycoll_call_check
+ * alike. *out gets the count the algorithms take. */
+static pycoll_status_t check_call(const pycoll_call_t *call, int32_t rank, int32_t size, comm_call_t *out,
+                                  char *error, size_t error_len)
 {
     if (!call) {
         snprintf(error, error_len, "call is NULL");
@@ -266,16 +274,20 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
     }
     if ((unsigned)call->collective >= PYCOLL_NUM_COLLS)
         return invalid(error, error_len, "%s: unknown id %lld", "collective", call->collective);
+    if (size < 1 || rank < 0 || rank >= size) {
+        snprintf(error, error_len, "call checked for rank %d of %d ranks: no such rank", (int)rank, (int)size);
+        return PYCOLL_ERR_INVALID;
+    }
     const int takes_counts = call->collective == PYCOLL_COLL_ALL_GATHER_V ||
                              call->collective == PYCOLL_COLL_REDUCE_SCATTER_V;
     int64_t total = 0;
     if (takes_counts) { /* first: the send and recv counts derive from them */
-        pycoll_status_t st = check_counts(call->counts, comm->p2p->size, &total, error, error_len);
+        pycoll_status_t st = check_counts(call->counts, size, &total, error, error_len);
         if (st != PYCOLL_OK)
             return st;
     }
     /* Bounded so that size * count and its bytes -- up to 16 per element as compensated partials -- fit. */
-    const int64_t most = INT64_MAX / 32 / (comm->p2p->size > 0 ? comm->p2p->size : 1);
+    const int64_t most = INT64_MAX / 32 / size;
     const int64_t counts[2] = {call->send_count, call->recv_count};
     for (int i = 0; i < 2; i++)
         if (counts[i] < 0 || counts[i] > most) {
@@ -308,12 +320,27 @@ pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *
     if (st == PYCOLL_OK && call->accuracy == PYCOLL_ACCURACY_REPRODUCIBLE)
         st = check_reproducible(call, error, error_len);
     if (st == PYCOLL_OK)
-        st = check_rank(comm, call, error, error_len);
+        st = check_rank(call, rank, size, error, error_len);
+    if (st == PYCOLL_OK && call->algorithm != PYCOLL_ALGO_AUTO && call->collective != PYCOLL_COLL_SEND_RECV &&
+        !algorithm_serves(algorithm_entry(call->algorithm), call->collective))
+        st = algorithm_not_served(call->collective, call->algorithm, error, error_len);
     if (st == PYCOLL_OK)
-        st = check_algorithm(comm, call->collective, call->algorithm, error, error_len);
-    if (st == PYCOLL_OK)
-        st = check_shape(comm, call, total, out, error, error_len);
+        st = check_shape(call, rank, size, total, out, error, error_len);
     if (st == PYCOLL_OK && !takes_counts)
         out->desc_count = out->count;
     return st;
+}
+
+pycoll_status_t pycoll_call_check(const pycoll_call_t *call, int32_t rank, int32_t size, char *why, size_t why_len)
+{
+    comm_call_t checked;
+    char unused[1];
+    return check_call(call, rank, size, &checked, why ? why : unused, why ? why_len : sizeof unused);
+}
+
+pycoll_status_t comm_check_call(const pycoll_comm_t *comm, const pycoll_call_t *call, comm_call_t *out, char *error,
+                                size_t error_len)
+{
+    pycoll_status_t st = check_call(call, comm->p2p->rank, comm->p2p->size, out, error, error_len);
+    return st == PYCOLL_OK ? check_transport(comm, call->algorithm, error, error_len) : st;
 }

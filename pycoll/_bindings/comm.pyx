@@ -324,6 +324,18 @@ cdef class NativeComm:
         return pycoll_comm_id(self.comm) if self.comm != NULL else 0
 
 
+def check_call(call, int32_t rank, int32_t size):
+    """Refuse a pycoll.plugins.Call for rank `rank` of `size` by the library's own rules (pycoll_call_check,
+    native/comm/call.c) with the exception and sentence pycoll_comm_run would give: for engines whose calls never
+    reach a libpycoll communicator (vendor libraries, third-party plugins)."""
+    cdef pycoll_call_t c
+    cdef char why[512]
+    _pack(&c, call)
+    cdef pycoll_status_t st = pycoll_call_check(&c, rank, size, why, sizeof(why))
+    if st != PYCOLL_OK:
+        raise error_for_status(st, why.decode(errors="replace"))
+
+
 cdef int _pack(pycoll_call_t *c, call) except -1:
     """c: the pycoll_call_t of a pycoll.plugins.Call (its names as ids, its Buffers as addresses and counts)."""
     pycoll_call_init(c, <pycoll_coll_t>_COLLECTIVES[call.collective])

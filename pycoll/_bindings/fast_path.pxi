@@ -4,9 +4,11 @@
 # (pycoll.comm.Communicator) turns each argument into a Buffer and checks each name in Python, as long again
 # as the transfer itself. FastPath takes the case nearly every call is -- C-contiguous NumPy arrays of a dtype the backend
 # takes, with argument names the communicator has already accepted once -- and does the lookups on C data.
-# Anything else (another array type, an unknown name, a read-only or strided array, a mismatched or overlapping
-# out=) it declines by returning None, and the general path runs, checks and explains: the two paths never disagree
-# about what is valid, because the tables here are built by asking the general path's own checks.
+# Anything else (another array type, an unknown name, a read-only or strided array, an out= of another dtype or
+# overlapping x) it declines by returning None, and the general path runs, checks and explains: the two paths never
+# disagree about what is valid, because the tables here are built by asking the general path's own checks. What
+# the C call sees for itself -- counts that do not fit the collective, a root or peer out of range -- it leaves to
+# the library, which refuses it on either path with the same sentence (native/comm/call.c).
 
 from cpython.buffer cimport PyBUF_STRIDES, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
 
@@ -46,7 +48,6 @@ cdef class FastPath:
     Communicator's methods do; each returns the algorithm that ran, or None when the call is not such a case
     (nothing was done; the general path takes it)."""
     cdef NativeComm native
-    cdef int size
     cdef dict ops, algorithms, accuracies  # accepted argument -> id, from the communicator's own checks
     cdef int dtype_of_format[256]          # single-character buffer format -> pycoll dtype id, or -1
     cdef tuple algorithm_names             # by id, so the result needs no decoding
@@ -55,7 +56,6 @@ cdef class FastPath:
                   tuple algorithm_names):
         """dtypes: {numpy dtype name: pycoll id} of the dtypes the backend takes (those NumPy knows)."""
         self.native = native
-        self.size = pycoll_comm_size(native.comm)
         self.ops, self.algorithms, self.accuracies = ops, algorithms, accuracies
         self.algorithm_names = algorithm_names
         for i in range(256):
@@ -112,27 +112,23 @@ cdef class FastPath:
         self.native._run(call, False)
         return self._name()
 
-    cdef bint _root(self, root, int *out) except -1:
-        # bool is an int subclass but no rank: type() is exact, so True goes to the general path's TypeError.
-        if type(root) is not int or not 0 <= root < self.size:
+    cdef bint _rank(self, value, int *out) except -1:
+        """value an exact int that a pycoll_call_t's rank field holds (the library checks it is a rank): bool is an
+        int subclass but no rank, so True goes to the general path's TypeError, as does a numpy integer."""
+        if type(value) is not int or not -2147483648 <= value < 2147483648:
             return False
-        out[0] = root
+        out[0] = value
         return True
 
-    cdef bint _blocks(self, x, out, bint x_whole, host_array *send, host_array *recv) except -1:
-        """x and out of one dtype, out writable, the `whole` one holding size blocks the other's length."""
-        if not self._view(x, send) or not self._view(out, recv) or not recv.writable or recv.dtype != send.dtype:
-            return False
-        if _shares_memory(send, recv):
-            return False
-        if x_whole:
-            return send.count == <int64_t>self.size * recv.count
-        return recv.count == <int64_t>self.size * send.count
+    cdef bint _pair(self, x, out, host_array *send, host_array *recv) except -1:
+        """x and out of one dtype, out writable, in separate memory."""
+        return self._view(x, send) and self._view(out, recv) and recv.writable and recv.dtype == send.dtype \
+            and not _shares_memory(send, recv)
 
     cdef bint _result(self, out, const host_array *send, host_array *recv) except -1:
-        """out: writable, of send's dtype and length, and either send's own memory or apart from it."""
-        return self._view(out, recv) and recv.writable and recv.dtype == send.dtype and recv.count == send.count \
-            and (recv.ptr == send.ptr or not _shares_memory(send, recv))
+        """out: writable, of send's dtype, and either exactly send's memory or apart from it."""
+        return self._view(out, recv) and recv.writable and recv.dtype == send.dtype \
+            and ((recv.ptr == send.ptr and recv.nbytes == send.nbytes) or not _shares_memory(send, recv))
 
     def all_reduce(self, x, op, out, algorithm, accuracy):
         cdef host_array send, recv
@@ -153,7 +149,7 @@ cdef class FastPath:
         cdef host_array buf
         cdef pycoll_call_t call
         cdef int r
-        if not self._root(root, &r) or not self._view(x, &buf) or not buf.writable:
+        if not self._rank(root, &r) or not self._view(x, &buf) or not buf.writable:
             return None
         _describe(&call, PYCOLL_COLL_BROADCAST, NULL, &buf)
         call.root = r
@@ -170,7 +166,7 @@ cdef class FastPath:
         cdef host_array send, recv
         cdef pycoll_call_t call
         cdef int ids[3]
-        if not self._names(op, algorithm, accuracy, ids) or not self._blocks(x, out, True, &send, &recv):
+        if not self._names(op, algorithm, accuracy, ids) or not self._pair(x, out, &send, &recv):
             return None
         _describe(&call, PYCOLL_COLL_REDUCE_SCATTER, &send, &recv)
         return self._reduction(&call, ids)
@@ -178,7 +174,7 @@ cdef class FastPath:
     def all_gather(self, x, out):
         cdef host_array send, recv
         cdef pycoll_call_t call
-        if not self._blocks(x, out, False, &send, &recv):
+        if not self._pair(x, out, &send, &recv):
             return None
         _describe(&call, PYCOLL_COLL_ALL_GATHER, &send, &recv)
         self.native._run(&call, False)
@@ -191,7 +187,7 @@ cdef class FastPath:
         cdef pycoll_call_t call
         cdef int ids[3]
         cdef int r
-        if not self._names(op, "auto", accuracy, ids) or not self._root(root, &r) or not self._view(x, &send):
+        if not self._names(op, "auto", accuracy, ids) or not self._rank(root, &r) or not self._view(x, &send):
             return None
         is_root = r == pycoll_comm_rank(self.native.comm)
         if not is_root:
@@ -208,26 +204,20 @@ cdef class FastPath:
         return self._reduction(&call, ids)
 
     def all_to_all(self, x, out):
-        """x and out of one dtype, size * k elements each, in separate memory (exact aliasing too: the general
-        path explains)."""
         cdef host_array send, recv
         cdef pycoll_call_t call
-        if not self._view(x, &send) or not self._view(out, &recv) or not recv.writable \
-                or recv.dtype != send.dtype or recv.count != send.count or send.count % self.size != 0:
-            return None
-        if send.nbytes > 0 and (send.ptr == recv.ptr or _shares_memory(&send, &recv)):
+        if not self._pair(x, out, &send, &recv):
             return None
         _describe(&call, PYCOLL_COLL_ALL_TO_ALL, &send, &recv)
         self.native._run(&call, False)
         return self._name()
 
     cdef bint _peer_tag(self, peer, tag, int *p, uint32_t *t) except -1:
-        """peer another rank, tag in [0, 2**32): exact ints only (the general path explains the rest)."""
-        if type(peer) is not int or not 0 <= peer < self.size or peer == pycoll_comm_rank(self.native.comm):
+        """peer and tag exact ints that the call's fields hold, tag in [0, 2**32) (the general path explains the
+        rest; the library checks that peer is another rank)."""
+        if not self._rank(peer, p) or type(tag) is not int or not 0 <= tag < 4294967296:
             return False
-        if type(tag) is not int or not 0 <= tag < 4294967296:
-            return False
-        p[0], t[0] = peer, tag
+        t[0] = tag
         return True
 
     def send(self, x, peer, tag):

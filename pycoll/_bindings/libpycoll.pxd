@@ -215,6 +215,8 @@ cdef extern from "pycoll/pycoll.h" nogil:
         uint32_t tag
     void pycoll_call_init(pycoll_call_t *call, pycoll_coll_t collective)
     pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, pycoll_work_t **work)
+    pycoll_status_t pycoll_call_check(const pycoll_call_t *call, int32_t rank, int32_t size, char *why,
+                                      size_t why_len)
 
     # transports.h
     pycoll_p2p_t *pycoll_tcp_transport_create(int32_t rank, int32_t size, const int *fds, char *error,

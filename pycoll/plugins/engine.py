@@ -39,6 +39,8 @@ class Engine(abc.ABC):
     - native: the libpycoll communicator the collectives run in on the CPU (pycoll._bindings.comm.NativeComm),
       which pycoll.jax's handlers call; None where they run elsewhere (a vendor library, islands).
     - uneven_all_to_all: all_to_all calls may carry per-peer counts (Call.counts); False.
+    - validates_calls: run() passes each call to libpycoll's own check (a NativeComm does); False: the
+      Communicator checks it by the same rules (pycoll_call_check) before run() sees it.
     - failed_ranks: the ranks known to have failed; ().
     - fast_path(accepted), request_abort(failed_rank, reason), abort(), close(): do nothing (fast_path: None).
     - split(color, key), revoke(), agree(flag, timeout), shrink(exclude, timeout): raise NotImplementedError
@@ -49,6 +51,7 @@ class Engine(abc.ABC):
     close_linger = None
     native = None
     uneven_all_to_all = False
+    validates_calls = False
     failed_ranks = ()
 
     @abc.abstractmethod

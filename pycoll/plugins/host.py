@@ -21,6 +21,8 @@ class NativeEngine(plugins.Engine):
     """Engine for backends whose collectives run in libpycoll (native/comm) over a pycoll_p2p_t: each Call
     becomes one pycoll_call_t (NativeComm.run), blocking or queued on the progress thread alike."""
 
+    validates_calls = True  # NativeComm.run's C call checks each call itself
+
     def __init__(self, native: NativeComm, timeout: float, *, transport=None, hosts=None):
         self.native = native
         self.timeout = timeout

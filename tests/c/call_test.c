@@ -25,6 +25,14 @@ static void refused_as(pycoll_comm_t *comm, const pycoll_call_t *call, const cha
     CHECK(st == expected, "%s: status %d, expected %d", says, (int)st, (int)expected);
     CHECK(strstr(pycoll_comm_error(comm), says) != NULL, "%s: error says \"%s\"", says, pycoll_comm_error(comm));
     CHECK(blocking || work == NULL, "%s: a refused non-blocking call left a work", says);
+    /* The same rules without the communicator (what engines outside libpycoll are checked by), but for the one
+     * only a communicator knows: whether its transport runs shm_slots. */
+    char why[256] = "";
+    const int transport_rule = call && call->version == PYCOLL_CALL_VERSION && call->size == sizeof *call &&
+                               call->algorithm == PYCOLL_ALGO_SHM_SLOTS;
+    st = pycoll_call_check(call, pycoll_comm_rank(comm), pycoll_comm_size(comm), why, sizeof why);
+    CHECK(st == (transport_rule ? PYCOLL_OK : expected), "%s: pycoll_call_check's status %d", says, (int)st);
+    CHECK(transport_rule || strstr(why, says) != NULL, "%s: pycoll_call_check says \"%s\"", says, why);
 }
 
 static void refused(pycoll_comm_t *comm, const pycoll_call_t *call, const char *says, int blocking)
@@ -89,9 +97,9 @@ static void bad_fields(pycoll_comm_t *comm, int rank, float *x, float *y)
 
     pycoll_call_init(&bad, PYCOLL_COLL_BROADCAST);
     bad.recvbuf = y, bad.recv_count = N, bad.dtype = PYCOLL_FLOAT32;
-    refused(comm, &bad, "root out of range: -1", 1);
+    refused(comm, &bad, "root must be in [0, 2), got -1", 1);
     bad.root = 2;
-    refused(comm, &bad, "root out of range: 2", 0);
+    refused(comm, &bad, "root must be in [0, 2), got 2", 0);
 
     pycoll_call_init(&bad, PYCOLL_COLL_GATHER);
     bad.sendbuf = x, bad.send_count = N / 2, bad.root = 0, bad.dtype = PYCOLL_FLOAT32;
@@ -103,9 +111,9 @@ static void bad_fields(pycoll_comm_t *comm, int rank, float *x, float *y)
     pycoll_call_init(&bad, PYCOLL_COLL_SEND_RECV);
     bad.sendbuf = x, bad.send_count = N, bad.dtype = PYCOLL_FLOAT32;
     bad.dest = rank; /* itself */
-    refused(comm, &bad, "peer must be another rank of this communicator's 2, got", 1);
+    refused(comm, &bad, "dest must be another rank in [0, 2), got", 1);
     bad.dest = 5;
-    refused(comm, &bad, "peer must be another rank of this communicator's 2, got 5", 0);
+    refused(comm, &bad, "dest must be another rank in [0, 2), got 5", 0);
     bad.dest = 1 - rank, bad.source = 1 - rank;
     refused(comm, &bad, "one of them; got both", 1);
 

@@ -21,7 +21,7 @@ def reports():
 @pytest.mark.parametrize("case, reason", [
     ("all_reduce_band", "reduceOp: pycoll has no BAND"),
     ("all_gather_short_list", "output_tensor_list: one list of 2 tensors expected"),
-    ("all_gather_into_tensor_size", "out must hold size * len(x) = 2 * 4 elements, got 6"),
+    ("all_gather_into_tensor_size", "all_gather: recv_count must be size * send_count = 8, got 6"),
     ("async_all_reduce_bool_avg", "avg of bool tensors is not defined"),
 ])
 def test_a_call_one_rank_refuses_fails_both_at_once(reports, case, reason):

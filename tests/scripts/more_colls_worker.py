@@ -136,8 +136,8 @@ def check_bad_input(comm):
     rank, size = comm.rank, comm.size
     x, out = np.zeros(size * 2, np.int32), np.zeros(size * 2, np.int32)
     if size > 1:  # every length is a multiple of 1
-        expect(ValueError, ["x", "size * k"], comm.all_to_all, np.zeros(size * 2 + 1, np.int32), out)
-    expect(ValueError, ["out"], comm.all_to_all, x, np.zeros(size * 2 + 2, np.int32))
+        expect(ValueError, ["send_count", "size * k"], comm.all_to_all, np.zeros(size * 2 + 1, np.int32), out)
+    expect(ValueError, ["recv_count must be send_count"], comm.all_to_all, x, np.zeros(size * 2 + 2, np.int32))
     expect(TypeError, ["out", "dtype"], comm.all_to_all, x, np.zeros(size * 2, np.int64))
     expect(ValueError, ["overlap"], comm.all_to_all, x, x)
     expect(TypeError, ["async_op"], comm.all_to_all, x, out, async_op=1)
@@ -147,9 +147,10 @@ def check_bad_input(comm):
         expect(TypeError, ["root"], fn, x[:2], out, root="0")
     if rank == 0:
         expect(ValueError, ["out"], comm.gather, x[:2], None, root=0)
-        expect(ValueError, ["out"], comm.gather, x[:2], np.zeros(size * 2 + 1, np.int32), root=0)
+        expect(ValueError, ["gather: recv_count"], comm.gather, x[:2], np.zeros(size * 2 + 1, np.int32), root=0)
         expect(ValueError, ["x"], comm.scatter, None, out[:2], root=0)
-        expect(ValueError, ["x"], comm.scatter, np.zeros(size * 2 + 1, np.int32), out[:2], root=0)
+        expect(ValueError, ["scatter: send_count"], comm.scatter, np.zeros(size * 2 + 1, np.int32), out[:2],
+               root=0)
     counts = list(range(1, size + 1))
     total = sum(counts)
     mine, whole = np.zeros(counts[rank], np.int64), np.zeros(total, np.int64)

@@ -63,6 +63,14 @@ PYCOLL_API void pycoll_call_init(pycoll_call_t *call, pycoll_coll_t collective);
  * intact, pycoll_comm_error saying which field. */
 PYCOLL_API pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, pycoll_work_t **work);
 
+/* The rules above, and those of the ids, ops and accuracies, checked for rank `rank` of `size` ranks without a
+ * communicator: what pycoll_comm_run refuses as PYCOLL_ERR_INVALID (or PYCOLL_ERR_UNSUPPORTED) is refused here
+ * alike, with the same sentence in why (why_len bytes; why may be NULL). For engines that run calls elsewhere (a
+ * vendor library, a plugin), which must refuse what pycoll's own would. What only a communicator knows -- whether
+ * its transport runs the algorithm -- is pycoll_comm_run's alone. */
+PYCOLL_API pycoll_status_t pycoll_call_check(const pycoll_call_t *call, int32_t rank, int32_t size, char *why,
+                                             size_t why_len);
+
 #ifdef __cplusplus
 }
 #endif
