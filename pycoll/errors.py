@@ -89,10 +89,26 @@ STATUS_CLASSES = {"invalid": ValueError, "timeout": Timeout, "peer_failure": Pee
                   "auth": AuthenticationError, "forked": WrongProcess, "revoked": CommunicatorRevoked}
 
 
+# The C library checks every call (native/comm/call.c) and names the fields of its call description; a Python
+# caller knows them as the arguments of the method it called.
+_ARGUMENT_OF_FIELD = {"send_count": "the elements of x", "recv_count": "the elements of out", "dest": "dst",
+                      "source": "src"}
+
+
+def _with_argument_names(message):
+    import re
+
+    named = [f"{field}: {arg}" for field, arg in _ARGUMENT_OF_FIELD.items() if re.search(rf"\b{field}\b", message)]
+    return f"{message} ({'; '.join(named)})" if named else message
+
+
 def error_for_status_name(status, message, failed_rank=None):
     """The exception for a C status by its name: Timeout and PeerFailure carry the rank that failed (None:
-    unknown), WrongProcess the process the communicator belongs to where the message names it."""
+    unknown), WrongProcess the process the communicator belongs to where the message names it; a bad argument's
+    message also gives the Python argument each C field it names stands for."""
     cls = STATUS_CLASSES.get(status, PycollError)
+    if cls is ValueError:
+        return cls(_with_argument_names(message))
     if cls is Timeout or cls is PeerFailure:
         return cls(message, rank=failed_rank)
     if cls is WrongProcess:
