@@ -25,11 +25,36 @@ void init_dropped_clause(const boot_state_t *s, char *out, size_t len)
         out[0] = 0;
 }
 
-pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
-                                  const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what)
+/* New connections on listen_fd join the pending handshakes. A flood of silent connections must not keep a rank
+ * out: at the bound the oldest handshake makes room (a rank it evicts connects again; a rank's own handshake
+ * takes milliseconds). */
+static void accept_pending(boot_state_t *s, int listen_fd, boot_conn_t *pending, int *n, double now)
+{
+    for (int accepted = 0, fd; accepted < MAX_PENDING && (fd = boot_accept(listen_fd)) >= 0; accepted++) {
+        if (*n == MAX_PENDING) {
+            int oldest = -1;
+            for (int i = 0; i < *n; i++)
+                if (!boot_conn_authenticated(&pending[i]) &&
+                    (oldest < 0 || pending[i].deadline < pending[oldest].deadline))
+                    oldest = i;
+            if (oldest < 0) { /* every one of them is a rank of the job: never dropped */
+                close(fd);
+                return;
+            }
+            close(pending[oldest].fd);
+            init_note_dropped(s, "evicted while too many connections were in their handshake");
+            pending[oldest] = pending[--*n];
+        }
+        boot_conn_start(&pending[(*n)++], fd, now);
+    }
+}
+
+pycoll_status_t init_serve(boot_state_t *s, const int *listen_fds, int n_listen, int kind, size_t extra,
+                           admit_fn admit, done_fn done, const int *watch, int32_t n_watch, watch_fn on_watch,
+                           const char *timeout_what)
 {
     boot_conn_t *pending = calloc(MAX_PENDING, sizeof *pending);
-    struct pollfd *fds = calloc((size_t)(1 + MAX_PENDING + n_watch), sizeof *fds);
+    struct pollfd *fds = calloc((size_t)(n_listen + MAX_PENDING + n_watch), sizeof *fds);
     int *watching = malloc((size_t)(n_watch > 0 ? n_watch : 1) * sizeof *watching);
     pycoll_status_t st = PYCOLL_OK;
     int n = 0;
@@ -50,7 +75,8 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
         for (int i = 0; i < n; i++)
             wake = pending[i].deadline < wake ? pending[i].deadline : wake;
         int nfds = 0;
-        fds[nfds++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int l = 0; l < n_listen; l++)
+            fds[nfds++] = (struct pollfd){.fd = listen_fds[l], .events = POLLIN};
         for (int i = 0; i < n; i++)
             fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
         for (int32_t i = 0; i < n_watch; i++)
@@ -63,7 +89,7 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
             break;
         }
         for (int32_t i = 0; i < n_watch && st == PYCOLL_OK; i++)
-            if (watching[i] >= 0 && fds[1 + n + i].revents) {
+            if (watching[i] >= 0 && fds[n_listen + n + i].revents) {
                 int stop = 0;
                 st = on_watch(s, watching[i], i, &stop);
                 if (stop)
@@ -89,27 +115,9 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
                 close(pending[i].fd);
             pending[i] = pending[--n];
         }
-        /* A flood of silent connections must not keep a rank out: at the bound the oldest handshake makes room
-         * (a rank it evicts connects again; a rank's own handshake takes milliseconds). */
-        for (int accepted = 0, fd; st == PYCOLL_OK && (fds[0].revents & POLLIN) && accepted < MAX_PENDING &&
-                                   (fd = boot_accept(listen_fd)) >= 0;
-             accepted++) {
-            if (n == MAX_PENDING) {
-                int oldest = -1;
-                for (int i = 0; i < n; i++)
-                    if (!boot_conn_authenticated(&pending[i]) &&
-                        (oldest < 0 || pending[i].deadline < pending[oldest].deadline))
-                        oldest = i;
-                if (oldest < 0) { /* every one of them is a rank of the job: never dropped */
-                    close(fd);
-                    break;
-                }
-                close(pending[oldest].fd);
-                init_note_dropped(s, "evicted while too many connections were in their handshake");
-                pending[oldest] = pending[--n];
-            }
-            boot_conn_start(&pending[n++], fd, now);
-        }
+        for (int l = 0; st == PYCOLL_OK && l < n_listen; l++)
+            if (fds[l].revents & POLLIN)
+                accept_pending(s, listen_fds[l], pending, &n, now);
     }
     for (int i = 0; i < n; i++)
         close(pending[i].fd);
@@ -122,14 +130,14 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
 /* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
  * a connection closed before the ACK is worth another try, until the deadline. One that keeps saying it serves
  * another job for BOOT_OTHER_JOB_GRACE_S is given up on: the unique id is not that listener's. */
-pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
-                                                  const char *what, int *fd)
+pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *from, const boot_addr_t *to, int kind,
+                                           int32_t server_rank, const char *what, int *fd)
 {
     const struct timespec pause = {0, 20 * 1000 * 1000};
     double other_job_since = -1.0;
     for (;;) {
         int other_job = 0;
-        pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
+        pycoll_status_t st = boot_connect(from, to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
         if (st == PYCOLL_OK)
             st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, &other_job, s->error,
                                        BOOT_ERROR_LEN);

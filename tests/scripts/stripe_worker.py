@@ -1,6 +1,7 @@
-"""One rank of tests/transports/test_tcp_streams.py: `python stripe_worker.py SCENARIO` under RANK/WORLD_SIZE/MASTER_* env,
-with the TCP backend and PYCOLL_TCP_STREAMS set by the test. Prints one JSON line: the scenario's outcome and
-this process's established TCP connections (so that the test counts those between the two ranks)."""
+"""One rank of tests/transports/test_tcp_streams.py and test_tcp_nics_netns.py: `python stripe_worker.py SCENARIO`
+under RANK/WORLD_SIZE/MASTER_* env, with PYCOLL_TCP_STREAMS (and the backend or the interfaces) set by the test.
+Prints one JSON line: the scenario's outcome and this process's established TCP connections (so that the test
+counts those between the two ranks)."""
 
 import json
 import os
@@ -57,6 +58,13 @@ if scenario == "sizes":
         comm.broadcast(b, root=0)
         assert np.array_equal(b, np.arange(nbytes, dtype=np.int64).astype(np.uint8)), nbytes
     report["ok"] = True
+elif scenario == "16mib":
+    # float32 sum of integers below 2^24: exact, and every element differs from its neighbours.
+    base = (np.arange(4 << 20) % 251).astype(np.float32)
+    x = base + rank
+    comm.all_reduce(x)
+    report["ok"] = bool(np.array_equal(x, base * comm.size + comm.size * (comm.size - 1) // 2))
+    report["transport"] = comm.transport
 elif scenario == "mismatch":
     # Both messages are striped; their lengths differ by one element.
     with outcome(report):
