@@ -27,6 +27,16 @@ def veth_ends(i, name, tag, nics=1):
     return [end for k in range(nics) for end in ((name, f"eth{k}"), (f"{tag}-sw", f"{'pq'[k]}{i}"))]
 
 
+def shape_links(names, tbf, nics=1):
+    """tc `tbf` (["tbf", "rate", "2gbit", ...]) on both ends of every host's veths: ethK in the host (its
+    egress) and its port on the switch (its ingress, as the switch's egress)."""
+    tag = names[0].rsplit("-h", 1)[0]
+    for i, name in enumerate(names):
+        for ns, dev in veth_ends(i, name, tag, nics):
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *tbf], check=True,
+                           capture_output=True, text=True)
+
+
 def link_bytes(ns, dev):
     """(received, sent) bytes of device dev in namespace ns (`ip -s link`'s counters)."""
     out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], check=True,
