@@ -240,7 +240,7 @@ def main():
     args.size_list = parse_sizes(args.sizes) if args.sizes else sizes(args.max_mib)
     if args.worker:
         return worker(args.worker, args.size_list)
-    args.libs = args.libs.split(",")
+    args.libs_text, args.libs = args.libs, args.libs.split(",")
     unknown = sorted(set(args.libs) - set(LIBS))
     if unknown:
         p.error(f"--libs: unknown {unknown}; choose from {', '.join(LIBS)}")
@@ -269,7 +269,7 @@ def main():
         print(f"skipped: {exc}", file=sys.stderr)
         return
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
-    libs = ",".join(lib for lib in args.libs if BEFORE not in lib)
+    libs = args.libs_text
     spin = f"PYCOLL_SPIN_US={os.environ['PYCOLL_SPIN_US']} " if "PYCOLL_SPIN_US" in os.environ else ""
     title = "All-reduce across network-namespace hosts"
     if args.append:
