@@ -7,7 +7,14 @@ checked exactly (integer-valued data). Namespaces, veths and processes are remov
 Ctrl-C, SIGTERM). Needs root and iproute2; otherwise it says why and exits without measuring.
 
     python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3] [--libs default,tcp,gloo]
-                              [--max-mib 64] [--before PYTHON] [--out bench/results/multihost.md]
+                              [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--before PYTHON]
+                              [--out bench/results/multihost.md [--append]]
+
+--nics 2 gives every host two shaped veths (eth0, eth1: two networks) and pycoll's ranks
+PYCOLL_SOCKET_IFNAME=eth0,eth1 (gloo keeps eth0). --streams 1,4 runs each pycoll library once per stream count
+(PYCOLL_TCP_STREAMS), as "default/4" etc. The tables add each library's share of the link at 1 MiB and above:
+the bytes an all-reduce must move across a host's link each way, 2 (H - 1) / H of the vector, over the time,
+against the rate (times the NICs). --append adds the results to --out as a section instead of replacing it.
 
 --before PYTHON adds default-before and tcp-before: the same two run by another interpreter (another build of
 pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
@@ -32,10 +39,24 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
 from multiproc import free_port  # noqa: E402
-from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts  # noqa: E402
+from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts, shape_links  # noqa: E402
 
 LIBS = ("default", "tcp", "gloo")
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
+
+
+def parse_sizes(text):
+    """ "4m,64m" -> bytes (k, m suffixes: KiB, MiB)."""
+    scale = {"k": 1 << 10, "m": 1 << 20}
+    return [int(v[:-1]) * scale[v[-1]] if v[-1] in scale else int(v) for v in text.lower().split(",")]
+
+
+def parse_rate(text):
+    """tc's rate ("2gbit", "500mbit") in bits per second."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
+        if text.endswith(unit):
+            return float(text[:-len(unit)]) * scale
+    return float(text)
 
 
 def sizes(max_mib):
@@ -96,7 +117,7 @@ class _Gloo:
         self.dist.destroy_process_group()
 
 
-def worker(lib, max_mib):
+def worker(lib, size_list):
     """One rank: every size in turn, untimed warm-up calls, then timed calls each after a barrier. Prints JSON:
     its per-size times and how many results were wrong."""
     import numpy as np
@@ -106,7 +127,7 @@ def worker(lib, max_mib):
     comm = _Gloo() if lib == "gloo" else _Pycoll(None if lib == "default" else lib)
     world = int(os.environ["WORLD_SIZE"])
     times, wrong = {}, 0
-    for nbytes in sizes(max_mib):
+    for nbytes in size_list:
         count = nbytes // 4
         base = (np.arange(count) % 251).astype(np.float32)
         x, out = base + comm.rank, np.empty(count, np.float32)
@@ -117,20 +138,24 @@ def worker(lib, max_mib):
     comm.close()
 
 
-def run_job(names, placement, lib, args):
-    """One job of `lib` over the hosts; returns every rank's report."""
-    python = sys.executable
+def run_job(names, placement, label, args):
+    """One job of the library `label` names ("tcp", "default/4": 4 streams) over the hosts; returns every
+    rank's report."""
+    python, lib, _, streams = sys.executable, *label.partition("/")
     if lib.endswith(BEFORE):
         python, lib = args.before, lib[:-len(BEFORE)]
+    pycoll_env = {"PYCOLL_TCP_STREAMS": streams} if streams else {}
+    if args.nics > 1:
+        pycoll_env["PYCOLL_SOCKET_IFNAME"] = ",".join(f"eth{k}" for k in range(args.nics))
     port, secret = free_port(), secrets.token_hex(32)  # a secret: the store is on a non-loopback address
     procs = []
     try:
         for rank, host in enumerate(placement):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(placement)), MASTER_ADDR=f"{SUBNET}.1",
                        MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0", PYTHONSAFEPATH="1",
-                       PYCOLL_SECRET=secret)
+                       PYCOLL_SECRET=secret, **(pycoll_env if lib != "gloo" else {}))
             procs.append(subprocess.Popen(["ip", "netns", "exec", names[host], python, __file__, "--worker",
-                                           lib, "--max-mib", str(args.max_mib)],
+                                           lib, "--sizes", ",".join(map(str, args.size_list))],
                                           env=env, stdout=subprocess.PIPE, text=True))
         reports = []
         for p in procs:
@@ -146,23 +171,14 @@ def run_job(names, placement, lib, args):
                 p.wait()
 
 
-def shape(names, tbf, tag):
-    """tbf on both ends of every host's veth: eth0 in the host (its egress) and its port on the switch (its
-    ingress, as the switch's egress)."""
-    for i, name in enumerate(names):
-        for ns, dev in ((name, "eth0"), (f"{tag}-sw", f"p{i}")):
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *tbf],
-                           check=True, capture_output=True, text=True)
-
-
 def measure_layout(hosts, per_host, args, tbf):
     """{lib: {bytes: [slowest rank's median per job]}} and what each library ran, for one H x R layout."""
     placement = [r // per_host for r in range(hosts * per_host)]
     per_job = {lib: {} for lib in args.libs}
     what, wrong = {}, 0
     tag = f"pcmh{os.getpid() % 100000}"  # this run's own namespaces: another run may be going
-    with namespace_hosts(hosts, tag=tag) as names:
-        shape(names, tbf, tag)
+    with namespace_hosts(hosts, tag=tag, nics=args.nics) as names:
+        shape_links(names, tbf, args.nics)
         for rep in range(args.reps):
             for lib in args.libs:  # interleaved: each repetition runs every library once
                 print(f"{hosts}x{per_host} rep {rep + 1}/{args.reps}: {lib}", flush=True)
@@ -175,18 +191,28 @@ def measure_layout(hosts, per_host, args, tbf):
     return per_job, what, wrong
 
 
-def table(per_job, libs):
-    """Per size: each library's median over jobs with every job's number, and the default over the best peer."""
+def table(per_job, libs, link_bytes_per_s, hosts):
+    """Per size: each library's median over jobs with every job's number, and the default over the best peer;
+    then, from 1 MiB, each library's share of the link (the module's docstring)."""
     rows = ["| size | " + " | ".join(f"{lib} (us)" for lib in libs) + " | default / best peer |",
             "|---" + "|---:" * (len(libs) + 1) + "|"]
     peers = [lib for lib in libs if lib == "gloo"]
-    for nbytes in sorted(per_job[libs[0]]):
-        med = {lib: statistics.median(per_job[lib][nbytes]) for lib in libs}
-        best = min((med[lib] for lib in peers), default=None)
-        ratio = f"{med['default'] / best:.2f}" if best and "default" in med else "-"
-        cells = [f"{med[lib] * 1e6:.0f} ({' / '.join(f'{t * 1e6:.0f}' for t in per_job[lib][nbytes])})"
+    default = next((lib for lib in libs if lib.partition("/")[0] == "default"), None)
+    med = {nbytes: {lib: statistics.median(per_job[lib][nbytes]) for lib in libs} for nbytes in per_job[libs[0]]}
+    for nbytes in sorted(med):
+        best = min((med[nbytes][lib] for lib in peers), default=None)
+        ratio = f"{med[nbytes][default] / best:.2f}" if best and default else "-"
+        cells = [f"{med[nbytes][lib] * 1e6:.0f} ({' / '.join(f'{t * 1e6:.0f}' for t in per_job[lib][nbytes])})"
                  for lib in libs]
         rows.append(f"| {_fmt_size(nbytes)} | " + " | ".join(cells) + f" | {ratio} |")
+    large = [nbytes for nbytes in sorted(med) if nbytes >= 1 << 20]
+    if large and hosts > 1:
+        rows += ["", "| size | " + " | ".join(f"{lib} (% of link)" for lib in libs) + " |",
+                 "|---" + "|---:" * len(libs) + "|"]
+        crossing = 2 * (hosts - 1) / hosts
+        for nbytes in large:
+            rows.append(f"| {_fmt_size(nbytes)} | " + " | ".join(
+                f"{100 * crossing * nbytes / med[nbytes][lib] / link_bytes_per_s:.0f}%" for lib in libs) + " |")
     return rows
 
 
@@ -197,6 +223,10 @@ def _exit_on_signal(signum, _frame):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", choices=LIBS, help=argparse.SUPPRESS)
+    p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
+    p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
+    p.add_argument("--streams", default="1", help="PYCOLL_TCP_STREAMS values, comma-separated: one job each")
+    p.add_argument("--append", action="store_true", help="add a section to --out instead of replacing it")
     p.add_argument("--layouts", default="2x2,2x1", help="hosts x ranks per host, comma-separated")
     p.add_argument("--rate", default="2gbit")
     p.add_argument("--burst", default="1mb")
@@ -207,48 +237,66 @@ def main():
     p.add_argument("--before", help="an interpreter whose pycoll runs default-before and tcp-before")
     p.add_argument("--out", default=str(HERE / "results" / "multihost.md"))
     args = p.parse_args()
+    args.size_list = parse_sizes(args.sizes) if args.sizes else sizes(args.max_mib)
     if args.worker:
-        return worker(args.worker, args.max_mib)
-    args.libs = args.libs.split(",")
+        return worker(args.worker, args.size_list)
+    args.libs_text, args.libs = args.libs, args.libs.split(",")
     unknown = sorted(set(args.libs) - set(LIBS))
     if unknown:
         p.error(f"--libs: unknown {unknown}; choose from {', '.join(LIBS)}")
     if args.before:
         args.libs += [lib + BEFORE for lib in ("default", "tcp") if lib in args.libs]
+    streams = args.streams.split(",")
+    if streams != ["1"]:  # one job per stream count for each pycoll library
+        args.libs = [f"{lib}/{n}" if lib != "gloo" else lib for lib in args.libs for n in streams
+                     if lib != "gloo" or n == streams[0]]
     layouts = [tuple(int(v) for v in item.split("x")) for item in args.layouts.split(",")]
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
     tbf = ["tbf", "rate", args.rate, "burst", args.burst, "latency", args.latency]
     start, load = time.monotonic(), os.getloadavg()
-    sections = []
+    sections, level = [], "##" if args.append else "#"
     try:
         for hosts, per_host in layouts:
             per_job, what, wrong = measure_layout(hosts, per_host, args, tbf)
-            sections += [f"## {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}", "",
+            link = parse_rate(args.rate) / 8 * args.nics
+            sections += [f"{level}# {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}"
+                         f"{f', {args.nics} NICs each' if args.nics > 1 else ''}", "",
                          "Ran: " + "; ".join(f"{lib}: {what[lib]}" for lib in args.libs)
-                         + f". Wrong results over every call: {wrong}.", "", *table(per_job, args.libs), ""]
+                         + f". Wrong results over every call: {wrong}.", "",
+                         *table(per_job, args.libs, link, hosts), ""]
     except HostsUnavailable as exc:
         print(f"skipped: {exc}", file=sys.stderr)
         return
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
-    libs = ",".join(lib for lib in args.libs if BEFORE not in lib)
+    libs = args.libs_text
     spin = f"PYCOLL_SPIN_US={os.environ['PYCOLL_SPIN_US']} " if "PYCOLL_SPIN_US" in os.environ else ""
-    doc = ["# All-reduce across network-namespace hosts", "",
+    title = "All-reduce across network-namespace hosts"
+    if args.append:
+        title += f": {args.nics} NIC{'s' if args.nics > 1 else ''} per host, PYCOLL_TCP_STREAMS {args.streams}"
+    shape_of = f"--sizes {args.sizes}" if args.sizes else f"--max-mib {args.max_mib}"
+    doc = [f"{level} {title}", "",
            f"Produced by `{spin}python bench/multihost.py --layouts {args.layouts} --rate {args.rate} "
-           f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} "
-           f"--max-mib {args.max_mib}{' --before ' + args.before if args.before else ''}` "
-           f"(as root) in {time.monotonic() - start:.0f} s.", "", machine(), f"- Kernel {kernel}.",
+           f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} {shape_of} "
+           f"--nics {args.nics} --streams {args.streams}{' --before ' + args.before if args.before else ''}"
+           f"{' --append' if args.append else ''}` (as root) in {time.monotonic() - start:.0f} s.", "", machine(),
+           f"- Kernel {kernel}.",
            f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
            f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.", "",
-           f"Setup: network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py); on both ends "
-           f"of each host's veth `tc qdisc add ... root {' '.join(tbf)}` (no netem in this kernel). Rank r on host "
-           "r // R. float32 sum, out of place, integer-valued data checked exactly on every rank.", "",
+           f"Setup: network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), {args.nics} "
+           f"per host (ethK to bridge K: one network per NIC); on both ends of each veth `tc qdisc add ... root "
+           f"{' '.join(tbf)}` (no netem in this kernel). Rank r on host r // R. float32 sum, out of place, "
+           "integer-valued data checked exactly on every rank.", "",
            f"Method: {args.reps} jobs per library, interleaved (default, tcp, gloo, default, ...). In a job, per "
            "size, 2 untimed calls, then 200 (up to 4 KiB), 50 (up to 256 KiB), 10 (up to 4 MiB) or 3 timed calls, "
            "each after a barrier; a rank's median; the slowest rank's median. The table: the median over jobs "
            "(microseconds), each job's number in brackets (the spread between repetitions); `default / best peer` "
-           "divides the default backend's by the fastest peer's that is not pycoll.", "", *sections]
-    Path(args.out).write_text("\n".join(doc))
+           "divides the default backend's by the fastest peer's that is not pycoll. `lib/N`: PYCOLL_TCP_STREAMS=N.",
+           "", *sections]
+    if args.append:
+        Path(args.out).write_text(Path(args.out).read_text().rstrip("\n") + "\n\n" + "\n".join(doc))
+    else:
+        Path(args.out).write_text("\n".join(doc))
     print("\n".join(doc))
 
 

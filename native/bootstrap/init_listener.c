@@ -67,13 +67,56 @@ static void evict(boot_state_t *s, boot_conn_t *pending, int *n, int i, const ch
     pending[i] = pending[--*n];
 }
 
-pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
-                                  const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what)
+/* Accepts what waits on listen_fd into the pending handshakes. A flood of silent connections must not keep a rank
+ * out: at the bound the oldest silent handshake makes room (a rank it evicts connects again; a rank's own handshake
+ * takes milliseconds). Out of descriptors, the oldest handshake makes room too, or with none the listener rests
+ * (*resume_at) instead of spinning. */
+static void accept_pending(boot_state_t *s, int listen_fd, boot_conn_t *pending, int *n, int cap, double now,
+                           double handshake_s, double *resume_at)
+{
+    for (int accepted = 0; accepted < cap;) {
+        int fd = boot_accept(listen_fd);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            char why[160];
+            int victim = evictee(pending, *n);
+            if (victim < 0) {
+                snprintf(why, sizeof why, "accept failed: %s; not accepting for %g s", strerror(errno),
+                         ACCEPT_PAUSE_S);
+                note_drop(s, NULL, why);
+                *resume_at = now + ACCEPT_PAUSE_S;
+                return;
+            }
+            snprintf(why, sizeof why, "dropped to free a file descriptor (%s)", strerror(errno));
+            evict(s, pending, n, victim, why);
+            continue;
+        }
+        if (fd < 0)
+            return;
+        accepted++;
+        if (*n == cap) {
+            int victim = evictee(pending, *n);
+            if (victim < 0) { /* every one of them is a rank of the job: never dropped */
+                close(fd);
+                return;
+            }
+            char why[160];
+            snprintf(why, sizeof why, "dropped: %d connections are already in the handshake (the oldest silent "
+                     "one goes first)", *n);
+            evict(s, pending, n, victim, why);
+        }
+        boot_conn_start(&pending[*n], fd, now);
+        pending[(*n)++].deadline = now + handshake_s;
+    }
+}
+
+pycoll_status_t init_serve(boot_state_t *s, const int *listen_fds, int n_listen, int kind, size_t extra,
+                           admit_fn admit, done_fn done, const int *watch, int32_t n_watch, watch_fn on_watch,
+                           const char *timeout_what)
 {
     const int cap = s->max_pending > 0 ? s->max_pending : MAX_PENDING;
     const double handshake_s = s->handshake_s > 0 ? s->handshake_s : BOOT_HANDSHAKE_S;
     boot_conn_t *pending = calloc((size_t)cap, sizeof *pending);
-    struct pollfd *fds = calloc((size_t)(1 + cap + n_watch), sizeof *fds);
+    struct pollfd *fds = calloc((size_t)(n_listen + cap + n_watch), sizeof *fds);
     int *watching = malloc((size_t)(n_watch > 0 ? n_watch : 1) * sizeof *watching);
     pycoll_status_t st = PYCOLL_OK;
     int n = 0;
@@ -95,7 +138,8 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
         for (int i = 0; i < n; i++)
             wake = pending[i].deadline < wake ? pending[i].deadline : wake;
         int nfds = 0;
-        fds[nfds++] = (struct pollfd){.fd = now >= resume_at ? listen_fd : -1, .events = POLLIN};
+        for (int l = 0; l < n_listen; l++)
+            fds[nfds++] = (struct pollfd){.fd = now >= resume_at ? listen_fds[l] : -1, .events = POLLIN};
         for (int i = 0; i < n; i++)
             fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
         for (int32_t i = 0; i < n_watch; i++)
@@ -108,7 +152,7 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
             break;
         }
         for (int32_t i = 0; i < n_watch && st == PYCOLL_OK; i++)
-            if (watching[i] >= 0 && fds[1 + n + i].revents) {
+            if (watching[i] >= 0 && fds[n_listen + n + i].revents) {
                 int stop = 0;
                 st = on_watch(s, watching[i], i, &stop);
                 if (stop)
@@ -136,44 +180,9 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
                 drain_and_close(pending[i].fd);
             pending[i] = pending[--n];
         }
-        /* A flood of silent connections must not keep a rank out: at the bound the oldest silent handshake makes
-         * room (a rank it evicts connects again; a rank's own handshake takes milliseconds). Out of descriptors,
-         * the oldest handshake makes room too, or with none the listener rests instead of spinning. */
-        for (int accepted = 0; st == PYCOLL_OK && fds[0].fd >= 0 && (fds[0].revents & POLLIN) && accepted < cap;) {
-            int fd = boot_accept(listen_fd);
-            if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
-                char why[160];
-                int victim = evictee(pending, n);
-                if (victim >= 0)
-                    snprintf(why, sizeof why, "dropped to free a file descriptor (%s)", strerror(errno));
-                else
-                    snprintf(why, sizeof why, "accept failed: %s; not accepting for %g s", strerror(errno),
-                             ACCEPT_PAUSE_S);
-                if (victim < 0) {
-                    note_drop(s, NULL, why);
-                    resume_at = now + ACCEPT_PAUSE_S;
-                    break;
-                }
-                evict(s, pending, &n, victim, why);
-                continue;
-            }
-            if (fd < 0)
-                break;
-            accepted++;
-            if (n == cap) {
-                int victim = evictee(pending, n);
-                if (victim < 0) { /* every one of them is a rank of the job: never dropped */
-                    close(fd);
-                    break;
-                }
-                char why[160];
-                snprintf(why, sizeof why, "dropped: %d connections are already in the handshake (the oldest silent "
-                         "one goes first)", n);
-                evict(s, pending, &n, victim, why);
-            }
-            boot_conn_start(&pending[n], fd, now);
-            pending[n++].deadline = now + handshake_s;
-        }
+        for (int l = 0; st == PYCOLL_OK && l < n_listen; l++)
+            if (fds[l].fd >= 0 && (fds[l].revents & POLLIN))
+                accept_pending(s, listen_fds[l], pending, &n, cap, now, handshake_s, &resume_at);
     }
     for (int i = 0; i < n; i++)
         close(pending[i].fd);
@@ -186,14 +195,14 @@ pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extr
 /* Connects to `to` and completes the handshake (up to the ACK). A listener drops handshakes while flooded:
  * a connection closed before the ACK is worth another try, until the deadline. One that keeps saying it serves
  * another job for BOOT_OTHER_JOB_GRACE_S is given up on: the unique id is not that listener's. */
-pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
-                                                  const char *what, int *fd)
+pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *from, const boot_addr_t *to, int kind,
+                                           int32_t server_rank, const char *what, int *fd)
 {
     const struct timespec pause = {0, 20 * 1000 * 1000};
     double other_job_since = -1.0;
     for (;;) {
         int refused = 0;
-        pycoll_status_t st = boot_connect(to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
+        pycoll_status_t st = boot_connect(from, to, s->deadline, what, fd, s->error, BOOT_ERROR_LEN);
         if (st == PYCOLL_OK)
             st = boot_client_handshake(*fd, &s->auth, kind, server_rank, s->deadline, what, &refused, NULL,
                                        s->error, BOOT_ERROR_LEN);

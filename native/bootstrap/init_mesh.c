@@ -1,6 +1,8 @@
 /* Step 3 of pycoll_comm_init_rank (init_rank.c): the hosts and the transport, from the table, and the TCP
  * mesh between the pairs of ranks that need it: PYCOLL_TCP_STREAMS connections per pair, each authenticated by
- * its own handshake and then naming its place among them (STREAM_INDEX_BYTES). */
+ * its own handshake and then naming its place among them (STREAM_INDEX_BYTES). Where the ranks listen on
+ * several interfaces (a PYCOLL_SOCKET_IFNAME list), connection k goes from this rank's interface k mod n to
+ * the peer's address on the same interface, so the pair's connections spread over the hosts' links. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,17 @@ static pycoll_status_t rank_sees_root_message(boot_state_t *s, int fd, int32_t w
                            : st;
 }
 
+/* Connection k to rank r: which of both ranks' addresses it joins (the n both have, k mod n); with a single
+ * interface on either side, the kernel picks the local end as it always did. */
+static int interface_of(const boot_state_t *s, int32_t r, int k, const boot_addr_t **from)
+{
+    uint32_t mine = s->table[s->rank].n_addrs, theirs = s->table[r].n_addrs;
+    uint32_t n = mine < theirs ? mine : theirs;
+    int i = (int)((uint32_t)k % n);
+    *from = n > 1 ? &s->table[s->rank].addrs[i] : NULL;
+    return i;
+}
+
 pycoll_status_t init_connect_mesh(boot_state_t *s)
 {
     char what[BOOT_ADDR_TEXT_LEN + 32];
@@ -141,13 +154,15 @@ pycoll_status_t init_connect_mesh(boot_state_t *s)
     for (int32_t r = 0; r < s->rank && st == PYCOLL_OK; r++) {
         if (!over_tcp(s, r))
             continue;
-        char addr[BOOT_ADDR_TEXT_LEN];
-        boot_addr_text(&s->table[r].addr, addr, sizeof addr);
-        snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
         for (int k = 0; k < s->streams && st == PYCOLL_OK; k++) {
+            const boot_addr_t *from;
+            const boot_addr_t *to = &s->table[r].addrs[interface_of(s, r, k, &from)];
+            char addr[BOOT_ADDR_TEXT_LEN];
+            boot_addr_text(to, addr, sizeof addr);
+            snprintf(what, sizeof what, "rank %d (%s)", (int)r, addr);
             uint8_t index[STREAM_INDEX_BYTES];
             put_u32(index, (uint32_t)k);
-            st = init_connect_authenticated(s, &s->table[r].addr, BOOT_KIND_PEER, r, what, peer_fd(s, k, r));
+            st = init_connect_authenticated(s, from, to, BOOT_KIND_PEER, r, what, peer_fd(s, k, r));
             if (st == PYCOLL_OK)
                 st = boot_send_all(*peer_fd(s, k, r), index, sizeof index, s->deadline, what, s->error,
                                    BOOT_ERROR_LEN);
@@ -159,8 +174,9 @@ pycoll_status_t init_connect_mesh(boot_state_t *s)
     if (st != PYCOLL_OK)
         return st;
     int root = s->root_fd < 0;
-    st = init_serve(s, s->listen_fd, BOOT_KIND_PEER, STREAM_INDEX_BYTES, admit_peer, mesh_complete,
-                    root ? s->client_fds : &s->root_fd, root ? s->size : 1, root ? root_hears_rank : rank_sees_root_message, "");
+    st = init_serve(s, s->listen_fds, s->n_listen, BOOT_KIND_PEER, STREAM_INDEX_BYTES, admit_peer, mesh_complete,
+                    root ? s->client_fds : &s->root_fd, root ? s->size : 1,
+                    root ? root_hears_rank : rank_sees_root_message, "");
     if (st == PYCOLL_ERR_TIMEOUT) {
         int32_t *missing = malloc((size_t)s->size * sizeof *missing);
         int n = 0;

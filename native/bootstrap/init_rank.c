@@ -158,7 +158,8 @@ static void release(boot_state_t *s)
         if (s->seg_fds)
             init_close_fd(&s->seg_fds[r]);
     }
-    init_close_fd(&s->listen_fd);
+    for (int i = 0; i < BOOT_MAX_INTERFACES; i++)
+        init_close_fd(&s->listen_fds[i]);
     init_close_fd(&s->root_listen_fd);
     init_close_fd(&s->root_fd);
     init_close_fd(&s->seg_fd);
@@ -196,8 +197,10 @@ static int *no_descriptors(size_t n)
 pycoll_status_t pycoll_comm_init_rank_config(pycoll_comm_t **comm, int32_t world_size, const pycoll_unique_id_t *id,
                                              int32_t rank, const pycoll_init_config_t *config)
 {
-    boot_state_t s = {.rank = rank, .size = world_size, .listen_fd = -1, .root_listen_fd = -1, .root_fd = -1,
-                      .seg_fd = -1, .error = boot_error()};
+    boot_state_t s = {.rank = rank, .size = world_size, .root_listen_fd = -1, .root_fd = -1, .seg_fd = -1,
+                      .error = boot_error()};
+    for (int i = 0; i < BOOT_MAX_INTERFACES; i++)
+        s.listen_fds[i] = -1;
     s.error[0] = 0;
     if (comm)
         *comm = NULL;

@@ -27,7 +27,8 @@ typedef enum init_transport {
 
 typedef struct rank_record {
     int32_t rank, world_size;
-    boot_addr_t addr;
+    uint32_t n_addrs;                       /* one per interface of PYCOLL_SOCKET_IFNAME's list, else 1 */
+    boot_addr_t addrs[BOOT_MAX_INTERFACES]; /* where it listens, in the list's order */
     int32_t pid;
     uint64_t pid_ns;
     int64_t ring_bytes;
@@ -46,7 +47,8 @@ typedef struct boot_state {
     boot_auth_t auth;
     boot_addr_t root_addr;
     char root_text[BOOT_ADDR_TEXT_LEN];
-    int listen_fd;      /* this rank's mesh listener */
+    int listen_fds[BOOT_MAX_INTERFACES]; /* this rank's mesh listeners, one per address of its record */
+    int n_listen;
     int root_listen_fd; /* the id's listener, on the root */
     int root_fd;        /* a non-root rank's connection to the root */
     int *client_fds;    /* the root's connection to each rank */
@@ -106,8 +108,8 @@ pycoll_status_t init_send_root_table(boot_state_t *s, size_t item_bytes,
 
 /* ---- the listeners and authenticated connections (init_listener.c) ---- */
 
-/* Accepts and advances handshakes on `listen_fd` until `done` says enough ranks are in (or, with no deadline,
- * until the stop check says so: the rendezvous store's listener). Shared by the root's
+/* Accepts and advances handshakes on the n_listen listeners until `done` says enough ranks are in (or, with no
+ * deadline, until the stop check says so: the rendezvous store's listener). Shared by the root's
  * registration (kind ROOT, records follow) and the mesh (kind PEER). `admit` takes a finished connection:
  * PYCOLL_OK keeps it, another status ends the wait with that failure; it returns 1 in *keep when it took the
  * descriptor. `watch` (n_watch descriptors, -1 for none) are established connections that on_watch reads when
@@ -116,11 +118,13 @@ pycoll_status_t init_send_root_table(boot_state_t *s, size_t item_bytes,
 typedef pycoll_status_t (*admit_fn)(boot_state_t *s, boot_conn_t *c, int *taken);
 typedef int (*done_fn)(const boot_state_t *s);
 typedef pycoll_status_t (*watch_fn)(boot_state_t *s, int fd, int32_t who, int *stop);
-pycoll_status_t init_serve(boot_state_t *s, int listen_fd, int kind, size_t extra, admit_fn admit, done_fn done,
-                           const int *watch, int32_t n_watch, watch_fn on_watch, const char *timeout_what);
-/* Connects to `to` and completes the handshake (up to the ACK), trying again while a flooded listener drops it. */
-pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *to, int kind, int32_t server_rank,
-                                           const char *what, int *fd);
+pycoll_status_t init_serve(boot_state_t *s, const int *listen_fds, int n_listen, int kind, size_t extra,
+                           admit_fn admit, done_fn done, const int *watch, int32_t n_watch, watch_fn on_watch,
+                           const char *timeout_what);
+/* Connects to `to` from local address `from` (NULL: the kernel's choice) and completes the handshake (up to the
+ * ACK), trying again while a flooded listener drops it. */
+pycoll_status_t init_connect_authenticated(boot_state_t *s, const boot_addr_t *from, const boot_addr_t *to, int kind,
+                                           int32_t server_rank, const char *what, int *fd);
 /* A connection to our listeners that failed its handshake, and why: counted for the timeout messages. */
 void init_note_dropped(boot_state_t *s, const char *why);
 /* A dropped-connections clause for timeout messages ("" when none). */

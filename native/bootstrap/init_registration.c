@@ -11,8 +11,10 @@
 #include "common/settings.h"
 #include "pycoll/transports.h"
 
-/* rank, world size, address, pid, pid namespace, ring bytes, transport, host, segment name, streams */
-#define RECORD_BYTES (4 + 4 + BOOT_ADDR_WIRE_BYTES + 4 + 8 + 8 + 4 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES + 4)
+/* rank, world size, address count, addresses, pid, pid namespace, ring bytes, transport, host, segment name,
+ * streams */
+#define ADDRS_BYTES (4 + BOOT_MAX_INTERFACES * BOOT_ADDR_WIRE_BYTES)
+#define RECORD_BYTES (4 + 4 + ADDRS_BYTES + 4 + 8 + 8 + 4 + HOST_TEXT_BYTES + SEGMENT_NAME_BYTES + 4)
 /* Descriptors set-up needs beyond one per rank (two on the root): listeners, the root connection, what the
  * process already holds (Python's own, a few libraries'), and poll()'s pending handshakes (MAX_PENDING). */
 #define SPARE_FDS (MAX_PENDING + 64)
@@ -21,8 +23,10 @@ static void record_put(uint8_t *p, const rank_record_t *r)
 {
     put_u32(p, (uint32_t)r->rank);
     put_u32(p + 4, (uint32_t)r->world_size);
-    boot_addr_put(p + 8, &r->addr);
-    p += 8 + BOOT_ADDR_WIRE_BYTES;
+    put_u32(p + 8, r->n_addrs);
+    for (int i = 0; i < BOOT_MAX_INTERFACES; i++)
+        boot_addr_put(p + 12 + i * BOOT_ADDR_WIRE_BYTES, &r->addrs[i]);
+    p += 8 + ADDRS_BYTES;
     put_u32(p, (uint32_t)r->pid);
     put_u64(p + 4, r->pid_ns);
     put_u64(p + 12, (uint64_t)r->ring_bytes);
@@ -36,8 +40,10 @@ static void record_get(const uint8_t *p, rank_record_t *r)
 {
     r->rank = (int32_t)get_u32(p);
     r->world_size = (int32_t)get_u32(p + 4);
-    boot_addr_get(p + 8, &r->addr);
-    p += 8 + BOOT_ADDR_WIRE_BYTES;
+    r->n_addrs = get_u32(p + 8);
+    for (int i = 0; i < BOOT_MAX_INTERFACES; i++)
+        boot_addr_get(p + 12 + i * BOOT_ADDR_WIRE_BYTES, &r->addrs[i]);
+    p += 8 + ADDRS_BYTES;
     r->pid = (int32_t)get_u32(p);
     r->pid_ns = get_u64(p + 4);
     r->ring_bytes = (int64_t)get_u64(p + 12);
@@ -57,7 +63,7 @@ static pycoll_status_t check_descriptor_limit(boot_state_t *s)
     if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
         return PYCOLL_OK;
     int root = s->root_listen_fd >= 0;
-    long long needed = (long long)s->size * (s->streams + root) + SPARE_FDS;
+    long long needed = (long long)s->size * (s->streams + root) + BOOT_MAX_INTERFACES + SPARE_FDS;
     if (s->size == 1 || needed <= (long long)limit.rlim_cur)
         return PYCOLL_OK;
     return init_fail(s, PYCOLL_ERR_INVALID, "world_size %d needs about %lld file descriptors on rank %d (%s%d spare), "
@@ -102,10 +108,15 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
     mine->transport = s->cfg.transport;
     mine->streams = (uint32_t)s->streams;
     pycoll_host_identity(mine->host, sizeof mine->host);
-    boot_addr_t here;
-    st = boot_choose_address(ifname, source, &s->root_addr, &here, error, BOOT_ERROR_LEN);
-    if (st == PYCOLL_OK && s->size > 1)
-        st = boot_listen(&here, s->size * s->streams + 16, &s->listen_fd, &mine->addr, error, BOOT_ERROR_LEN);
+    boot_addr_t here[BOOT_MAX_INTERFACES];
+    int n_here = 0;
+    st = boot_choose_addresses(ifname, source, &s->root_addr, here, &n_here, error, BOOT_ERROR_LEN);
+    mine->n_addrs = (uint32_t)n_here;
+    /* One listener per interface: a pair's connection k arrives on the interface it was bound to. */
+    for (int i = 0; st == PYCOLL_OK && s->size > 1 && i < n_here; i++)
+        st = boot_listen(&here[i], s->size * s->streams + 16, &s->listen_fds[i], &mine->addrs[i], error,
+                         BOOT_ERROR_LEN);
+    s->n_listen = s->size > 1 ? n_here : 0;
     if (st != PYCOLL_OK || s->cfg.transport == PYCOLL_TRANSPORT_TCP)
         return st;
     struct stat dir;
@@ -137,6 +148,9 @@ static pycoll_status_t check_record(boot_state_t *s, const rank_record_t *r)
                          "bytes, rank %d for transport %u with %lld bytes; every rank must ask alike", (int)r->rank,
                          r->transport, (long long)r->ring_bytes, (int)s->rank, root->transport,
                          (long long)root->ring_bytes);
+    if (r->n_addrs < 1 || r->n_addrs > BOOT_MAX_INTERFACES)
+        return init_fail(s, PYCOLL_ERR_INVALID, "rank %d registered %u listening addresses (1 to %d expected)",
+                         (int)r->rank, r->n_addrs, BOOT_MAX_INTERFACES);
     if (r->streams != root->streams)
         return init_fail(s, PYCOLL_ERR_INVALID, "rank %d has PYCOLL_TCP_STREAMS=%u, rank %d has %u; every rank must "
                          "set it alike", (int)r->rank, r->streams, (int)s->rank, root->streams);
@@ -182,7 +196,7 @@ pycoll_status_t init_root_register(boot_state_t *s, const rank_record_t *mine)
 {
     s->table[s->rank] = *mine;
     char timeout_what[BOOT_ERROR_LEN];
-    pycoll_status_t st = init_serve(s, s->root_listen_fd, BOOT_KIND_ROOT, RECORD_BYTES, admit_registration,
+    pycoll_status_t st = init_serve(s, &s->root_listen_fd, 1, BOOT_KIND_ROOT, RECORD_BYTES, admit_registration,
                                     all_registered, s->client_fds, s->size, registered_rank_closed, "");
     init_close_fd(&s->root_listen_fd);
     if (st == PYCOLL_ERR_TIMEOUT) {
@@ -219,7 +233,7 @@ pycoll_status_t init_client_register(boot_state_t *s, const rank_record_t *mine)
     snprintf(what, sizeof what, "the bootstrap root at %s", s->root_text);
     uint8_t record[RECORD_BYTES], *table = NULL;
     record_put(record, mine);
-    pycoll_status_t st = init_connect_authenticated(s, &s->root_addr, BOOT_KIND_ROOT, -1, what, &s->root_fd);
+    pycoll_status_t st = init_connect_authenticated(s, NULL, &s->root_addr, BOOT_KIND_ROOT, -1, what, &s->root_fd);
     if (st == PYCOLL_OK)
         st = boot_send_all(s->root_fd, record, sizeof record, s->deadline, what, s->error, BOOT_ERROR_LEN);
     if (st == PYCOLL_OK)

@@ -116,9 +116,6 @@ static pycoll_status_t interface_address(const char *ifname, const char *source,
                                          size_t error_len)
 {
     struct ifaddrs *all;
-    if (strlen(ifname) == 0 || strlen(ifname) >= IF_NAMESIZE)
-        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID,
-                                   "%s must be 1 to %d bytes, got '%s'", source, IF_NAMESIZE - 1, ifname);
     if (getifaddrs(&all) != 0)
         return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "getifaddrs: %s", strerror(errno));
     int found = 0;
@@ -177,11 +174,9 @@ pycoll_status_t boot_resolve(const char *host, boot_addr_t *out, char *error, si
     return PYCOLL_OK;
 }
 
-pycoll_status_t boot_choose_address(const char *ifname, const char *ifname_source, const boot_addr_t *toward,
-                                    boot_addr_t *out, char *error, size_t error_len)
+/* No interface named: the route toward the root, else the first external interface, else loopback. */
+static pycoll_status_t route_address(const boot_addr_t *toward, boot_addr_t *out, char *error, size_t error_len)
 {
-    if (ifname && ifname[0])
-        return interface_address(ifname, ifname_source, out, error, error_len);
     if (toward == NULL) {
         if (!first_external_interface(out)) {
             memset(out, 0, sizeof *out);
@@ -212,6 +207,59 @@ pycoll_status_t boot_choose_address(const char *ifname, const char *ifname_sourc
         out->port = 0;
     }
     close(probe);
+    return st;
+}
+
+/* One entry of a comma-separated interface list into name (NUL-terminated); the text after it into *rest. */
+static pycoll_status_t next_interface(const char *list, const char **rest, const char *source, char *name,
+                                      char *error, size_t error_len)
+{
+    const char *comma = strchr(*rest, ',');
+    size_t len = comma ? (size_t)(comma - *rest) : strlen(*rest);
+    if (len == 0 || len >= IF_NAMESIZE)
+        return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s='%s': each interface name must be 1 to "
+                                   "%d bytes, got '%.*s'", source, list, IF_NAMESIZE - 1, (int)len, *rest);
+    memcpy(name, *rest, len);
+    name[len] = 0;
+    *rest = comma ? comma + 1 : NULL;
+    return PYCOLL_OK;
+}
+
+pycoll_status_t boot_choose_addresses(const char *ifnames, const char *ifname_source, const boot_addr_t *toward,
+                                      boot_addr_t out[BOOT_MAX_INTERFACES], int *n, char *error, size_t error_len)
+{
+    *n = 0;
+    if (!ifnames || !ifnames[0]) {
+        *n = 1;
+        return route_address(toward, out, error, error_len);
+    }
+    char names[BOOT_MAX_INTERFACES][IF_NAMESIZE];
+    for (const char *rest = ifnames; rest; (*n)++) {
+        if (*n == BOOT_MAX_INTERFACES)
+            return pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s='%s' names more than %d interfaces",
+                                       ifname_source, ifnames, BOOT_MAX_INTERFACES);
+        pycoll_status_t st = next_interface(ifnames, &rest, ifname_source, names[*n], error, error_len);
+        for (int i = 0; st == PYCOLL_OK && i < *n; i++)
+            if (strcmp(names[i], names[*n]) == 0)
+                st = pycoll_format_error(error, error_len, PYCOLL_ERR_INVALID, "%s='%s' names interface '%s' twice",
+                                         ifname_source, ifnames, names[i]);
+        if (st != PYCOLL_OK)
+            return st;
+    }
+    pycoll_status_t st = PYCOLL_OK; /* the list's form checked first: its interfaces looked up after */
+    for (int i = 0; st == PYCOLL_OK && i < *n; i++)
+        st = interface_address(names[i], ifname_source, &out[i], error, error_len);
+    return st;
+}
+
+pycoll_status_t boot_choose_address(const char *ifname, const char *ifname_source, const boot_addr_t *toward,
+                                    boot_addr_t *out, char *error, size_t error_len)
+{
+    boot_addr_t all[BOOT_MAX_INTERFACES];
+    int n;
+    pycoll_status_t st = boot_choose_addresses(ifname, ifname_source, toward, all, &n, error, error_len);
+    if (st == PYCOLL_OK)
+        *out = all[0];
     return st;
 }
 
@@ -263,17 +311,31 @@ static pycoll_status_t stopped(char *error, size_t error_len)
     return pycoll_format_error(error, error_len, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
 }
 
-pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char *what, int *fd, char *error,
-                             size_t error_len)
+pycoll_status_t boot_connect(const boot_addr_t *from, const boot_addr_t *to, double deadline, const char *what,
+                             int *fd, char *error, size_t error_len)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = to_sockaddr(to, &ss);
+    struct sockaddr_storage ss, local;
+    socklen_t len = to_sockaddr(to, &ss), local_len = 0;
+    if (from) {
+        boot_addr_t any_port = *from;
+        any_port.port = 0;
+        local_len = to_sockaddr(&any_port, &local);
+    }
     double backoff = 0.005;
     int last = 0;
     do {
         *fd = new_socket(to->family);
         if (*fd < 0)
             return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "socket: %s", strerror(errno));
+        if (from && bind(*fd, (struct sockaddr *)&local, local_len) != 0) {
+            int err = errno;
+            char text[BOOT_ADDR_TEXT_LEN];
+            boot_addr_text(from, text, sizeof text);
+            close(*fd);
+            *fd = -1;
+            return pycoll_format_error(error, error_len, PYCOLL_ERR_SYSTEM, "cannot connect to %s from %s: %s", what,
+                                       text, strerror(err));
+        }
         int rc = connect(*fd, (struct sockaddr *)&ss, len), ready = 0;
         if (rc != 0 && errno == EINPROGRESS && (ready = wait_ready(*fd, POLLOUT, deadline)) > 0) {
             socklen_t elen = sizeof last;

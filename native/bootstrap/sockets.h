@@ -10,6 +10,7 @@
 #include "pycoll/types.h"
 
 #define BOOT_ADDR_TEXT_LEN 64
+#define BOOT_MAX_INTERFACES 4 /* in a comma-separated interface list (PYCOLL_SOCKET_IFNAME) */
 
 /* An IPv4 or IPv6 address and port as the unique id and the rank table carry it (port in host order). */
 typedef struct boot_addr {
@@ -28,10 +29,14 @@ int boot_should_stop(void);
 void boot_get_stop_check(int (**should_stop)(void *ctx), void **ctx); /* to restore it after another wait */
 void boot_addr_text(const boot_addr_t *addr, char *text, size_t len); /* "1.2.3.4:5" or "[::1]:5" */
 
-/* The address this rank should listen on: the IPv4 (else IPv6) address of interface `ifname` when given;
- * else the local address the kernel routes to `toward` from (127.0.0.1 when toward is this host); else (no
- * toward) the first interface that is up and not loopback, and 127.0.0.1 when there is none. `ifname_source`
- * names where ifname came from, for the error message. */
+/* The addresses this rank should listen on: where `ifnames` is given, a comma-separated list of up to
+ * BOOT_MAX_INTERFACES interfaces, the IPv4 (else IPv6) address of each, in the list's order; else one, the
+ * local address the kernel routes to `toward` from (127.0.0.1 when toward is this host), else (no toward) the
+ * first interface that is up and not loopback, and 127.0.0.1 when there is none. *n gets how many.
+ * `ifname_source` names where ifnames came from, for the error message, which names the interface. */
+pycoll_status_t boot_choose_addresses(const char *ifnames, const char *ifname_source, const boot_addr_t *toward,
+                                      boot_addr_t out[BOOT_MAX_INTERFACES], int *n, char *error, size_t error_len);
+/* The first of boot_choose_addresses's (every interface of the list checked). */
 pycoll_status_t boot_choose_address(const char *ifname, const char *ifname_source, const boot_addr_t *toward,
                                     boot_addr_t *out, char *error, size_t error_len);
 /* `host` (a name or a literal address) resolved, port 0. */
@@ -40,10 +45,11 @@ pycoll_status_t boot_resolve(const char *host, boot_addr_t *out, char *error, si
 /* A listening socket on addr's IP and an ephemeral port, never the wildcard; *bound gets the port. */
 pycoll_status_t boot_listen(const boot_addr_t *addr, int backlog, int *fd, boot_addr_t *bound, char *error,
                             size_t error_len);
-/* Connects to `to`, retrying a refused or unreachable address until the deadline (the peer may not listen
- * yet). what: who is at `to` and where ("rank 3 (10.0.0.2:4000)"), for the messages: they add nothing to it. */
-pycoll_status_t boot_connect(const boot_addr_t *to, double deadline, const char *what, int *fd, char *error,
-                             size_t error_len);
+/* Connects to `to` from local address `from` (its port ignored; NULL: the kernel's choice), retrying a refused
+ * or unreachable address until the deadline (the peer may not listen yet). what: who is at `to` and where
+ * ("rank 3 (10.0.0.2:4000)"), for the messages: they add nothing to it. */
+pycoll_status_t boot_connect(const boot_addr_t *from, const boot_addr_t *to, double deadline, const char *what,
+                             int *fd, char *error, size_t error_len);
 /* An accepted connection (non-blocking, close-on-exec), or -1 when none is pending. */
 int boot_accept(int listen_fd);
 

@@ -66,7 +66,7 @@ pycoll_status_t pycoll_store_listener_serve(pycoll_store_listener_t *l, int list
     s->on_drop = report_drop;
     s->drop_ctx = l;
     boot_set_stop_check(stop_requested, l);
-    pycoll_status_t st = init_serve(s, listen_fd, BOOT_KIND_STORE, 0, admit_client, never_done, NULL, 0, NULL, "");
+    pycoll_status_t st = init_serve(s, &listen_fd, 1, BOOT_KIND_STORE, 0, admit_client, never_done, NULL, 0, NULL, "");
     boot_set_stop_check(NULL, NULL);
     if (st == PYCOLL_ERR_INTERRUPTED)
         st = PYCOLL_OK;

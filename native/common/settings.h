@@ -19,7 +19,8 @@
     X(ALGORITHM, TEXT, "auto", NULL, 0, 0,                                                                       \
       "what algorithm=\"auto\" means for communicators created afterwards (auto: the cost model's choice)")     \
     X(SOCKET_IFNAME, TEXT, NULL, NULL, 0, 0,                                                                     \
-      "the network interface to listen on (default: the address that routes to MASTER_ADDR; never 0.0.0.0)")    \
+      "the network interface to listen on, or a comma-separated list of up to 4: TCP connection k of a pair "    \
+      "joins both ranks' interface k mod n (default: the address that routes to MASTER_ADDR; never 0.0.0.0)")    \
     X(TCP_STREAMS, INT, "1", NULL, 1, 0,                                                                         \
       "TCP connections per pair of ranks, 1 to 8 (every rank alike); a message from 256 KiB is split into "      \
       "contiguous parts across them, as NCCL_NSOCKS_PERTHREAD, so that one link fills when one stream cannot")   \

@@ -66,10 +66,10 @@ static int skip_past(tcp_stream_t *c, const char **why)
 static int stripes_move(tcp_stripes_t *x, int sending, const void *req, char *buf, int64_t nbytes, const char **why)
 {
     const void **active = sending ? &x->tx : &x->rx;
-    if (*active != req) {
+    if (*active != req) { /* a new frame this way: the other way's may be midway, its count stays */
         *active = req;
         for (int k = 1; k < x->n; k++)
-            x->s[k].sent = x->s[k].got = 0;
+            *(sending ? &x->s[k].sent : &x->s[k].got) = 0;
     }
     int all = 1;
     for (int k = 1; k < x->n; k++) {

@@ -313,7 +313,7 @@ def test_a_registrant_claiming_a_huge_world_size_is_refused_at_once():
         reply = sock.recv(96, socket.MSG_WAITALL)
         sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
         assert sock.recv(1) == b"\x06"
-        sock.sendall(struct.pack("!ii", 1, world) + bytes(208))  # a registration record for that world
+        sock.sendall(struct.pack("!ii", 1, world) + bytes(272))  # a registration record for that world
         root.join()
     assert time.monotonic() - start < 5
     assert isinstance(results["root"], ValueError), results

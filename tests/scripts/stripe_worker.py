@@ -1,7 +1,7 @@
-"""One rank of tests/transports/test_tcp_streams.py: `python stripe_worker.py SCENARIO` under
-RANK/WORLD_SIZE/MASTER_* env, with the TCP backend and PYCOLL_TCP_STREAMS set by the test. Prints one JSON
-line: the scenario's outcome and this process's established TCP connections (so that the test counts those
-between the two ranks)."""
+"""One rank of tests/transports/test_tcp_streams.py and test_tcp_nics_netns.py: `python stripe_worker.py SCENARIO`
+under RANK/WORLD_SIZE/MASTER_* env, with PYCOLL_TCP_STREAMS (and the backend or the interfaces) set by the test.
+Prints one JSON line: the scenario's outcome and this process's established TCP connections (so that the test
+counts those between the two ranks)."""
 
 import json
 import os
@@ -13,17 +13,29 @@ from worker_report import outcome, peer_failure
 
 import pycoll
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/, for proc_sockets
-from proc_sockets import ESTABLISHED, tcp_sockets  # noqa: E402
-
 # The split threshold of native/transport/tcp_stripes.h (TCP_STRIPE_MIN_BYTES): sizes around it and odd ones.
 STRIPE_MIN = 256 * 1024
 SIZES = (STRIPE_MIN - 1, STRIPE_MIN, STRIPE_MIN + 1, STRIPE_MIN + 4, 1_000_003, 4 * STRIPE_MIN + 13)
 
 
 def connections():
-    """[local, remote] of every established TCP connection of this process."""
-    return [[local, remote] for state, local, remote in tcp_sockets() if state == ESTABLISHED]
+    """[local, remote] of every established TCP connection of this process (/proc/net/tcp and tcp6)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    found.append([fields[1], fields[2]])
+    return found
 
 
 scenario = sys.argv[1]
@@ -46,6 +58,17 @@ if scenario == "sizes":
         comm.broadcast(b, root=0)
         assert np.array_equal(b, np.arange(nbytes, dtype=np.int64).astype(np.uint8)), nbytes
     report["ok"] = True
+elif scenario == "shaped":
+    # float32 sums of integers below 2^24: exact, and every element differs from its neighbours. Back to back:
+    # on a slow link one direction's parts are still midway when the other direction's next frame starts.
+    report["ok"] = True
+    for count in (1 << 20, 4 << 20):
+        base = (np.arange(count) % 251).astype(np.float32)
+        x, outs = base + rank, [np.full(count, -1, np.float32) for _ in range(3)]
+        for out in outs:
+            comm.all_reduce(x, out=out)
+        report["ok"] &= all(np.array_equal(out, base * comm.size + comm.size * (comm.size - 1) // 2) for out in outs)
+    report["transport"] = comm.transport
 elif scenario == "mismatch":
     # Both messages are striped; their lengths differ by one element.
     with outcome(report):

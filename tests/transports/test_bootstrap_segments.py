@@ -28,7 +28,8 @@ SHM = "/dev/shm"
 # job (16 bytes), secret (32 bytes).
 ID_ADDR, ID_JOB, ID_SECRET = 8, 28, 44
 STATUS_BYTES = 4 + 4 + 384
-RECORD_BYTES = 4 + 4 + 20 + 4 + 8 + 8 + 4 + 96 + 64 + 4  # as native/bootstrap/init_registration.c sends it
+MAX_INTERFACES = 4
+RECORD_BYTES = 4 + 4 + 4 + MAX_INTERFACES * 20 + 4 + 8 + 8 + 4 + 96 + 64 + 4  # as init_registration.c sends it
 NAME_BYTES = 64
 
 # A rank in a process of its own: rank 0 makes the id and prints it; every rank prints how init_rank ended.
@@ -87,7 +88,7 @@ def _impostor_rank_1(unique_id, segment_name):
                                                         hashlib.sha256).digest())
         sock.sendall(hmac.new(secret, b"pycoll-client" + hello + reply[:64], hashlib.sha256).digest())
         assert _recv(sock, 1) == b"\x06"
-        record = (struct.pack("!ii", 1, 2) + unique_id[ID_ADDR:ID_ADDR + 20] +
+        record = (struct.pack("!iiI", 1, 2, 1) + unique_id[ID_ADDR:ID_ADDR + 20] + bytes((MAX_INTERFACES - 1) * 20) +
                   struct.pack("!iQqI", os.getpid(), os.stat("/proc/self/ns/pid").st_ino, 0, TRANSPORTS["shm"]) +
                   host_identity().encode().ljust(96, b"\0")[:96] + b"shm".ljust(NAME_BYTES, b"\0") +
                   struct.pack("!I", 1))  # one TCP stream per pair, as the root's
