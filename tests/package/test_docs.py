@@ -21,7 +21,7 @@ import pytest
 from repo_paths import ROOT, markdown_files
 
 DOCS = ROOT / "docs"
-BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "settings", "sim", "vendor"]
+BINDINGS = ["abi", "buffer", "comm", "jax_ffi", "kernels", "settings", "sim", "testing", "vendor"]
 
 
 def need(module, reason):

@@ -5,12 +5,11 @@ import ctypes
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 vendor = pytest.importorskip("pycoll._bindings.vendor")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _libpycoll():
