@@ -132,7 +132,7 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
             const int64_t probe_at = started + PYCOLL_PROBE_AFTER_NS;
             until = now < probe_at && probe_at < next_check ? probe_at : next_check;
         }
-        if (blocked_on == WAIT_NOT_BLOCKED)
+        if (wait_tally_due(blocked_on, now, started))
             blocked_on = pycoll_first_pending_peer(reqs, n);
         idle_wait_pass_fd(&idle, now, until < p2p->deadline_ns ? until : p2p->deadline_ns, wait_fd);
     }

@@ -493,7 +493,7 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
             if (idle_wait_interrupted(p2p))
                 break;
         }
-        if (blocked_on == WAIT_NOT_BLOCKED)
+        if (wait_tally_due(blocked_on, now, started))
             blocked_on = cond->pending_peer(cond->arg);
         idle_wait_pass(&idle, now, p2p->deadline_ns);
     }

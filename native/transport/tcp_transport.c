@@ -567,7 +567,7 @@ static pycoll_status_t tcp_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
         if (p2p->status != PYCOLL_OK)
             break;
         /* While polling, let a runnable process on this core (often the very peer being waited for) go first. */
-        if (k == 0 && blocked_on == WAIT_NOT_BLOCKED)
+        if (k == 0 && wait_tally_due(blocked_on, now, started))
             blocked_on = pycoll_first_pending_peer(reqs, n);
         if (spinning && k == 0)
             sched_yield();
