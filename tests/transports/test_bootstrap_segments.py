@@ -191,7 +191,7 @@ def _kill_moments(n):
     return [(i % 3, 0.05 + 1.5 * i / max(n - 1, 1)) for i in range(n)]
 
 
-def _kill_when_its_segment_appears(victim, world=3, timeout=4.0):
+def _kill_when_its_segment_appears(victim, world=3, timeout=10.0):
     """Kills rank `victim` the moment its segment shows in /dev/shm, in the few milliseconds before every local
     rank has opened it and it is unlinked. Returns whether the kill landed in that window (the segment was still
     there once the rank was dead) and every rank's pid, once every rank ended."""
