@@ -1,5 +1,7 @@
 """pycoll's exceptions. Every error a collective reports derives from PycollError."""
 
+import re
+
 
 class PycollError(RuntimeError):
     """Base of every pycoll error."""
@@ -96,8 +98,6 @@ _ARGUMENT_OF_FIELD = {"send_count": "the elements of x", "recv_count": "the elem
 
 
 def _with_argument_names(message):
-    import re
-
     named = [f"{field}: {arg}" for field, arg in _ARGUMENT_OF_FIELD.items() if re.search(rf"\b{field}\b", message)]
     return f"{message} ({'; '.join(named)})" if named else message
 
@@ -112,7 +112,6 @@ def error_for_status_name(status, message, failed_rank=None):
     if cls is Timeout or cls is PeerFailure:
         return cls(message, rank=failed_rank)
     if cls is WrongProcess:
-        import re
         owner = re.search(r"by process (\d+)|belongs to process (\d+)", message)
         return cls(message, owner_pid=int(owner.group(owner.lastindex)) if owner else None)
     return cls(message)

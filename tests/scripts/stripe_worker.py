@@ -13,29 +13,17 @@ from worker_report import outcome, peer_failure
 
 import pycoll
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/, for proc_sockets
+from proc_sockets import ESTABLISHED, tcp_sockets  # noqa: E402
+
 # The split threshold of native/transport/tcp_stripes.h (TCP_STRIPE_MIN_BYTES): sizes around it and odd ones.
 STRIPE_MIN = 256 * 1024
 SIZES = (STRIPE_MIN - 1, STRIPE_MIN, STRIPE_MIN + 1, STRIPE_MIN + 4, 1_000_003, 4 * STRIPE_MIN + 13)
 
 
 def connections():
-    """[local, remote] of every established TCP connection of this process (/proc/net/tcp and tcp6)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    found = []
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "01" and fields[9] in inodes:
-                    found.append([fields[1], fields[2]])
-    return found
+    """[local, remote] of every established TCP connection of this process."""
+    return [[local, remote] for state, local, remote in tcp_sockets() if state == ESTABLISHED]
 
 
 scenario = sys.argv[1]
