@@ -183,7 +183,11 @@ with scenario_report(report):
             started = time.monotonic()
             report["split_result"] = c.all_reduce(np.ones(4, dtype=np.float64)).tolist()
             report["waited"] = time.monotonic() - started
-            report["parent_done_first"] = done.is_set()
+            t.join(timeout)
+            # When each call ended, as the library stamped it (not when each Python thread got the GIL back):
+            # the parent's collective before the split's.
+            parent, split = comm.trace_records()[-1], c.trace_records()[-1]
+            report["parent_done_first"] = parent["end_unix_ns"] <= split["end_unix_ns"]
         t.join(timeout)
         report["parent_done"] = done.is_set()
         if rank == 1:
