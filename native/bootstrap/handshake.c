@@ -211,8 +211,8 @@ pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind,
     *refused = 0;
     uint8_t hello[BOOT_HELLO_BYTES], reply[BOOT_HELLO_BYTES + SHA256_BYTES], expected[SHA256_BYTES];
     pycoll_status_t st = new_hello(hello, auth, kind, error, error_len);
-    if (st == PYCOLL_OK)
-        st = boot_send_all(fd, hello, sizeof hello, deadline, what, error, error_len);
+    if (st == PYCOLL_OK) /* a reset here is a server that closed while we were in its queue */
+        st = closed_early(boot_send_all(fd, hello, sizeof hello, deadline, what, error, error_len), refused);
     if (st == PYCOLL_OK)
         st = closed_early(boot_recv_all(fd, reply, BOOT_HELLO_BYTES, deadline, what, error, error_len), refused);
     if (st != PYCOLL_OK)
@@ -246,7 +246,7 @@ pycoll_status_t boot_client_handshake(int fd, const boot_auth_t *auth, int kind,
                                    (int)their_rank);
     proof(auth, ROLE_CLIENT, hello, reply, expected);
     uint8_t ack = 0;
-    st = boot_send_all(fd, expected, sizeof expected, deadline, what, error, error_len);
+    st = closed_early(boot_send_all(fd, expected, sizeof expected, deadline, what, error, error_len), refused);
     if (st == PYCOLL_OK)
         st = closed_early(boot_recv_all(fd, &ack, 1, deadline, what, error, error_len), refused);
     if (st == PYCOLL_OK && ack != BOOT_ACK)

@@ -311,6 +311,21 @@ static pycoll_status_t stopped(char *error, size_t error_len)
     return pycoll_format_error(error, error_len, PYCOLL_ERR_INTERRUPTED, "set-up interrupted by the caller");
 }
 
+/* Whether a connected socket's two ends are one address: with nobody listening on a port of this host, the kernel
+ * may give a socket dialling that port the same port as its own, and the simultaneous open then connects the
+ * socket to itself. That is "nobody listens yet" (and left open it would hold the port the listener is about to
+ * bind). */
+static int connected_to_itself(int fd)
+{
+    struct sockaddr_storage a, b;
+    socklen_t alen = sizeof a, blen = sizeof b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0 || getpeername(fd, (struct sockaddr *)&b, &blen) != 0)
+        return 0;
+    return alen == blen && memcmp(&a, &b, alen) == 0;
+}
+
 pycoll_status_t boot_connect(const boot_addr_t *from, const boot_addr_t *to, double deadline, const char *what,
                              int *fd, char *error, size_t error_len)
 {
@@ -343,6 +358,13 @@ pycoll_status_t boot_connect(const boot_addr_t *from, const boot_addr_t *to, dou
             rc = last == 0 ? 0 : -1;
         } else if (rc != 0) {
             last = errno == EINPROGRESS ? ETIMEDOUT : errno;
+        }
+        if (rc == 0 && connected_to_itself(*fd)) {
+            /* Closed with a reset, not into TIME_WAIT, which would keep the listener off that port a minute. */
+            struct linger reset = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(*fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+            rc = -1;
+            last = ECONNREFUSED;
         }
         if (rc == 0) {
             tune(*fd);

@@ -113,6 +113,10 @@ class AdmittingServer:
         self._thread = threading.Thread(target=self._serve, name=f"pycoll-{name}", daemon=True)
 
     # -- hooks ----------------------------------------------------------------------------------------------
+    def on_handed_over(self, rank):
+        """The C listener authenticated a client (claiming ``rank``) and hands it over; runs on the listener's
+        thread, before the serving thread admits it (on_admitted) or turns it away (on_dropped)."""
+
     def on_admitted(self, conn):
         """A client was admitted."""
 
@@ -123,7 +127,7 @@ class AdmittingServer:
         """A client failed authentication; ``rank`` is the one it claimed (-1: none)."""
 
     def on_dropped(self, conn):
-        """An admitted connection is gone."""
+        """A handed-over connection is gone: dropped after admission, or turned away by admit_check."""
 
     def on_tick(self, now):
         """Runs every loop turn (at least every SWEEP_INTERVAL seconds)."""
@@ -170,6 +174,7 @@ class AdmittingServer:
     def _admitted_by_c(self, fd, rank):
         if self._stopping:
             return False
+        self.on_handed_over(rank)
         self._reports.append(("admitted", fd, rank))
         self.wake()
         return True
@@ -210,6 +215,7 @@ class AdmittingServer:
                 self.log.log(logging.WARNING, (self.name, reason_kind(str(exc))),
                              f"{self.name}: dropping connection from {conn.peer}: {exc}")
                 conn.sock.close()
+                self.on_dropped(conn)
                 continue
             conn.sock.setblocking(False)
             self.admitted.add(conn)

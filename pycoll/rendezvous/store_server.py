@@ -55,6 +55,11 @@ class StoreServer(listener.AdmittingServer):
         self._data = {}
         self._bytes = 0  # keys and values held
         self._waiters = {}  # key -> connections whose GET waits for it
+        # Clients handed over by the C listener and not gone yet. Counted from the hand-over, on the listener's
+        # thread: a client whose handshake has ended may already be using the store before the serving thread
+        # admits it, and a stop must wait for it too.
+        self._clients = 0
+        self._clients_lock = threading.Lock()
         self._idle = threading.Event()  # set while no client is connected
         self._idle.set()
         self._failed_at = None  # when a rank failed the secret check (the rendezvous cannot succeed)
@@ -77,14 +82,18 @@ class StoreServer(listener.AdmittingServer):
         if len(self.admitted) >= MAX_CLIENTS:
             raise PycollError(f"{len(self.admitted)} clients are already connected")
 
-    def on_admitted(self, conn):
-        self._idle.clear()
+    def on_handed_over(self, rank):
+        with self._clients_lock:
+            self._clients += 1
+            self._idle.clear()
 
     def on_dropped(self, conn):
         if conn.waiting is not None:
             self._waiters.get(conn.waiting[0], []).remove(conn)
-        if not self.admitted:
-            self._idle.set()
+        with self._clients_lock:
+            self._clients -= 1
+            if self._clients == 0:
+                self._idle.set()
 
     def on_handshake_failed(self, rank, reason):
         if self._secret_file is not None:

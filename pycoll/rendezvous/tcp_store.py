@@ -4,6 +4,7 @@ create_store makes the job's from the launcher's environment."""
 import datetime
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -105,6 +106,12 @@ class TCPStore:
     def _try_connect(self, deadline):
         sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.001))
         try:
+            if sock.getsockname() == sock.getpeername():
+                # Nobody listened, and the kernel gave this socket the port it dialled as its own: a TCP
+                # simultaneous open with itself. It is "nobody listens yet", not a store that answered. Closed
+                # with a reset, not into TIME_WAIT, which would keep the store's server off that port for a minute.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                raise ConnectionRefusedError(f"no listener at {self.host}:{self.port} (connected to itself)")
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._instance = handshake.client_handshake(sock, self._secret, self._rank, self._instance, deadline)
             return sock

@@ -67,6 +67,67 @@ def test_a_closing_store_refuses_new_clients_but_serves_its_own():
     closer.join()
 
 
+def test_a_closing_store_waits_for_a_client_the_serving_thread_has_not_admitted_yet(monkeypatch):
+    """A client counts from the moment the C listener hands it over: its handshake has ended, so it may use the
+    store before the (here: slowed) serving thread admits it, and a stop must not find the store idle then."""
+    take_reports = listener.AdmittingServer._take_reports
+
+    def slow_take_reports(self):
+        if self._reports:
+            time.sleep(0.5)  # a serving thread late to run, as under load
+        take_reports(self)
+
+    monkeypatch.setattr(listener.AdmittingServer, "_take_reports", slow_take_reports)
+    server = TCPStore(HOST, 0, is_server=True, timeout=5.0)
+    client = TCPStore(HOST, server.port, is_server=False, timeout=5.0)
+    closer = threading.Thread(target=server.close, kwargs={"linger": 5.0})
+    closer.start()
+    time.sleep(0.1)  # the stop has begun, before either client was admitted
+    client.set("k", b"v")
+    assert client.get("k") == b"v"
+    assert closer.is_alive()  # still waiting for `client`
+    client.close()
+    closer.join(timeout=5.0)
+    assert not closer.is_alive()
+
+
+def test_a_store_that_resets_a_queued_client_is_retried_not_taken_for_a_foreign_service(monkeypatch):
+    """A store that stops with this client still in its accept queue resets the connection before the client
+    has sent its greeting: that is a store going away (the next one may come), like a refused connection."""
+    first = socket.create_server((HOST, 0))
+    port = first.getsockname()[1]
+    connected, reset = threading.Event(), threading.Event()
+    real_handshake = handshake.client_handshake
+
+    def handshake_after_the_reset(sock, *args, **kwargs):
+        if not connected.is_set():
+            connected.set()
+            reset.wait(5.0)
+            time.sleep(0.1)  # the reset has arrived
+        return real_handshake(sock, *args, **kwargs)
+
+    monkeypatch.setattr(handshake, "client_handshake", handshake_after_the_reset)
+    servers = []
+
+    def replace_the_store():
+        connected.wait(5.0)
+        first.close()  # resets the connection in its queue
+        reset.set()
+        time.sleep(0.3)
+        servers.append(TCPStore(HOST, port, is_server=True, timeout=5.0, secret=b"s" * 32))
+
+    swapper = threading.Thread(target=replace_the_store)
+    swapper.start()
+    try:
+        client = TCPStore(HOST, port, is_server=False, timeout=5.0, secret=b"s" * 32)
+        client.set("k", b"v")
+        client.close()
+    finally:
+        swapper.join()
+        for server in servers:
+            server.close()
+
+
 def test_each_init_on_one_store_reads_only_its_own_keys(tmp_path):
     store = FileStore(tmp_path, timeout=5.0)
     first = [rendezvous(LaunchEnv(r, 2, r, HOST, 1, "env"), store)[1] for r in range(2)]
