@@ -439,7 +439,7 @@ static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, 
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
 {
     pycoll_status_t st = accepted_call(c, what, r, deadline);
-    return st != PYCOLL_OK ? st : vendor_wait_done(c, what, stream, NULL, deadline);
+    return st != PYCOLL_OK ? st : vendor_wait_collective(c, what, stream, deadline);
 }
 
 /* A collective of the vendor's own, enqueued on run_on (vendor_collective_stream): a blocking call returns once

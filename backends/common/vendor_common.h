@@ -135,8 +135,8 @@ pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
  * (none) or a rank. The vendor's codes go to *vd and *vo (vo may be NULL). */
 pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo);
-/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
- * deadline (then abort); in async mode, once enqueued, hand it to the watchdog (vendor_enqueued) instead. */
+/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for what it queued on
+ * stream (vendor_wait_collective), within the deadline (then abort). */
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
 /* The deadline passed on `what`: abort, and the Timeout error recorded. */
 pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what);
@@ -153,9 +153,13 @@ pycoll_status_t vendor_wait_done(pycoll_vendor_comm_t *c, const char *what, void
  * the work queued on caller so far by an event, where the vendor has one (vendor_ops.h: comm_stream_create);
  * else caller. Under c->lock. */
 void *vendor_collective_stream(pycoll_vendor_comm_t *c, void *caller);
-/* After collective `what` was enqueued on run_on: the host waits for it (an event behind it where run_on is the
- * communicator's stream, else the stream itself), within the deadline. */
+/* After `what` was enqueued on run_on: the host waits for it (an event recorded behind it where the vendor has
+ * events, else the stream), within the deadline. */
 pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what, void *run_on, int64_t deadline);
+/* Orders stream after the collectives enqueued on the communicator's stream so far (none: nothing), so that
+ * what runs on the caller's stream -- send/recv, pycoll's own schedules -- keeps the communicator's call order
+ * behind an async collective. Under c->lock. */
+void vendor_join_collectives(pycoll_vendor_comm_t *c, void *stream);
 /* Frees the stream and events (at teardown, once the vendor's communicator is gone). */
 void vendor_streams_free(pycoll_vendor_comm_t *c);
 

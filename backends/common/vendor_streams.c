@@ -53,11 +53,21 @@ void *vendor_collective_stream(pycoll_vendor_comm_t *c, void *caller)
     return c->coll_stream;
 }
 
+/* An event behind the work rather than the whole stream: on the caller's stream the host would also wait for
+ * whatever other threads queue there meanwhile, and the stream's whole state is what an event query reads
+ * anyway. */
 pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what, void *run_on, int64_t deadline)
 {
-    if (run_on && run_on == c->coll_stream && c->v->event_record(c->end_event, run_on) == 0)
+    if (stream_order_ready(c) && c->v->event_record(c->end_event, run_on) == 0)
         return vendor_wait_done(c, what, NULL, c->end_event, deadline);
     return vendor_wait_done(c, what, run_on, NULL, deadline);
+}
+
+void vendor_join_collectives(pycoll_vendor_comm_t *c, void *stream)
+{
+    const pycoll_vendor_t *v = c->v;
+    if (c->coll_stream && stream != c->coll_stream && v->event_record(c->order_event, c->coll_stream) == 0)
+        v->stream_wait_event(stream, c->order_event);
 }
 
 void vendor_streams_free(pycoll_vendor_comm_t *c)

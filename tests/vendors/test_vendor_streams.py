@@ -168,3 +168,58 @@ def test_the_watchdog_aborts_a_waited_work_at_its_deadline(fakes, tmp_path):
     assert "did not complete within 1.000 s" in message and "aborted" in message, message
     assert exception == "Timeout"
     assert "ncclCommAbort rank=0" in Path(env["FAKE_COLL_LOG"]).read_text()
+
+
+def _host_waits(rank, world):
+    from fakes.vendor_harness import buffer, make_engine
+    engine = make_engine("nccl", rank, world, 10.0)
+    rt = ctypes.CDLL(os.environ["PYCOLL_CUDART_LIBRARY"])
+    rt.fake_cuda_wait_calls.restype = ctypes.c_longlong
+    x = np.full(COUNT, rank + 1.0, np.float32)
+    engine.all_reduce(buffer(x), buffer(x), 0, "auto", "compensated")  # warm: the communicator, its events
+    counts = {}
+    for accuracy in ("fast", "compensated"):  # NCCL's all_reduce; pycoll's ring over ncclSend/ncclRecv groups
+        before = [rt.fake_cuda_wait_calls(i) for i in range(3)]
+        engine.all_reduce(buffer(x), buffer(x), 0, "auto", accuracy)
+        counts[accuracy] = [rt.fake_cuda_wait_calls(i) - b for i, b in enumerate(before)]
+    engine.close()
+    return counts, x
+
+
+@pytest.mark.timeout(60)
+def test_the_host_waits_for_events_not_for_the_whole_stream(fakes, tmp_path):
+    # Each blocking call, and each step (vendor group) of pycoll's own schedules, is waited for through an event
+    # recorded behind it: never cudaStreamQuery or cudaStreamSynchronize of the caller's stream.
+    for counts, x in run_ranks_ok(_host_waits, 2, job_env(fakes("nccl"), tmp_path), timeout=50):
+        np.testing.assert_array_equal(x, np.full(COUNT, 3.0 * 4, np.float32))
+        for accuracy, (stream_queries, event_queries, stream_syncs) in counts.items():
+            assert stream_queries == 0 and stream_syncs == 0, (accuracy, counts)
+            assert event_queries >= 1, (accuracy, counts)
+
+
+def _async_then_own_schedule(rank, world):
+    from fakes.vendor_harness import buffer, make_engine
+    engine = make_engine("nccl", rank, world, 10.0)
+    x = np.full(COUNT, rank + 1.0, np.float32)
+    on_caller = functools.partial(buffer, owner=FakeDeviceArray(x, stream=0x7000 + rank))
+    handle = engine.start("all_reduce", on_caller(x), on_caller(x), 0, "auto", "fast")
+    engine.all_reduce(on_caller(x), on_caller(x), 0, "auto", "compensated")  # no wait for the first: call order
+    handle.wait(20.0)
+    engine.close()
+    return x
+
+
+@pytest.mark.timeout(60)
+def test_what_runs_on_the_callers_stream_keeps_the_call_order_behind_an_async_collective(fakes, tmp_path):
+    # pycoll's own schedules (and send/recv) run on the caller's stream; an async collective before them, on
+    # the communicator's stream, must still come first on the device.
+    env = job_env(fakes("nccl"), tmp_path)
+    for x in run_ranks_ok(_async_then_own_schedule, 2, env, timeout=50):
+        np.testing.assert_array_equal(x, np.full(COUNT, 6.0, np.float32))
+    log = Path(env["FAKE_COLL_LOG"]).read_text().splitlines()
+    for rank in range(2):
+        caller = f"{0x7000 + rank:#x}"
+        at = next(i for i, line in enumerate(log) if line.startswith(f"ncclAllReduce rank={rank}"))
+        own = log[at].partition(" stream=")[2].split()[0]
+        first_send = next(i for i, line in enumerate(log) if line.startswith(f"ncclSend rank={rank}"))
+        assert f"cudaStreamWaitEvent stream={caller} on={own}" in log[at:first_send], log[at:first_send]
