@@ -415,8 +415,9 @@ pycoll_status_t vendor_wait_done(pycoll_vendor_comm_t *c, const char *what, void
             return PYCOLL_OK;
         if (code != v->stream_busy)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: %s after %s failed: %s (code %d)", v->name,
-                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
-                                   v->runtime_error ? v->runtime_error(code) : "runtime error", code);
+                                   event ? "the query of the event recorded"
+                                         : vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT),
+                                   what, v->runtime_error ? v->runtime_error(code) : "runtime error", code);
         if (pycoll_now_ns() >= deadline_ns)
             return vendor_abort_on_deadline(c, what);
     }

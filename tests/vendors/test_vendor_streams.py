@@ -223,3 +223,35 @@ def test_what_runs_on_the_callers_stream_keeps_the_call_order_behind_an_async_co
         own = log[at].partition(" stream=")[2].split()[0]
         first_send = next(i for i, line in enumerate(log) if line.startswith(f"ncclSend rank={rank}"))
         assert f"cudaStreamWaitEvent stream={caller} on={own}" in log[at:first_send], log[at:first_send]
+
+
+def _hccl_wait(rank, world):
+    from fakes.vendor_harness import buffer, make_engine
+
+    from pycoll.work import Work
+    engine = make_engine("hccl", rank, world, 10.0)
+    acl = ctypes.CDLL(os.environ["PYCOLL_ACL_LIBRARY"])
+    acl.aclrtSynchronizeStream.argtypes = [ctypes.c_void_p]
+    x = np.full(COUNT, rank + 1.0, np.float32)
+    engine.all_reduce(buffer(x, "npu"), buffer(x, "npu"), 0, "auto", "fast")  # warm
+    x[:] = rank + 1.0
+    started = time.monotonic()
+    work = Work(engine.start("all_reduce", buffer(x, "npu"), buffer(x, "npu"), 0, "auto", "fast"), x, (x,))
+    work.wait()
+    waited = time.monotonic() - started
+    acl.aclrtSynchronizeStream(None)  # the caller's stream (none named: the default one) now follows the collective
+    synced = time.monotonic() - started
+    work.synchronize()
+    engine.close()
+    return waited, synced, x
+
+
+@pytest.mark.timeout(60)
+def test_hccl_wait_orders_the_callers_stream_too(fakes, tmp_path):
+    # HCCL's device memory is all device memory to pycoll (AscendCL cannot say where a pointer lives).
+    env = dict(job_env(fakes("hccl"), tmp_path), FAKE_KERNEL_US=str(int(KERNEL_S * 1e6)))
+    for waited, synced, x in run_ranks_ok(_hccl_wait, 2, env, timeout=50):
+        assert waited < KERNEL_S / 2, waited
+        assert synced >= KERNEL_S * 0.9, synced
+        np.testing.assert_array_equal(x, np.full(COUNT, 3.0, np.float32))
+    assert "aclrtCreateStream" in Path(env["FAKE_COLL_LOG"]).read_text()
