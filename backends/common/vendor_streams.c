@@ -3,7 +3,8 @@
  * collective reads its inputs only after the caller's earlier work has written them, and the caller's later
  * work is ordered after the collective by the collective's end event -- by the host waiting for it (a blocking
  * call) or by the caller's stream waiting for it (an asynchronous one's Work, vendor_async.c). The host never
- * waits for the caller's whole stream, which may hold work queued after the collective. */
+ * waits for a whole stream, which may hold work queued after the call: every host wait of the family (each
+ * send/recv group, each step of pycoll's own schedules, too) looks at an event recorded behind the call. */
 #include <stddef.h>
 
 #include "vendor_common.h"
@@ -53,9 +54,8 @@ void *vendor_collective_stream(pycoll_vendor_comm_t *c, void *caller)
     return c->coll_stream;
 }
 
-/* An event behind the work rather than the whole stream: on the caller's stream the host would also wait for
- * whatever other threads queue there meanwhile, and the stream's whole state is what an event query reads
- * anyway. */
+/* An event behind the work rather than a query of the stream: cudaStreamQuery reports the stream's latest work,
+ * so the host would also wait for whatever other threads queue there meanwhile. */
 pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what, void *run_on, int64_t deadline)
 {
     if (stream_order_ready(c) && c->v->event_record(c->end_event, run_on) == 0)
