@@ -16,7 +16,9 @@ error, and the future torch hands to DDP's hooks and to `work.get_future()` comp
 Python `Future.set_exception` cannot do the latter -- it stores the exception as the value, which C++ waiters
 and `_create_work_from_future`'s Work report as success -- so each Work's future is the child of a private one
 through a callback that raises the error: a raising callback is the one way Python gives a torch future a real
-error.
+error. On CUDA tensors `wait()` does not block the host, as ProcessGroupNCCL's does not: it orders the current
+stream after the collective (pycoll.Work.wait), and a failure then raises from the group's next call, the future
+and exception().
 
 Tensors go in and out as gloo takes them: a non-contiguous one is copied into a contiguous buffer (and the
 result copied back), bool tensors travel as bytes (reductions over them are logical: or for sum and max, and
@@ -394,7 +396,8 @@ class PycollProcessGroup(dist.ProcessGroup):
         if self._coalesced is None:
             raise ValueError("_end_coalescing: this group is not coalescing (no _start_coalescing before it)")
         works, self._coalesced = self._coalesced, None
-        whole = PycollWork([w.result() for w in works])
+        device_works = [d for w in works for d in w._device_works] if all(w._device_works for w in works) else ()
+        whole = PycollWork([w.result() for w in works], device_works)
         torch.futures.collect_all([w._settle for w in works]).add_done_callback(lambda _: whole.complete(
             next((w.exception() for w in works if w.exception() is not None), None)))
         return whole

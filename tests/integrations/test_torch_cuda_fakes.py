@@ -45,4 +45,6 @@ def test_wait_on_a_cuda_tensor_orders_the_current_stream_without_a_host_wait(ncc
     for rank, rep in reports.items():
         assert rep["waited"] < kernel_s / 2 and rep["pending"], (rank, rep)
         assert rep["synced"] >= kernel_s * 0.9, (rank, rep)
+        assert rep["coalesced_waited"] < kernel_s / 2, (rank, rep)
+        assert rep["coalesced_synced"] >= 2 * kernel_s * 0.9, (rank, rep)  # both, one after the other
         assert rep["right"], (rank, rep)
