@@ -20,7 +20,8 @@ What it does, each part in fresh processes:
 3. compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh over
    ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum, and time;
 4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
-   current, must wait for it;
+   current, must wait for it; an async one's Work.wait() must return while that kernel still runs (no host wait)
+   and the stream's next kernel must see the result;
 5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the timeout;
 6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing);
 7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
@@ -311,6 +312,22 @@ def worker_streams(quick):
         side.synchronize()
         want = comm.size * (comm.size + 1) / 2
         rows.append({"n": n, "ok": bool((x == want).all()), "first": float(x[0])})
+    # async_op=True: Work.wait() orders the current stream after the collective without a host wait, so it returns
+    # while the side stream's ~1 s kernel still runs, and the stream's next kernel sees the result.
+    x = torch.zeros(2**24, device="cuda", dtype=torch.float32)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000_000)
+        x.fill_(comm.rank + 1)
+        work = comm.all_reduce(x, async_op=True)
+        started = time.perf_counter()
+        work.wait()
+        waited = time.perf_counter() - started
+        y = x * 2  # on `side`, after the collective
+    side.synchronize()
+    want = comm.size * (comm.size + 1)
+    rows.append({"n": "async wait", "ok": bool((y == want).all()) and waited < 0.5, "waited_s": waited,
+                 "first": float(y[0])})
     return rows
 
 
@@ -527,8 +544,9 @@ def verdicts(parts):
             r["accuracy"] == "compensated" and r["max_ulps"] > COMPENSATED_MAX_ULPS),
             f"every algorithm ran; compensated within {COMPENSATED_MAX_ULPS} ulps",
             f"rows with an error or compensated over {COMPENSATED_MAX_ULPS} ulps"),
-        "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream",
-                         "collectives ran before the side stream's kernel"),
+        "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream; an async "
+                         "wait left the host free and the stream ordered",
+                         "collectives ran before the side stream's kernel, or an async wait blocked the host"),
     }
     if "killed" in parts:
         # The last rank exits on purpose; every other rank must have raised, not hung or returned.

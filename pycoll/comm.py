@@ -258,9 +258,16 @@ class Communicator:
         except BaseException as exc:  # a failure, or Ctrl-C mid-collective: the peers are not coming back
             self._mark_failed(exc)
             raise
-        if self._pending:  # a blocking call runs after every earlier one: they have all completed
-            self._pending.clear()
+        self._drop_completed()
         return result
+
+    def _drop_completed(self):
+        """Forget the Works seen complete, oldest first (they complete in call order), with their arrays. A
+        vendor Work that wait() left to the device (Work.wait) is kept until its end event has passed: its arrays
+        must outlive the collective even when the caller has dropped them."""
+        pending = self._pending
+        while pending and pending[0]._handle.done():
+            pending.popleft()
 
     @staticmethod
     def _async(async_op):
@@ -296,16 +303,14 @@ class Communicator:
             if records:
                 self.last_algorithm = algorithm
             return result
-        pending = self._pending
-        while pending and pending[0]._handle.done():
-            pending.popleft()
+        self._drop_completed()
         try:
             handle = engine.run(call, True)
         except BaseException as exc:
             self._mark_failed(exc)
             raise
         work = Work(handle, result, keep, on_error=self._mark_failed)
-        pending.append(work)
+        self._pending.append(work)
         return work
 
     # -- collectives ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """pycoll.Work, the handle a collective called with async_op=True returns, and pycoll.wait_all.
 
-The collective itself runs on the communicator's progress thread in C (native/comm/progress.c); a Work wraps
+The collective itself runs on the communicator's progress thread in C (native/comm/progress.c), or, on the
+vendor backends, on the device, on a stream of the communicator's own (backends/README.md); a Work wraps
 the engine's handle (NativeWork for the host backends; a VendorWork for the vendor backends' enqueued
 collectives; CompletedHandle for engines that run the collective at call time) and adds what Python needs: the
 result, references to the arrays until the collective completes, and done-callbacks.
@@ -105,11 +106,19 @@ class Work:
         """The algorithm that ran (what "auto" chose), once completed; None before."""
         return self._handle.algorithm
 
-    def wait(self, timeout=None):
+    def wait(self, timeout=None, *, block=False):
         """Wait for the collective and return its result (as the blocking call returns it), or raise its error
         (as the blocking call raises it). With `timeout` (seconds), raise pycoll.Timeout if it has not
-        completed by then: the collective keeps running and the Work can be waited on again."""
+        completed by then: the collective keeps running and the Work can be waited on again.
+
+        A vendor collective on device memory (NCCL, HCCL) is not waited for on the host, as torch's
+        ProcessGroupNCCL's Work.wait() does not: the framework's current stream is ordered after the collective's
+        end, and wait() returns at once, so later work on that stream sees the result. Its error, if it fails,
+        comes from synchronize() or exception() then, or from the communicator's next call. block=True (or a
+        timeout, or synchronize()) waits on the host."""
         seconds = _timeout_seconds(timeout)
+        if not block and seconds is None and self._ordered():
+            return self._result
         if not self._finished and not self._handle.wait(seconds):
             raise Timeout(f"Work.wait: the collective did not complete within {seconds} s; it is still running "
                           f"(wait again, or close the communicator to cancel it)")
@@ -117,6 +126,18 @@ class Work:
         if self._error is not None:
             raise self._error
         return self._result
+
+    def synchronize(self, timeout=None):
+        """wait(timeout, block=True): wait on the host for the collective to complete (device work too)."""
+        return self.wait(timeout, block=True)
+
+    def _ordered(self):
+        """Whether the framework's current stream now waits for the collective, so the host need not: a pending
+        vendor collective on device memory (a finished one: False, and wait() reports it as before)."""
+        order = getattr(self._handle, "order_stream", None)
+        if order is None or self._observe():
+            return False
+        return order()
 
     def is_completed(self):
         """True once the collective has completed, successfully or not."""

@@ -26,7 +26,8 @@ struct pycoll_vendor_work {
     char error[512];
     int refs;                   /* under lock: the caller's and the watchdog's */
     const pycoll_vendor_t *v;
-    void *event;
+    void *event;                /* recorded behind the collective, on the stream it ran on */
+    int host_visible;           /* the host reads its buffers: a stream wait cannot serve it */
     int64_t deadline_ns;
     char what[64];
     struct pycoll_vendor_work *next; /* in the communicator's pending list */
@@ -166,17 +167,19 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
-pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline)
+pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int host_visible,
+                                int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     pycoll_vendor_work_t *w = calloc(1, sizeof *w);
     if (!w)
-        return vendor_finish(c, what, 0, stream, deadline); /* no memory for a work: complete it now */
+        return vendor_wait_collective(c, what, stream, deadline); /* no memory for a work: complete it now */
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->finished_cond, NULL);
     w->v = v;
     w->refs = 2; /* the caller's (take_work) and the list's */
     w->deadline_ns = deadline;
+    w->host_visible = host_visible;
     snprintf(w->what, sizeof w->what, "%s", what);
     int r = v->event_create(&w->event);
     if (r == 0)
@@ -188,7 +191,7 @@ pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void 
         }
         w->refs = 1;
         work_release(w);
-        return vendor_finish(c, what, 0, stream, deadline); /* no event or no thread: complete it now */
+        return vendor_wait_collective(c, what, stream, deadline); /* no event or no thread: complete it now */
     }
     c->watchdog_started = 1;
     pycoll_vendor_work_t **tail = &c->pending;
@@ -264,6 +267,20 @@ int pycoll_vendor_work_wait(pycoll_vendor_work_t *w, double timeout_s)
     int finished = w->finished;
     pthread_mutex_unlock(&w->lock);
     return finished;
+}
+
+pycoll_status_t pycoll_vendor_work_order_stream(pycoll_vendor_work_t *w, void *stream)
+{
+    const pycoll_vendor_t *v = w->v;
+    if (w->host_visible || !v->stream_wait_event)
+        return PYCOLL_ERR_UNSUPPORTED;
+    /* A finished work needs no order (a failed one's error is the caller's to raise). */
+    pthread_mutex_lock(&w->lock);
+    int finished = w->finished;
+    pthread_mutex_unlock(&w->lock);
+    if (finished)
+        return PYCOLL_OK;
+    return v->stream_wait_event(stream, w->event) == 0 ? PYCOLL_OK : PYCOLL_ERR_UNSUPPORTED;
 }
 
 pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *w, char *error, size_t error_len)

@@ -399,14 +399,14 @@ pycoll_status_t vendor_wait_ready(pycoll_vendor_comm_t *c, const char *what, int
     }
 }
 
-/* Until the stream's work has completed, the vendor reports an asynchronous error, or the deadline. */
-static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline_ns)
+pycoll_status_t vendor_wait_done(pycoll_vendor_comm_t *c, const char *what, void *stream, void *event,
+                                 int64_t deadline_ns)
 {
     const pycoll_vendor_t *v = c->v;
     for (int64_t started = pycoll_now_ns();; poll_pause(started)) {
         int64_t left_ms = (deadline_ns - pycoll_now_ns()) / 1000000;
         int32_t slice_ms = left_ms < 1 ? 1 : left_ms < STREAM_SLICE_MS ? (int32_t)left_ms : STREAM_SLICE_MS;
-        int code = v->stream_wait(stream, slice_ms);
+        int code = event ? v->event_query(event) : v->stream_wait(stream, slice_ms);
         int busy = 0;
         pycoll_status_t st = vendor_poll_async(c, what, &busy);
         if (st != PYCOLL_OK)
@@ -415,8 +415,9 @@ static pycoll_status_t wait_stream(pycoll_vendor_comm_t *c, const char *what, vo
             return PYCOLL_OK;
         if (code != v->stream_busy)
             return pycoll_p2p_fail(&c->state, PYCOLL_ERR_SYSTEM, -1, "%s: %s after %s failed: %s (code %d)", v->name,
-                                   vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT), what,
-                                   v->runtime_error ? v->runtime_error(code) : "runtime error", code);
+                                   event ? "the query of the event recorded"
+                                         : vendor_call_name(v, PYCOLL_VENDOR_CALL_STREAM_WAIT),
+                                   what, v->runtime_error ? v->runtime_error(code) : "runtime error", code);
         if (pycoll_now_ns() >= deadline_ns)
             return vendor_abort_on_deadline(c, what);
     }
@@ -439,17 +440,22 @@ static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, 
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
 {
     pycoll_status_t st = accepted_call(c, what, r, deadline);
-    return st != PYCOLL_OK ? st : wait_stream(c, what, stream, deadline);
+    return st != PYCOLL_OK ? st : vendor_wait_collective(c, what, stream, deadline);
 }
 
-/* A collective of the vendor's own: in async mode it returns once enqueued, its completion the watchdog's. */
-static pycoll_status_t finish_collective(pycoll_vendor_comm_t *c, const char *what, int r, void *stream,
-                                         int64_t deadline)
+/* A collective of the vendor's own, enqueued on run_on (vendor_collective_stream): a blocking call returns once
+ * the host has seen it complete; in async mode it returns once enqueued, its completion the watchdog's. buf:
+ * where its result goes (NULL: none), to tell whether only a host wait serves it. */
+static pycoll_status_t finish_collective(pycoll_vendor_comm_t *c, const char *what, int r, void *run_on,
+                                         const void *buf, int64_t deadline)
 {
-    if (!c->async)
-        return vendor_finish(c, what, r, stream, deadline);
     pycoll_status_t st = accepted_call(c, what, r, deadline);
-    return st != PYCOLL_OK ? st : vendor_enqueued(c, what, stream, deadline);
+    if (st != PYCOLL_OK)
+        return st;
+    if (!c->async)
+        return vendor_wait_collective(c, what, run_on, deadline);
+    int host_visible = buf && c->v->host_memory && c->v->host_memory(buf); /* unknown: device memory */
+    return vendor_enqueued(c, what, run_on, host_visible, deadline);
 }
 
 static int64_t seconds_to_ns(double s)
@@ -567,6 +573,7 @@ void pycoll_vendor_comm_destroy(pycoll_vendor_comm_t *c)
         c->v->scratch_free(c->reduce_scratch);
     if (c->own_stream)
         c->v->stream_destroy(c->own_stream);
+    vendor_streams_free(c);
     comm_free(c);
 }
 
@@ -635,8 +642,9 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
 }
 
 /* Each collective: its deadline starts before the checks, so the whole call is bounded by the timeout; it runs
- * under the communicator's lock (the watchdog's abort never interleaves with it). */
-#define VENDOR_CALL(c, call, count, dtype, op, root, invoke)                                                   \
+ * under the communicator's lock (the watchdog's abort never interleaves with it). `invoke` is called with
+ * `stream` set to the stream it runs on (vendor_collective_stream); buf is where its result goes. */
+#define VENDOR_CALL(c, call, count, dtype, op, root, buf, invoke)                                              \
     do {                                                                                                       \
         int64_t deadline_ = pycoll_now_ns() + (c)->timeout_ns;                                                 \
         int vd = 0, vo = 0;                                                                                    \
@@ -645,8 +653,10 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
         vendor_comm_lock(c);                                                                                   \
         pycoll_status_t st_ = vendor_begin((c), (count), (dtype), (op), (root), &vd, &vo);                     \
         (void)vo;                                                                                              \
-        if (st_ == PYCOLL_OK)                                                                                  \
-            st_ = finish_collective((c), vendor_call_name((c)->v, (call)), (invoke), stream, deadline_);       \
+        if (st_ == PYCOLL_OK) {                                                                                \
+            stream = vendor_collective_stream((c), stream);                                                    \
+            st_ = finish_collective((c), vendor_call_name((c)->v, (call)), (invoke), stream, (buf), deadline_); \
+        }                                                                                                      \
         vendor_comm_unlock(c);                                                                                 \
         return st_;                                                                                            \
     } while (0)
@@ -654,28 +664,28 @@ pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtyp
 pycoll_status_t pycoll_vendor_all_reduce(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf, int64_t count,
                                          pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
 {
-    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_REDUCE, count, dtype, (int)op, -1,
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_REDUCE, count, dtype, (int)op, -1, recvbuf,
                 c->v->all_reduce(sendbuf, recvbuf, (uint64_t)count, vd, vo, c->comm, stream));
 }
 
 pycoll_status_t pycoll_vendor_reduce_scatter(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf,
                                              int64_t recv_count, pycoll_dtype_t dtype, pycoll_op_t op, void *stream)
 {
-    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE_SCATTER, recv_count, dtype, (int)op, -1,
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE_SCATTER, recv_count, dtype, (int)op, -1, recvbuf,
                 c->v->reduce_scatter(sendbuf, recvbuf, (uint64_t)recv_count, vd, vo, c->comm, stream));
 }
 
 pycoll_status_t pycoll_vendor_all_gather(pycoll_vendor_comm_t *c, const void *sendbuf, void *recvbuf,
                                          int64_t send_count, pycoll_dtype_t dtype, void *stream)
 {
-    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_GATHER, send_count, dtype, -1, -1,
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_ALL_GATHER, send_count, dtype, -1, -1, recvbuf,
                 c->v->all_gather(sendbuf, recvbuf, (uint64_t)send_count, vd, c->comm, stream));
 }
 
 pycoll_status_t pycoll_vendor_broadcast(pycoll_vendor_comm_t *c, void *buf, int64_t count, pycoll_dtype_t dtype,
                                         int32_t root, void *stream)
 {
-    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BROADCAST, count, dtype, -1, root,
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BROADCAST, count, dtype, -1, root, buf,
                 c->v->broadcast(buf, (uint64_t)count, vd, root, c->comm, stream));
 }
 
@@ -703,7 +713,7 @@ pycoll_status_t pycoll_vendor_reduce(pycoll_vendor_comm_t *c, const void *sendbu
         }
         recvbuf = c->reduce_scratch;
     }
-    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE, count, dtype, (int)op, root,
+    VENDOR_CALL(c, PYCOLL_VENDOR_CALL_REDUCE, count, dtype, (int)op, root, recvbuf,
                 c->v->reduce(sendbuf, recvbuf, (uint64_t)count, vd, vo, root, c->comm, stream));
 }
 
@@ -715,7 +725,7 @@ pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *c, void *stream)
     if (!stream)
         stream = c->own_stream; /* HCCL refuses a NULL stream (HCCL_E_PTR) */
     if (v->barrier)
-        VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BARRIER, 0, PYCOLL_INT32, -1, -1, v->barrier(c->comm, stream));
+        VENDOR_CALL(c, PYCOLL_VENDOR_CALL_BARRIER, 0, PYCOLL_INT32, -1, -1, NULL, v->barrier(c->comm, stream));
     if (c->state.status == PYCOLL_OK && !c->scratch) {
         int e = v->scratch_alloc(&c->scratch, sizeof(int32_t));
         if (e != 0)

@@ -59,6 +59,11 @@ struct pycoll_vendor_comm {
     void *own_stream;  /* the vendor's stream_create: for calls given no stream */
     void *reduce_scratch; /* where non-roots' reduce writes, for a vendor that writes there (HCCL) */
     size_t reduce_scratch_bytes;
+    /* vendor_streams.c: the stream the vendor's collectives run on (NULL until the first, or where the vendor
+     * has none: then they run on the caller's), the event that orders it after the caller's stream, and the
+     * one a blocking collective's host wait looks at; stream_order_off once making them failed. */
+    void *coll_stream, *order_event, *end_event;
+    int stream_order_off;
     void *stream;      /* where the transport's sends and receives go */
     pycoll_request_t *posted, *posted_tail; /* posted, not yet issued: the next wait issues them as one group */
     /* Every call on the communicator holds lock (recursive: a transport wait inside a call takes it again), and
@@ -130,8 +135,8 @@ pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
  * (none) or a rank. The vendor's codes go to *vd and *vo (vo may be NULL). */
 pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo);
-/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for the stream, within the
- * deadline (then abort); in async mode, once enqueued, hand it to the watchdog (vendor_enqueued) instead. */
+/* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for what it queued on
+ * stream (vendor_wait_collective), within the deadline (then abort). */
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);
 /* The deadline passed on `what`: abort, and the Timeout error recorded. */
 pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *what);
@@ -139,13 +144,34 @@ pycoll_status_t vendor_abort_on_deadline(pycoll_vendor_comm_t *c, const char *wh
  * requested from another thread (pycoll_vendor_comm_request_abort), breaks (and aborts) the communicator. */
 pycoll_status_t vendor_poll_async(pycoll_vendor_comm_t *c, const char *what, int *in_progress);
 
+/* Until the stream's work (event NULL) or the event's has completed, the vendor reports an asynchronous error,
+ * or the deadline (then abort). */
+pycoll_status_t vendor_wait_done(pycoll_vendor_comm_t *c, const char *what, void *stream, void *event,
+                                 int64_t deadline_ns);
+
+/* vendor_streams.c. The stream a collective called on `caller` runs on: the communicator's own, ordered after
+ * the work queued on caller so far by an event, where the vendor has one (vendor_ops.h: comm_stream_create);
+ * else caller. Under c->lock. */
+void *vendor_collective_stream(pycoll_vendor_comm_t *c, void *caller);
+/* After `what` was enqueued on run_on: the host waits for it (an event recorded behind it where the vendor has
+ * events, else the stream), within the deadline. */
+pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what, void *run_on, int64_t deadline);
+/* Orders stream after the collectives enqueued on the communicator's stream so far (none: nothing), so that
+ * what runs on the caller's stream -- send/recv, pycoll's own schedules -- keeps the communicator's call order
+ * behind an async collective. Under c->lock. */
+void vendor_join_collectives(pycoll_vendor_comm_t *c, void *stream);
+/* Frees the stream and events (at teardown, once the vendor's communicator is gone). */
+void vendor_streams_free(pycoll_vendor_comm_t *c);
+
 /* vendor_async.c. The lock every call holds (vendor_comm_lock/unlock); the work of a call enqueued in async
  * mode: an event recorded on stream after it, watched until the deadline; stopping the watchdog (before
  * teardown) fails what is still pending with `why`. */
 void vendor_comm_lock_init(pycoll_vendor_comm_t *c);
 void vendor_comm_lock(pycoll_vendor_comm_t *c);
 void vendor_comm_unlock(pycoll_vendor_comm_t *c);
-pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int64_t deadline);
+/* host_visible: the host reads the collective's buffers (host memory), so only a host wait serves it. */
+pycoll_status_t vendor_enqueued(pycoll_vendor_comm_t *c, const char *what, void *stream, int host_visible,
+                                int64_t deadline);
 void vendor_watchdog_stop(pycoll_vendor_comm_t *c);
 
 #endif

@@ -144,6 +144,15 @@ struct pycoll_vendor {
     int (*event_record)(void *event, void *stream);
     int (*event_query)(void *event);
     int (*event_destroy)(void *event);
+    /* Optional, all three or none (then a collective runs on the caller's stream): the stream the vendor's
+     * collectives run on, one per communicator (made at its first collective; comm_stream_destroy frees it),
+     * and the wait that orders a stream's later work after an event (cudaStreamWaitEvent): each collective is
+     * ordered after the caller's stream by an event recorded there, and the caller's stream after the
+     * collective by its end event, as ProcessGroupNCCL runs its collectives on streams of its own. Needs the
+     * events. The stream must not synchronise with the legacy default stream (cudaStreamNonBlocking). */
+    int (*comm_stream_create)(void **stream);
+    int (*comm_stream_destroy)(void *stream);
+    int (*stream_wait_event)(void *stream, void *event);
 
     /* Optional, each (NULL, or absent from the loaded library as fault_tolerance says: a shrink
      * re-creates the communicator among the survivors, a stop aborts it). */

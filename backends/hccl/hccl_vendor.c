@@ -64,6 +64,7 @@ static int (*acl_create_event)(void **event);
 static int (*acl_record_event)(void *event, void *stream);
 static int (*acl_query_event_status)(void *event, int *status); /* aclrtEventRecordedStatus: 1 complete */
 static int (*acl_destroy_event)(void *event);
+static int (*acl_stream_wait_event)(void *stream, void *event);
 static pthread_once_t events_once = PTHREAD_ONCE_INIT;
 
 static void resolve_events(void)
@@ -72,6 +73,7 @@ static void resolve_events(void)
     *(void (**)(void))&acl_record_event = vendor_optional_symbol(&V.libraries[1], "aclrtRecordEvent");
     *(void (**)(void))&acl_query_event_status = vendor_optional_symbol(&V.libraries[1], "aclrtQueryEventStatus");
     *(void (**)(void))&acl_destroy_event = vendor_optional_symbol(&V.libraries[1], "aclrtDestroyEvent");
+    *(void (**)(void))&acl_stream_wait_event = vendor_optional_symbol(&V.libraries[1], "aclrtStreamWaitEvent");
 }
 
 static int event_create(void **event)
@@ -97,6 +99,27 @@ static int event_query(void *event)
 static int event_destroy(void *event)
 {
     return acl_destroy_event(event);
+}
+
+/* The stream HCCL's collectives run on (vendor_ops.h: comm_stream_create), ordered by aclrtStreamWaitEvent; a
+ * runtime without it leaves them on the caller's stream (the failed create says so to the generic layer). */
+static int comm_stream_create(void **stream)
+{
+    pthread_once(&events_once, resolve_events);
+    if (!acl_stream_wait_event || !acl_create_event || !acl_record_event || !acl_query_event_status ||
+        !acl_destroy_event)
+        return HCCL_E_NOT_SUPPORT;
+    return V.stream_create(stream);
+}
+
+static int comm_stream_destroy(void *stream)
+{
+    return V.stream_destroy(stream);
+}
+
+static int stream_wait_event(void *stream, void *event)
+{
+    return acl_stream_wait_event(stream, event);
 }
 
 /* ---- the ACL context of teardown threads ---- */
@@ -348,6 +371,9 @@ pycoll_vendor_t pycoll_hccl_vendor = {
     .event_record = event_record,
     .event_query = event_query,
     .event_destroy = event_destroy,
+    .comm_stream_create = comm_stream_create,
+    .comm_stream_destroy = comm_stream_destroy,
+    .stream_wait_event = stream_wait_event,
     .bind_thread = bind_thread,
     .late_call_names = late_call_names,
 };

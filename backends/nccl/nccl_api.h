@@ -90,5 +90,7 @@ typedef int (*pycoll_nccl_fn_cuda_pointer_get_attributes)(pycoll_cuda_pointer_at
                                                           const void *ptr);
 typedef int (*pycoll_nccl_fn_cuda_event_create_with_flags)(void **event, unsigned flags);
 typedef int (*pycoll_nccl_fn_cuda_set_device)(int device);
+typedef int (*pycoll_nccl_fn_cuda_stream_create_with_flags)(void **stream, unsigned flags);
+typedef int (*pycoll_nccl_fn_cuda_stream_wait_event)(void *stream, void *event, unsigned flags);
 
 #endif

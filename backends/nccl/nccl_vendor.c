@@ -91,6 +91,20 @@ static int event_create(void **event)
     return cuda_event_create_with_flags(event, 2);
 }
 
+/* The stream NCCL's collectives run on: non-blocking (cudaStreamNonBlocking, 1), as torch's pool streams are,
+ * so that it never waits for the legacy default stream's unrelated work nor it for the collective. */
+static pycoll_nccl_fn_cuda_stream_create_with_flags cuda_stream_create_with_flags;
+static int comm_stream_create(void **stream)
+{
+    return cuda_stream_create_with_flags(stream, 1);
+}
+
+static pycoll_nccl_fn_cuda_stream_wait_event cuda_stream_wait_event;
+static int stream_wait_event(void *stream, void *event)
+{
+    return cuda_stream_wait_event(stream, event, 0);
+}
+
 /* cudaStreamQuery only looks; the generic layer sleeps between looks. */
 static int stream_wait(void *stream, int32_t slice_ms)
 {
@@ -167,6 +181,9 @@ static const pycoll_vendor_symbol_t cudart_symbols[] = {
     {PYCOLL_VENDOR_CALL_NONE, "cudaEventQuery", VENDOR_SLOT(V.event_query)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaEventDestroy", VENDOR_SLOT(V.event_destroy)},
     {PYCOLL_VENDOR_CALL_NONE, "cudaSetDevice", VENDOR_SLOT(cuda_set_device)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaStreamCreateWithFlags", VENDOR_SLOT(cuda_stream_create_with_flags)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaStreamDestroy", VENDOR_SLOT(V.comm_stream_destroy)},
+    {PYCOLL_VENDOR_CALL_NONE, "cudaStreamWaitEvent", VENDOR_SLOT(cuda_stream_wait_event)},
 };
 #undef V
 
@@ -194,6 +211,8 @@ pycoll_vendor_t pycoll_nccl_vendor = {
     .scratch_alloc = scratch_alloc,
     .host_memory = host_memory,
     .event_create = event_create,
+    .comm_stream_create = comm_stream_create,
+    .stream_wait_event = stream_wait_event,
     .fault_tolerance = fault_tolerance,
     .shrink = shrink,
     .revoke = revoke,

@@ -1,7 +1,7 @@
 """Type stubs for pycoll._bindings.vendor: libpycoll's vendor family (native/include/pycoll/vendor.h). Pointers
 and streams are integers; dtype and op are pycoll ids."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from typing_extensions import Self, disjoint_base
@@ -66,8 +66,10 @@ class VendorComm:
 
 @disjoint_base
 class VendorWork:
+    current_stream: Callable[[], int] | None
     @property
     def algorithm(self) -> str | None: ...
+    def order_stream(self) -> bool: ...
     def wait(self, timeout: float | None) -> bool: ...
     def done(self) -> bool: ...
     def error(self) -> BaseException | None: ...

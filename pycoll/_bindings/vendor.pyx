@@ -21,6 +21,7 @@ cdef extern from "pycoll/vendor.h" nogil:
     pycoll_vendor_work_t *pycoll_vendor_comm_take_work(pycoll_vendor_comm_t *comm)
     int pycoll_vendor_work_wait(pycoll_vendor_work_t *work, double timeout_s)
     pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len)
+    pycoll_status_t pycoll_vendor_work_order_stream(pycoll_vendor_work_t *work, void *stream)
     void pycoll_vendor_work_release(pycoll_vendor_work_t *work)
     int32_t pycoll_vendor_fault_tolerance(const pycoll_vendor_t *vendor)
     pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *comm, const void *sendbuf,
@@ -227,8 +228,8 @@ cdef class Vendor:
 
 
 cdef class VendorComm:
-    """One vendor communicator. Collectives block until done on the stream, or raise (Timeout aborts it). The
-    compensated_* calls run pycoll's own algorithms (a pycoll communicator over the vendor's send/recv)."""
+    """One vendor communicator. Collectives block until done (the host saw their end), or raise (Timeout aborts
+    it). The compensated_* calls run pycoll's own algorithms (a pycoll communicator over the vendor's send/recv)."""
     cdef pycoll_vendor_comm_t *comm
     cdef pycoll_comm_t *native
     cdef double timeout
@@ -457,9 +458,23 @@ cdef class VendorComm:
 
 cdef class VendorWork:
     """A vendor collective enqueued in async mode (VendorComm.take_work): the handle pycoll.Work wraps. Its
-    communicator's watchdog finishes it -- completed, or failed with the communicator's first error."""
+    communicator's watchdog finishes it -- completed, or failed with the communicator's first error.
+    `current_stream()` (set by the engine) is the stream its array's framework queues work on at the time asked."""
     cdef pycoll_vendor_work_t *work
     cdef readonly object algorithm
+    cdef public object current_stream
+
+    def order_stream(self):
+        """Order the later work of the framework's current stream after the collective, without a host wait
+        (ProcessGroupNCCL's Work.wait()): True; False where only a host wait serves (host memory, no stream
+        wait in the runtime, no current stream known)."""
+        if self.current_stream is None:
+            return False
+        cdef uintptr_t stream = self.current_stream()
+        cdef pycoll_status_t st
+        with nogil:
+            st = pycoll_vendor_work_order_stream(self.work, <void *>stream)
+        return st == PYCOLL_OK
 
     def __dealloc__(self):
         if self.work != NULL:

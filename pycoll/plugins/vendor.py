@@ -8,6 +8,7 @@ used on, average where the vendor has none, and compensated sums where the vendo
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 
@@ -165,11 +166,13 @@ class VendorEngine(Engine):
         self._closed = False
         self._enqueue = False   # inside start(): the vendor's collectives return once enqueued
         self._work_comm = None  # the communicator of the collective start() enqueued
+        self._work_stream = None  # the framework's current stream of its array, when asked (VendorWork)
         self._comm(self._default)  # fail at init, not at the first collective
 
-    def _call(self, comm, method, *args, enqueue=True):
+    def _call(self, comm, method, *args, owner=None, enqueue=True):
         """comm.<method>(*args). Inside start() (async_op=True), where the result needs nothing more from the
-        host (enqueue), it returns once enqueued on the stream, and start() returns its work."""
+        host (enqueue), it returns once enqueued on the stream, and start() returns its work, whose wait orders
+        the current stream of `owner`'s framework (None: of the backend's memory) after it."""
         if not (self._enqueue and enqueue):
             return getattr(comm, method)(*args)
         from pycoll._bindings import vendor as _vendor
@@ -179,6 +182,8 @@ class VendorEngine(Engine):
         finally:
             _vendor.set_async(comm, False)
         self._work_comm = comm
+        self._work_stream = functools.partial(framework_stream, self.backend.memory) if owner is None else \
+            functools.partial(current_stream, owner)
 
     def run(self, call, async_op=False):
         name = call.collective
@@ -190,13 +195,15 @@ class VendorEngine(Engine):
     def start(self, collective, *args):
         """The collective enqueued on its stream, its handle the communicator's work: the watchdog thread of
         the communicator (one, whatever the number of calls) completes it when its event has, or fails it with
-        the vendor's asynchronous error or at the deadline (then the communicator is aborted). What needs the
-        host after the vendor's call -- pycoll's own schedules, compensated sums, HCCL's average (a division
-        after the sum) -- runs at call time, and its handle is complete, as before."""
+        the vendor's asynchronous error or at the deadline (then the communicator is aborted). Its wait orders
+        the caller's current stream after the collective's end event, without a host wait, where the memory is
+        the device's (VendorWork.order_stream). What needs the host after the vendor's call -- pycoll's own
+        schedules, compensated sums, HCCL's average (a division after the sum) -- runs at call time, and its
+        handle is complete, as before."""
         from pycoll._bindings import vendor as _vendor
         from pycoll.work import CompletedHandle
 
-        self._enqueue, self._work_comm = True, None
+        self._enqueue, self._work_comm, self._work_stream = True, None, None
         try:
             algorithm = getattr(self, collective)(*args)
         except Exception as exc:  # noqa: BLE001 -- delivered by Work.wait, as a background failure would be
@@ -204,8 +211,12 @@ class VendorEngine(Engine):
         finally:
             self._enqueue = False
         comm, self._work_comm = self._work_comm, None
+        stream, self._work_stream = self._work_stream, None  # it holds the array: the work's alone from now
         work = _vendor.take_work(comm, algorithm) if comm is not None else None
-        return work if work is not None else CompletedHandle(algorithm=algorithm)
+        if work is None:
+            return CompletedHandle(algorithm=algorithm)
+        work.current_stream = stream
+        return work
 
     def _comm(self, algorithm):
         if self._closed:
@@ -301,7 +312,7 @@ class VendorEngine(Engine):
         self._check_supported(kind, recv, op)
         vop, divide = self._vendor_op(op)
         self._call(self._comm(algorithm), kind, send.ptr, recv.ptr, recv.count, recv.dtype, vop, stream,
-                   enqueue=not divide)
+                   owner=recv.owner, enqueue=not divide)
         if divide:
             divide_in_place(recv, self.size)
         return self._resolved(algorithm)
@@ -315,12 +326,13 @@ class VendorEngine(Engine):
     def all_gather(self, send, recv):
         self._check_device(recv)
         self._call(self._comm("auto"), "all_gather", send.ptr, recv.ptr, send.count, send.dtype,
-                   current_stream(recv.owner))
+                   current_stream(recv.owner), owner=recv.owner)
         return self._resolved("auto")
 
     def broadcast(self, buf, root):
         self._check_device(buf)
-        self._call(self._comm("auto"), "broadcast", buf.ptr, buf.count, buf.dtype, root, current_stream(buf.owner))
+        self._call(self._comm("auto"), "broadcast", buf.ptr, buf.count, buf.dtype, root, current_stream(buf.owner),
+                   owner=buf.owner)
         return self._resolved("auto")
 
     def reduce(self, send, recv, op, root, accuracy):
@@ -334,7 +346,7 @@ class VendorEngine(Engine):
         self._check_supported("reduce", send, op)
         vop, divide = self._vendor_op(op)
         self._call(self._comm("auto"), "reduce", send.ptr, target.ptr, send.count, send.dtype, vop, root,
-                   current_stream(send.owner), enqueue=not (divide and self.rank == root))
+                   current_stream(send.owner), owner=send.owner, enqueue=not (divide and self.rank == root))
         if divide and self.rank == root:
             divide_in_place(recv, self.size)
         return self._resolved("auto")

@@ -16,7 +16,9 @@ error, and the future torch hands to DDP's hooks and to `work.get_future()` comp
 Python `Future.set_exception` cannot do the latter -- it stores the exception as the value, which C++ waiters
 and `_create_work_from_future`'s Work report as success -- so each Work's future is the child of a private one
 through a callback that raises the error: a raising callback is the one way Python gives a torch future a real
-error.
+error. On CUDA tensors `wait()` does not block the host, as ProcessGroupNCCL's does not: it orders the current
+stream after the collective (pycoll.Work.wait), and a failure then raises from the group's next call, the future
+and exception().
 
 Tensors go in and out as gloo takes them: a non-contiguous one is copied into a contiguous buffer (and the
 result copied back), bool tensors travel as bytes (reductions over them are logical: or for sum and max, and
@@ -134,6 +136,11 @@ class _Staging:
         self._back.append((t, buf))
         return _raw(buf)
 
+    @property
+    def copies_back(self):
+        """Whether finish() has copies to make once the collective has completed (on the host's word)."""
+        return bool(self._back)
+
     def flat_inputs(self, tensors, name):
         """One flat buffer holding `tensors` (all of one dtype) in order."""
         _same_dtype([_tensor(t, f"{name}[{i}]") for i, t in enumerate(tensors)], name)
@@ -158,9 +165,12 @@ class PycollWork(dist.Work):
     """The c10d Work of one call: `wait()` raises the pycoll error the call ended with, `get_future()` completes
     with `value` (the call's tensors) or with that error (a RuntimeError naming it, as torch futures carry)."""
 
-    def __init__(self, value):
+    def __init__(self, value, device_works=()):
+        """device_works: the pycoll Works whose wait() may leave the collective to the device (nothing to copy
+        back after it), as ProcessGroupNCCL's wait() does."""
         super().__init__()
         self._value = value
+        self._device_works = device_works
         self._error = None
         self._source = -1
         self._done = threading.Event()
@@ -182,8 +192,14 @@ class PycollWork(dist.Work):
         self._done.set()
 
     def wait(self, timeout=datetime.timedelta(0)):
-        """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed."""
+        """Block until the call completes (torch's zero timeout: no limit) and raise its error if it failed. A
+        collective on CUDA tensors is not waited for on the host, as ProcessGroupNCCL's wait() does not: the
+        current stream is ordered after its end (pycoll.Work.wait), and a failure comes from the group's next
+        call, the future, or exception()."""
         seconds = timeout.total_seconds() if timeout else 0.0
+        if not seconds and not self._done.is_set() and self._device_works and \
+                all(w._ordered() for w in self._device_works):
+            return True
         if not self._done.wait(seconds if seconds > 0 else None):
             raise Timeout(f"Work.wait: the collective did not complete within {seconds:g} s; it is still running")
         if self._error is not None:
@@ -358,8 +374,10 @@ class PycollProcessGroup(dist.ProcessGroup):
         return self._cuda
 
     def _work(self, pycoll_works, value, finish):
-        work = PycollWork(value)
         works = pycoll_works if isinstance(pycoll_works, list) else [pycoll_works]
+        staging = getattr(finish, "__self__", None)
+        nothing_back = isinstance(staging, _Staging) and not staging.copies_back
+        work = PycollWork(value, works if nothing_back else ())
         self._completer.add(works, work, finish, self._in_call)
         if self._coalesced is not None:
             self._coalesced.append(work)
@@ -378,7 +396,8 @@ class PycollProcessGroup(dist.ProcessGroup):
         if self._coalesced is None:
             raise ValueError("_end_coalescing: this group is not coalescing (no _start_coalescing before it)")
         works, self._coalesced = self._coalesced, None
-        whole = PycollWork([w.result() for w in works])
+        device_works = [d for w in works for d in w._device_works] if all(w._device_works for w in works) else ()
+        whole = PycollWork([w.result() for w in works], device_works)
         torch.futures.collect_all([w._settle for w in works]).add_done_callback(lambda _: whole.complete(
             next((w.exception() for w in works if w.exception() is not None), None)))
         return whole

@@ -3,6 +3,7 @@
  * so tests can check what pycoll passed; FAKE_COLL_FAIL injects result codes ("ncclAllReduce=4", "async=6", ...). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -498,9 +499,19 @@ EXPORT int cudaSetDevice(int device)
     return 0;
 }
 
+/* How many times this process called cudaStreamQuery, cudaEventQuery and cudaStreamSynchronize, for tests of
+ * what the host waits on (fake_cuda_wait_calls(0, 1, 2)). */
+static _Atomic long long wait_calls[3];
+
+EXPORT long long fake_cuda_wait_calls(int which)
+{
+    return which >= 0 && which < 3 ? wait_calls[which] : -1;
+}
+
 /* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
 EXPORT int cudaStreamQuery(void *stream)
 {
+    wait_calls[0]++;
     thread_current_device("cudaStreamQuery");
     if (fake_stream_busy(stream))
         return 600;
@@ -533,6 +544,7 @@ EXPORT int cudaStreamDestroy(void *stream)
 
 EXPORT int cudaStreamSynchronize(void *stream)
 {
+    wait_calls[2]++;
     thread_current_device("cudaStreamSynchronize");
     return fake_stream_sync(stream, "cudaStreamSynchronize") ? 6 : 0; /* cudaErrorLaunchTimeout */
 }
@@ -554,10 +566,18 @@ EXPORT int cudaEventRecord(fake_event_t *event, void *stream)
     return 0;
 }
 
+/* Logs how late the caller noticed a completion, as cudaStreamQuery does, where the event's stream went idle
+ * with it. */
 EXPORT int cudaEventQuery(fake_event_t *event)
 {
+    wait_calls[1]++;
     thread_current_device("cudaEventQuery");
-    return fake_event_done(event) ? 0 : 600;
+    if (!fake_event_done(event))
+        return 600;
+    long long idle = fake_stream_idle_for_ns(event->stream);
+    if (idle)
+        fake_log("cudaEventQuery noticed_after_us=%lld", idle / 1000);
+    return 0;
 }
 
 EXPORT int cudaEventSynchronize(fake_event_t *event)

@@ -31,3 +31,20 @@ def test_every_collective_of_the_torch_backend_on_cuda_tensors(nccl, tmp_path):
     for call in ("ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend",
                  "ncclRecv"):
         assert f"{call} rank=0" in log and f"{call} rank=1" in log, call
+
+
+@pytest.mark.timeout(120)
+def test_wait_on_a_cuda_tensor_orders_the_current_stream_without_a_host_wait(nccl, tmp_path):
+    # As ProcessGroupNCCL's Work.wait(): the host goes on while the device still runs the collective, and the
+    # current stream's later work runs after it. Every buffer is device memory here; each collective takes 0.4 s.
+    kernel_s = 0.4
+    env = dict(nccl, FAKE_COLL_LOG=str(tmp_path / "log"), FAKE_CUDA_MEMORY_TYPE="2",
+               FAKE_KERNEL_US=str(int(kernel_s * 1e6)))
+    with Ranks(2, "torch_cuda_stream_worker.py", env=env, timeout=60) as job:
+        reports = job.reports(deadline_s=110)
+    for rank, rep in reports.items():
+        assert rep["waited"] < kernel_s / 2 and rep["pending"], (rank, rep)
+        assert rep["synced"] >= kernel_s * 0.9, (rank, rep)
+        assert rep["coalesced_waited"] < kernel_s / 2, (rank, rep)
+        assert rep["coalesced_synced"] >= 2 * kernel_s * 0.9, (rank, rep)  # both, one after the other
+        assert rep["right"], (rank, rep)

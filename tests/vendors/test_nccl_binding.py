@@ -3,6 +3,7 @@ argument marshalling, dtype/op mapping, the unique id through the store, error c
 These are binding tests, not proof on hardware: the fake runs the collectives on host memory."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -117,7 +118,10 @@ def test_stream_from_array_and_algorithm_communicators(env):
     for x in run_ranks_ok(_streams_and_algorithms, 2, env):
         np.testing.assert_array_equal(x, [8, 8, 8])
     log = open(env["FAKE_COLL_LOG"]).read()
-    assert "ncclAllReduce rank=1 count=3 dtype=7 op=0 root=-1 stream=0x5001" in log
+    # The array's stream orders the collective, which runs on the communicator's own stream.
+    assert "cudaEventRecord stream=0x5001" in log
+    assert re.search(r"cudaStreamWaitEvent stream=(0x[0-9a-f]+) on=0x5001\n(?:.*\n)*?ncclAllReduce rank=1 count=3 "
+                     r"dtype=7 op=0 root=-1 stream=\1 ", log), log
     assert "algo=Ring" in log
 
 

@@ -5,9 +5,12 @@
  * are written once.
  *
  * Buffers are device pointers; `stream` is the caller's cudaStream_t / aclrtStream (NULL: the default stream).
- * Every call returns when the collective has completed on the stream, failed, or passed the communicator's
- * deadline -- in which case the communicator is aborted and broken: later calls return PYCOLL_ERR_CLOSED. On
- * error, pycoll_vendor_comm_error() says why. */
+ * The vendor's collectives run on a stream of the communicator's own where the vendor has one (NCCL, and HCCL
+ * where AscendCL has aclrtStreamWaitEvent), ordered after the work queued on `stream` before the call by an
+ * event, as ProcessGroupNCCL runs them; else on `stream`. Every call returns when the collective has completed
+ * (the host has seen its end event, or the stream), failed, or passed the communicator's deadline -- in which
+ * case the communicator is aborted and broken: later calls return PYCOLL_ERR_CLOSED. On error,
+ * pycoll_vendor_comm_error() says why. */
 #ifndef PYCOLL_VENDOR_H
 #define PYCOLL_VENDOR_H
 
@@ -134,8 +137,9 @@ PYCOLL_API pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *comm, co
                                                   void *stream);
 
 /* Asynchronous collectives, as torch's ProcessGroupNCCL runs them. While `on` (and the vendor has events), each
- * of the vendor's collectives (all_reduce ... barrier) returns once it is enqueued on its stream; an event
- * recorded behind it is its pycoll_vendor_work_t (pycoll_vendor_comm_take_work). One watchdog thread per
+ * of the vendor's collectives (all_reduce ... barrier) returns once it is enqueued on the stream it runs on; an
+ * event recorded behind it there is its pycoll_vendor_work_t (pycoll_vendor_comm_take_work), which orders the
+ * caller's later work after it without a host wait (pycoll_vendor_work_order_stream). One watchdog thread per
  * communicator polls every pending work's event and the vendor's asynchronous error; at an error, or at the
  * work's deadline (the communicator's timeout from the call), it aborts the communicator (bounded, as every
  * teardown) and fails every pending work with the error. Calls on the communicator are serialised with it.
@@ -147,6 +151,12 @@ PYCOLL_API void pycoll_vendor_comm_set_async(pycoll_vendor_comm_t *comm, int on)
 PYCOLL_API pycoll_vendor_work_t *pycoll_vendor_comm_take_work(pycoll_vendor_comm_t *comm);
 /* Until the work has finished or timeout_s passed (< 0: no limit); 1 when it has finished. */
 PYCOLL_API int pycoll_vendor_work_wait(pycoll_vendor_work_t *work, double timeout_s);
+/* Orders the later work queued on `stream` after the collective (its end event: cudaStreamWaitEvent), without
+ * waiting on the host, as ProcessGroupNCCL's Work.wait() does. PYCOLL_OK (also once the work has finished),
+ * or PYCOLL_ERR_UNSUPPORTED where only a host wait serves: its buffers are host memory the host reads, or the
+ * runtime has no stream wait (then wait with pycoll_vendor_work_wait). It reports no failure: a failed work
+ * says so through pycoll_vendor_work_status, and its communicator is broken. */
+PYCOLL_API pycoll_status_t pycoll_vendor_work_order_stream(pycoll_vendor_work_t *work, void *stream);
 /* PYCOLL_OK once completed, its error once failed (why, into error), PYCOLL_ERR_BUSY while pending. */
 PYCOLL_API pycoll_status_t pycoll_vendor_work_status(pycoll_vendor_work_t *work, char *error, size_t error_len);
 PYCOLL_API void pycoll_vendor_work_release(pycoll_vendor_work_t *work);
