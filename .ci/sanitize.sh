@@ -39,7 +39,7 @@ cd "$root/tests"
 # anything, segment names drawn again when taken, a duplicate rank and another job's id refused at the listener,
 # compensated sums of special values across every algorithm, complex data over every algorithm, and revoke, agree
 # and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program), a job
-# grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor exchange of gather, scatter
+# grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor streams and events, the vendor exchange of gather, scatter
 # and all-to-all, the watchdog's device, and the waits that sleep on the TCP transport's events.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
   kernels/test_kernels*.py \
@@ -56,7 +56,7 @@ cd "$root/tests"
   communicator/test_c_fault_tolerance.py communicator/test_grow.py \
   communicator/test_c_entry_points.py communicator/test_flight_recorder.py communicator/test_c_trace.py \
   vendors/test_vendor_strict.py vendors/test_cuda_nvrtc.py vendors/test_cuda_context.py \
-  vendors/test_cuda_devices.py vendors/test_vendor_p2p_groups.py vendors/test_vendor_async.py \
+  vendors/test_cuda_devices.py vendors/test_vendor_p2p_groups.py vendors/test_vendor_async.py vendors/test_vendor_streams.py \
   vendors/test_hccl_p2p.py vendors/test_cuda_scratch.py vendors/test_islands_shrink.py \
   vendors/test_vendor_exchange.py vendors/test_vendor_thread_device.py \
   integrations/test_jax_ffi.py \

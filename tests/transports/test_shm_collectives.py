@@ -34,7 +34,7 @@ def test_every_op_of_every_dtype_with_the_default_slots(n):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, pytest.param(4, marks=pytest.mark.stress)])
 def test_reproducible_all_reduce_is_exact_and_the_ring_algorithms_bits(n, no_segment_left):
     """The exact mode's limbs encoded into the slots and decoded once summed: 64 KiB slots put messages of one,
     two and three rounds within reach."""
