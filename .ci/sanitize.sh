@@ -39,8 +39,9 @@ cd "$root/tests"
 # anything, segment names drawn again when taken, a duplicate rank and another job's id refused at the listener,
 # compensated sums of special values across every algorithm, complex data over every algorithm, and revoke, agree
 # and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program), a job
-# grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor streams and events, the vendor exchange of gather, scatter
-# and all-to-all, the watchdog's device, and the waits that sleep on the TCP transport's events.
+# grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor streams and events, the
+# vendor exchange of gather, scatter and all-to-all, the watchdog's device, and the waits that sleep on the TCP
+# transport's events.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
   kernels/test_kernels*.py \
   algorithms/test_algorithms_sim.py algorithms/test_hierarchical_sim.py algorithms/test_collectives_more.py \
