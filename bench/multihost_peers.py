@@ -16,6 +16,7 @@ Every peer's ranks run this interpreter (numpy, pycoll's timing) with the peer's
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,8 @@ def _prefix_unavailable(env_name, module, install):
 
 def unavailable(lib):
     """Why the peer `lib` cannot run here, or None."""
+    if lib in ("openmpi", "openmpi-yield", "mpich") and shutil.which("unshare") is None:
+        return "unshare (util-linux) is missing: the launch agent gives each namespace host its own host name"
     if lib.startswith("openmpi"):
         if not os.path.exists(MPIRUN):
             return f"{MPIRUN} is missing (apt-get install openmpi-bin libopenmpi-dev)"
