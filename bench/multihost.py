@@ -1,12 +1,16 @@
 """Produce bench/results/multihost.md: a float32 sum all-reduce, 4 B to 64 MiB, across network-namespace hosts
 (H hosts x R ranks, tests/netns_hosts.py) whose links are rate-limited with tc tbf on both ends of each veth:
-pycoll's default backend and backend="tcp" beside gloo (torch.distributed, GLOO_SOCKET_IFNAME=eth0), measured
-the same way in one run. Per size and job: each call after a barrier, every rank's median over its calls, the
-slowest rank's median; then the median of the jobs (--reps jobs per library, interleaved). Every result is
-checked exactly (integer-valued data). Namespaces, veths and processes are removed on every exit (an exception,
-Ctrl-C, SIGTERM). Needs root and iproute2; otherwise it says why and exits without measuring.
+pycoll's default backend and backend="tcp" beside gloo (torch.distributed, GLOO_SOCKET_IFNAME=eth0) and the peers
+of bench/multihost_peers.py (Open MPI, MPICH, MLX's ring: each skipped, with why, where it is not installed),
+measured the same way in one run. Per size and job: each call after a barrier, every rank's median over its
+calls, the slowest rank's median; then the median of the jobs (--reps jobs per library, interleaved). Every
+result is checked exactly (integer-valued data), and every job must send at least what an all-reduce must across
+each host's link (the veths' counters), so that no library takes a shortcut between the namespace hosts.
+Namespaces, veths and processes are removed on every exit (an exception, Ctrl-C, SIGTERM). Needs root and
+iproute2; otherwise it says why and exits without measuring.
 
-    python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3] [--libs default,tcp,gloo]
+    python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3]
+                              [--libs default,tcp,gloo,openmpi,openmpi-yield,mpich,mlx]
                               [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--before PYTHON]
                               [--out bench/results/multihost.md [--append]]
 
@@ -20,7 +24,8 @@ against the rate (times the NICs). --append adds the results to --out as a secti
 pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
 inherit the environment: PYCOLL_SPIN_US=0 measures the waits that sleep at once (recorded in the results).
 
-Each rank is `ip netns exec HOST python bench/multihost.py --worker LIB ...`.
+Each rank is `ip netns exec HOST python bench/multihost.py --worker LIB ...` (an MPI's ranks: its launcher's, run
+in host 0), and writes its report to a file.
 """
 
 import argparse
@@ -31,17 +36,20 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
+import multihost_peers  # noqa: E402
 from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
 from multiproc import free_port  # noqa: E402
-from netns_hosts import SUBNET, HostsUnavailable, namespace_hosts, shape_links  # noqa: E402
+from netns_hosts import SUBNET, HostsUnavailable, link_bytes, namespace_hosts, shape_links  # noqa: E402
 
 LIBS = ("default", "tcp", "gloo")
+PEERS = ("gloo", *multihost_peers.PEERS)  # the libraries that are not pycoll
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
 
 
@@ -78,7 +86,7 @@ class _Pycoll:
         import pycoll
 
         self.comm = pycoll.init(backend, timeout=120)
-        self.rank = self.comm.rank
+        self.rank, self.size = self.comm.rank, self.comm.size
 
     def all_reduce(self, x, out):
         self.comm.all_reduce(x, out=out)
@@ -100,7 +108,7 @@ class _Gloo:
 
         self.torch, self.dist = torch, dist
         dist.init_process_group("gloo", init_method="env://")
-        self.rank = dist.get_rank()
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
     def all_reduce(self, x, out):
         # gloo reduces in place: out of place is a copy first (what pycoll does with out= too).
@@ -117,15 +125,23 @@ class _Gloo:
         self.dist.destroy_process_group()
 
 
-def worker(lib, size_list):
-    """One rank: every size in turn, untimed warm-up calls, then timed calls each after a barrier. Prints JSON:
-    its per-size times and how many results were wrong."""
+def open_comm(lib):
+    if lib == "gloo":
+        return _Gloo()
+    if lib in multihost_peers.PEERS:
+        return multihost_peers.Mlx() if lib == "mlx" else multihost_peers.Mpi()
+    return _Pycoll(None if lib == "default" else lib)
+
+
+def worker(lib, size_list, report_dir):
+    """One rank: every size in turn, untimed warm-up calls, then timed calls each after a barrier. Writes JSON to
+    report_dir/RANK.json: its per-size times and how many results were wrong."""
     import numpy as np
 
     from pycoll.tools.bench.timing import time_iterations
 
-    comm = _Gloo() if lib == "gloo" else _Pycoll(None if lib == "default" else lib)
-    world = int(os.environ["WORLD_SIZE"])
+    comm = open_comm(lib)
+    world = comm.size
     times, wrong = {}, 0
     for nbytes in size_list:
         count = nbytes // 4
@@ -134,13 +150,14 @@ def worker(lib, size_list):
         want = base * world + world * (world - 1) / 2  # exact in float32: below 2^24
         times[nbytes] = time_iterations(lambda: comm.all_reduce(x, out), comm.barrier, 2, iterations(nbytes))
         wrong += int(not np.array_equal(out, want))
-    print(json.dumps({"rank": comm.rank, "times": times, "wrong": wrong, "what": comm.describe()}), flush=True)
+    report = {"rank": comm.rank, "times": times, "wrong": wrong, "what": comm.describe()}
+    (Path(report_dir) / f"rank-{comm.rank}.json").write_text(json.dumps(report))
     comm.close()
 
 
 def run_job(names, placement, label, args):
     """One job of the library `label` names ("tcp", "default/4": 4 streams) over the hosts; returns every
-    rank's report."""
+    rank's report, one per rank."""
     python, lib, _, streams = sys.executable, *label.partition("/")
     if lib.endswith(BEFORE):
         python, lib = args.before, lib[:-len(BEFORE)]
@@ -148,47 +165,70 @@ def run_job(names, placement, label, args):
     if args.nics > 1:
         pycoll_env["PYCOLL_SOCKET_IFNAME"] = ",".join(f"eth{k}" for k in range(args.nics))
     port, secret = free_port(), secrets.token_hex(32)  # a secret: the store is on a non-loopback address
+    env = dict(os.environ, WORLD_SIZE=str(len(placement)), MASTER_ADDR=f"{SUBNET}.1", MASTER_PORT=str(port),
+               GLOO_SOCKET_IFNAME="eth0", PYTHONSAFEPATH="1", PYCOLL_SECRET=secret,
+               **(pycoll_env if lib not in ("gloo", *multihost_peers.PEERS) else {}))
     procs = []
-    try:
-        for rank, host in enumerate(placement):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(placement)), MASTER_ADDR=f"{SUBNET}.1",
-                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0", PYTHONSAFEPATH="1",
-                       PYCOLL_SECRET=secret, **(pycoll_env if lib != "gloo" else {}))
-            procs.append(subprocess.Popen(["ip", "netns", "exec", names[host], python, __file__, "--worker",
-                                           lib, "--sizes", ",".join(map(str, args.size_list))],
-                                          env=env, stdout=subprocess.PIPE, text=True))
-        reports = []
-        for p in procs:
-            stdout, _ = p.communicate(timeout=900)
-            if p.returncode != 0:
-                raise SystemExit(f"a {lib} rank exited with {p.returncode}: {stdout}")
-            reports.append(json.loads(stdout.strip().splitlines()[-1]))
-        return reports
-    finally:
-        for p in procs:  # `ip netns exec` execs the command: the pid is the rank's own
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    with tempfile.TemporaryDirectory(prefix="pycoll-multihost-") as workdir, \
+            open(Path(workdir) / "ranks.log", "w+") as log:
+        worker = [python, __file__, "--worker", lib, "--report-dir", workdir,
+                  "--sizes", ",".join(map(str, args.size_list))]
+        try:
+            if lib in multihost_peers.PEERS:
+                addresses = [f"{SUBNET}.{i + 1}" for i in range(len(names))]
+                procs = multihost_peers.launch(lib, names, placement, addresses, worker, env, workdir, log)
+            else:
+                procs = [subprocess.Popen(["ip", "netns", "exec", names[host], *worker], stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=dict(env, RANK=str(rank))) for rank, host in enumerate(placement)]
+            for p in procs:
+                p.wait(timeout=900)
+            failed = [p.returncode for p in procs if p.returncode != 0]
+            reports = [json.loads(f.read_text()) for f in sorted(Path(workdir).glob("rank-*.json"))]
+            if failed or sorted(r["rank"] for r in reports) != list(range(len(placement))):
+                log.seek(0)
+                raise SystemExit(f"a {label} job failed (exit codes {failed}, reports from ranks "
+                                 f"{sorted(r['rank'] for r in reports)}): {log.read()[-4000:]}")
+            return reports
+        finally:
+            for p in procs:  # each in a process group of its own: an MPI's launcher takes its daemons along
+                multihost_peers.stop(p)
+
+
+def sent_by_hosts(names, nics):
+    """Bytes each host has sent on its NICs so far."""
+    return [sum(link_bytes(name, f"eth{k}")[1] for k in range(nics)) for name in names]
+
+
+def crossing_floor(hosts, size_list):
+    """The fewest bytes a host must send across its links in one job: per call, the 2 (H - 1) / H of the vector
+    that any all-reduce moves across a host's link each way."""
+    return sum(2 * (hosts - 1) / hosts * nbytes * (2 + iterations(nbytes)) for nbytes in size_list)
 
 
 def measure_layout(hosts, per_host, args, tbf):
-    """{lib: {bytes: [slowest rank's median per job]}} and what each library ran, for one H x R layout."""
+    """{lib: {bytes: [slowest rank's median per job]}}, what each library ran, its wrong results and the least
+    share of crossing_floor a host sent in one of its jobs, for one H x R layout."""
     placement = [r // per_host for r in range(hosts * per_host)]
     per_job = {lib: {} for lib in args.libs}
-    what, wrong = {}, 0
+    what, wrong, crossed = {}, dict.fromkeys(args.libs, 0), dict.fromkeys(args.libs, float("inf"))
+    floor = crossing_floor(hosts, args.size_list)
     tag = f"pcmh{os.getpid() % 100000}"  # this run's own namespaces: another run may be going
     with namespace_hosts(hosts, tag=tag, nics=args.nics) as names:
         shape_links(names, tbf, args.nics)
         for rep in range(args.reps):
             for lib in args.libs:  # interleaved: each repetition runs every library once
                 print(f"{hosts}x{per_host} rep {rep + 1}/{args.reps}: {lib}", flush=True)
+                before = sent_by_hosts(names, args.nics)
                 reports = run_job(names, placement, lib, args)
+                sent = [b - a for a, b in zip(before, sent_by_hosts(names, args.nics))]
+                crossed[lib] = min(crossed[lib], min(sent) / floor if hosts > 1 else float("nan"))
                 what[lib] = reports[0]["what"]
-                wrong += sum(r["wrong"] for r in reports)
+                wrong[lib] += sum(r["wrong"] for r in reports)
                 for nbytes in reports[0]["times"]:
                     slowest = max(statistics.median(r["times"][nbytes]) for r in reports)
                     per_job[lib].setdefault(int(nbytes), []).append(slowest)
-    return per_job, what, wrong
+    return per_job, what, wrong, crossed
 
 
 def table(per_job, libs, link_bytes_per_s, hosts):
@@ -196,7 +236,7 @@ def table(per_job, libs, link_bytes_per_s, hosts):
     then, from 1 MiB, each library's share of the link (the module's docstring)."""
     rows = ["| size | " + " | ".join(f"{lib} (us)" for lib in libs) + " | default / best peer |",
             "|---" + "|---:" * (len(libs) + 1) + "|"]
-    peers = [lib for lib in libs if lib == "gloo"]
+    peers = [lib for lib in libs if lib in PEERS]
     default = next((lib for lib in libs if lib.partition("/")[0] == "default"), None)
     med = {nbytes: {lib: statistics.median(per_job[lib][nbytes]) for lib in libs} for nbytes in per_job[libs[0]]}
     for nbytes in sorted(med):
@@ -216,13 +256,25 @@ def table(per_job, libs, link_bytes_per_s, hosts):
     return rows
 
 
+def outliers(per_job, libs):
+    """'lib at size: N.Nx' for every repetition more than twice its library's median at that size."""
+    out = []
+    for lib in libs:
+        for nbytes, times in sorted(per_job[lib].items()):
+            worst = max(times) / statistics.median(times)
+            if worst > 2:
+                out.append(f"{lib} at {_fmt_size(nbytes)}: {worst:.1f}x")
+    return out
+
+
 def _exit_on_signal(signum, _frame):
     raise SystemExit(f"stopped by signal {signum}")  # unwinds through every finally: processes, namespaces
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worker", choices=LIBS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=LIBS + multihost_peers.PEERS, help=argparse.SUPPRESS)
+    p.add_argument("--report-dir", help=argparse.SUPPRESS)
     p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
     p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
     p.add_argument("--streams", default="1", help="PYCOLL_TCP_STREAMS values, comma-separated: one job each")
@@ -239,17 +291,22 @@ def main():
     args = p.parse_args()
     args.size_list = parse_sizes(args.sizes) if args.sizes else sizes(args.max_mib)
     if args.worker:
-        return worker(args.worker, args.size_list)
+        return worker(args.worker, args.size_list, args.report_dir)
     args.libs_text, args.libs = args.libs, args.libs.split(",")
-    unknown = sorted(set(args.libs) - set(LIBS))
+    unknown = sorted(set(args.libs) - set(LIBS + multihost_peers.PEERS))
     if unknown:
-        p.error(f"--libs: unknown {unknown}; choose from {', '.join(LIBS)}")
+        p.error(f"--libs: unknown {unknown}; choose from {', '.join(LIBS + multihost_peers.PEERS)}")
+    skipped = {lib: multihost_peers.unavailable(lib) for lib in args.libs if lib in multihost_peers.PEERS}
+    skipped = {lib: why for lib, why in skipped.items() if why}
+    for lib, why in skipped.items():
+        print(f"skipping {lib}: {why}", file=sys.stderr)
+    args.libs = [lib for lib in args.libs if lib not in skipped]
     if args.before:
         args.libs += [lib + BEFORE for lib in ("default", "tcp") if lib in args.libs]
     streams = args.streams.split(",")
     if streams != ["1"]:  # one job per stream count for each pycoll library
-        args.libs = [f"{lib}/{n}" if lib != "gloo" else lib for lib in args.libs for n in streams
-                     if lib != "gloo" or n == streams[0]]
+        args.libs = [f"{lib}/{n}" if lib not in PEERS else lib for lib in args.libs for n in streams
+                     if lib not in PEERS or n == streams[0]]
     layouts = [tuple(int(v) for v in item.split("x")) for item in args.layouts.split(",")]
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
@@ -258,12 +315,20 @@ def main():
     sections, level = [], "##" if args.append else "#"
     try:
         for hosts, per_host in layouts:
-            per_job, what, wrong = measure_layout(hosts, per_host, args, tbf)
+            per_job, what, wrong, crossed = measure_layout(hosts, per_host, args, tbf)
+            short = [lib for lib in args.libs if crossed[lib] < 1]
+            if short:  # it did not cross the network: it found a shortcut between the namespace hosts
+                raise SystemExit(f"{', '.join(short)} sent less across a host's link than an all-reduce must "
+                                 f"({', '.join(f'{crossed[lib]:.2f}' for lib in short)} of it)")
             link = parse_rate(args.rate) / 8 * args.nics
             sections += [f"{level}# {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}"
                          f"{f', {args.nics} NICs each' if args.nics > 1 else ''}", "",
-                         "Ran: " + "; ".join(f"{lib}: {what[lib]}" for lib in args.libs)
-                         + f". Wrong results over every call: {wrong}.", "",
+                         "Ran: " + "; ".join(f"{lib}: {what[lib]}" for lib in args.libs) + ".", "",
+                         "Wrong results over every call: " + ", ".join(f"{lib} {n}" for lib, n in wrong.items())
+                         + ". Least bytes a host sent in a job, over what an all-reduce must send: "
+                         + ", ".join(f"{lib} {crossed[lib]:.2f}" for lib in args.libs)
+                         + ". Repetitions over twice their median: "
+                         + (", ".join(outliers(per_job, args.libs)) or "none") + ".", "",
                          *table(per_job, args.libs, link, hosts), ""]
     except HostsUnavailable as exc:
         print(f"skipped: {exc}", file=sys.stderr)
@@ -291,8 +356,12 @@ def main():
            "size, 2 untimed calls, then 200 (up to 4 KiB), 50 (up to 256 KiB), 10 (up to 4 MiB) or 3 timed calls, "
            "each after a barrier; a rank's median; the slowest rank's median. The table: the median over jobs "
            "(microseconds), each job's number in brackets (the spread between repetitions); `default / best peer` "
-           "divides the default backend's by the fastest peer's that is not pycoll. `lib/N`: PYCOLL_TCP_STREAMS=N.",
-           "", *sections]
+           "divides the default backend's by the fastest peer's that is not pycoll. `lib/N`: PYCOLL_TCP_STREAMS=N. "
+           "The peers: bench/multihost_peers.py (openmpi: Debian's Open MPI under mpirun, ob1 with TCP between "
+           "hosts, busy-polling; openmpi-yield: the same with mpi_yield_when_idle 1; mpich: MPICH from the package "
+           "index under hydra, UCX_TLS=tcp,self; mlx: MLX's ring backend, CPU build).",
+           "", *[f"Skipped {lib}: {why}." for lib, why in skipped.items()], *([""] if skipped else []),
+           *sections]
     if args.append:
         Path(args.out).write_text(Path(args.out).read_text().rstrip("\n") + "\n\n" + "\n".join(doc))
     else:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 SUBNETS = ("10.77.0", "10.78.0")  # one per NIC: eth0, eth1
@@ -75,4 +76,9 @@ def namespace_hosts(n, tag=None, nics=1):
         yield names
     finally:
         for name in [*names, switch]:
+            # Whatever still runs in a host (an MPI daemon its launcher left behind) would keep its veth alive.
+            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+            for pid in map(int, pids):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bootstrap/init_rank.h"
 #include "common/error_format.h"
@@ -57,6 +58,25 @@ static long cores_here(void)
     return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
+/* Whether two ranks' host identities (pycoll_host_identity: "BOOT_ID:IPC_NS:NET_NS", or a PYCOLL_HOSTID as
+ * given) name one machine: the same boot id, whatever their namespaces. Hosts that are namespaces or containers
+ * of one machine are separate hosts to the transport but run on that machine's cores. */
+static int same_machine(const char *a, const char *b)
+{
+    const size_t n = strcspn(a, ":");
+    return n == strcspn(b, ":") && strncmp(a, b, n) == 0;
+}
+
+/* The default spin: a long one only while every rank on this machine can have a core of its own; a rank that
+ * polls while the peer it waits for needs its core holds the peer off for the poll's length. */
+static int64_t default_spin_ns(const boot_state_t *s)
+{
+    int32_t here = 0;
+    for (int32_t r = 0; r < s->size; r++)
+        here += same_machine(s->table[r].host, s->table[s->rank].host);
+    return here <= cores_here() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED_CORE;
+}
+
 pycoll_status_t init_build_comm(boot_state_t *s, pycoll_comm_t **comm)
 {
     pycoll_p2p_t *p2p = make_transport(s);
@@ -64,15 +84,11 @@ pycoll_status_t init_build_comm(boot_state_t *s, pycoll_comm_t **comm)
         return PYCOLL_ERR_SYSTEM;
     p2p->check_interrupt = s->cfg.check_interrupt;
     p2p->interrupt_ctx = s->cfg.interrupt_ctx;
-    int32_t local = 0;
-    for (int32_t r = 0; r < s->size; r++)
-        local += s->host_of[r] == s->host_of[s->rank];
     pycoll_comm_options_t options;
     pycoll_comm_options_init(&options);
     options.timeout_s = s->timeout_s;
     options.segment_bytes = s->cfg.segment_bytes;
-    options.spin_ns = s->cfg.spin_ns >= 0 ? s->cfg.spin_ns
-                                          : local <= cores_here() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED_CORE;
+    options.spin_ns = s->cfg.spin_ns >= 0 ? s->cfg.spin_ns : default_spin_ns(s);
     pycoll_status_t st = pycoll_comm_create(comm, p2p, &options, s->error, BOOT_ERROR_LEN);
     if (st != PYCOLL_OK) {
         p2p->ops->destroy(p2p);

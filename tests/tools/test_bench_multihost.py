@@ -1,5 +1,6 @@
-"""bench/multihost.py's short form: a table from one small run across namespace hosts, and nothing left behind
-(namespaces, veths, ranks) when it finishes or is stopped by SIGTERM mid-run. Needs root and iproute2."""
+"""bench/multihost.py's short form: a table from one small run across namespace hosts, a tiny job of each peer
+that is installed here (bench/multihost_peers.py) with its numbers checked, and nothing left behind (namespaces,
+veths, ranks) when it finishes or is stopped by SIGTERM mid-run. Needs root and iproute2."""
 
 import os
 import signal
@@ -14,11 +15,13 @@ from repo_paths import ROOT
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
 SCRIPT = ROOT / "bench" / "multihost.py"
+sys.path.insert(0, str(ROOT / "bench"))
+import multihost_peers  # noqa: E402
 
 
-def bench(*args):
-    return subprocess.Popen([sys.executable, "-P", str(SCRIPT), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd="/")
+def bench(*args, stderr=subprocess.DEVNULL):
+    return subprocess.Popen([sys.executable, "-P", str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, cwd="/")
 
 
 def namespaces_of(pid):
@@ -50,7 +53,7 @@ def test_a_small_run_writes_its_table_and_removes_its_hosts(tmp_path):
     stdout, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, stdout
     text = out.read_text()
-    assert "## 2 hosts x 1 rank" in text and "Wrong results over every call: 0." in text, text
+    assert "## 2 hosts x 1 rank" in text and "Wrong results over every call: default 0, tcp 0." in text, text
     assert "cpu/tcp" in text and "tcp/tcp" in text, text  # what each ran, as the ranks reported it
     row = next(line for line in text.splitlines() if line.startswith("| 4 B |"))
     assert len(row.split("|")) == 6, row  # size, default, tcp, ratio (no peer: "-")
@@ -76,3 +79,25 @@ def test_sigterm_mid_run_removes_namespaces_and_ranks(tmp_path):
     assert proc.returncode != 0
     assert namespaces_of(proc.pid) == []
     assert [pid for pid in ranks if Path(f"/proc/{pid}").exists()] == [], "ranks left running"
+
+
+@pytest.mark.parametrize("peer", multihost_peers.PEERS)
+def test_each_installed_peer_runs_across_the_hosts_with_exact_results(tmp_path, peer):
+    why = multihost_peers.unavailable(peer)
+    if why:
+        pytest.skip(f"{peer} is not installed here: {why}")
+    out = tmp_path / "multihost.md"
+    # 2 hosts x 2 ranks: the peer's launcher places two ranks on each host, one pair per namespace.
+    proc = bench("--layouts", "2x2", "--libs", f"default,{peer}", "--reps", "1", "--sizes", "4,64k",
+                 "--out", str(out), stderr=subprocess.STDOUT)
+    stdout, _ = proc.communicate(timeout=170)
+    assert proc.returncode == 0, stdout  # it exits non-zero if a peer sent less across the links than it must
+    text = out.read_text()
+    assert f"Wrong results over every call: default 0, {peer} 0." in text, text
+    header = next(line for line in text.splitlines() if line.startswith("| size |")).split("|")
+    assert header[3].strip() == f"{peer} (us)", header
+    for size in ("4 B", "64 KiB"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {size} |")).split("|")
+        assert float(row[3].split("(")[0]) > 0, row  # the peer's median, a number
+        assert float(row[4]) > 0, row  # default / best peer: the peer is a peer
+    assert namespaces_of(proc.pid) == []

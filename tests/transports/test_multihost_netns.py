@@ -1,6 +1,9 @@
 """Jobs across several hosts on one machine (network namespaces, tests/netns_hosts.py). Needs root and
 iproute2; only the namespaces' own addresses are used."""
 
+import os
+import shutil
+
 import pytest
 import transport_faults as faults
 from multiproc import Ranks
@@ -83,3 +86,25 @@ def test_hierarchical_two_hosts_of_two_ranks(hosts):
 def test_hierarchical_uneven_hosts_of_two_and_one(hosts):
     reports = _hierarchical_job(hosts, [0, 0, 1])
     assert [reports[r]["local_size"] for r in range(3)] == [2, 2, 1], reports
+
+
+def _spin_ns_on_cores(hosts, cores):
+    """Each rank's default spin, one rank per namespace host, every rank's affinity `cores` (taskset -c)."""
+    with Ranks(len(hosts), "comm_worker.py", "collectives", master_addr=f"{SUBNET}.1",
+               wrap=lambda r: ["ip", "netns", "exec", hosts[r], "taskset", "-c", cores]) as ranks:
+        reports = ranks.reports()
+    assert all(rep.get("ok") and rep["hosts"] == len(hosts) for rep in reports.values()), reports
+    return [reports[r]["options"]["spin_ns"] for r in range(len(hosts))]
+
+
+@pytest.mark.parametrize("hosts", [2], indirect=True)
+def test_spin_default_counts_every_rank_on_the_machine_not_only_the_host(hosts, monkeypatch):
+    """Two namespace hosts of one rank each are two hosts, but one machine: pinned to one core, the two ranks
+    share it, so each polls the short default (200 us), not the 2 ms of a rank with a core of its own."""
+    if shutil.which("taskset") is None:
+        pytest.skip("needs taskset (util-linux)")
+    monkeypatch.delenv("PYCOLL_SPIN_US", raising=False)
+    assert _spin_ns_on_cores(hosts, "0") == [200_000, 200_000]
+    if len(os.sched_getaffinity(0)) >= 2:  # a core each: the long spin
+        cores = ",".join(map(str, sorted(os.sched_getaffinity(0))[:2]))
+        assert _spin_ns_on_cores(hosts, cores) == [2_000_000, 2_000_000]
