@@ -158,7 +158,7 @@ void *vendor_collective_stream(pycoll_vendor_comm_t *c, void *caller);
 pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what, void *run_on, int64_t deadline);
 /* Orders stream after the collectives enqueued on the communicator's stream so far (none: nothing), so that
  * what runs on the caller's stream -- send/recv, pycoll's own schedules -- keeps the communicator's call order
- * behind an async collective. Under c->lock. */
+ * behind an async collective. Takes c->lock. */
 void vendor_join_collectives(pycoll_vendor_comm_t *c, void *stream);
 /* Frees the stream and events (at teardown, once the vendor's communicator is gone). */
 void vendor_streams_free(pycoll_vendor_comm_t *c);

@@ -114,9 +114,7 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
     pycoll_request_t recv = {.buf = recvbuf, .nbytes = recv_count * size, .peer = recv_peer};
     pycoll_request_t send = {.buf = (void *)sendbuf, .nbytes = send_count * size, .peer = send_peer, .is_send = 1,
                              .next = recv_peer == -1 ? NULL : &recv};
-    vendor_comm_lock(c);
     vendor_join_collectives(c, stream);
-    vendor_comm_unlock(c);
     return issue_group(c, send_peer == -1 ? &recv : &send, vd, size, stream, deadline);
 }
 
@@ -266,9 +264,7 @@ pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *c, void *stream, cons
     c->state.kernels = kernels;
     c->state.ops = &vendor_p2p_ops;
     c->stream = stream;
-    vendor_comm_lock(c);
     vendor_join_collectives(c, stream);
-    vendor_comm_unlock(c);
     return &c->state;
 }
 
@@ -326,9 +322,7 @@ pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *c, const void *send
     const pycoll_memory_kernels_t *kernels = NULL;
     if (own_send > 0 && (st = bind_kernels(c, stream, recvbuf, &kernels)) != PYCOLL_OK)
         return st;
-    vendor_comm_lock(c);
     vendor_join_collectives(c, stream);
-    vendor_comm_unlock(c);
     pycoll_request_t *reqs = calloc((size_t)(2 * size), sizeof *reqs);
     if (!reqs)
         return vendor_reject(c, PYCOLL_ERR_NOMEM, "%s: out of memory for a group of %d messages", c->v->name,

@@ -66,8 +66,10 @@ pycoll_status_t vendor_wait_collective(pycoll_vendor_comm_t *c, const char *what
 void vendor_join_collectives(pycoll_vendor_comm_t *c, void *stream)
 {
     const pycoll_vendor_t *v = c->v;
+    vendor_comm_lock(c);
     if (c->coll_stream && stream != c->coll_stream && v->event_record(c->order_event, c->coll_stream) == 0)
         v->stream_wait_event(stream, c->order_event);
+    vendor_comm_unlock(c);
 }
 
 void vendor_streams_free(pycoll_vendor_comm_t *c)
