@@ -37,6 +37,14 @@ SHM_DIR = "/dev/shm"
 STARTED_PIDS = []
 
 
+def sigint_at_default():
+    """preexec_fn for a process a test sends SIGINT, as a terminal's Ctrl-C: SIGINT back at its default action
+    before the exec, so that Python installs its KeyboardInterrupt handler there. A pytest started with SIGINT
+    ignored (`pytest &` from a script) would otherwise pass the ignoring on to every child, where SIGINT then does
+    nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def segments_of(pids):
     """The names in /dev/shm of the segments that processes `pids` created."""
     prefixes = tuple(f"pycoll-{pid}-" for pid in pids)
@@ -47,9 +55,10 @@ class Ranks:
     """N processes of one job. Use as a context manager: every process is killed on exit."""
 
     def __init__(self, n, script, *args, env=None, timeout=30.0, master_addr="127.0.0.1", wrap=None,
-                 rank_env=None):
+                 rank_env=None, interruptible=False):
         """wrap(rank) -> command prefix, e.g. ["ip", "netns", "exec", "host1"] to run a rank on another host;
-        rank_env(rank) -> extra environment for that rank only."""
+        rank_env(rank) -> extra environment for that rank only; interruptible: the ranks get SIGINT at its
+        default (sigint_at_default), for a test that sends them one."""
         port = self.port = free_port()
         self.procs = []
         self.stderr = {}
@@ -62,7 +71,8 @@ class Ranks:
                 prefix = wrap(rank) if wrap else []
                 self.procs.append(subprocess.Popen([*prefix, sys.executable, str(SCRIPTS / script), *args],
                                                    env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                   text=True))
+                                                   text=True,
+                                                   preexec_fn=sigint_at_default if interruptible else None))
                 STARTED_PIDS.append(self.procs[-1].pid)
         except BaseException:  # Ctrl-C or a failed start midway: the ranks already started go too
             self.__exit__()

@@ -89,7 +89,8 @@ def test_close_with_queued_work_fails_it_with_communicator_closed_and_returns(ba
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_interrupts_the_waiting_thread_and_the_collective_still_completes(backend, tmp_path):
-    with Ranks(2, "async_worker.py", "interrupt_wait", env={"TEST_FLAG": str(tmp_path / "flag")}) as ranks:
+    with Ranks(2, "async_worker.py", "interrupt_wait", env={"TEST_FLAG": str(tmp_path / "flag")},
+               interruptible=True) as ranks:
         ranks.wait_ready([0, 1])
         os.kill(ranks.procs[0].pid, signal.SIGINT)
         reports = ranks.reports()

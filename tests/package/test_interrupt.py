@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from multiproc import SCRIPTS
+from multiproc import SCRIPTS, sigint_at_default
 
 SESSION = SCRIPTS / "interrupted_session.py"
 PROMPT_S = 8.0  # "a few seconds": conftest's grace (3 s) and a loaded machine's slowness
@@ -35,7 +35,8 @@ def test_ctrl_c_ends_the_run_and_its_rank_processes_within_seconds(tmp_path):
     # Its own session, so that the SIGINT goes to its process group only, as a terminal sends Ctrl-C.
     proc = subprocess.Popen([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                              str(SESSION)], env=dict(os.environ, TEST_OUT=str(tmp_path)), cwd=SESSION.parents[2],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=sigint_at_default)
     try:
         _wait_for(tmp_path / "ready", proc, 60.0)
         ranks = [int(pid) for f in tmp_path.glob("*.pids") for pid in f.read_text().split()]

@@ -125,7 +125,7 @@ def check_peer_that_closes_its_communicator_is_named_quickly():
 def interrupt_a_blocked_rank(world):
     """Rank 0 blocks in a collective the others join much later; SIGINT reaches it there. Returns its report
     after checking it raised KeyboardInterrupt promptly."""
-    with Ranks(world, "comm_worker.py", "interrupt", timeout=60) as ranks:
+    with Ranks(world, "comm_worker.py", "interrupt", timeout=60, interruptible=True) as ranks:
         ranks.wait_ready([0])
         time.sleep(0.3)
         sent = time.monotonic()
