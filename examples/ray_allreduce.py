@@ -1,10 +1,12 @@
 """Ray actors all-reduce over pycoll: run with `python examples/ray_allreduce.py`
 (needs pip install 'pycoll-collectives[ray]', or ".[ray]" from a checkout).
 
-It starts a small local Ray cluster, puts 3 actors in one collective group of backend "PYCOLL" and calls Ray's
-own ray.util.collective.allreduce in each: the sum runs over pycoll (shared memory between the actors of one
-host, TCP across hosts).
+It joins the Ray cluster that RAY_ADDRESS names, else starts a small local one, puts 3 actors in one collective
+group of backend "PYCOLL" and calls Ray's own ray.util.collective.allreduce in each: the sum runs over pycoll
+(shared memory between the actors of one host, TCP across hosts).
 """
+
+import os
 
 import numpy as np
 import ray
@@ -29,7 +31,9 @@ class Worker:
 
 
 if __name__ == "__main__":
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # A cluster that is already running keeps its own resources: Ray refuses num_cpus when joining one.
+    own_cluster = {} if os.environ.get("RAY_ADDRESS") else {"num_cpus": 2}
+    ray.init(**own_cluster, include_dashboard=False, log_to_driver=False)
     try:
         workers = [Worker.remote(rank) for rank in range(WORLD)]  # the constructors rendezvous together
         expected = WORLD * (WORLD + 1) / 2

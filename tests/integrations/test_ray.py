@@ -51,9 +51,9 @@ GET_TIMEOUT = 60.0    # the driver's deadline on any actor call
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One local Ray cluster for the module, on 127.0.0.1, always shut down. Started from a directory outside
-    the source tree: Ray's workers put the driver's directory on their path, and the source tree's uncompiled
-    pycoll/ would shadow the installed package."""
+    """One local Ray cluster for the module, on 127.0.0.1, always shut down; its address. Started from a
+    directory outside the source tree: Ray's workers put the driver's directory on their path, and the source
+    tree's uncompiled pycoll/ would shadow the installed package."""
     if SKIP_REASON:
         pytest.skip(SKIP_REASON)
     from ray import cloudpickle  # ships this module's functions to the actors by value (tests/ is no package)
@@ -65,7 +65,7 @@ def cluster(tmp_path_factory):
         ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                  namespace="pycoll-test-ray")
         try:
-            yield
+            yield ray.get_runtime_context().gcs_address
         finally:
             ray.shutdown()
     finally:
@@ -411,7 +411,9 @@ def test_cpu_torch_tensors(group3):
 
 @pytest.mark.timeout(120)
 def test_the_example_runs(cluster, tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # On the module's cluster, as on a user's running one: starting a cluster of its own would take most of the
+    # test's time.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_ADDRESS=cluster)
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "ray_allreduce.py")], capture_output=True,
                           text=True, timeout=110, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
