@@ -124,7 +124,8 @@ def _ok(results):
 
 @pytest.fixture(scope="module")
 def group3(cluster):
-    """Three actors in the pycoll group "g3"."""
+    """Three actors in the pycoll group "g3". The tests of other groups make theirs from these actors too: an
+    actor's process takes seconds to start, and one process may belong to several groups."""
     Member = make_actor_class()
     actors = [Member.remote() for _ in range(3)]
     assert _get([a.setup.remote(3, r, "g3", GROUP_TIMEOUT) for r, a in enumerate(actors)]) == \
@@ -292,20 +293,15 @@ def _declared_allreduce(rank):
 
 
 @pytest.mark.timeout(90)
-def test_driver_side_create_collective_group_with_backend_pycoll(cluster):
+def test_driver_side_create_collective_group_with_backend_pycoll(group3):
     from ray.util import collective as col
-    Member = make_actor_class()
-    actors = [Member.remote() for _ in range(2)]
-    try:
-        col.create_collective_group(actors, 2, [1, 0], backend=pray.BACKEND, group_name="declared")
-        results = _ok(_get([a.call.remote(_declared_allreduce, r) for r, a in zip([1, 0], actors)]))
-        for x, kind, rank in results:
-            assert x == (np.arange(4) * 3.0).tolist() and kind == "PycollGroup"
-        assert sorted(r for _, _, r in results) == [0, 1]
-        _get([a.destroy.remote("declared") for a in actors])
-    finally:
-        for a in actors:
-            ray.kill(a)
+    actors = group3[:2]
+    col.create_collective_group(actors, 2, [1, 0], backend=pray.BACKEND, group_name="declared")
+    results = _ok(_get([a.call.remote(_declared_allreduce, r) for r, a in zip([1, 0], actors)]))
+    for x, kind, rank in results:
+        assert x == (np.arange(4) * 3.0).tolist() and kind == "PycollGroup"
+    assert sorted(r for _, _, r in results) == [0, 1]
+    _get([a.destroy.remote("declared") for a in actors])
 
 
 def _allreduce_reporting(_):
@@ -316,10 +312,11 @@ def _allreduce_reporting(_):
 
 
 @pytest.mark.timeout(120)
-def test_a_killed_actor_makes_the_others_raise_a_pycoll_error_within_the_deadline(cluster):
-    Member = make_actor_class()
-    actors = [Member.remote() for _ in range(3)]
+def test_a_killed_actor_makes_the_others_raise_a_pycoll_error_within_the_deadline(group3):
+    victim = make_actor_class().remote()
+    actors = [*group3[:2], victim]
     try:
+        _get(victim.ping.remote())  # its process is up before the others' rendezvous deadline runs
         _get([a.setup.remote(3, r, "dying", GROUP_TIMEOUT) for r, a in enumerate(actors)])
         # Ranks 0 and 1 enter an all-reduce; rank 2 is killed instead of joining.
         start = time.monotonic()
@@ -334,22 +331,17 @@ def test_a_killed_actor_makes_the_others_raise_a_pycoll_error_within_the_deadlin
             assert "PycollError" in mro and name in ("PeerFailure", "Timeout", "CommunicatorClosed"), value
             assert seconds < GROUP_TIMEOUT + 10, value
         assert elapsed < GROUP_TIMEOUT + 20
+        _get([a.destroy.remote("dying") for a in actors[:2]])
     finally:
-        for a in actors:
-            ray.kill(a)
+        ray.kill(victim)
 
 
 @pytest.mark.timeout(60)
-def test_a_rank_whose_rank_0_never_comes_times_out(cluster):
-    Member = make_actor_class()
-    lone = Member.remote()
-    try:
-        status, value = _get(lone.call.remote(_join_alone, None))
-        assert status == "error", value
-        name, message, seconds, mro = value
-        assert name == "Timeout" and "rank 0" in message and seconds < 10, value
-    finally:
-        ray.kill(lone)
+def test_a_rank_whose_rank_0_never_comes_times_out(group3):
+    status, value = _get(group3[0].call.remote(_join_alone, None))
+    assert status == "error", value
+    name, message, seconds, mro = value
+    assert name == "Timeout" and "rank 0" in message and seconds < 10, value
 
 
 def _join_alone(_):
@@ -358,7 +350,7 @@ def _join_alone(_):
 
 
 @pytest.mark.timeout(90)
-def test_a_stale_rendezvous_record_is_re_read_not_waited_on(cluster):
+def test_a_stale_rendezvous_record_is_re_read_not_waited_on(group3):
     """A record left by an earlier group of the same name (its rank 0 died mid-rendezvous) points at a dead
     port: rank 1 reads it first, fails to connect within its short slice, re-reads, and joins the new group.
     The group forces pycoll's backend "tcp" (init_collective_group's options reach pycoll.init)."""
@@ -372,20 +364,14 @@ def test_a_stale_rendezvous_record_is_re_read_not_waited_on(cluster):
     internal_kv._internal_kv_put(pray._kv_key("stale"), json.dumps(
         {"addr": "127.0.0.1", "port": dead_port, "secret": "00" * 32, "job_id": "ray-stale-old"}).encode(),
         overwrite=True, namespace=pray._KV_NAMESPACE)
-    Member = make_actor_class()
-    actors = [Member.remote() for _ in range(2)]
-    try:
-        _get([a.ping.remote() for a in actors])  # both processes are up
-        late = actors[1].setup.remote(2, 1, "stale", GROUP_TIMEOUT, "tcp")
-        time.sleep(1.0)  # rank 1 is polling the stale record by now
-        first = actors[0].setup.remote(2, 0, "stale", GROUP_TIMEOUT, "tcp")
-        assert _get([first, late]) == [(0, 2), (1, 2)]
-        assert _get([a.transport.remote("stale") for a in actors]) == ["tcp", "tcp"]
-        assert internal_kv._internal_kv_get(pray._kv_key("stale"), namespace=pray._KV_NAMESPACE) is None
-        _get([a.destroy.remote("stale") for a in actors])
-    finally:
-        for a in actors:
-            ray.kill(a)
+    actors = group3[:2]
+    late = actors[1].setup.remote(2, 1, "stale", GROUP_TIMEOUT, "tcp")
+    time.sleep(1.0)  # rank 1 is polling the stale record by now
+    first = actors[0].setup.remote(2, 0, "stale", GROUP_TIMEOUT, "tcp")
+    assert _get([first, late]) == [(0, 2), (1, 2)]
+    assert _get([a.transport.remote("stale") for a in actors]) == ["tcp", "tcp"]
+    assert internal_kv._internal_kv_get(pray._kv_key("stale"), namespace=pray._KV_NAMESPACE) is None
+    _get([a.destroy.remote("stale") for a in actors])
 
 
 def _torch_collectives(rank):
