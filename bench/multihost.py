@@ -11,12 +11,15 @@ iproute2; otherwise it says why and exits without measuring.
 
     python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3]
                               [--libs default,tcp,gloo,openmpi,openmpi-yield,mpich,mlx]
-                              [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--before PYTHON]
+                              [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--spins 0,200]
+                              [--mtu 1500] [--before PYTHON]
                               [--out bench/results/multihost.md [--append]]
 
 --nics 2 gives every host two shaped veths (eth0, eth1: two networks) and pycoll's ranks
 PYCOLL_SOCKET_IFNAME=eth0,eth1 (gloo keeps eth0). --streams 1,4 runs each pycoll library once per stream count
-(PYCOLL_TCP_STREAMS), as "default/4" etc. The tables add each library's share of the link at 1 MiB and above:
+(PYCOLL_TCP_STREAMS), as "default/4" etc.; --spins 0,200 likewise once per PYCOLL_SPIN_US value, as "default@0"
+(microseconds a wait polls before it sleeps; without --spins the library's default). --mtu sets every veth's MTU
+(both ends; 1500 by default, as a new veth has). The tables add each library's share of the link at 1 MiB and above:
 the bytes an all-reduce must move across a host's link each way, 2 (H - 1) / H of the vector, over the time,
 against the rate (times the NICs). --append adds the results to --out as a section instead of replacing it.
 
@@ -46,7 +49,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import multihost_peers  # noqa: E402
 from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the machine description
 from multiproc import free_port  # noqa: E402
-from netns_hosts import SUBNET, HostsUnavailable, link_bytes, namespace_hosts, shape_links  # noqa: E402
+from netns_hosts import SUBNET, HostsUnavailable, link_bytes, link_mtu, namespace_hosts, set_mtu, shape_links  # noqa: E402
 
 LIBS = ("default", "tcp", "gloo")
 PEERS = ("gloo", *multihost_peers.PEERS)  # the libraries that are not pycoll
@@ -95,7 +98,10 @@ class _Pycoll:
         self.comm.barrier()
 
     def describe(self):
-        return f"{self.comm.backend}/{self.comm.transport}"
+        # The spin its waits poll (the library's default or PYCOLL_SPIN_US), where the engine has native options.
+        native = getattr(getattr(self.comm, "_engine", None), "native", None)
+        spin = f", spin {native.options['spin_ns'] / 1000:g} us" if hasattr(native, "options") else ""
+        return f"{self.comm.backend}/{self.comm.transport}{spin}"
 
     def close(self):
         self.comm.close()
@@ -155,13 +161,21 @@ def worker(lib, size_list, report_dir):
     comm.close()
 
 
+def library(label):
+    """The library a column's label names: "default/4@20" -> "default" (4 streams, a 20 us spin)."""
+    return label.partition("@")[0].partition("/")[0]
+
+
 def run_job(names, placement, label, args):
-    """One job of the library `label` names ("tcp", "default/4": 4 streams) over the hosts; returns every
-    rank's report, one per rank."""
-    python, lib, _, streams = sys.executable, *label.partition("/")
+    """One job of the library `label` names ("tcp", "default/4": 4 streams, "default@20": PYCOLL_SPIN_US=20)
+    over the hosts; returns every rank's report, one per rank."""
+    python, (name, _, spin) = sys.executable, label.partition("@")
+    lib, _, streams = name.partition("/")
     if lib.endswith(BEFORE):
         python, lib = args.before, lib[:-len(BEFORE)]
     pycoll_env = {"PYCOLL_TCP_STREAMS": streams} if streams else {}
+    if spin:
+        pycoll_env["PYCOLL_SPIN_US"] = spin
     if args.nics > 1:
         pycoll_env["PYCOLL_SOCKET_IFNAME"] = ",".join(f"eth{k}" for k in range(args.nics))
     port, secret = free_port(), secrets.token_hex(32)  # a secret: the store is on a non-loopback address
@@ -215,7 +229,10 @@ def measure_layout(hosts, per_host, args, tbf):
     floor = crossing_floor(hosts, args.size_list)
     tag = f"pcmh{os.getpid() % 100000}"  # this run's own namespaces: another run may be going
     with namespace_hosts(hosts, tag=tag, nics=args.nics) as names:
+        if args.mtu != 1500:
+            set_mtu(names, args.mtu, args.nics)
         shape_links(names, tbf, args.nics)
+        args.mtu_seen = link_mtu(names[0], "eth0")
         for rep in range(args.reps):
             for lib in args.libs:  # interleaved: each repetition runs every library once
                 print(f"{hosts}x{per_host} rep {rep + 1}/{args.reps}: {lib}", flush=True)
@@ -237,7 +254,7 @@ def table(per_job, libs, link_bytes_per_s, hosts):
     rows = ["| size | " + " | ".join(f"{lib} (us)" for lib in libs) + " | default / best peer |",
             "|---" + "|---:" * (len(libs) + 1) + "|"]
     peers = [lib for lib in libs if lib in PEERS]
-    default = next((lib for lib in libs if lib.partition("/")[0] == "default"), None)
+    default = next((lib for lib in libs if library(lib) == "default"), None)
     med = {nbytes: {lib: statistics.median(per_job[lib][nbytes]) for lib in libs} for nbytes in per_job[libs[0]]}
     for nbytes in sorted(med):
         best = min((med[nbytes][lib] for lib in peers), default=None)
@@ -278,6 +295,8 @@ def main():
     p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
     p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
     p.add_argument("--streams", default="1", help="PYCOLL_TCP_STREAMS values, comma-separated: one job each")
+    p.add_argument("--spins", default="", help="PYCOLL_SPIN_US values, comma-separated: one job each")
+    p.add_argument("--mtu", type=int, default=1500, help="every veth's MTU (both ends)")
     p.add_argument("--append", action="store_true", help="add a section to --out instead of replacing it")
     p.add_argument("--layouts", default="2x2,2x1", help="hosts x ranks per host, comma-separated")
     p.add_argument("--rate", default="2gbit")
@@ -307,6 +326,10 @@ def main():
     if streams != ["1"]:  # one job per stream count for each pycoll library
         args.libs = [f"{lib}/{n}" if lib not in PEERS else lib for lib in args.libs for n in streams
                      if lib not in PEERS or n == streams[0]]
+    if args.spins:  # one job per spin for each pycoll library
+        spins = args.spins.split(",")
+        args.libs = [f"{lib}@{us}" if lib not in PEERS else lib for lib in args.libs for us in spins
+                     if lib not in PEERS or us == spins[0]]
     layouts = [tuple(int(v) for v in item.split("x")) for item in args.layouts.split(",")]
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
@@ -343,20 +366,23 @@ def main():
     doc = [f"{level} {title}", "",
            f"Produced by `{spin}python bench/multihost.py --layouts {args.layouts} --rate {args.rate} "
            f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} {shape_of} "
-           f"--nics {args.nics} --streams {args.streams}{' --before ' + args.before if args.before else ''}"
+           f"--nics {args.nics} --streams {args.streams}{' --spins ' + args.spins if args.spins else ''}"
+           f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}{' --before ' + args.before if args.before else ''}"
            f"{' --append' if args.append else ''}` (as root) in {time.monotonic() - start:.0f} s.", "", machine(),
            f"- Kernel {kernel}.",
            f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
            f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.", "",
            f"Setup: network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), {args.nics} "
-           f"per host (ethK to bridge K: one network per NIC); on both ends of each veth `tc qdisc add ... root "
+           f"per host (ethK to bridge K: one network per NIC), MTU {args.mtu_seen} (read back from host 0's eth0); "
+           "on both ends of each veth `tc qdisc add ... root "
            f"{' '.join(tbf)}` (no netem in this kernel). Rank r on host r // R. float32 sum, out of place, "
            "integer-valued data checked exactly on every rank.", "",
            f"Method: {args.reps} jobs per library, interleaved (default, tcp, gloo, default, ...). In a job, per "
            "size, 2 untimed calls, then 200 (up to 4 KiB), 50 (up to 256 KiB), 10 (up to 4 MiB) or 3 timed calls, "
            "each after a barrier; a rank's median; the slowest rank's median. The table: the median over jobs "
            "(microseconds), each job's number in brackets (the spread between repetitions); `default / best peer` "
-           "divides the default backend's by the fastest peer's that is not pycoll. `lib/N`: PYCOLL_TCP_STREAMS=N. "
+           "divides the default backend's by the fastest peer's that is not pycoll. `lib/N`: PYCOLL_TCP_STREAMS=N; "
+           "`lib@S`: PYCOLL_SPIN_US=S. "
            "The peers: bench/multihost_peers.py (openmpi: Debian's Open MPI under mpirun, ob1 with TCP between "
            "hosts, busy-polling; openmpi-yield: the same with mpi_yield_when_idle 1; mpich: MPICH from the package "
            "index under hydra, UCX_TLS=tcp,self; mlx: MLX's ring backend, CPU build).",

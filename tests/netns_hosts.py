@@ -38,6 +38,21 @@ def shape_links(names, tbf, nics=1):
                            capture_output=True, text=True)
 
 
+def set_mtu(names, mtu, nics=1):
+    """Every host's veths, both ends, at MTU `mtu` (the bridge follows its ports)."""
+    tag = names[0].rsplit("-h", 1)[0]
+    for i, name in enumerate(names):
+        for ns, dev in veth_ends(i, name, tag, nics):
+            ip("link", "set", "dev", dev, "mtu", str(mtu), ns=ns)
+
+
+def link_mtu(ns, dev):
+    """Device dev's MTU in namespace ns."""
+    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", dev], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)[0]["mtu"]
+
+
 def link_bytes(ns, dev):
     """(received, sent) bytes of device dev in namespace ns (`ip -s link`'s counters)."""
     out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], check=True,

@@ -10,8 +10,13 @@
 #include "pycoll/transports.h"
 #include "transport/tcp_transport.h"
 
-#define SPIN_NS_OWN_CORE 2000000LL /* pycoll.plugins.tcp.spin_us tells why these two */
+/* How long a wait polls before it sleeps, by how many of this machine's ranks share each core. A rank with a core
+ * of its own loses nothing by polling. Where a few ranks more than cores share them, a short poll still catches
+ * most messages (the peer is often running on the other core) and saves a sleep's wake-up. Where ranks are twice
+ * the cores or more, the peer waited for is usually waiting for this very core: each poll only holds it off. */
+#define SPIN_NS_OWN_CORE 2000000LL
 #define SPIN_NS_SHARED_CORE 200000LL
+#define SPIN_NS_CROWDED_CORE 50000LL
 
 static pycoll_p2p_t *make_transport(boot_state_t *s)
 {
@@ -67,14 +72,18 @@ static int same_machine(const char *a, const char *b)
     return n == strcspn(b, ":") && strncmp(a, b, n) == 0;
 }
 
-/* The default spin: a long one only while every rank on this machine can have a core of its own; a rank that
- * polls while the peer it waits for needs its core holds the peer off for the poll's length. */
+/* The default spin: a long one only while every rank on this machine can have a core of its own, a short one
+ * while ranks outnumber cores, a shorter one from twice as many ranks as cores; a rank that polls while the peer
+ * it waits for needs its core holds the peer off for the poll's length. */
 static int64_t default_spin_ns(const boot_state_t *s)
 {
-    int32_t here = 0;
+    int64_t here = 0;
     for (int32_t r = 0; r < s->size; r++)
         here += same_machine(s->table[r].host, s->table[s->rank].host);
-    return here <= cores_here() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED_CORE;
+    const int64_t cores = cores_here();
+    if (here <= cores)
+        return SPIN_NS_OWN_CORE;
+    return here < 2 * cores ? SPIN_NS_SHARED_CORE : SPIN_NS_CROWDED_CORE;
 }
 
 pycoll_status_t init_build_comm(boot_state_t *s, pycoll_comm_t **comm)

@@ -100,11 +100,25 @@ def _spin_ns_on_cores(hosts, cores):
 @pytest.mark.parametrize("hosts", [2], indirect=True)
 def test_spin_default_counts_every_rank_on_the_machine_not_only_the_host(hosts, monkeypatch):
     """Two namespace hosts of one rank each are two hosts, but one machine: pinned to one core, the two ranks
-    share it, so each polls the short default (200 us), not the 2 ms of a rank with a core of its own."""
+    crowd it (twice as many ranks as cores), so each polls the shortest default (50 us), not the 2 ms of a rank
+    with a core of its own."""
     if shutil.which("taskset") is None:
         pytest.skip("needs taskset (util-linux)")
     monkeypatch.delenv("PYCOLL_SPIN_US", raising=False)
-    assert _spin_ns_on_cores(hosts, "0") == [200_000, 200_000]
+    assert _spin_ns_on_cores(hosts, "0") == [50_000, 50_000]
     if len(os.sched_getaffinity(0)) >= 2:  # a core each: the long spin
         cores = ",".join(map(str, sorted(os.sched_getaffinity(0))[:2]))
         assert _spin_ns_on_cores(hosts, cores) == [2_000_000, 2_000_000]
+
+
+@pytest.mark.parametrize("hosts", [3], indirect=True)
+def test_spin_default_between_a_core_each_and_twice_the_ranks_is_200_us(hosts, monkeypatch):
+    """Three ranks on two cores share them without crowding them: each polls 200 us (a short poll often catches
+    a peer running on the other core), the crowded 50 us only from four ranks on two cores."""
+    if shutil.which("taskset") is None:
+        pytest.skip("needs taskset (util-linux)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    monkeypatch.delenv("PYCOLL_SPIN_US", raising=False)
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))[:2]))
+    assert _spin_ns_on_cores(hosts, cores) == [200_000] * 3

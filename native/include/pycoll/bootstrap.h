@@ -76,7 +76,8 @@ typedef struct pycoll_init_config {
     int64_t shm_ring_bytes; /* each shared-memory ring: a power of two >= 4096; 0: 4 MiB */
     int64_t segment_bytes;  /* pycoll_comm_options_t.segment_bytes; 0: default */
     int64_t spin_ns;        /* pycoll_comm_options_t.spin_ns; < 0: 2 ms when the ranks on this machine (every
-                             * host of its boot id) each have a core, else 200 us */
+                             * host of its boot id) each have a core, 200 us while they are fewer than twice
+                             * the cores, else 50 us */
     /* Installed as the transport's check_interrupt (p2p.h): how a blocked collective notices e.g. Ctrl-C.
      * NULL: none. */
     int (*check_interrupt)(void *ctx);
