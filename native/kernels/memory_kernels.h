@@ -61,6 +61,13 @@ typedef struct pycoll_memory_kernels {
     /* dst (host memory) = src (this table's), nbytes > 0, complete when it returns: the host reads dst next (the
      * agreed summary, from which every rank draws its plan). */
     pycoll_status_t (*copy_to_host)(void *dst, const void *src, int64_t nbytes);
+    /* 1: every entry but alloc and copy_to_host is queued on the stream the table was bound to, in order with
+     * the transport's sends and receives on that stream, and free returns a block only once the work queued
+     * before it is done: stream order alone then orders each step after the one before, and a device transport
+     * issues a schedule's steps without a host wait between them (its caller waits once, at the end). 0 (the
+     * host's, and a table written before this field): each entry has finished when it returns, so every step's
+     * transfers must have finished on the host first. */
+    int stream_ordered;
 } pycoll_memory_kernels_t;
 
 /* The table version with reproducible's entries; 1 was the table without them (and without `version`). */
