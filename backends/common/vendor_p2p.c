@@ -195,7 +195,7 @@ static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
     }
     /* A stream-ordered table queues the schedule's kernels and copies on c->stream behind this group: no host
      * wait per step; pycoll_vendor_comm_sync waits once for the whole schedule. */
-    int wait = c->state.kernels && c->state.kernels->stream_ordered ? WAIT_ENQUEUED : WAIT_DONE;
+    int wait = memory_stream_ordered(c->state.kernels) ? WAIT_ENQUEUED : WAIT_DONE;
     pycoll_status_t st = p2p->status;
     if (st == PYCOLL_OK && issue)
         st = issue_group(c, issue, c->v->dtypes[PYCOLL_UINT8], 1, c->stream, wait, p2p->deadline_ns);
