@@ -23,7 +23,8 @@ What it does, each part in fresh processes:
    current, must wait for it; an async one's Work.wait() must return while that kernel still runs (no host wait)
    and the stream's next kernel must see the result;
 5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the timeout;
-6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce (CUDA-event timing);
+6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce, both timed as
+   nccl-tests times (back-to-back calls between CUDA events, one synchronize per window: timing.time_windows);
 7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
    every collective across the two islands, integers exact against NumPy on every rank (mixed_checks(); the
    same checks run on this machine's fake NCCL in tests/tools/test_gpu_validate.py, which is all they have run on).
@@ -351,23 +352,26 @@ def worker_killed(quick):
 
 
 def worker_torch_bench(quick):
+    """torch.distributed's NCCL all-reduce (in place: torch has no other form), timed as `pycoll bench --device
+    cuda` times pycoll (timing.time_windows: back-to-back calls between CUDA events, one synchronize per window)
+    on zeros, which a sum in place leaves unchanged: the median and p99 over windows of the time per call."""
+    import statistics
+
+    import numpy as np
+
+    from pycoll.tools.bench import timing
+
     _, torch, dist = _init()
     rows = []
     nbytes = 1024
     while nbytes <= (2**26 if quick else 2**30):
-        x = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
-        for _ in range(5):
-            dist.all_reduce(x)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        iters = 20
-        start.record()
-        for _ in range(iters):
-            dist.all_reduce(x)
-        end.record()
-        end.synchronize()
-        us = start.elapsed_time(end) * 1000 / iters
+        x = torch.zeros(nbytes // 4, device="cuda", dtype=torch.float32)
+        times = timing.time_windows(lambda: dist.all_reduce(x), dist.barrier, 5, 20,
+                                    lambda: torch.cuda.Event(enable_timing=True), lambda a, b: a.elapsed_time(b))
+        us = statistics.median(times) * 1e6
         world = dist.get_world_size()
-        rows.append({"bytes": nbytes, "us": us, "busbw_GBps": nbytes / us / 1e3 * 2 * (world - 1) / world})
+        rows.append({"bytes": nbytes, "us": us, "p99_us": float(np.percentile(times, 99)) * 1e6,
+                     "busbw_GBps": nbytes / us / 1e3 * timing.bus_factor("all_reduce", world)})
         nbytes *= 4
     return rows
 
@@ -587,7 +591,7 @@ def report(args, info, parts, bench_table):
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),
                        ("A rank killed during a 1 GiB all-reduce", "killed"),
-                       ("torch.distributed NCCL all-reduce (CUDA events)", "torch_bench"),
+                       ("torch.distributed NCCL all-reduce in place (back-to-back, CUDA events)", "torch_bench"),
                        ("A mixed job: GPU ranks and host ranks, backend=\"auto\"", "mixed")):
         if key not in parts:
             continue

@@ -423,9 +423,7 @@ pycoll_status_t vendor_wait_done(pycoll_vendor_comm_t *c, const char *what, void
     }
 }
 
-/* The vendor's answer to call `what`: a refusal (the communicator stays usable), a failure (it breaks), or
- * accepted -- then waited for until it has left "in progress" (enqueued). */
-static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline)
+pycoll_status_t vendor_accepted(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     if (r != 0 && r != v->in_progress && v->refused && v->refused(r))
@@ -439,7 +437,7 @@ static pycoll_status_t accepted_call(pycoll_vendor_comm_t *c, const char *what, 
 
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline)
 {
-    pycoll_status_t st = accepted_call(c, what, r, deadline);
+    pycoll_status_t st = vendor_accepted(c, what, r, deadline);
     return st != PYCOLL_OK ? st : vendor_wait_collective(c, what, stream, deadline);
 }
 
@@ -449,7 +447,7 @@ pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, 
 static pycoll_status_t finish_collective(pycoll_vendor_comm_t *c, const char *what, int r, void *run_on,
                                          const void *buf, int64_t deadline)
 {
-    pycoll_status_t st = accepted_call(c, what, r, deadline);
+    pycoll_status_t st = vendor_accepted(c, what, r, deadline);
     if (st != PYCOLL_OK)
         return st;
     if (!c->async)

@@ -135,6 +135,9 @@ pycoll_status_t vendor_reject(pycoll_vendor_comm_t *c, pycoll_status_t status, c
  * (none) or a rank. The vendor's codes go to *vd and *vo (vo may be NULL). */
 pycoll_status_t vendor_begin(pycoll_vendor_comm_t *c, int64_t count, pycoll_dtype_t dtype, int op, int32_t root,
                              int *vd, int *vo);
+/* The vendor's answer to call `what`: a refusal (the communicator stays usable), a failure (it breaks), or
+ * accepted -- then waited for until it has left "in progress" (enqueued), not for the device to run it. */
+pycoll_status_t vendor_accepted(pycoll_vendor_comm_t *c, const char *what, int r, int64_t deadline);
 /* After the vendor accepted (or is still enqueueing) call `what` with result r: wait for what it queued on
  * stream (vendor_wait_collective), within the deadline (then abort). */
 pycoll_status_t vendor_finish(pycoll_vendor_comm_t *c, const char *what, int r, void *stream, int64_t deadline);

@@ -18,25 +18,31 @@ static int accepted(const pycoll_vendor_t *v, int r)
     return r == 0 || r == v->in_progress;
 }
 
+/* How long the host waits after issuing a group: until the device has run it (WAIT_DONE: the host reads or
+ * reuses the buffers next), or only until the vendor has enqueued it (WAIT_ENQUEUED: what follows is queued
+ * on the same stream, which orders it after the group). */
+enum { WAIT_DONE, WAIT_ENQUEUED };
+
 /* Issue the requests of the list `head` in one group on `stream`, each of nbytes / elem_size elements of the
- * vendor's dtype vd, and wait for them until deadline. The deadline message names the calls made; a failed
- * call names itself. */
+ * vendor's dtype vd, and wait for them (`wait`) until deadline. The deadline message names the calls made; a
+ * failed call names itself. */
 static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
-                                          int64_t elem_size, void *stream, int64_t deadline);
+                                          int64_t elem_size, void *stream, int wait, int64_t deadline);
 
 /* Under the communicator's lock (vendor_async.c: its watchdog may abort it). */
 static pycoll_status_t issue_group(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd, int64_t elem_size,
-                                   void *stream, int64_t deadline)
+                                   void *stream, int wait, int64_t deadline)
 {
     vendor_comm_lock(c);
-    pycoll_status_t st = c->state.status != PYCOLL_OK ? c->state.status
-                                                      : issue_group_locked(c, head, vd, elem_size, stream, deadline);
+    pycoll_status_t st = c->state.status != PYCOLL_OK
+                             ? c->state.status
+                             : issue_group_locked(c, head, vd, elem_size, stream, wait, deadline);
     vendor_comm_unlock(c);
     return st;
 }
 
 static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_request_t *head, int vd,
-                                          int64_t elem_size, void *stream, int64_t deadline)
+                                          int64_t elem_size, void *stream, int wait, int64_t deadline)
 {
     const pycoll_vendor_t *v = c->v;
     const char *send = vendor_call_name(v, PYCOLL_VENDOR_CALL_SEND);
@@ -71,7 +77,9 @@ static pycoll_status_t issue_group_locked(pycoll_vendor_comm_t *c, pycoll_reques
     snprintf(both, sizeof both, "%s/%s", send, recv);
     if (strcmp(send, recv) == 0) /* one call serves both (HcclBatchSendRecv) */
         snprintf(both, sizeof both, "%s", send);
-    return vendor_finish(c, sends && recvs ? both : sends ? send : recv, end, stream, deadline);
+    const char *what = sends && recvs ? both : sends ? send : recv;
+    return wait == WAIT_ENQUEUED ? vendor_accepted(c, what, end, deadline)
+                                 : vendor_finish(c, what, end, stream, deadline);
 }
 
 static pycoll_status_t check_peer(pycoll_vendor_comm_t *c, const char *what, int32_t peer)
@@ -115,7 +123,7 @@ pycoll_status_t pycoll_vendor_send_recv(pycoll_vendor_comm_t *c, const void *sen
     pycoll_request_t send = {.buf = (void *)sendbuf, .nbytes = send_count * size, .peer = send_peer, .is_send = 1,
                              .next = recv_peer == -1 ? NULL : &recv};
     vendor_join_collectives(c, stream);
-    return issue_group(c, send_peer == -1 ? &recv : &send, vd, size, stream, deadline);
+    return issue_group(c, send_peer == -1 ? &recv : &send, vd, size, stream, WAIT_DONE, deadline);
 }
 
 /* ---- the transport ---- */
@@ -185,9 +193,12 @@ static pycoll_status_t p2p_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs
             c->posted = c->posted_tail = req;
         }
     }
+    /* A stream-ordered table queues the schedule's kernels and copies on c->stream behind this group: no host
+     * wait per step; pycoll_vendor_comm_sync waits once for the whole schedule. */
+    int wait = memory_stream_ordered(c->state.kernels) ? WAIT_ENQUEUED : WAIT_DONE;
     pycoll_status_t st = p2p->status;
     if (st == PYCOLL_OK && issue)
-        st = issue_group(c, issue, c->v->dtypes[PYCOLL_UINT8], 1, c->stream, p2p->deadline_ns);
+        st = issue_group(c, issue, c->v->dtypes[PYCOLL_UINT8], 1, c->stream, wait, p2p->deadline_ns);
     for (pycoll_request_t *req = issue; req; req = req->next)
         req->complete = st == PYCOLL_OK;
     for (int i = 0; st == PYCOLL_OK && i < n; i++)
@@ -362,7 +373,7 @@ pycoll_status_t pycoll_vendor_exchange(pycoll_vendor_comm_t *c, const void *send
                                kernels->last_error ? kernels->last_error() : "the device copy failed");
     }
     if (st == PYCOLL_OK && head) {
-        st = issue_group(c, head, vd, elem, stream, deadline);
+        st = issue_group(c, head, vd, elem, stream, WAIT_DONE, deadline);
     } else if (st == PYCOLL_OK && own_send > 0) { /* one rank, or nothing to exchange: the copy still finishes */
         vendor_comm_lock(c);
         st = vendor_finish(c, "pycoll's kernels", 0, stream, deadline);

@@ -793,7 +793,7 @@ static const pycoll_memory_kernels_t cuda_kernels = {
     .compensated_load = k_load, .compensated_combine = k_combine, .compensated_store = k_store, .copy = k_copy,
     .alloc = k_alloc, .free = k_free, .last_error = k_last_error, .scratch_per_call = 1,
     .version = PYCOLL_MEMORY_KERNELS_VERSION, .repro_summary = k_repro_summary, .repro_encode = k_repro_encode,
-    .repro_decode = k_repro_decode, .copy_to_host = k_copy_to_host};
+    .repro_decode = k_repro_decode, .copy_to_host = k_copy_to_host, .stream_ordered = 1};
 
 const pycoll_memory_kernels_t *cuda_kernels_bind(const pycoll_p2p_t *p2p, void *stream, const void *buf, char *why,
                                                  size_t why_len)

@@ -21,13 +21,13 @@
 /* Whether table k has the reproducible entries; where not, `error` says so. */
 static int has_entries(const pycoll_memory_kernels_t *k, char *error, size_t error_len)
 {
-    if (k->version >= PYCOLL_MEMORY_KERNELS_VERSION && k->repro_summary && k->repro_encode && k->repro_decode &&
+    if (k->version >= PYCOLL_MEMORY_KERNELS_REPRO_VERSION && k->repro_summary && k->repro_encode && k->repro_decode &&
         k->copy_to_host)
         return 1;
-    if (k->version < PYCOLL_MEMORY_KERNELS_VERSION)
+    if (k->version < PYCOLL_MEMORY_KERNELS_REPRO_VERSION)
         snprintf(error, error_len, "accuracy reproducible: the %s memory table is version %d, older than the "
                  "reproducible kernels (version %d); copy the buffers to host arrays, or use accuracy fast or "
-                 "compensated", k->memory, k->version < 1 ? 1 : k->version, PYCOLL_MEMORY_KERNELS_VERSION);
+                 "compensated", k->memory, k->version < 1 ? 1 : k->version, PYCOLL_MEMORY_KERNELS_REPRO_VERSION);
     else
         snprintf(error, error_len, "accuracy reproducible: the %s memory table has no reproducible kernels; copy "
                  "the buffers to host arrays, or use accuracy fast or compensated", k->memory);

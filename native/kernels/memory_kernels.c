@@ -29,6 +29,11 @@ const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p)
     return p2p->kernels ? p2p->kernels : &host_kernels;
 }
 
+int memory_stream_ordered(const pycoll_memory_kernels_t *k)
+{
+    return k && k->version >= PYCOLL_MEMORY_KERNELS_STREAM_VERSION && k->stream_ordered;
+}
+
 const char *memory_error(const pycoll_memory_kernels_t *k)
 {
     static _Thread_local char detail[PYCOLL_ERROR_LEN];

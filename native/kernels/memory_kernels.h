@@ -44,8 +44,9 @@ typedef struct pycoll_memory_kernels {
      * freed on the stream it was allocated on; 0 (the host's): the workspace is kept until the communicator
      * closes (see comm_workspace). */
     int scratch_per_call;
-    /* PYCOLL_MEMORY_KERNELS_VERSION where the table has the entries below; a table written before this field
-     * reads 0 (version 1: the entries above only), and accuracy reproducible is refused on its memory. */
+    /* The table's version (PYCOLL_MEMORY_KERNELS_VERSION when written against this header): a field below is
+     * read only from a table whose version has it. A table written before this field reads 0 (version 1: the
+     * entries above only), and accuracy reproducible is refused on its memory. */
     int version;
     /* accuracy="reproducible"'s exact mode (native/kernels/reproducible.h), on this memory, with the host loops'
      * arithmetic so that the bits are the host's. Each optional: NULL refuses reproducible on this memory.
@@ -61,13 +62,27 @@ typedef struct pycoll_memory_kernels {
     /* dst (host memory) = src (this table's), nbytes > 0, complete when it returns: the host reads dst next (the
      * agreed summary, from which every rank draws its plan). */
     pycoll_status_t (*copy_to_host)(void *dst, const void *src, int64_t nbytes);
+    /* Version 3 and later (an older table is read as 0 here).
+     * 1: every entry but alloc and copy_to_host is queued on the stream the table was bound to, in order with
+     * the transport's sends and receives on that stream, and free returns a block only once the work queued
+     * before it is done: stream order alone then orders each step after the one before, and a device transport
+     * issues a schedule's steps without a host wait between them (its caller waits once, at the end). 0 (the
+     * host's, and a table written before this field): each entry has finished when it returns, so every step's
+     * transfers must have finished on the host first. */
+    int stream_ordered;
 } pycoll_memory_kernels_t;
 
-/* The table version with reproducible's entries; 1 was the table without them (and without `version`). */
-#define PYCOLL_MEMORY_KERNELS_VERSION 2
+/* The table versions: 1 was the table without `version`; 2 added reproducible's entries, 3 stream_ordered. */
+#define PYCOLL_MEMORY_KERNELS_REPRO_VERSION 2
+#define PYCOLL_MEMORY_KERNELS_STREAM_VERSION 3
+#define PYCOLL_MEMORY_KERNELS_VERSION 3
 
 /* p2p->kernels, or the host table where the transport set none. */
 const pycoll_memory_kernels_t *memory_kernels(const pycoll_p2p_t *p2p);
+
+/* Whether table k (NULL: the host's) queues its entries on its stream (its stream_ordered, where its version
+ * has the field). */
+int memory_stream_ordered(const pycoll_memory_kernels_t *k);
 
 /* The table's detail on its last failure, as "; <detail>", or "" (for error messages). */
 const char *memory_error(const pycoll_memory_kernels_t *k);

@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "PYCOLL_BACKEND or cpu)")
     ranks.add_argument("--device", default=None, choices=("cpu", "cuda", "npu"),
                        help="where the arrays live: cpu (NumPy), cuda (torch, else CuPy) or npu (torch_npu), on "
-                            "the device LOCAL_RANK names; cuda/npu time with device events (default: the "
+                            "the device LOCAL_RANK names; cuda/npu time as nccl-tests: back-to-back calls between "
+                            "device events, one synchronize per window (default: the "
                             "backends' memory: cuda for nccl, npu for hccl, else cpu)")
     ranks.add_argument("--timeout", type=float, default=3600.0,
                        help="seconds before a launched job is stopped (default 3600)")

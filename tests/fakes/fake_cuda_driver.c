@@ -9,8 +9,14 @@
  * Allocations are tracked (fake_cuda_live counts those not yet freed): cuMemAllocAsync records its stream, and
  * cuMemFreeAsync refuses a block freed on another stream, one freed twice or one it never gave out (logged as
  * "refused", CUDA_ERROR_INVALID_VALUE). Built with -DFAKE_CUDA_NO_ASYNC_ALLOC it is a driver older than CUDA 11.2,
- * without the stream-ordered calls. */
-#define _POSIX_C_SOURCE 200809L
+ * without the stream-ordered calls.
+ *
+ * Where the process has loaded the fake CUDA runtime (PYCOLL_CUDART_LIBRARY: the fake NCCL's, whose streams run
+ * its sends and receives on threads of their own, fake_collectives.c), the driver's stream calls follow that
+ * work as the real driver follows the runtime's: cuMemFreeAsync frees the block only once the work queued
+ * before it on its stream has run, and cuStreamQuery answers CUDA_ERROR_NOT_READY while the stream is busy. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,7 +28,23 @@
 
 enum { MAX_DEVICES = 8, MAX_DEPTH = 16, MAX_POINTERS = 64, MAX_MODULES = 64, MAX_FUNCTIONS = 8 };
 enum { SUCCESS = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, INVALID_DEVICE = 101, INVALID_IMAGE = 200,
-       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500 };
+       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600 };
+
+/* A function of the fake runtime, where the process loaded it; NULL otherwise. */
+static void *runtime_symbol(const char *name)
+{
+    const char *path = getenv("PYCOLL_CUDART_LIBRARY");
+    void *lib = path ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    void *fn = lib ? dlsym(lib, name) : NULL;
+    if (lib)
+        dlclose(lib); /* only drops the reference RTLD_NOLOAD took: the library stays loaded */
+    return fn;
+}
+
+static void free_block(void *p)
+{
+    free(p);
+}
 
 typedef struct fake_context {
     int device;
@@ -335,7 +357,10 @@ static int release(uint64_t ptr, int how, void *stream, const char *call)
         logf_("%s refused: %#llx %s", call, (unsigned long long)ptr, why);
         return INVALID_VALUE;
     }
-    free((void *)(uintptr_t)ptr);
+    typedef long long (*submit_fn)(void *, void (*)(void *), void *, void *, long long);
+    submit_fn submit = how == 2 ? (submit_fn)runtime_symbol("fake_stream_submit") : NULL;
+    if (!submit || submit(stream, free_block, (void *)(uintptr_t)ptr, NULL, 0) < 0)
+        free((void *)(uintptr_t)ptr);
     logf_("%s stream=%p", call, stream);
     return SUCCESS;
 }
@@ -373,5 +398,6 @@ EXPORT int cuStreamQuery(void *stream)
     if (!current())
         return INVALID_CONTEXT;
     logf_("cuStreamQuery stream=%p", stream);
-    return SUCCESS;
+    int (*busy)(void *) = (int (*)(void *))runtime_symbol("fake_stream_busy");
+    return busy && busy(stream) ? NOT_READY : SUCCESS;
 }

@@ -500,12 +500,13 @@ EXPORT int cudaSetDevice(int device)
 }
 
 /* How many times this process called cudaStreamQuery, cudaEventQuery and cudaStreamSynchronize, for tests of
- * what the host waits on (fake_cuda_wait_calls(0, 1, 2)). */
-static _Atomic long long wait_calls[3];
+ * what the host waits on (fake_cuda_wait_calls(0, 1, 2)); 3: the cudaEventQuery calls that found their event
+ * complete -- one per host wait that ended, however often it polled. */
+static _Atomic long long wait_calls[4];
 
 EXPORT long long fake_cuda_wait_calls(int which)
 {
-    return which >= 0 && which < 3 ? wait_calls[which] : -1;
+    return which >= 0 && which < 4 ? wait_calls[which] : -1;
 }
 
 /* Logs how late the caller noticed a completion ("cudaStreamQuery noticed_after_us=N"): what polling costs. */
@@ -574,6 +575,7 @@ EXPORT int cudaEventQuery(fake_event_t *event)
     thread_current_device("cudaEventQuery");
     if (!fake_event_done(event))
         return 600;
+    wait_calls[3]++;
     long long idle = fake_stream_idle_for_ns(event->stream);
     if (idle)
         fake_log("cudaEventQuery noticed_after_us=%lld", idle / 1000);

@@ -34,7 +34,7 @@ def library_path() -> str:
     atexit.register(shutil.rmtree, out_dir, True)
     native = FAKES.parent.parent / "native"
     lib_dir = Path(paths.get_library()).parent
-    out = compile_shared(out_dir / "libguarded_memory.so", [FAKES / "guarded_memory.c"],
+    out = compile_shared(out_dir / "libguarded_memory.so", [FAKES / "guarded_memory.c", FAKES / "streamed_memory.c"],
                          [f"-I{native}", f"-I{native / 'include'}"],
                          [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}", "-lpycoll"])
     if out is None:
@@ -62,6 +62,25 @@ def install_named() -> None:
     if path:
         from pycoll._bindings import vendor
         vendor._set_test_device_kernels(_load(path).pycoll_test_memory_table())
+
+
+def install_streamed(stream: int, runtime_path: str, delay_us: int) -> None:
+    """The table made stream-ordered (streamed_memory.c) serves every vendor's device memory in this process: each
+    data entry queued on `stream` of the fake runtime at runtime_path (its fake_stream_submit), after delay_us."""
+    from pycoll._bindings import vendor
+    runtime = ctypes.CDLL(runtime_path)
+    lib = _load(None)
+    lib.pycoll_streamed_memory_table.restype = ctypes.c_void_p
+    lib.pycoll_streamed_memory_table.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    submit = ctypes.cast(runtime.fake_stream_submit, ctypes.c_void_p).value
+    vendor._set_test_device_kernels(lib.pycoll_streamed_memory_table(stream, submit, delay_us))
+
+
+def streamed_failures() -> int:
+    """Entries of the streamed table that failed on the stream (their callers were told they were queued)."""
+    lib = _load(None)
+    lib.pycoll_streamed_memory_failures.restype = ctypes.c_int64
+    return lib.pycoll_streamed_memory_failures()
 
 
 def old_table_address() -> int:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pycoll.cli import bench as bench_cli
-from pycoll.tools.bench import sweep, worker
+from pycoll.tools.bench import sweep, timing, worker
 
 
 def run_cli(*args, env=None):
@@ -132,28 +132,123 @@ def test_every_collective_gets_device_arrays_and_checks_their_results(collective
     assert dev.timed == len(rows)
 
 
-def test_torch_device_timing_is_the_event_span():
-    """With torch, --device cuda/npu times each iteration by events recorded around the call."""
-    clock = iter([0.0, 1.0, 3.0, 10.0, 14.0, 20.0, 26.0])  # device milliseconds at each event recorded
+class DeviceClock:
+    """A fake device: each call queued costs the next of `costs` milliseconds on its stream; events read the
+    stream's time when recorded, and count the host's synchronizes."""
 
-    class Event:
-        def __init__(self, enable_timing):
-            assert enable_timing
-            self.at = None
+    def __init__(self, costs):
+        self.costs, self.now, self.syncs, self.log = iter(costs), 0.0, 0, []
 
-        def record(self):
-            self.at = next(clock)
+    def call(self):
+        self.now += next(self.costs)
+        self.log.append("run")
 
-        def synchronize(self):
-            pass
+    def event_class(self):
+        clock = self
 
-        def elapsed_time(self, end):
-            return end.at - self.at
+        class Event:
+            def __init__(self, enable_timing=True):
+                assert enable_timing
+                self.at = None
 
-    module = types.SimpleNamespace(set_device=lambda i: None, Event=Event)
-    torch = types.SimpleNamespace(cuda=module, device=lambda name: name)
-    dev = worker.TorchDeviceArrays(torch, "cuda", 0)
-    calls = []
-    times = dev.time_iterations(lambda: calls.append("run"), lambda: calls.append("barrier"), 1, 3)
-    assert times == pytest.approx([0.002, 0.004, 0.006])  # (3 - 1), (14 - 10), (26 - 20) ms
-    assert calls == ["barrier", "run"] * 4
+            def record(self):
+                self.at = clock.now
+                clock.log.append("record")
+
+            def synchronize(self):
+                clock.syncs += 1
+                clock.log.append("sync")
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        return Event
+
+
+def test_window_sizes_split_the_calls_evenly():
+    assert timing.window_sizes(25) == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    assert timing.window_sizes(5) == [1] * 5
+    assert timing.window_sizes(200) == [20] * 10
+    with pytest.raises(ValueError, match="iters must be at least 1"):
+        timing.window_sizes(0)
+
+
+@pytest.mark.parametrize("layer", ["torch", "cupy"])
+def test_device_timing_runs_each_window_back_to_back_with_one_synchronize(layer):
+    """--device cuda/npu times as nccl-tests does: warm-up calls back to back, then per window a barrier, an
+    event, the window's calls with nothing between them, an event and ONE synchronize; a window's time per call
+    is its span over its calls (the old code synchronized after every call)."""
+    warmup, iters = 2, 25
+    costs = [100.0] * warmup + [float(k) for k in range(1, iters + 1)]  # the k-th timed call takes k ms
+    clock = DeviceClock(costs)
+    Event = clock.event_class()
+    if layer == "torch":
+        module = types.SimpleNamespace(set_device=lambda i: None, Event=Event)
+        dev = worker.TorchDeviceArrays(types.SimpleNamespace(cuda=module, device=lambda name: name), "cuda", 0)
+    else:
+        cuda = types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: a.elapsed_time(b),
+                                     Device=lambda i: types.SimpleNamespace(use=lambda: None))
+        dev = worker.CupyArrays(types.SimpleNamespace(cuda=cuda), 0)
+    times = dev.time_iterations(clock.call, lambda: clock.log.append("barrier"), warmup, iters)
+    sizes = timing.window_sizes(iters)
+    assert clock.syncs == len(sizes) == 10
+    want, k = [], 1
+    for n in sizes:
+        want.append(sum(range(k, k + n)) / n / 1e3)
+        k += n
+    assert times == pytest.approx(want)
+    expected = ["barrier"] + ["run"] * warmup
+    for n in sizes:
+        expected += ["barrier", "record"] + ["run"] * n + ["record", "sync"]
+    assert clock.log == expected
+
+
+class WindowedDevice(worker.DeviceArrays):
+    """The fake device layer (Tagged arrays) timed in windows by a DeviceClock."""
+
+    name = "fake"
+
+    def __init__(self, clock):
+        self.clock, self.Event = clock, clock.event_class()
+
+    to_device, to_host = FakeDevice.to_device, FakeDevice.to_host
+
+    def new_event(self):
+        return self.Event()
+
+    def elapsed_ms(self, start, end):
+        return start.elapsed_time(end)
+
+
+class GrowingComm(OneRankComm):
+    """A sum in place doubles its input (two ranks holding the same values), and each call costs 1 ms of the
+    device clock; the inputs of every in-place call are recorded."""
+
+    def __init__(self, clock):
+        self.clock, self.in_place_inputs = clock, []
+
+    def all_reduce(self, x, op="sum", out=None, algorithm="auto", accuracy="fast"):
+        self._device(x, out)
+        self.clock.now += 1.0
+        if out is None:
+            self.in_place_inputs.append(np.array(x))
+            x[...] = x * 2
+            return x
+        out[...] = x
+        return out
+
+
+def test_device_rows_come_from_windows_and_in_place_sums_do_not_grow():
+    """Each rank reports one time per window (the gather sizes follow), and an in-place sum timed back to back
+    reduces values it leaves unchanged (zeros), so 25 calls without a restore between them neither grow nor
+    overflow."""
+    clock = DeviceClock(iter(()))
+    comm = GrowingComm(clock)
+    config = {"collective": "all_reduce", "dtypes": ["int8"], "ops": ["sum"], "algorithms": ["auto"],
+              "accuracies": ["fast"], "sizes": [8], "iters": 25, "warmup": 3, "in_place": (True,)}
+    rows = worker.run_cases(comm, config, dev=WindowedDevice(clock))
+    (row,) = rows
+    assert row["in_place"] and row["time_us"] == pytest.approx(1000.0)  # 1 ms a call, whatever the window
+    assert row["time_p50_us"] == pytest.approx(1000.0) and row["time_p99_us"] == pytest.approx(1000.0)
+    timed = comm.in_place_inputs[-(25 + 3):]
+    assert all(not a.any() for a in timed), [a for a in timed if a.any()][:1]

@@ -113,10 +113,13 @@ PYCOLL_API pycoll_status_t pycoll_vendor_barrier(pycoll_vendor_comm_t *comm, voi
  * recv_peer at the same time (either peer may be -1: no send / no receive). */
 /* The communicator as a pycoll transport (pycoll/p2p.h), for pycoll_comm_create: pycoll's own algorithms over the
  * vendor's send/recv, each batch of sends and receives one vendor group on `stream`, waited on until the
- * collective's deadline. It belongs to comm: pycoll_comm_destroy frees only its own state, and comm
- * must outlive the pycoll communicator. Errors are shared: one breaks both. Call it before each collective,
- * with the collective's buffer: NULL (pycoll_vendor_comm_error says why) where the vendor has no send/recv or
- * buf is memory the host cannot reach. */
+ * collective's deadline -- on host memory until the group has run; on device memory whose kernel table is
+ * stream-ordered (CUDA's) only until the vendor has enqueued it, the schedule's kernels queued behind it on the
+ * same stream, so the caller must end each collective with pycoll_vendor_comm_sync. It belongs to comm:
+ * pycoll_comm_destroy frees only its own state, and comm must outlive the pycoll communicator. Errors are
+ * shared: one breaks both. Call it before each collective, with the collective's buffer: NULL
+ * (pycoll_vendor_comm_error says why) where the vendor has no send/recv or buf is memory the host cannot
+ * reach. */
 PYCOLL_API pycoll_p2p_t *pycoll_vendor_comm_p2p(pycoll_vendor_comm_t *comm, void *stream, const void *buf);
 /* After a collective of pycoll's own over the transport: wait (until the communicator's timeout, then abort) for
  * what it queued on `stream` -- on device memory its last kernels run after the last vendor group. */

@@ -7,6 +7,11 @@ ranks' iteration times are then gathered with the library under test itself. The
 min/median/max across ranks; the headline number is the max: a collective is finished only when its slowest
 rank is. The spread over iterations is that of the slowest rank per iteration (the max over ranks of each
 iteration's time): its 50th and 99th percentiles.
+
+Device memory (--device cuda|npu) is timed as nccl-tests times it instead (time_windows): the timed calls run
+back to back, in windows, between two events recorded on the current stream, with one synchronize per window;
+a window's time per call is its elapsed time over its calls. The windows then stand where iterations stand
+above: a rank's time is the median over its windows, and p50/p99 are over windows of the slowest rank's.
 """
 
 from __future__ import annotations
@@ -38,6 +43,44 @@ def time_iterations(run: Callable[[], object], barrier: Callable[[], object], wa
         t0 = clock()
         run()
         times.append(clock() - t0)
+    return times
+
+
+# Windows per size on device memory: enough for a median and a spread, few enough that each window holds
+# several back-to-back calls (sweep.iterations gives 5 to 200 timed calls).
+DEVICE_WINDOWS = 10
+
+
+def window_sizes(iters: int, windows: int = DEVICE_WINDOWS) -> list[int]:
+    """The calls in each window: iters calls in min(windows, iters) windows, as even as they divide."""
+    if iters < 1:
+        raise ValueError(f"iters must be at least 1, got {iters}")
+    n = min(windows, iters)
+    return [iters // n + (i < iters % n) for i in range(n)]
+
+
+def time_windows(run: Callable[[], object], barrier: Callable[[], object], warmup: int, iters: int,
+                 new_event: Callable[[], object], elapsed_ms: Callable[[object, object], float],
+                 windows: int = DEVICE_WINDOWS) -> list[float]:
+    """Seconds per call of run() in each window (window_sizes): after a barrier, a start event recorded on the
+    current stream, the window's calls back to back, an end event, and one synchronize of it; the time is the
+    events' elapsed time over the window's calls (nccl-tests' timing). The warm-up calls run back to back after
+    a first barrier. new_event() makes a timing event with record() and synchronize(); elapsed_ms(start, end)
+    is the milliseconds between two of them."""
+    sizes = window_sizes(iters, windows)
+    barrier()
+    for _ in range(warmup):
+        run()
+    times = []
+    for calls in sizes:
+        barrier()
+        start, end = new_event(), new_event()
+        start.record()
+        for _ in range(calls):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(elapsed_ms(start, end) / 1e3 / calls)
     return times
 
 

@@ -16,9 +16,10 @@ DEVICES = ("cpu", "cuda", "npu")
 
 
 class HostArrays:
-    """--device cpu: NumPy arrays, timed by the host clock."""
+    """--device cpu: NumPy arrays, timed by the host clock, each iteration after a barrier."""
 
     name = "cpu"
+    back_to_back = False  # timed calls one at a time (timing.time_iterations)
 
     def to_device(self, a):
         return a
@@ -30,24 +31,18 @@ class HostArrays:
         return timing.time_iterations(run, barrier, warmup, iters)
 
 
-def event_clock(new_event, elapsed_ms):
-    """A clock reading the device's time: an event recorded on the current stream now, waited for, and its
-    distance from a first one. timing.time_iterations then times each iteration between two events recorded
-    around the call, as nccl-tests times with CUDA events (the wait at the start is on an idle stream, after the
-    barrier)."""
-    base = new_event()
-    base.record()
+class DeviceArrays(HostArrays):
+    """What the device layers share: the timed calls run back to back in windows between the device's events
+    (timing.time_windows, nccl-tests' method), one synchronize per window; a "time" is then a window's time
+    per call. Subclasses give new_event() and elapsed_ms(start, end)."""
 
-    def clock():
-        now = new_event()
-        now.record()
-        now.synchronize()
-        return elapsed_ms(base, now) / 1e3
+    back_to_back = True
 
-    return clock
+    def time_iterations(self, run, barrier, warmup, iters):
+        return timing.time_windows(run, barrier, warmup, iters, self.new_event, self.elapsed_ms)
 
 
-class TorchDeviceArrays(HostArrays):
+class TorchDeviceArrays(DeviceArrays):
     """--device cuda or npu through torch (torch.cuda / torch_npu): arrays on the device LOCAL_RANK names (the
     launcher's rank on this host), timed by the device's events."""
 
@@ -63,12 +58,14 @@ class TorchDeviceArrays(HostArrays):
     def to_host(self, a):
         return a.cpu().numpy() if hasattr(a, "cpu") else np.asarray(a)
 
-    def time_iterations(self, run, barrier, warmup, iters):
-        clock = event_clock(lambda: self.module.Event(enable_timing=True), lambda a, b: a.elapsed_time(b))
-        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
+    def new_event(self):
+        return self.module.Event(enable_timing=True)
+
+    def elapsed_ms(self, start, end):
+        return start.elapsed_time(end)
 
 
-class CupyArrays(HostArrays):
+class CupyArrays(DeviceArrays):
     """--device cuda through CuPy where torch has no CUDA: the same device choice and event timing."""
 
     name = "cuda"
@@ -83,9 +80,11 @@ class CupyArrays(HostArrays):
     def to_host(self, a):
         return self.cupy.asnumpy(a)
 
-    def time_iterations(self, run, barrier, warmup, iters):
-        clock = event_clock(self.cupy.cuda.Event, self.cupy.cuda.get_elapsed_time)
-        return timing.time_iterations(run, barrier, warmup, iters, clock=clock)
+    def new_event(self):
+        return self.cupy.cuda.Event()  # timing enabled by default
+
+    def elapsed_ms(self, start, end):
+        return self.cupy.cuda.get_elapsed_time(start, end)
 
 
 def _local_rank() -> int:
@@ -192,26 +191,36 @@ def _checks(comm, case, count, root, seed, dev):
     return int(wrong[0]), rel_err
 
 
+# In-place inputs that a back-to-back reduction leaves as they were: 0 + 0 and 1 * 1. (max, min and avg leave
+# equal values after their first call.)
+_FIXED_POINTS = {"sum": 0, "prod": 1}
+
+
 def _timed_call(comm, case, count, root, dev):
-    """(the call a case times, what to run before each iteration or None): the collective on integer data, or
-    the barrier itself. An all_reduce or reduce in place overwrites its input with the result, which would grow
-    (or overflow) from one iteration to the next: its input is restored before each iteration, untimed, so
-    both forms reduce the same values. (All_gather in place leaves its own block as it was, and broadcast
-    just copies.)"""
+    """(the call a case times, what to run before each iteration -- each window, on a device -- or None): the
+    collective on integer data, or the barrier itself. An all_reduce or reduce in place overwrites its input
+    with the result, which would grow (or overflow) from one call to the next: its input is restored before
+    each iteration, untimed, so both forms reduce the same values. On a device the calls of a window run back
+    to back with nothing between them, so there a sum or a product in place reduces 0s or 1s instead, which it
+    leaves unchanged. (All_gather in place leaves its own block as it was, and broadcast just copies.)"""
     if case.collective == "barrier":
         return comm.barrier, None
     world = comm.size
     op = case.op if case.op != "-" else "sum"
+    reduces_in_place = case.in_place and case.collective in ("all_reduce", "reduce")
 
     def integers(r):
-        return check.integer_input(op, case.dtype, check.input_count(case.collective, count, world), r, world)
+        n = check.input_count(case.collective, count, world)
+        if reduces_in_place and dev.back_to_back and op in _FIXED_POINTS:
+            return np.full(n, _FIXED_POINTS[op], dtype=sweep.numpy_dtype(case.dtype))
+        return check.integer_input(op, case.dtype, n, r, world)
 
     x, out = _buffers(case, count, integers, comm.rank, world, dev)
 
     def call():
         return run_collective(comm, case.collective, x, out, op, case.algorithm, case.accuracy, root)
 
-    if case.in_place and case.collective in ("all_reduce", "reduce"):
+    if reduces_in_place:
         kept = dev.to_device(integers(comm.rank))
 
         def restore():
@@ -222,8 +231,8 @@ def _timed_call(comm, case, count, root, dev):
 
 
 def _time(comm, case, count, root, warmup, iters, dev):
-    """(timing.Timing of the ranks' medians, (p50, p99) of the slowest rank per iteration, the algorithm that
-    ran)."""
+    """(timing.Timing of the ranks' medians, (p50, p99) of the slowest rank per iteration -- per window on a
+    device --, the algorithm that ran)."""
     world = comm.size
     warm, timed = sweep.iterations(case.nbytes, iters, warmup)
     call, before = _timed_call(comm, case, count, root, dev)
@@ -233,11 +242,11 @@ def _time(comm, case, count, root, warmup, iters, dev):
             before()
         comm.barrier()
 
-    times = dev.time_iterations(call, barrier, warm, timed)
+    times = dev.time_iterations(call, barrier, warm, timed)  # one per iteration, or per window on a device
     picked = comm.last_algorithm  # what "auto" chose; read before the gather below replaces it
-    gathered = dev.to_device(np.zeros(world * timed, dtype=np.float64))
+    gathered = dev.to_device(np.zeros(world * len(times), dtype=np.float64))
     comm.all_gather(dev.to_device(np.asarray(times, dtype=np.float64)), gathered)
-    by_rank = dev.to_host(gathered).reshape(world, timed).tolist()
+    by_rank = dev.to_host(gathered).reshape(world, len(times)).tolist()
     return timing.across_ranks([timing.rank_median(t) for t in by_rank]), timing.spread(by_rank), picked
 
 
