@@ -40,8 +40,8 @@ cd "$root/tests"
 # compensated sums of special values across every algorithm, complex data over every algorithm, and revoke, agree
 # and shrink after killed ranks (from Python, also across faked hosts over shm+tcp, and from a C program), a job
 # grown with new processes, islands shrunk through the fake NCCL's shrink, the vendor streams and events, the
-# vendor exchange of gather, scatter and all-to-all, the watchdog's device, and the waits that sleep on the TCP
-# transport's events.
+# vendor exchange of gather, scatter and all-to-all, the watchdog's device, the vendor schedules' steps in stream
+# order, and the waits that sleep on the TCP transport's events.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
   kernels/test_kernels*.py \
   algorithms/test_algorithms_sim.py algorithms/test_hierarchical_sim.py algorithms/test_collectives_more.py \
@@ -59,7 +59,7 @@ cd "$root/tests"
   vendors/test_vendor_strict.py vendors/test_cuda_nvrtc.py vendors/test_cuda_context.py \
   vendors/test_cuda_devices.py vendors/test_vendor_p2p_groups.py vendors/test_vendor_async.py vendors/test_vendor_streams.py \
   vendors/test_hccl_p2p.py vendors/test_cuda_scratch.py vendors/test_islands_shrink.py \
-  vendors/test_vendor_exchange.py vendors/test_vendor_thread_device.py \
+  vendors/test_vendor_exchange.py vendors/test_vendor_thread_device.py vendors/test_vendor_stream_steps.py \
   integrations/test_jax_ffi.py \
   rendezvous/test_bootstrap.py \
   "$@"
