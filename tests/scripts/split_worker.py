@@ -30,6 +30,19 @@ def ints(n, seed):
     return (np.arange(n, dtype=np.int64) * 7 + seed * 1000003) % 1000
 
 
+def parent_in_flight(comm, timeout):
+    """Returns once this rank's latest call on comm is an all_reduce still running (its flight record says so):
+    a fixed sleep for the other thread to get there is not enough on loaded cores."""
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = comm.trace_records()[-1:]
+        if latest and latest[0]["collective"] == "all_reduce" and latest[0]["end_unix_ns"] is None:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the parent's all_reduce did not start within {timeout} s")
+        time.sleep(0.002)
+
+
 def check_collectives(c, tag):
     """Every collective on c, exact on integer data; c.ranks (parent numbering) seeds each member's data."""
     seeds = c.ranks
@@ -179,7 +192,7 @@ with scenario_report(report):
         t = threading.Thread(target=lambda: (comm.all_reduce(np.ones(16, dtype=np.float64)), done.set()))
         t.start()
         if rank == 0:
-            time.sleep(0.3)
+            parent_in_flight(comm, timeout)
             started = time.monotonic()
             report["split_result"] = c.all_reduce(np.ones(4, dtype=np.float64)).tolist()
             report["waited"] = time.monotonic() - started
