@@ -262,9 +262,14 @@ pycoll_status_t init_open_segments(boot_state_t *s)
     return PYCOLL_OK;
 }
 
-/* Whether process pid (of this pid namespace) has ended: gone, or a zombie its parent has not reaped yet. */
+/* Whether process pid (of this pid namespace) has ended or is ending: gone, a zombie its parent has not reaped
+ * yet, or a process the kernel is tearing down (PF_EXITING in its flags). The last matters because a rank learns
+ * of a peer's death from its sockets closing, which the kernel does while that peer is still exiting (state 'R'
+ * or 'D'): checking for a zombie alone would, on a busy machine, leave that peer's segment behind. A process
+ * with PF_EXITING set runs no more user code, so nothing of its own will remove the segment. */
 static int process_ended(int32_t pid)
 {
+    enum { PF_EXITING_FLAG = 0x4 }; /* include/linux/sched.h; part of /proc/<pid>/stat's ABI */
     char path[32], text[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "re");
@@ -273,8 +278,14 @@ static int process_ended(int32_t pid)
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = 0;
-    const char *end_of_name = strrchr(text, ')'); /* "pid (name) state ...": the name may hold anything */
-    return end_of_name && end_of_name[1] == ' ' && (end_of_name[2] == 'Z' || end_of_name[2] == 'X');
+    const char *end_of_name = strrchr(text, ')'); /* "pid (name) state ppid pgrp session tty tpgid flags ..." */
+    if (!end_of_name || end_of_name[1] != ' ')
+        return 0;
+    char state = end_of_name[2];
+    if (state == 'Z' || state == 'X')
+        return 1;
+    unsigned long long flags = 0;
+    return sscanf(end_of_name + 3, " %*d %*d %*d %*d %*d %llu", &flags) == 1 && (flags & PF_EXITING_FLAG);
 }
 
 /* Rank r's segment when r died before anyone learnt its name: whatever of this user's regular files in /dev/shm
