@@ -17,8 +17,9 @@ iproute2; otherwise it says why and exits without measuring.
 
 --nics 2 gives every host two shaped veths (eth0, eth1: two networks) and pycoll's ranks
 PYCOLL_SOCKET_IFNAME=eth0,eth1 (gloo keeps eth0). --streams 1,4 runs each pycoll library once per stream count
-(PYCOLL_TCP_STREAMS), as "default/4" etc.; --spins 0,200 likewise once per PYCOLL_SPIN_US value, as "default@0"
-(microseconds a wait polls before it sleeps; without --spins the library's default). --mtu sets every veth's MTU
+(PYCOLL_TCP_STREAMS), as "default/4" etc. (without --streams, pycoll's default: a connection per NIC); --spins
+0,200 likewise once per PYCOLL_SPIN_US value, as "default@0" (microseconds a wait polls before it sleeps;
+without --spins the library's default). --mtu sets every veth's MTU
 (both ends; 1500 by default, as a new veth has). The tables add each library's share of the link at 1 MiB and above:
 the bytes an all-reduce must move across a host's link each way, 2 (H - 1) / H of the vector, over the time,
 against the rate (times the NICs). --append adds the results to --out as a section instead of replacing it.
@@ -294,7 +295,8 @@ def main():
     p.add_argument("--report-dir", help=argparse.SUPPRESS)
     p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
     p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
-    p.add_argument("--streams", default="1", help="PYCOLL_TCP_STREAMS values, comma-separated: one job each")
+    p.add_argument("--streams", default="",
+                   help="PYCOLL_TCP_STREAMS values, comma-separated: one job each (default: unset, one per NIC)")
     p.add_argument("--spins", default="", help="PYCOLL_SPIN_US values, comma-separated: one job each")
     p.add_argument("--mtu", type=int, default=1500, help="every veth's MTU (both ends)")
     p.add_argument("--append", action="store_true", help="add a section to --out instead of replacing it")
@@ -323,7 +325,7 @@ def main():
     if args.before:
         args.libs += [lib + BEFORE for lib in ("default", "tcp") if lib in args.libs]
     streams = args.streams.split(",")
-    if streams != ["1"]:  # one job per stream count for each pycoll library
+    if args.streams:  # one job per stream count for each pycoll library
         args.libs = [f"{lib}/{n}" if lib not in PEERS else lib for lib in args.libs for n in streams
                      if lib not in PEERS or n == streams[0]]
     if args.spins:  # one job per spin for each pycoll library
@@ -361,12 +363,14 @@ def main():
     spin = f"PYCOLL_SPIN_US={os.environ['PYCOLL_SPIN_US']} " if "PYCOLL_SPIN_US" in os.environ else ""
     title = "All-reduce across network-namespace hosts"
     if args.append:
-        title += f": {args.nics} NIC{'s' if args.nics > 1 else ''} per host, PYCOLL_TCP_STREAMS {args.streams}"
+        title += (f": {args.nics} NIC{'s' if args.nics > 1 else ''} per host, PYCOLL_TCP_STREAMS "
+                  f"{args.streams or 'unset (one per NIC)'}")
     shape_of = f"--sizes {args.sizes}" if args.sizes else f"--max-mib {args.max_mib}"
     doc = [f"{level} {title}", "",
            f"Produced by `{spin}python bench/multihost.py --layouts {args.layouts} --rate {args.rate} "
            f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} {shape_of} "
-           f"--nics {args.nics} --streams {args.streams}{' --spins ' + args.spins if args.spins else ''}"
+           f"--nics {args.nics}{' --streams ' + args.streams if args.streams else ''}"
+           f"{' --spins ' + args.spins if args.spins else ''}"
            f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}{' --before ' + args.before if args.before else ''}"
            f"{' --append' if args.append else ''}` (as root) in {time.monotonic() - start:.0f} s.", "", machine(),
            f"- Kernel {kernel}.",

@@ -73,12 +73,14 @@ static pycoll_status_t check_descriptor_limit(boot_state_t *s)
                      (unsigned long long)limit.rlim_cur, (unsigned long long)limit.rlim_max);
 }
 
-/* PYCOLL_TCP_STREAMS, checked against what the transport can stripe over. */
-static pycoll_status_t read_streams(boot_state_t *s)
+/* PYCOLL_TCP_STREAMS, checked against what the transport can stripe over; unset, one connection per interface
+ * this rank listens on, so that a host given several NICs (PYCOLL_SOCKET_IFNAME=eth0,eth1) uses them all without
+ * a second setting. */
+static pycoll_status_t read_streams(boot_state_t *s, int interfaces)
 {
     const char *text = setting_text(SETTING_TCP_STREAMS);
     char *end = NULL;
-    long streams = text ? strtol(text, &end, 10) : 1;
+    long streams = text ? strtol(text, &end, 10) : interfaces;
     if (text && (end == text || *end || streams < 1 || streams > TCP_MAX_STREAMS))
         return init_fail(s, PYCOLL_ERR_INVALID, "PYCOLL_TCP_STREAMS=%s: expected a whole number from 1 to %d", text,
                          TCP_MAX_STREAMS);
@@ -95,7 +97,11 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
         source = "PYCOLL_SOCKET_IFNAME";
     }
     memset(mine, 0, sizeof *mine);
-    pycoll_status_t st = read_streams(s);
+    boot_addr_t here[BOOT_MAX_INTERFACES];
+    int n_here = 0;
+    pycoll_status_t st = boot_choose_addresses(ifname, source, &s->root_addr, here, &n_here, error, BOOT_ERROR_LEN);
+    if (st == PYCOLL_OK)
+        st = read_streams(s, n_here);
     if (st == PYCOLL_OK)
         st = check_descriptor_limit(s);
     if (st != PYCOLL_OK)
@@ -108,9 +114,6 @@ pycoll_status_t init_prepare(boot_state_t *s, rank_record_t *mine)
     mine->transport = s->cfg.transport;
     mine->streams = (uint32_t)s->streams;
     pycoll_host_identity(mine->host, sizeof mine->host);
-    boot_addr_t here[BOOT_MAX_INTERFACES];
-    int n_here = 0;
-    st = boot_choose_addresses(ifname, source, &s->root_addr, here, &n_here, error, BOOT_ERROR_LEN);
     mine->n_addrs = (uint32_t)n_here;
     /* One listener per interface: a pair's connection k arrives on the interface it was bound to. */
     for (int i = 0; st == PYCOLL_OK && s->size > 1 && i < n_here; i++)
@@ -152,8 +155,9 @@ static pycoll_status_t check_record(boot_state_t *s, const rank_record_t *r)
         return init_fail(s, PYCOLL_ERR_INVALID, "rank %d registered %u listening addresses (1 to %d expected)",
                          (int)r->rank, r->n_addrs, BOOT_MAX_INTERFACES);
     if (r->streams != root->streams)
-        return init_fail(s, PYCOLL_ERR_INVALID, "rank %d has PYCOLL_TCP_STREAMS=%u, rank %d has %u; every rank must "
-                         "set it alike", (int)r->rank, r->streams, (int)s->rank, root->streams);
+        return init_fail(s, PYCOLL_ERR_INVALID, "rank %d opens %u TCP connections per pair of ranks, rank %d %u "
+                         "(PYCOLL_TCP_STREAMS, by default one per interface of PYCOLL_SOCKET_IFNAME): every rank must "
+                         "use alike", (int)r->rank, r->streams, (int)s->rank, root->streams);
     return PYCOLL_OK;
 }
 

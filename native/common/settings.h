@@ -21,9 +21,10 @@
     X(SOCKET_IFNAME, TEXT, NULL, NULL, 0, 0,                                                                     \
       "the network interface to listen on, or a comma-separated list of up to 4: TCP connection k of a pair "    \
       "joins both ranks' interface k mod n (default: the address that routes to MASTER_ADDR; never 0.0.0.0)")    \
-    X(TCP_STREAMS, INT, "1", NULL, 1, 0,                                                                         \
-      "TCP connections per pair of ranks, 1 to 8 (every rank alike); a message from 256 KiB is split into "      \
-      "contiguous parts across them, as NCCL_NSOCKS_PERTHREAD, so that one link fills when one stream cannot")   \
+    X(TCP_STREAMS, INT, NULL, NULL, 1, 0,                                                                        \
+      "TCP connections per pair of ranks, 1 to 8 (every rank alike; default: one per interface of "             \
+      "PYCOLL_SOCKET_IFNAME, so 1 unless it lists several); a message from 256 KiB is split into contiguous "    \
+      "parts across them, as NCCL_NSOCKS_PERTHREAD, so that one link fills when one stream cannot")              \
     X(SECRET, TEXT, NULL, NULL, 0, 0,                                                                            \
       "shared secret: store and peer connections authenticate with HMAC challenge-response (pycoll run sets a "  \
       "random one per job)")                                                                                     \

@@ -120,3 +120,17 @@ def test_each_installed_peer_runs_across_the_hosts_with_exact_results(tmp_path, 
         assert float(row[3].split("(")[0]) > 0, row  # the peer's median, a number
         assert float(row[4]) >= 0, row  # default / best peer, a number: the peer is a peer (it may round to 0.00)
     assert namespaces_of(proc.pid) == []
+
+
+def test_the_links_own_ceiling_is_measured_per_nic_count():
+    """bench/link_bound.py: plain TCP both ways over one and two shaped NICs, a row each with a share of the rate
+    that a working link gives (well above nothing, not above the veth's burst allowance)."""
+    out = subprocess.run([sys.executable, "-P", str(ROOT / "bench" / "link_bound.py"), "--mib", "8", "--reps", "1"],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    rows = {int(line.split("|")[1]): line for line in out.stdout.splitlines() if line.startswith("| 1 ") or
+            line.startswith("| 2 ")}
+    assert sorted(rows) == [1, 2], out.stdout
+    for row in rows.values():
+        share = int(row.split("|")[3].strip().rstrip("%"))
+        assert 30 <= share <= 130, row

@@ -11,14 +11,15 @@ import pycoll
 NICS = ("eth0", "eth1")
 
 
-def shaped_job(nics):
+def shaped_job(nics, streams):
     """Two hosts of one rank with `nics` links each, shaped as bench/multihost.py's (a striped part then moves
-    in many pieces, both ways at once), 2 streams over those links: the ranks' reports and each host's bytes
-    sent per link."""
+    in many pieces, both ways at once), `streams` connections per pair over those links (None: the default):
+    the ranks' reports and each host's bytes sent per link."""
     try:
         with namespace_hosts(2, nics=nics) as hosts:
             shape_links(hosts, ["tbf", "rate", "2gbit", "burst", "1mb", "latency", "50ms"], nics=nics)
-            env = {"PYCOLL_TCP_STREAMS": "2", "PYCOLL_SOCKET_IFNAME": ",".join(NICS[:nics])}
+            env = {"PYCOLL_SOCKET_IFNAME": ",".join(NICS[:nics])}
+            env.update({"PYCOLL_TCP_STREAMS": streams} if streams else {})
             with Ranks(2, "stripe_worker.py", "shaped", env=env, master_addr=f"{SUBNET}.1",
                        wrap=lambda r: ["ip", "netns", "exec", hosts[r]]) as ranks:
                 reports = ranks.reports(deadline_s=60)
@@ -29,11 +30,11 @@ def shaped_job(nics):
 
 @pytest.mark.netns
 @pytest.mark.timeout(120)
-def test_two_streams_over_two_interfaces_use_both_links():
-    """One rank per host, 2 streams, both interfaces named: back-to-back 4 and 16 MiB all-reduces are exact and
-    each host sends megabytes on each of its two links (its half of each striped frame), not on the first
-    alone."""
-    reports, sent = shaped_job(2)
+def test_two_interfaces_named_are_both_used_by_default():
+    """One rank per host, both interfaces named and PYCOLL_TCP_STREAMS unset (a connection per interface):
+    back-to-back 4 and 16 MiB all-reduces are exact and each host sends megabytes on each of its two links (its
+    half of each striped frame), not on the first alone."""
+    reports, sent = shaped_job(2, None)
     assert all(rep.get("ok") for rep in reports.values()), reports
     assert all(rep["transport"] == "tcp" for rep in reports.values()), reports
     # Each rank sends at least 30 MiB (half of each vector, in frames that are striped): half on each link.
@@ -45,7 +46,7 @@ def test_two_streams_over_two_interfaces_use_both_links():
 def test_two_streams_sharing_one_shaped_link_stay_exact():
     """Both connections of the pair on one slow link: one direction's parts are midway when the other
     direction's next frame starts, and neither disturbs the other's progress."""
-    reports, _ = shaped_job(1)
+    reports, _ = shaped_job(1, "2")
     assert all(rep.get("ok") for rep in reports.values()), reports
 
 

@@ -45,3 +45,15 @@ def test_a_peer_killed_mid_transfer_is_reported():
     assert len(rep["connections"]) >= STREAMS, rep
     assert rep["outcome"] == "PeerFailure" and rep["failed_rank"] == 1, rep
     assert rep["seconds"] < 10, rep
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_open_different_numbers_of_connections_are_refused_naming_both():
+    """Rank 1 sets PYCOLL_TCP_STREAMS=3; rank 0 leaves it unset with one interface, so it opens one connection
+    per pair: both hear why at set-up instead of a job that hangs on the connection that never comes."""
+    with Ranks(2, "stripe_worker.py", "refused", env={"PYCOLL_BACKEND": "tcp"}, timeout=10,
+               rank_env=lambda r: {"PYCOLL_TCP_STREAMS": "3"} if r == 1 else {}) as job:
+        reports = job.reports(deadline_s=40)
+    for rep in reports.values():
+        assert rep["outcome"] != "no error", rep
+        assert "rank 1 opens 3 TCP connections per pair of ranks, rank 0 1" in rep["message"], rep
