@@ -114,6 +114,10 @@ def main():
            "barrier; a rank's median; the slowest rank's), per repetition; the table gives the median over "
            "repetitions. `default (unset)`: the library's own choice of spin; the peers ran in that job. "
            f"Wrong results over every row: {wrong}.", ""]
+    missing = [c for c in peers if not any(k[0] == c for w in worlds for k in cells[w])]
+    if missing:  # pycoll bench --compare skips a peer that is not installed (saying why on its stderr)
+        doc += [f"Asked for but not measured (not installed here, so pycoll bench skipped them): "
+                f"{', '.join(missing)}.", ""]
     for world in worlds:
         doc += [*table(cells[world], settings + [c for c in peers if any(k[0] == c for k in cells[world])],
                        size_list, world), ""]

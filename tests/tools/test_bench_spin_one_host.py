@@ -1,6 +1,7 @@
 """bench/spin_one_host.py's short form: one repetition of two spin values and the library's default on 2 ranks,
 each setting's row with every repetition's time, and each spin's ratio to the default."""
 
+import os
 import subprocess
 import sys
 
@@ -26,3 +27,14 @@ def test_a_short_run_writes_a_column_per_spin_and_their_ratios(tmp_path):
     for size in ("4 B", "1 KiB"):
         cells = next(line for line in text.splitlines() if line.startswith(f"| {size} |")).strip("|").split("|")
         assert all(float(c.split("(")[0]) > 0 for c in cells[1:]), cells  # times and ratios, all numbers
+
+
+def test_a_peer_that_is_not_installed_is_named_not_dropped(tmp_path):
+    out = tmp_path / "spin.md"
+    env = {k: v for k, v in os.environ.items() if k != "PYCOLL_BENCH_MPICH"}  # MPICH: nowhere to be found
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "spin_one_host.py"), "--worlds", "2", "--spins",
+                           "50", "--reps", "1", "--compare", "mpich", "--sizes", "4", "--out", str(out)],
+                          capture_output=True, text=True, timeout=170, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text()
+    assert "Asked for but not measured (not installed here, so pycoll bench skipped them): mpich." in text, text
