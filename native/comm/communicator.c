@@ -460,29 +460,40 @@ pycoll_status_t comm_run_call(pycoll_comm_t *comm, const comm_call_t *call, char
     return st;
 }
 
+/* A call that ends outside a turn of its own (interrupted or failed while waiting for it, or a send/recv that
+ * joined the queued ones): its flight record ends naming no algorithm. */
+static pycoll_status_t end_outside_turn(pycoll_comm_t *comm, const comm_call_t *call, pycoll_status_t st,
+                                        const char *why)
+{
+    thread_error(comm, st, why);
+    return flight_recorder_end(comm, call->record, st, PYCOLL_NUM_ALGOS, pycoll_comm_error(comm));
+}
+
 /* A blocking call: its turn after every queued one and after any other thread's blocking call, then run on the
- * caller's thread. Its message is copied for this thread before the turn ends (the next thread's call may
- * write comm->error). */
+ * caller's thread. Its message is copied for this thread, and its flight record ended, before the turn ends: the
+ * next thread's call may write comm->error and comm->last_algorithm, and starts (and may end) as soon as the turn
+ * is given up, so a record ended after that could show this call ending after the next. */
 static pycoll_status_t run_blocking(pycoll_comm_t *comm, const comm_call_t *call)
 {
     pycoll_status_t st = PYCOLL_OK;
     if (comm_call_is_p2p(call) && progress_join_p2p(comm, call, &st))
-        return thread_error(comm, st, comm->error[0] ? comm->error : comm->p2p->error);
+        return end_outside_turn(comm, call, st, comm->error[0] ? comm->error : comm->p2p->error);
     char waited[COMM_ERROR_LEN];
     st = progress_take_turn(comm, 1, waited, sizeof waited);
     if (st == PYCOLL_ERR_INTERRUPTED)
-        return thread_error(comm, st, "interrupted while waiting for earlier collectives to finish");
+        return end_outside_turn(comm, call, st, "interrupted while waiting for earlier collectives to finish");
     if (st != PYCOLL_OK)
-        return thread_error(comm, st, waited);
+        return end_outside_turn(comm, call, st, waited);
     comm->error[0] = 0;
+    pycoll_algorithm_t ran = comm->last_algorithm;
     if (comm_call_is_p2p(call)) {
         st = comm_run_p2p(comm, call, comm->error, sizeof comm->error);
     } else {
-        pycoll_algorithm_t ran = comm->last_algorithm;
         st = comm_run_call(comm, call, comm->error, sizeof comm->error, &ran);
         comm->last_algorithm = ran;
     }
     thread_error(comm, st, comm->error[0] ? comm->error : comm->p2p->error);
+    flight_recorder_end(comm, call->record, st, ran, pycoll_comm_error(comm));
     progress_end_turn(comm);
     return st;
 }
@@ -501,10 +512,8 @@ pycoll_status_t pycoll_comm_run(pycoll_comm_t *comm, const pycoll_call_t *call, 
         return thread_error(comm, st, error);
     checked.thread = comm_caller_tag(comm); /* the caller's, also where the progress thread runs it */
     checked.record = flight_recorder_begin(comm, &checked, work != NULL);
-    if (!work) {
-        st = run_blocking(comm, &checked);
-        return flight_recorder_end(comm, checked.record, st, comm->last_algorithm, pycoll_comm_error(comm));
-    }
+    if (!work)
+        return run_blocking(comm, &checked);
     st = progress_start(comm, &checked, work);
     return thread_error(comm, flight_recorder_end(comm, st == PYCOLL_OK ? 0 : checked.record, st, PYCOLL_NUM_ALGOS,
                                                   comm->error), comm->error);
