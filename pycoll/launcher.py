@@ -138,8 +138,7 @@ class _Job:
             self._exit_code = 0
 
     def _supervise_until_all_exit(self, exits, job_deadline):
-        # poll() every rank on every pass (not any() over a generator, which stops at the first running one).
-        while [proc.poll() for proc in self._procs].count(None):
+        while not exits.all_seen():
             self._exited += exits.wait(_POLL_INTERVAL)
             now = time.monotonic()
             if self._exit_code is None:
@@ -223,6 +222,15 @@ class _ExitOrder:
             except OSError:
                 self.close()
                 self._selector = None
+
+    def all_seen(self):
+        """Whether every rank's exit has been returned by wait(). With pidfds nothing else reaps a rank before
+        then: a rank reaped early (Popen.poll) could be reported after ranks that exited later, as this kernel
+        may order the pidfds' readiness by reaping. Without them, poll() every rank (not any() over a generator,
+        which stops at the first running one)."""
+        if self._selector is None:
+            return [proc.poll() for proc in self._procs].count(None) == 0
+        return not self._unseen
 
     def wait(self, timeout):
         """The ranks that exited since the last call, first exit first, waiting up to timeout s for one."""
