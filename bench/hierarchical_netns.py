@@ -120,8 +120,9 @@ def main():
            f"Produced by `python bench/hierarchical_netns.py --rate {args.rate} --burst {args.burst} "
            f"--latency {args.latency} --mib {args.mib} --jobs {args.jobs} --repeats {args.repeats}` in "
            f"{elapsed:.0f} s.", "", machine(), f"- Kernel {kernel}.",
-           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
-           f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.", "",
+           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started, "
+           f"{os.getloadavg()[0]:.1f} at the end (whatever else runs on the machine shares its cores; "
+           "the note beside a run says what did).", "",
            f"Setup: two network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py); on each "
            f"host `tc qdisc add dev eth0 root {' '.join(tbf)}` (netem is not in this kernel). Ranks 0, 1 on host 0, "
            f"ranks 2, 3 on host 1 (backend cpu, transport {transport}: the two ranks of a host talk over "

@@ -35,6 +35,7 @@ in host 0), and writes its report to a file.
 import argparse
 import json
 import os
+import resource
 import secrets
 import signal
 import statistics
@@ -98,6 +99,9 @@ class _Pycoll:
     def barrier(self):
         self.comm.barrier()
 
+    def algorithm(self):
+        return self.comm.last_algorithm
+
     def describe(self):
         # The spin its waits poll (the library's default or PYCOLL_SPIN_US), where the engine has native options.
         native = getattr(getattr(self.comm, "_engine", None), "native", None)
@@ -140,24 +144,35 @@ def open_comm(lib):
     return _Pycoll(None if lib == "default" else lib)
 
 
+def cpu_seconds():
+    """This process's CPU time, every thread's, user and system: what a call costs the cores it shares."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def worker(lib, size_list, report_dir):
     """One rank: every size in turn, untimed warm-up calls, then timed calls each after a barrier. Writes JSON to
-    report_dir/RANK.json: its per-size times and how many results were wrong."""
+    report_dir/RANK.json: its per-size times, CPU seconds per call (the barriers' included), the algorithm its
+    last call ran (pycoll's; None for the peers) and how many results were wrong."""
     import numpy as np
 
     from pycoll.tools.bench.timing import time_iterations
 
     comm = open_comm(lib)
     world = comm.size
-    times, wrong = {}, 0
+    times, cpu, algorithms, wrong = {}, {}, {}, 0
     for nbytes in size_list:
         count = nbytes // 4
         base = (np.arange(count) % 251).astype(np.float32)
         x, out = base + comm.rank, np.empty(count, np.float32)
         want = base * world + world * (world - 1) / 2  # exact in float32: below 2^24
+        used = cpu_seconds()
         times[nbytes] = time_iterations(lambda: comm.all_reduce(x, out), comm.barrier, 2, iterations(nbytes))
+        cpu[nbytes] = (cpu_seconds() - used) / (2 + iterations(nbytes))
+        algorithms[nbytes] = getattr(comm, "algorithm", lambda: None)()
         wrong += int(not np.array_equal(out, want))
-    report = {"rank": comm.rank, "times": times, "wrong": wrong, "what": comm.describe()}
+    report = {"rank": comm.rank, "times": times, "cpu": cpu, "algorithms": algorithms, "wrong": wrong,
+              "what": comm.describe()}
     (Path(report_dir) / f"rank-{comm.rank}.json").write_text(json.dumps(report))
     comm.close()
 
@@ -222,10 +237,11 @@ def crossing_floor(hosts, size_list):
 
 
 def measure_layout(hosts, per_host, args, tbf):
-    """{lib: {bytes: [slowest rank's median per job]}}, what each library ran, its wrong results and the least
-    share of crossing_floor a host sent in one of its jobs, for one H x R layout."""
+    """{lib: {bytes: [slowest rank's median per job]}}, the same of the busiest rank's CPU seconds per call, what
+    each library ran (and at each size the algorithm of rank 0's last job), its wrong results and the least share
+    of crossing_floor a host sent in one of its jobs, for one H x R layout."""
     placement = [r // per_host for r in range(hosts * per_host)]
-    per_job = {lib: {} for lib in args.libs}
+    per_job, cpu = {lib: {} for lib in args.libs}, {lib: {} for lib in args.libs}
     what, wrong, crossed = {}, dict.fromkeys(args.libs, 0), dict.fromkeys(args.libs, float("inf"))
     floor = crossing_floor(hosts, args.size_list)
     tag = f"pcmh{os.getpid() % 100000}"  # this run's own namespaces: another run may be going
@@ -241,17 +257,38 @@ def measure_layout(hosts, per_host, args, tbf):
                 reports = run_job(names, placement, lib, args)
                 sent = [b - a for a, b in zip(before, sent_by_hosts(names, args.nics))]
                 crossed[lib] = min(crossed[lib], min(sent) / floor if hosts > 1 else float("nan"))
-                what[lib] = reports[0]["what"]
+                what[lib] = (reports[0]["what"], reports[0]["algorithms"])
                 wrong[lib] += sum(r["wrong"] for r in reports)
                 for nbytes in reports[0]["times"]:
                     slowest = max(statistics.median(r["times"][nbytes]) for r in reports)
                     per_job[lib].setdefault(int(nbytes), []).append(slowest)
-    return per_job, what, wrong, crossed
+                    cpu[lib].setdefault(int(nbytes), []).append(max(r["cpu"][nbytes] for r in reports))
+    return per_job, cpu, what, wrong, crossed
 
 
-def table(per_job, libs, link_bytes_per_s, hosts):
+def algorithms_line(what, libs):
+    """'default: 4 B-16 KiB recursive_doubling, 64 KiB-64 MiB ring; ...': the algorithm each pycoll library's
+    rank 0 ran at each size, consecutive sizes with the same one joined."""
+    parts = []
+    for lib in libs:
+        runs = []  # [first size, last size, algorithm]
+        for nbytes, name in sorted((int(n), a) for n, a in what[lib][1].items()):
+            if name is None:
+                break
+            if runs and runs[-1][2] == name:
+                runs[-1][1] = nbytes
+            else:
+                runs.append([nbytes, nbytes, name])
+        spans = [f"{_fmt_size(a)}{'-' + _fmt_size(b) if b != a else ''} {name}" for a, b, name in runs]
+        if spans:
+            parts.append(f"{lib}: {', '.join(spans)}")
+    return "Algorithm per size (rank 0's last call): " + "; ".join(parts) + "." if parts else ""
+
+
+def table(per_job, cpu, libs, link_bytes_per_s, hosts):
     """Per size: each library's median over jobs with every job's number, and the default over the best peer;
-    then, from 1 MiB, each library's share of the link (the module's docstring)."""
+    then, from 1 MiB, each library's share of the link (the module's docstring) and the CPU time a call cost its
+    busiest rank (median over jobs; on shared cores, what one library leaves the others)."""
     rows = ["| size | " + " | ".join(f"{lib} (us)" for lib in libs) + " | default / best peer |",
             "|---" + "|---:" * (len(libs) + 1) + "|"]
     peers = [lib for lib in libs if lib in PEERS]
@@ -265,12 +302,14 @@ def table(per_job, libs, link_bytes_per_s, hosts):
         rows.append(f"| {_fmt_size(nbytes)} | " + " | ".join(cells) + f" | {ratio} |")
     large = [nbytes for nbytes in sorted(med) if nbytes >= 1 << 20]
     if large and hosts > 1:
-        rows += ["", "| size | " + " | ".join(f"{lib} (% of link)" for lib in libs) + " |",
-                 "|---" + "|---:" * len(libs) + "|"]
+        rows += ["", "| size | " + " | ".join(f"{lib} (% of link)" for lib in libs) + " | "
+                 + " | ".join(f"{lib} (CPU ms per call)" for lib in libs) + " |",
+                 "|---" + "|---:" * (2 * len(libs)) + "|"]
         crossing = 2 * (hosts - 1) / hosts
         for nbytes in large:
             rows.append(f"| {_fmt_size(nbytes)} | " + " | ".join(
-                f"{100 * crossing * nbytes / med[nbytes][lib] / link_bytes_per_s:.0f}%" for lib in libs) + " |")
+                f"{100 * crossing * nbytes / med[nbytes][lib] / link_bytes_per_s:.0f}%" for lib in libs) + " | "
+                + " | ".join(f"{statistics.median(cpu[lib][nbytes]) * 1e3:.1f}" for lib in libs) + " |")
     return rows
 
 
@@ -340,7 +379,7 @@ def main():
     sections, level = [], "##" if args.append else "#"
     try:
         for hosts, per_host in layouts:
-            per_job, what, wrong, crossed = measure_layout(hosts, per_host, args, tbf)
+            per_job, cpu, what, wrong, crossed = measure_layout(hosts, per_host, args, tbf)
             short = [lib for lib in args.libs if crossed[lib] < 1]
             if short:  # it did not cross the network: it found a shortcut between the namespace hosts
                 raise SystemExit(f"{', '.join(short)} sent less across a host's link than an all-reduce must "
@@ -348,13 +387,14 @@ def main():
             link = parse_rate(args.rate) / 8 * args.nics
             sections += [f"{level}# {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}"
                          f"{f', {args.nics} NICs each' if args.nics > 1 else ''}", "",
-                         "Ran: " + "; ".join(f"{lib}: {what[lib]}" for lib in args.libs) + ".", "",
+                         "Ran: " + "; ".join(f"{lib}: {what[lib][0]}" for lib in args.libs) + ".",
+                         algorithms_line(what, args.libs), "",
                          "Wrong results over every call: " + ", ".join(f"{lib} {n}" for lib, n in wrong.items())
                          + ". Least bytes a host sent in a job, over what an all-reduce must send: "
                          + ", ".join(f"{lib} {crossed[lib]:.2f}" for lib in args.libs)
                          + ". Repetitions over twice their median: "
                          + (", ".join(outliers(per_job, args.libs)) or "none") + ".", "",
-                         *table(per_job, args.libs, link, hosts), ""]
+                         *table(per_job, cpu, args.libs, link, hosts), ""]
     except HostsUnavailable as exc:
         print(f"skipped: {exc}", file=sys.stderr)
         return
@@ -374,8 +414,9 @@ def main():
            f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}{' --before ' + args.before if args.before else ''}"
            f"{' --append' if args.append else ''}` (as root) in {time.monotonic() - start:.0f} s.", "", machine(),
            f"- Kernel {kernel}.",
-           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
-           f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.", "",
+           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started, "
+           f"{os.getloadavg()[0]:.1f} at the end (whatever else runs on the machine shares its cores; "
+           "the note beside a run says what did).", "",
            f"Setup: network-namespace hosts joined by veth pairs to a bridge (tests/netns_hosts.py), {args.nics} "
            f"per host (ethK to bridge K: one network per NIC), MTU {args.mtu_seen} (read back from host 0's eth0); "
            "on both ends of each veth `tc qdisc add ... root "

@@ -107,8 +107,9 @@ def main():
            f"Produced by `python bench/spin_one_host.py --worlds {args.worlds} --spins {args.spins} --reps "
            f"{args.reps} --compare {args.compare} --sizes {args.sizes}` in {elapsed:.0f} s; each repetition ran, "
            "per world N, one after another:", "", *[f"    {c}" for c in commands], "", machine(),
-           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started "
-           f"(other sessions' builds and tests share the cores), {os.getloadavg()[0]:.1f} at the end.",
+           f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started, "
+           f"{os.getloadavg()[0]:.1f} at the end (whatever else runs on the machine shares its cores; "
+           "the note beside a run says what did).",
            f"- `uptime` before: {uptime_before}; after: {uptime_after}.", "",
            "Method: pycoll bench's (float32 sum, the default backend, auto, out of place; each iteration after a "
            "barrier; a rank's median; the slowest rank's), per repetition; the table gives the median over "

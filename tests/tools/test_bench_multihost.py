@@ -134,3 +134,21 @@ def test_the_links_own_ceiling_is_measured_per_nic_count():
     for row in rows.values():
         share = int(row.split("|")[3].strip().rstrip("%"))
         assert 30 <= share <= 130, row
+
+
+def test_the_table_names_the_algorithm_each_size_ran_and_what_a_call_cost_the_cpu(tmp_path):
+    from pycoll.algorithms import ALGORITHMS
+
+    out = tmp_path / "multihost.md"
+    proc = bench("--layouts", "2x1", "--libs", "default", "--reps", "1", "--sizes", "4,1m", "--out", str(out))
+    stdout, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stdout
+    text = out.read_text()
+    line = next(line for line in text.splitlines() if line.startswith("Algorithm per size"))
+    spans = line.partition("default: ")[2].rstrip(".").split(", ")
+    assert spans and spans[0].startswith("4 B") and spans[-1].split("-")[-1].startswith("1 MiB"), line
+    assert all(span.split()[-1] in ALGORITHMS for span in spans), line  # names the ranks reported, not "None"
+    header = next(line for line in text.splitlines() if "(% of link)" in line)
+    assert "default (CPU ms per call)" in header, header
+    row = next(line for line in text.splitlines() if line.startswith("| 1 MiB |") and "%" in line)
+    assert float(row.split("|")[3]) > 0, row  # a 1 MiB all-reduce costs its busiest rank some CPU time
