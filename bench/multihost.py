@@ -13,7 +13,7 @@ iproute2; otherwise it says why and exits without measuring.
                               [--libs default,tcp,gloo,openmpi,openmpi-yield,mpich,mlx]
                               [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--spins 0,200]
                               [--mtu 1500] [--before PYTHON]
-                              [--out bench/results/multihost.md [--append]]
+                              [--out bench/results/multihost.md [--append]] [--plot FILE.png]
 
 --nics 2 gives every host two shaped veths (eth0, eth1: two networks) and pycoll's ranks
 PYCOLL_SOCKET_IFNAME=eth0,eth1 (gloo keeps eth0). --streams 1,4 runs each pycoll library once per stream count
@@ -23,6 +23,8 @@ without --spins the library's default). --mtu sets every veth's MTU
 (both ends; 1500 by default, as a new veth has). The tables add each library's share of the link at 1 MiB and above:
 the bytes an all-reduce must move across a host's link each way, 2 (H - 1) / H of the vector, over the time,
 against the rate (times the NICs). --append adds the results to --out as a section instead of replacing it.
+--plot FILE.png draws every layout's times (and each library's over the fastest's) with matplotlib (the plot
+extra) and shows it in the section.
 
 --before PYTHON adds default-before and tcp-before: the same two run by another interpreter (another build of
 pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
@@ -313,6 +315,42 @@ def table(per_job, cpu, libs, link_bytes_per_s, hosts):
     return rows
 
 
+RATIO_TOP = 2.5
+
+
+def plot_layouts(layouts, path, title):
+    """A PNG with a column per layout: each library's median time against the size (log-log), and below it that
+    time over the fastest library's at the size (1 is the fastest; cut at RATIO_TOP, so that a library many times
+    slower does not flatten the ones near 1). layouts: [(label, per_job, libs)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(layouts), figsize=(5.2 * len(layouts), 7.5), squeeze=False, sharex="col")
+    for col, (label, per_job, libs) in enumerate(layouts):
+        sizes = sorted(per_job[libs[0]])
+        med = {lib: [statistics.median(per_job[lib][n]) for n in sizes] for lib in libs}
+        fastest = [min(med[lib][i] for lib in libs) for i in range(len(sizes))]
+        time_ax, ratio_ax = axes[0][col], axes[1][col]
+        for lib in libs:
+            style = dict(marker="o", markersize=3, linewidth=2.2 if library(lib) == "default" else 1.2, label=lib)
+            time_ax.plot(sizes, [t * 1e6 for t in med[lib]], **style)
+            ratio_ax.plot(sizes, [t / f for t, f in zip(med[lib], fastest)], **style)
+        time_ax.set(title=label, ylabel="time (us)", xscale="log", yscale="log")
+        ratio_ax.set(xlabel="size (B)", ylabel=f"time / fastest library's (cut at {RATIO_TOP:g})",
+                     ylim=(0.9, RATIO_TOP))
+        ratio_ax.axhline(1, color="grey", linewidth=0.8)
+        for ax in (time_ax, ratio_ax):
+            ax.set_xscale("log", base=2)
+            ax.grid(True, which="both", alpha=0.3)
+        time_ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def outliers(per_job, libs):
     """'lib at size: N.Nx' for every repetition more than twice its library's median at that size."""
     out = []
@@ -322,6 +360,17 @@ def outliers(per_job, libs):
             if worst > 2:
                 out.append(f"{lib} at {_fmt_size(nbytes)}: {worst:.1f}x")
     return out
+
+
+def plot_link(args, plotted):
+    """Draw --plot and return the Markdown that shows it (a path relative to --out's folder), or nothing."""
+    if not args.plot:
+        return []
+    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+    plot_layouts(plotted, args.plot, f"float32 sum all-reduce across namespace hosts, tbf rate {args.rate}, "
+                                     f"{args.nics} NIC{'s' if args.nics > 1 else ''} per host")
+    where = os.path.relpath(Path(args.plot).resolve(), Path(args.out).resolve().parent)
+    return [f"![Each library's time per size and layout, and its time over the fastest library's]({where})", ""]
 
 
 def _exit_on_signal(signum, _frame):
@@ -348,6 +397,7 @@ def main():
     p.add_argument("--max-mib", type=int, default=64)
     p.add_argument("--before", help="an interpreter whose pycoll runs default-before and tcp-before")
     p.add_argument("--out", default=str(HERE / "results" / "multihost.md"))
+    p.add_argument("--plot", help="also a PNG of every layout's times (matplotlib: the plot extra), linked from --out")
     args = p.parse_args()
     args.size_list = parse_sizes(args.sizes) if args.sizes else sizes(args.max_mib)
     if args.worker:
@@ -376,10 +426,15 @@ def main():
     signal.signal(signal.SIGHUP, _exit_on_signal)
     tbf = ["tbf", "rate", args.rate, "burst", args.burst, "latency", args.latency]
     start, load = time.monotonic(), os.getloadavg()
-    sections, level = [], "##" if args.append else "#"
+    sections, plotted, level = [], [], "##" if args.append else "#"
+    if args.plot:  # before any job runs, not after minutes of them
+        from pycoll.tools.bench.plot import require_matplotlib
+
+        require_matplotlib()
     try:
         for hosts, per_host in layouts:
             per_job, cpu, what, wrong, crossed = measure_layout(hosts, per_host, args, tbf)
+            plotted.append((f"{hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}", per_job, args.libs))
             short = [lib for lib in args.libs if crossed[lib] < 1]
             if short:  # it did not cross the network: it found a shortcut between the namespace hosts
                 raise SystemExit(f"{', '.join(short)} sent less across a host's link than an all-reduce must "
@@ -412,7 +467,8 @@ def main():
            f"--nics {args.nics}{' --streams ' + args.streams if args.streams else ''}"
            f"{' --spins ' + args.spins if args.spins else ''}"
            f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}{' --before ' + args.before if args.before else ''}"
-           f"{' --append' if args.append else ''}` (as root) in {time.monotonic() - start:.0f} s.", "", machine(),
+           f"{' --append' if args.append else ''}{' --plot ' + args.plot if args.plot else ''}` (as root) in "
+           f"{time.monotonic() - start:.0f} s.", "", machine(),
            f"- Kernel {kernel}.",
            f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started, "
            f"{os.getloadavg()[0]:.1f} at the end (whatever else runs on the machine shares its cores; "
@@ -432,8 +488,8 @@ def main():
            "hosts, busy-polling; openmpi-yield: the same with mpi_yield_when_idle 1; mpich: MPICH from the package "
            "index under hydra, UCX_TLS=tcp,self; mlx: MLX's ring backend, CPU build).",
            "", *[f"Skipped {lib}: {why}." for lib, why in skipped.items()], *([""] if skipped else []),
-           *sections]
-    if args.append:
+           *plot_link(args, plotted), *sections]
+    if args.append and Path(args.out).exists():  # a missing file is begun by the section
         Path(args.out).write_text(Path(args.out).read_text().rstrip("\n") + "\n\n" + "\n".join(doc))
     else:
         Path(args.out).write_text("\n".join(doc))

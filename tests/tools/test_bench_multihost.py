@@ -139,8 +139,9 @@ def test_the_links_own_ceiling_is_measured_per_nic_count():
 def test_the_table_names_the_algorithm_each_size_ran_and_what_a_call_cost_the_cpu(tmp_path):
     from pycoll.algorithms import ALGORITHMS
 
-    out = tmp_path / "multihost.md"
-    proc = bench("--layouts", "2x1", "--libs", "default", "--reps", "1", "--sizes", "4,1m", "--out", str(out))
+    out = tmp_path / "multihost.md"  # --append to a file not there yet begins it
+    proc = bench("--layouts", "2x1", "--libs", "default", "--reps", "1", "--sizes", "4,1m", "--out", str(out),
+                 "--append")
     stdout, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, stdout
     text = out.read_text()
@@ -152,3 +153,16 @@ def test_the_table_names_the_algorithm_each_size_ran_and_what_a_call_cost_the_cp
     assert "default (CPU ms per call)" in header, header
     row = next(line for line in text.splitlines() if line.startswith("| 1 MiB |") and "%" in line)
     assert float(row.split("|")[3]) > 0, row  # a 1 MiB all-reduce costs its busiest rank some CPU time
+
+
+def test_plot_draws_every_layout_and_the_section_shows_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "results" / "multihost.md", tmp_path / "figures" / "multihost.png"
+    out.parent.mkdir()
+    proc = bench("--layouts", "2x1", "--libs", "default,tcp", "--reps", "1", "--sizes", "4,64k", "--out", str(out),
+                 "--plot", str(png))
+    stdout, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "](../figures/multihost.png)" in out.read_text()  # relative to the results file, so it shows there
+    assert namespaces_of(proc.pid) == []
