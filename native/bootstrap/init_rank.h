@@ -66,6 +66,8 @@ typedef struct boot_state {
     int32_t *pids;
     uint8_t *names_seen; /* the root: ranks whose segment name (over TCP alone: ready) came during its mesh */
     int relayed;         /* s->error is another rank's failure, already naming it */
+    int32_t refused;     /* the root: registrations it answered with the job's failure (late ones included) */
+    const struct late_answer *late_answer; /* the root, after a failed registration: what late ranks hear */
     int dropped;   /* connections to our listeners that failed their handshake */
     char dropped_why[128];
     int32_t max_pending; /* handshakes in progress at once on a listener (0: MAX_PENDING) */

@@ -180,6 +180,7 @@ static pycoll_status_t admit_registration(boot_state_t *s, boot_conn_t *c, int *
         uint8_t msg[STATUS_BYTES];
         init_status_put(msg, st, r.rank, s->error);
         boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+        s->refused++;
         return st;
     }
     s->table[r.rank] = r;
@@ -196,12 +197,64 @@ static pycoll_status_t registered_rank_closed(boot_state_t *s, int fd, int32_t w
                      "set-up: it failed or exited", (int)who, (int)s->rank);
 }
 
+/* How long a root whose job failed at registration (a duplicate rank, a world size that differs) keeps the id's
+ * listener open for the ranks that have not registered yet. Ranks started together arrive within it and hear the
+ * reason, instead of finding the listener closed and timing out on a root that seems never to have come. */
+#define TELL_LATE_RANKS_S 2.0
+
+typedef struct late_answer {
+    pycoll_status_t status;
+    char message[MESSAGE_BYTES];
+} late_answer_t;
+
+static pycoll_status_t answer_late_rank(boot_state_t *s, boot_conn_t *c, int *taken)
+{
+    (void)taken;
+    uint8_t msg[STATUS_BYTES];
+    init_status_put(msg, s->late_answer->status, c->rank, s->late_answer->message);
+    boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+    s->refused++;
+    return PYCOLL_OK;
+}
+
+static int every_rank_answered(const boot_state_t *s)
+{
+    int32_t registered = 0;
+    for (int32_t r = 0; r < s->size; r++)
+        registered += s->table[r].world_size != 0;
+    return registered + s->refused >= s->size;
+}
+
+/* After a registration failed with st: answer every rank that still registers, until each rank of the world is
+ * accounted for or TELL_LATE_RANKS_S has passed (never past the set-up's own deadline). */
+static void answer_late_ranks(boot_state_t *s, pycoll_status_t st)
+{
+    late_answer_t answer = {.status = st};
+    snprintf(answer.message, sizeof answer.message, "%s", s->error);
+    char error[BOOT_ERROR_LEN];
+    snprintf(error, sizeof error, "%s", s->error);
+    const double deadline = s->deadline, until = boot_now() + TELL_LATE_RANKS_S;
+    s->deadline = until < deadline ? until : deadline;
+    s->late_answer = &answer;
+    init_serve(s, &s->root_listen_fd, 1, BOOT_KIND_ROOT, RECORD_BYTES, answer_late_rank, every_rank_answered, NULL,
+               0, NULL, "");
+    s->late_answer = NULL;
+    s->deadline = deadline;
+    snprintf(s->error, BOOT_ERROR_LEN, "%s", error);
+}
+
 pycoll_status_t init_root_register(boot_state_t *s, const rank_record_t *mine)
 {
     s->table[s->rank] = *mine;
     char timeout_what[BOOT_ERROR_LEN];
     pycoll_status_t st = init_serve(s, &s->root_listen_fd, 1, BOOT_KIND_ROOT, RECORD_BYTES, admit_registration,
                                     all_registered, s->client_fds, s->size, registered_rank_closed, "");
+    if (st == PYCOLL_ERR_INVALID) { /* a registration the job cannot take: the registered ranks first */
+        init_broadcast_status(s, st, s->rank, s->error);
+        answer_late_ranks(s, st);
+        init_close_fd(&s->root_listen_fd);
+        return st;
+    }
     init_close_fd(&s->root_listen_fd);
     if (st == PYCOLL_ERR_TIMEOUT) {
         int32_t *missing = malloc((size_t)s->size * sizeof *missing);

@@ -193,6 +193,33 @@ def test_two_processes_claiming_one_rank_all_hear_it():
         results
 
 
+def test_a_rank_that_registers_after_the_job_failed_still_hears_why():
+    # The two rank 1s meet first (one serves the id and refuses the other); rank 0 starts half a second after the
+    # refused one has its answer, as a rank started a moment later would. The root keeps the id's listener for it
+    # a while, so it hears the same reason instead of timing out on a closed listener.
+    unique_id, results = pycoll.get_unique_id("lo"), {}
+
+    def run(i, rank):
+        try:
+            results[i] = pycoll.init_rank(unique_id, rank, 3, timeout=10.0, ifname="lo")
+        except Exception as exc:  # noqa: BLE001 (inspected by the test)
+            results[i] = exc
+
+    first = [threading.Thread(target=run, args=(i, 1)) for i in (0, 1)]
+    for t in first:
+        t.start()
+    deadline = time.monotonic() + 10
+    while not results and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # the root has told the ranks it had: before, it closed the id's listener right then
+    late = threading.Thread(target=run, args=(2, 0))
+    late.start()
+    for t in (*first, late):
+        t.join()
+    assert all(isinstance(results[i], ValueError) and "two processes registered as rank 1" in str(results[i])
+               for i in range(3)), results
+
+
 def test_a_rank_with_a_forged_secret_is_refused_and_the_job_names_the_drop():
     unique_id = pycoll.get_unique_id("lo")
     forged = unique_id[:ID_SECRET] + bytes(b ^ 1 for b in unique_id[ID_SECRET:ID_SECRET + 32]) + \
