@@ -337,7 +337,7 @@ def plot_layouts(layouts, path, title):
             style = dict(marker="o", markersize=3, linewidth=2.2 if library(lib) == "default" else 1.2, label=lib)
             time_ax.plot(sizes, [t * 1e6 for t in med[lib]], **style)
             ratio_ax.plot(sizes, [t / f for t, f in zip(med[lib], fastest)], **style)
-        time_ax.set(title=label, ylabel="time (us)", xscale="log", yscale="log")
+        time_ax.set(title=label, ylabel="time (us)", yscale="log")
         ratio_ax.set(xlabel="size (B)", ylabel=f"time / fastest library's (cut at {RATIO_TOP:g})",
                      ylim=(0.9, RATIO_TOP))
         ratio_ax.axhline(1, color="grey", linewidth=0.8)

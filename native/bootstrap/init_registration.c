@@ -169,6 +169,16 @@ static int all_registered(const boot_state_t *s)
     return 1;
 }
 
+/* Answer a registration the job will not take with the job's failure (st, message). */
+static void refuse_registration(boot_state_t *s, const boot_conn_t *c, pycoll_status_t st, int32_t about,
+                                const char *message)
+{
+    uint8_t msg[STATUS_BYTES];
+    init_status_put(msg, st, about, message);
+    boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
+    s->refused++;
+}
+
 static pycoll_status_t admit_registration(boot_state_t *s, boot_conn_t *c, int *taken)
 {
     rank_record_t r;
@@ -177,10 +187,7 @@ static pycoll_status_t admit_registration(boot_state_t *s, boot_conn_t *c, int *
         return init_note_dropped(s, "its registration contradicts its handshake"), PYCOLL_OK;
     pycoll_status_t st = check_record(s, &r);
     if (st != PYCOLL_OK) {
-        uint8_t msg[STATUS_BYTES];
-        init_status_put(msg, st, r.rank, s->error);
-        boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
-        s->refused++;
+        refuse_registration(s, c, st, r.rank, s->error);
         return st;
     }
     s->table[r.rank] = r;
@@ -204,16 +211,13 @@ static pycoll_status_t registered_rank_closed(boot_state_t *s, int fd, int32_t w
 
 typedef struct late_answer {
     pycoll_status_t status;
-    char message[MESSAGE_BYTES];
+    char message[BOOT_ERROR_LEN];
 } late_answer_t;
 
 static pycoll_status_t answer_late_rank(boot_state_t *s, boot_conn_t *c, int *taken)
 {
     (void)taken;
-    uint8_t msg[STATUS_BYTES];
-    init_status_put(msg, s->late_answer->status, c->rank, s->late_answer->message);
-    boot_send_all(c->fd, msg, sizeof msg, boot_now() + 1.0, "a rank", NULL, 0);
-    s->refused++;
+    refuse_registration(s, c, s->late_answer->status, c->rank, s->late_answer->message);
     return PYCOLL_OK;
 }
 
@@ -230,9 +234,7 @@ static int every_rank_answered(const boot_state_t *s)
 static void answer_late_ranks(boot_state_t *s, pycoll_status_t st)
 {
     late_answer_t answer = {.status = st};
-    snprintf(answer.message, sizeof answer.message, "%s", s->error);
-    char error[BOOT_ERROR_LEN];
-    snprintf(error, sizeof error, "%s", s->error);
+    snprintf(answer.message, sizeof answer.message, "%s", s->error); /* init_serve may overwrite s->error */
     const double deadline = s->deadline, until = boot_now() + TELL_LATE_RANKS_S;
     s->deadline = until < deadline ? until : deadline;
     s->late_answer = &answer;
@@ -240,7 +242,7 @@ static void answer_late_ranks(boot_state_t *s, pycoll_status_t st)
                0, NULL, "");
     s->late_answer = NULL;
     s->deadline = deadline;
-    snprintf(s->error, BOOT_ERROR_LEN, "%s", error);
+    snprintf(s->error, BOOT_ERROR_LEN, "%s", answer.message);
 }
 
 pycoll_status_t init_root_register(boot_state_t *s, const rank_record_t *mine)
@@ -249,13 +251,6 @@ pycoll_status_t init_root_register(boot_state_t *s, const rank_record_t *mine)
     char timeout_what[BOOT_ERROR_LEN];
     pycoll_status_t st = init_serve(s, &s->root_listen_fd, 1, BOOT_KIND_ROOT, RECORD_BYTES, admit_registration,
                                     all_registered, s->client_fds, s->size, registered_rank_closed, "");
-    if (st == PYCOLL_ERR_INVALID) { /* a registration the job cannot take: the registered ranks first */
-        init_broadcast_status(s, st, s->rank, s->error);
-        answer_late_ranks(s, st);
-        init_close_fd(&s->root_listen_fd);
-        return st;
-    }
-    init_close_fd(&s->root_listen_fd);
     if (st == PYCOLL_ERR_TIMEOUT) {
         int32_t *missing = malloc((size_t)s->size * sizeof *missing);
         int32_t *present = malloc((size_t)s->size * sizeof *present);
@@ -279,9 +274,11 @@ pycoll_status_t init_root_register(boot_state_t *s, const rank_record_t *mine)
     }
     if (st != PYCOLL_OK) {
         init_broadcast_status(s, st, s->rank, s->error);
-        return st;
+        if (st == PYCOLL_ERR_INVALID) /* a registration the job cannot take: ranks still to come hear it too */
+            answer_late_ranks(s, st);
     }
-    return init_send_root_table(s, RECORD_BYTES, put_record_of);
+    init_close_fd(&s->root_listen_fd);
+    return st != PYCOLL_OK ? st : init_send_root_table(s, RECORD_BYTES, put_record_of);
 }
 
 pycoll_status_t init_client_register(boot_state_t *s, const rank_record_t *mine)
