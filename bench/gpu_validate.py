@@ -562,6 +562,9 @@ def verdicts(parts):
         out["killed"] = (None, "not run: one rank, no peer to lose")
     if "mixed" in parts:
         out["mixed"] = mixed_verdict(parts["mixed"])
+    if "bench" in parts:
+        row = parts["bench"][0][0]
+        out["bench"] = (row["ok"], f"pycoll bench: {row['why']}")
     return out
 
 
@@ -577,7 +580,7 @@ def mixed_verdict(ranks):
             else f"{checks} checks equal on every rank")
 
 
-def report(args, info, parts, bench_table):
+def report(args, info, parts):
     lines = ["# pycoll on NVIDIA GPUs: validation", "",
              f"`python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
@@ -609,8 +612,23 @@ def report(args, info, parts, bench_table):
                 lines += [f"  - not equal or not run: {json.dumps(r)}" for r in bad]
             else:
                 lines += [f"- rank {rank}: {json.dumps(r)}" for r in rows]
-    lines += ["", "## pycoll bench --backend nccl --device cuda", "", "```", bench_table.strip(), "```", ""]
-    return "\n".join(lines)
+    for row in parts.get("bench", {}).get(0, []):
+        lines += ["", "## pycoll bench --backend nccl --device cuda", "", f"{row['why']}:", "", "```",
+                  row["output"].strip(), "```"]
+    return "\n".join(lines + [""])
+
+
+def run_bench(cmd, timeout):
+    """The row of `pycoll bench` (cmd): {"ok", "why", "output"}, its table or how it failed. One past `timeout`
+    is killed and reported as failed, so that the parts which ran before it still reach the report."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return {"ok": False, "why": f"timed out after {timeout:g} s", "output": out[-3000:]}
+    if done.returncode:
+        return {"ok": False, "why": f"exit {done.returncode}", "output": done.stderr[-3000:]}
+    return {"ok": True, "why": "exit 0", "output": done.stdout}
 
 
 def main(argv=None):
@@ -658,12 +676,10 @@ def main(argv=None):
     parts["mixed"] = run_ranks("mixed", args.nproc + MIXED_HOST_RANKS, args.quick, args.timeout,
                                env={**env, "MIXED_GPUS": str(args.nproc)})
     # pycoll bench puts rank r on GPU r: one rank per GPU there.
-    bench = subprocess.run([sys.executable, "-m", "pycoll", "bench", "-n", str(min(args.nproc, gpus)),
-                            "--backend", "nccl",
-                            "--device", "cuda", "-b", "1K", "-e", "64M" if args.quick else "1G", "-f", "4"],
-                           capture_output=True, text=True, timeout=args.timeout)
-    table = bench.stdout if bench.returncode == 0 else f"exit {bench.returncode}\n{bench.stderr[-3000:]}"
-    Path(args.out).write_text(report(args, info, parts, table))
+    parts["bench"] = {0: [run_bench([sys.executable, "-m", "pycoll", "bench", "-n", str(min(args.nproc, gpus)),
+                                     "--backend", "nccl", "--device", "cuda", "-b", "1K",
+                                     "-e", "64M" if args.quick else "1G", "-f", "4"], args.timeout)]}
+    Path(args.out).write_text(report(args, info, parts))
     print(f"gpu_validate: wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -55,6 +55,59 @@ def _parts(**changes):
     return good
 
 
+# ---- the orchestration, every GPU-side piece stood in for ----
+
+def _stand_in_machine(monkeypatch, module, gpus=2):
+    """A machine main() takes for a GPU one: preflight passes, torch sees `gpus` devices, pycoll's NCCL and
+    torch's are 2.30, versions() answers, and every part's ranks return good rows (run_ranks)."""
+    import types
+
+    import torch
+
+    from pycoll.plugins import nccl as nccl_plugin
+
+    class Backend:
+        loaded = {}
+
+        def probe(self):
+            return None
+
+        def nccl_version(self):
+            return "2.30.1"
+
+    ran = []
+
+    def run_ranks(part, nproc, quick, timeout, env=None):
+        ran.append(part)
+        return _parts().get(part, {r: [{"check": "stand-in", "equal": True}] for r in range(nproc)})
+
+    monkeypatch.setattr(module, "preflight", lambda: None)
+    monkeypatch.setattr(module, "versions", lambda: {"gpu": "stand-in"})
+    monkeypatch.setattr(module, "run_ranks", run_ranks)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "nccl", types.SimpleNamespace(version=lambda: (2, 30, 1)), raising=False)
+    monkeypatch.setattr(nccl_plugin, "NcclBackend", Backend)
+    return ran
+
+
+def test_a_bench_past_the_deadline_fails_its_part_and_the_report_is_still_written(monkeypatch, tmp_path):
+    module = _validate_module()
+    _stand_in_machine(monkeypatch, module)
+    launched = []
+
+    def hung_bench(cmd, **kwargs):
+        launched.append(cmd)
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"#  size  count")
+
+    monkeypatch.setattr(subprocess, "run", hung_bench)
+    out = tmp_path / "gpu.md"
+    assert module.main(["--out", str(out), "--quick", "--timeout", "7"]) == 0
+    assert launched and "bench" in launched[0]
+    text = out.read_text()
+    assert "- bench: FAIL (pycoll bench: timed out after 7 s)" in text, text
+    assert "- correctness: PASS" in text and "#  size  count" in text
+
+
 def test_the_report_judges_every_part():
     """Its first run on a GPU must say pass or fail for each part, not leave the reader to judge raw rows."""
     verdicts = _validate_module().verdicts
@@ -72,7 +125,7 @@ def test_the_report_judges_every_part():
     assert not ok and "ranks [0] failed" in why
     report = _validate_module().report
     args = type("Args", (), {"nproc": 2, "quick": True})()
-    text = report(args, {"gpu": "stand-in"}, _parts(streams={0: [{"ok": False}], 1: []}), "table")
+    text = report(args, {"gpu": "stand-in"}, _parts(streams={0: [{"ok": False}], 1: []}))
     assert "- streams: FAIL" in text and "- correctness: PASS" in text
 
 
@@ -113,7 +166,7 @@ def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_res
     ok, why = module.mixed_verdict({**ranks, 2: {"exit": 1, "output": "boom"}})
     assert not ok and "ranks [2] failed" in why
     args = type("Args", (), {"nproc": 2, "quick": True})()
-    text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong), "table")
+    text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong))
     assert "- mixed: FAIL" in text and "A mixed job" in text
 
 
@@ -154,7 +207,7 @@ def test_a_one_rank_run_says_the_killed_part_did_not_run():
     ok, why = module.verdicts(parts)["killed"]
     assert ok is None and "not run" in why
     args = type("Args", (), {"nproc": 1, "quick": True, "layout": "one GPU, one rank"})()
-    text = module.report(args, {"gpu": "stand-in"}, parts, "table")
+    text = module.report(args, {"gpu": "stand-in"}, parts)
     assert "- killed: NOT RUN" in text and "- ranks: one GPU, one rank" in text
 
 
