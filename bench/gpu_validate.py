@@ -272,6 +272,7 @@ def worker_algorithms(quick):
     while nbytes <= top:
         n = nbytes // 4
         want = sum(_mixed(torch, n, r).double() for r in range(comm.size))
+        magnitude = sum(_mixed(torch, n, r).double().abs() for r in range(comm.size))
         for algorithm in ALGORITHMS:
             for accuracy in ("fast", "compensated"):
                 x = _mixed(torch, n, comm.rank)
@@ -284,11 +285,24 @@ def worker_algorithms(quick):
                     row["seconds"] = time.perf_counter() - t
                     row["ran"] = comm.last_algorithm
                     row["max_ulps"] = _ulps(torch, x, want)
+                    row["over_bound"] = _over_bound(x, want, magnitude, comm.size)
                 except Exception as exc:  # noqa: BLE001 -- reported in the table
                     row["error"] = f"{type(exc).__name__}: {exc}"[:200]
                 rows.append(row)
         nbytes *= 16
     return rows
+
+
+def _over_bound(got, want_f64, magnitude, size):
+    """The largest error of float32 `got` as a multiple of the worst a float32 sum of `size` terms can be off in
+    any order (each of the size - 1 additions rounds once: about (size - 1) * 2^-24 * the sum of the
+    magnitudes, a proven bound, far above the typical error): over 1 is a wrong sum whatever the algorithm,
+    which an error in ulps cannot tell apart from cancellation in fast mode."""
+    if not got.numel():
+        return 0.0
+    k = max(size - 1, 1) * 2.0**-24
+    bound = k / (1 - k) * magnitude  # gamma_(size-1) * sum |x|: Higham, Accuracy and Stability, (4.4)
+    return float(((got.double() - want_f64).abs() / bound).max())
 
 
 def _mixed(torch, n, rank):
@@ -332,10 +346,14 @@ def worker_streams(quick):
     return rows
 
 
+# The killed part's communicator timeout: short, so that the part is; its survivors must raise within it.
+KILLED_TIMEOUT_S = 30.0
+
+
 def worker_killed(quick):
     import pycoll
 
-    comm, torch, _ = _init(timeout=30.0)
+    comm, torch, _ = _init(timeout=KILLED_TIMEOUT_S)
     x = torch.ones(2**28, device="cuda", dtype=torch.float32)  # 1 GiB
     comm.all_reduce(x)
     torch.cuda.synchronize()
@@ -346,9 +364,10 @@ def worker_killed(quick):
         for _ in range(20):
             comm.all_reduce(x)
         torch.cuda.synchronize()
-        return [{"raised": None, "seconds": time.perf_counter() - t}]
+        return [{"raised": None, "seconds": time.perf_counter() - t, "timeout": KILLED_TIMEOUT_S}]
     except (pycoll.Timeout, pycoll.PeerFailure, pycoll.CommunicatorClosed) as exc:
-        return [{"raised": type(exc).__name__, "message": str(exc)[:300], "seconds": time.perf_counter() - t}]
+        return [{"raised": type(exc).__name__, "message": str(exc)[:300], "seconds": time.perf_counter() - t,
+                 "timeout": KILLED_TIMEOUT_S}]
 
 
 def worker_torch_bench(quick):
@@ -524,9 +543,20 @@ def run_ranks(part, nproc, quick, timeout, env=None):
         return results
 
 
-# Compensated mode's promise on ill-conditioned float32 data: a few ulps whatever the size (fast mode's error
-# grows with N and the data; it is reported, not judged).
+# Compensated mode's promise on ill-conditioned float32 data: a few ulps whatever the size (fast mode's error in
+# ulps grows with N and the data: it is judged only against the bound any summation order keeps to, _over_bound).
 COMPENSATED_MAX_ULPS = 4.0
+
+
+def algorithm_row_bad(row):
+    """Whether a row of the algorithms part fails: it raised, or its result is past the bound any summation
+    order keeps to (a wrong algorithm, in either accuracy), or compensated is over its few ulps. Written as
+    `not (error <= limit)` so that a NaN error, which compares false with everything, fails."""
+    if "error" in row:
+        return True
+    if not row.get("over_bound", float("nan")) <= 1.0:
+        return True
+    return row["accuracy"] == "compensated" and not row.get("max_ulps", float("nan")) <= COMPENSATED_MAX_ULPS
 
 
 def verdicts(parts):
@@ -544,20 +574,17 @@ def verdicts(parts):
         # Every rank: each checks its own result (a reduce's root is the last rank).
         "correctness": judge("correctness", lambda r: not r.get("equal"), "every case equal to torch's",
                              "cases not equal to torch's", every_rank=True),
-        "algorithms": judge("algorithms", lambda r: "error" in r or (
-            r["accuracy"] == "compensated" and r["max_ulps"] > COMPENSATED_MAX_ULPS),
-            f"every algorithm ran; compensated within {COMPENSATED_MAX_ULPS} ulps",
-            f"rows with an error or compensated over {COMPENSATED_MAX_ULPS} ulps"),
+        "algorithms": judge("algorithms", algorithm_row_bad,
+                            f"every algorithm ran; every sum within the rounding any order allows, compensated "
+                            f"within {COMPENSATED_MAX_ULPS} ulps",
+                            f"rows with an error, a NaN or infinite error, a sum past the rounding any order "
+                            f"allows, or compensated over {COMPENSATED_MAX_ULPS} ulps"),
         "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream; an async "
                          "wait left the host free and the stream ordered",
                          "collectives ran before the side stream's kernel, or an async wait blocked the host"),
     }
     if "killed" in parts:
-        # The last rank exits on purpose; every other rank must have raised, not hung or returned.
-        last = max(parts["killed"], default=0)
-        survivors = [rows for r, rows in parts["killed"].items() if r != last]
-        raised = [rows[0]["raised"] if isinstance(rows, list) and rows else None for rows in survivors]
-        out["killed"] = (bool(survivors) and all(raised), f"the survivors raised {raised}")
+        out["killed"] = killed_verdict(parts["killed"])
     else:
         out["killed"] = (None, "not run: one rank, no peer to lose")
     if "mixed" in parts:
@@ -566,6 +593,28 @@ def verdicts(parts):
         row = parts["bench"][0][0]
         out["bench"] = (row["ok"], f"pycoll bench: {row['why']}")
     return out
+
+
+# How long after the communicator's timeout a survivor of a killed rank may still raise: the collective in flight
+# is aborted and the communicator torn down, each bounded by that timeout but not instant.
+KILLED_MARGIN_S = 15.0
+
+
+def killed_verdict(ranks):
+    """(ok, why) of the killed part: the last rank exits on purpose; every other rank must have raised, not hung
+    or returned, and within its communicator's timeout plus KILLED_MARGIN_S (a raise long after the timeout is
+    a timeout not kept)."""
+    last = max(ranks, default=0)
+    survivors = {r: rows[0] if isinstance(rows, list) and rows else {} for r, rows in ranks.items() if r != last}
+    late = [r for r, row in survivors.items() if row.get("raised") and not row.get("seconds", float("nan")) <= (
+        row.get("timeout", KILLED_TIMEOUT_S) + KILLED_MARGIN_S)]
+    raised = {r: row.get("raised") for r, row in survivors.items()}
+    seconds = {r: round(row["seconds"], 1) for r, row in survivors.items() if "seconds" in row}
+    ok = bool(survivors) and all(raised.values()) and not late
+    why = f"the survivors raised {raised} after {seconds} s"
+    if late:
+        why += f"; ranks {late} raised later than their timeout + {KILLED_MARGIN_S:g} s"
+    return ok, why
 
 
 def mixed_verdict(ranks):

@@ -5,6 +5,7 @@ are checked on stand-in results; its mixed part's checks, and its correctness pa
 collective with torch.distributed's (gloo standing in for NCCL on torch's side), on the fake NCCL."""
 
 import functools
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +46,11 @@ def _validate_module():
 def _parts(**changes):
     good = {
         "correctness": {0: [{"equal": True}], 1: [{"equal": True}]},
-        "algorithms": {0: [{"accuracy": "compensated", "max_ulps": 1.0}, {"accuracy": "fast", "max_ulps": 900.0}],
+        "algorithms": {0: [{"accuracy": "compensated", "max_ulps": 1.0, "over_bound": 0.01},
+                           {"accuracy": "fast", "max_ulps": 900.0, "over_bound": 0.4}],
                        1: []},
         "streams": {0: [{"ok": True}], 1: [{"ok": True}]},
-        "killed": {0: [{"raised": "PeerFailure"}], 1: {"exit": 17, "output": ""}},
+        "killed": {0: [{"raised": "PeerFailure", "seconds": 31.0, "timeout": 30.0}], 1: {"exit": 17, "output": ""}},
         "torch_bench": {0: [{"bytes": 1024, "us": 10.0}]},
     }
     good.update(changes)
@@ -127,6 +129,52 @@ def test_the_report_judges_every_part():
     args = type("Args", (), {"nproc": 2, "quick": True})()
     text = report(args, {"gpu": "stand-in"}, _parts(streams={0: [{"ok": False}], 1: []}))
     assert "- streams: FAIL" in text and "- correctness: PASS" in text
+
+
+def test_every_algorithm_row_is_judged_and_a_nan_error_fails():
+    """A fast-mode row is judged too (against the rounding any summation order allows: a wrong own algorithm
+    must not pass for want of a compensated row), and NaN errors, which compare false with any limit, fail."""
+    verdicts = _validate_module().verdicts
+    nan = float("nan")
+    for rows in ([{"accuracy": "fast", "max_ulps": 3e9, "over_bound": 5e6}],
+                 [{"accuracy": "fast", "max_ulps": nan, "over_bound": nan}],
+                 [{"accuracy": "compensated", "max_ulps": nan, "over_bound": 0.1}],
+                 [{"accuracy": "compensated", "max_ulps": 1.0, "over_bound": float("inf")}]):
+        ok, why = verdicts(_parts(algorithms={0: rows, 1: []}))["algorithms"]
+        assert not ok, (rows, why)
+    ok, why = verdicts(_parts(algorithms={0: [{"accuracy": "fast", "max_ulps": 1e6, "over_bound": 0.9}], 1: []}))[
+        "algorithms"]
+    assert ok, why
+
+
+def test_the_bound_tells_a_wrong_sum_from_rounding():
+    torch = pytest.importorskip("torch")
+    over_bound = _validate_module()._over_bound
+    g = torch.Generator().manual_seed(3)
+    terms = [(10.0 ** (torch.rand(4096, generator=g) * 16 - 8) * (torch.randint(0, 2, (4096,), generator=g) * 2 - 1))
+             .float() for _ in range(4)]
+    want = sum(t.double() for t in terms)
+    magnitude = sum(t.double().abs() for t in terms)
+    in_order = terms[0] + terms[1] + terms[2] + terms[3]
+    as_a_tree = (terms[3] + terms[1]) + (terms[2] + terms[0])
+    for got in (in_order, as_a_tree, want.float()):
+        assert over_bound(got, want, magnitude, 4) <= 1.0
+    assert over_bound(terms[0] + terms[1] + terms[2], want, magnitude, 4) > 1.0  # a rank left out
+    assert math.isnan(over_bound(in_order + float("nan"), want, magnitude, 4))
+
+
+def test_a_survivor_that_raises_long_after_its_timeout_fails_the_killed_part():
+    verdicts = _validate_module().verdicts
+    dead = {"exit": 17, "output": ""}
+    ok, why = verdicts(_parts(killed={0: [{"raised": "Timeout", "seconds": 44.0, "timeout": 30.0}], 1: dead}))[
+        "killed"]
+    assert ok, why
+    ok, why = verdicts(_parts(killed={0: [{"raised": "Timeout", "seconds": 600.0, "timeout": 30.0}], 1: dead}))[
+        "killed"]
+    assert not ok and "later than their timeout" in why, why
+    ok, why = verdicts(_parts(killed={0: [{"raised": "Timeout"}], 1: dead}))["killed"]
+    assert not ok, why
+
 
 
 # The mixed part's checks, run as on a GPU machine (two GPU ranks, two host ranks, backend="auto") but on the fake
