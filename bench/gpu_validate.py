@@ -123,17 +123,27 @@ def versions():
         major, minor = torch.cuda.get_device_capability(i)
         gpus.append(f"{i}: {torch.cuda.get_device_name(i)} (sm_{major}{minor})")
     out["GPUs"] = ", ".join(gpus)
-    try:
-        import ctypes
-
-        from pycoll.plugins.nccl import nvrtc_candidates
-        lib = ctypes.CDLL(nvrtc_candidates()[0])
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-        out["NVRTC"] = f"{major.value}.{minor.value} ({nvrtc_candidates()[0]})"
-    except OSError as exc:
-        out["NVRTC"] = f"not found: {exc}"
+    out["NVRTC"] = nvrtc_version(nccl_plugin.nvrtc_candidates())
     return out
+
+
+def nvrtc_version(candidates, load=None):
+    """NVRTC's version and path: the first of `candidates` that loads (ctypes.CDLL unless `load`), as pycoll
+    takes the first that loads -- the first candidate may be a bare soname (libnvrtc.so.12) absent where
+    libnvrtc.so.13 is there. Else "not found" with every candidate tried and why it failed."""
+    import ctypes
+
+    tried = []
+    for path in candidates:
+        try:
+            lib = (load or ctypes.CDLL)(path)
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        except (OSError, AttributeError) as exc:  # not loadable, or not NVRTC
+            tried.append(f"{path}: {exc}")
+            continue
+        return f"{major.value}.{minor.value} ({path})"
+    return f"not found, tried {'; '.join(tried) or 'nothing'}"
 
 
 # ---- the ranks ----

@@ -110,6 +110,35 @@ def test_a_bench_past_the_deadline_fails_its_part_and_the_report_is_still_writte
     assert "- correctness: PASS" in text and "#  size  count" in text
 
 
+def test_nvrtc_is_the_first_candidate_that_loads(monkeypatch):
+    """Where libnvrtc.so.12 (the first candidate, a bare soname) is absent and libnvrtc.so.13 is there, pycoll
+    loads the latter: the versions must name it, not say NVRTC was not found."""
+    import ctypes
+    import types
+
+    from pycoll.plugins import nccl as nccl_plugin
+
+    module = _validate_module()
+    versions = module.versions  # the real one, on the stand-in machine's NCCL and torch
+    _stand_in_machine(monkeypatch, module, gpus=0)
+
+    def set_version(major, minor):
+        major._obj.value, minor._obj.value = 13, 2
+        return 0
+
+    def cdll(path, *args, **kwargs):
+        if path != "libnvrtc.so.13":
+            raise OSError(f"{path}: cannot open shared object file: No such file or directory")
+        return types.SimpleNamespace(nvrtcVersion=set_version)
+
+    monkeypatch.setattr(nccl_plugin, "nvrtc_candidates", lambda: ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"])
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    assert versions()["NVRTC"] == "13.2 (libnvrtc.so.13)"
+    monkeypatch.setattr(nccl_plugin, "nvrtc_candidates", lambda: ["libnvrtc.so.12", "libnvrtc.so"])
+    missing = versions()["NVRTC"]
+    assert missing.startswith("not found") and "libnvrtc.so.12:" in missing and "libnvrtc.so:" in missing
+
+
 def test_the_report_judges_every_part():
     """Its first run on a GPU must say pass or fail for each part, not leave the reader to judge raw rows."""
     verdicts = _validate_module().verdicts
