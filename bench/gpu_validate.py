@@ -1,11 +1,19 @@
 """Validate pycoll on an NVIDIA GPU machine end to end and write bench/results/gpu.md.
 
-    python bench/gpu_validate.py [--nproc N] [--quick] [--out bench/results/gpu.md]
+    python bench/gpu_validate.py [--nproc N] [--quick] [--parts a,b,...] [--comm-timeout S] [--timeout S]
+                                 [--out bench/results/gpu.md]
 
 NEVER RUN YET: written without a GPU (none was available where pycoll was developed); its first run on a GPU
 machine is its first test. It refuses to run (exit code 2, nothing written) where there is no usable GPU: no
 PyTorch with CUDA, no visible device, or pycoll's nccl backend unusable (pycoll.backends() says why).
-The report opens with a PASS or FAIL for each part.
+The report opens with a PASS or FAIL for each part (NOT RUN, and why, for a part that did not run).
+
+--parts runs only the named parts, in the order given (names: PARTS, below: correctness, algorithms, streams,
+killed, torch_bench, mixed, bench), so that a short session on a GPU runs what matters first, e.g.
+`--quick --parts streams,killed,correctness`. A collective not done within --comm-timeout seconds (default 60)
+raises; a part's ranks are killed after --timeout seconds (default 2 x --comm-timeout + 60: a hung collective
+raises at the communicator's timeout, tearing the communicator down takes at most as long again, plus the start),
+and a killed part, like a `pycoll bench` past that deadline, is reported as failed with the rest still written.
 
 Its ranks (layout()): one per GPU where there are 2 or more (N = every visible GPU unless --nproc). On one GPU,
 two ranks share it where both NCCLs (pycoll's and PyTorch's) are 2.30 or newer, with NCCL_MULTI_RANK_GPU_ENABLE=1
@@ -19,10 +27,13 @@ What it does, each part in fresh processes:
    against torch.distributed's on NCCL, on the same data (correctness_rows());
 3. compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh over
    ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum, and time;
+   every row must stay within the rounding any summation order allows (a wrong sum fails in fast mode too),
+   compensated within 4 ulps, and a NaN or infinite error fails;
 4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
    current, must wait for it; an async one's Work.wait() must return while that kernel still runs (no host wait)
    and the stream's next kernel must see the result;
-5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the timeout;
+5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the
+   communicator's timeout (30 s) plus 15 s (KILLED_MARGIN_S);
 6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce, both timed as
    nccl-tests times (back-to-back calls between CUDA events, one synchronize per window: timing.time_windows);
 7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
@@ -49,6 +60,28 @@ OPS = ("sum", "prod", "min", "max", "avg")
 SIZES = (0, 1, 7, 1001, 2**20 + 3, 2**28)
 ALGORITHMS = ("ring", "halving_doubling", "recursive_doubling", "mesh")
 REFUSED = 2
+# Every part, in the order a full run takes them; --parts picks some, in its own order.
+PARTS = ("correctness", "algorithms", "streams", "killed", "torch_bench", "mixed", "bench")
+# How long a communicator waits for a collective before raising (--comm-timeout): every hang ends by then.
+COMM_TIMEOUT_S = 60.0
+# A part's start before its first collective: imports, the CUDA context, the NCCL communicators.
+STARTUP_S = 60.0
+
+
+def part_deadline(comm_timeout):
+    """Seconds a part's ranks get before they are killed: a hung collective raises at the communicator's timeout,
+    and closing the communicator after it is bounded by that timeout again; plus the start. A healthy part ends
+    long before."""
+    return 2 * comm_timeout + STARTUP_S
+
+
+def parts_arg(text):
+    """--parts: names of PARTS, comma-separated, run in that order."""
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in PARTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown parts {unknown or [text]}: choose from {', '.join(PARTS)}")
+    return tuple(names)
 
 
 def preflight():
@@ -148,7 +181,12 @@ def nvrtc_version(candidates, load=None):
 
 # ---- the ranks ----
 
-def _init(timeout=120.0):
+def _comm_timeout():
+    """The communicators' timeout main() hands every rank (--comm-timeout)."""
+    return float(os.environ.get("GPU_VALIDATE_COMM_TIMEOUT", COMM_TIMEOUT_S))
+
+
+def _init(timeout=None):
     """This rank's GPU, a pycoll communicator on nccl and a torch.distributed NCCL group beside it."""
     import torch
     import torch.distributed as dist
@@ -157,7 +195,7 @@ def _init(timeout=120.0):
 
     local = _device()
     torch.cuda.set_device(local)
-    comm = pycoll.init(backend="nccl", timeout=timeout)
+    comm = pycoll.init(backend="nccl", timeout=timeout or _comm_timeout())
     port = int(os.environ["TORCH_PORT"])
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
                             world_size=comm.size, device_id=torch.device("cuda", local))
@@ -496,7 +534,7 @@ def worker_mixed(quick):
     on_gpu = rank < int(os.environ["MIXED_GPUS"])
     if on_gpu:
         torch.cuda.set_device(_device())
-    comm = pycoll.init(backend="auto", device="cuda" if on_gpu else "host", timeout=120.0)
+    comm = pycoll.init(backend="auto", device="cuda" if on_gpu else "host", timeout=_comm_timeout())
 
     def to_rank(arr):
         return torch.from_numpy(np.ascontiguousarray(arr)).cuda() if on_gpu else arr
@@ -542,14 +580,17 @@ def run_ranks(part, nproc, quick, timeout, env=None):
         deadline = time.monotonic() + timeout
         results = {}
         for r, p in enumerate(procs):
+            killed = False
             try:
                 p.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+                killed = True
             path = Path(tmp, f"{r}.json")
             results[r] = json.loads(path.read_text()) if path.exists() else {
-                "exit": p.returncode, "output": Path(tmp, f"{r}.log").read_text()[-2000:]}
+                "exit": p.returncode, "output": Path(tmp, f"{r}.log").read_text()[-2000:],
+                **({"timed_out": f"killed at the part's deadline, {timeout:g} s"} if killed else {})}
         return results
 
 
@@ -569,40 +610,47 @@ def algorithm_row_bad(row):
     return row["accuracy"] == "compensated" and not row.get("max_ulps", float("nan")) <= COMPENSATED_MAX_ULPS
 
 
-def verdicts(parts):
-    """Each part's pass or fail, with why: the first run on a GPU must say plainly whether pycoll works there.
-    `parts[part][rank]` is that rank's rows, or a dict saying how it failed."""
-    def judge(part, is_bad, good, bad_text, every_rank=False):
-        failed = [r for r, rows in parts[part].items() if isinstance(rows, dict)]
-        if failed:
-            return False, f"ranks {failed} failed"
-        ranks = sorted(parts[part]) if every_rank else [0]
-        bad = [row for r in ranks for row in parts[part].get(r, []) if is_bad(row)]
-        return not bad, f"{len(bad)} {bad_text}" if bad else good
+def _failed(ranks):
+    """Why some ranks left no rows ("" where none): how each ended."""
+    failed = {r: rows.get("timed_out", f"exit {rows.get('exit')}") for r, rows in ranks.items()
+              if isinstance(rows, dict)}
+    return f"ranks {sorted(failed)} failed ({'; '.join(sorted(set(failed.values())))})" if failed else ""
 
-    out = {
+
+def _judge(ranks, is_bad, good, bad_text, every_rank=False):
+    """(ok, why): every rank ran, and no row of rank 0 (every_rank: of any rank) is_bad."""
+    if _failed(ranks):
+        return False, _failed(ranks)
+    bad = [row for r in (sorted(ranks) if every_rank else [0]) for row in ranks.get(r, []) if is_bad(row)]
+    return not bad, f"{len(bad)} {bad_text}" if bad else good
+
+
+def verdicts(parts, not_run=None):
+    """Each part's pass or fail, with why: the first run on a GPU must say plainly whether pycoll works there.
+    `parts[part][rank]` is that rank's rows, or a dict saying how it failed. A part absent from `parts` did not
+    run: None, and why (not_run[part], else --parts left it out)."""
+    judges = {
         # Every rank: each checks its own result (a reduce's root is the last rank).
-        "correctness": judge("correctness", lambda r: not r.get("equal"), "every case equal to torch's",
-                             "cases not equal to torch's", every_rank=True),
-        "algorithms": judge("algorithms", algorithm_row_bad,
-                            f"every algorithm ran; every sum within the rounding any order allows, compensated "
-                            f"within {COMPENSATED_MAX_ULPS} ulps",
-                            f"rows with an error, a NaN or infinite error, a sum past the rounding any order "
-                            f"allows, or compensated over {COMPENSATED_MAX_ULPS} ulps"),
-        "streams": judge("streams", lambda r: not r["ok"], "the collective waited for the side stream; an async "
-                         "wait left the host free and the stream ordered",
-                         "collectives ran before the side stream's kernel, or an async wait blocked the host"),
+        "correctness": lambda ranks: _judge(ranks, lambda r: not r.get("equal"), "every case equal to torch's",
+                                            "cases not equal to torch's", every_rank=True),
+        "algorithms": lambda ranks: _judge(
+            ranks, algorithm_row_bad,
+            f"every algorithm ran; every sum within the rounding any order allows, compensated within "
+            f"{COMPENSATED_MAX_ULPS} ulps",
+            f"rows with an error, a NaN or infinite error, a sum past the rounding any order allows, or "
+            f"compensated over {COMPENSATED_MAX_ULPS} ulps"),
+        "streams": lambda ranks: _judge(
+            ranks, lambda r: not r["ok"], "the collective waited for the side stream; an async wait left the host "
+            "free and the stream ordered",
+            "collectives ran before the side stream's kernel, or an async wait blocked the host"),
+        "killed": killed_verdict,
+        "torch_bench": lambda ranks: _judge(ranks, lambda r: False, "timed (the times are reported, not judged)",
+                                            ""),
+        "mixed": mixed_verdict,
+        "bench": lambda ranks: (ranks[0][0]["ok"], f"pycoll bench: {ranks[0][0]['why']}"),
     }
-    if "killed" in parts:
-        out["killed"] = killed_verdict(parts["killed"])
-    else:
-        out["killed"] = (None, "not run: one rank, no peer to lose")
-    if "mixed" in parts:
-        out["mixed"] = mixed_verdict(parts["mixed"])
-    if "bench" in parts:
-        row = parts["bench"][0][0]
-        out["bench"] = (row["ok"], f"pycoll bench: {row['why']}")
-    return out
+    return {part: judges[part](parts[part]) if part in parts else (
+        None, (not_run or {}).get(part, "not run: not in --parts")) for part in PARTS}
 
 
 # How long after the communicator's timeout a survivor of a killed rank may still raise: the collective in flight
@@ -630,25 +678,26 @@ def killed_verdict(ranks):
 def mixed_verdict(ranks):
     """(ok, why) of the mixed run: every rank ran, and every check of every rank was equal (each rank checks its
     own result: they differ by rank)."""
-    failed = [r for r, rows in ranks.items() if isinstance(rows, dict)]
-    if failed or not ranks:
-        return False, f"ranks {failed} failed"
+    if _failed(ranks) or not ranks:
+        return False, _failed(ranks) or "no rank ran"
     bad = [(r, row["check"]) for r, rows in ranks.items() for row in rows if "check" in row and not row.get("equal")]
     checks = sum(1 for row in ranks[0] if "check" in row)
     return (not bad, f"{len(bad)} (rank, check) not equal or not run: {bad[:8]}" if bad
             else f"{checks} checks equal on every rank")
 
 
-def report(args, info, parts):
+def report(args, info, parts, not_run=None):
+    chosen = getattr(args, "parts", PARTS)
+    command = (f"python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}"
+               f"{'' if chosen == PARTS else ' --parts ' + ','.join(chosen)}")
     lines = ["# pycoll on NVIDIA GPUs: validation", "",
-             f"`python bench/gpu_validate.py --nproc {args.nproc}{' --quick' if args.quick else ''}`, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
+             f"`{command}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "", "## Versions", ""]
     if getattr(args, "layout", None):
         lines += [f"- ranks: {args.layout}"]
     lines += [f"- {k}: {v}" for k, v in info.items()]
     lines += ["", "## Verdict", ""]
     lines += [f"- {part}: {'NOT RUN' if ok is None else 'PASS' if ok else 'FAIL'} ({why})"
-              for part, (ok, why) in verdicts(parts).items()]
+              for part, (ok, why) in verdicts(parts, not_run).items()]
     for title, key in (("Correctness against torch.distributed (NCCL)", "correctness"),
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),
@@ -660,7 +709,8 @@ def report(args, info, parts):
         lines += ["", f"## {title}", ""]
         for rank, rows in sorted(parts[key].items()):
             if isinstance(rows, dict):
-                lines += [f"- rank {rank} failed (exit {rows['exit']}):", "", "```", rows["output"], "```"]
+                lines += [f"- rank {rank} failed ({rows.get('timed_out', 'exit %s' % rows['exit'])}):", "", "```",
+                          rows["output"], "```"]
                 continue
             if rank != 0 and key not in ("killed", "mixed"):
                 continue  # every rank holds the same result; rank 0 speaks for them
@@ -696,11 +746,18 @@ def main(argv=None):
                    help="ranks (default: one per visible GPU; on one GPU, two where NCCL allows, else one)")
     p.add_argument("--quick", action="store_true", help="sizes up to 2^20+3 elements and 64 MiB")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.md"))
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per part")
+    p.add_argument("--parts", type=parts_arg, default=PARTS,
+                   help=f"the parts to run, comma-separated, in that order (default: all: {','.join(PARTS)})")
+    p.add_argument("--comm-timeout", type=float, default=COMM_TIMEOUT_S,
+                   help="seconds every communicator waits for a collective before raising (default %(default)g)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help=f"seconds a part may take before its ranks are killed (default: 2 x --comm-timeout + "
+                        f"{STARTUP_S:g})")
     p.add_argument("--check", action="store_true", help="only say whether this machine can run it (exit 0 or 2)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.timeout = args.timeout or part_deadline(args.comm_timeout)
     if args.worker:
         rows = WORKERS[args.worker](args.quick)
         Path(args.result).write_text(json.dumps(rows))
@@ -723,22 +780,30 @@ def main(argv=None):
     backend.probe()
     args.nproc, env, args.layout = layout(gpus, backend.nccl_version(),
                                           ".".join(map(str, torch.cuda.nccl.version())), args.nproc)
-    print(f"gpu_validate: {args.layout}", file=sys.stderr)
+    print(f"gpu_validate: {args.layout}; parts {','.join(args.parts)}, {args.timeout:g} s each", file=sys.stderr)
     info = versions()
-    parts = {}
-    for part in ("correctness", "algorithms", "streams", "killed", "torch_bench"):
+    env = {**env, "GPU_VALIDATE_COMM_TIMEOUT": str(args.comm_timeout)}
+    parts, not_run = {}, {}
+    for part in args.parts:
+        started = time.monotonic()
         if part == "killed" and args.nproc < 2:
-            continue  # no peer to lose
-        print(f"gpu_validate: {part} on {args.nproc} ranks", file=sys.stderr)
-        parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout, env=env)
-    print(f"gpu_validate: mixed on {args.nproc} GPU ranks and {MIXED_HOST_RANKS} host ranks", file=sys.stderr)
-    parts["mixed"] = run_ranks("mixed", args.nproc + MIXED_HOST_RANKS, args.quick, args.timeout,
-                               env={**env, "MIXED_GPUS": str(args.nproc)})
-    # pycoll bench puts rank r on GPU r: one rank per GPU there.
-    parts["bench"] = {0: [run_bench([sys.executable, "-m", "pycoll", "bench", "-n", str(min(args.nproc, gpus)),
-                                     "--backend", "nccl", "--device", "cuda", "-b", "1K",
-                                     "-e", "64M" if args.quick else "1G", "-f", "4"], args.timeout)]}
-    Path(args.out).write_text(report(args, info, parts))
+            not_run[part] = "not run: one rank, no peer to lose"
+            continue
+        if part == "mixed":
+            print(f"gpu_validate: mixed on {args.nproc} GPU ranks and {MIXED_HOST_RANKS} host ranks", file=sys.stderr)
+            parts[part] = run_ranks("mixed", args.nproc + MIXED_HOST_RANKS, args.quick, args.timeout,
+                                    env={**env, "MIXED_GPUS": str(args.nproc)})
+        elif part == "bench":
+            # pycoll bench puts rank r on GPU r: one rank per GPU there.
+            print(f"gpu_validate: pycoll bench on {min(args.nproc, gpus)} ranks", file=sys.stderr)
+            parts[part] = {0: [run_bench([sys.executable, "-m", "pycoll", "bench", "-n", str(min(args.nproc, gpus)),
+                                          "--backend", "nccl", "--device", "cuda", "-b", "1K",
+                                          "-e", "64M" if args.quick else "1G", "-f", "4"], args.timeout)]}
+        else:
+            print(f"gpu_validate: {part} on {args.nproc} ranks", file=sys.stderr)
+            parts[part] = run_ranks(part, args.nproc, args.quick, args.timeout, env=env)
+        print(f"gpu_validate: {part} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    Path(args.out).write_text(report(args, info, parts, not_run))
     print(f"gpu_validate: wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -52,6 +52,8 @@ def _parts(**changes):
         "streams": {0: [{"ok": True}], 1: [{"ok": True}]},
         "killed": {0: [{"raised": "PeerFailure", "seconds": 31.0, "timeout": 30.0}], 1: {"exit": 17, "output": ""}},
         "torch_bench": {0: [{"bytes": 1024, "us": 10.0}]},
+        "mixed": {r: [{"check": "all_reduce sum int32 n=1001", "equal": True}] for r in range(4)},
+        "bench": {0: [{"ok": True, "why": "exit 0", "output": "#  size  count"}]},
     }
     good.update(changes)
     return good
@@ -80,7 +82,7 @@ def _stand_in_machine(monkeypatch, module, gpus=2):
     ran = []
 
     def run_ranks(part, nproc, quick, timeout, env=None):
-        ran.append(part)
+        ran.append((part, timeout, env["GPU_VALIDATE_COMM_TIMEOUT"]))
         return _parts().get(part, {r: [{"check": "stand-in", "equal": True}] for r in range(nproc)})
 
     monkeypatch.setattr(module, "preflight", lambda: None)
@@ -108,6 +110,35 @@ def test_a_bench_past_the_deadline_fails_its_part_and_the_report_is_still_writte
     text = out.read_text()
     assert "- bench: FAIL (pycoll bench: timed out after 7 s)" in text, text
     assert "- correctness: PASS" in text and "#  size  count" in text
+
+
+def test_parts_runs_only_the_named_parts_in_their_order_within_a_deadline_from_the_comm_timeout(
+        monkeypatch, tmp_path):
+    """A 15-minute device session runs what matters first; a hung part costs the communicator's timeout twice and
+    the start, not half an hour."""
+    module = _validate_module()
+    ran = _stand_in_machine(monkeypatch, module)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the bench was not asked for"))
+    out = tmp_path / "gpu.md"
+    assert module.main(["--out", str(out), "--parts", "streams,correctness", "--comm-timeout", "20"]) == 0
+    assert ran == [("streams", 100.0, "20.0"), ("correctness", 100.0, "20.0")]
+    text = out.read_text()
+    assert "--parts streams,correctness" in text
+    assert "- streams: PASS" in text and "- correctness: PASS" in text
+    assert "- bench: NOT RUN (not run: not in --parts)" in text and "- mixed: NOT RUN" in text
+    ran.clear()
+    assert module.main(["--out", str(out), "--parts", "correctness"]) == 0
+    assert ran == [("correctness", module.part_deadline(module.COMM_TIMEOUT_S), "60.0")]
+    assert module.part_deadline(60.0) == 180.0
+    with pytest.raises(SystemExit):
+        module.main(["--out", str(out), "--parts", "correctness,nonsense"])
+
+
+def test_a_part_killed_at_its_deadline_says_so():
+    module = _validate_module()
+    ranks = {0: {"exit": -9, "output": "", "timed_out": "killed at the part's deadline, 180 s"}, 1: [{"ok": True}]}
+    ok, why = module.verdicts(_parts(streams=ranks))["streams"]
+    assert not ok and "ranks [0] failed (killed at the part's deadline, 180 s)" in why, why
 
 
 def test_nvrtc_is_the_first_candidate_that_loads(monkeypatch):
@@ -277,15 +308,14 @@ def test_the_layout_shares_one_gpu_where_both_nccls_allow_it():
     assert layout(8, "2.21.5", "2.21.5", nproc=4)[:2] == (4, {})
 
 
-def test_a_one_rank_run_says_the_killed_part_did_not_run():
+def test_a_one_rank_run_says_the_killed_part_did_not_run(monkeypatch, tmp_path):
     module = _validate_module()
-    parts = _parts()
-    del parts["killed"]
-    ok, why = module.verdicts(parts)["killed"]
-    assert ok is None and "not run" in why
-    args = type("Args", (), {"nproc": 1, "quick": True, "layout": "one GPU, one rank"})()
-    text = module.report(args, {"gpu": "stand-in"}, parts)
-    assert "- killed: NOT RUN" in text and "- ranks: one GPU, one rank" in text
+    ran = _stand_in_machine(monkeypatch, module)
+    out = tmp_path / "gpu.md"
+    assert module.main(["--out", str(out), "--nproc", "1", "--parts", "killed,correctness"]) == 0
+    assert [part for part, _, _ in ran] == ["correctness"]
+    text = out.read_text()
+    assert "- killed: NOT RUN (not run: one rank, no peer to lose)" in text and "- ranks: one rank per GPU" in text
 
 
 # ---- correctness of every checked collective against torch.distributed, on the fake NCCL (torch's side: gloo) ----
