@@ -8,37 +8,52 @@ machine is its first test. It refuses to run (exit code 2, nothing written) wher
 PyTorch with CUDA, no visible device, or pycoll's nccl backend unusable (pycoll.backends() says why).
 The report opens with a PASS or FAIL for each part (NOT RUN, and why, for a part that did not run).
 
---parts runs only the named parts, in the order given (names: PARTS, below: correctness, algorithms, streams,
-killed, torch_bench, mixed, bench), so that a short session on a GPU runs what matters first, e.g.
-`--quick --parts streams,killed,correctness`. A collective not done within --comm-timeout seconds (default 60)
-raises; a part's ranks are killed after --timeout seconds (default 2 x --comm-timeout + 60: a hung collective
-raises at the communicator's timeout, tearing the communicator down takes at most as long again, plus the start),
-and a killed part, like a `pycoll bench` past that deadline, is reported as failed with the rest still written.
+--parts runs only the named parts, in the order given (PARTS: correctness, algorithms, streams, torch_backend,
+cupy, reproducible, killed, torch_bench, mixed, bench; below), so that a short session on a GPU runs what
+matters first, e.g. `--quick --parts streams,torch_backend,killed,correctness`. A collective not done within
+--comm-timeout seconds (default 60) raises; a part's ranks are killed after --timeout seconds (default
+2 x --comm-timeout + 60: a hung collective raises at the communicator's timeout, tearing the communicator down
+takes at most as long again, plus the start), and a killed part, like a `pycoll bench` past that deadline, is
+reported as failed with the rest still written.
 
 Its ranks (layout()): one per GPU where there are 2 or more (N = every visible GPU unless --nproc). On one GPU,
 two ranks share it where both NCCLs (pycoll's and PyTorch's) are 2.30 or newer, with NCCL_MULTI_RANK_GPU_ENABLE=1
 (NCCL refuses two ranks of a communicator on one device before that); else one rank, and the parts that need a
 peer (a killed rank) say they did not run.
 
-What it does, each part in fresh processes:
-1. versions: NVIDIA driver, CUDA (driver and runtime), NCCL (pycoll's and PyTorch's), NVRTC, the GPUs;
-2. correctness of every dtype x op x size {0, 1, 7, 1001, 2^20+3, 2^28} (--quick: up to 2^20+3; 2^28 for
+What it does, each part in fresh processes (its name for --parts first):
+1. versions (always): NVIDIA driver, CUDA (driver and runtime), NCCL (pycoll's and PyTorch's), NVRTC (the first
+   candidate that loads, as pycoll loads it), the GPUs;
+2. correctness: every dtype x op x size {0, 1, 7, 1001, 2^20+3, 2^28} (--quick: up to 2^20+3; 2^28 for
    all_reduce only) of pycoll's all_reduce, reduce_scatter, all_gather, broadcast and reduce on backend nccl
    against torch.distributed's on NCCL, on the same data (correctness_rows());
-3. compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh over
-   ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum, and time;
-   every row must stay within the rounding any summation order allows (a wrong sum fails in fast mode too),
-   compensated within 4 ulps, and a NaN or infinite error fails;
-4. stream ordering: a long kernel on a side stream writes the input; the all-reduce, called with that stream
+3. algorithms: compensated mode and pycoll's own algorithms (ring, halving_doubling, recursive_doubling, mesh
+   over ncclSend/ncclRecv) at 1 KiB .. 1 GiB (x16 steps), float32 sum: error in ulps against the float64 sum,
+   and time; every row must stay within the rounding any summation order allows (a wrong sum fails in fast
+   mode too), compensated within 4 ulps, and a NaN or infinite error fails;
+4. streams: a long kernel on a side stream writes the input; the all-reduce, called with that stream
    current, must wait for it; an async one's Work.wait() must return while that kernel still runs (no host wait)
-   and the stream's next kernel must see the result;
-5. a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the
+   and the stream's next kernel must see the result; and the async_op=True call itself must return while the
+   kernel writing its input has not run (its CUDA event not done: async_returns_early());
+5. torch_backend: torch.distributed with backend "pycoll" (import pycoll.torch) on CUDA tensors: all_reduce
+   (blocking, and async_op=True then wait()), all_gather (list) and all_gather_into_tensor,
+   reduce_scatter_tensor, broadcast, all_to_all_single, send/recv and barrier, each exact against NumPy
+   (torch_backend_checks()), then the async call returning before its input is written, as in 4;
+6. cupy: pycoll's all_reduce and all_gather on CuPy arrays, integer-valued and exact, on the default stream and
+   on a non-default stream behind ~1 s of GPU sleep (array_checks()); NOT RUN where CuPy does not import;
+7. reproducible: accuracy="reproducible" all_reduce of ill-conditioned float32 and float64 data, run again with
+   the ranks' terms in reversed rank order: bitwise the same result, and the same on every rank
+   (reproducible_checks());
+8. killed: a rank killed during a 1 GiB all-reduce: the others must raise (Timeout or PeerFailure) within the
    communicator's timeout (30 s) plus 15 s (KILLED_MARGIN_S);
-6. `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL all-reduce, both timed as
-   nccl-tests times (back-to-back calls between CUDA events, one synchronize per window: timing.time_windows);
-7. a mixed job, backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy arrays),
-   every collective across the two islands, integers exact against NumPy on every rank (mixed_checks(); the
-   same checks run on this machine's fake NCCL in tests/tools/test_gpu_validate.py, which is all they have run on).
+9. torch_bench and bench: `pycoll bench --backend nccl --device cuda` beside torch.distributed's NCCL
+   all-reduce, both timed as nccl-tests times (back-to-back calls between CUDA events, one synchronize per
+   window: timing.time_windows); the times are reported, not judged;
+10. mixed: a job with backend="auto": the GPU ranks (cuda tensors, an NCCL island) and two host ranks (NumPy
+   arrays), every collective across the two islands, integers exact against NumPy on every rank (mixed_checks()).
+The checks of 5, 6, 7 and 10 run on this machine in tests/tools/test_gpu_validate.py: 5-7 on host memory
+(pycoll's torch backend on CPU tensors, NumPy for CuPy, the cpu backend for nccl), 10 on the fake NCCL. That is
+all they have run on; the GPU code around them (streams, events, CuPy) has never run.
 """
 
 from __future__ import annotations
@@ -61,7 +76,8 @@ SIZES = (0, 1, 7, 1001, 2**20 + 3, 2**28)
 ALGORITHMS = ("ring", "halving_doubling", "recursive_doubling", "mesh")
 REFUSED = 2
 # Every part, in the order a full run takes them; --parts picks some, in its own order.
-PARTS = ("correctness", "algorithms", "streams", "killed", "torch_bench", "mixed", "bench")
+PARTS = ("correctness", "algorithms", "streams", "torch_backend", "cupy", "reproducible", "killed", "torch_bench",
+         "mixed", "bench")
 # How long a communicator waits for a collective before raising (--comm-timeout): every hang ends by then.
 COMM_TIMEOUT_S = 60.0
 # A part's start before its first collective: imports, the CUDA context, the NCCL communicators.
@@ -353,12 +369,13 @@ def _over_bound(got, want_f64, magnitude, size):
     return float(((got.double() - want_f64).abs() / bound).max())
 
 
-def _mixed(torch, n, rank):
-    """Ill-conditioned float32 data: magnitudes 1e-8..1e8 with cancellation across ranks."""
-    g = torch.Generator(device="cuda").manual_seed(7 + rank)
-    mag = 10.0 ** (torch.rand(n, device="cuda", generator=g) * 16 - 8)
-    sign = torch.randint(0, 2, (n,), device="cuda", generator=g) * 2 - 1
-    return (mag * sign).float()
+def _mixed(torch, n, rank, dtype=None, device="cuda"):
+    """Ill-conditioned data (float32 unless dtype): magnitudes 1e-8..1e8 with cancellation across ranks."""
+    dtype = dtype or torch.float32
+    g = torch.Generator(device=device).manual_seed(7 + rank)
+    mag = 10.0 ** (torch.rand(n, device=device, generator=g, dtype=torch.float64) * 16 - 8)
+    sign = torch.randint(0, 2, (n,), device=device, generator=g) * 2 - 1
+    return (mag * sign).to(dtype)
 
 
 def worker_streams(quick):
@@ -391,7 +408,37 @@ def worker_streams(quick):
     want = comm.size * (comm.size + 1)
     rows.append({"n": "async wait", "ok": bool((y == want).all()) and waited < 0.5, "waited_s": waited,
                  "first": float(y[0])})
+    with torch.cuda.stream(side):
+        ok, seen = async_returns_early(torch, comm.rank, comm.size, lambda t: comm.all_reduce(t, async_op=True))
+    rows.append({"n": "async call", "ok": ok, **seen})
     return rows
+
+
+# The longest an async_op=True call may take on the host: it only queues the collective.
+ASYNC_CALL_MAX_S = 0.5
+
+
+def async_returns_early(torch, rank, size, start):
+    """(ok, what was seen) of start(x), an async_op=True all-reduce (sum) of x, called on the current stream
+    behind ~1 s of GPU sleep and the kernel that writes x: it must return, within ASYNC_CALL_MAX_S, while that
+    kernel's CUDA event is not yet done -- so the call waited neither for the GPU nor for its own result, which
+    a check of Work.wait() alone does not show. Then Work.wait() and the stream's next kernel must see the sum."""
+    x = torch.zeros(2**20, device="cuda", dtype=torch.float32)
+    written = torch.cuda.Event()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU clock cycles before the input is written
+    x.fill_(rank + 1)
+    written.record()
+    t = time.perf_counter()
+    work = start(x)
+    returned = time.perf_counter() - t
+    pending = not written.query()
+    work.wait()
+    y = x * 1  # the current stream's next kernel, after the collective
+    torch.cuda.synchronize()
+    right = bool((y == size * (size + 1) / 2).all())
+    return pending and returned < ASYNC_CALL_MAX_S and right, {
+        "call_s": returned, "input_still_pending": pending, "first": float(y[0])}
 
 
 # The killed part's communicator timeout: short, so that the part is; its survivors must raise within it.
@@ -453,6 +500,20 @@ def _ints(rank, n, dtype):
 MIXED_SIZES = (1001, 2**20 + 3)
 
 
+def _checked(name, run, want, to_numpy):
+    """The row {"check", "equal"} of run()'s result, brought to NumPy by to_numpy, against `want` exactly (a
+    None result equals a None want), or {"check", "error"}: what raised."""
+    import numpy as np
+
+    row = {"check": name}
+    try:
+        got = run()
+        row["equal"] = bool(got is None and want is None or np.array_equal(to_numpy(got), want))
+    except Exception as exc:  # noqa: BLE001 -- reported in the table
+        row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return row
+
+
 def mixed_checks(comm, to_rank, to_numpy):
     """Every collective across islands on this rank's kind of array (to_rank: a NumPy array -> one; to_numpy:
     back), each checked exactly against NumPy: rows of {"check", "equal", "ran"} (or "error")."""
@@ -462,13 +523,9 @@ def mixed_checks(comm, to_rank, to_numpy):
     rows = []
 
     def check(name, run, want):
-        row = {"check": name}
-        try:
-            got = run()
-            row["equal"] = bool(got is None and want is None or np.array_equal(to_numpy(got), want))
+        row = _checked(name, run, want, to_numpy)
+        if "error" not in row:
             row["ran"] = comm.last_algorithm
-        except Exception as exc:  # noqa: BLE001 -- reported in the table
-            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
         rows.append(row)
 
     every = range(size)
@@ -551,7 +608,203 @@ def worker_mixed(quick):
     return rows
 
 
+def torch_backend_checks(dist, to_device, to_host):
+    """torch.distributed's collectives through the group's backend on this rank's kind of tensor (to_device: a
+    NumPy array -> one; to_host: back), each exact against NumPy on integer-valued data: rows of {"check",
+    "equal"} (or "error"). send/recv pairs rank 2k with 2k+1 (the last rank of an odd world has no partner), the
+    even rank sending first: a pairing that cannot deadlock even where a send waits for its receive."""
+    import numpy as np
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    every = range(size)
+    rows = []
+
+    def check(name, run, want):
+        rows.append(_checked(name, run, want, to_host))
+
+    def all_reduce(x, **kwargs):
+        t = to_device(x)
+        dist.all_reduce(t, **kwargs)
+        return t
+
+    def all_reduce_async(x):
+        t = to_device(x)
+        dist.all_reduce(t, async_op=True).wait()
+        return t
+
+    def all_gather_list():
+        outs = [to_device(np.zeros(5, np.int64)) for _ in every]
+        dist.all_gather(outs, to_device(_ints(rank, 5, np.int64)))
+        return outs
+
+    def into(out, call, *args):
+        out = to_device(out)
+        call(out, *[to_device(a) for a in args])
+        return out
+
+    def broadcast(root):
+        t = to_device(_ints(rank, n, np.int64))
+        dist.broadcast(t, src=root)
+        return t
+
+    def send_recv(peer):
+        mine, got = to_device(_ints(rank, 5, np.int64)), to_device(np.zeros(5, np.int64))
+        if rank % 2 == 0:
+            dist.send(mine, peer)
+            dist.recv(got, peer)
+        else:
+            dist.recv(got, peer)
+            dist.send(mine, peer)
+        return got
+
+    n = 1001
+    total = sum(_ints(r, n, np.int64) for r in every)
+    check("all_reduce sum int32", lambda: all_reduce(_ints(rank, n, np.int32)), total.astype(np.int32))
+    check("all_reduce max float32", lambda: all_reduce(_ints(rank, n, np.float32), op=dist.ReduceOp.MAX),
+          np.max([_ints(r, n, np.float32) for r in every], axis=0))
+    check("all_reduce async_op=True + wait", lambda: all_reduce_async(_ints(rank, n, np.float32)),
+          total.astype(np.float32))
+    gathered = np.concatenate([_ints(r, 5, np.int64) for r in every])
+    rows.append(_checked("all_gather (list)", all_gather_list, gathered,
+                         lambda outs: np.concatenate([to_host(o) for o in outs])))
+    check("all_gather_into_tensor", lambda: into(np.zeros(5 * size, np.int64), dist.all_gather_into_tensor,
+                                                 _ints(rank, 5, np.int64)), gathered)
+    whole = sum(_ints(r, 7 * size, np.int64) for r in every)
+    check("reduce_scatter_tensor", lambda: into(np.zeros(7, np.int32), dist.reduce_scatter_tensor,
+                                                _ints(rank, 7 * size, np.int32)),
+          whole[7 * rank:7 * (rank + 1)].astype(np.int32))
+    check("broadcast src=last", lambda: broadcast(size - 1), _ints(size - 1, n, np.int64))
+    check("all_to_all_single", lambda: into(np.zeros(3 * size, np.int32), dist.all_to_all_single,
+                                            _ints(rank, 3 * size, np.int32)),
+          np.concatenate([_ints(r, 3 * size, np.int32)[3 * rank:3 * (rank + 1)] for r in every]))
+    if rank ^ 1 < size:
+        check(f"send/recv with rank {rank ^ 1}", lambda: send_recv(rank ^ 1), _ints(rank ^ 1, 5, np.int64))
+    check("barrier", dist.barrier, None)
+    return rows
+
+
+def worker_torch_backend(quick):
+    """torch.distributed with backend "pycoll" (import pycoll.torch) on this rank's GPU: its collectives on CUDA
+    tensors (torch_backend_checks), then an async all-reduce whose call must return before its input is even
+    written (async_returns_early)."""
+    import datetime
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import pycoll.torch  # noqa: F401 -- registers the "pycoll" backend
+
+    torch.cuda.set_device(_device())
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("pycoll", init_method=f"tcp://127.0.0.1:{os.environ['TORCH_PORT']}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=_comm_timeout()))
+
+    def to_host(t):
+        torch.cuda.synchronize()
+        return t.cpu().numpy()
+
+    # The collectives first: the group makes its NCCL communicator on its first collective with CUDA tensors,
+    # which the async call's timing must not include.
+    rows = torch_backend_checks(dist, lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda(), to_host)
+    ok, seen = async_returns_early(torch, rank, size, lambda t: dist.all_reduce(t, async_op=True))
+    rows.append({"check": "all_reduce async_op=True returns before its input is written", "equal": ok, **seen})
+    dist.destroy_process_group()
+    return rows
+
+
+def array_checks(comm, xp, to_host, where=""):
+    """pycoll's all_reduce and all_gather on arrays of the array module xp (CuPy here; NumPy in the tests),
+    integer-valued so that every result is exact against NumPy: rows of {"check", "equal"} (or "error"). The
+    arrays are made, and so written, on xp's current stream."""
+    import numpy as np
+
+    rank, size = comm.rank, comm.size
+    every = range(size)
+    rows = []
+    n = 2**20 + 3
+    total = sum(_ints(r, n, np.int64) for r in every)
+    for dtype in (np.int32, np.float32, np.float64):
+        rows.append(_checked(f"all_reduce sum {np.dtype(dtype).name}{where}",
+                             lambda: comm.all_reduce(xp.asarray(_ints(rank, n, dtype))), total.astype(dtype), to_host))
+    rows.append(_checked(f"all_reduce max int64{where}", lambda: comm.all_reduce(xp.asarray(_ints(rank, n, np.int64)),
+                                                                                 "max"),
+                         np.max([_ints(r, n, np.int64) for r in every], axis=0), to_host))
+    rows.append(_checked(f"all_gather int64{where}", lambda: comm.all_gather(xp.asarray(_ints(rank, 1001, np.int64)),
+                                                                             xp.zeros(1001 * size, np.int64)),
+                         np.concatenate([_ints(r, 1001, np.int64) for r in every]), to_host))
+    return rows
+
+
+def worker_cupy(quick):
+    """pycoll on CuPy arrays (backend nccl): array_checks on the default stream, then on a non-default stream
+    whose first work is ~1 s of GPU sleep, so that a collective not queued on CuPy's current stream reads its
+    input before it is written. Not run where CuPy does not import."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return [{"not_run": f"cupy missing ({exc})"}]
+    import torch
+
+    import pycoll
+
+    local = _device()
+    cupy.cuda.Device(local).use()
+    torch.cuda.set_device(local)
+    comm = pycoll.init(backend="nccl", timeout=_comm_timeout())
+    rows = array_checks(comm, cupy, cupy.asnumpy)
+    side = cupy.cuda.Stream(non_blocking=True)
+    with side:
+        with torch.cuda.stream(torch.cuda.ExternalStream(side.ptr)):
+            torch.cuda._sleep(2_000_000_000)  # CuPy has no sleep kernel; torch's, on CuPy's stream
+        rows += array_checks(comm, cupy, cupy.asnumpy, " on a side stream")  # asnumpy: on `side`, then waits
+    comm.close()
+    return rows
+
+
+def reproducible_checks(comm, torch, n, device="cuda", accuracy="reproducible"):
+    """accuracy="reproducible" all_reduce (sum) of ill-conditioned float32 and float64 data, run twice: rank r
+    holding term set r, then term set size-1-r -- the same terms summed in another rank order. Rows of {"check",
+    "equal"} (or "error"): the two results bitwise identical, and (gathered) bitwise identical on every rank.
+    accuracy: a test's knob, to see that fast mode, where the order shows in the bits, fails."""
+    rank, size = comm.rank, comm.size
+    rows = []
+    for dtype, bits in ((torch.float32, torch.int32), (torch.float64, torch.int64)):
+        row = {"check": f"{accuracy} {str(dtype).removeprefix('torch.')} sum n={n}, rank order reversed"}
+        try:
+            runs = []
+            for terms in (rank, size - 1 - rank):
+                x = _mixed(torch, n, terms, dtype, device)
+                comm.all_reduce(x, accuracy=accuracy)
+                runs.append(x.view(bits))
+            gathered = torch.zeros(size * n, dtype=bits, device=device)
+            comm.all_gather(runs[0], gathered)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            row["same_bits_reordered"] = bool(torch.equal(runs[0], runs[1]))
+            row["same_bits_every_rank"] = all(bool(torch.equal(gathered[r * n:(r + 1) * n], runs[0]))
+                                              for r in range(size))
+            row["equal"] = row["same_bits_reordered"] and row["same_bits_every_rank"]
+        except Exception as exc:  # noqa: BLE001 -- reported in the table
+            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        rows.append(row)
+    return rows
+
+
+def worker_reproducible(quick):
+    import torch
+
+    import pycoll
+
+    torch.cuda.set_device(_device())
+    comm = pycoll.init(backend="nccl", timeout=_comm_timeout())
+    rows = reproducible_checks(comm, torch, 2**20 + 3 if quick else 2**24 + 3)
+    comm.close()
+    return rows
+
+
 WORKERS = {"correctness": worker_correctness, "algorithms": worker_algorithms, "streams": worker_streams,
+           "torch_backend": worker_torch_backend, "cupy": worker_cupy, "reproducible": worker_reproducible,
            "killed": worker_killed, "torch_bench": worker_torch_bench, "mixed": worker_mixed}
 # The mixed run's host ranks, beside one rank per GPU.
 MIXED_HOST_RANKS = 2
@@ -646,7 +899,10 @@ def verdicts(parts, not_run=None):
         "killed": killed_verdict,
         "torch_bench": lambda ranks: _judge(ranks, lambda r: False, "timed (the times are reported, not judged)",
                                             ""),
-        "mixed": mixed_verdict,
+        "torch_backend": checks_verdict,
+        "cupy": checks_verdict,
+        "reproducible": checks_verdict,
+        "mixed": checks_verdict,
         "bench": lambda ranks: (ranks[0][0]["ok"], f"pycoll bench: {ranks[0][0]['why']}"),
     }
     return {part: judges[part](parts[part]) if part in parts else (
@@ -675,11 +931,15 @@ def killed_verdict(ranks):
     return ok, why
 
 
-def mixed_verdict(ranks):
-    """(ok, why) of the mixed run: every rank ran, and every check of every rank was equal (each rank checks its
-    own result: they differ by rank)."""
+def checks_verdict(ranks):
+    """(ok, why) of a part made of checks (mixed_checks, torch_backend_checks, ...): every rank ran, and every
+    check of every rank was equal (each rank checks its own result: they differ by rank); None where the part
+    said it could not run (a row {"not_run": why})."""
     if _failed(ranks) or not ranks:
         return False, _failed(ranks) or "no rank ran"
+    not_run = [row["not_run"] for rows in ranks.values() for row in rows if "not_run" in row]
+    if not_run:
+        return None, f"not run: {not_run[0]}"
     bad = [(r, row["check"]) for r, rows in ranks.items() for row in rows if "check" in row and not row.get("equal")]
     checks = sum(1 for row in ranks[0] if "check" in row)
     return (not bad, f"{len(bad)} (rank, check) not equal or not run: {bad[:8]}" if bad
@@ -702,6 +962,10 @@ def report(args, info, parts, not_run=None):
                        ("Compensated and pycoll's algorithms (float32 sum, ill-conditioned data)", "algorithms"),
                        ("Stream ordering behind a long kernel on a side stream", "streams"),
                        ("A rank killed during a 1 GiB all-reduce", "killed"),
+                       ("torch.distributed through pycoll's backend on CUDA tensors", "torch_backend"),
+                       ("pycoll on CuPy arrays", "cupy"),
+                       ("Reproducible accuracy: the same bits in another rank order and on every rank",
+                        "reproducible"),
                        ("torch.distributed NCCL all-reduce in place (back-to-back, CUDA events)", "torch_bench"),
                        ("A mixed job: GPU ranks and host ranks, backend=\"auto\"", "mixed")):
         if key not in parts:
@@ -712,7 +976,7 @@ def report(args, info, parts, not_run=None):
                 lines += [f"- rank {rank} failed ({rows.get('timed_out', 'exit %s' % rows['exit'])}):", "", "```",
                           rows["output"], "```"]
                 continue
-            if rank != 0 and key not in ("killed", "mixed"):
+            if rank != 0 and key not in ("killed", "mixed", "torch_backend", "cupy", "reproducible"):
                 continue  # every rank holds the same result; rank 0 speaks for them
             if key == "correctness":
                 bad = [r for r in rows if not r.get("equal")]

@@ -52,6 +52,9 @@ def _parts(**changes):
         "streams": {0: [{"ok": True}], 1: [{"ok": True}]},
         "killed": {0: [{"raised": "PeerFailure", "seconds": 31.0, "timeout": 30.0}], 1: {"exit": 17, "output": ""}},
         "torch_bench": {0: [{"bytes": 1024, "us": 10.0}]},
+        "torch_backend": {r: [{"check": "all_reduce sum int32", "equal": True}] for r in range(2)},
+        "cupy": {r: [{"check": "all_gather int64", "equal": True}] for r in range(2)},
+        "reproducible": {r: [{"check": "reproducible float64 sum", "equal": True}] for r in range(2)},
         "mixed": {r: [{"check": "all_reduce sum int32 n=1001", "equal": True}] for r in range(4)},
         "bench": {0: [{"ok": True, "why": "exit 0", "output": "#  size  count"}]},
     }
@@ -261,7 +264,7 @@ def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_res
     results = run_ranks_ok(functools.partial(_mixed_rank, free_port()), len(MIXED),
                            {**fakes("nccl"), "FAKE_COLL_DIR": str(tmp_path)}, timeout=80)
     ranks = dict(enumerate(results))
-    ok, why = module.mixed_verdict(ranks)
+    ok, why = module.checks_verdict(ranks)
     assert ok, why
     names = [row["check"] for row in ranks[0]]
     for collective in ("all_reduce", "reduce_scatter counts=", "all_to_all", "gather", "scatter", "send/recv"):
@@ -269,9 +272,9 @@ def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_res
     assert {row["ran"] for row in ranks[0] if row["check"].startswith("all_reduce")} <= {"hierarchical",
                                                                                          "host-staged"}
     wrong = {**ranks, 3: [dict(row, equal=False) if row["check"] == "all_to_all" else row for row in ranks[3]]}
-    ok, why = module.mixed_verdict(wrong)
+    ok, why = module.checks_verdict(wrong)
     assert not ok and "(3, 'all_to_all')" in why, why
-    ok, why = module.mixed_verdict({**ranks, 2: {"exit": 1, "output": "boom"}})
+    ok, why = module.checks_verdict({**ranks, 2: {"exit": 1, "output": "boom"}})
     assert not ok and "ranks [2] failed" in why
     args = type("Args", (), {"nproc": 2, "quick": True})()
     text = module.report(args, {"gpu": "stand-in"}, _parts(mixed=wrong))
@@ -364,3 +367,67 @@ def test_the_correctness_part_checks_every_collective_on_fake_nccl(fakes, tmp_pa
     wrong = {0: ranks[0], 1: [dict(row, equal=False) if row["collective"] == "reduce" else row for row in ranks[1]]}
     ok, why = module.verdicts(_parts(correctness=wrong))["correctness"]
     assert not ok and "not equal" in why
+
+
+# ---- the parts added for the torch backend, CuPy and reproducible accuracy: their checks on the CPU ----
+
+def _cpu_checks_rank(ports, rank, world):
+    """The checks of the torch_backend, cupy and reproducible parts, as their GPU workers run them, on host memory:
+    pycoll's torch backend on CPU tensors, NumPy standing in for CuPy, the cpu backend for nccl."""
+    import datetime
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import pycoll
+    import pycoll.torch  # noqa: F401 -- registers the "pycoll" backend
+
+    module = _validate_module()
+    comm = pycoll.init("cpu", rank=rank, world_size=world, master_addr="127.0.0.1", master_port=ports[0],
+                       timeout=30.0)
+    rows = {"cupy": module.array_checks(comm, np, lambda a: a),
+            "reproducible": module.reproducible_checks(comm, torch, 4099, device="cpu"),
+            "fast": module.reproducible_checks(comm, torch, 4099, device="cpu", accuracy="fast")}
+    comm.close()
+    dist.init_process_group("pycoll", init_method=f"tcp://127.0.0.1:{ports[1]}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=30))
+    rows["torch_backend"] = module.torch_backend_checks(
+        dist, lambda a: torch.from_numpy(np.ascontiguousarray(a)), lambda t: t.numpy())
+    dist.destroy_process_group()
+    return rows
+
+
+@pytest.mark.timeout(120)
+def test_the_torch_backend_cupy_and_reproducible_checks_pass_on_the_cpu_and_fail_a_wrong_result():
+    """Three ranks, so that one rank has no send/recv partner and reversing the rank order moves a term."""
+    pytest.importorskip("torch")
+    module = _validate_module()
+    world = 3
+    results = run_ranks_ok(functools.partial(_cpu_checks_rank, (free_port(), free_port())), world, {}, timeout=110)
+    for part in ("torch_backend", "cupy", "reproducible"):
+        ranks = {r: results[r][part] for r in range(world)}
+        ok, why = module.checks_verdict(ranks)
+        assert ok, (part, why, ranks)
+    names = [row["check"] for row in results[0]["torch_backend"]]
+    for call in ("all_reduce sum", "async_op=True", "all_gather (list)", "all_gather_into_tensor",
+                 "reduce_scatter_tensor", "broadcast", "all_to_all_single", "send/recv with rank 1", "barrier"):
+        assert any(call in name for name in names), (call, names)
+    assert not any("send/recv" in row["check"] for row in results[2]["torch_backend"])  # no partner in a world of 3
+    # Fast mode shows the rank order in the bits: the reproducible check can fail.
+    fast = {r: results[r]["fast"] for r in range(world)}
+    ok, why = module.checks_verdict(fast)
+    assert not ok and all(row["same_bits_every_rank"] for row in fast[0]), (why, fast[0])
+    wrong = {r: results[r]["cupy"] for r in range(world)}
+    wrong[1] = [dict(row, equal=False) if row["check"].startswith("all_gather") else row for row in wrong[1]]
+    ok, why = module.checks_verdict(wrong)
+    assert not ok and "(1, 'all_gather int64')" in why, why
+
+
+def test_the_cupy_part_says_it_did_not_run_without_cupy():
+    module = _validate_module()
+    ranks = {0: [{"not_run": "cupy missing (No module named 'cupy')"}], 1: [{"not_run": "cupy missing"}]}
+    ok, why = module.verdicts(_parts(cupy=ranks))["cupy"]
+    assert ok is None and why.startswith("not run: cupy missing"), why
+    args = type("Args", (), {"nproc": 2, "quick": True})()
+    assert "- cupy: NOT RUN (not run: cupy missing" in module.report(args, {"gpu": "stand-in"}, _parts(cupy=ranks))
