@@ -20,7 +20,7 @@ void idle_wait_pass(idle_wait_t *w, int64_t now, int64_t deadline_ns)
 
 void idle_wait_pass_fd(idle_wait_t *w, int64_t now, int64_t until_ns, int fd)
 {
-    if (now < w->spin_until) {
+    if (idle_wait_spinning(w, now)) {
         if (++w->idle > IDLE_YIELD_AFTER_POLLS)
             sched_yield();
         return;

@@ -25,6 +25,9 @@ static inline idle_wait_t idle_wait_start(const pycoll_p2p_t *p2p, int64_t start
     return (idle_wait_t){.spin_until = started_ns + p2p->spin_ns, .idle = 0};
 }
 
+/* Whether the spin phase still runs at `now` (after it, a wait sleeps). */
+static inline int idle_wait_spinning(const idle_wait_t *w, int64_t now) { return now < w->spin_until; }
+
 /* Something moved: the next idle poll spins again without yielding. */
 static inline void idle_wait_moved(idle_wait_t *w) { w->idle = 0; }
 

@@ -6,7 +6,7 @@
  * moves on all of them at once and an ABORT, a STATE probe or a dead peer on any of them is seen at once; the
  * children's own checks (mismatches, probes naming whom this rank waits for, timeouts naming the end of a chain
  * of waiting ranks, pidfd liveness) run unchanged inside those passes. Between passes this transport spins,
- * yields, then naps, never past the deadline, and checks for interrupts, as the single transports do.
+ * yields, then sleeps, never past the deadline, and checks for interrupts, as the single transports do.
  *
  * Before a child is used, the collective's state (descriptors, deadline, spin, memory table, interrupt check)
  * is copied into it; a child's first error becomes this transport's (rank, status and text as the child wrote
@@ -24,6 +24,8 @@
 #include "transport/frame.h"
 #include "transport/ft_reset.h"
 #include "transport/idle_wait.h"
+#include "transport/shm_doorbell.h"
+#include "transport/shm_transport.h"
 #include "common/p2p_share.h"
 #include "transport/request_queue.h"
 #include "common/wait_tally.h"
@@ -33,6 +35,9 @@
 #define CHECK_EVERY_NS 100000000LL /* how often a blocked wait checks for interrupts */
 /* A child reports the timeout of its own requests; this is the backstop should none do (it never should). */
 #define TIMEOUT_BACKSTOP_NS 1000000000LL
+/* The longest sleep on the shared-memory child's doorbell that no peer rings: what a wake-up that does not come
+ * (a message from another host meanwhile) costs at most. */
+#define BELL_SLEEP_MAX_NS 1000000LL
 
 typedef struct routed_transport {
     pycoll_p2p_t base;
@@ -92,6 +97,20 @@ static int only_child_pending(const routed_transport_t *t, pycoll_request_t *con
     return 1;
 }
 
+/* While only requests of the shared-memory child are pending: sleep on its doorbell, which a local peer rings
+ * when it publishes, until until_ns at the latest. The last look before the sleep is a full pass. */
+static void sleep_until_rung(routed_transport_t *t, pycoll_request_t *const *reqs, int n, int64_t started,
+                             shm_doorbell_t *bell, int64_t until_ns)
+{
+    const uint32_t armed = shm_doorbell_arm(bell);
+    if (progress_children(t, reqs, n, started) || t->base.status != PYCOLL_OK || pycoll_all_complete(reqs, n) ||
+        atomic_load_explicit(&t->wake, memory_order_relaxed)) {
+        shm_doorbell_disarm(bell);
+        return;
+    }
+    shm_doorbell_sleep(bell, armed, until_ns);
+}
+
 static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
 {
     routed_transport_t *t = impl(p2p);
@@ -102,6 +121,10 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
     int32_t fd_child = 0;
     for (int32_t c = 0; c < t->n_children && wait_fd < 0; c++) /* asked per wait: a reset renews it */
         wait_fd = tcp_transport_wait_fd(t->children[fd_child = c]);
+    shm_doorbell_t *bell = NULL;
+    int32_t bell_child = 0;
+    for (int32_t c = 0; c < t->n_children && !bell; c++)
+        bell = shm_transport_doorbell(t->children[bell_child = c]);
     int32_t blocked_on = WAIT_NOT_BLOCKED;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         if (progress_children(t, reqs, n, started)) {
@@ -123,10 +146,11 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
             if (idle_wait_interrupted(p2p))
                 break;
         }
-        /* Once the spin is over, sleep on the TCP child's events, not for a fixed nap: a message from another
-         * host ends the sleep when it arrives. Where a request of a child without such a descriptor (shared
-         * memory) is pending, a nap's length at most; else until the next interrupt check, or the time the
-         * children probe the peers waited for. The children see the deadline on their next pass. */
+        /* Once the spin is over, sleep on what can end the sleep when the message comes, not for a fixed nap:
+         * the shared-memory child's doorbell where only its requests are pending (a local peer rings it), the
+         * TCP child's events where only TCP's are (until the next interrupt check, or the time the children
+         * probe the peers waited for); a nap's length at most where both are. The children see the deadline on
+         * their next pass. */
         int64_t until = now + IDLE_NAP_NS;
         if (wait_fd >= 0 && only_child_pending(t, reqs, n, fd_child)) {
             const int64_t probe_at = started + PYCOLL_PROBE_AFTER_NS;
@@ -134,6 +158,11 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
         }
         if (wait_tally_due(blocked_on, now, started))
             blocked_on = pycoll_first_pending_peer(reqs, n);
+        if (bell && !idle_wait_spinning(&idle, now) && only_child_pending(t, reqs, n, bell_child)) {
+            until = now + BELL_SLEEP_MAX_NS < next_check ? now + BELL_SLEEP_MAX_NS : next_check;
+            sleep_until_rung(t, reqs, n, started, bell, until < p2p->deadline_ns ? until : p2p->deadline_ns);
+            continue;
+        }
         idle_wait_pass_fd(&idle, now, until < p2p->deadline_ns ? until : p2p->deadline_ns, wait_fd);
     }
     wait_tally_end(blocked_on, started);

@@ -127,6 +127,13 @@ static pycoll_p2p_t *p2p_of(const shm_collectives_t *c) { return (pycoll_p2p_t *
 
 /* ---- publishing and waiting ---- */
 
+/* Store one of this rank's round flags, then wake the peers asleep waiting for such a flag. */
+static void publish_flag(shm_collectives_t *c, _Atomic uint64_t *flag, uint64_t round)
+{
+    atomic_store_explicit(flag, round, memory_order_release);
+    shm_ring_peers(c->t);
+}
+
 static void publish_posted(shm_collectives_t *c, uint64_t round)
 {
     const pycoll_p2p_t *p2p = p2p_of(c);
@@ -135,7 +142,7 @@ static void publish_posted(shm_collectives_t *c, uint64_t round)
     f->prev = p2p->prev_desc;
     if (round == SHM_SINGLE_COPY_VERDICT_ROUND)
         shm_single_copy_publish_verdict(c->single_copy, c->maps);
-    atomic_store_explicit(&f->posted, round, memory_order_release);
+    publish_flag(c, &f->posted, round);
 }
 
 typedef struct round_wait {
@@ -251,7 +258,7 @@ static pycoll_status_t read_source(shm_collectives_t *c, uint64_t round, int32_t
  * returns only once every rank's are, since the caller may reuse that buffer at once. */
 static pycoll_status_t finish_reads(shm_collectives_t *c, uint64_t round, int others_read_mine)
 {
-    atomic_store_explicit(&flags_of(c, p2p_of(c)->rank, round)->reduced, round, memory_order_release);
+    publish_flag(c, &flags_of(c, p2p_of(c)->rank, round)->reduced, round);
     return others_read_mine ? wait_round(c, round, 1) : PYCOLL_OK;
 }
 
@@ -394,7 +401,7 @@ static pycoll_status_t all_reduce_round(shm_collectives_t *c, const reduction_t 
     }
     if (st != PYCOLL_OK)
         return st;
-    atomic_store_explicit(&flags_of(c, me, v.round)->reduced, v.round, memory_order_release);
+    publish_flag(c, &flags_of(c, me, v.round)->reduced, v.round);
     return gets_result(p2p, root) ? copy_out_reduced(c, v.round, recv, count, ds, ds) : PYCOLL_OK;
 }
 
@@ -508,7 +515,7 @@ static pycoll_status_t all_reduce_coded_round(shm_collectives_t *c, const pycoll
         sum_coded(c, codec, send + v.lo * eb, v.mine + v.lo * wb, v.hi - v.lo);
         memcpy(recv + v.lo * eb, v.mine + v.lo * wb, (size_t)(v.hi - v.lo) * eb);
     }
-    atomic_store_explicit(&flags_of(c, me, v.round)->reduced, v.round, memory_order_release);
+    publish_flag(c, &flags_of(c, me, v.round)->reduced, v.round);
     return copy_out_reduced(c, v.round, recv, count, wb, eb);
 }
 

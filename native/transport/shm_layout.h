@@ -12,8 +12,8 @@
  * process_vm_readv (shm_single_copy.c) and never dereference them; the kernel checks them, and one that points
  * nowhere r maps costs a reader a typed error.
  *
- * Every word here is written by one rank only (the comments say which) and read by others, so to a reader
- * it is input: every index, length, flag and rank read from here is checked before use (shm_transport.c,
+ * Every word here but the doorbell's is written by one rank only (the comments say which) and read by others, so
+ * to a reader it is input: every index, length, flag and rank read from here is checked before use (shm_transport.c,
  * shm_collectives.c), and a value its writer could not have written is a peer failure naming that writer.
  * A writer never reads its own words back (it keeps them in private memory), so what others scribble there
  * cannot mislead it. The offsets are fixed by the asserts below; tests/transports/test_shm_faults.py pokes these fields
@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "pycoll/p2p.h"
+#include "transport/shm_doorbell.h"
 
 #define SHM_PAGE_BYTES 4096LL /* a control page, so that what follows it starts page-aligned */
 
@@ -68,9 +69,12 @@ typedef struct shm_single_copy_ctrl {
     uint32_t verdict;       /* 1: r read every peer's token and wants single copies */
 } shm_single_copy_ctrl_t;
 
+/* r's collective area's control page: its flags, and its doorbell (shm_doorbell.h), which every rank of the host
+ * maps, whether or not the native collectives run: the one place here others write to (to wake r). */
 typedef struct shm_coll_ctrl {
     shm_coll_flags_t parity[2];
     shm_single_copy_ctrl_t single_copy;
+    shm_doorbell_t bell;
 } shm_coll_ctrl_t;
 
 _Static_assert(sizeof(shm_ring_ctrl_t) <= SHM_PAGE_BYTES, "ring control must fit its page");

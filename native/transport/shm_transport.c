@@ -18,7 +18,8 @@
  * or rank out of range is PYCOLL_ERR_PEER_FAILURE naming that peer -- never a copy out of bounds.
  *
  * Waits spin on the rings' head words (plain loads: no system call while data flows), yield the core after a
- * while, and sleep in short naps once p2p->spin_ns has passed, always bounded by p2p->deadline_ns. A process
+ * while, and once p2p->spin_ns has passed sleep on this rank's doorbell (shm_doorbell.h), which a peer rings
+ * after each index or flag it publishes, always bounded by p2p->deadline_ns. A process
  * that dies leaves its rings silent, so while blocked every LIVENESS_EVERY_NS the peers' pidfds are polled: a
  * dead peer is PYCOLL_ERR_PEER_FAILURE naming it, on every rank, within that interval. A peer that closed
  * (GOODBYE) is an error as soon as this rank needs it: a message from it, or its flags in a native collective
@@ -55,6 +56,9 @@
 #define LIVENESS_EVERY_NS 10000000LL
 /* How often a blocked wait runs the caller's interrupt check (Python's signal handlers: it takes the GIL). */
 #define INTERRUPT_EVERY_NS 100000000LL
+/* The longest sleep of a wait that no peer rings (shm_doorbell.h): what a wake-up this transport does not ring
+ * for would cost at most. */
+#define SLEEP_MAX_NS 1000000LL
 
 /* One ring as one side sees it. The index this side owns lives here and is only published to the shared copy,
  * never read back; the other side's index is read from shared memory and checked against the last value seen
@@ -65,12 +69,14 @@ typedef struct ring {
     uint64_t mask;   /* ring bytes - 1 */
     uint64_t mine;   /* producer: head; consumer: tail */
     uint64_t theirs; /* the other side's index as last checked */
+    shm_doorbell_t *bell; /* the other side's: rung after each index this side publishes */
 } ring_t;
 
 typedef struct shm_peer {
     pycoll_peer_queues_t q; /* first: the shared helpers of transport/request_queue.h see it */
     ring_t in, out;     /* in: peer -> this rank (this rank's segment); out: this rank -> peer (its segment) */
     void *in_map, *out_map;
+    void *bell_map;     /* the peer's collective control page, for its doorbell */
     int pidfd;          /* -1: liveness unknown (another pid namespace, or pidfd_open unavailable) */
     peer_state_t state;
     pycoll_frame_header_t send_hdr;
@@ -101,6 +107,8 @@ struct shm_transport {
     int64_t next_liveness_ns; /* wait_pass: when it next checks that peers live */
     int64_t probed_wait;      /* wait_pass: the start of the last wait whose peers were probed */
     atomic_int wake;          /* shm_ft_wake: run the interrupt check now */
+    shm_doorbell_t *bell;     /* this rank's, in its own collective control page (bell_map) */
+    void *bell_map;
 };
 
 static shm_transport_t *impl(pycoll_p2p_t *p2p) { return (shm_transport_t *)p2p; }
@@ -143,6 +151,7 @@ static int64_t ring_put(ring_t *ring, const void *src, int64_t len)
     memcpy(ring->data, (const char *)src + first, (size_t)(n - first));
     ring->mine = head + (uint64_t)n;
     atomic_store_explicit(&ring->ctrl->head, ring->mine, memory_order_release);
+    shm_doorbell_ring(ring->bell);
     return n;
 }
 
@@ -166,6 +175,7 @@ static void ring_take(ring_t *ring, void *dst, int64_t len)
     memcpy((char *)dst + first, ring->data, (size_t)(len - first));
     ring->mine += (uint64_t)len;
     atomic_store_explicit(&ring->ctrl->tail, ring->mine, memory_order_release);
+    shm_doorbell_ring(ring->bell); /* a sender waiting for room */
 }
 
 /* ---- receiving ---- */
@@ -414,6 +424,13 @@ static int progress_all(shm_transport_t *t)
     return moved;
 }
 
+void shm_ring_peers(shm_transport_t *t)
+{
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank)
+            shm_doorbell_ring(t->peers[r].out.bell);
+}
+
 pycoll_status_t shm_poll_peers(shm_transport_t *t)
 {
     progress_all(t);
@@ -472,6 +489,25 @@ static int wait_pass(shm_transport_t *t, const shm_wait_cond_t *cond, int64_t st
     return 0;
 }
 
+/* Once the spin is over: sleep until a peer rings this rank's doorbell (it published something: a message, room,
+ * a flag) or, at the latest, until the next check that has to run without one -- the peers' liveness, an
+ * interrupt, the deadline -- bounded by SLEEP_MAX_NS. The last look before the sleep is a full pass. */
+static void sleep_until_rung(shm_transport_t *t, const shm_wait_cond_t *cond, int64_t started, int64_t next_interrupt)
+{
+    const pycoll_p2p_t *p2p = &t->base;
+    const uint32_t armed = shm_doorbell_arm(t->bell);
+    if (wait_pass(t, cond, started) || p2p->status != PYCOLL_OK || cond->ready(cond->arg) ||
+        atomic_load_explicit(&t->wake, memory_order_relaxed)) {
+        shm_doorbell_disarm(t->bell);
+        return;
+    }
+    int64_t until = pycoll_now_ns() + SLEEP_MAX_NS;
+    const int64_t checks[] = {p2p->deadline_ns, t->next_liveness_ns, next_interrupt};
+    for (size_t i = 0; i < sizeof checks / sizeof *checks; i++)
+        until = checks[i] < until ? checks[i] : until;
+    shm_doorbell_sleep(t->bell, armed, until);
+}
+
 pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
 {
     pycoll_p2p_t *p2p = &t->base;
@@ -495,7 +531,10 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
         }
         if (wait_tally_due(blocked_on, now, started))
             blocked_on = cond->pending_peer(cond->arg);
-        idle_wait_pass(&idle, now, p2p->deadline_ns);
+        if (idle_wait_spinning(&idle, now))
+            idle_wait_pass(&idle, now, p2p->deadline_ns);
+        else
+            sleep_until_rung(t, cond, started, next_interrupt);
     }
     wait_tally_end(blocked_on, started);
     t->waiting_for = -1;
@@ -555,6 +594,11 @@ static int shm_progress(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n,
     return wait_pass(impl(p2p), &cond, started_ns);
 }
 
+shm_doorbell_t *shm_transport_doorbell(pycoll_p2p_t *p2p)
+{
+    return p2p->ops->wait == shm_wait ? impl(p2p)->bell : NULL;
+}
+
 /* ---- closing ---- */
 
 /* Mark every ring this rank writes closed, once: as over TCP, where nothing is read after a GOODBYE, an ABORT
@@ -577,6 +621,7 @@ static void close_rings(shm_transport_t *t, uint32_t how)
             snprintf(c->text, sizeof c->text, "%s", t->base.error);
         }
         atomic_store_explicit(&c->closed, how, memory_order_release);
+        shm_doorbell_ring(peer->out.bell);
     }
 }
 
@@ -661,9 +706,13 @@ static void shm_destroy(pycoll_p2p_t *p2p)
             munmap(peer->in_map, (size_t)(SHM_PAGE_BYTES + t->ring_bytes));
         if (peer->out_map)
             munmap(peer->out_map, (size_t)(SHM_PAGE_BYTES + t->ring_bytes));
+        if (peer->bell_map)
+            munmap(peer->bell_map, (size_t)SHM_PAGE_BYTES);
         if (peer->pidfd >= 0)
             close(peer->pidfd);
     }
+    if (t->bell_map)
+        munmap(t->bell_map, (size_t)SHM_PAGE_BYTES);
     free(t->peers);
     free(t->pidfds);
     free(t);
@@ -688,6 +737,16 @@ static int64_t rings_bytes(int32_t size, int64_t ring_bytes)
 int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes)
 {
     return rings_bytes(size, ring_bytes) + shm_coll_area_bytes(ring_bytes_or_default(ring_bytes));
+}
+
+/* The doorbell of the rank whose segment fd is: its collective control page, mapped on its own (also where the
+ * native collectives do not run). NULL when it cannot be mapped. */
+static shm_doorbell_t *map_bell(int fd, int32_t size, int64_t ring_bytes, void **map)
+{
+    void *p = mmap(NULL, (size_t)SHM_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                   (off_t)rings_bytes(size, ring_bytes));
+    *map = p == MAP_FAILED ? NULL : p;
+    return *map ? &((shm_coll_ctrl_t *)p)->bell : NULL;
 }
 
 /* Map the ring that `sender` writes in the segment of its receiver (fd). */
@@ -740,6 +799,13 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
     t->waiting_for = -1;
     for (int r = 0; r < size; r++)
         peers[r].pidfd = -1;
+    t->bell = map_bell(segment_fds[rank], size, ring_bytes, &t->bell_map);
+    if (!t->bell) {
+        snprintf(error, error_len, "cannot map this rank's shared-memory control page: %s", strerror(errno));
+        t->said_goodbye = 1;
+        shm_destroy(&t->base);
+        return NULL;
+    }
     for (int r = 0; r < size; r++) {
         if (r == rank)
             continue;
@@ -751,7 +817,8 @@ pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int 
         }
         peer->in_map = map_ring(segment_fds[rank], r, ring_bytes, &peer->in);
         peer->out_map = map_ring(segment_fds[r], rank, ring_bytes, &peer->out);
-        if (!peer->in_map || !peer->out_map) {
+        peer->in.bell = peer->out.bell = map_bell(segment_fds[r], size, ring_bytes, &peer->bell_map);
+        if (!peer->in_map || !peer->out_map || !peer->bell_map) {
             snprintf(error, error_len, "cannot map the shared-memory rings with rank %d: %s", r, strerror(errno));
             t->said_goodbye = 1; /* never set up: nothing to tell the peers */
             shm_destroy(&t->base);
@@ -838,6 +905,7 @@ static int ft_resynced(shm_transport_t *t, int r)
     }
     peer->in.mine = peer->in.theirs = start;
     atomic_store_explicit(&peer->in.ctrl->tail, start, memory_order_release);
+    shm_doorbell_ring(peer->in.bell);
     peer->hdr_parked = 0;
     peer->epoch_seen = epoch;
     peer->resync = 0;
@@ -850,7 +918,12 @@ int shm_ft_peer_gone(pycoll_p2p_t *p2p, int32_t r)
     return state == PEER_DEAD || state == PEER_DEPARTED;
 }
 
-void shm_ft_wake(pycoll_p2p_t *p2p) { atomic_store_explicit(&impl(p2p)->wake, 1, memory_order_relaxed); }
+void shm_ft_wake(pycoll_p2p_t *p2p)
+{
+    shm_transport_t *t = impl(p2p);
+    atomic_store_explicit(&t->wake, 1, memory_order_relaxed);
+    shm_doorbell_ring(t->bell); /* from another thread: a wait asleep sees it now */
+}
 
 void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r)
 {
@@ -866,6 +939,7 @@ void shm_ft_cut(pycoll_p2p_t *p2p, int32_t r)
         c->failed_rank = p2p->rank;
         snprintf(c->text, sizeof c->text, "rank %d found rank %d gone", (int)p2p->rank, (int)r);
         atomic_store_explicit(&c->closed, RING_CUT, memory_order_release);
+        shm_doorbell_ring(peer->out.bell);
     }
     peer->state = PEER_DEAD;
     peer->resumable = 0;
@@ -900,6 +974,7 @@ pycoll_status_t shm_ft_reset(pycoll_p2p_t *p2p, uint32_t epoch, uint8_t *lost)
         c->epoch_aborted = aborted;
         atomic_store_explicit(&c->closed, RING_OPEN, memory_order_release);
         atomic_store_explicit(&c->epoch, epoch, memory_order_release);
+        shm_doorbell_ring(peer->out.bell);
         peer->send_hdr_done = 0;
         peer->resync = epoch;
         peer->state = PEER_OPEN;

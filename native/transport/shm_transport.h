@@ -27,6 +27,12 @@ pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond);
 /* One pass over every ring, never waiting: an ABORT, GOODBYE or death already written there is adopted into
  * p2p->status, which it returns. */
 pycoll_status_t shm_poll_peers(shm_transport_t *t);
+/* Wake every peer asleep on its doorbell (shm_doorbell.h): after publishing a flag any of them may wait for. */
+void shm_ring_peers(shm_transport_t *t);
+/* The doorbell this rank sleeps on when p2p is a shared-memory transport, else NULL: how the routed transport
+ * sleeps while only shared-memory requests are pending (a peer's ring then ends its sleep). */
+struct shm_doorbell;
+struct shm_doorbell *shm_transport_doorbell(pycoll_p2p_t *p2p);
 /* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
 void shm_tell_peers(shm_transport_t *t);
 /* Whether rank r may still write (no GOODBYE, ABORT or death seen from it). A native collective that finds r's

@@ -225,6 +225,27 @@ try:
         closing.close()
         report["close_s"] = time.monotonic() - started
         report["ok"] = True
+    elif scenario == "sleeps":
+        # Small all-reduces and p2p ping-pongs (run with PYCOLL_SPIN_US=0: every wait sleeps at once); reports
+        # how this process's shared-memory sleeps ended (pycoll_test_shm_sleeps).
+        import ctypes
+        x, y = np.ones(4, dtype=np.float32), np.empty(4, dtype=np.float32)
+        for _ in range(200):
+            comm.all_reduce(x, out=y, algorithm=os.environ.get("TEST_ALGORITHM", "auto"))
+            assert np.all(y == size), y
+        peer = rank ^ 1
+        if peer < size:
+            for i in range(100):
+                if rank & 1:
+                    comm.recv(x, peer)
+                    comm.send(x, peer)
+                else:
+                    comm.send(x, peer)
+                    comm.recv(x, peer)
+        lib = ctypes.CDLL(pycoll.get_library())
+        total, rung = ctypes.c_int64(), ctypes.c_int64()
+        lib.pycoll_test_shm_sleeps(ctypes.byref(total), ctypes.byref(rung))
+        report.update(sleeps=total.value, rung=rung.value, algorithm=comm.last_algorithm, ok=True)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 except pycoll.PycollError as exc:

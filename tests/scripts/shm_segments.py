@@ -23,6 +23,7 @@ class Segments:
         self.ring_bytes, self.rank = ring_bytes, rank
         unit = PAGE + ring_bytes
         self.rings, self.areas = {}, {}
+        area_extent = {}  # inode: bytes mapped from the area's start (the doorbell's page is mapped alone too)
         starts = {s * unit: ("ring", s) for s in range(size)}
         starts[size * unit] = ("area", None)
         with open("/proc/self/maps") as maps:
@@ -37,8 +38,9 @@ class Segments:
                     if offset <= at < offset + (hi - lo):
                         if kind == "ring":
                             self.rings[(inode, sender)] = lo + at - offset
-                        else:
+                        elif hi - (lo + at - offset) > area_extent.get(inode, 0):
                             self.areas[inode] = lo + at - offset
+                            area_extent[inode] = hi - self.areas[inode]
         # This rank's own segment holds the rings of the other senders.
         own = {inode for (inode, sender) in self.rings if sender != rank}
         assert len(own) == 1 and len(self.areas) == size, (own, self.rings, self.areas)

@@ -1,8 +1,10 @@
-"""How waits pass the time once their spin is over where TCP carries what they wait for: they sleep on the TCP
-transport's events, which end the sleep when a message arrives, not in fixed naps that each end after the
-message came. Counted with strace (no timing): a rank that waits half a second for a late peer makes no
-nanosleep calls. The wait over shared memory and TCP at once (native/transport/routed_transport.c; hosts faked
-as in test_comm_routed.py), and a receive on the progress thread (native/comm/progress.c) over TCP."""
+"""How waits pass the time once their spin is over: they sleep on what ends the sleep when the message arrives --
+the TCP transport's events, or over shared memory the rank's doorbell, which the peer rings when it publishes
+(native/transport/shm_doorbell.h) -- not in fixed naps that each end after the message came. Counted with
+strace (no timing): a rank that waits half a second for a late peer makes no nanosleep calls. The wait over
+shared memory and TCP at once (native/transport/routed_transport.c; hosts faked as in test_comm_routed.py), over
+shared memory alone, and a receive on the progress thread (native/comm/progress.c) over TCP; and, counted by
+the library, that a peer's publication is what ends a sleep."""
 
 import shutil
 import subprocess
@@ -68,3 +70,33 @@ def test_receive_on_the_progress_thread_sleeps_until_its_message_not_in_naps(tmp
     monkeypatch.setenv("PYCOLL_BACKEND", "tcp")
     _, counts = traced_job(tmp_path, 2, "p2p_worker.py", "late_recv", 1, {})
     assert naps(counts) < 20, counts
+
+
+@needs_strace
+@pytest.mark.parametrize("fake_hosts", [False, True], ids=["one_host", "shm_within_tcp_between"])
+def test_wait_on_shared_memory_sleeps_until_rung_not_in_naps(tmp_path, monkeypatch, fake_hosts):
+    # Rank 1 waits half a second for rank 0, on its own host: over shared memory alone (the native barrier), or
+    # over the shared-memory child of shm+tcp with only that child's requests pending. It sleeps on its
+    # doorbell (futex waits of at most 1 ms, ended by rank 0's ring), not in naps.
+    monkeypatch.delenv("PYCOLL_BACKEND", raising=False)
+    n, env = (4, {"TEST_RANKS_PER_FAKE_HOST": "2"}) if fake_hosts else (2, {})
+    reports, counts = traced_job(tmp_path, n, "comm_worker.py", "late", 1, env)
+    assert reports[1]["transport"] == ("shm+tcp" if fake_hosts else "shm"), reports[1]
+    # Naps over shared memory alone were nanosleeps; over shm+tcp, ppoll on the TCP child's events with a nap's
+    # timeout, which no local message ends.
+    assert naps(counts) + counts["ppoll"] < 20, counts
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring"])
+def test_a_peers_publication_ends_a_shared_memory_sleep(monkeypatch, algorithm):
+    # No spin: every wait sleeps at once. A peer that publishes (a ring index, a collective's flag) rings the
+    # sleeper's doorbell, so most sleeps end at once rather than at their bound; without the ring every one
+    # would run to it. Counted by the library (pycoll_test_shm_sleeps), not timed.
+    monkeypatch.delenv("PYCOLL_BACKEND", raising=False)
+    with Ranks(2, "comm_worker.py", "sleeps", env={"PYCOLL_SPIN_US": "0", "TEST_ALGORITHM": algorithm}) as ranks:
+        reports = ranks.reports()
+    for rep in reports.values():
+        assert rep.get("ok"), reports
+        assert rep["transport"] == "shm", rep
+        assert rep["sleeps"] > 0, rep
+        assert rep["rung"] >= rep["sleeps"] // 2, rep

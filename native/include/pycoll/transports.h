@@ -28,6 +28,9 @@ PYCOLL_API int64_t pycoll_shm_segment_bytes(int32_t size, int64_t ring_bytes);
 PYCOLL_API pycoll_p2p_t *pycoll_shm_transport_create(int32_t rank, int32_t size, const int *segment_fds,
                                                      const int32_t *pids, int64_t ring_bytes, char *error,
                                                      size_t error_len);
+/* For tests only: how many times this process's shared-memory waits slept once their spin was over, and how
+ * many of those sleeps a peer's doorbell ended (the rest ran to their bound). */
+PYCOLL_API void pycoll_test_shm_sleeps(int64_t *total, int64_t *rung);
 
 /* Per-pair transports: one transport made of n_children others (taken over: destroyed with it, also when this
  * fails), each a transport of the whole job (same rank and size) that reaches some of its peers -- the others
