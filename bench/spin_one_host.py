@@ -3,13 +3,16 @@ all-reduce, for several PYCOLL_SPIN_US values (how long a wait polls before it s
 ranks than cores, beside the library's own default (PYCOLL_SPIN_US unset) and peers, measured in one run.
 
     python bench/spin_one_host.py [--worlds 2,4] [--spins 0,20,50,200] [--reps 3] [--compare gloo,mpich]
-                                  [--sizes 4,1k,16k,64k,1m,16m] [--out bench/results/spin_one_host.md]
+                                  [--sizes 4,1k,16k,64k,1m,16m] [--before PYTHON]
+                                  [--out bench/results/spin_one_host.md]
 
 Each repetition runs, per world, `pycoll bench` once per spin value, then once with PYCOLL_SPIN_US unset and
 --compare (the peers' rows come from that job), so that every setting sees the same load in turn. The table: per
 size, each setting's median over repetitions of pycoll bench's time (the slowest rank's median), every
 repetition's number in brackets, and each spin's time over the unset default's. MPICH comes from
-$PYCOLL_BENCH_MPICH (pycoll bench --mpi-prefix).
+$PYCOLL_BENCH_MPICH (pycoll bench --mpi-prefix). --before PYTHON adds a job per repetition and world run by
+another interpreter (another build of pycoll, e.g. the main branch's) with PYCOLL_SPIN_US unset, as "before",
+for before/after numbers from one run.
 """
 
 import argparse
@@ -27,17 +30,20 @@ from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the
 from multihost import parse_sizes  # noqa: E402
 
 UNSET = "unset"
+BEFORE = "before"
 
 
-def run_bench(world, spin, compare, sweep, json_path):
-    """pycoll bench's rows for one job: spin microseconds (UNSET: the library's default), peers if compare."""
-    cmd = [sys.executable, "-m", "pycoll", "bench", "-n", str(world), *sweep, "-d", "float32", "-o", "sum",
+def run_bench(world, spin, compare, sweep, json_path, python=sys.executable):
+    """pycoll bench's rows for one job: spin microseconds (UNSET: the library's default), peers if compare;
+    python: the interpreter whose pycoll runs it."""
+    cmd = [python, "-m", "pycoll", "bench", "-n", str(world), *sweep, "-d", "float32", "-o", "sum",
            "--out-of-place", *(["--compare", compare] if compare else []), "--json", str(json_path)]
     env = dict(os.environ, PYTHONSAFEPATH="1")
     env.pop("PYCOLL_SPIN_US", None)
     if spin != UNSET:
         env["PYCOLL_SPIN_US"] = spin
-    print(f"$ {'' if spin == UNSET else f'PYCOLL_SPIN_US={spin} '}python -m pycoll {' '.join(cmd[3:-2])}", flush=True)
+    shown = "python" if python == sys.executable else python
+    print(f"$ {'' if spin == UNSET else f'PYCOLL_SPIN_US={spin} '}{shown} -m pycoll {' '.join(cmd[3:-2])}", flush=True)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"pycoll bench exited with {proc.returncode}:\n{proc.stdout[-3000:]}")
@@ -52,10 +58,12 @@ def sweep_for(size_list):
 
 def table(cells, settings, size_list, world):
     """cells[(setting, bytes)] = [time per repetition]; a row per size, then each spin over the unset default."""
-    spins = [s for s in settings if s.isdigit()]
-    head = [f"spin {s} us" if s.isdigit() else ("default (unset)" if s == UNSET else s) for s in settings]
+    spins = [s for s in settings if s.isdigit() or s == BEFORE]
+    names = {UNSET: "default (unset)", BEFORE: "before (unset)"}
+    head = [f"spin {s} us" if s.isdigit() else names.get(s, s) for s in settings]
     lines = [f"### {world} ranks: time (us; median of the repetitions, each in brackets)", "",
-             "| size | " + " | ".join(head) + " | " + " | ".join(f"spin {s} / default" for s in spins) + " |",
+             "| size | " + " | ".join(head) + " | " +
+             " | ".join(f"{'spin ' + s if s.isdigit() else s} / default" for s in spins) + " |",
              "|---:|" + "---:|" * (len(settings) + len(spins))]
     for nbytes in size_list:
         med = {s: statistics.median(cells[(s, nbytes)]) for s in settings if cells.get((s, nbytes))}
@@ -75,11 +83,12 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--compare", default="gloo,mpich", help="peers, run in the job with PYCOLL_SPIN_US unset")
     p.add_argument("--sizes", default="4,1k,16k,64k,1m,16m", help="powers of 4 apart (pycoll bench's -f 4)")
+    p.add_argument("--before", help="an interpreter whose pycoll runs a 'before' job beside each default one")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "spin_one_host.md"))
     args = p.parse_args()
     size_list = parse_sizes(args.sizes)
     worlds = [int(w) for w in args.worlds.split(",")]
-    settings = [*args.spins.split(","), UNSET]
+    settings = [*(s for s in args.spins.split(",") if s), *([BEFORE] if args.before else []), UNSET]
     peers = [c for c in args.compare.split(",") if c]
     start, load = time.monotonic(), os.getloadavg()
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -89,7 +98,8 @@ def main():
             for world in worlds:
                 for spin in settings:
                     compare = args.compare if spin == UNSET else ""
-                    rows = run_bench(world, spin, compare, sweep_for(size_list), Path(tmp) / "rows.json")
+                    rows = run_bench(world, UNSET if spin == BEFORE else spin, compare, sweep_for(size_list),
+                                     Path(tmp) / "rows.json", args.before if spin == BEFORE else sys.executable)
                     for r in rows:
                         if r["bytes"] not in size_list:
                             continue
@@ -98,14 +108,17 @@ def main():
                         cells[world].setdefault((setting, r["bytes"]), []).append(r["time_us"])
                         wrong += r["wrong"]
                     if rep == 0 and world == worlds[0]:
-                        commands.append(f"{'' if spin == UNSET else f'PYCOLL_SPIN_US={spin} '}python -m pycoll "
+                        python = f"{args.before} " if spin == BEFORE else "python "
+                        spin_env = "" if spin in (UNSET, BEFORE) else f"PYCOLL_SPIN_US={spin} "
+                        commands.append(f"{spin_env}{python}-m pycoll "
                                         f"bench -n N {' '.join(sweep_for(size_list))} -d float32 -o sum "
                                         f"--out-of-place{f' --compare {compare}' if compare else ''}")
     uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     elapsed = time.monotonic() - start
     doc = ["# All-reduce on one host: how long a wait polls (PYCOLL_SPIN_US)", "",
            f"Produced by `python bench/spin_one_host.py --worlds {args.worlds} --spins {args.spins} --reps "
-           f"{args.reps} --compare {args.compare} --sizes {args.sizes}` in {elapsed:.0f} s; each repetition ran, "
+           f"{args.reps} --compare {args.compare} --sizes {args.sizes}"
+           f"{f' --before {args.before}' if args.before else ''}` in {elapsed:.0f} s; each repetition ran, "
            "per world N, one after another:", "", *[f"    {c}" for c in commands], "", machine(),
            f"- Load: 1/5/15-minute load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when it started, "
            f"{os.getloadavg()[0]:.1f} at the end (whatever else runs on the machine shares its cores; "
