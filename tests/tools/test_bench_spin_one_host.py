@@ -43,15 +43,17 @@ def test_a_peer_that_is_not_installed_is_named_not_dropped(tmp_path):
 def test_before_runs_another_interpreters_pycoll_beside_the_default(tmp_path):
     out = tmp_path / "spin.md"
     # The same interpreter stands in for another build: what is checked is that a job runs with it, unset spin.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "spin_one_host.py"), "--worlds", "2", "--spins", "",
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "spin_one_host.py"), "--worlds", "2", "--spins", "0",
                            "--reps", "1", "--compare", "", "--sizes", "4", "--before", sys.executable, "--out",
                            str(out)], capture_output=True, text=True, timeout=170, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = out.read_text()
-    assert f"{sys.executable} -m pycoll bench -n N -b 4 -e 4 -f 4" in text, text
+    assert f"PYCOLL_SPIN_US=0 {sys.executable} -m pycoll bench -n N -b 4 -e 4 -f 4" in text, text
+    assert f"\n    {sys.executable} -m pycoll bench -n N -b 4 -e 4 -f 4" in text, text
     assert f"--before {sys.executable}`" in text, text
     header = next(line for line in text.splitlines() if line.startswith("| size |"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "size", "before (unset)", "default (unset)", "before / default"], header
+        "size", "before, spin 0 us", "spin 0 us", "before (unset)", "default (unset)", "before, spin 0 / spin 0",
+        "spin 0 / default", "before / default"], header
     cells = next(line for line in text.splitlines() if line.startswith("| 4 B |")).strip("|").split("|")
     assert all(float(c.split("(")[0]) > 0 for c in cells[1:]), cells
