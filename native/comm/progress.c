@@ -16,6 +16,8 @@
 #include "comm/comm_internal.h"
 #include "comm/flight_recorder.h"
 #include "transport/idle_wait.h"
+#include "transport/shm_doorbell.h"
+#include "transport/shm_transport.h"
 #include "common/p2p_share.h"
 #include "transport/tcp_transport.h"
 
@@ -233,9 +235,18 @@ static void flight_step(p2p_flight_t *f)
             return;
         }
     }
-    /* A nap at most (work queued meanwhile joins the flight after it), ended early by a TCP transport's
-     * events: a message that arrives is acted on at once, not at the nap's end. */
+    /* A nap at most (work queued meanwhile joins the flight after it), ended early by what a message's arrival
+     * wakes: a local peer's ring of the shared-memory doorbell, or a TCP transport's events. */
     const int64_t until = now + IDLE_NAP_NS < transport->deadline_ns ? now + IDLE_NAP_NS : transport->deadline_ns;
+    shm_doorbell_t *bell = idle_wait_spinning(&f->idle, now) ? NULL : transport_doorbell(transport, f->reqs, f->n);
+    if (bell) {
+        const uint32_t armed = shm_doorbell_arm(bell);
+        if (transport->ops->progress(transport, f->reqs, f->n, f->started_ns) || transport->status != PYCOLL_OK)
+            shm_doorbell_disarm(bell); /* the next step takes it */
+        else
+            shm_doorbell_sleep(bell, armed, until);
+        return;
+    }
     idle_wait_pass_fd(&f->idle, now, until, tcp_transport_wait_fd(transport));
 }
 

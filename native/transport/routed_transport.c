@@ -121,10 +121,6 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
     int32_t fd_child = 0;
     for (int32_t c = 0; c < t->n_children && wait_fd < 0; c++) /* asked per wait: a reset renews it */
         wait_fd = tcp_transport_wait_fd(t->children[fd_child = c]);
-    shm_doorbell_t *bell = NULL;
-    int32_t bell_child = 0;
-    for (int32_t c = 0; c < t->n_children && !bell; c++)
-        bell = shm_transport_doorbell(t->children[bell_child = c]);
     int32_t blocked_on = WAIT_NOT_BLOCKED;
     while (p2p->status == PYCOLL_OK && !pycoll_all_complete(reqs, n)) {
         if (progress_children(t, reqs, n, started)) {
@@ -158,7 +154,8 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
         }
         if (wait_tally_due(blocked_on, now, started))
             blocked_on = pycoll_first_pending_peer(reqs, n);
-        if (bell && !idle_wait_spinning(&idle, now) && only_child_pending(t, reqs, n, bell_child)) {
+        shm_doorbell_t *bell = idle_wait_spinning(&idle, now) ? NULL : transport_doorbell(p2p, reqs, n);
+        if (bell) {
             until = now + BELL_SLEEP_MAX_NS < next_check ? now + BELL_SLEEP_MAX_NS : next_check;
             sleep_until_rung(t, reqs, n, started, bell, until < p2p->deadline_ns ? until : p2p->deadline_ns);
             continue;
@@ -390,4 +387,16 @@ void routed_ft_resume(pycoll_p2p_t *p2p)
     }
     for (int32_t c = 0; c < t->n_children && p2p->status == PYCOLL_OK; c++)
         take_child_error(t, t->children[c]);
+}
+
+shm_doorbell_t *transport_doorbell(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
+{
+    shm_doorbell_t *bell = shm_transport_doorbell(p2p);
+    if (bell || !is_routed(p2p))
+        return bell;
+    routed_transport_t *t = impl(p2p);
+    for (int32_t c = 0; c < t->n_children; c++)
+        if ((bell = shm_transport_doorbell(t->children[c])))
+            return only_child_pending(t, reqs, n, c) ? bell : NULL;
+    return NULL;
 }

@@ -33,6 +33,10 @@ void shm_ring_peers(shm_transport_t *t);
  * sleeps while only shared-memory requests are pending (a peer's ring then ends its sleep). */
 struct shm_doorbell;
 struct shm_doorbell *shm_transport_doorbell(pycoll_p2p_t *p2p);
+/* The doorbell a wait for reqs[0..n) on p2p can sleep on (a local peer's ring then ends the sleep): a
+ * shared-memory transport's own, or a routed transport's shared-memory child's while only that child's requests
+ * are pending (routed_transport.c); NULL otherwise. */
+struct shm_doorbell *transport_doorbell(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n);
 /* Tell every peer still open (once per collective) which collective this rank is in and whom it waits for. */
 void shm_tell_peers(shm_transport_t *t);
 /* Whether rank r may still write (no GOODBYE, ABORT or death seen from it). A native collective that finds r's

@@ -66,8 +66,10 @@ def test_wait_for_another_host_sleeps_until_its_message_not_in_naps(tmp_path, mo
 
 
 @needs_strace
-def test_receive_on_the_progress_thread_sleeps_until_its_message_not_in_naps(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYCOLL_BACKEND", "tcp")
+@pytest.mark.parametrize("backend", ["tcp", "shm"])
+def test_receive_on_the_progress_thread_sleeps_until_its_message_not_in_naps(tmp_path, monkeypatch, backend):
+    # Over TCP it sleeps on the transport's events; over shared memory on the doorbell, which the sender rings.
+    monkeypatch.setenv("PYCOLL_BACKEND", backend)
     _, counts = traced_job(tmp_path, 2, "p2p_worker.py", "late_recv", 1, {})
     assert naps(counts) < 20, counts
 
