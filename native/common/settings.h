@@ -56,7 +56,8 @@
     X(SPIN_US, FLOAT, NULL, NULL, -INFINITY, 0,                                                                  \
       "microseconds a TCP or shared-memory wait polls before sleeping (default 2000 when every rank on this "   \
       "machine has a core, namespace hosts of one machine counted together; 200 when ranks share cores; 50 "   \
-      "from twice as many ranks as cores; a polling rank yields the core between polls)")                       \
+      "from twice as many ranks as cores; a polling rank yields the core between polls; a sleeping one is "   \
+      "woken by the message, over shared memory by its peer; 0 suits ranks whose cores other work keeps busy)") \
     X(TRACE_BUFFER, INT, "2048", NULL, 0, 0,                                                                   \
       "calls each communicator's flight recorder keeps, the latest (0: none recorded)")                          \
     X(TRACE_DIR, PATH, NULL, NULL, 0, 0,                                                                         \
