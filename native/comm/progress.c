@@ -198,6 +198,14 @@ static void flight_add(p2p_flight_t *f, pycoll_work_t **works, int n)
     }
 }
 
+/* The last look before the flight sleeps on a doorbell: one pass over its requests. */
+static int flight_moved(void *arg)
+{
+    p2p_flight_t *f = arg;
+    pycoll_p2p_t *transport = f->comm->family->transport;
+    return transport->ops->progress(transport, f->reqs, f->n, f->started_ns) || transport->status != PYCOLL_OK;
+}
+
 /* One pass: move what can move, complete what is done, or pass the time. */
 static void flight_step(p2p_flight_t *f)
 {
@@ -240,11 +248,7 @@ static void flight_step(p2p_flight_t *f)
     const int64_t until = now + IDLE_NAP_NS < transport->deadline_ns ? now + IDLE_NAP_NS : transport->deadline_ns;
     shm_doorbell_t *bell = idle_wait_spinning(&f->idle, now) ? NULL : transport_doorbell(transport, f->reqs, f->n);
     if (bell) {
-        const uint32_t armed = shm_doorbell_arm(bell);
-        if (transport->ops->progress(transport, f->reqs, f->n, f->started_ns) || transport->status != PYCOLL_OK)
-            shm_doorbell_disarm(bell); /* the next step takes it */
-        else
-            shm_doorbell_sleep(bell, armed, until);
+        shm_doorbell_sleep_unless(bell, flight_moved, f, until); /* what the look moved, the next step takes */
         return;
     }
     idle_wait_pass_fd(&f->idle, now, until, tcp_transport_wait_fd(transport));

@@ -97,18 +97,19 @@ static int only_child_pending(const routed_transport_t *t, pycoll_request_t *con
     return 1;
 }
 
-/* While only requests of the shared-memory child are pending: sleep on its doorbell, which a local peer rings
- * when it publishes, until until_ns at the latest. The last look before the sleep is a full pass. */
-static void sleep_until_rung(routed_transport_t *t, pycoll_request_t *const *reqs, int n, int64_t started,
-                             shm_doorbell_t *bell, int64_t until_ns)
+/* The last look before a sleep on the shared-memory child's doorbell: a full pass over every child. */
+typedef struct last_look {
+    routed_transport_t *t;
+    pycoll_request_t *const *reqs;
+    int n;
+    int64_t started;
+} last_look_t;
+
+static int look_before_sleep(void *arg)
 {
-    const uint32_t armed = shm_doorbell_arm(bell);
-    if (progress_children(t, reqs, n, started) || t->base.status != PYCOLL_OK || pycoll_all_complete(reqs, n) ||
-        atomic_load_explicit(&t->wake, memory_order_relaxed)) {
-        shm_doorbell_disarm(bell);
-        return;
-    }
-    shm_doorbell_sleep(bell, armed, until_ns);
+    const last_look_t *l = arg;
+    return progress_children(l->t, l->reqs, l->n, l->started) || l->t->base.status != PYCOLL_OK ||
+           pycoll_all_complete(l->reqs, l->n) || atomic_load_explicit(&l->t->wake, memory_order_relaxed);
 }
 
 static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *reqs, int n)
@@ -157,7 +158,9 @@ static pycoll_status_t routed_wait(pycoll_p2p_t *p2p, pycoll_request_t *const *r
         shm_doorbell_t *bell = idle_wait_spinning(&idle, now) ? NULL : transport_doorbell(p2p, reqs, n);
         if (bell) {
             until = now + BELL_SLEEP_MAX_NS < next_check ? now + BELL_SLEEP_MAX_NS : next_check;
-            sleep_until_rung(t, reqs, n, started, bell, until < p2p->deadline_ns ? until : p2p->deadline_ns);
+            last_look_t look = {t, reqs, n, started};
+            shm_doorbell_sleep_unless(bell, look_before_sleep, &look,
+                                      until < p2p->deadline_ns ? until : p2p->deadline_ns);
             continue;
         }
         idle_wait_pass_fd(&idle, now, until < p2p->deadline_ns ? until : p2p->deadline_ns, wait_fd);

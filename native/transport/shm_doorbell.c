@@ -32,29 +32,21 @@ void shm_doorbell_ring(shm_doorbell_t *b)
     futex(&b->rings, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-uint32_t shm_doorbell_arm(shm_doorbell_t *mine)
+void shm_doorbell_sleep_unless(shm_doorbell_t *mine, int (*look)(void *arg), void *arg, int64_t until_ns)
 {
     atomic_store_explicit(&mine->asleep, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst); /* the mark before the last look */
-    return atomic_load_explicit(&mine->rings, memory_order_acquire);
-}
-
-void shm_doorbell_disarm(shm_doorbell_t *mine) { atomic_store_explicit(&mine->asleep, 0, memory_order_relaxed); }
-
-int shm_doorbell_sleep(shm_doorbell_t *mine, uint32_t armed, int64_t until_ns)
-{
-    const int64_t left = until_ns - pycoll_now_ns();
-    int rung = 0;
+    const uint32_t armed = atomic_load_explicit(&mine->rings, memory_order_acquire);
+    const int64_t left = look(arg) ? 0 : until_ns - pycoll_now_ns();
     if (left > 0) {
         const struct timespec ts = {.tv_sec = (time_t)(left / 1000000000LL), .tv_nsec = (long)(left % 1000000000LL)};
         /* 0: woken; EAGAIN: rung between the arming and the sleep; ETIMEDOUT, EINTR: not rung. */
-        rung = futex(&mine->rings, FUTEX_WAIT, armed, &ts) == 0 || errno == EAGAIN;
+        const int rung = futex(&mine->rings, FUTEX_WAIT, armed, &ts) == 0 || errno == EAGAIN;
         atomic_fetch_add_explicit(&sleeps_total, 1, memory_order_relaxed);
         if (rung)
             atomic_fetch_add_explicit(&sleeps_rung, 1, memory_order_relaxed);
     }
-    shm_doorbell_disarm(mine);
-    return rung;
+    atomic_store_explicit(&mine->asleep, 0, memory_order_relaxed);
 }
 
 void pycoll_test_shm_sleeps(int64_t *total, int64_t *rung)

@@ -32,14 +32,9 @@ typedef struct shm_doorbell {
  * does not. NULL: nothing. */
 void shm_doorbell_ring(shm_doorbell_t *b);
 
-/* The owner, before its last look at what it waits for: marks itself asleep; returns the count to sleep on. */
-uint32_t shm_doorbell_arm(shm_doorbell_t *mine);
-
-/* The owner, after that look found nothing: sleeps until rung or until_ns (CLOCK_MONOTONIC, pycoll_now_ns),
- * then clears its mark. Returns 1 when a peer's ring ended it, 0 when it ran to until_ns. */
-int shm_doorbell_sleep(shm_doorbell_t *mine, uint32_t armed, int64_t until_ns);
-
-/* The owner, when its last look found something after all: clears its mark without sleeping. */
-void shm_doorbell_disarm(shm_doorbell_t *mine);
+/* The owner, once its spin is over: marks itself asleep, then takes its last look (look(arg): non-zero when it
+ * found something to act on, or a reason not to sleep); if that found nothing, sleeps until rung or until_ns
+ * (CLOCK_MONOTONIC, pycoll_now_ns). Clears its mark either way. */
+void shm_doorbell_sleep_unless(shm_doorbell_t *mine, int (*look)(void *arg), void *arg, int64_t until_ns);
 
 #endif

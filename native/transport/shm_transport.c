@@ -492,20 +492,27 @@ static int wait_pass(shm_transport_t *t, const shm_wait_cond_t *cond, int64_t st
 /* Once the spin is over: sleep until a peer rings this rank's doorbell (it published something: a message, room,
  * a flag) or, at the latest, until the next check that has to run without one -- the peers' liveness, an
  * interrupt, the deadline -- bounded by SLEEP_MAX_NS. The last look before the sleep is a full pass. */
+typedef struct last_look {
+    shm_transport_t *t;
+    const shm_wait_cond_t *cond;
+    int64_t started;
+} last_look_t;
+
+static int look_before_sleep(void *arg)
+{
+    const last_look_t *l = arg;
+    return wait_pass(l->t, l->cond, l->started) || l->t->base.status != PYCOLL_OK || l->cond->ready(l->cond->arg) ||
+           atomic_load_explicit(&l->t->wake, memory_order_relaxed);
+}
+
 static void sleep_until_rung(shm_transport_t *t, const shm_wait_cond_t *cond, int64_t started, int64_t next_interrupt)
 {
-    const pycoll_p2p_t *p2p = &t->base;
-    const uint32_t armed = shm_doorbell_arm(t->bell);
-    if (wait_pass(t, cond, started) || p2p->status != PYCOLL_OK || cond->ready(cond->arg) ||
-        atomic_load_explicit(&t->wake, memory_order_relaxed)) {
-        shm_doorbell_disarm(t->bell);
-        return;
-    }
     int64_t until = pycoll_now_ns() + SLEEP_MAX_NS;
-    const int64_t checks[] = {p2p->deadline_ns, t->next_liveness_ns, next_interrupt};
+    const int64_t checks[] = {t->base.deadline_ns, t->next_liveness_ns, next_interrupt};
     for (size_t i = 0; i < sizeof checks / sizeof *checks; i++)
         until = checks[i] < until ? checks[i] : until;
-    shm_doorbell_sleep(t->bell, armed, until);
+    last_look_t look = {t, cond, started};
+    shm_doorbell_sleep_unless(t->bell, look_before_sleep, &look, until);
 }
 
 pycoll_status_t shm_wait_until(shm_transport_t *t, const shm_wait_cond_t *cond)
