@@ -32,8 +32,7 @@
  * Tags: the phases keep the ring's tags. Every message carries the descriptor (algorithm "hierarchical"), so a
  * peer running another schedule is a mismatch at its first message; within this one, every rank derives the
  * same plan from the same count and host map, and the pieces a pair shares run in the same order on both. */
-#include "algorithms/phases.h"
-#include "transport/group_view.h"
+#include "algorithms/hierarchical.h"
 
 #include <stdlib.h>
 
@@ -105,23 +104,6 @@ static int64_t *piece_cuts(pycoll_p2p_t *p2p, const host_plan_t *plan, int64_t c
             cuts[(*n)++] = block_offset(split_evenly(count, plan->local_size[h]), l);
     qsort(cuts, (size_t)*n, sizeof *cuts, compare_offsets);
     return cuts;
-}
-
-/* A schedule's context over a view: the parent's options and workspace (handed back by view_ctx_return). */
-static coll_ctx_t view_ctx(const coll_ctx_t *ctx, group_view_t *view)
-{
-    coll_ctx_t sub = *ctx;
-    sub.p2p = &view->p2p;
-    sub.host_of = NULL;
-    return sub;
-}
-
-/* The workspace as the schedule left it (it may have grown it; the old block was freed through the table). */
-static void view_ctx_return(coll_ctx_t *ctx, const coll_ctx_t *sub)
-{
-    ctx->workspace = sub->workspace;
-    ctx->workspace_bytes = sub->workspace_bytes;
-    ctx->workspace_kernels = sub->workspace_kernels;
 }
 
 /* The pieces of this rank's block [lo, hi): piece i is [cuts[i], cuts[i + 1]) when not empty and inside it. */
@@ -271,6 +253,33 @@ static pycoll_status_t cross_host_phase(coll_ctx_t *ctx, const host_plan_t *plan
     return status;
 }
 
+/* Every host has as many ranks as this one. */
+static bool equal_hosts(const host_plan_t *plan)
+{
+    for (int32_t h = 1; h < plan->hosts; h++)
+        if (plan->local_size[h] != plan->local_size[0])
+            return false;
+    return true;
+}
+
+/* The pipeline (hierarchical_pipeline.c) over this host's ranks and the ranks in this rank's place on every host. */
+static pycoll_status_t run_pipeline(coll_ctx_t *ctx, const host_plan_t *plan, group_view_t *local,
+                                    const reduction_t *red, void *buf, int64_t count, pycoll_op_t op)
+{
+    pycoll_p2p_t *p2p = ctx->p2p;
+    int32_t *owners = scratch_alloc(p2p, plan->hosts * (int64_t)sizeof *owners, "hierarchical all_reduce");
+    if (!owners)
+        return PYCOLL_ERR_NOMEM;
+    for (int32_t h = 0; h < plan->hosts; h++)
+        owners[h] = plan->ranks[plan->first[h] + plan->local[p2p->rank]];
+    group_view_t cross;
+    pycoll_status_t status = group_view_init(&cross, p2p, owners, plan->hosts);
+    if (status == PYCOLL_OK)
+        status = hierarchical_pipeline_run(ctx, local, &cross, red, op == PYCOLL_AVG ? p2p->size : 1, buf, count);
+    free(owners);
+    return status;
+}
+
 pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
                                         pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
@@ -290,6 +299,11 @@ pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t coun
     /* One host: the ring's two phases, rounding and dividing in the reduce-scatter; else the sum goes on. */
     reduction_t red;
     reduction_init(&red, &local.p2p, dtype, plan.hosts > 1 && op == PYCOLL_AVG ? PYCOLL_SUM : op, accuracy);
+    if (status == PYCOLL_OK && hierarchical_pipeline_fits(ctx, &red, count, plan.hosts, nlocal, equal_hosts(&plan))) {
+        status = run_pipeline(ctx, &plan, &local, &red, buf, count, op);
+        free(plan.host);
+        return status;
+    }
     void *work = buf;
     if (status == PYCOLL_OK && red.compensated) {
         work = comm_workspace(ctx, count * (int64_t)red.wsize, "hierarchical all_reduce");

@@ -82,6 +82,7 @@ typedef enum tag_phase {
     TAG_ALL_TO_ALL,
     TAG_GATHER,
     TAG_SCATTER,
+    TAG_HIERARCHICAL_CROSS,
 } tag_phase_t;
 
 static inline uint32_t phase_tag(tag_phase_t phase, int64_t step)

@@ -215,3 +215,77 @@ def test_a_missing_rank_times_out_at_the_deadline():
     with pytest.raises(Timeout):
         simulate(["all_reduce", "all_reduce", None, "all_reduce"], [np.ones(1000, np.float32)] * 4,
                  algorithm="hierarchical", hosts=[0, 1, 0, 1], timeout=1.0)
+
+
+# Hosts of equal size run the pipeline (hierarchical_pipeline.c) once the buffer holds at least four chunks, a
+# chunk being a segment times the ranks (a cross-host message is one segment): 2 x 2, 3 x 2, 2 x 3, 4 x 2 and an
+# interleaved 2 x 2, each at the count just below four chunks (phase after phase), at four chunks, and at counts
+# that split into uneven chunks, blocks and parts.
+EVEN_SHAPES = [[0, 0, 1, 1], [0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1], [0, 1, 2, 3, 0, 1, 2, 3], [1, 0, 1, 0]]
+EVEN_IDS = ["2x2", "3x2", "2x3", "4x2-interleaved", "2x2-interleaved"]
+SEGMENT = 8  # bytes: two int32 or float32 per cross-host message, so small buffers already make many chunks
+
+
+def pipeline_counts(hosts):
+    chunk = SEGMENT // 4 * len(hosts)  # elements: segment x ranks per host x hosts
+    return (4 * chunk - 1, 4 * chunk, 4 * chunk + 3, 1009)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts", EVEN_SHAPES, ids=EVEN_IDS)
+def test_pipelined_chunks_exact_for_every_op(hosts):
+    size = len(hosts)
+    for count in pipeline_counts(hosts):
+        for op in ("sum", "avg", "max", "prod"):
+            for dtype in (np.int32, np.float32):
+                inputs = integer_inputs(size, count, dtype, op, seed=count)
+                originals = [x.copy() for x in inputs]
+                outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", hosts=hosts,
+                                segment_bytes=SEGMENT)
+                assert_exact(outs, inputs, dtype, op, f"{count} elements, {op}")
+                assert all((a == b).all() for a, b in zip(inputs, originals)), "inputs were modified"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts", EVEN_SHAPES, ids=EVEN_IDS)
+def test_pipelined_random_floats_bitwise_identical_and_close(hosts):
+    rng = np.random.default_rng(len(hosts))
+    for count in pipeline_counts(hosts):
+        for op in ("sum", "avg"):
+            inputs = [rng.standard_normal(count).astype(np.float32) for _ in hosts]
+            outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", hosts=hosts,
+                            segment_bytes=SEGMENT)
+            assert_identical(outs)
+            exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / (len(hosts) if op == "avg" else 1)
+            np.testing.assert_allclose(outs[0].astype(np.float64), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(30)
+def test_pipelined_chunks_still_sum_each_host_first():
+    """test_each_host_sums_first_then_the_hosts_combine on a buffer of sixteen chunks."""
+    inputs = [np.full(128, v, np.float32) for v in (2.0 ** 24, 1.0, -2.0 ** 24, 1.0)]
+    for hosts, want in (([0, 0, 1, 1], 1.0), ([0, 1, 0, 1], 2.0)):
+        for out in simulate("all_reduce", inputs, algorithm="hierarchical", hosts=hosts, segment_bytes=SEGMENT):
+            np.testing.assert_array_equal(out, np.full(128, want, np.float32))
+
+
+@pytest.mark.timeout(30)
+def test_pipelined_data_goes_only_through_the_memory_table():
+    from fakes.guarded_memory import run_guarded
+
+    from pycoll.tools.accuracy import make_inputs
+
+    inputs = make_inputs("mixed", 6, 1001, "float32", seed=5)
+    for op in ("sum", "avg"):
+        run_guarded("all_reduce", inputs, op=op, algorithm="hierarchical", hosts=[0, 0, 1, 1, 2, 2],
+                    segment_bytes=SEGMENT)
+
+
+@pytest.mark.timeout(30)
+def test_a_crash_in_the_pipeline_is_named_by_every_rank():
+    with pytest.raises(PycollError) as info:
+        simulate(["all_reduce", "all_reduce", "all_reduce", "all_reduce", "crash", "all_reduce"],
+                 [np.ones(4096, np.float32)] * 6, algorithm="hierarchical", hosts=[0, 0, 1, 1, 2, 2],
+                 segment_bytes=SEGMENT, timeout=20)
+    peers = [e for r, e in enumerate(info.value.rank_errors) if r != 4]
+    assert all(isinstance(e, PeerFailure) and "rank 4" in str(e) for e in peers), peers
