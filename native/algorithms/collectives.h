@@ -28,6 +28,14 @@ pycoll_status_t recursive_doubling_all_reduce(coll_ctx_t *ctx, void *buf, int64_
 pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
                                         pycoll_op_t op, pycoll_accuracy_t accuracy);
 
+/* The all-reduce of sendbuf into recvbuf without copying sendbuf into recvbuf first, where the schedule can read
+ * its input where it lies: buffers that share no byte (the same buffer, or overlapping ones, run in place after
+ * the copy). The ring always; the hierarchical one where it runs as a pipeline of chunks. */
+pycoll_status_t ring_all_reduce_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+pycoll_status_t hierarchical_all_reduce_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                             pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy);
+
 /* What a schedule of each kind of collective takes (the kind column of PYCOLL_COLLECTIVES, ids.h): the
  * algorithm table's fields have these types (table.h). Every schedule checks its arguments again (the table
  * is also reached from tests and the simulator). */

@@ -266,7 +266,8 @@ static bool equal_hosts(const host_plan_t *plan)
 
 /* The pipeline (hierarchical_pipeline.c) over this host's ranks and the ranks in this rank's place on every host. */
 static pycoll_status_t run_pipeline(coll_ctx_t *ctx, const host_plan_t *plan, group_view_t *local,
-                                    const reduction_t *red, void *buf, int64_t count, pycoll_op_t op)
+                                    const reduction_t *red, const void *input, void *buf, int64_t count,
+                                    pycoll_op_t op)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
     int32_t *owners = scratch_alloc(p2p, plan->hosts * (int64_t)sizeof *owners, "hierarchical all_reduce");
@@ -277,32 +278,44 @@ static pycoll_status_t run_pipeline(coll_ctx_t *ctx, const host_plan_t *plan, gr
     group_view_t cross;
     pycoll_status_t status = group_view_init(&cross, p2p, owners, plan->hosts);
     if (status == PYCOLL_OK)
-        status = hierarchical_pipeline_run(ctx, local, &cross, red, op == PYCOLL_AVG ? p2p->size : 1, buf, count);
+        status = hierarchical_pipeline_run(ctx, local, &cross, red, op == PYCOLL_AVG ? p2p->size : 1, input, buf,
+                                           count);
     free(owners);
     return status;
 }
 
-pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
-                                        pycoll_op_t op, pycoll_accuracy_t accuracy)
+pycoll_status_t hierarchical_all_reduce_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                             pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
 {
     pycoll_p2p_t *p2p = ctx->p2p;
-    assert_checked(p2p, buf, count, dtype, op, 0);
+    assert_checked_pair(p2p, sendbuf, recvbuf, count, dtype, op);
+    const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
     if (p2p->size == 1 || count == 0)
-        return PYCOLL_OK;
+        return memory_copy(p2p, recvbuf, sendbuf, nbytes, "hierarchical all_reduce");
     host_plan_t plan;
     pycoll_status_t status = host_plan_init(&plan, p2p, ctx->host_of);
     if (status != PYCOLL_OK)
         return status;
     const int32_t host = plan.host[p2p->rank], nlocal = plan.local_size[host];
+    /* The host's reduce-scatter reads the input where it lies and writes the result; a rank alone on its host has
+     * none, and buffers that overlap cannot be read and written apart: the input is copied into the result first,
+     * and everything runs there. */
+    const void *input = sendbuf;
+    void *buf = recvbuf;
+    if (nlocal == 1 || !buffers_disjoint(sendbuf, recvbuf, nbytes)) {
+        status = memory_copy(p2p, recvbuf, sendbuf, nbytes, "hierarchical all_reduce");
+        input = recvbuf;
+    }
     const block_layout_t layout = split_evenly(count, nlocal);
     char *data = buf;
-    group_view_t local;
-    status = group_view_init(&local, p2p, plan.ranks + plan.first[host], nlocal);
+    group_view_t local = {.parent = p2p};
+    if (status == PYCOLL_OK)
+        status = group_view_init(&local, p2p, plan.ranks + plan.first[host], nlocal);
     /* One host: the ring's two phases, rounding and dividing in the reduce-scatter; else the sum goes on. */
     reduction_t red;
     reduction_init(&red, &local.p2p, dtype, plan.hosts > 1 && op == PYCOLL_AVG ? PYCOLL_SUM : op, accuracy);
     if (status == PYCOLL_OK && hierarchical_pipeline_fits(ctx, &red, count, plan.hosts, nlocal, equal_hosts(&plan))) {
-        status = run_pipeline(ctx, &plan, &local, &red, buf, count, op);
+        status = run_pipeline(ctx, &plan, &local, &red, input, buf, count, op);
         free(plan.host);
         return status;
     }
@@ -314,7 +327,7 @@ pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t coun
     const int64_t lo = block_offset(layout, local.p2p.rank), n = block_count(layout, local.p2p.rank);
     if (status == PYCOLL_OK && nlocal > 1) {
         coll_ctx_t sub = view_ctx(ctx, &local);
-        status = group_view_finish(&local, ring_reduce_scatter_blocks(&sub, &red, buf, work, layout,
+        status = group_view_finish(&local, ring_reduce_scatter_blocks(&sub, &red, input, work, layout,
                                                                       data + lo * (int64_t)red.dsize));
     }
     if (status == PYCOLL_OK && plan.hosts > 1)
@@ -325,4 +338,10 @@ pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t coun
     }
     free(plan.host);
     return status;
+}
+
+pycoll_status_t hierarchical_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype,
+                                        pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    return hierarchical_all_reduce_from(ctx, buf, buf, count, dtype, op, accuracy);
 }

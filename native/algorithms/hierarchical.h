@@ -28,11 +28,12 @@ static inline void view_ctx_return(coll_ctx_t *ctx, const coll_ctx_t *sub)
 bool hierarchical_pipeline_fits(const coll_ctx_t *ctx, const reduction_t *red, int64_t count, int32_t hosts,
                                 int32_t nlocal, bool equal_hosts);
 
-/* The whole all-reduce of buf as the pipeline. local: this host's ranks (view rank = place on the host);
- * cross: the ranks in this rank's place on every host, in host order (view rank = host number). red: the
- * hosts' reduction (a sum for avg); divisor: what the result is divided by once (the world size for avg, else
- * 1). */
+/* The whole all-reduce of input into buf (the same buffer, or one that shares no byte with it) as the pipeline.
+ * local: this host's ranks (view rank = place on the host); cross: the ranks in this rank's place on every host,
+ * in host order (view rank = host number). red: the hosts' reduction (a sum for avg); divisor: what the result
+ * is divided by once (the world size for avg, else 1). */
 pycoll_status_t hierarchical_pipeline_run(coll_ctx_t *ctx, group_view_t *local, group_view_t *cross,
-                                          const reduction_t *red, int64_t divisor, void *buf, int64_t count);
+                                          const reduction_t *red, int64_t divisor, const void *input, void *buf,
+                                          int64_t count);
 
 #endif

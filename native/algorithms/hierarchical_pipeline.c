@@ -32,6 +32,7 @@ typedef struct pipeline {
     const reduction_t *red;
     reduction_t final;          /* red with the divisor: how a completed element is stored */
     group_view_t *local, *cross;
+    const char *input;          /* read by each chunk's reduce-scatter within the host; may be buf */
     char *buf;
     block_layout_t chunks;
     int32_t nchunks;
@@ -67,9 +68,14 @@ static block_layout_t chunk_layout(const pipeline_t *p, int32_t c)
     return split_evenly(block_count(p->chunks, c), p->nlocal);
 }
 
+static int64_t chunk_byte(const pipeline_t *p, int32_t c)
+{
+    return block_offset(p->chunks, c) * (int64_t)p->red->dsize;
+}
+
 static char *chunk_start(const pipeline_t *p, int32_t c)
 {
-    return p->buf + block_offset(p->chunks, c) * (int64_t)p->red->dsize;
+    return p->buf + chunk_byte(p, c);
 }
 
 /* This rank's block of chunk c (*n elements): what it carries across hosts. */
@@ -86,7 +92,7 @@ static pycoll_status_t within_host(pipeline_t *p, int32_t c, bool reduce)
     char *chunk = chunk_start(p, c);
     const block_layout_t layout = chunk_layout(p, c);
     pycoll_status_t status =
-        reduce ? ring_reduce_scatter_blocks(&sub, p->red, chunk, chunk, layout,
+        reduce ? ring_reduce_scatter_blocks(&sub, p->red, p->input + chunk_byte(p, c), chunk, layout,
                                             chunk + block_offset(layout, p->place) * (int64_t)p->red->dsize)
                : ring_all_gather_blocks(&sub, chunk, p->red->dsize, layout);
     view_ctx_return(p->ctx, &sub);
@@ -170,10 +176,11 @@ static pycoll_status_t run_tick(pipeline_t *p, int64_t t)
 }
 
 pycoll_status_t hierarchical_pipeline_run(coll_ctx_t *ctx, group_view_t *local, group_view_t *cross,
-                                          const reduction_t *red, int64_t divisor, void *buf, int64_t count)
+                                          const reduction_t *red, int64_t divisor, const void *input, void *buf,
+                                          int64_t count)
 {
     const int64_t per_chunk = chunk_elements(ctx, red->dsize, local->p2p.size, cross->p2p.size);
-    pipeline_t p = {.ctx = ctx, .red = red, .final = *red, .local = local, .cross = cross, .buf = buf,
+    pipeline_t p = {.ctx = ctx, .red = red, .final = *red, .local = local, .cross = cross, .input = input, .buf = buf,
                     .place = local->p2p.rank, .nlocal = local->p2p.size, .host = cross->p2p.rank,
                     .hosts = cross->p2p.size};
     p.final.divisor = divisor;

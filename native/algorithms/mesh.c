@@ -96,7 +96,7 @@ static pycoll_status_t mesh_reduce_scatter_phase(coll_ctx_t *ctx, const reductio
 pycoll_status_t mesh_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                 pycoll_accuracy_t accuracy)
 {
-    static const two_phase_all_reduce_t mesh = {"mesh all_reduce", false, mesh_reduce_scatter_phase,
+    static const two_phase_all_reduce_t mesh = {"mesh all_reduce", false, false, mesh_reduce_scatter_phase,
                                                 mesh_all_gather_blocks};
-    return two_phase_all_reduce_run(ctx, &mesh, buf, count, dtype, op, accuracy);
+    return two_phase_all_reduce_run(ctx, &mesh, buf, buf, count, dtype, op, accuracy);
 }

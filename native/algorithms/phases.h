@@ -34,14 +34,18 @@ typedef struct two_phase_all_reduce {
     /* Compensated partials go to the communicator's workspace (ring); else work is buf itself and the phase
      * keeps its own scratch (mesh). */
     bool partials_in_workspace;
+    /* The reduce-scatter reads input and writes only work and out (ring), so input can be the caller's send
+     * buffer; else (mesh) the input is copied into buf first and the schedule runs in place. */
+    bool reads_input;
     pycoll_status_t (*reduce_scatter)(coll_ctx_t *ctx, const reduction_t *red, const void *input, void *work,
                                       block_layout_t layout, void *out);
     pycoll_status_t (*all_gather)(coll_ctx_t *ctx, void *buf, size_t dsize, block_layout_t layout);
 } two_phase_all_reduce_t;
 
-/* all_reduce_setup, then reduce-scatter into this rank's block of buf, then all-gather it. */
-pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, void *buf,
-                                         int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+/* The all-reduce of input into buf (the same buffer, or one that shares no byte with it; else input is copied
+ * into buf first): all_reduce_setup, then reduce-scatter into this rank's block of buf, then all-gather it. */
+pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, const void *input,
+                                         void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                          pycoll_accuracy_t accuracy);
 
 /* Rabenseifner's reduce-scatter for reduce_scatter: block b (size * count elements in all) ends on rank b. */

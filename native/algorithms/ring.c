@@ -192,10 +192,16 @@ pycoll_status_t ring_all_gather_blocks(coll_ctx_t *ctx, void *buf, size_t dsize,
     return status;
 }
 
+pycoll_status_t ring_all_reduce_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,
+                                     pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)
+{
+    static const two_phase_all_reduce_t ring = {"ring all_reduce", true, true, ring_reduce_scatter_blocks,
+                                                ring_all_gather_blocks};
+    return two_phase_all_reduce_run(ctx, &ring, sendbuf, recvbuf, count, dtype, op, accuracy);
+}
+
 pycoll_status_t ring_all_reduce(coll_ctx_t *ctx, void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                 pycoll_accuracy_t accuracy)
 {
-    static const two_phase_all_reduce_t ring = {"ring all_reduce", true, ring_reduce_scatter_blocks,
-                                                ring_all_gather_blocks};
-    return two_phase_all_reduce_run(ctx, &ring, buf, count, dtype, op, accuracy);
+    return ring_all_reduce_from(ctx, buf, buf, count, dtype, op, accuracy);
 }

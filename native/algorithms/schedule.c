@@ -16,11 +16,18 @@ bool all_reduce_setup(coll_ctx_t *ctx, const char *what, const void *buf, int64_
     return true;
 }
 
-pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, void *buf,
-                                         int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
+pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_reduce_t *alg, const void *input,
+                                         void *buf, int64_t count, pycoll_dtype_t dtype, pycoll_op_t op,
                                          pycoll_accuracy_t accuracy)
 {
+    const int64_t nbytes = count * (int64_t)pycoll_dtype_size(dtype);
     pycoll_status_t status;
+    if (!alg->reads_input || ctx->p2p->size == 1 || !buffers_disjoint(input, buf, nbytes)) {
+        status = memory_copy(ctx->p2p, buf, input, nbytes, alg->what);
+        if (status != PYCOLL_OK)
+            return status;
+        input = buf;
+    }
     reduction_t red;
     if (!all_reduce_setup(ctx, alg->what, buf, count, dtype, op, accuracy, &red, &status))
         return status;
@@ -31,7 +38,7 @@ pycoll_status_t two_phase_all_reduce_run(coll_ctx_t *ctx, const two_phase_all_re
     if (!work)
         return PYCOLL_ERR_NOMEM;
     char *own = (char *)buf + block_offset(layout, ctx->p2p->rank) * (int64_t)red.dsize;
-    status = alg->reduce_scatter(ctx, &red, buf, work, layout, own);
+    status = alg->reduce_scatter(ctx, &red, input, work, layout, own);
     return status != PYCOLL_OK ? status : alg->all_gather(ctx, buf, red.dsize, layout);
 }
 

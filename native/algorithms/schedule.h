@@ -108,6 +108,14 @@ static inline void assert_checked_pair(const pycoll_p2p_t *p2p, const void *send
     assert_checked(p2p, recvbuf, count, dtype, op, 0);
 }
 
+/* Whether [a, a + nbytes) and [b, b + nbytes) share no byte: a schedule may then read its input where the caller
+ * keeps it while it writes the result, instead of copying the input into the result first. */
+static inline bool buffers_disjoint(const void *a, const void *b, int64_t nbytes)
+{
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b, n = (uintptr_t)nbytes;
+    return x + n <= y || y + n <= x;
+}
+
 /* malloc that records PYCOLL_ERR_NOMEM on p2p when it fails (NULL is returned, status is on p2p). Host
  * bookkeeping only (request arrays, offsets); data goes in data_alloc's memory. */
 void *scratch_alloc(pycoll_p2p_t *p2p, int64_t nbytes, const char *what);

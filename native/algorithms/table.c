@@ -6,8 +6,9 @@
 
 #include <pthread.h>
 
-/* pycoll's all-reduce schedules work in place: the table's all-reduce copies the input to the output first,
- * through the transport's memory table (the buffers may be device memory). */
+/* These all-reduce schedules work in place: the table's all-reduce copies the input to the output first,
+ * through the transport's memory table (the buffers may be device memory). The ring and the hierarchical one
+ * read the input where it lies (their _from entries, collectives.h). */
 #define IN_PLACE_ALL_REDUCE(schedule)                                                                             \
     static pycoll_status_t schedule##_from(coll_ctx_t *ctx, const void *sendbuf, void *recvbuf, int64_t count,   \
                                            pycoll_dtype_t dtype, pycoll_op_t op, pycoll_accuracy_t accuracy)     \
@@ -16,11 +17,9 @@
                                          count * (int64_t)pycoll_dtype_size(dtype), "all_reduce");               \
         return st != PYCOLL_OK ? st : schedule(ctx, recvbuf, count, dtype, op, accuracy);                         \
     }
-IN_PLACE_ALL_REDUCE(ring_all_reduce)
 IN_PLACE_ALL_REDUCE(halving_doubling_all_reduce)
 IN_PLACE_ALL_REDUCE(mesh_all_reduce)
 IN_PLACE_ALL_REDUCE(recursive_doubling_all_reduce)
-IN_PLACE_ALL_REDUCE(hierarchical_all_reduce)
 
 /* A transport's own collectives (p2p.h's native table), which the decision picks only where the transport has
  * the collective: the communicator has checked the arguments and stamped the descriptor, as they expect. */

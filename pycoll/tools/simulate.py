@@ -56,13 +56,18 @@ def _host_ids(hosts, size):
     return [labels.index(label) for label in labels]
 
 
-def _prepare(coll, x, size, is_root):
-    """(sendbuf, recvbuf, desc count, result) for one rank; the arrays are this call's own copies."""
+def _prepare(coll, x, size, is_root, out_of_place=False):
+    """(sendbuf, recvbuf, desc count, result) for one rank; the arrays are this call's own copies. An all-reduce
+    out of place writes a separate result that starts as 0xA5 bytes, so an element it leaves unwritten shows."""
     if coll == "barrier":
         return None, None, 0, None
     x = np.array(x, copy=True, order="C")
     if x.ndim != 1:
         x = x.reshape(-1)
+    if coll == "all_reduce" and out_of_place:
+        out = np.empty_like(x)
+        out.view(np.uint8).fill(0xA5)
+        return x, out, x.size, out
     if coll == "all_reduce" or coll == "broadcast":
         return x, x, x.size, x
     if coll == "reduce_scatter":
@@ -111,7 +116,7 @@ def _counts_per_rank(counts, size):
 
 
 def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, timeout=30.0, segment_bytes=None,
-             algorithms_out=None, memory_table=0, hosts=None, counts=None):
+             algorithms_out=None, memory_table=0, hosts=None, counts=None, out_of_place=False):
     """Run collective `coll` over len(inputs) simulated ranks, rank r contributing inputs[r]; returns each
     rank's result: the reduced/gathered/broadcast array, or None (barrier; reduce on ranks other than root).
     Inputs are not modified. Raises Timeout, PeerFailure, MismatchError or PycollError like a communicator;
@@ -124,7 +129,8 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
     it at rendezvous: it shapes the hierarchical all-reduce. counts: the _v collectives' per-rank element counts
     (size ints; or one list per rank, to make ranks disagree): all_gather_v's inputs[r] holds counts[r]
     elements, reduce_scatter_v's sum(counts). scatter: every rank's input holds size * k elements (only the
-    root's is sent)."""
+    root's is sent). out_of_place: all_reduce reads each rank's input and writes a separate result (as
+    comm.all_reduce(x, out=y) does); by default it runs in place."""
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"inputs must be a list of arrays (one per rank), got {type(inputs).__name__}")
     size = len(inputs)
@@ -153,7 +159,7 @@ def simulate(coll, inputs, op="sum", algorithm="ring", accuracy="fast", root=0, 
             send, recv, result = _prepare_v(c, inputs[r], r, rank_counts[r])
             count = 0
         else:
-            send, recv, count, result = _prepare(c, inputs[r], size, r == root)
+            send, recv, count, result = _prepare(c, inputs[r], size, r == root, out_of_place)
         dtype = dtype_id((send if send is not None else recv).dtype) if recv is not None or send is not None else 0
         keep.append((send, recv, rank_counts[r]))
         calls.append((COLLECTIVES[c], 0 if send is None else send.ctypes.data,

@@ -26,6 +26,22 @@ def counts_for(size):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_all_reduce_out_of_place_writes_every_element_and_leaves_the_input(algorithm, size):
+    """The ring reads its input where it lies (no copy into the result first); the others copy, then run in
+    place. Either way every element of a result that starts as 0xA5 bytes is written, in both modes."""
+    for count in counts_for(size) + [100003]:
+        for accuracy in ("fast", "compensated"):
+            for op, dtype in (("sum", np.int32), ("avg", np.float32), ("max", np.float64)):
+                inputs = integer_inputs(size, count, dtype, op, seed=count)
+                originals = [x.copy() for x in inputs]
+                outs = simulate("all_reduce", inputs, op=op, algorithm=algorithm, accuracy=accuracy,
+                                segment_bytes=64, out_of_place=True)
+                assert_exact(outs, inputs, dtype, op, f"{count} elements, {op} {accuracy}")
+                assert all((a == b).all() for a, b in zip(inputs, originals)), "inputs were modified"
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("size", SIZES)
 def test_all_reduce_int32_sum_every_count(algorithm, size):
     for count in counts_for(size) + [100003]:

@@ -289,3 +289,22 @@ def test_a_crash_in_the_pipeline_is_named_by_every_rank():
                  segment_bytes=SEGMENT, timeout=20)
     peers = [e for r, e in enumerate(info.value.rank_errors) if r != 4]
     assert all(isinstance(e, PeerFailure) and "rank 4" in str(e) for e in peers), peers
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts", EVEN_SHAPES[:3] + HOST_SHAPES[1:2] + HOST_SHAPES[7:8],
+                         ids=EVEN_IDS[:3] + ["3+1", "one-per-host"])
+def test_out_of_place_reads_the_input_where_it_lies(hosts):
+    """Where the host's reduce-scatter runs, the hierarchical all-reduce reads the input where it lies (the
+    pipeline and the phases one after the other); a rank alone on its host copies it first. Every element of a
+    result that starts as 0xA5 bytes is written, the input left as it was."""
+    size = len(hosts)
+    for count in pipeline_counts(hosts)[1:]:
+        for accuracy in ("fast", "compensated"):
+            for op, dtype in (("sum", np.int32), ("avg", np.float32)):
+                inputs = integer_inputs(size, count, dtype, op, seed=count)
+                originals = [x.copy() for x in inputs]
+                outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", accuracy=accuracy,
+                                hosts=hosts, segment_bytes=SEGMENT, out_of_place=True)
+                assert_exact(outs, inputs, dtype, op, f"{count} elements, {op} {accuracy}")
+                assert all((a == b).all() for a, b in zip(inputs, originals)), "inputs were modified"
