@@ -392,3 +392,23 @@ def test_a_collective_without_the_algorithm_refuses_it_naming_what_it_has():
     for e in info.value.rank_errors:
         assert isinstance(e, ValueError), info.value.rank_errors
         assert "recursive_doubling has no reduce_scatter; it runs as ring, halving_doubling, mesh" in str(e)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_all_reduce_into_an_overlapping_result_copies_the_input_first(algorithm):
+    """Through the C entry (Python refuses overlapping arrays): a result that starts one element into the input
+    cannot be read and written apart, so the input is copied into it first and the schedule runs there."""
+    from pycoll._bindings.abi import COLLECTIVES
+    from pycoll.algorithms import ACCURACIES
+    from pycoll.dtypes import dtype_id, op_id
+
+    size, count = 4, 4099
+    inputs = integer_inputs(size, count, np.int32, "sum", seed=3)
+    arenas = [np.concatenate([x, np.zeros(1, np.int32)]) for x in inputs]
+    calls = [(COLLECTIVES["all_reduce"], a.ctypes.data, a.ctypes.data + 4, count, dtype_id(a.dtype), op_id("sum"),
+              ALGORITHM_IDS[algorithm], ACCURACIES["fast"], -1) for a in arenas]
+    status, message, _ = _sim.run(calls, 30.0, 64, 0, [0, 0, 1, 1])
+    assert status == 0, message
+    for a in arenas:
+        np.testing.assert_array_equal(a[1:], expected(inputs, np.int32, "sum"))
