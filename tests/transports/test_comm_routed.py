@@ -37,6 +37,17 @@ def test_every_collective_is_exact_over_shared_memory_and_tcp_at_once(n, no_segm
 
 
 @pytest.mark.timeout(120)
+def test_the_hierarchical_pipeline_is_exact_over_shared_memory_and_tcp(no_segment_left):
+    """4 KiB segments make the 800 KB message 48 chunks of the hierarchical all-reduce's pipeline (a chunk is a
+    segment times the ranks): chunks cross TCP while others are reduced and gathered over shared memory, in and
+    out of place."""
+    env = {"PYCOLL_SHM_RING_BYTES": "65536", "TEST_BIG_COUNT": "100003", "PYCOLL_RING_SEGMENT_BYTES": "4096"}
+    with Ranks(4, "comm_worker.py", "matrix", env=env, timeout=60) as ranks:
+        reports = ranks.reports(deadline_s=100)
+    _check_placement(reports, 4)
+    assert len({rep["digest"] for rep in reports.values()}) == 1, "float results differ between ranks"
+
+@pytest.mark.timeout(120)
 def test_hierarchical_runs_its_host_phases_over_shared_memory(no_segment_left):
     """Rank values 2^24, 1, -2^24, 1 in fast float32 sum to 1 only when each host sums first (2^24 + 1 rounds
     to 2^24, -2^24 + 1 is exact, their sum 1); a ring over the four ranks gives 2 on some elements. So the
