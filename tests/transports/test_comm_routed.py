@@ -60,10 +60,14 @@ def test_hierarchical_runs_its_host_phases_over_shared_memory(no_segment_left):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["ring", "mesh"])
+@pytest.mark.parametrize("algorithm", ["ring", "mesh", "hierarchical"])
 def test_killed_peer_is_named_by_local_and_remote_ranks_within_2s(algorithm, no_segment_left):
-    """Rank 2 is killed: rank 3 shares its host (shared memory, pidfd), ranks 0 and 1 reach it over TCP."""
-    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env={"TEST_ALGORITHM": algorithm})
+    """Rank 2 is killed: rank 3 shares its host (shared memory, pidfd), ranks 0 and 1 reach it over TCP. The
+    hierarchical all-reduce with 4 KiB segments runs its pipeline (16 chunks of the 256 KiB message)."""
+    env = {"TEST_ALGORITHM": algorithm}
+    if algorithm == "hierarchical":
+        env["PYCOLL_RING_SEGMENT_BYTES"] = "4096"
+    faults.check_killed_peer_is_reported_by_every_rank_within_2s(2, 4, env=env)
 
 
 # Two hosts of two ranks: every root case spans both transports.
