@@ -12,7 +12,7 @@ iproute2; otherwise it says why and exits without measuring.
     python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3]
                               [--libs default,tcp,gloo,openmpi,openmpi-yield,mpich,mlx]
                               [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--spins 0,200]
-                              [--mtu 1500] [--before PYTHON]
+                              [--mtu 1500] [--accuracy fast|compensated] [--before PYTHON]
                               [--out bench/results/multihost.md [--append]] [--plot FILE.png]
 
 --nics 2 gives every host two shaped veths (eth0, eth1: two networks) and pycoll's ranks
@@ -23,8 +23,10 @@ without --spins the library's default). --mtu sets every veth's MTU
 (both ends; 1500 by default, as a new veth has). The tables add each library's share of the link at 1 MiB and above:
 the bytes an all-reduce must move across a host's link each way, 2 (H - 1) / H of the vector, over the time,
 against the rate (times the NICs). --append adds the results to --out as a section instead of replacing it.
---plot FILE.png draws every layout's times (and each library's over the fastest's) with matplotlib (the plot
-extra) and shows it in the section.
+--accuracy compensated runs pycoll's columns with accuracy="compensated" (named in each column's "Ran:" line;
+the peers have plain sums only, so read it against --before, not against them). --plot FILE.png draws every
+layout's times (and each library's over the fastest's) with matplotlib (the plot extra) and shows it in the
+section.
 
 --before PYTHON adds default-before and tcp-before: the same two run by another interpreter (another build of
 pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
@@ -58,6 +60,7 @@ from netns_hosts import SUBNET, HostsUnavailable, link_bytes, link_mtu, namespac
 LIBS = ("default", "tcp", "gloo")
 PEERS = ("gloo", *multihost_peers.PEERS)  # the libraries that are not pycoll
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
+ACCURACY_ENV = "PYCOLL_BENCH_ACCURACY"  # --accuracy, handed to pycoll's ranks
 
 
 def parse_sizes(text):
@@ -94,9 +97,10 @@ class _Pycoll:
 
         self.comm = pycoll.init(backend, timeout=120)
         self.rank, self.size = self.comm.rank, self.comm.size
+        self.accuracy = os.environ.get(ACCURACY_ENV, "fast")
 
     def all_reduce(self, x, out):
-        self.comm.all_reduce(x, out=out)
+        self.comm.all_reduce(x, out=out, accuracy=self.accuracy)
 
     def barrier(self):
         self.comm.barrier()
@@ -108,7 +112,8 @@ class _Pycoll:
         # The spin its waits poll (the library's default or PYCOLL_SPIN_US), where the engine has native options.
         native = getattr(getattr(self.comm, "_engine", None), "native", None)
         spin = f", spin {native.options['spin_ns'] / 1000:g} us" if hasattr(native, "options") else ""
-        return f"{self.comm.backend}/{self.comm.transport}{spin}"
+        accuracy = f", accuracy {self.accuracy}" if self.accuracy != "fast" else ""
+        return f"{self.comm.backend}/{self.comm.transport}{spin}{accuracy}"
 
     def close(self):
         self.comm.close()
@@ -194,6 +199,7 @@ def run_job(names, placement, label, args):
     pycoll_env = {"PYCOLL_TCP_STREAMS": streams} if streams else {}
     if spin:
         pycoll_env["PYCOLL_SPIN_US"] = spin
+    pycoll_env[ACCURACY_ENV] = args.accuracy
     if args.nics > 1:
         pycoll_env["PYCOLL_SOCKET_IFNAME"] = ",".join(f"eth{k}" for k in range(args.nics))
     port, secret = free_port(), secrets.token_hex(32)  # a secret: the store is on a non-loopback address
@@ -386,6 +392,8 @@ def main():
     p.add_argument("--streams", default="",
                    help="PYCOLL_TCP_STREAMS values, comma-separated: one job each (default: unset, one per NIC)")
     p.add_argument("--spins", default="", help="PYCOLL_SPIN_US values, comma-separated: one job each")
+    p.add_argument("--accuracy", default="fast", choices=("fast", "compensated"),
+                   help="pycoll's accuracy= (the peers have only plain sums)")
     p.add_argument("--mtu", type=int, default=1500, help="every veth's MTU (both ends)")
     p.add_argument("--append", action="store_true", help="add a section to --out instead of replacing it")
     p.add_argument("--layouts", default="2x2,2x1", help="hosts x ranks per host, comma-separated")

@@ -6,9 +6,9 @@
  * every step; and the steps that wait on the network drop from 2 (N-1) to 2 (H-1).
  *
  * The phases are the existing schedules (ring.c) run over group views (transport/group_view.h) of the parent's
- * ranks, so no schedule is written twice. Here they run one after the other; a large buffer of plain values on
- * hosts of equal size runs them as a pipeline of chunks instead (hierarchical_pipeline.c), so that the links
- * carry one chunk while the host reduces or gathers another.
+ * ranks, so no schedule is written twice. Here they run one after the other; a large buffer on hosts of equal
+ * size runs them as a pipeline of chunks instead (hierarchical_pipeline.c), so that the links carry one chunk
+ * while the host reduces or gathers another.
  *
  * Uneven hosts (3 + 1 ranks): each host splits the buffer evenly among its own ranks (split_evenly over L, so
  * the intra-host phases are the ring's own layout, unchanged). Hosts with different L cut at different places;

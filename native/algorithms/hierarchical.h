@@ -23,8 +23,8 @@ static inline void view_ctx_return(coll_ctx_t *ctx, const coll_ctx_t *sub)
     ctx->workspace_kernels = sub->workspace_kernels;
 }
 
-/* Whether the pipeline runs: plain (FAST) values, every host with the same number of ranks (>= 2), and a buffer
- * of at least a few chunks. */
+/* Whether the pipeline runs: every host with the same number of ranks (>= 2), and a buffer of at least a few
+ * chunks (in either accuracy mode: a compensated chunk is smaller). */
 bool hierarchical_pipeline_fits(const coll_ctx_t *ctx, const reduction_t *red, int64_t count, int32_t hosts,
                                 int32_t nlocal, bool equal_hosts);
 

@@ -252,12 +252,28 @@ def test_pipelined_random_floats_bitwise_identical_and_close(hosts):
     rng = np.random.default_rng(len(hosts))
     for count in pipeline_counts(hosts):
         for op in ("sum", "avg"):
-            inputs = [rng.standard_normal(count).astype(np.float32) for _ in hosts]
-            outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", hosts=hosts,
-                            segment_bytes=SEGMENT)
-            assert_identical(outs)
-            exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / (len(hosts) if op == "avg" else 1)
-            np.testing.assert_allclose(outs[0].astype(np.float64), exact, rtol=1e-5, atol=1e-5)
+            for accuracy in ("fast", "compensated"):
+                inputs = [rng.standard_normal(count).astype(np.float32) for _ in hosts]
+                outs = simulate("all_reduce", inputs, op=op, algorithm="hierarchical", accuracy=accuracy,
+                                hosts=hosts, segment_bytes=SEGMENT)
+                assert_identical(outs)
+                exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / (len(hosts) if op == "avg" else 1)
+                np.testing.assert_allclose(outs[0].astype(np.float64), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts", EVEN_SHAPES, ids=EVEN_IDS)
+def test_pipelined_compensated_within_one_ulp_of_fsum(hosts):
+    """Compensated, the pipeline's chunks (a 16-byte segment: one float32 (sum, comp) partial per rank of the
+    host) cross hosts as partials and are rounded once: one ulp of the exact sum, as the phases in a row give."""
+    count = 1009
+    inputs = ill_conditioned(len(hosts), count, seed=len(hosts))
+    exact = np.array([math.fsum(float(x[i]) for x in inputs) for i in range(count)]).astype(np.float32)
+    outs = simulate("all_reduce", inputs, algorithm="hierarchical", accuracy="compensated", hosts=hosts,
+                    segment_bytes=16)
+    assert_identical(outs)
+    err = np.abs(outs[0].astype(np.float64) - exact.astype(np.float64)) / np.spacing(np.abs(exact))
+    assert err.max() <= 1.0, f"{err.max()} ulp"
 
 
 @pytest.mark.timeout(30)
@@ -277,8 +293,11 @@ def test_pipelined_data_goes_only_through_the_memory_table():
 
     inputs = make_inputs("mixed", 6, 1001, "float32", seed=5)
     for op in ("sum", "avg"):
-        run_guarded("all_reduce", inputs, op=op, algorithm="hierarchical", hosts=[0, 0, 1, 1, 2, 2],
-                    segment_bytes=SEGMENT)
+        for accuracy in ("fast", "compensated"):
+            calls = run_guarded("all_reduce", inputs, op=op, algorithm="hierarchical", accuracy=accuracy,
+                                hosts=[0, 0, 1, 1, 2, 2], segment_bytes=4 * SEGMENT)
+            if accuracy == "compensated":
+                assert calls["compensated_store"] > 0 and calls["copy"] > 0, calls  # the regrouped partials
 
 
 @pytest.mark.timeout(30)

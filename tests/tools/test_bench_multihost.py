@@ -62,14 +62,17 @@ def test_a_small_run_writes_its_table_and_removes_its_hosts(tmp_path):
 
 def test_spins_run_one_job_each_and_mtu_reaches_the_veths(tmp_path):
     """--spins 0,50: a column per PYCOLL_SPIN_US value, each job's ranks reporting the spin they polled;
-    --mtu 9000: every veth at that MTU, as read back from a host."""
+    --mtu 9000: every veth at that MTU, as read back from a host; --accuracy compensated: the ranks' calls ask
+    for it and say so (results still exact)."""
     out = tmp_path / "multihost.md"
     proc = bench("--layouts", "2x1", "--libs", "default", "--spins", "0,50", "--mtu", "9000", "--reps", "1",
-                 "--sizes", "4", "--out", str(out))
+                 "--sizes", "4", "--accuracy", "compensated", "--out", str(out))
     stdout, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, stdout
     text = out.read_text()
-    assert "default@0: cpu/tcp, spin 0 us; default@50: cpu/tcp, spin 50 us." in text, text
+    assert ("default@0: cpu/tcp, spin 0 us, accuracy compensated; "
+            "default@50: cpu/tcp, spin 50 us, accuracy compensated.") in text, text
+    assert "Wrong results over every call: default@0 0, default@50 0." in text, text
     assert "MTU 9000 (read back from host 0's eth0)" in text and "--spins 0,50 --mtu 9000" in text, text
     header = next(line for line in text.splitlines() if line.startswith("| size |"))
     assert "default@0 (us) | default@50 (us)" in header, header
