@@ -474,7 +474,9 @@ def main():
            f"--burst {args.burst} --latency {args.latency} --reps {args.reps} --libs {libs} {shape_of} "
            f"--nics {args.nics}{' --streams ' + args.streams if args.streams else ''}"
            f"{' --spins ' + args.spins if args.spins else ''}"
-           f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}{' --before ' + args.before if args.before else ''}"
+           f"{f' --mtu {args.mtu}' if args.mtu != 1500 else ''}"
+           f"{' --accuracy ' + args.accuracy if args.accuracy != 'fast' else ''}"
+           f"{' --before ' + args.before if args.before else ''}"
            f"{' --append' if args.append else ''}{' --plot ' + args.plot if args.plot else ''}` (as root) in "
            f"{time.monotonic() - start:.0f} s.", "", machine(),
            f"- Kernel {kernel}.",
