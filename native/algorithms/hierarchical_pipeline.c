@@ -102,17 +102,35 @@ static char *own_block(const pipeline_t *p, int32_t c, int64_t *n)
     return chunk_start(p, c) + block_offset(layout, p->place) * (int64_t)p->red->dsize;
 }
 
-/* Part b of chunk c's block as the cross-host reduce-scatter carries it (*m elements): its plain values in the
- * block (FAST), or its unit in the slot's regrouped partials (compensated). */
-static char *part_of(const pipeline_t *p, int32_t c, int32_t b, int64_t *m)
+/* Part b of chunk c's block (the share of it that host b completes): *at its first element within the block, *m
+ * its elements. Returns the block. */
+static char *locate_part(const pipeline_t *p, int32_t c, int32_t b, int64_t *at, int64_t *m)
 {
     int64_t n;
     char *own = own_block(p, c, &n);
     const block_layout_t parts = split_evenly(n, p->hosts);
+    *at = block_offset(parts, b);
     *m = block_count(parts, b);
+    return own;
+}
+
+/* Part b's plain values in the block (*m elements): what the all-gather steps move and the result. */
+static char *plain_part(const pipeline_t *p, int32_t c, int32_t b, int64_t *m)
+{
+    int64_t at;
+    char *own = locate_part(p, c, b, &at, m);
+    return own + at * (int64_t)p->red->dsize;
+}
+
+/* Part b as the cross-host reduce-scatter carries it (*m elements): its plain values in the block (FAST), or its
+ * unit in the slot's regrouped partials (compensated). */
+static char *part_of(const pipeline_t *p, int32_t c, int32_t b, int64_t *m)
+{
+    int64_t at;
+    char *own = locate_part(p, c, b, &at, m);
     if (!p->red->compensated)
-        return own + block_offset(parts, b) * (int64_t)p->red->dsize;
-    return p->pairs + (c % p->window) * p->pair_bytes + block_offset(parts, b) * (int64_t)p->red->wsize;
+        return own + at * (int64_t)p->red->dsize;
+    return p->pairs + (c % p->window) * p->pair_bytes + at * (int64_t)p->red->wsize;
 }
 
 /* Compensated: this rank's block, one unit [sum n | comp n] in work after the reduce-scatter, cut into one unit
@@ -171,17 +189,13 @@ static pycoll_status_t cross_post(pipeline_t *p, int32_t c, int32_t j)
 {
     const bool reducing = j < p->hosts - 1;
     const int64_t esize = (int64_t)(reducing ? p->red->wsize : p->red->dsize);
-    int64_t n;
-    char *own = own_block(p, c, &n);
-    const block_layout_t parts = split_evenly(n, p->hosts);
     int32_t send, recv;
     step_blocks(p, j, &send, &recv);
     const int32_t slot = c % p->window;
     int64_t m_send, m_recv;
-    char *from = reducing ? part_of(p, c, send, &m_send) : own + block_offset(parts, send) * esize;
-    char *into = reducing ? p->slots + slot * p->slot_bytes : own + block_offset(parts, recv) * esize;
-    m_send = block_count(parts, send);
-    m_recv = block_count(parts, recv);
+    char *from = reducing ? part_of(p, c, send, &m_send) : plain_part(p, c, send, &m_send);
+    char *recv_plain = plain_part(p, c, recv, &m_recv);
+    char *into = reducing ? p->slots + slot * p->slot_bytes : recv_plain;
     pycoll_p2p_t *v = &p->cross->p2p;
     const uint32_t tag = phase_tag(TAG_HIERARCHICAL_CROSS, (int64_t)c * p->steps + j);
     pycoll_status_t status = post_request(v, &p->reqs[2 * slot + 1], false, ring_index(p->host - 1, p->hosts), into,
@@ -202,16 +216,13 @@ static pycoll_status_t cross_complete(pipeline_t *p, int32_t c, int32_t j)
         return status;
     int32_t send, recv;
     step_blocks(p, j, &send, &recv);
-    int64_t m, n;
+    int64_t m;
     char *part = part_of(p, c, recv, &m);
     status = reduction_combine(&p->across, part, p->slots + slot * p->slot_bytes, m);
     /* The last reduce-scatter step completed this rank's part: stored once into the block, rounded (compensated)
      * and divided (avg); plain values with nothing to divide are already final. */
-    if (status == PYCOLL_OK && j == p->hosts - 2 && (p->red->compensated || p->final.divisor != 1)) {
-        char *own = own_block(p, c, &n);
-        status = reduction_store(&p->final, own + block_offset(split_evenly(n, p->hosts), recv) * (int64_t)p->red->dsize,
-                                 part, m);
-    }
+    if (status == PYCOLL_OK && j == p->hosts - 2 && (p->red->compensated || p->final.divisor != 1))
+        status = reduction_store(&p->final, plain_part(p, c, recv, &m), part, m);
     return group_view_finish(p->cross, status);
 }
 
