@@ -69,7 +69,7 @@ def _stand_in_machine(monkeypatch, module, gpus=2):
     torch's are 2.30, versions() answers, and every part's ranks return good rows (run_ranks)."""
     import types
 
-    import torch
+    torch = pytest.importorskip("torch")  # the stand-ins patch torch.cuda: the torch extra
 
     from pycoll.plugins import nccl as nccl_plugin
 
@@ -286,7 +286,7 @@ def test_the_mixed_part_passes_on_fake_nccl_and_host_ranks_and_fails_a_wrong_res
 def test_one_gpu_is_not_refused(monkeypatch):
     import types
 
-    import torch
+    torch = pytest.importorskip("torch")  # the stand-ins patch torch.cuda: the torch extra
 
     import pycoll
 
