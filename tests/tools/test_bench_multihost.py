@@ -126,18 +126,23 @@ def test_each_installed_peer_runs_across_the_hosts_with_exact_results(tmp_path, 
     assert namespaces_of(proc.pid) == []
 
 
-def test_the_links_own_ceiling_is_measured_per_nic_count():
-    """bench/link_bound.py: plain TCP both ways over one and two shaped NICs, a row each with a share of the rate
-    that a working link gives (well above nothing, not above the veth's burst allowance)."""
-    out = subprocess.run([sys.executable, "-P", str(ROOT / "bench" / "link_bound.py"), "--mib", "8", "--reps", "1"],
-                         capture_output=True, text=True, timeout=120, cwd="/")
+def test_the_links_own_ceiling_is_measured_per_ring_and_nic_count():
+    """bench/link_bound.py: plain TCP round a ring of two and three hosts over one and two shaped NICs, a row each
+    with what a ring all-reduce moves per host and a share of the rate that a working link gives (well above
+    nothing, not above the veth's burst allowance)."""
+    out = subprocess.run([sys.executable, "-P", str(ROOT / "bench" / "link_bound.py"), "--mib", "8", "--reps", "1",
+                          "--hosts", "2,3"], capture_output=True, text=True, timeout=120, cwd="/")
     assert out.returncode == 0, out.stderr
-    rows = {int(line.split("|")[1]): line for line in out.stdout.splitlines() if line.startswith("| 1 ") or
-            line.startswith("| 2 ")}
-    assert sorted(rows) == [1, 2], out.stdout
-    for row in rows.values():
-        share = int(row.split("|")[3].strip().rstrip("%"))
-        assert 30 <= share <= 130, row
+    rows = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 5 and cells[0].isdigit():
+            rows[(int(cells[0]), int(cells[1]))] = cells
+    assert sorted(rows) == [(2, 1), (2, 2), (3, 1), (3, 2)], out.stdout
+    for (hosts, _), cells in rows.items():
+        assert float(cells[2]) == pytest.approx(2 * (hosts - 1) / hosts * 8, abs=0.5), cells  # MiB each way
+        share = int(cells[4].rstrip("%"))
+        assert 30 <= share <= 130, cells
 
 
 def test_the_table_names_the_algorithm_each_size_ran_and_what_a_call_cost_the_cpu(tmp_path):
