@@ -10,7 +10,7 @@ Namespaces, veths and processes are removed on every exit (an exception, Ctrl-C,
 iproute2; otherwise it says why and exits without measuring.
 
     python bench/multihost.py [--layouts 2x2,2x1] [--rate 2gbit] [--reps 3]
-                              [--libs default,tcp,gloo,openmpi,openmpi-yield,mpich,mlx]
+                              [--libs default,tcp,auto,gloo,openmpi,openmpi-yield,mpich,mlx]
                               [--max-mib 64 | --sizes 4m,64m] [--nics 1] [--streams 1] [--spins 0,200]
                               [--mtu 1500] [--accuracy fast|compensated] [--before PYTHON]
                               [--out bench/results/multihost.md [--append]] [--plot FILE.png]
@@ -28,7 +28,8 @@ the peers have plain sums only, so read it against --before, not against them). 
 layout's times (and each library's over the fastest's) with matplotlib (the plot extra) and shows it in the
 section.
 
---before PYTHON adds default-before and tcp-before: the same two run by another interpreter (another build of
+--libs auto runs pycoll.init("auto") (host islands, one per host). --before PYTHON adds default-before and
+tcp-before (and auto-before): the same run by another interpreter (another build of
 pycoll, e.g. the main branch's), interleaved with the rest, for before/after numbers from one run. The ranks
 inherit the environment: PYCOLL_SPIN_US=0 measures the waits that sleep at once (recorded in the results).
 
@@ -57,7 +58,8 @@ from allreduce_peers import _fmt_size, machine  # noqa: E402  -- one copy of the
 from multiproc import free_port  # noqa: E402
 from netns_hosts import SUBNET, HostsUnavailable, link_bytes, link_mtu, namespace_hosts, set_mtu, shape_links  # noqa: E402
 
-LIBS = ("default", "tcp", "gloo")
+LIBS = ("default", "tcp", "gloo")  # --libs by default
+PYCOLL_LIBS = ("default", "tcp", "auto")  # pycoll.init(None), pycoll.init("tcp"), pycoll.init("auto")
 PEERS = ("gloo", *multihost_peers.PEERS)  # the libraries that are not pycoll
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
 ACCURACY_ENV = "PYCOLL_BENCH_ACCURACY"  # --accuracy, handed to pycoll's ranks
@@ -385,7 +387,7 @@ def _exit_on_signal(signum, _frame):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worker", choices=LIBS + multihost_peers.PEERS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=LIBS + ("auto",) + multihost_peers.PEERS, help=argparse.SUPPRESS)
     p.add_argument("--report-dir", help=argparse.SUPPRESS)
     p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
     p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
@@ -411,16 +413,17 @@ def main():
     if args.worker:
         return worker(args.worker, args.size_list, args.report_dir)
     args.libs_text, args.libs = args.libs, args.libs.split(",")
-    unknown = sorted(set(args.libs) - set(LIBS + multihost_peers.PEERS))
+    known = LIBS + ("auto",) + multihost_peers.PEERS
+    unknown = sorted(set(args.libs) - set(known))
     if unknown:
-        p.error(f"--libs: unknown {unknown}; choose from {', '.join(LIBS + multihost_peers.PEERS)}")
+        p.error(f"--libs: unknown {unknown}; choose from {', '.join(known)}")
     skipped = {lib: multihost_peers.unavailable(lib) for lib in args.libs if lib in multihost_peers.PEERS}
     skipped = {lib: why for lib, why in skipped.items() if why}
     for lib, why in skipped.items():
         print(f"skipping {lib}: {why}", file=sys.stderr)
     args.libs = [lib for lib in args.libs if lib not in skipped]
     if args.before:
-        args.libs += [lib + BEFORE for lib in ("default", "tcp") if lib in args.libs]
+        args.libs += [lib + BEFORE for lib in PYCOLL_LIBS if lib in args.libs]
     streams = args.streams.split(",")
     if args.streams:  # one job per stream count for each pycoll library
         args.libs = [f"{lib}/{n}" if lib not in PEERS else lib for lib in args.libs for n in streams

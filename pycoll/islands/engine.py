@@ -117,6 +117,8 @@ class IslandsEngine(Engine):
     """See the module's docstring. After init: `islands`, what was formed; `memory`, this rank's memory kind;
     `dtypes` and `ops`, the names every island declares (the communicator accepts only those)."""
 
+    host_only = False  # until assemble() has seen the islands
+
     def __init__(self, *, rank, world_size, store, timeout, options):
         self.rank, self.size, self.timeout = rank, world_size, float(timeout)
         self.inner = self.leaders = self._watch = self._island_host = None
@@ -201,6 +203,11 @@ class IslandsEngine(Engine):
         self.crossing = crossing.CrossingModel(
             tuple((island.size, island.memory, copy) for island, (copy, _) in zip(formed.islands, probes)),
             min(host for _, host in probes), schedules.STAGING_SEGMENT_BYTES, self.forced)
+        # No vendor anywhere (every island is host memory) and no crossing forced: the job's host communicator is
+        # the whole job -- shared memory within each host, TCP between, its own host-aware schedules, and every
+        # message checked against the call (a mismatch is its MismatchError) -- so each call runs there, as
+        # backend="cpu" runs it, without the islands' steps and their per-call agreement on what was called.
+        self.host_only = all(island.memory == "host" for island in formed.islands) and self.forced == "auto"
         self._scratch = Scratch(self._runtime)
         self._host_scratch = Scratch(HostRuntime())
         # The description every call exchanges first, beside its negation: made once, reused by every call.
@@ -250,7 +257,17 @@ class IslandsEngine(Engine):
         return self._host_scratch.buffer(name, like, count)
 
     # -- the Engine -------------------------------------------------------------------------------------------
+    @property
+    def validates_calls(self):
+        """A host-only job's calls all run on `world`, whose C call checks each one itself."""
+        return self.host_only
+
+    def fast_path(self, accepted):
+        return self.world.fast_path(accepted) if self.host_only else None
+
     def run(self, call, async_op=False):
+        if self.host_only:  # send/recv too; async_op=True queues it on world's progress thread
+            return self.world.run(call, True) if async_op else self._reporting(self.world.run, call)
         if call.collective == "send/recv":
             return self._reporting(messages.run, self, call, async_op)
         schedule = schedules.SCHEDULES[call.collective]
