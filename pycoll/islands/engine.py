@@ -355,6 +355,8 @@ class IslandsEngine(Engine):
                             f"runs it host-staged)")
 
     def split(self, color, key):
+        if self.host_only:  # of host ranks only: a split of the job's host communicator, as backend="cpu" makes
+            return self.world.split(color, key)
         raise NotImplementedError("split: backend 'auto' has no sub-communicators across islands yet")
 
     # -- surviving a lost rank (docs/fault_tolerance.md) --------------------------------------------------------

@@ -64,6 +64,12 @@ def _calls(comm, rank, world):
     comm.send(np.full(6, rank, np.int64), (rank + 1) % world, tag=7)
     work.wait()
     ran.append(("recv", got.copy(), None))
+    # Sub-communicators: by host (shared memory only), and across hosts (ranks 0 and 2, 1 and 3: TCP only).
+    local, across = comm.split_by_host(), comm.split(rank % 2, key=rank)
+    for name, sub in (("split_by_host", local), ("split", across)):
+        x = np.full(5, rank + 1, np.int32)
+        sub.all_reduce(x)
+        ran.append((name, x, (tuple(sub.ranks), sub.hosts)))
     return ran
 
 
@@ -95,7 +101,15 @@ def test_host_islands_run_each_call_as_the_cpu_backend_does():
     assert names[f"all_reduce/{300_001}"] == "hierarchical"  # the cpu backend's host-aware schedule ran
     assert names["all_reduce/3"] != "host-staged"
     for rank, (_, on_auto, _) in enumerate(outs):
-        np.testing.assert_array_equal(on_auto[-1][1], np.full(6, (rank - 1) % WORLD))
+        ran = {name: (result, what) for name, result, what in on_auto}
+        np.testing.assert_array_equal(ran["recv"][0], np.full(6, (rank - 1) % WORLD))
+        host = rank // RANKS_PER_HOST
+        mates = tuple(range(host * RANKS_PER_HOST, (host + 1) * RANKS_PER_HOST))
+        assert ran["split_by_host"][1] == (mates, 1), ran["split_by_host"]
+        np.testing.assert_array_equal(ran["split_by_host"][0], np.full(5, sum(r + 1 for r in mates)))
+        peers = tuple(r for r in range(WORLD) if r % 2 == rank % 2)
+        assert ran["split"][1] == (peers, 2), ran["split"]
+        np.testing.assert_array_equal(ran["split"][0], np.full(5, sum(r + 1 for r in peers)))
     # Exact where exact: the all-gather and the integer reduce-scatter.
     np.testing.assert_array_equal(outs[1][1][5][1], np.repeat(np.arange(WORLD), 5))
     want = (np.arange(7 * WORLD, dtype=np.int32) * sum(r + 1 for r in range(WORLD)))[7:14]
@@ -146,11 +160,12 @@ def test_a_crossing_set_in_the_environment_still_runs_the_islands_steps():
 def _killed_rank(port, victim, rank, world):
     comm = _init("auto", port, rank, world, timeout=8.0)
     x = np.ones(COUNT, np.float32)
-    comm.all_reduce(x)
-    if rank == victim:
-        os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
-    error = raised(lambda: comm.all_reduce(x))
+    if rank == victim:
+        comm.all_reduce(x)
+        os.kill(os.getpid(), signal.SIGKILL)
+    # A survivor still inside the first call when the victim dies learns of it there, the others in the second.
+    error = raised(lambda: (comm.all_reduce(x), comm.all_reduce(x)))
     elapsed = time.monotonic() - start
     flag = comm.agree(1)
     new = comm.shrink()
