@@ -13,6 +13,9 @@ Built at init, in this order, each step collective over the whole job:
    collectives), and each leader's probe of its staging copies (crossing.py); every rank then learns whether
    every island came up, and every probe, so every rank builds the same crossing model.
 4. What each island's vendor refuses (dtype, op, device generation), all-gathered: refused everywhere.
+
+A job of host memory only (no vendor anywhere, no crossing forced) skips all of the per-call work: each call,
+split and fast path is `world`'s, as backend="cpu" would run it (`host_only`).
 """
 
 from __future__ import annotations
