@@ -61,6 +61,7 @@ from netns_hosts import SUBNET, HostsUnavailable, link_bytes, link_mtu, namespac
 LIBS = ("default", "tcp", "gloo")  # --libs by default
 PYCOLL_LIBS = ("default", "tcp", "auto")  # pycoll.init(None), pycoll.init("tcp"), pycoll.init("auto")
 PEERS = ("gloo", *multihost_peers.PEERS)  # the libraries that are not pycoll
+KNOWN = (*PYCOLL_LIBS, *PEERS)  # every --libs name
 BEFORE = "-before"  # the suffix of a library run by --before's interpreter
 ACCURACY_ENV = "PYCOLL_BENCH_ACCURACY"  # --accuracy, handed to pycoll's ranks
 
@@ -387,7 +388,7 @@ def _exit_on_signal(signum, _frame):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worker", choices=LIBS + ("auto",) + multihost_peers.PEERS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KNOWN, help=argparse.SUPPRESS)
     p.add_argument("--report-dir", help=argparse.SUPPRESS)
     p.add_argument("--sizes", help="comma-separated sizes (4k, 4m, ...) instead of 4 B to --max-mib")
     p.add_argument("--nics", type=int, choices=(1, 2), default=1, help="shaped veths per host")
@@ -413,10 +414,9 @@ def main():
     if args.worker:
         return worker(args.worker, args.size_list, args.report_dir)
     args.libs_text, args.libs = args.libs, args.libs.split(",")
-    known = LIBS + ("auto",) + multihost_peers.PEERS
-    unknown = sorted(set(args.libs) - set(known))
+    unknown = sorted(set(args.libs) - set(KNOWN))
     if unknown:
-        p.error(f"--libs: unknown {unknown}; choose from {', '.join(known)}")
+        p.error(f"--libs: unknown {unknown}; choose from {', '.join(KNOWN)}")
     skipped = {lib: multihost_peers.unavailable(lib) for lib in args.libs if lib in multihost_peers.PEERS}
     skipped = {lib: why for lib, why in skipped.items() if why}
     for lib, why in skipped.items():
