@@ -67,7 +67,10 @@ with failure_reported(report):
         before = weights.copy()
         step, shrinks = 0, 0
         print('{"ready": true}', flush=True)
+        die_at = int(os.environ.get("TEST_DIE_AT_STEP", "-1"))  # the rank that dies, at this step: mid-loop
         while step < 1500:
+            if rank == 2 and step == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
             grad = np.random.default_rng(step).standard_normal(weights.size) * (comm.rank + 1)
             try:
                 comm.all_reduce(grad, op="avg")
