@@ -7,7 +7,6 @@ docs/getting_started.md is markdown_table()'s output."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import warnings
 from typing import NamedTuple
@@ -66,9 +65,13 @@ def check_values(env=None):
 def unknown(env=None) -> list[tuple[str, str | None]]:
     """(name, the closest known name or None) for each PYCOLL_* variable in `env` that no one declared."""
     env = os.environ if env is None else env
-    return [(name, next(iter(difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)), None))
-            for name in sorted(env) if name.startswith("PYCOLL_") and name not in REGISTRY
-            and not name.startswith(OWN_PREFIXES)]
+    names = [name for name in sorted(env) if name.startswith("PYCOLL_") and name not in REGISTRY
+             and not name.startswith(OWN_PREFIXES)]
+    if not names:
+        return []
+    import difflib  # here, not at the top: only a misspelt name needs it, and every rank imports this module
+
+    return [(name, next(iter(difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)), None)) for name in names]
 
 
 _checked = []  # once per process

@@ -19,7 +19,6 @@ auto         each rank its own memory kind: islands of one kind, collectives acr
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import logging
 import threading
 
@@ -120,14 +119,28 @@ def register(backend: Backend) -> None:
 
 
 def _load_entry_points() -> None:
+    """Registers the backends of the entry-point group, once. An entry point adds a name; it never replaces a
+    backend already registered (built in, or by the program through register()): installing a package must not
+    change what backend="tcp" runs."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
+    # Imported here: importlib.metadata (with email, zipfile, pathlib) is a sixth of what `import pycoll` costs
+    # a rank otherwise, and get() of a registered name never needs it.
+    import importlib.metadata
+
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
-            register(obj() if isinstance(obj, type) else obj)
+            backend = obj() if isinstance(obj, type) else obj
+            with _lock:
+                taken = getattr(backend, "name", None) in _registry
+            if taken:
+                log.warning("pycoll: backend entry point %s names backend %r, which is already registered; "
+                            "it is not loaded", ep.name, backend.name)
+                continue
+            register(backend)
         except Exception as exc:  # a broken third-party plugin must not break pycoll
             log.warning("pycoll: backend entry point %s could not be loaded: %s", ep.name, exc)
 
@@ -145,7 +158,10 @@ def _builtin() -> None:
 def get(name: str) -> Backend:
     """The usable backend called name, or BackendUnavailable saying why not."""
     _builtin()
-    _load_entry_points()
+    with _lock:
+        registered = name in _registry
+    if not registered:  # a built-in or registered name is found without scanning every installed package
+        _load_entry_points()
     with _lock:
         backend = _registry.get(name)
         known = sorted(_registry)

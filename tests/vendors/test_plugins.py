@@ -113,3 +113,60 @@ def test_a_plugin_declaring_plugin_api_1_is_refused_naming_both_versions():
         plugins.register(Old())
     with plugins._lock:
         assert "old-plugin" not in plugins._registry
+
+
+ENTRY_POINT_PLUGIN = '''
+from pycoll import plugins
+
+
+class Loopback(plugins.Backend):
+    name = "loopback-plugin"
+
+
+class Hijack(plugins.Backend):
+    name = "tcp"
+'''
+
+ENTRY_POINT_JOB = '''
+import logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+import pycoll.plugins as p
+from pycoll.plugins.tcp import TcpBackend
+print("scanned at import:", "importlib.metadata" in sys.modules)
+print("tcp is built in:", type(p.get("tcp")) is TcpBackend, "scanned:", "importlib.metadata" in sys.modules)
+print("plugin:", type(p.get("loopback-plugin")).__name__)
+print("tcp is built in after the scan:", type(p.get("tcp")) is TcpBackend)
+print("listed:", sorted(s.name for s in p.statuses() if s.name in ("loopback-plugin", "tcp")))
+try:
+    p.get("absent-plugin")
+except p.BackendUnavailable as exc:
+    print("absent:", exc)
+'''
+
+
+def test_entry_point_plugins_add_names_never_replace_a_registered_one_and_are_read_only_when_needed(tmp_path):
+    """A package's entry points in group pycoll.backends: a new name is found by get() and listed; one naming a
+    built-in backend and one that fails to import are each skipped with a warning naming it; get() of a registered
+    name never scans the installed packages (importlib.metadata not even imported)."""
+    site = tmp_path / "site"
+    dist = site / "pycoll_test_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (site / "pycoll_test_plugin.py").write_text(ENTRY_POINT_PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pycoll-test-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[pycoll.backends]\nloopback = pycoll_test_plugin:Loopback\n"
+                                           "hijack = pycoll_test_plugin:Hijack\nbroken = pycoll_test_plugin_gone:X\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", ENTRY_POINT_JOB], capture_output=True, text=True, cwd=tmp_path,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "scanned at import: False" in lines
+    assert "tcp is built in: True scanned: False" in lines
+    assert "plugin: Loopback" in lines
+    assert "tcp is built in after the scan: True" in lines
+    assert "listed: ['loopback-plugin', 'tcp']" in lines
+    assert ("pycoll: backend entry point hijack names backend 'tcp', which is already registered; it is not loaded"
+            in lines)
+    assert any(ln.startswith("pycoll: backend entry point broken could not be loaded: No module named") for ln in lines)
+    assert any(ln.startswith("absent: unknown backend 'absent-plugin'; known:") and "loopback-plugin" in ln
+               for ln in lines), lines
