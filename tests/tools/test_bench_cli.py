@@ -326,6 +326,7 @@ def test_a_barrier_is_one_case_whatever_the_sizes_dtypes_and_ops():
     assert why is None and got["collective"] == "barrier"
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(180)
 def test_compare_times_the_barrier_on_the_peers(tmp_path):
     names = [n for n in ("gloo", "mpi") if not peers.PEERS[n].unavailable()]
@@ -357,6 +358,7 @@ def test_compare_skips_a_missing_peer_with_its_reason(monkeypatch, capfd):
     assert "--compare mpi: skipped:" in out and "install" in out, out
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(120)
 def test_compare_with_gloo_names_the_pycoll_backend_of_each_ratio(tmp_path):
     pytest.importorskip("torch")
@@ -425,6 +427,7 @@ def test_mpi_prefix_without_compare_is_refused(monkeypatch, capsys):
     assert "--mpi-prefix" in capsys.readouterr().err
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["impi", "mpich"])
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "barrier"])
@@ -445,6 +448,7 @@ def test_compare_with_a_packaged_mpi_gives_its_rows(name, collective, tmp_path):
     assert sorted(got, key=str) == sorted(want, key=str)
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"])
 def test_compare_runs_every_collective_on_the_peers(collective, tmp_path):

@@ -101,6 +101,7 @@ def test_sigterm_mid_run_removes_namespaces_and_ranks(tmp_path):
     assert [pid for pid in ranks if Path(f"/proc/{pid}").exists()] == [], "ranks left running"
 
 
+@pytest.mark.peers
 # Busy-polling Open MPI runs the same launcher and worker as the yielding one (only an MCA setting differs) and
 # takes longest on shared cores: it runs with -m stress.
 @pytest.mark.parametrize("peer", [pytest.param(p, marks=pytest.mark.stress) if p == "openmpi" else p

@@ -101,6 +101,7 @@ def _available():
         pytest.skip(why)
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
                                         "all_to_all"])

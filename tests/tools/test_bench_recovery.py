@@ -35,6 +35,7 @@ def rows(markdown):
     return out
 
 
+@pytest.mark.peers
 @pytest.mark.timeout(300)
 # A torchrun restart costs seconds of torch start-up per kill: that row runs under -m stress.
 @pytest.mark.parametrize("peer", [pytest.param(peer, marks=pytest.mark.stress) if peer == "torchrun" else peer
