@@ -126,8 +126,8 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    # Imported here: importlib.metadata (with email, zipfile, pathlib) is a sixth of what `import pycoll` costs
-    # a rank otherwise, and get() of a registered name never needs it.
+    # Imported here, not at the top: importlib.metadata brings email, zipfile and pathlib into every rank's
+    # `import pycoll`, and get() of a registered name never needs it.
     import importlib.metadata
 
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
